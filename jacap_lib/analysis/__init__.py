@@ -1,0 +1,1 @@
+"""Measurements: error decomposition (note §15) and quality under compression."""

@@ -1,0 +1,1 @@
+"""kvpress presses of the book, one press per file (kvpress layout), and the method registry."""
