@@ -1,0 +1,52 @@
+"""Argument checks shared by the public functions: every failure is a ValueError that names
+the argument and says how to fix it."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def tensor(name: str, x, *, min_dim: int = 1, floating: bool = True) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}; wrap it with torch.as_tensor(...)")
+    if x.dim() < min_dim:
+        raise ValueError(f"`{name}` must have at least {min_dim} dimension(s), got shape {tuple(x.shape)}")
+    if floating and not x.is_floating_point():
+        raise ValueError(f"`{name}` must be a floating-point tensor, got dtype {x.dtype}; cast it with .float()")
+    return x
+
+
+def finite(name: str, x: torch.Tensor) -> None:
+    if not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).sum())
+        raise ValueError(f"`{name}` contains {bad} NaN/Inf value(s); clean the cache or the statistics before scoring")
+
+
+def positive(name: str, value, *, allow_zero: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a real number, got {value!r}") from None
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"`{name}` must be finite and {bound}, got {value!r}")
+    return v
+
+
+def nonneg_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int,)) and not (
+        isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
+    ):
+        raise ValueError(f"`{name}` must be a non-negative int, got {value!r}")
+    v = int(value)
+    if v < 0:
+        raise ValueError(f"`{name}` must be a non-negative int, got {v}")
+    return v
+
+
+def unit_interval(name: str, value, *, closed_right: bool = False) -> float:
+    v = positive(name, value, allow_zero=True)
+    if v > 1 or (v == 1 and not closed_right):
+        raise ValueError(f"`{name}` must lie in [0, 1{']' if closed_right else ')'}, got {value!r}")
+    return v

@@ -1,0 +1,102 @@
+r"""Query statistics :math:`\mu_Q` and :math:`\mathrm{diag}(\Lambda_Q)` for Jacap.
+
+Two estimators over a sequence of queries ``q (..., T, d)`` (leading dims = batch rows / heads,
+never mixed):
+
+* flat: the sample mean and (biased) variance over T;
+* EMA (note §11): :math:`\mu_t = \beta\mu_{t-1} + (1-\beta)q_t`,
+  :math:`m_t = \beta m_{t-1} + (1-\beta) q_t\odot q_t`, :math:`\lambda = \max(m - \mu\odot\mu, \epsilon)`,
+  started at the first query (:math:`\mu_1 = q_1`, :math:`m_1 = q_1\odot q_1`) so it carries no zero bias.
+
+Large :math:`\beta` averages over a long past (stable, slow to follow a phase change); small
+:math:`\beta` follows the latest queries (responsive, noisy).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _checks
+
+__all__ = ["flat_query_stats", "ema_query_stats", "ema_weights", "EMAQueryStats"]
+
+
+def _check_q(q):
+    _checks.tensor("q", q, min_dim=2)
+    if q.shape[-2] == 0:
+        raise ValueError("`q` has T = 0 queries: statistics need at least one query")
+    _checks.finite("q", q)
+
+
+def flat_query_stats(q: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and variance (floored at ``eps``) over the T axis of ``q (..., T, d)``, in float32."""
+    _check_q(q)
+    eps = _checks.positive("eps", eps)
+    qf = q.float()
+    mu = qf.mean(-2)
+    lam = (qf.square().mean(-2) - mu.square()).clamp_min(eps)
+    return mu, lam
+
+
+def ema_weights(T: int, beta: float, *, dtype=torch.float32, device=None) -> torch.Tensor:
+    """The weight the EMA puts on each of T queries (they sum to 1; the last gets ``1 - beta``)."""
+    t = torch.arange(T, dtype=torch.float64, device=device)
+    w = (1.0 - beta) * beta ** (T - 1 - t)
+    w[0] = beta ** (T - 1)
+    return w.to(dtype)
+
+
+def ema_query_stats(q: torch.Tensor, beta: float, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """EMA mean and floored variance over the T axis of ``q (..., T, d)`` (closed form of the recursion)."""
+    _check_q(q)
+    beta = _checks.unit_interval("beta", beta)
+    eps = _checks.positive("eps", eps)
+    qf = q.float()
+    w = ema_weights(q.shape[-2], beta, device=q.device).unsqueeze(-1)
+    mu = (w * qf).sum(-2)
+    m = (w * qf.square()).sum(-2)
+    return mu, (m - mu.square()).clamp_min(eps)
+
+
+class EMAQueryStats:
+    """Streaming EMA statistics for decoding: ``update(q)`` with ``q (..., d)`` (one step) or
+    ``(..., T, d)`` (a chunk, folded in order). Leading dims (e.g. batch row, head) stay separate."""
+
+    def __init__(self, beta: float, eps: float = 1e-6):
+        self.beta = _checks.unit_interval("beta", beta)
+        self.eps = _checks.positive("eps", eps)
+        self.reset()
+
+    def reset(self) -> None:
+        self._mu = None
+        self._m = None
+        self.count = 0
+
+    def update(self, q: torch.Tensor, *, chunk: bool = False) -> "EMAQueryStats":
+        """Fold in one query step ``(..., d)``, or a chunk ``(..., T, d)`` when ``chunk=True``."""
+        q = _checks.tensor("q", q, min_dim=1)
+        _checks.finite("q", q)
+        steps = q.float().unbind(-2) if chunk else (q.float(),)
+        for qt in steps:
+            if self._mu is None:
+                self._mu, self._m = qt.clone(), qt.square()
+            else:
+                if qt.shape != self._mu.shape:
+                    raise ValueError(f"`q` step shape {tuple(qt.shape)} differs from earlier steps {tuple(self._mu.shape)}")
+                self._mu = self.beta * self._mu + (1 - self.beta) * qt
+                self._m = self.beta * self._m + (1 - self.beta) * qt.square()
+            self.count += 1
+        return self
+
+    def _ready(self):
+        if self._mu is None:
+            raise ValueError("EMAQueryStats has seen no query yet: call update(q) first")
+
+    @property
+    def mu(self) -> torch.Tensor:
+        self._ready()
+        return self._mu
+
+    @property
+    def lam(self) -> torch.Tensor:
+        self._ready()
+        return (self._m - self._mu.square()).clamp_min(self.eps)
