@@ -1,0 +1,238 @@
+"""Quality under compression: next-token KL and attention-output error of a compressed prompt cache.
+
+The measurement (note §9–§10, issue 6 item 2):
+
+1. Prefill the *prompt* with a kvpress press active, so every layer's prompt cache is compressed
+   right after that layer's attention ran (``with press(model): model(prompt_ids, past_key_values=cache)``).
+2. Run the *continuation* against the compressed cache with its true positions
+   (``position_ids = P, P+1, ...`` where ``P`` is the uncompressed prompt length — the kvpress pipeline
+   does the same).
+3. Compare the next-token distributions at the ``M`` continuation positions with those of the same two
+   steps run without compression:
+
+   ``KL_t = sum_v p_full(v | x_<t) [log p_full(v | x_<t) - log p_comp(v | x_<t)]``, averaged over ``t``.
+
+The prefill logits themselves never change (a press compresses the cache *after* the layer's forward),
+so only the continuation positions carry information about the eviction.
+
+The attention-output error is measured on the same forwards: for each layer ``l``, the attention block's
+output ``o_l`` (after ``W_O``) at the continuation positions, ``||o_l^comp - o_l^full||_F / ||o_l^full||_F``.
+It includes the error propagated from earlier layers (the residual stream already differs), which is
+what the next-token KL sees too.
+
+The full-cache reference is computed once per (prompt, continuation) by :func:`full_reference` and can be
+passed to :func:`next_token_kl` for every press.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "FullReference",
+    "QualityResult",
+    "full_reference",
+    "compressed_forward",
+    "next_token_kl",
+    "attention_output_error",
+    "kl_from_logprobs",
+]
+
+
+@dataclass
+class FullReference:
+    """Uncompressed reference for one (prompt, continuation) pair.
+
+    Attributes
+    ----------
+    prompt_len : int
+        ``P``, number of prompt tokens (true positions of the continuation start at ``P``).
+    continuation_ids : LongTensor (1, M)
+    logprobs : FloatTensor (M, V)
+        float32 log-softmax of the next-token logits at the ``M`` continuation positions.
+    attn_outputs : FloatTensor (L, M, hidden)
+        attention-block outputs (after ``W_O``) of every layer at the continuation positions.
+    """
+
+    prompt_len: int
+    continuation_ids: torch.Tensor
+    logprobs: torch.Tensor
+    attn_outputs: torch.Tensor
+
+
+@dataclass
+class QualityResult:
+    """Outcome of one compressed run against a :class:`FullReference`.
+
+    ``float(result)`` is the mean next-token KL.
+
+    Attributes
+    ----------
+    kl : float
+        mean over continuation positions of KL(full || compressed) in nats.
+    kl_per_token : FloatTensor (M,)
+    attn_rel_error : float
+        mean over layers of the relative Frobenius error of the attention output.
+    attn_rel_error_per_layer : FloatTensor (L,)
+    kept_tokens : float
+        mean (over layers and KV heads) number of prompt tokens left in the cache.
+    prompt_len : int
+    top1_agreement : float
+        fraction of continuation positions where the argmax token agrees with the reference.
+    """
+
+    kl: float
+    kl_per_token: torch.Tensor
+    attn_rel_error: float
+    attn_rel_error_per_layer: torch.Tensor
+    kept_tokens: float
+    prompt_len: int
+    top1_agreement: float = field(default=float("nan"))
+
+    def __float__(self) -> float:
+        return float(self.kl)
+
+
+def _as_ids(x, tokenizer, name: str) -> torch.Tensor:
+    """Turn a string / list / 1-D / 2-D tensor into a (1, n) LongTensor."""
+    if isinstance(x, str):
+        if tokenizer is None:
+            raise ValueError(f"{name} is a string but tokenizer is None; pass a tokenizer or token ids")
+        x = tokenizer(x, return_tensors="pt", add_special_tokens=False).input_ids
+    if not isinstance(x, torch.Tensor):
+        x = torch.as_tensor(x)
+    if x.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{name} must hold integer token ids, got dtype {x.dtype}")
+    if x.dim() == 1:
+        x = x.unsqueeze(0)
+    if x.dim() != 2 or x.shape[0] != 1:
+        raise ValueError(f"{name} must have shape (n,) or (1, n); got {tuple(x.shape)} (batch size 1 only)")
+    if x.shape[1] == 0:
+        raise ValueError(f"{name} is empty; pass at least one token")
+    return x.long()
+
+
+def _decoder_layers(model):
+    inner = model.model.language_model if hasattr(model.model, "language_model") else model.model
+    return inner.layers
+
+
+@contextmanager
+def _capture_attn_outputs(model, store: list):
+    """Record every layer's attention-block output (output[0] of ``self_attn``) during a forward."""
+    layers = _decoder_layers(model)
+    store.clear()
+    store.extend([None] * len(layers))
+    hooks = []
+
+    def make(i):
+        def hook(module, args, kwargs, output):
+            store[i] = output[0].detach()[0].float()
+
+        return hook
+
+    try:
+        for i, layer in enumerate(layers):
+            hooks.append(layer.self_attn.register_forward_hook(make(i), with_kwargs=True))
+        yield store
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def _cache_kept(cache) -> float:
+    lens = [layer.keys.shape[-2] for layer in cache.layers if getattr(layer, "keys", None) is not None]
+    return float(sum(lens) / len(lens)) if lens else float("nan")
+
+
+@torch.inference_mode()
+def compressed_forward(model, prompt_ids: torch.Tensor, continuation_ids: torch.Tensor, press=None):
+    """Prefill ``prompt_ids`` (press active if given), then run ``continuation_ids`` with true positions.
+
+    Returns ``(logprobs (M, V) float32, attn_outputs (L, M, hidden) float32, kept_tokens float)``.
+    ``press=None`` is the uncompressed path (the reference).
+    """
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    prompt_ids = prompt_ids.to(device)
+    continuation_ids = continuation_ids.to(device)
+    P, M = prompt_ids.shape[1], continuation_ids.shape[1]
+    cache = DynamicCache()
+    ctx = press(model) if press is not None else nullcontext()
+    with ctx:
+        model(input_ids=prompt_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    kept = _cache_kept(cache)
+    position_ids = torch.arange(P, P + M, device=device).unsqueeze(0)
+    store: list = []
+    with _capture_attn_outputs(model, store):
+        out = model(input_ids=continuation_ids, past_key_values=cache, position_ids=position_ids, use_cache=True)
+    logprobs = F.log_softmax(out.logits[0].float(), dim=-1)
+    attn = torch.stack(store, dim=0)
+    return logprobs, attn, kept
+
+
+def full_reference(model, tokenizer_or_none, prompt_ids, continuation_ids) -> FullReference:
+    """Uncompressed reference for one (prompt, continuation); reuse it across presses."""
+    prompt_ids = _as_ids(prompt_ids, tokenizer_or_none, "prompt_ids")
+    continuation_ids = _as_ids(continuation_ids, tokenizer_or_none, "continuation_ids")
+    logprobs, attn, _ = compressed_forward(model, prompt_ids, continuation_ids, press=None)
+    return FullReference(prompt_ids.shape[1], continuation_ids.cpu(), logprobs.cpu(), attn.cpu())
+
+
+def kl_from_logprobs(logp_ref: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    """Per-row KL(p || q) from log-probabilities ``(..., V)``; exact 0 when the rows are identical."""
+    if logp_ref.shape != logq.shape:
+        raise ValueError(f"logp_ref {tuple(logp_ref.shape)} and logq {tuple(logq.shape)} must have the same shape")
+    p = logp_ref.exp()
+    kl = (p * (logp_ref - logq)).sum(-1)
+    return kl.clamp_min(0.0)  # rounding can give -1e-9; KL is non-negative by Gibbs' inequality
+
+
+def attention_output_error(reference: FullReference, attn_outputs: torch.Tensor) -> torch.Tensor:
+    """Relative Frobenius error per layer, ``(L,)``: ||o_comp - o_full|| / ||o_full|| over the continuation."""
+    ref = reference.attn_outputs
+    if attn_outputs.shape != ref.shape:
+        raise ValueError(f"attn_outputs {tuple(attn_outputs.shape)} must match the reference {tuple(ref.shape)}")
+    diff = (attn_outputs.float() - ref).flatten(1).norm(dim=1)
+    return diff / ref.flatten(1).norm(dim=1).clamp_min(1e-12)
+
+
+def next_token_kl(model, tokenizer_or_none, prompt_ids, continuation_ids, press, *,
+                  reference: FullReference | None = None) -> QualityResult:
+    """Mean KL(full || compressed) of the next-token distributions over the continuation.
+
+    Parameters
+    ----------
+    model : transformers causal LM (batch size 1; Llama-like, as kvpress supports).
+    tokenizer_or_none : tokenizer used only when ``prompt_ids``/``continuation_ids`` are strings.
+    prompt_ids, continuation_ids : str, list of ints, (n,) or (1, n) LongTensor.
+    press : kvpress press (or ``None`` = no compression, KL 0).
+    reference : the :func:`full_reference` of the same pair (computed here when omitted).
+    """
+    prompt_ids = _as_ids(prompt_ids, tokenizer_or_none, "prompt_ids")
+    continuation_ids = _as_ids(continuation_ids, tokenizer_or_none, "continuation_ids")
+    if reference is None:
+        reference = full_reference(model, None, prompt_ids, continuation_ids)
+    elif reference.prompt_len != prompt_ids.shape[1] or not torch.equal(
+        reference.continuation_ids, continuation_ids.cpu()
+    ):
+        raise ValueError("reference was computed for a different (prompt, continuation); "
+                         "call full_reference(model, tok, prompt_ids, continuation_ids) for this pair")
+    logq, attn, kept = compressed_forward(model, prompt_ids, continuation_ids, press=press)
+    logq, attn = logq.cpu(), attn.cpu()
+    kl_tok = kl_from_logprobs(reference.logprobs, logq)
+    rel = attention_output_error(reference, attn)
+    top1 = (reference.logprobs.argmax(-1) == logq.argmax(-1)).float().mean().item()
+    return QualityResult(
+        kl=float(kl_tok.mean()),
+        kl_per_token=kl_tok,
+        attn_rel_error=float(rel.mean()),
+        attn_rel_error_per_layer=rel,
+        kept_tokens=kept,
+        prompt_len=int(prompt_ids.shape[1]),
+        top1_agreement=top1,
+    )

@@ -1,0 +1,98 @@
+"""Tests for jacap_lib.analysis.quality on a tiny random Llama (no download, < 2 s)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+kvpress = pytest.importorskip("kvpress")
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from jacap_lib.analysis.quality import (  # noqa: E402
+    attention_output_error,
+    full_reference,
+    kl_from_logprobs,
+    next_token_kl,
+)
+
+P, M, V = 40, 8, 97
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    cfg._attn_implementation = "eager"
+    model = LlamaForCausalLM(cfg).eval()
+    # sharpen the random model so that eviction changes the output measurably
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(8.0)
+    ids = torch.randint(0, V, (1, P + M), generator=torch.Generator().manual_seed(1))
+    return model, ids
+
+
+def test_no_compression_gives_zero_kl(tiny):
+    model, ids = tiny
+    ref = full_reference(model, None, ids[:, :P], ids[:, P:])
+    for press in (None, kvpress.KnormPress(0.0)):
+        r = next_token_kl(model, None, ids[:, :P], ids[:, P:], press, reference=ref)
+        assert r.kl < 1e-6 and r.attn_rel_error < 1e-6
+        assert r.kept_tokens == P and r.top1_agreement == 1.0
+
+
+def test_kl_matches_masked_full_forward(tiny):
+    """StreamingLLM keeps the same tokens in every layer and head, so the compressed run must equal a
+    single forward over prompt+continuation where the continuation cannot see the evicted prompt tokens."""
+    model, ids = tiny
+    press = kvpress.StreamingLLMPress(compression_ratio=0.5, n_sink=4)
+    r = next_token_kl(model, None, ids[:, :P], ids[:, P:], press)
+    n_kept = P // 2
+    keep = torch.zeros(P, dtype=torch.bool)
+    keep[:4] = True
+    keep[P - (n_kept - 4):] = True
+    T = P + M
+    allowed = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    allowed[P:, :P] &= keep
+    mask = torch.zeros(1, 1, T, T).masked_fill(~allowed, float("-inf"))
+    with torch.no_grad():
+        full = model(input_ids=ids).logits[0, P:].float().log_softmax(-1)
+        masked = model(input_ids=ids, attention_mask=mask).logits[0, P:].float().log_softmax(-1)
+    expected = F.kl_div(masked, full, log_target=True, reduction="none").sum(-1)
+    assert r.kept_tokens == n_kept
+    assert r.kl > 1e-4  # eviction really changed something
+    torch.testing.assert_close(r.kl_per_token, expected, rtol=1e-3, atol=1e-6)
+
+
+def test_kl_nonnegative_and_grows_with_compression(tiny):
+    model, ids = tiny
+    ref = full_reference(model, None, ids[:, :P], ids[:, P:])
+    kls = [next_token_kl(model, None, ids[:, :P], ids[:, P:], kvpress.KnormPress(c), reference=ref).kl
+           for c in (0.25, 0.9)]
+    assert min(kls) >= 0.0
+    assert kls[1] > kls[0]
+
+
+def test_kl_from_logprobs_matches_torch():
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(5, 11, generator=g).log_softmax(-1)
+    b = torch.randn(5, 11, generator=g).log_softmax(-1)
+    torch.testing.assert_close(kl_from_logprobs(a, b), F.kl_div(b, a, log_target=True, reduction="none").sum(-1))
+    assert torch.equal(kl_from_logprobs(a, a), torch.zeros(5))
+
+
+def test_attention_output_error_closed_form(tiny):
+    model, ids = tiny
+    ref = full_reference(model, None, ids[:, :P], ids[:, P:])
+    rel = attention_output_error(ref, ref.attn_outputs * 1.5)
+    torch.testing.assert_close(rel, torch.full_like(rel, 0.5))
+
+
+def test_bad_inputs_raise(tiny):
+    model, ids = tiny
+    with pytest.raises(ValueError, match="tokenizer"):
+        next_token_kl(model, None, "hello", ids[:, P:], None)
+    with pytest.raises(ValueError, match="continuation_ids"):
+        next_token_kl(model, None, ids[:, :P], ids[:, P:P].float(), None)
+    ref = full_reference(model, None, ids[:, :P], ids[:, P:])
+    with pytest.raises(ValueError, match="different"):
+        next_token_kl(model, None, ids[:, :P - 1], ids[:, P:], None, reference=ref)
