@@ -1,0 +1,95 @@
+"""Plotly figures for the Jacap book (one function per figure, each returns ``go.Figure``).
+
+Sub-modules are per area and load lazily, so ``from jacap_lib import viz`` is cheap and
+``viz.theory`` / ``viz.live`` / ``viz.serving`` / ... import on first use.
+
+:func:`setup_notebook` picks how figures are shown:
+
+* in the book build (``JACAP_BOOK_BUILD`` set by :mod:`jacap_lib.book`), figures become a
+  ``text/html`` ``<div>`` plus a ``Plotly.newPlot`` call. plotly >= 6 otherwise emits only its
+  JSON mime type, which myst-nb cannot render. plotly.js itself is *not* embedded: the build
+  copies the installed plotly's ``plotly.min.js`` into the site's ``_static`` and loads it on
+  every page, so the site needs no internet;
+* on Colab, plotly's ``"colab"`` renderer;
+* elsewhere (Jupyter, VS Code), plotly's own default.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+BOOK_BUILD_ENV = "JACAP_BOOK_BUILD"
+STATIC_RENDERER = "jacap_static_html"
+
+_SUBMODULES = ("theory", "live", "serving", "kernels", "decomposition", "quality")
+
+__all__ = ["setup_notebook", "in_book_build", "STATIC_RENDERER", "BOOK_BUILD_ENV", *_SUBMODULES]
+
+
+def in_book_build() -> bool:
+    """True while the Jupyter Book build executes a chapter (no live kernel for the reader)."""
+    return os.environ.get(BOOK_BUILD_ENV, "") not in ("", "0")
+
+
+def _register_static_renderer():
+    import plotly.io as pio
+    from plotly.io._base_renderers import MimetypeRenderer
+
+    class StaticHtmlRenderer(MimetypeRenderer):
+        """``text/html`` output that expects a global ``Plotly`` (served by the built site)."""
+
+        def __init__(self, config=None, auto_play=False):
+            self.config = dict(config or {})
+            self.auto_play = auto_play
+
+        def to_mimebundle(self, fig_dict):
+            html = pio.to_html(
+                fig_dict,
+                config={"responsive": True, "displaylogo": False, **self.config},
+                auto_play=self.auto_play,
+                include_plotlyjs=False,
+                include_mathjax=False,
+                full_html=False,
+                validate=False,
+            )
+            return {"text/html": html}
+
+    if STATIC_RENDERER not in pio.renderers:
+        pio.renderers[STATIC_RENDERER] = StaticHtmlRenderer()
+
+
+def setup_notebook(renderer: str | None = None) -> str:
+    """Choose the plotly renderer for this notebook and return its name.
+
+    ``renderer`` forces a plotly renderer name (for example ``"notebook"``); by default the
+    choice follows the environment as described in the module docstring.
+    """
+    import plotly.io as pio
+
+    _register_static_renderer()
+    if renderer is None:
+        if in_book_build():
+            renderer = STATIC_RENDERER
+        elif "google.colab" in sys.modules:
+            renderer = "colab"
+        else:
+            renderer = pio.renderers.default
+    if renderer not in pio.renderers:
+        raise ValueError(
+            f"renderer={renderer!r} is not a plotly renderer; pick one of {sorted(pio.renderers)}"
+        )
+    pio.renderers.default = renderer
+    return renderer
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        module = importlib.import_module(f"{__name__}.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

@@ -1,0 +1,67 @@
+"""ipywidgets apps for the Jacap book; shown only where a live kernel serves a reader.
+
+Callbacks are pure functions in the per-area modules (``widgets.theory``, ``widgets.live``, ...)
+so they are tested without a kernel. A chapter shows an app with::
+
+    from jacap_lib import widgets
+    widgets.show(widgets.theory.softmax_app)   # a zero-argument factory
+
+In the book build (``JACAP_BOOK_BUILD`` set) :func:`show` builds nothing and prints one line
+pointing the reader to Colab/Jupyter, so the static site carries no dead widget state and
+needs no widget-manager scripts; the static pages use precomputed plotly sliders instead.
+"""
+from __future__ import annotations
+
+import importlib
+
+from jacap_lib.viz import in_book_build
+
+_SUBMODULES = ("theory", "live", "serving")
+
+__all__ = ["show", "live_kernel", *_SUBMODULES]
+
+STATIC_NOTE = (
+    "[live widget] Run this notebook in Jupyter or Colab (launch button at the top of the page) "
+    "to use the interactive controls; the figure above moves without a kernel."
+)
+
+
+def live_kernel() -> bool:
+    """True when running in an IPython kernel outside the book build."""
+    if in_book_build():
+        return False
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def show(factory, *args, **kwargs):
+    """Display ``factory(*args, **kwargs)`` (an ipywidgets widget) in a live kernel.
+
+    Returns the widget, or ``None`` in the book build / outside a kernel (then prints a note).
+    """
+    if not callable(factory):
+        raise ValueError("factory must be a callable that returns an ipywidgets widget")
+    if not live_kernel():
+        print(STATIC_NOTE)
+        return None
+    from IPython.display import display
+
+    app = factory(*args, **kwargs)
+    display(app)
+    return app
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        module = importlib.import_module(f"{__name__}.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__
