@@ -1,0 +1,184 @@
+"""jacap_scores (Algorithm 1) against a float64 re-computation of the formulas, and its error handling."""
+import math
+import warnings
+
+import pytest
+import torch
+
+from jacap_lib import jacap_scores
+from jacap_lib import scoring
+from jacap_lib.scoring import CholeskyFailure, JacapScores
+
+f64 = torch.float64
+
+
+def inputs(shape=(2, 3, 257, 64), seed=0, dtype=torch.float32, key_scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    *lead, n, d = shape
+    keys = (key_scale * torch.randn(*shape, generator=g)).to(dtype)
+    values = torch.randn(*shape, generator=g).to(dtype)
+    mu = (3 * torch.randn(*lead, d, generator=g)).to(dtype)
+    lam = (torch.rand(*lead, d, generator=g) + 0.05).to(dtype)
+    return keys, values, mu, lam
+
+
+def reference(keys, values, mu, lam, tau=10.0, noise=1.0, out_proj=None):
+    """The formulas written out in float64, with an explicit inverse (independent of the library path)."""
+    k, v, m, l = (t.to(f64) for t in (keys, values, mu, lam))
+    d = k.shape[-1]
+    logits = torch.einsum("...nd,...d->...n", k, m) / (tau * math.sqrt(d))
+    alpha = torch.exp(logits - logits.amax(-1, keepdim=True))
+    alpha = alpha / alpha.sum(-1, keepdim=True)
+    rho = alpha * (1 - alpha)
+    kappa = torch.einsum("...nd,...d->...n", k * k, l)
+    w = rho**2 * kappa / d
+    u = v if out_proj is None else torch.einsum("od,...nd->...no", out_proj.to(f64), v)
+    A = torch.eye(u.shape[-1], dtype=f64) + torch.einsum("...n,...ni,...nj->...ij", w / noise, u, u)
+    Ainv = torch.linalg.inv(A)
+    lev = torch.einsum("...ni,...ij,...nj->...n", u, Ainv, u)
+    return dict(alpha=alpha, rho=rho, kappa=kappa, weight=w, leverage=lev, score=w / noise * lev, A=A)
+
+
+FIELDS = ("alpha", "rho", "kappa", "weight", "leverage", "score")
+
+
+def test_matches_float64_recomputation_fp32_to_1e5_relative():
+    keys, values, mu, lam = inputs()
+    got = jacap_scores(keys, values, mu, lam)
+    ref = reference(keys, values, mu, lam)
+    assert isinstance(got, JacapScores)
+    for name in FIELDS:
+        t = getattr(got, name)
+        assert t.dtype == torch.float32 and t.shape == (2, 3, 257)
+        rel = ((t.double() - ref[name]).abs() / ref[name].abs().clamp_min(1e-30)).max()
+        assert rel < 1e-5, (name, float(rel))
+
+
+@pytest.mark.parametrize("tau,noise", [(1.0, 1.0), (10.0, 0.01), (3.0, 5.0)])
+def test_tau_noise_and_out_proj(tau, noise):
+    keys, values, mu, lam = inputs((2, 40, 16), seed=1)
+    W = torch.randn(24, 16, generator=torch.Generator().manual_seed(9))
+    got = jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, out_proj=W)
+    ref = reference(keys, values, mu, lam, tau=tau, noise=noise, out_proj=W)
+    for name in FIELDS:
+        torch.testing.assert_close(getattr(got, name).double(), ref[name], rtol=2e-5, atol=1e-12)
+
+
+def test_shared_statistics_broadcast():
+    keys, values, mu, lam = inputs((2, 3, 50, 8), seed=2)
+    got = jacap_scores(keys, values, mu[0, 0], lam[0, 0])
+    ref = reference(keys, values, mu[0, 0].expand(2, 3, 8), lam[0, 0].expand(2, 3, 8))
+    torch.testing.assert_close(got.score.double(), ref["score"], rtol=1e-5, atol=1e-12)
+
+
+def test_checklist_A_spd_weights_nonneg_scores_below_one():
+    keys, values, mu, lam = inputs((4, 120, 32), seed=3, key_scale=4.0)
+    ref = reference(keys, values, mu, lam, tau=1.0)
+    assert torch.linalg.eigvalsh(ref["A"]).min() >= 1.0 - 1e-9  # A = I + PSD
+    got = jacap_scores(keys, values, mu, lam, tau=1.0)
+    assert (got.weight >= 0).all() and (got.leverage >= 0).all()
+    # w u^T A^{-1} u < 1 for every token of the pool (A contains that token's own rank-one term)
+    assert (got.score < 1).all() and (got.score >= 0).all()
+    torch.testing.assert_close(got.alpha.sum(-1), torch.ones(4))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("key_scale", [1.0, 300.0])
+def test_half_precision_inputs_give_finite_fp32_scores(dtype, key_scale):
+    keys, values, mu, lam = inputs((2, 2, 300, 64), seed=4, dtype=dtype, key_scale=key_scale)
+    got = jacap_scores(keys, values, mu, lam)
+    for name in FIELDS:
+        t = getattr(got, name)
+        assert t.dtype == torch.float32 and torch.isfinite(t).all(), name
+    # the fp32 accumulation of the same (rounded) inputs gives the same result
+    ref = jacap_scores(keys.float(), values.float(), mu.float(), lam.float())
+    torch.testing.assert_close(got.score, ref.score, rtol=1e-4, atol=1e-9)
+
+
+def test_constant_rho_reduces_to_capkv_leverage_structure():
+    """mu = 0 makes alpha uniform, so rho is constant and w_i = c * kappa_i: the score is then the
+    leverage of a linear (CapKV-style) channel with diagonal response covariance kappa."""
+    keys, values, _, lam = inputs((60, 8), seed=5)
+    n, d = keys.shape
+    got = jacap_scores(keys, values, torch.zeros(d), lam, tau=1.0)
+    rho = (1 / n) * (1 - 1 / n)
+    torch.testing.assert_close(got.rho, torch.full((n,), rho))
+    c = rho**2 / d
+    kappa = (keys.double() ** 2 * lam.double()).sum(-1)
+    u = values.double()
+    A = torch.eye(d, dtype=f64) + c * (u * kappa[:, None]).T @ u
+    capkv = c * kappa * torch.einsum("ni,ij,nj->n", u, torch.linalg.inv(A), u)
+    torch.testing.assert_close(got.score.double(), capkv, rtol=1e-5, atol=1e-14)
+    # ... and equals the marginal loss of the linear log-det capacity with that diagonal covariance
+    full = torch.logdet(A)
+    for i in (0, 17, 59):
+        Ai = A - c * kappa[i] * torch.outer(u[i], u[i])
+        assert float(full - torch.logdet(Ai)) == pytest.approx(-math.log1p(-float(capkv[i])), rel=1e-8)
+
+
+def test_noise_rescales_weights():
+    keys, values, mu, lam = inputs((30, 8), seed=6)
+    a = jacap_scores(keys, values, mu, lam, noise=4.0)
+    b = reference(keys, values, mu, lam / 4.0)  # kappa/4 == w/4 everywhere
+    torch.testing.assert_close(a.score.double(), b["score"], rtol=1e-5, atol=1e-14)
+
+
+def test_cholesky_retries_with_jitter_then_raises(monkeypatch):
+    keys, values, mu, lam = inputs((10, 4), seed=7)
+    real = torch.linalg.cholesky_ex
+    calls = []
+
+    def failing_once(A, *a, **k):
+        calls.append(1)
+        L, info = real(A, *a, **k)
+        return (L, torch.ones_like(info)) if len(calls) == 1 else (L, info)
+
+    monkeypatch.setattr(torch.linalg, "cholesky_ex", failing_once)
+    with pytest.warns(RuntimeWarning, match="jitter"):
+        out = jacap_scores(keys, values, mu, lam)
+    assert torch.isfinite(out.score).all() and len(calls) == 2
+
+    monkeypatch.setattr(torch.linalg, "cholesky_ex", lambda A, *a, **k: (A, torch.ones(A.shape[:-2], dtype=torch.int32)))
+    with pytest.raises(CholeskyFailure, match="jitter"):
+        jacap_scores(keys, values, mu, lam)
+
+
+def test_never_forms_an_inverse(monkeypatch):
+    keys, values, mu, lam = inputs((10, 4), seed=8)
+
+    def boom(*a, **k):
+        raise AssertionError("explicit inverse used")
+
+    monkeypatch.setattr(torch.linalg, "inv", boom)
+    monkeypatch.setattr(torch, "inverse", boom)
+    jacap_scores(keys, values, mu, lam)
+
+
+@pytest.mark.parametrize(
+    "mutate,arg",
+    [
+        (lambda k, v, m, l: (k.masked_fill(k > 2, float("nan")), v, m, l), "keys"),
+        (lambda k, v, m, l: (k, v.masked_fill(v > 2, float("inf")), m, l), "values"),
+        (lambda k, v, m, l: (k, v[..., :-1, :], m, l), "values"),
+        (lambda k, v, m, l: (k, v.double(), m, l), "values"),
+        (lambda k, v, m, l: (k, v, m[..., :-1], l), "mu"),
+        (lambda k, v, m, l: (k, v, m, l.double()), "lam"),
+        (lambda k, v, m, l: (k, v, m, -l), "lam"),
+        (lambda k, v, m, l: (k, v, m.half(), l.half()), "mu"),
+        (lambda k, v, m, l: (k[..., :0, :], v[..., :0, :], m, l), "N = 0"),
+        (lambda k, v, m, l: (k, v, torch.zeros(5, 8), l), "mu"),
+        (lambda k, v, m, l: (k.long(), v, m, l), "keys"),
+    ],
+)
+def test_bad_input_names_the_argument(mutate, arg):
+    k, v, m, l = mutate(*inputs((2, 12, 8), seed=9))
+    with pytest.raises(ValueError, match=arg):
+        jacap_scores(k, v, m, l)
+
+
+@pytest.mark.parametrize("kw,arg", [({"tau": 0}, "tau"), ({"tau": -1}, "tau"), ({"noise": 0.0}, "noise"),
+                                    ({"noise": float("nan")}, "noise"), ({"backend": "cuda"}, "backend"),
+                                    ({"out_proj": torch.randn(4, 5)}, "out_proj")])
+def test_bad_options_name_the_argument(kw, arg):
+    with pytest.raises(ValueError, match=arg):
+        jacap_scores(*inputs((2, 12, 8), seed=10), **kw)
