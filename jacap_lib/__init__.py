@@ -37,6 +37,9 @@ _EXPORTS = {
     "list_methods": "jacap_lib.presses.registry",
     "build_press": "jacap_lib.presses.registry",
     "inspect_eviction": "jacap_lib.inspect",
+    # quality under compression
+    "next_token_kl": "jacap_lib.analysis.quality",
+    "full_reference": "jacap_lib.analysis.quality",
     # Algorithm 2 (decode-time controller)
     "JacapDecodeController": "jacap_lib.decoding",
 }
