@@ -59,8 +59,8 @@ def _register_static_renderer():
         pio.renderers[STATIC_RENDERER] = StaticHtmlRenderer()
 
 
-def setup_notebook(renderer: str | None = None) -> str:
-    """Choose the plotly renderer for this notebook and return its name.
+def setup_notebook(renderer: str | None = None) -> None:
+    """Choose the plotly renderer for this notebook (``plotly.io.renderers.default`` shows it).
 
     ``renderer`` forces a plotly renderer name (for example ``"notebook"``); by default the
     choice follows the environment as described in the module docstring.
@@ -80,7 +80,6 @@ def setup_notebook(renderer: str | None = None) -> str:
             f"renderer={renderer!r} is not a plotly renderer; pick one of {sorted(pio.renderers)}"
         )
     pio.renderers.default = renderer
-    return renderer
 
 
 def __getattr__(name: str):

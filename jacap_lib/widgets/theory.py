@@ -210,3 +210,44 @@ def leverage_app():
     w3.observe(redraw, names="value")
     redraw()
     return W.VBox([W.HBox([angle, w3]), out])
+
+
+def sensitivity_app():
+    """Sliders for the logit gap and tau; prints alpha, rho and S of two tokens."""
+    import ipywidgets as W
+
+    out = W.Output()
+    gap = W.FloatSlider(value=2.0, min=-20.0, max=20.0, step=0.5, description="gap Δ")
+    tau = W.FloatSlider(value=1.0, min=0.25, max=20.0, step=0.25, description="τ")
+
+    def redraw(*_):
+        out.clear_output(wait=True)
+        with out:
+            res = two_token_sensitivity(gap.value, tau.value)
+            print(f"alpha = {res['alpha'].numpy().round(4)}, rho_1 = {res['rho']:.4f}")
+            print("S =\n", res["S"].numpy().round(4))
+
+    gap.observe(redraw, names="value")
+    tau.observe(redraw, names="value")
+    redraw()
+    return W.VBox([W.HBox([gap, tau]), out])
+
+
+def capacity_app(K, U, mu, lam):
+    """Sliders for the query scale and the noise; prints Jacobian and linear capacity of one cache."""
+    import ipywidgets as W
+
+    out = W.Output()
+    scale = W.FloatLogSlider(value=1.0, base=10, min=-2, max=2, step=0.05, description="μ scale")
+    noise = W.FloatLogSlider(value=1.0, base=10, min=-2, max=2, step=0.05, description="σ²")
+
+    def redraw(*_):
+        out.clear_output(wait=True)
+        with out:
+            res = capacity_vs_sharpness(K, U, mu, lam, [scale.value], noise=noise.value)
+            print(f"Jacobian capacity {res['jacobian'][0]:.4f} nats; linear (CapKV) {res['linear'][0]:.4f} nats")
+
+    scale.observe(redraw, names="value")
+    noise.observe(redraw, names="value")
+    redraw()
+    return W.VBox([W.HBox([scale, noise]), out])
