@@ -28,6 +28,7 @@ def _add_slider(fig: go.Figure, frames: list[list[go.BaseTraceType]], labels, pr
     n = len(frames[0])
     if any(len(f) != n for f in frames):
         raise ValueError("every frame must have the same number of traces")
+    active = min(active, len(frames) - 1)
     for trace in frames[active]:
         fig.add_trace(trace)
     steps = []
