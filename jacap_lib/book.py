@@ -51,9 +51,27 @@ def _config_inited(app, config):
     config.html_static_path = list(config.html_static_path) + [str(static)]
 
 
+def _dedupe_inline_scripts(app, pagename, templatename, context, doctree):
+    """Drop repeated inline scripts: sphinx-thebe registers its ``const THEBE_JS_URL`` twice under
+    JB1, and the second copy is a SyntaxError in the reader's console."""
+    files, seen = context.get("script_files"), set()
+    if not files:
+        return
+    kept = []
+    for js in files:
+        body = getattr(js, "attributes", {}).get("body") if not isinstance(js, str) else None
+        if body:
+            if body in seen:
+                continue
+            seen.add(body)
+        kept.append(js)
+    context["script_files"] = kept
+
+
 def setup(app):
     os.environ[BOOK_BUILD_ENV] = "1"
     app.connect("config-inited", _config_inited)
+    app.connect("html-page-context", _dedupe_inline_scripts)
     # plain <script> in <head>: loaded before the figures' inline Plotly.newPlot calls
     app.add_js_file(PLOTLY_JS, priority=200)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -48,7 +48,8 @@ PROBE = """<script>
 (function () {
   function sleep(ms) { return new Promise(function (r) { setTimeout(r, ms); }); }
   async function probe() {
-    var out = {errors: null, figures: 0, drawn: 0, math_nodes: 0, mjx: 0, mjx_errors: 0, slider: null};
+    var out = {errors: null, figures: 0, drawn: 0, math_nodes: 0, mjx: 0, mjx_errors: 0, slider: null, exception: null};
+    try {
     await sleep(1500);
     if (window.MathJax && MathJax.startup && MathJax.startup.promise) { try { await MathJax.startup.promise; } catch (e) {} }
     await sleep(1500);
@@ -72,6 +73,7 @@ PROBE = """<script>
       out.slider = {figure: i, changed: figs[i].querySelector('svg.main-svg').innerHTML !== before};
       break;
     }
+    } catch (e) { out.exception = String(e && e.stack || e); }
     out.errors = window.__jacapErrors;
     var pre = document.createElement('pre'); pre.id = '""" + RESULT_ID + """';
     pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
@@ -147,6 +149,8 @@ def test_every_page_renders_offline(site):
     failures, sliders_moved = [], 0
     for page in pages:
         r = _probe_page(page)
+        if r["exception"]:
+            failures.append(f"{page.name}: the probe raised {r['exception']}")
         if r["errors"]:
             failures.append(f"{page.name}: errors {r['errors'][:5]}")
         if r["drawn"] != r["figures"]:

@@ -161,7 +161,7 @@ def _leverage_layout(fig: go.Figure, title: str) -> go.Figure:
     fig.update_layout(
         title=title, height=460, barmode="group",
         xaxis=dict(domain=[0, 0.42], range=[-0.1, 1.2], title="first output coordinate"),
-        yaxis=dict(range=[-0.1, 1.2], title="second coordinate", scaleanchor="x"),
+        yaxis=dict(range=[-0.1, 1.2], title="second coordinate"),
         xaxis2=dict(domain=[0.55, 1.0], anchor="y2"), yaxis2=dict(anchor="x2", range=[0, 2.0], title="value"),
     )
     return fig
