@@ -1,0 +1,250 @@
+"""Look inside one eviction: which prompt tokens every layer and KV head keeps, and why.
+
+:func:`inspect_eviction` prefills a text with a press active and records, per layer x KV head,
+
+* the kept positions - read back from the cache itself: the compressed keys are matched row by
+  row against the uncompressed keys (exact equality), so this works for any kvpress press;
+* the press's raw score per token (any :class:`kvpress.ScorerPress`, before sink/window protection);
+* for Jacap presses, Algorithm 1's components ``alpha, rho, kappa, weight, leverage`` per token.
+
+:func:`answer` runs the kvpress pipeline to get the model's answer with and without eviction.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["EvictionInspection", "inspect_eviction", "kept_indices", "capture_kept", "answer", "COMPONENTS"]
+
+COMPONENTS = ("alpha", "rho", "kappa", "weight", "leverage")
+
+
+@dataclass
+class EvictionInspection:
+    """Result of :func:`inspect_eviction` (L layers, H KV heads, N prompt tokens).
+
+    Attributes
+    ----------
+    method, compression_ratio, options : what was run.
+    token_ids : list[int] (N,)
+    tokens : list[str] (N,) each token decoded on its own.
+    kept : LongTensor (L, H, B), ascending kept positions (B = tokens kept per head).
+    score : FloatTensor (L, H, N) or None - the press's score (higher = keep), before protection.
+    alpha, rho, kappa, weight, leverage : FloatTensor (L, H, N) or None - Jacap's components.
+    """
+
+    method: str
+    compression_ratio: float
+    options: dict
+    token_ids: list
+    tokens: list
+    kept: torch.Tensor
+    score: torch.Tensor | None = None
+    alpha: torch.Tensor | None = None
+    rho: torch.Tensor | None = None
+    kappa: torch.Tensor | None = None
+    weight: torch.Tensor | None = None
+    leverage: torch.Tensor | None = None
+    protected: list = field(default_factory=list)
+
+    @property
+    def n_layers(self) -> int:
+        return self.kept.shape[0]
+
+    @property
+    def n_heads(self) -> int:
+        return self.kept.shape[1]
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def kept_mask(self) -> torch.Tensor:
+        """BoolTensor (L, H, N): True where the token stays in the cache."""
+        mask = torch.zeros(self.n_layers, self.n_heads, self.n_tokens, dtype=torch.bool)
+        return mask.scatter_(-1, self.kept, True)
+
+    def keep_fraction(self, layer: int | None = None, head: int | None = None) -> torch.Tensor:
+        """FloatTensor (N,): fraction of (layer, head) pairs keeping each token (restricted if given)."""
+        mask = self.kept_mask.float()
+        if layer is not None:
+            mask = mask[layer : layer + 1]
+        if head is not None:
+            mask = mask[:, head : head + 1]
+        return mask.mean(dim=(0, 1))
+
+    def component(self, name: str) -> torch.Tensor:
+        if name not in ("score",) + COMPONENTS:
+            raise ValueError(f"component must be 'score' or one of {COMPONENTS}, got {name!r}")
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(f"{name!r} was not recorded for method {self.method!r} (components exist for Jacap presses)")
+        return value
+
+    def to_frame(self):
+        """Long pandas DataFrame: one row per (layer, head, position)."""
+        import pandas as pd
+
+        L, H, N = self.n_layers, self.n_heads, self.n_tokens
+        grid = torch.stack(torch.meshgrid(torch.arange(L), torch.arange(H), torch.arange(N), indexing="ij"), -1)
+        grid = grid.reshape(-1, 3)
+        data = {"layer": grid[:, 0].numpy(), "head": grid[:, 1].numpy(), "position": grid[:, 2].numpy()}
+        data["token"] = [self.tokens[i] for i in data["position"]]
+        data["kept"] = self.kept_mask.reshape(-1).numpy()
+        for name in ("score",) + COMPONENTS:
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value.reshape(-1).numpy()
+        return pd.DataFrame(data)
+
+
+def kept_indices(full_keys: torch.Tensor, kept_keys: torch.Tensor) -> torch.Tensor:
+    """Positions of the rows of ``kept_keys (B, H, n, d)`` inside ``full_keys (B, H, N, d)``, ascending.
+
+    Raises ``RuntimeError`` unless every kept row equals (exactly) the full row it is matched to.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    r = torch.randn(full_keys.shape[-1], 1, generator=gen, dtype=torch.float64).to(full_keys.device)
+    pf = (full_keys.double() @ r).squeeze(-1)  # (B, H, N)
+    pk = (kept_keys.double() @ r).squeeze(-1)  # (B, H, n)
+    idx = (pk.unsqueeze(-1) - pf.unsqueeze(-2)).abs().argmin(-1)  # (B, H, n)
+    gathered = full_keys.gather(2, idx.unsqueeze(-1).expand(*idx.shape, full_keys.shape[-1]))
+    if not torch.equal(gathered, kept_keys):
+        raise RuntimeError("compressed cache rows do not match rows of the uncompressed cache exactly")
+    idx = idx.sort(-1).values
+    if bool((idx[..., 1:] == idx[..., :-1]).any()):
+        raise RuntimeError("two kept rows matched the same position (duplicate keys in the cache)")
+    return idx
+
+
+def _attention_layers(model):
+    inner = model.model.language_model if hasattr(model.model, "language_model") else model.model
+    return [layer.self_attn for layer in inner.layers]
+
+
+@contextmanager
+def capture_kept(model, press, store: dict):
+    """Apply ``press`` to ``model`` (like ``with press(model)``) and fill ``store[layer_idx]`` with
+    ``(full_keys, kept_positions)`` after every layer's compression. Works with any kvpress press."""
+    attns = _attention_layers(model)
+    full = {}
+
+    def before(module, args, kwargs, output):
+        cache = kwargs["past_key_values"]
+        full[module.layer_idx] = cache.layers[module.layer_idx].keys.detach().clone()
+
+    def after(module, args, kwargs, output):
+        i = module.layer_idx
+        keys = kwargs["past_key_values"].layers[i].keys.detach()
+        if i in full and keys.shape[2] <= full[i].shape[2]:
+            store[i] = (full[i], kept_indices(full[i], keys))
+
+    first = [a.register_forward_hook(before, with_kwargs=True) for a in attns]  # run before the press's hooks
+    try:
+        with press(model):
+            last = [a.register_forward_hook(after, with_kwargs=True) for a in attns]
+            try:
+                yield store
+            finally:
+                for h in last:
+                    h.remove()
+    finally:
+        for h in first:
+            h.remove()
+
+
+def _ids(tokenizer, text, chat: bool) -> torch.Tensor:
+    if not isinstance(text, str) or not text:
+        raise ValueError("text must be a non-empty string")
+    if chat:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
+
+
+@torch.inference_mode()
+def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ratio: float = 0.5, *, chat=False, **opts):
+    """Prefill ``text`` with ``method`` at ``compression_ratio`` and record what was kept, and why.
+
+    Parameters
+    ----------
+    method : a registry name (:func:`jacap_lib.list_methods`) or a ready kvpress press
+        (then ``compression_ratio``/``opts`` must be left at their defaults / empty).
+    compression_ratio : float in [0, 1).
+    chat : wrap ``text`` in the tokenizer's chat template first.
+    opts : options for the press (``tau``, ``beta``, ``window``, ...).
+
+    Returns
+    -------
+    :class:`EvictionInspection`
+    """
+    from transformers import DynamicCache
+
+    from .presses.jacap import JacapPress
+    from .presses.registry import build_press
+
+    if isinstance(method, str):
+        press = build_press(method, compression_ratio, **opts)
+        name = method
+    else:
+        if opts:
+            raise ValueError("options are only accepted with a method name; configure the press object instead")
+        press, name = method, type(method).__name__
+        compression_ratio = float(getattr(press, "compression_ratio", compression_ratio))
+    ids = _ids(tokenizer, text, chat).to(next(model.parameters()).device)
+
+    scores = {}
+    is_jacap = isinstance(press, JacapPress)
+    if is_jacap:
+        press.trace = {}
+    elif hasattr(press, "score") and callable(press.score):
+        raw_score = press.score
+
+        def recording_score(module, *args, **kwargs):
+            s = raw_score(module, *args, **kwargs)
+            scores[module.layer_idx] = s.detach()
+            return s
+
+        press.score = recording_score
+    store: dict = {}
+    try:
+        with capture_kept(model, press, store):
+            model.model(input_ids=ids, past_key_values=DynamicCache())
+    finally:
+        if is_jacap:
+            trace, press.trace = press.trace, None
+        elif "score" in vars(press):
+            del press.score
+    n_layers = len(_attention_layers(model))
+    if sorted(store) != list(range(n_layers)):
+        raise RuntimeError(f"compression was recorded for layers {sorted(store)} only, expected all {n_layers}")
+    kept = torch.stack([store[i][1][0].cpu() for i in range(n_layers)])
+    token_ids = ids[0].tolist()
+    result = EvictionInspection(
+        method=name, compression_ratio=float(compression_ratio), options=dict(opts), token_ids=token_ids,
+        tokens=[tokenizer.decode([t]) for t in token_ids], kept=kept,
+        protected=[getattr(press, "n_sink", 0), getattr(press, "window", 0)],
+    )
+    if is_jacap and len(trace) == n_layers:
+        result.score = torch.stack([trace[i]["score"][0].float().cpu() for i in range(n_layers)])
+        for comp in COMPONENTS:
+            setattr(result, comp, torch.stack([getattr(trace[i]["parts"], comp)[0].cpu() for i in range(n_layers)]))
+    elif len(scores) == n_layers:
+        result.score = torch.stack([scores[i][0].float().cpu() for i in range(n_layers)])
+    return result
+
+
+def answer(model, tokenizer, context: str, question: str, method=None, compression_ratio: float = 0.5,
+           *, max_new_tokens: int = 20, **opts) -> str:
+    """Greedy answer of the kvpress pipeline; ``method=None`` = no eviction."""
+    from transformers import pipeline
+
+    from .presses.registry import build_press
+
+    press = None
+    if method is not None:
+        press = build_press(method, compression_ratio, **opts) if isinstance(method, str) else method
+    pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer)
+    return pipe(context, question=question, press=press, max_new_tokens=max_new_tokens)["answer"]

@@ -1,0 +1,156 @@
+r"""JacapPress: Jacap's Algorithm 1 as a kvpress :class:`~kvpress.ScorerPress`.
+
+For every layer and KV head, after the prompt has been prefilled:
+
+.. math::
+
+    \bar\alpha_i = \mathrm{softmax}_i\!\Big(\frac{k_i^\top\mu_Q}{\tau\sqrt d}\Big),\quad
+    w_i = \frac{[\bar\alpha_i(1-\bar\alpha_i)]^2\, k_i^\top\Lambda_Q k_i}{d},\quad
+    r_i = \frac{w_i}{\sigma^2}\, u_i^\top\Big(I + \sum_j \frac{w_j}{\sigma^2} u_j u_j^\top\Big)^{-1} u_i
+
+and kvpress keeps the top ``(1 - compression_ratio) N`` tokens by :math:`r_i`
+(sink and recent-window tokens always).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from kvpress import ScorerPress
+from torch import nn
+from transformers.models.llama.modeling_llama import repeat_kv
+
+from ..scoring import JacapScores, jacap_scores
+from ..stats import ema_weights
+from . import utils
+
+__all__ = ["JacapPress"]
+
+
+@dataclass
+class JacapPress(ScorerPress):
+    r"""Jacap KV-cache eviction (Yang et al., arXiv 2609.08131) for kvpress.
+
+    Parameters
+    ----------
+    compression_ratio : float, default=0.0
+        Fraction of the prompt's KV pairs to remove (kvpress convention; keeps
+        ``kvpress.utils.compute_n_kept(N, compression_ratio)`` tokens per layer and KV head).
+    tau : float, default=10.0
+        Temperature of the centre softmax :math:`\bar\alpha`; the paper's ablation favours ~10.
+    noise : float, default=1.0
+        Channel noise :math:`\sigma^2`; the weights enter ``A`` and the score as ``w / noise``.
+    use_out_proj : bool, default=False
+        ``False``: ``u_i = v_i`` (the paper's cheap proxy). ``True``: ``u_i = W_O v_i`` with the
+        head's slice of the output projection (computed exactly through a ``d x d`` factor of
+        ``W_O^T W_O``, see :func:`jacap_lib.presses.utils.out_proj_factors`).
+    n_sink : int, default=4
+        First positions always kept (attention sinks); their queries are also left out of the
+        statistics, as in kvpress's ExpectedAttentionPress.
+    window : int, default=0
+        Last positions always kept (recent window).
+    n_queries : int or None, default=None
+        Statistics from the last ``n_queries`` prompt queries; ``None`` = all (after the sinks).
+    beta : float or None, default=None
+        ``None``: flat mean / variance over the prompt's queries. A float in [0, 1): exponential
+        moving average over the prompt positions (note section 11), ``mu_t = beta mu_{t-1} + (1-beta) q_t``.
+    n_future_positions : int, default=512
+        Queries are rotated by the RoPE matrix averaged over this many future positions (kvpress).
+    gqa : {"pool", "mean"}, default="pool"
+        How a KV head shared by G query heads is scored. ``"pool"``: one Gaussian for the KV head,
+        fitted to the queries of all G heads together (their moments averaged), and with
+        ``use_out_proj`` the G output slices stacked; one Algorithm-1 pass per KV head.
+        ``"mean"``: Algorithm 1 per query head with its own statistics (and own ``W_O`` slice),
+        scores averaged over the group (kvpress's ExpectedAttention/CapKV convention; G times the work).
+    eps : float, default=1e-6
+        Floor of the query variance :math:`\mathrm{diag}(\Lambda_Q)`.
+    backend : str, default="auto"
+        Passed to :func:`jacap_lib.jacap_scores` (``"auto"``, ``"torch"`` or ``"triton"``).
+
+    Subclassing: override :meth:`query_statistics` (how ``mu``/``lam`` are estimated) and/or
+    :meth:`token_scores` (how tokens are scored from them); :meth:`score` glues them together
+    and protects sink/window tokens.
+    """
+
+    compression_ratio: float = 0.0
+    tau: float = 10.0
+    noise: float = 1.0
+    use_out_proj: bool = False
+    n_sink: int = 4
+    window: int = 0
+    n_queries: int | None = None
+    beta: float | None = None
+    n_future_positions: int = 512
+    gqa: str = "pool"
+    eps: float = 1e-6
+    backend: str = "auto"
+    # set by jacap_lib.inspect to record per-layer internals; None = record nothing
+    trace: dict | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if not (isinstance(self.compression_ratio, (int, float)) and 0 <= self.compression_ratio < 1):
+            raise ValueError(f"compression_ratio must be in [0, 1), got {self.compression_ratio!r}")
+        for name in ("tau", "noise", "eps"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and value > 0):
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        for name in ("n_sink", "window", "n_future_positions"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 0):
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if self.n_queries is not None and not (isinstance(self.n_queries, int) and self.n_queries > 0):
+            raise ValueError(f"n_queries must be None (all prompt queries) or a positive int, got {self.n_queries!r}")
+        if self.beta is not None and not (isinstance(self.beta, (int, float)) and 0 <= self.beta < 1):
+            raise ValueError(f"beta must be None (flat mean) or in [0, 1), got {self.beta!r}")
+        if self.gqa not in ("pool", "mean"):
+            raise ValueError(f"gqa must be 'pool' or 'mean', got {self.gqa!r}")
+        if self.backend not in ("auto", "torch", "triton"):
+            raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {self.backend!r}")
+
+    # ---- step 1: query statistics -------------------------------------------------------
+    def query_statistics(self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict):
+        """``(mu, lam)`` of future queries, float32: ``(B, H_kv, d)`` for ``gqa="pool"``, ``(B, H_q, d)`` for ``"mean"``.
+
+        Per query head, the first and second moments over the prompt's (future-RoPE-rotated)
+        queries, flat or EMA-weighted; with ``"pool"`` the moments of the G heads are averaged
+        (a mixture), then ``lam = max(m - mu^2, eps)``.
+        """
+        q = utils.future_query_states(
+            module, hidden_states, n_queries=self.n_queries, skip=self.n_sink, n_future_positions=self.n_future_positions
+        ).float()
+        if self.beta is None:
+            mu, m = q.mean(-2), q.square().mean(-2)
+        else:
+            w = ema_weights(q.shape[-2], self.beta, device=q.device).unsqueeze(-1)
+            mu, m = (w * q).sum(-2), (w * q.square()).sum(-2)
+        if self.gqa == "pool":
+            b, h, d = mu.shape
+            n_kv = keys.shape[1]
+            mu, m = mu.view(b, n_kv, h // n_kv, d).mean(2), m.view(b, n_kv, h // n_kv, d).mean(2)
+        return mu, (m - mu.square()).clamp_min(self.eps)
+
+    # ---- step 2: Algorithm 1 ---------------------------------------------------------------
+    def components(self, keys, values, mu, lam, module: nn.Module) -> JacapScores:
+        """All per-token quantities of Algorithm 1, ``(B, H_kv, N)`` each (group-averaged for ``"mean"``)."""
+        out_proj = utils.out_proj_factors(module, pooled=self.gqa == "pool").to(keys.device) if self.use_out_proj else None
+        if self.gqa == "mean":
+            g = mu.shape[1] // keys.shape[1]
+            keys, values = repeat_kv(keys, g), repeat_kv(values, g)
+        parts = jacap_scores(keys, values, mu, lam, tau=self.tau, noise=self.noise, out_proj=out_proj, backend=self.backend)
+        if self.gqa == "mean":
+            b, h, n = parts.score.shape
+            parts = parts.map(lambda t: t.view(b, h // g, g, n).mean(2))
+        return parts
+
+    def token_scores(self, keys, values, mu, lam, module: nn.Module) -> torch.Tensor:
+        """Retention score ``r_i`` per token, ``(B, H_kv, N)``; higher = keep."""
+        return self.components(keys, values, mu, lam, module).score
+
+    # ---- kvpress entry point -----------------------------------------------------------------
+    def score(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
+        mu, lam = self.query_statistics(module, hidden_states, keys, kwargs)
+        scores = self.token_scores(keys, values, mu, lam, module)
+        if self.trace is not None:
+            self.trace[module.layer_idx] = {"mu": mu, "lam": lam, "score": scores,
+                                            "parts": self.components(keys, values, mu, lam, module)}
+        return utils.protect(scores, self.n_sink, self.window)

@@ -1,0 +1,110 @@
+"""The book's method registry: one name per eviction method, every comparison goes through it.
+
+Baselines are the field's own implementations (kvpress presses, constructed with kvpress's
+defaults); ``jacap`` is :class:`~jacap_lib.presses.jacap.JacapPress` with the paper's defaults;
+Jacap variants (``jacap_lib.presses.variants.VARIANTS``) are merged in under names beginning with
+``jacap``.
+
+>>> from jacap_lib import build_press, list_methods
+>>> press = build_press("snapkv", 0.5)           # kvpress SnapKVPress(compression_ratio=0.5)
+>>> press = build_press("jacap", 0.75, tau=5.0)   # options go to the press constructor
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import kvpress
+
+from .jacap import JacapPress
+
+__all__ = ["BASELINES", "list_methods", "build_press", "method_factory"]
+
+# name -> (press class, default options, one-line description)
+BASELINES: dict[str, tuple[type, dict, str]] = {
+    "snapkv": (kvpress.SnapKVPress, {}, "attention of the last prompt window (SnapKV)"),
+    "knorm": (kvpress.KnormPress, {}, "smallest key norm kept (KNorm)"),
+    "keydiff": (kvpress.KeyDiffPress, {}, "keys least similar to the mean key (KeyDiff)"),
+    "expected_attention": (kvpress.ExpectedAttentionPress, {}, "expected future attention x |v| (Expected Attention)"),
+    "capkv": (kvpress.CapPress, {}, "linear Gaussian capacity leverage (CapKV, kvpress CapPress)"),
+    "streaming_llm": (kvpress.StreamingLLMPress, {}, "sink + most recent tokens (StreamingLLM)"),
+    "tova": (kvpress.TOVAPress, {}, "attention of the last prompt token (TOVA)"),
+    "random": (kvpress.RandomPress, {"seed": 0}, "uniformly random tokens (seed 0)"),
+}
+JACAP_DESCRIPTION = "Jacap Algorithm 1: sensitivity-weighted leverage (paper defaults: tau=10, u=v)"
+
+
+def _variants() -> dict[str, Callable]:
+    from .variants import VARIANTS
+
+    bad = [name for name in VARIANTS if not name.startswith("jacap") or name == "jacap"]
+    if bad:
+        raise ValueError(f"Jacap variants must be registered under names beginning with 'jacap' (not 'jacap' itself): {bad}")
+    return dict(VARIANTS)
+
+
+def list_methods(family: str | None = None) -> list[str]:
+    """Registry names: ``family=None`` all, ``"kvpress"`` the baselines, ``"jacap"`` Jacap and its variants."""
+    jacap = ["jacap"] + sorted(_variants())
+    if family is None:
+        return jacap + list(BASELINES)
+    if family == "jacap":
+        return jacap
+    if family == "kvpress":
+        return list(BASELINES)
+    raise ValueError(f"family must be None, 'jacap' or 'kvpress', got {family!r}")
+
+
+def describe_method(name: str) -> str:
+    """One line saying what the method keeps."""
+    if name == "jacap":
+        return JACAP_DESCRIPTION
+    if name in BASELINES:
+        return BASELINES[name][2]
+    factory = method_factory(name)
+    doc = (getattr(factory, "__doc__", None) or "").strip().splitlines()
+    return doc[0] if doc else name
+
+
+def method_factory(name: str) -> Callable:
+    """``f(compression_ratio, **opts) -> press`` for a registry name."""
+    if not isinstance(name, str):
+        raise ValueError(f"method name must be a string, one of {list_methods()}; got {name!r}")
+    if name == "jacap":
+        return JacapPress
+    if name in BASELINES:
+        cls, defaults, _ = BASELINES[name]
+
+        def factory(compression_ratio, **opts):
+            return cls(compression_ratio=compression_ratio, **{**defaults, **opts})
+
+        factory.__doc__ = f"kvpress {cls.__name__}"
+        factory.press_class = cls
+        return factory
+    variants = _variants()
+    if name in variants:
+        return variants[name]
+    raise ValueError(f"unknown method {name!r}; valid names: {', '.join(list_methods())}")
+
+
+def build_press(name: str, compression_ratio: float, **opts):
+    """A fresh kvpress press for registry ``name`` at ``compression_ratio`` in [0, 1).
+
+    ``opts`` go to the press's constructor (e.g. ``tau``, ``beta``, ``window`` for ``jacap``;
+    ``window_size`` for ``snapkv``). Unknown names, bad ratios or options raise ``ValueError``.
+    """
+    factory = method_factory(name)
+    if isinstance(compression_ratio, bool) or not isinstance(compression_ratio, (int, float)) or not (
+        0 <= compression_ratio < 1
+    ):
+        raise ValueError(
+            f"compression_ratio must be a number in [0, 1) (fraction of the prompt's KV pairs removed), "
+            f"got {compression_ratio!r}"
+        )
+    cls = factory if isinstance(factory, type) else getattr(factory, "press_class", None)
+    if cls is not None and dataclasses.is_dataclass(cls):
+        valid = {f.name for f in dataclasses.fields(cls) if f.init} - {"compression_ratio"}
+        unknown = sorted(set(opts) - valid)
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown} for method {name!r}; valid options: {sorted(valid)}")
+    return factory(float(compression_ratio), **opts)
