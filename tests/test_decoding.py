@@ -1,0 +1,258 @@
+"""Tests of the decode-time controller (Algorithm 2) on the bundled SmolLM2-135M (CPU).
+
+Every check compares against an independent computation: plain ``generate`` without the
+controller, or one full forward pass of the whole sequence with explicit per-layer, per-head
+attention masks over the evicted positions at their original positions.
+"""
+import pytest
+import torch
+
+import jacap_lib
+from jacap_lib import scoring, select
+from jacap_lib.decoding import JacapDecodeController
+
+pytestmark = pytest.mark.model
+
+PROMPT = "Write a long story about a lighthouse keeper who finds a map."
+SHORT = "Name three colours."
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # many tiny ops; one thread avoids contention on a shared CPU
+    model, tok = jacap_lib.load_model()
+    model.eval()
+    yield model, tok
+    torch.set_num_threads(threads)
+
+
+def chat(tok, text):
+    return tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                   return_tensors="pt", return_dict=True)
+
+
+def gen(model, inputs, n, ctrl=None, **kw):
+    kw = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, return_dict_in_generate=True,
+              output_logits=True, **kw)
+    with torch.no_grad():
+        if ctrl is None:
+            return model.generate(**inputs, **kw)
+        with ctrl:
+            return model.generate(**inputs, **kw)
+
+
+def test_bad_arguments(bundled):
+    model, _ = bundled
+    with pytest.raises(ValueError, match="interval"):
+        JacapDecodeController(model, high=64, budget=60, interval=8)
+    with pytest.raises(ValueError, match="protected"):
+        JacapDecodeController(model, high=64, budget=20, interval=4, sink=4, window=32)
+    with pytest.raises(ValueError, match="beta"):
+        JacapDecodeController(model, high=64, budget=40, interval=4, beta=1.5)
+
+
+def test_no_eviction_below_watermark_reproduces_generate(bundled):
+    model, tok = bundled
+    inputs = chat(tok, PROMPT)
+    ref = gen(model, inputs, 12)
+    ctrl = JacapDecodeController(model, high=4096, budget=64, interval=8)
+    out = gen(model, inputs, 12, ctrl)
+    assert ctrl.events == []
+    assert torch.equal(out.sequences, ref.sequences)
+    for a, b in zip(out.logits, ref.logits):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    # the statistics are the EMA of the rotated queries: one query per processed token
+    assert ctrl._stats[0][0].count == inputs["input_ids"].shape[1] + 11
+
+
+def test_cache_never_exceeds_watermark(bundled):
+    model, tok = bundled
+    inputs = chat(tok, PROMPT)
+    n_prompt = inputs["input_ids"].shape[1]
+    high, budget, interval = 64, 44, 4
+    ctrl = JacapDecodeController(model, high=high, budget=budget, interval=interval, window=8)
+    out = gen(model, inputs, 48, ctrl)
+    assert out.sequences.shape[1] == n_prompt + 48
+    lengths = [L for _, _, L in ctrl.trace]
+    assert max(lengths) <= high
+    assert len(ctrl.events) >= 2
+    n_layers, n_kv = model.config.num_hidden_layers, model.config.num_key_value_heads
+    for ev in ctrl.events:
+        assert ev.method == "jacap" and ev.fallback_reason is None
+        assert ev.tokens_before > budget and ev.tokens_after == budget
+        assert ev.step % interval == 0 and ev.tokens_before + interval > high
+        assert ev.kv_bytes_after * ev.tokens_before == ev.kv_bytes_before * budget
+        assert sum(ev.age_counts) == n_layers * n_kv * budget
+        assert ev.entropy_before > 0 and ev.entropy_after > 0
+    # between looks the cache grows by one slot per token; every look that did not evict had room
+    for step, _, L in ctrl.trace:
+        if step % interval == 0 and step not in {ev.step for ev in ctrl.events}:
+            assert L + interval <= high
+    # protected sink and recent window survive in every layer and head
+    pos = ctrl.positions(5)[0]
+    seq = ctrl.trace[-1][1]
+    for h in range(n_kv):
+        kept = set(pos[h].tolist())
+        assert set(range(4)) <= kept
+        assert set(range(seq - 8, seq)) <= kept
+
+
+def test_cholesky_failure_falls_back_to_window(bundled, monkeypatch):
+    model, tok = bundled
+    inputs = chat(tok, PROMPT)
+
+    def boom(*args, **kwargs):
+        raise scoring.CholeskyFailure("forced failure for the test")
+
+    monkeypatch.setattr(scoring, "jacap_scores", boom)
+    ctrl = JacapDecodeController(model, high=64, budget=44, interval=4, window=8, sink=4)
+    with pytest.warns(RuntimeWarning, match="Cholesky failed"):
+        out = gen(model, inputs, 24, ctrl)
+    n_prompt = inputs["input_ids"].shape[1]
+    assert out.sequences.shape[1] == n_prompt + 24  # generation continued
+    assert ctrl.events and all(ev.method == "window" for ev in ctrl.events)
+    assert all("Cholesky" in ev.fallback_reason for ev in ctrl.events)
+    assert all(ev.fallback_layers == list(range(model.config.num_hidden_layers)) for ev in ctrl.events)
+    assert max(L for _, _, L in ctrl.trace) <= 64
+    # a sliding window: the 4 sink tokens and then the newest tokens, contiguous
+    pos = ctrl.positions(0)[0, 0].tolist()
+    seq = ctrl.trace[-1][1]
+    tail = len(pos) - 4
+    assert pos == list(range(4)) + list(range(seq - tail, seq))
+
+
+def test_deadline_falls_back_to_window(bundled):
+    model, tok = bundled
+    inputs = chat(tok, PROMPT)
+    ctrl = JacapDecodeController(model, high=40, budget=28, interval=4, window=8, deadline_s=0.0)
+    with pytest.warns(RuntimeWarning, match="deadline"):
+        gen(model, inputs, 8, ctrl)
+    assert ctrl.events and all(ev.method == "window" and "deadline" in ev.fallback_reason for ev in ctrl.events)
+
+
+def _masked_reference_logits(model, sequences, events, n_kv, group):
+    """Logits of one full forward over ``sequences`` where, from each eviction on, every layer and
+    KV head sees only the tokens that layer/head kept (original positions, true position ids)."""
+    T = sequences.shape[1]
+    n_layers = model.config.num_hidden_layers
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    masks = [causal.expand(1, n_kv * group, T, T).clone() for _ in range(n_layers)]
+    for ev in events:
+        S = ev.seq_len
+        for layer in range(n_layers):
+            kept = ev.kept_positions[layer][0]  # (H_kv, budget)
+            for g in range(n_kv):
+                gone = torch.ones(S, dtype=torch.bool)
+                gone[kept[g]] = False
+                heads = slice(g * group, (g + 1) * group)
+                masks[layer][0, heads, S:, :S] &= ~gone
+    handles = []
+    for m in model.modules():
+        if m.__class__.__name__.endswith("Attention") and hasattr(m, "layer_idx"):
+            def pre(mod, args, kwargs):
+                kwargs["attention_mask"] = masks[mod.layer_idx]
+                return args, kwargs
+            handles.append(m.register_forward_pre_hook(pre, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=sequences, position_ids=torch.arange(T)[None]).logits
+    finally:
+        for h in handles:
+            h.remove()
+    return logits[0]
+
+
+def test_positions_are_true_after_eviction(bundled):
+    model, tok = bundled
+    inputs = chat(tok, PROMPT)
+    n_prompt = inputs["input_ids"].shape[1]
+    n_new = 24
+    ctrl = JacapDecodeController(model, high=40, budget=28, interval=4, window=6, record_kept=True)
+    out = gen(model, inputs, n_new, ctrl)
+    assert len(ctrl.events) >= 2
+    ref = _masked_reference_logits(model, out.sequences, ctrl.events, model.config.num_key_value_heads,
+                                   ctrl.group)
+    got = torch.stack(out.logits)[:, 0]  # (n_new, vocab)
+    want = ref[n_prompt - 1: n_prompt - 1 + n_new]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=2e-3)
+    # the eviction mattered: without masks the same tokens give clearly different logits
+    with torch.no_grad():
+        full = model(input_ids=out.sequences).logits[0, n_prompt - 1: n_prompt - 1 + n_new]
+    assert (full - got).abs().max() > 0.1
+    # the controller's slot positions are the kept original positions plus everything after
+    last = ctrl.events[-1]
+    seq = ctrl.trace[-1][1]
+    expect = torch.cat([last.kept_positions[3][0], torch.arange(last.seq_len, seq).expand(ctrl.n_kv_heads, -1)], -1)
+    assert torch.equal(ctrl.positions(3)[0], expect)
+
+
+def test_statistics_are_per_request(bundled):
+    model, tok = bundled
+    tok.pad_token = tok.pad_token or tok.eos_token
+    tok.padding_side = "left"
+    texts = [tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
+             for t in (PROMPT, SHORT)]
+    batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    assert batch["attention_mask"].sum(-1).tolist()[0] != batch["attention_mask"].sum(-1).tolist()[1]
+    ctrl = JacapDecodeController(model, high=4096, budget=64, interval=8)
+    gen(model, batch, 6, ctrl, pad_token_id=tok.pad_token_id)
+    together = {layer: ctrl.query_stats(layer) for layer in (0, 14, 29)}
+    for row, text in enumerate(texts):
+        alone_inputs = tok([text], return_tensors="pt", add_special_tokens=False)
+        alone = JacapDecodeController(model, high=4096, budget=64, interval=8)
+        gen(model, alone_inputs, 6, alone, pad_token_id=tok.pad_token_id)
+        for layer, (mu, lam) in together.items():
+            mu1, lam1 = alone.query_stats(layer)
+            torch.testing.assert_close(mu[row], mu1[0], rtol=1e-3, atol=2e-4)
+            torch.testing.assert_close(lam[row], lam1[0], rtol=1e-3, atol=2e-4)
+    # and the two requests really differ (mixing them would be visible)
+    mu, _ = together[14]
+    assert (mu[0] - mu[1]).abs().max() > 0.1
+
+
+def test_padded_batch_evicts_per_row(bundled):
+    model, tok = bundled
+    tok.pad_token = tok.pad_token or tok.eos_token
+    tok.padding_side = "left"
+    texts = [tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
+             for t in (PROMPT, SHORT)]
+    batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    n_real = batch["attention_mask"].sum(-1)
+    ctrl = JacapDecodeController(model, high=48, budget=32, interval=4, window=6)
+    gen(model, batch, 16, ctrl, pad_token_id=tok.pad_token_id)
+    assert ctrl.events and max(L for _, _, L in ctrl.trace) <= 48
+    pos = ctrl.positions(7)
+    valid = ctrl._slot_valid
+    for row in range(2):
+        # real slots hold distinct real positions, ascending; the newest processed token is kept
+        # (16 new tokens = the prompt forward + 15 decode forwards)
+        newest = int(n_real[row]) + 15 - 1
+        for h in range(ctrl.n_kv_heads):
+            p = pos[row, h][valid[row]]
+            assert torch.all(p[1:] > p[:-1]) and int(p[-1]) == newest and int(p[0]) == 0
+
+
+def test_failed_eviction_leaves_cache_unchanged(bundled, monkeypatch):
+    from transformers import DynamicCache
+
+    model, tok = bundled
+    inputs = chat(tok, PROMPT)
+    n_prompt = inputs["input_ids"].shape[1]
+    plain = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(**inputs, past_key_values=plain)
+
+    def boom(*args, **kwargs):
+        raise ValueError("forced selection failure")
+
+    monkeypatch.setattr(select, "select_keep", boom)
+    cache = DynamicCache(config=model.config)
+    ctrl = JacapDecodeController(model, high=32, budget=16, interval=4, window=4)
+    with ctrl, torch.no_grad(), pytest.raises(ValueError, match="forced selection failure"):
+        model(**inputs, past_key_values=cache)  # the prompt already passes the watermark
+    assert cache.get_seq_length() == n_prompt and ctrl.events == []
+    for a, b in zip(cache.layers, plain.layers):
+        torch.testing.assert_close(a.keys, b.keys, rtol=0, atol=1e-6)
+        torch.testing.assert_close(a.values, b.values, rtol=0, atol=1e-6)
+    assert ctrl.positions(0).shape[-1] == n_prompt
