@@ -1,0 +1,218 @@
+r"""Host side of the Triton scoring core: shapes, launches, and the small d x d linear algebra.
+
+Algorithm 1 for ``(..., N, d)`` keys and values in three passes over the cache:
+
+1. :func:`~jacap_lib.kernels._kernels.logits_kernel` reads K: logits, :math:`\kappa`, online softmax
+   state per chunk (combined on the host into one max and one sum per head: ``O(G * n_split)``).
+2. :func:`~jacap_lib.kernels._kernels.gram_kernel` reads V: :math:`\bar\alpha, \rho, w` and the
+   weighted Gram :math:`\sum_j (w_j/\sigma^2) v_j v_j^\top` (chunks summed on the host).
+3. torch, per head, ``O(d^3)``: :math:`A = I + W G W^\top`, its Cholesky factor :math:`L`, and
+   :math:`P = L^{-1} W` by one triangular solve (``W = I`` when ``u = v``).
+4. :func:`~jacap_lib.kernels._kernels.leverage_kernel` reads V again:
+   :math:`\ell_i = \lVert P v_i \rVert^2 = u_i^\top A^{-1} u_i` and :math:`r_i = (w_i/\sigma^2)\,\ell_i`.
+
+Traffic: K once, V twice, plus ``6 N`` float32 outputs and ``2 N`` float32 scratch per head.
+
+With an output projection ``W`` of shape ``(d_out, d)``, ``d_out > d``, the problem is reduced to
+``d x d`` exactly: with the thin QR factorisation ``W = Q R``, every ``u = W v`` lies in the column
+space of ``Q``, where ``A`` acts as ``I + R G R^T``; so ``u^T A^{-1} u = (R v)^T (I + R G R^T)^{-1} (R v)``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["triton_jacap_scores", "plan_launch"]
+
+_KERNELS: tuple | None = None
+
+
+def interpreter_active() -> bool:
+    """True when Triton was imported with ``TRITON_INTERPRET=1`` (its library functions are interpreted)."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(tl.standard.sum, InterpretedFunction)
+
+
+def _kernels(device_type: str):
+    """The (logits, gram, leverage) kernels, jitted (or interpreted under ``TRITON_INTERPRET=1``)."""
+    global _KERNELS
+    if device_type == "cpu" and not interpreter_active():
+        raise ValueError(
+            "the Triton kernels got CPU tensors, which only the Triton interpreter can run, and Triton was "
+            "imported without it: set the environment variable TRITON_INTERPRET=1 before anything imports "
+            "triton (kvpress does), or move the tensors to a CUDA device, or use backend='torch'"
+        )
+    if _KERNELS is None:
+        import triton
+
+        from . import _kernels as src
+
+        _KERNELS = tuple(triton.jit(f) for f in (src.logits_kernel, src.gram_kernel, src.leverage_kernel))
+    return _KERNELS
+
+
+def plan_launch(G: int, N: int, d_k: int, d_v: int, device: torch.device, num_splits: int | None = None) -> dict:
+    """Block sizes and the split of N into chunks (one program per (head, chunk)).
+
+    On CUDA the number of chunks is chosen so that ``G * n_split`` is about four programs per SM;
+    on the CPU (interpreter) one chunk per head keeps the Python overhead low.
+    """
+    block_dk = max(16, 1 << (d_k - 1).bit_length())
+    block_dv = max(16, 1 << (d_v - 1).bit_length())
+    block_n = 64 if block_dv <= 128 else 32
+    if device.type == "cpu":
+        block_n = 512
+    n_tiles = -(-N // block_n)
+    if num_splits is None:
+        if device.type == "cuda":
+            sms = torch.cuda.get_device_properties(device).multi_processor_count
+            num_splits = max(1, -(-4 * sms // G))
+        else:
+            num_splits = 1
+    num_splits = max(1, min(int(num_splits), n_tiles))
+    chunk = -(-n_tiles // num_splits) * block_n
+    num_splits = -(-N // chunk)  # every chunk starts at a valid token
+    return {"BLOCK_N": block_n, "BLOCK_DK": block_dk, "BLOCK_DV": block_dv, "chunk": chunk, "n_split": num_splits}
+
+
+def _as_bhnd(x: torch.Tensor) -> torch.Tensor:
+    """View ``(..., N, d)`` as ``(B, H, N, d)`` without copying when the leading dims allow it."""
+    if x.dim() == 2:
+        return x[None, None]
+    if x.dim() == 3:
+        return x[None]
+    if x.dim() == 4:
+        return x
+    return x.reshape(-1, x.shape[-3], x.shape[-2], x.shape[-1])
+
+
+def _check(keys, values, mu, lam, tau, noise, out_proj, dot_precision):
+    for name, t in (("keys", keys), ("values", values), ("mu", mu), ("lam", lam)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"`{name}` must be a torch.Tensor, got {type(t).__name__}")
+    if keys.dim() < 2 or keys.shape[:-1] != values.shape[:-1]:
+        raise ValueError(
+            f"`keys` (..., N, d_k) and `values` (..., N, d_v) must agree on the leading dims and N; got "
+            f"{tuple(keys.shape)} and {tuple(values.shape)}"
+        )
+    if keys.dtype not in (torch.float32, torch.float16, torch.bfloat16) or values.dtype != keys.dtype:
+        raise ValueError(
+            f"`keys`/`values` dtype must be one of float32/float16/bfloat16 (and equal), got {keys.dtype}/"
+            f"{values.dtype}; use backend='torch' for float64"
+        )
+    if keys.shape[-2] == 0:
+        raise ValueError("`keys` has N = 0 tokens: there is nothing to score")
+    if keys.device.type not in ("cuda", "cpu"):
+        raise ValueError(f"`keys` must be on a CUDA device (or the CPU, interpreted), got {keys.device}")
+    d = keys.shape[-1]
+    for name, t in (("mu", mu), ("lam", lam)):
+        if t.dim() < 1 or t.shape[-1] != d:
+            raise ValueError(f"`{name}` must have shape (..., d) with d = {d}, got {tuple(t.shape)}")
+        if t.device != keys.device:
+            raise ValueError(f"`{name}` is on {t.device} but `keys` on {keys.device}; move it with .to(keys.device)")
+    if not (math.isfinite(float(tau)) and float(tau) > 0):
+        raise ValueError(f"`tau` must be finite and > 0, got {tau!r}")
+    if not (math.isfinite(float(noise)) and float(noise) > 0):
+        raise ValueError(f"`noise` must be finite and > 0, got {noise!r}")
+    if out_proj is not None:
+        dv = values.shape[-1]
+        if not isinstance(out_proj, torch.Tensor) or out_proj.dim() < 2 or out_proj.shape[-1] != dv:
+            shape = tuple(out_proj.shape) if isinstance(out_proj, torch.Tensor) else type(out_proj).__name__
+            raise ValueError(f"`out_proj` must have shape (d_out, d_v) or (..., d_out, d_v) with d_v = {dv}, got {shape}")
+        if out_proj.device != keys.device:
+            raise ValueError(f"`out_proj` is on {out_proj.device} but `keys` on {keys.device}")
+    if dot_precision not in ("tf32", "tf32x3", "ieee"):
+        raise ValueError(f"`dot_precision` must be 'tf32', 'tf32x3' or 'ieee', got {dot_precision!r}")
+
+
+@torch.no_grad()
+def triton_jacap_scores(
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mu: torch.Tensor,
+    lam: torch.Tensor,
+    *,
+    tau: float = 10.0,
+    noise: float = 1.0,
+    out_proj: torch.Tensor | None = None,
+    dot_precision: str = "tf32",
+    num_splits: int | None = None,
+):
+    r"""Algorithm 1 with the fused Triton kernels; same contract as :func:`jacap_lib.jacap_scores`.
+
+    Parameters
+    ----------
+    keys, values : (..., N, d) float32/float16/bfloat16 tensors on a CUDA device (or on the CPU,
+        where the kernels run in the Triton interpreter: correct but slow, for tests).
+        Any strides are accepted for up to four dims.
+    mu, lam : (..., d) query mean and diagonal query covariance, broadcast over the leading dims.
+    tau, noise : temperature of the centre softmax, channel noise (weights enter as ``w / noise``).
+    out_proj : optional (d_out, d) or (..., d_out, d); ``u = out_proj @ v``.
+    dot_precision : ``tl.dot`` input precision on the GPU: ``"tf32"`` (default, tensor cores, about
+        1e-3 relative error in the Gram and the leverages), ``"tf32x3"`` or ``"ieee"`` (fp32 exact, slower).
+        Accumulation is always float32; the interpreter ignores it.
+    num_splits : chunks of N per head (default: about four programs per SM on CUDA, 1 on the CPU).
+
+    Returns
+    -------
+    :class:`jacap_lib.scoring.JacapScores` with float32 ``(..., N)`` fields.
+    """
+    from jacap_lib.scoring import JacapScores, cholesky_with_jitter
+
+    _check(keys, values, mu, lam, tau, noise, out_proj, dot_precision)
+    device = keys.device
+    lead = tuple(keys.shape[:-2])
+    N, d, dv = keys.shape[-2], keys.shape[-1], values.shape[-1]
+    k4, v4 = _as_bhnd(keys), _as_bhnd(values)
+    B, H = k4.shape[0], k4.shape[1]
+    G = B * H
+    mu_g = torch.broadcast_to(mu, lead + (d,)).reshape(G, d).to(torch.float32).contiguous()
+    lam_g = torch.broadcast_to(lam, lead + (d,)).reshape(G, d).to(torch.float32).contiguous()
+    plan = plan_launch(G, N, d, dv, device, num_splits)
+    BN, chunk, S = plan["BLOCK_N"], plan["chunk"], plan["n_split"]
+    logits_k, gram_k, leverage_k = _kernels(device.type)
+    f32 = dict(dtype=torch.float32, device=device)
+    z, kappa = torch.empty(G, N, **f32), torch.empty(G, N, **f32)
+    part_m, part_s = torch.empty(G, S, **f32), torch.empty(G, S, **f32)
+    alpha, rho, weight = (torch.empty(G, N, **f32) for _ in range(3))
+    lev, score = torch.empty(G, N, **f32), torch.empty(G, N, **f32)
+    gram_parts = torch.empty(G, S, dv, dv, **f32)
+    scale = 1.0 / (float(tau) * math.sqrt(d))
+    inv_noise = 1.0 / float(noise)
+    grid = (G, S)
+    # pass 1: K -> logits, kappa, per-chunk (max, sum)
+    logits_k[grid](k4, *k4.stride(), mu_g, lam_g, z, kappa, part_m, part_s,
+                   H, N, d, chunk, scale, BLOCK_N=BN, BLOCK_D=plan["BLOCK_DK"])
+    z_max = part_m.amax(dim=1)
+    z_sum = (part_s * torch.exp(part_m - z_max[:, None])).sum(dim=1)
+    # pass 2: V -> alpha, rho, weight, chunk Grams
+    gram_k[grid](v4, *v4.stride(), z, kappa, z_max, z_sum, alpha, rho, weight, gram_parts,
+                 H, N, dv, chunk, 1.0 / d, inv_noise,
+                 BLOCK_N=BN, BLOCK_D=plan["BLOCK_DV"], DOT_PRECISION=dot_precision)
+    gram = gram_parts.sum(dim=1)  # (G, d_v, d_v) = sum_j (w_j/noise) v_j v_j^T
+    # d x d algebra per head: A = I + W G W^T = L L^T, P = L^{-1} W (W = I for u = v)
+    if out_proj is None:
+        proj = None
+        A = gram
+    else:
+        d_out = out_proj.shape[-2]
+        proj = torch.broadcast_to(out_proj, lead + (d_out, dv)).reshape(G, d_out, dv).to(torch.float32)
+        if d_out > dv:  # same leverages in d_v dims: u = Q (R v), A = I + R G R^T on range(Q)
+            proj = torch.linalg.qr(proj, mode="r").R
+        A = proj @ gram @ proj.transpose(-1, -2)
+    A = 0.5 * (A + A.transpose(-1, -2))
+    m = A.shape[-1]
+    A = A + torch.eye(m, **f32)
+    L = cholesky_with_jitter(A)
+    rhs = torch.eye(m, **f32).expand(G, m, m) if proj is None else proj
+    P = torch.linalg.solve_triangular(L, rhs, upper=False).contiguous()  # (G, m, d_v)
+    # pass 3: V -> leverage = |P v|^2 and score
+    leverage_k[grid](v4, *v4.stride(), P, weight, lev, score,
+                     H, N, dv, m, chunk, inv_noise,
+                     BLOCK_N=BN, BLOCK_D=plan["BLOCK_DV"], DOT_PRECISION=dot_precision)
+    shape = lead + (N,)
+    return JacapScores(alpha=alpha.view(shape), rho=rho.view(shape), kappa=kappa.view(shape),
+                       weight=weight.view(shape), leverage=lev.view(shape), score=score.view(shape))
