@@ -75,7 +75,9 @@ def plan_launch(G: int, N: int, d_k: int, d_v: int, device: torch.device, num_sp
     num_splits = max(1, min(int(num_splits), n_tiles))
     chunk = -(-n_tiles // num_splits) * block_n
     num_splits = -(-N // chunk)  # every chunk starts at a valid token
-    return {"BLOCK_N": block_n, "BLOCK_DK": block_dk, "BLOCK_DV": block_dv, "chunk": chunk, "n_split": num_splits}
+    num_warps = 8 if block_dv >= 128 else 4  # the Gram kernel holds a BLOCK_DV^2 fp32 accumulator
+    return {"BLOCK_N": block_n, "BLOCK_DK": block_dk, "BLOCK_DV": block_dv, "chunk": chunk, "n_split": num_splits,
+            "num_warps": num_warps}
 
 
 def _as_bhnd(x: torch.Tensor) -> torch.Tensor:
@@ -191,7 +193,7 @@ def triton_jacap_scores(
     # pass 2: V -> alpha, rho, weight, chunk Grams
     gram_k[grid](v4, *v4.stride(), z, kappa, z_max, z_sum, alpha, rho, weight, gram_parts,
                  H, N, dv, chunk, 1.0 / d, inv_noise,
-                 BLOCK_N=BN, BLOCK_D=plan["BLOCK_DV"], DOT_PRECISION=dot_precision)
+                 BLOCK_N=BN, BLOCK_D=plan["BLOCK_DV"], DOT_PRECISION=dot_precision, num_warps=plan["num_warps"])
     gram = gram_parts.sum(dim=1)  # (G, d_v, d_v) = sum_j (w_j/noise) v_j v_j^T
     # d x d algebra per head: A = I + W G W^T = L L^T, P = L^{-1} W (W = I for u = v)
     if out_proj is None:
@@ -212,7 +214,7 @@ def triton_jacap_scores(
     # pass 3: V -> leverage = |P v|^2 and score
     leverage_k[grid](v4, *v4.stride(), P, weight, lev, score,
                      H, N, dv, m, chunk, inv_noise,
-                     BLOCK_N=BN, BLOCK_D=plan["BLOCK_DV"], DOT_PRECISION=dot_precision)
+                     BLOCK_N=BN, BLOCK_D=plan["BLOCK_DV"], DOT_PRECISION=dot_precision, num_warps=plan["num_warps"])
     shape = lead + (N,)
     return JacapScores(alpha=alpha.view(shape), rho=rho.view(shape), kappa=kappa.view(shape),
                        weight=weight.view(shape), leverage=lev.view(shape), score=score.view(shape))
