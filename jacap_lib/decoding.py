@@ -55,7 +55,7 @@ from . import scoring as _scoring
 from . import select as _select
 from .stats import EMAQueryStats
 
-__all__ = ["JacapDecodeController", "EvictionEvent"]
+__all__ = ["JacapDecodeController", "EvictionEvent", "replay", "next_token_kl", "ema_trace", "ema_tradeoff"]
 
 
 @dataclass
@@ -484,3 +484,88 @@ class JacapDecodeController:
         )
         self.events.append(event)
         return event
+
+
+def replay(model, sequence: torch.Tensor, n_prompt: int, controller: "JacapDecodeController | None" = None,
+           *, progress: bool = False) -> torch.Tensor:
+    """Teacher-forced decoding: feed ``sequence (1, T)`` to ``model`` -- the first ``n_prompt`` tokens in
+    one forward, then one token per forward -- with ``controller`` attached (if given).
+
+    Returns the float32 logits ``(T - n_prompt + 1, vocab)`` predicting tokens ``n_prompt .. T``, so two
+    controllers (or none) can be compared on the *same* tokens, e.g. with :func:`next_token_kl`.
+    """
+    from transformers import DynamicCache
+
+    if sequence.dim() != 2 or sequence.shape[0] != 1:
+        raise ValueError(f"`sequence` must have shape (1, T), got {tuple(sequence.shape)}")
+    T = sequence.shape[1]
+    if not 0 < n_prompt <= T:
+        raise ValueError(f"`n_prompt` must lie in [1, T={T}], got {n_prompt}")
+    cache = DynamicCache(config=model.config)
+    steps = range(n_prompt, T)
+    if progress:
+        from tqdm.auto import tqdm
+
+        steps = tqdm(steps, desc="replay", leave=False)
+    out = []
+    ctx = controller if controller is not None else _Null()
+    with ctx, torch.no_grad():
+        logits = model(input_ids=sequence[:, :n_prompt], past_key_values=cache).logits[:, -1]
+        out.append(logits.float())
+        for t in steps:
+            pos = torch.tensor([t], device=sequence.device)
+            logits = model(input_ids=sequence[:, t:t + 1], past_key_values=cache, cache_position=pos,
+                           position_ids=pos[None]).logits[:, -1]
+            out.append(logits.float())
+    return torch.cat(out, 0)
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def next_token_kl(ref_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """KL(p_ref || p) per row of two ``(..., vocab)`` logit tensors, in nats (float32)."""
+    if ref_logits.shape != logits.shape:
+        raise ValueError(f"`ref_logits` {tuple(ref_logits.shape)} and `logits` {tuple(logits.shape)} differ in shape")
+    lp_ref = torch.log_softmax(ref_logits.float(), -1)
+    lp = torch.log_softmax(logits.float(), -1)
+    return (lp_ref.exp() * (lp_ref - lp)).sum(-1).clamp_min(0.0)
+
+
+def ema_trace(q: torch.Tensor, beta: float, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """The EMA statistics after every step of a query stream ``q (T, d)``: ``(mu, lam)``, each ``(T, d)``.
+
+    Same recursion as :class:`jacap_lib.stats.EMAQueryStats` (started at the first query)."""
+    _checks.tensor("q", q, min_dim=2)
+    stats = EMAQueryStats(beta, eps)
+    mus, lams = [], []
+    for qt in q.float().unbind(-2):
+        stats.update(qt)
+        mus.append(stats.mu.clone())
+        lams.append(stats.lam.clone())
+    return torch.stack(mus, -2), torch.stack(lams, -2)
+
+
+def ema_tradeoff(q: torch.Tensor, beta: float, horizon: int = 16, eps: float = 1e-6) -> dict:
+    r"""How well the EMA mean after step t predicts the next ``horizon`` queries of a stream ``q (T, d)``.
+
+    Returns ``jitter`` (mean step-to-step change :math:`\lVert\mu_t-\mu_{t-1}\rVert`, the noise) and
+    ``lag_error`` (mean :math:`\lVert\mu_t-\bar q_{t+1..t+h}\rVert`, the tracking error against the
+    mean of the queries that are yet to come), both relative to the mean query norm.
+    """
+    horizon = _checks.nonneg_int("horizon", horizon)
+    T = q.shape[-2]
+    if horizon < 1 or T <= horizon + 1:
+        raise ValueError(f"`horizon` must be >= 1 and < T - 1 = {T - 1}, got {horizon}")
+    q = q.float()
+    mu, _ = ema_trace(q, beta, eps)
+    scale = q.norm(dim=-1).mean()
+    future = torch.stack([q[t + 1: t + 1 + horizon].mean(0) for t in range(T - horizon)])
+    lag = (mu[: T - horizon] - future).norm(dim=-1).mean() / scale
+    jitter = (mu[1:] - mu[:-1]).norm(dim=-1).mean() / scale
+    return {"beta": float(beta), "jitter": float(jitter), "lag_error": float(lag)}

@@ -9,9 +9,8 @@ import torch
 
 import jacap_lib
 from jacap_lib import scoring, select
-from jacap_lib.decoding import JacapDecodeController
-
-pytestmark = pytest.mark.model
+from jacap_lib.decoding import JacapDecodeController, ema_trace, ema_tradeoff, next_token_kl, replay
+from jacap_lib.stats import ema_query_stats
 
 PROMPT = "Write a long story about a lighthouse keeper who finds a map."
 SHORT = "Name three colours."
@@ -42,6 +41,7 @@ def gen(model, inputs, n, ctrl=None, **kw):
             return model.generate(**inputs, **kw)
 
 
+@pytest.mark.model
 def test_bad_arguments(bundled):
     model, _ = bundled
     with pytest.raises(ValueError, match="interval"):
@@ -52,6 +52,7 @@ def test_bad_arguments(bundled):
         JacapDecodeController(model, high=64, budget=40, interval=4, beta=1.5)
 
 
+@pytest.mark.model
 def test_no_eviction_below_watermark_reproduces_generate(bundled):
     model, tok = bundled
     inputs = chat(tok, PROMPT)
@@ -66,6 +67,7 @@ def test_no_eviction_below_watermark_reproduces_generate(bundled):
     assert ctrl._stats[0][0].count == inputs["input_ids"].shape[1] + 11
 
 
+@pytest.mark.model
 def test_cache_never_exceeds_watermark(bundled):
     model, tok = bundled
     inputs = chat(tok, PROMPT)
@@ -98,6 +100,7 @@ def test_cache_never_exceeds_watermark(bundled):
         assert set(range(seq - 8, seq)) <= kept
 
 
+@pytest.mark.model
 def test_cholesky_failure_falls_back_to_window(bundled, monkeypatch):
     model, tok = bundled
     inputs = chat(tok, PROMPT)
@@ -122,6 +125,7 @@ def test_cholesky_failure_falls_back_to_window(bundled, monkeypatch):
     assert pos == list(range(4)) + list(range(seq - tail, seq))
 
 
+@pytest.mark.model
 def test_deadline_falls_back_to_window(bundled):
     model, tok = bundled
     inputs = chat(tok, PROMPT)
@@ -163,6 +167,7 @@ def _masked_reference_logits(model, sequences, events, n_kv, group):
     return logits[0]
 
 
+@pytest.mark.model
 def test_positions_are_true_after_eviction(bundled):
     model, tok = bundled
     inputs = chat(tok, PROMPT)
@@ -187,6 +192,20 @@ def test_positions_are_true_after_eviction(bundled):
     assert torch.equal(ctrl.positions(3)[0], expect)
 
 
+@pytest.mark.model
+def test_replay_matches_one_forward(bundled):
+    model, tok = bundled
+    seq = chat(tok, PROMPT)["input_ids"]
+    n_prompt = seq.shape[1] - 6
+    with torch.no_grad():
+        full = model(input_ids=seq).logits[0, n_prompt - 1:]
+    torch.testing.assert_close(replay(model, seq, n_prompt), full, rtol=1e-4, atol=1e-3)
+    ctrl = JacapDecodeController(model, high=4096, budget=64, interval=8)
+    torch.testing.assert_close(replay(model, seq, n_prompt, ctrl), full, rtol=1e-4, atol=1e-3)
+    assert ctrl.events == [] and ctrl.trace[-1][1] == seq.shape[1]
+
+
+@pytest.mark.model
 def test_statistics_are_per_request(bundled):
     model, tok = bundled
     tok.pad_token = tok.pad_token or tok.eos_token
@@ -211,6 +230,7 @@ def test_statistics_are_per_request(bundled):
     assert (mu[0] - mu[1]).abs().max() > 0.1
 
 
+@pytest.mark.model
 def test_padded_batch_evicts_per_row(bundled):
     model, tok = bundled
     tok.pad_token = tok.pad_token or tok.eos_token
@@ -233,6 +253,7 @@ def test_padded_batch_evicts_per_row(bundled):
             assert torch.all(p[1:] > p[:-1]) and int(p[-1]) == newest and int(p[0]) == 0
 
 
+@pytest.mark.model
 def test_failed_eviction_leaves_cache_unchanged(bundled, monkeypatch):
     from transformers import DynamicCache
 
@@ -256,3 +277,84 @@ def test_failed_eviction_leaves_cache_unchanged(bundled, monkeypatch):
         torch.testing.assert_close(a.keys, b.keys, rtol=0, atol=1e-6)
         torch.testing.assert_close(a.values, b.values, rtol=0, atol=1e-6)
     assert ctrl.positions(0).shape[-1] == n_prompt
+
+
+# ---------------------------------------------------------------- no model needed
+
+def test_ema_trace_matches_closed_form():
+    q = torch.randn(40, 6, generator=torch.Generator().manual_seed(1))
+    mu, lam = ema_trace(q, 0.8)
+    for t in (0, 7, 39):
+        mu_c, lam_c = ema_query_stats(q[: t + 1], 0.8)
+        torch.testing.assert_close(mu[t], mu_c, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(lam[t], lam_c, rtol=1e-5, atol=1e-6)
+
+
+def test_ema_tradeoff_on_a_step_change():
+    # queries jump from -1 to +1 halfway, plus noise: small beta is noisier, large beta lags more
+    g = torch.Generator().manual_seed(0)
+    q = torch.cat([-torch.ones(100, 1), torch.ones(100, 1)]) + 0.3 * torch.randn(200, 1, generator=g)
+    fast, slow = ema_tradeoff(q, 0.3, horizon=8), ema_tradeoff(q, 0.98, horizon=8)
+    assert fast["jitter"] > 3 * slow["jitter"]
+    assert slow["lag_error"] > 2 * fast["lag_error"]
+    # a constant stream has neither noise nor lag
+    const = ema_tradeoff(torch.full((30, 2), 2.0), 0.5, horizon=4)
+    assert const["lag_error"] == pytest.approx(0.0, abs=1e-7) and const["jitter"] == pytest.approx(0.0, abs=1e-7)
+    with pytest.raises(ValueError, match="horizon"):
+        ema_tradeoff(q[:5], 0.5, horizon=8)
+
+
+def test_next_token_kl_against_brute_force():
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(3, 11, generator=g), torch.randn(3, 11, generator=g)
+    p, r = a.softmax(-1).double(), b.softmax(-1).double()
+    want = (p * (p.log() - r.log())).sum(-1)
+    torch.testing.assert_close(next_token_kl(a, b).double(), want, rtol=1e-5, atol=1e-6)
+    assert torch.all(next_token_kl(a, a) < 1e-6)
+    with pytest.raises(ValueError, match="shape"):
+        next_token_kl(a, b[:2])
+
+
+def _fake_events():
+    from jacap_lib.decoding import EvictionEvent
+
+    return [EvictionEvent(step=s, seq_len=40 + s, tokens_before=60, tokens_after=40, method=m, seconds=0.01,
+                          kv_bytes_before=600, kv_bytes_after=400, entropy_before=2.0, entropy_after=1.8,
+                          age_edges=[0.0, 10.0, 20.0], age_counts=[30, 10], mean_age_kept=7.0)
+            for s, m in ((8, "jacap"), (24, "window"))]
+
+
+def test_viz_figures():
+    from jacap_lib.viz import serving as VS
+
+    evs = _fake_events()
+    trace = [(s, 40 + s, min(40 + s, 60)) for s in range(30)]
+    fig = VS.cache_timeline(trace, evs, high=64, budget=40)
+    assert list(fig.data[1].y) == [t[2] for t in trace] and list(fig.data[2].x) == [8, 24]
+    fig = VS.age_histograms(evs)
+    assert len(fig.data) == 2 and len(fig.layout.sliders[0].steps) == 2
+    assert list(fig.data[0].y) == [0.75, 0.25]
+    with pytest.raises(ValueError, match="empty"):
+        VS.age_histograms([])
+    q = [0.0, 1.0, 2.0, 3.0]
+    fig = VS.beta_tracking(q, {"0.5": [0, 0.5, 1.25, 2.125], "0.9": [0, 0.1, 0.29, 0.561]})
+    assert len(fig.layout.sliders[0].steps) == 2
+    runs = {"0.9": {"beta": 0.9, "method": "jacap", "mean_kl": 0.1, "kl": [0.1, 0.2]},
+            "window": {"beta": None, "method": "window", "mean_kl": 0.2, "kl": [0.2, 0.3]}}
+    fig = VS.beta_tradeoff([{"beta": 0.9, "jitter": 0.1, "lag_error": 0.2}], runs)
+    assert len(fig.data) == 4
+    assert len(VS.kl_timeline(runs).data) == 2
+
+
+def test_widget_callbacks():
+    from jacap_lib.widgets import serving as WS
+
+    q = [1.0, 3.0, 3.0, 3.0, 3.0, 3.0]
+    view = WS.beta_view(q, 0.5, horizon=2)
+    # closed form: mu_1 = 1, mu_t = 0.5 mu_{t-1} + 0.5 * 3
+    assert view["mu"][:3] == pytest.approx([1.0, 2.0, 2.5])
+    assert view["lam"][1] == pytest.approx(0.5 * 1 + 0.5 * 9 - 4.0)
+    fig = WS.beta_figure(q, 0.5, horizon=2)
+    assert list(fig.data[1].y) == pytest.approx(view["mu"])
+    with pytest.raises(FileNotFoundError, match="run_serving"):
+        WS.load_run("/nonexistent/serving_run.json")

@@ -1,0 +1,128 @@
+"""Figures of the serving chapter (Algorithm 2 during decoding). One function per figure; each
+takes plain data (the controller's ``trace``/``events`` or ``data/serving/serving_run.json``) and
+returns a ``plotly.graph_objects.Figure``. Sliders are precomputed so they move in the static site.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+__all__ = ["cache_timeline", "age_histograms", "beta_tracking", "beta_tradeoff", "kl_timeline"]
+
+
+def _ev(e):
+    return e if isinstance(e, dict) else e.to_dict()
+
+
+def cache_timeline(trace, events, *, high: int, budget: int, title: str = "KV cache size during decoding") -> go.Figure:
+    """Cache slots per layer/head after every step against the high watermark and the budget,
+    with the true sequence length for comparison and a marker at every eviction."""
+    steps = [t[0] for t in trace]
+    fig = go.Figure()
+    fig.add_scatter(x=steps, y=[t[1] for t in trace], name="tokens seen (true length)", line=dict(color="#bbb", dash="dot"))
+    fig.add_scatter(x=steps, y=[t[2] for t in trace], name="cache slots", line=dict(color="#1f77b4"))
+    evs = [_ev(e) for e in events]
+    if evs:
+        fig.add_scatter(x=[e["step"] for e in evs], y=[e["tokens_before"] for e in evs], mode="markers",
+                        name="eviction", marker=dict(color=["#d62728" if e["method"] == "jacap" else "#ff7f0e" for e in evs],
+                                                     size=9, symbol="x"),
+                        customdata=[[e["tokens_before"], e["tokens_after"], e["method"], 1e3 * e["seconds"]] for e in evs],
+                        hovertemplate="step %{x}<br>%{customdata[0]} → %{customdata[1]} slots<br>%{customdata[2]}, "
+                                      "%{customdata[3]:.0f} ms<extra></extra>")
+    fig.add_hline(y=high, line=dict(color="#d62728", dash="dash"), annotation_text="high watermark")
+    fig.add_hline(y=budget, line=dict(color="#2ca02c", dash="dash"), annotation_text="budget")
+    fig.update_layout(title=title, xaxis_title="decode step (0 = prompt)", yaxis_title="tokens", height=380,
+                      legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
+def age_histograms(events, *, title: str = "Age of the kept tokens at each eviction") -> go.Figure:
+    """Token-age histogram (pooled over layers, KV heads, rows) of every eviction, one slider step
+    per eviction. Age = position of the newest token minus the token's original position."""
+    evs = [_ev(e) for e in events]
+    if not evs:
+        raise ValueError("`events` is empty: no eviction happened, so there is no age histogram to show")
+    fig = go.Figure()
+    for i, e in enumerate(evs):
+        edges = e["age_edges"]
+        centers = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])]
+        total = max(sum(e["age_counts"]), 1)
+        fig.add_bar(x=centers, y=[c / total for c in e["age_counts"]], width=edges[1] - edges[0], visible=i == 0,
+                    name=f"eviction {i + 1}", marker_color="#1f77b4" if e["method"] == "jacap" else "#ff7f0e")
+    steps = []
+    for i, e in enumerate(evs):
+        vis = [j == i for j in range(len(evs))]
+        label = (f"eviction {i + 1} at step {e['step']} ({e['method']}): {e['tokens_before']} → {e['tokens_after']} slots, "
+                 f"mean age {e['mean_age_kept']:.1f}")
+        steps.append(dict(method="update", label=str(i + 1), args=[{"visible": vis}, {"title.text": f"{title}<br><sub>{label}</sub>"}]))
+    first = evs[0]
+    fig.update_layout(
+        title=f"{title}<br><sub>eviction 1 at step {first['step']} ({first['method']}): {first['tokens_before']} → "
+              f"{first['tokens_after']} slots, mean age {first['mean_age_kept']:.1f}</sub>",
+        xaxis_title="token age (positions behind the newest token)", yaxis_title="share of kept slots",
+        sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="eviction "), pad=dict(t=40))], height=420,
+        bargap=0.05)
+    return fig
+
+
+def beta_tracking(q, ema_mu: dict, *, coord_label: str = "query coordinate",
+                  title: str = "What β does to the EMA mean of the queries") -> go.Figure:
+    """One coordinate of a query stream (grey) and its EMA mean for each β (one slider step per β):
+    large β is smooth but lags behind changes, small β follows them and their noise."""
+    betas = sorted(ema_mu, key=float)
+    steps_x = list(range(len(q)))
+    fig = go.Figure()
+    fig.add_scatter(x=steps_x, y=list(q), name="query q_t", mode="lines", line=dict(color="#ccc", width=1))
+    for i, b in enumerate(betas):
+        fig.add_scatter(x=steps_x, y=list(ema_mu[b]), name=f"EMA μ_t, β = {b}", visible=i == len(betas) // 2,
+                        line=dict(color="#1f77b4", width=2.5))
+    sl = []
+    for i, b in enumerate(betas):
+        vis = [True] + [j == i for j in range(len(betas))]
+        sl.append(dict(method="update", label=str(b), args=[{"visible": vis}]))
+    fig.update_layout(title=title, xaxis_title="token index (prompt, then generated)", yaxis_title=coord_label,
+                      sliders=[dict(active=len(betas) // 2, steps=sl, currentvalue=dict(prefix="β = "), pad=dict(t=40))],
+                      height=420, legend=dict(orientation="h", y=-0.45))
+    return fig
+
+
+def beta_tradeoff(tradeoff, runs: dict | None = None, *, title: str = "β: noise against lag") -> go.Figure:
+    """Left: EMA jitter (noise) and tracking error against the next queries (lag), relative to the
+    query norm, for each β. Right (when ``runs`` given): mean next-token KL of each controller run
+    against the uncompressed model, with the sliding-window run as a reference line."""
+    cols = 2 if runs else 1
+    fig = make_subplots(rows=1, cols=cols, subplot_titles=["EMA on the raw queries", "eviction quality"][:cols])
+    betas = [t["beta"] for t in tradeoff]
+    fig.add_scatter(x=betas, y=[t["jitter"] for t in tradeoff], name="jitter ‖μ_t − μ_{t−1}‖ (noise)",
+                    mode="lines+markers", row=1, col=1)
+    fig.add_scatter(x=betas, y=[t["lag_error"] for t in tradeoff], name="error vs next queries (lag)",
+                    mode="lines+markers", row=1, col=1)
+    fig.update_xaxes(title_text="β", row=1, col=1)
+    fig.update_yaxes(title_text="relative to mean ‖q‖", type="log", row=1, col=1)
+    if runs:
+        jac = sorted((r for r in runs.values() if r["method"] == "jacap"), key=lambda r: r["beta"])
+        fig.add_scatter(x=[r["beta"] for r in jac], y=[r["mean_kl"] for r in jac], name="Jacap controller, mean KL",
+                        mode="lines+markers", row=1, col=2)
+        win = [r for r in runs.values() if r["method"] == "window"]
+        if win:
+            fig.add_scatter(x=[min(r["beta"] for r in jac), max(r["beta"] for r in jac)], y=[win[0]["mean_kl"]] * 2,
+                            name="sliding window, mean KL", mode="lines", line=dict(dash="dash", color="#ff7f0e"),
+                            row=1, col=2)
+        fig.update_xaxes(title_text="β", row=1, col=2)
+        fig.update_yaxes(title_text="mean next-token KL (nats)", row=1, col=2)
+    fig.update_layout(title=title, height=400, legend=dict(orientation="h", y=-0.3))
+    return fig
+
+
+def kl_timeline(runs: dict, *, title: str = "Next-token KL against the uncompressed model, per step") -> go.Figure:
+    """KL(full ‖ evicted) of every replayed step for each run (β values and the sliding window),
+    with the eviction steps of each run marked on its curve."""
+    fig = go.Figure()
+    for name, r in runs.items():
+        label = "sliding window" if r["method"] == "window" else f"Jacap β = {r['beta']}"
+        kl = r["kl"]
+        fig.add_scatter(x=list(range(len(kl))), y=kl, name=label, mode="lines",
+                        line=dict(dash="dash") if r["method"] == "window" else None)
+    fig.update_layout(title=title, xaxis_title="decode step", yaxis_title="KL (nats)", yaxis_type="log", height=400,
+                      legend=dict(orientation="h", y=-0.3))
+    return fig
