@@ -8,6 +8,8 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from jacap_lib.analysis.quality import (  # noqa: E402
     attention_output_error,
+    capture_prefill,
+    replay_press,
     full_reference,
     kl_from_logprobs,
     next_token_kl,
@@ -21,7 +23,7 @@ def tiny():
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    cfg._attn_implementation = "eager"
+    cfg._attn_implementation = "sdpa"  # kvpress AdaKV refuses eager
     model = LlamaForCausalLM(cfg).eval()
     # sharpen the random model so that eviction changes the output measurably
     with torch.no_grad():
@@ -96,3 +98,40 @@ def test_bad_inputs_raise(tiny):
     ref = full_reference(model, None, ids[:, :P], ids[:, P:])
     with pytest.raises(ValueError, match="different"):
         next_token_kl(model, None, ids[:, :P - 1], ids[:, P:], None, reference=ref)
+
+
+@pytest.mark.parametrize("make_press", [
+    lambda: kvpress.KnormPress(0.5),
+    lambda: kvpress.SnapKVPress(0.5, window_size=8),
+    lambda: kvpress.ExpectedAttentionPress(0.5, n_future_positions=16, n_sink=2),
+    lambda: kvpress.AdaKVPress(kvpress.SnapKVPress(0.75, window_size=8)),
+], ids=["knorm", "snapkv", "expected_attention", "adakv_snapkv"])
+def test_replay_equals_real_prefill(tiny, make_press):
+    """Replaying the press hook on a captured prefill gives the same cache and the same KL as a real
+    prefill with the press active (also for AdaKV's head-wise masking)."""
+    model, ids = tiny
+    prompt, cont = ids[:, :P], ids[:, P:]
+    cap = capture_prefill(model, prompt)
+    ref = full_reference(model, None, prompt, cont)
+    ref_replayed = full_reference(model, None, prompt, cont, capture=cap)
+    assert torch.equal(ref.logprobs, ref_replayed.logprobs)
+    real = next_token_kl(model, None, prompt, cont, make_press(), reference=ref)
+    replayed = next_token_kl(model, None, prompt, cont, make_press(), reference=ref, capture=cap)
+    assert real.kl > 1e-5
+    torch.testing.assert_close(replayed.kl_per_token, real.kl_per_token, rtol=1e-5, atol=1e-8)
+    assert replayed.kept_tokens == real.kept_tokens < P
+    # the replayed cache holds exactly the keys kvpress keeps in a real prefill
+    from transformers import DynamicCache
+    real_cache = DynamicCache()
+    with make_press()(model), torch.no_grad():
+        model(input_ids=prompt, past_key_values=real_cache, use_cache=True)
+    cache = replay_press(model, cap, make_press())
+    for a, b in zip(cache.layers, real_cache.layers):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
+def test_adakv_kept_counts_masked_keys(tiny):
+    model, ids = tiny
+    r = next_token_kl(model, None, ids[:, :P], ids[:, P:], kvpress.AdaKVPress(kvpress.KnormPress(0.5)),
+                      capture=capture_prefill(model, ids[:, :P]))
+    assert r.kept_tokens == P // 2  # masked keys are not counted as kept

@@ -22,6 +22,17 @@ what the next-token KL sees too.
 
 The full-cache reference is computed once per (prompt, continuation) by :func:`full_reference` and can be
 passed to :func:`next_token_kl` for every press.
+
+Prefill once, compress many times
+---------------------------------
+A kvpress press acts in a forward hook *after* each attention layer has run, and only rewrites that
+layer's cache; the hidden states that flow on are those of the uncompressed model. So the prefill
+is the same for every press, and :func:`capture_prefill` runs it once, recording what every layer's
+hook sees (hidden states, position embeddings, keys, values). :func:`replay_press` then calls the
+press's own ``forward_hook`` layer by layer on a fresh cache — the exact code path of
+``with press(model): model(prompt)``, without the model forward. ``tests/test_quality.py`` checks the
+replayed caches and KLs against the real path for several presses. The benchmark uses the replay:
+one prefill per (segment, length) instead of one per (segment, length, method, ratio).
 """
 from __future__ import annotations
 
@@ -32,6 +43,10 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
+    "PrefillCapture",
+    "capture_prefill",
+    "replay_press",
+    "continue_from_cache",
     "FullReference",
     "QualityResult",
     "full_reference",
@@ -152,34 +167,152 @@ def _cache_kept(cache) -> float:
 def compressed_forward(model, prompt_ids: torch.Tensor, continuation_ids: torch.Tensor, press=None):
     """Prefill ``prompt_ids`` (press active if given), then run ``continuation_ids`` with true positions.
 
+    The direct path (one model prefill per press); :func:`replay_press` + :func:`continue_from_cache`
+    give the same result from one shared :class:`PrefillCapture`.
     Returns ``(logprobs (M, V) float32, attn_outputs (L, M, hidden) float32, kept_tokens float)``.
     ``press=None`` is the uncompressed path (the reference).
     """
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
-    prompt_ids = prompt_ids.to(device)
-    continuation_ids = continuation_ids.to(device)
-    P, M = prompt_ids.shape[1], continuation_ids.shape[1]
     cache = DynamicCache()
     ctx = press(model) if press is not None else nullcontext()
     with ctx:
-        model(input_ids=prompt_ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    kept = _cache_kept(cache)
-    position_ids = torch.arange(P, P + M, device=device).unsqueeze(0)
+        model(input_ids=prompt_ids.to(device), past_key_values=cache, use_cache=True, logits_to_keep=1)
+    return continue_from_cache(model, cache, prompt_ids.shape[1], continuation_ids)
+
+@dataclass
+class PrefillCapture:
+    """What every attention layer's kvpress hook sees during one uncompressed prefill.
+
+    Attributes
+    ----------
+    prompt_ids : LongTensor (1, P)
+    layers : list of dict, one per decoder layer, with ``kwargs`` (the attention module's forward
+        keyword arguments, ``past_key_values`` removed), ``output`` (the module's output tuple),
+        ``keys`` and ``values`` ``(1, H_kv, P, d)`` (the layer's full prompt cache).
+    """
+
+    prompt_ids: torch.Tensor
+    layers: list
+
+    @property
+    def prompt_len(self) -> int:
+        return int(self.prompt_ids.shape[1])
+
+
+@torch.inference_mode()
+def capture_prefill(model, prompt_ids) -> PrefillCapture:
+    """Run the uncompressed prefill once and record every attention layer's hook inputs."""
+    from transformers import DynamicCache
+
+    prompt_ids = _as_ids(prompt_ids, None, "prompt_ids")
+    device = next(model.parameters()).device
+    attn_modules = [layer.self_attn for layer in _decoder_layers(model)]
+    records = [None] * len(attn_modules)
+
+    def make(i):
+        def hook(module, args, kwargs, output):
+            kw = {k: v for k, v in kwargs.items() if k != "past_key_values"}
+            records[i] = {"kwargs": kw, "output": output}
+
+        return hook
+
+    cache = DynamicCache()
+    hooks = [m.register_forward_hook(make(i), with_kwargs=True) for i, m in enumerate(attn_modules)]
+    try:
+        model(input_ids=prompt_ids.to(device), past_key_values=cache, use_cache=True, logits_to_keep=1)
+    finally:
+        for h in hooks:
+            h.remove()
+    for i, rec in enumerate(records):
+        rec["keys"], rec["values"] = cache.layers[i].keys, cache.layers[i].values
+    return PrefillCapture(prompt_ids.cpu(), records)
+
+
+@torch.inference_mode()
+def replay_press(model, capture: PrefillCapture, press=None):
+    """The prompt cache that ``with press(model): model(prompt, past_key_values=cache)`` would leave.
+
+    Calls ``press.forward_hook`` layer by layer, in order, on a fresh :class:`~transformers.DynamicCache`
+    filled with the captured keys/values (``press=None``: the uncompressed cache). Head-wise presses
+    (kvpress AdaKV) mark evicted keys in ``module.masked_key_indices`` as they do in a real prefill.
+    """
+    from transformers import DynamicCache
+
+    layers = _decoder_layers(model)
+    if len(layers) != len(capture.layers):
+        raise ValueError(f"capture has {len(capture.layers)} layers but the model has {len(layers)}; "
+                         "capture the prefill with the same model")
+    inner = model.model.language_model if hasattr(model.model, "language_model") else model.model
+    for layer in layers:  # a real prefill resets these (kvpress attention_patch); so do we
+        layer.self_attn.masked_key_indices = None
+    cache = DynamicCache()
+    if press is not None:
+        press.post_init_from_model(model)
+    for i, (layer, rec) in enumerate(zip(layers, capture.layers)):
+        cache.update(rec["keys"], rec["values"], i)
+        if press is not None:
+            layer.self_attn.rotary_emb = inner.rotary_emb  # as BasePress.__call__ does
+            kwargs = dict(rec["kwargs"], past_key_values=cache)
+            press.forward_hook(layer.self_attn, [], kwargs, rec["output"])
+    return cache
+
+
+def _masked_count(model) -> int:
+    n = 0
+    for layer in _decoder_layers(model):
+        idx = getattr(layer.self_attn, "masked_key_indices", None)
+        if idx is not None:
+            n += int(idx[0].numel())
+    return n
+
+
+@torch.inference_mode()
+def continue_from_cache(model, cache, prompt_len: int, continuation_ids: torch.Tensor):
+    """Run the continuation on a (compressed) prompt cache at true positions ``prompt_len, ...``.
+
+    Returns ``(logprobs (M, V) float32, attn_outputs (L, M, hidden) float32, kept_tokens float)`` where
+    ``kept_tokens`` is the mean number of prompt tokens per layer and KV head the continuation can see.
+    """
+    device = next(model.parameters()).device
+    continuation_ids = continuation_ids.to(device)
+    M = continuation_ids.shape[1]
+    n_layers = len(_decoder_layers(model))
+    heads = cache.layers[0].keys.shape[1]
+    kept = _cache_kept(cache) - _masked_count(model) / (n_layers * heads)
+    position_ids = torch.arange(prompt_len, prompt_len + M, device=device).unsqueeze(0)
     store: list = []
     with _capture_attn_outputs(model, store):
         out = model(input_ids=continuation_ids, past_key_values=cache, position_ids=position_ids, use_cache=True)
     logprobs = F.log_softmax(out.logits[0].float(), dim=-1)
-    attn = torch.stack(store, dim=0)
-    return logprobs, attn, kept
+    for layer in _decoder_layers(model):  # do not leak head-wise masks into the next run
+        layer.self_attn.masked_key_indices = None
+    return logprobs, torch.stack(store, dim=0), kept
 
 
-def full_reference(model, tokenizer_or_none, prompt_ids, continuation_ids) -> FullReference:
-    """Uncompressed reference for one (prompt, continuation); reuse it across presses."""
+def _check_capture(capture, prompt_ids):
+    if capture is not None and not torch.equal(capture.prompt_ids, prompt_ids.cpu()):
+        raise ValueError("capture was recorded for a different prompt; call capture_prefill(model, prompt_ids)")
+
+
+def _run(model, prompt_ids, continuation_ids, press, capture):
+    if capture is None:
+        return compressed_forward(model, prompt_ids, continuation_ids, press=press)
+    cache = replay_press(model, capture, press)
+    return continue_from_cache(model, cache, capture.prompt_len, continuation_ids)
+
+
+def full_reference(model, tokenizer_or_none, prompt_ids, continuation_ids, *,
+                   capture: PrefillCapture | None = None) -> FullReference:
+    """Uncompressed reference for one (prompt, continuation); reuse it across presses.
+
+    With ``capture`` (from :func:`capture_prefill` on the same prompt) no prefill is run.
+    """
     prompt_ids = _as_ids(prompt_ids, tokenizer_or_none, "prompt_ids")
     continuation_ids = _as_ids(continuation_ids, tokenizer_or_none, "continuation_ids")
-    logprobs, attn, _ = compressed_forward(model, prompt_ids, continuation_ids, press=None)
+    _check_capture(capture, prompt_ids)
+    logprobs, attn, _ = _run(model, prompt_ids, continuation_ids, None, capture)
     return FullReference(prompt_ids.shape[1], continuation_ids.cpu(), logprobs.cpu(), attn.cpu())
 
 
@@ -202,7 +335,8 @@ def attention_output_error(reference: FullReference, attn_outputs: torch.Tensor)
 
 
 def next_token_kl(model, tokenizer_or_none, prompt_ids, continuation_ids, press, *,
-                  reference: FullReference | None = None) -> QualityResult:
+                  reference: FullReference | None = None,
+                  capture: PrefillCapture | None = None) -> QualityResult:
     """Mean KL(full || compressed) of the next-token distributions over the continuation.
 
     Parameters
@@ -212,17 +346,20 @@ def next_token_kl(model, tokenizer_or_none, prompt_ids, continuation_ids, press,
     prompt_ids, continuation_ids : str, list of ints, (n,) or (1, n) LongTensor.
     press : kvpress press (or ``None`` = no compression, KL 0).
     reference : the :func:`full_reference` of the same pair (computed here when omitted).
+    capture : a :func:`capture_prefill` of the same prompt; when given, the press is replayed on it
+        (:func:`replay_press`) instead of running a new prefill — same result, much cheaper.
     """
     prompt_ids = _as_ids(prompt_ids, tokenizer_or_none, "prompt_ids")
     continuation_ids = _as_ids(continuation_ids, tokenizer_or_none, "continuation_ids")
+    _check_capture(capture, prompt_ids)
     if reference is None:
-        reference = full_reference(model, None, prompt_ids, continuation_ids)
+        reference = full_reference(model, None, prompt_ids, continuation_ids, capture=capture)
     elif reference.prompt_len != prompt_ids.shape[1] or not torch.equal(
         reference.continuation_ids, continuation_ids.cpu()
     ):
         raise ValueError("reference was computed for a different (prompt, continuation); "
                          "call full_reference(model, tok, prompt_ids, continuation_ids) for this pair")
-    logq, attn, kept = compressed_forward(model, prompt_ids, continuation_ids, press=press)
+    logq, attn, kept = _run(model, prompt_ids, continuation_ids, press, capture)
     logq, attn = logq.cpu(), attn.cpu()
     kl_tok = kl_from_logprobs(reference.logprobs, logq)
     rel = attention_output_error(reference, attn)
