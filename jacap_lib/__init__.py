@@ -37,6 +37,9 @@ _EXPORTS = {
     "list_methods": "jacap_lib.presses.registry",
     "build_press": "jacap_lib.presses.registry",
     "inspect_eviction": "jacap_lib.inspect",
+    "describe_model": "jacap_lib.models",
+    "describe_method": "jacap_lib.presses.registry",
+    "EvictionInspection": "jacap_lib.inspect",
     # quality under compression
     "next_token_kl": "jacap_lib.analysis.quality",
     "full_reference": "jacap_lib.analysis.quality",
