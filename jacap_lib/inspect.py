@@ -248,3 +248,75 @@ def answer(model, tokenizer, context: str, question: str, method=None, compressi
         press = build_press(method, compression_ratio, **opts) if isinstance(method, str) else method
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer)
     return pipe(context, question=question, press=press, max_new_tokens=max_new_tokens)["answer"]
+
+
+def kl_table(model, tokenizer, prompt: str, continuation: str, methods=None, ratios=(0.5, 0.75, 0.9),
+             progress: bool = False) -> list[dict]:
+    """Next-token KL(full || compressed) on ``continuation`` after ``prompt`` for every method x ratio.
+
+    Uses :func:`jacap_lib.analysis.quality.next_token_kl` with one captured prefill replayed for
+    every press. ``methods=None``: ``jacap`` and every kvpress baseline of the registry.
+    Returns rows ``{"method", "ratio", "kl", "top1_agreement", "kept_tokens"}``.
+    """
+    from tqdm.auto import tqdm
+
+    from .analysis.quality import capture_prefill, full_reference, next_token_kl
+    from .presses.registry import build_press, list_methods
+
+    methods = ["jacap"] + list_methods("kvpress") if methods is None else list(methods)
+    prompt_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
+    cont_ids = tokenizer(continuation, return_tensors="pt", add_special_tokens=False).input_ids
+    capture = capture_prefill(model, prompt_ids)
+    reference = full_reference(model, None, prompt_ids, cont_ids, capture=capture)
+    rows = []
+    for method, ratio in tqdm([(m, r) for m in methods for r in ratios], disable=not progress, desc="KL"):
+        res = next_token_kl(model, None, prompt_ids, cont_ids, build_press(method, ratio),
+                            reference=reference, capture=capture)
+        rows.append({"method": method, "ratio": float(ratio), "kl": res.kl, "top1_agreement": res.top1_agreement,
+                     "kept_tokens": res.kept_tokens})
+    return rows
+
+
+def _main(argv=None):
+    """``python -m jacap_lib.inspect [--out data/live/kl_table.json]``: the chapter's KL table on the bundled model."""
+    import argparse
+    import importlib.metadata as md
+    import json
+    import platform
+    from pathlib import Path
+
+    from .models import describe_model, load_model
+    from .widgets.live import DEMO_CONTEXT, DEMO_CONTINUATION
+
+    parser = argparse.ArgumentParser(description=_main.__doc__)
+    parser.add_argument("--out", default="data/live/kl_table.json")
+    parser.add_argument("--model", default=None, help="Hugging Face id; default the bundled SmolLM2-135M")
+    parser.add_argument("--ratios", default="0.5,0.75,0.9")
+    args = parser.parse_args(argv)
+    ratios = tuple(float(r) for r in args.ratios.split(","))
+    torch.manual_seed(0)
+    model, tok = load_model(args.model)
+    rows = kl_table(model, tok, DEMO_CONTEXT, DEMO_CONTINUATION, ratios=ratios, progress=True)
+    from .presses.jacap import JacapPress
+
+    config = {
+        "script": "python -m jacap_lib.inspect",
+        "model": describe_model(model),
+        "prompt": "jacap_lib.widgets.live.DEMO_CONTEXT",
+        "continuation": "jacap_lib.widgets.live.DEMO_CONTINUATION",
+        "prompt_tokens": len(tok(DEMO_CONTEXT, add_special_tokens=False).input_ids),
+        "continuation_tokens": len(tok(DEMO_CONTINUATION, add_special_tokens=False).input_ids),
+        "ratios": list(ratios),
+        "jacap": {k: v for k, v in vars(JacapPress()).items() if k not in ("compression_ratio", "trace")},
+        "baselines": "kvpress defaults (random: seed 0)",
+        "seed": 0,
+        "versions": {p: md.version(p) for p in ("torch", "transformers", "kvpress")} | {"python": platform.python_version()},
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"config": config, "rows": rows}, indent=1))
+    print(f"wrote {out} ({len(rows)} rows)")
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,111 @@
+"""Figures of the live-eviction chapter: the prompt as a strip of tokens coloured by what the cache keeps.
+
+* :func:`token_strip` - one inspection, one (layer, head) or the fraction of all heads keeping each
+  token; hover shows the token's Jacap components;
+* :func:`token_strip_slider` - the same strip for several inspections (e.g. compression ratios)
+  behind a precomputed plotly slider, so it moves in the static site;
+* :func:`kl_bars` - next-token KL per method and compression ratio (log scale).
+"""
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+
+__all__ = ["strip_data", "token_strip", "token_strip_slider", "kl_bars"]
+
+_HOVER_FIELDS = ("score", "alpha", "rho", "kappa", "weight", "leverage")
+
+
+def _grid(values, width):
+    rows = -(-len(values) // width)
+    padded = list(values) + [None] * (rows * width - len(values))
+    return [padded[r * width : (r + 1) * width] for r in range(rows)]
+
+
+def strip_data(insp, layer: int | None = None, head: int | None = None, width: int = 16) -> dict:
+    """Heat-strip arrays for :func:`token_strip`: ``z`` (keep fraction or 0/1), ``text``, ``hover``.
+
+    ``layer``/``head`` ``None`` = averaged over all layers / heads. Components in the hover are those
+    of the chosen (layer, head), averaged the same way when not chosen.
+    """
+    if layer is not None and not 0 <= layer < insp.n_layers:
+        raise ValueError(f"layer must be in [0, {insp.n_layers}) or None, got {layer}")
+    if head is not None and not 0 <= head < insp.n_heads:
+        raise ValueError(f"head must be in [0, {insp.n_heads}) or None, got {head}")
+    keep = insp.keep_fraction(layer, head)
+    parts = {}
+    for name in _HOVER_FIELDS:
+        value = getattr(insp, name)
+        if value is None:
+            continue
+        v = value if layer is None else value[layer : layer + 1]
+        v = v if head is None else v[:, head : head + 1]
+        parts[name] = v.float().mean(dim=(0, 1))
+    hover = []
+    for i, tok in enumerate(insp.tokens):
+        lines = [f"#{i} {html.escape(repr(tok))}", f"kept by {float(keep[i]):.0%} of heads"]
+        lines += [f"{name} = {float(val[i]):.3g}" for name, val in parts.items()]
+        hover.append("<br>".join(lines))
+    shown = [html.escape(t.replace("\n", "⏎")) for t in insp.tokens]
+    return {"z": _grid(keep.tolist(), width), "text": _grid(shown, width), "hover": _grid(hover, width),
+            "keep": keep, "parts": parts}
+
+
+def _title(insp, layer, head):
+    where = "all layers" if layer is None else f"layer {layer}"
+    where += ", all KV heads" if head is None else f", KV head {head}"
+    kept = insp.kept.shape[-1]
+    return f"{insp.method} at c = {insp.compression_ratio:g}: {kept}/{insp.n_tokens} tokens kept per head ({where})"
+
+
+def token_strip(insp, layer: int | None = None, head: int | None = None, width: int = 16) -> go.Figure:
+    """The prompt as a grid of tokens; colour = fraction of (layer, head) pairs that keep the token."""
+    data = strip_data(insp, layer, head, width)
+    fig = go.Figure(go.Heatmap(
+        z=data["z"], text=data["text"], customdata=data["hover"], texttemplate="%{text}",
+        hovertemplate="%{customdata}<extra></extra>", zmin=0, zmax=1, colorscale="Blues",
+        colorbar={"title": "kept"}, xgap=2, ygap=2, textfont={"size": 10},
+    ))
+    fig.update_yaxes(autorange="reversed", showticklabels=False)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_layout(title=_title(insp, layer, head), height=60 + 26 * len(data["z"]),
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig
+
+
+def token_strip_slider(inspections: list, layer: int | None = None, head: int | None = None, width: int = 16,
+                       label: str = "c") -> go.Figure:
+    """:func:`token_strip` for several inspections of the same text, one slider step each."""
+    if not inspections:
+        raise ValueError("inspections must be a non-empty list of EvictionInspection")
+    if len({tuple(i.token_ids) for i in inspections}) != 1:
+        raise ValueError("all inspections must be of the same text")
+    fig = token_strip(inspections[0], layer, head, width)
+    steps = []
+    for insp in inspections:
+        data = strip_data(insp, layer, head, width)
+        value = insp.compression_ratio if label == "c" else insp.options.get(label)
+        steps.append({
+            "method": "update", "label": f"{value:g}" if isinstance(value, float) else str(value),
+            "args": [{"z": [data["z"]], "customdata": [data["hover"]]}, {"title.text": _title(insp, layer, head)}],
+        })
+    fig.update_layout(sliders=[{"active": 0, "steps": steps, "currentvalue": {"prefix": f"{label} = "},
+                                "pad": {"t": 10}}])
+    fig.update_layout(height=fig.layout.height + 80)
+    return fig
+
+
+def kl_bars(rows: list[dict], title: str = "Next-token KL(full || compressed), lower is better") -> go.Figure:
+    """Grouped bars: x = method, one bar per compression ratio; rows have ``method, ratio, kl``."""
+    if not rows:
+        raise ValueError("rows must be a non-empty list of {'method', 'ratio', 'kl'} dicts")
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    fig = go.Figure()
+    for ratio in sorted({r["ratio"] for r in rows}):
+        by = {r["method"]: r["kl"] for r in rows if r["ratio"] == ratio}
+        fig.add_bar(name=f"c = {ratio:g}", x=methods, y=[by.get(m) for m in methods],
+                    hovertemplate="%{x}: KL %{y:.4g} nats<extra>c = " + f"{ratio:g}" + "</extra>")
+    fig.update_yaxes(type="log", title="KL (nats)")
+    fig.update_layout(barmode="group", title=title, height=420)
+    return fig

@@ -1,0 +1,128 @@
+"""Live controls for the live-eviction chapter.
+
+:class:`EvictionExplorer` holds a model and a text and answers the controls with pure functions of
+their values (memoised, tested without a kernel); :func:`live_app` wires them to ipywidgets:
+method, compression ratio, tau, beta, layer, head, and an "answer" button comparing the model's
+answer with and without eviction.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from jacap_lib.viz import live as V
+
+__all__ = ["DEMO_CONTEXT", "DEMO_QUESTION", "DEMO_CONTINUATION", "BETA_CHOICES", "press_options", "parse_choice",
+           "EvictionExplorer", "live_app"]
+
+DEMO_CONTEXT = (
+    "The night ferry to Skarholm leaves from pier seven at a quarter past eleven. Its captain, Ingrid Voss, "
+    "has sailed the route for nineteen years and knows every rock by name. Passengers buy tickets at the "
+    "green kiosk beside the fish market; the fare is twelve crowns, or eight for children. "
+    "On board there is a small cafe that sells cardamom buns and hot blackcurrant juice, and a reading room "
+    "with old maps of the archipelago pinned to the walls. The crossing takes two hours when the sea is calm "
+    "and nearly three when the wind comes from the north. Halfway across, the ferry passes the lighthouse on "
+    "Tern Island, which was built in 1871 and still flashes twice every ten seconds. The keeper, a retired "
+    "teacher called Oskar Lind, waves a red lantern at the ferry every night. On Skarholm the ferry docks "
+    "next to the old cannery, which is now a museum about herring. The island has one hotel, the Anchor, "
+    "with fourteen rooms, and a bakery that opens at six in the morning. Most visitors rent bicycles from "
+    "the shed behind the church, because cars are not allowed on the island."
+)
+DEMO_QUESTION = "Who is the captain of the night ferry, and how much does an adult ticket cost?"
+DEMO_CONTINUATION = (
+    " Ingrid Voss, the captain, says that the best seat is by the window of the reading room, where you can "
+    "see the lighthouse on Tern Island flash twice every ten seconds."
+)
+BETA_CHOICES = (None, 0.5, 0.9, 0.99)
+
+
+def press_options(method: str, tau: float, beta: float | None) -> dict:
+    """Constructor options a control setting means for ``method``: tau/beta steer only Jacap presses."""
+    if not isinstance(method, str):
+        raise ValueError(f"method must be a registry name, got {method!r}")
+    return {"tau": float(tau), "beta": beta} if method.startswith("jacap") else {}
+
+
+def parse_choice(value):
+    """``"all"`` (a dropdown entry) -> ``None``; an int or digit string -> int."""
+    if value is None or value == "all":
+        return None
+    if isinstance(value, str) and not value.isdigit():
+        raise ValueError(f"expected 'all' or an index, got {value!r}")
+    return int(value)
+
+
+class EvictionExplorer:
+    """Everything the live controls need, memoised on the control values.
+
+    >>> ex = EvictionExplorer(model, tok)                 # doctest: +SKIP
+    >>> ex.figure("jacap", 0.75, tau=10, beta=None, layer=12, head="all")
+    """
+
+    def __init__(self, model, tokenizer, context: str = DEMO_CONTEXT, question: str = DEMO_QUESTION,
+                 max_new_tokens: int = 24):
+        self.model, self.tokenizer = model, tokenizer
+        self.context, self.question, self.max_new_tokens = context, question, max_new_tokens
+        self.inspect = lru_cache(maxsize=32)(self._inspect)
+        self.answer = lru_cache(maxsize=32)(self._answer)
+
+    def _inspect(self, method: str, ratio: float, tau: float = 10.0, beta: float | None = None):
+        from jacap_lib.inspect import inspect_eviction
+
+        return inspect_eviction(self.model, self.tokenizer, self.context, method, float(ratio),
+                                **press_options(method, tau, beta))
+
+    def _answer(self, method: str | None, ratio: float, tau: float = 10.0, beta: float | None = None) -> str:
+        from jacap_lib.inspect import answer
+
+        opts = {} if method is None else press_options(method, tau, beta)
+        return answer(self.model, self.tokenizer, self.context, self.question, method, float(ratio),
+                      max_new_tokens=self.max_new_tokens, **opts)
+
+    def figure(self, method: str, ratio: float, tau: float = 10.0, beta=None, layer="all", head="all"):
+        """The token strip for one setting of the controls."""
+        insp = self.inspect(method, float(ratio), float(tau), beta)
+        return V.token_strip(insp, parse_choice(layer), parse_choice(head))
+
+    def answers(self, method: str, ratio: float, tau: float = 10.0, beta=None) -> dict:
+        """The model's answer to the question without eviction and with ``method`` at ``ratio``."""
+        return {"full": self.answer(None, 0.0), "compressed": self.answer(method, float(ratio), float(tau), beta)}
+
+
+def live_app(model, tokenizer, context: str = DEMO_CONTEXT, question: str = DEMO_QUESTION):
+    """ipywidgets app over :class:`EvictionExplorer` (needs a live kernel)."""
+    import html
+
+    import ipywidgets as W
+    import plotly.graph_objects as go
+
+    from jacap_lib.presses.registry import list_methods
+
+    ex = EvictionExplorer(model, tokenizer, context, question)
+    n_layers, n_heads = model.config.num_hidden_layers, model.config.num_key_value_heads
+    method = W.Dropdown(options=list_methods(), value="jacap", description="method")
+    ratio = W.FloatSlider(value=0.75, min=0.1, max=0.9, step=0.05, description="c", continuous_update=False)
+    tau = W.FloatLogSlider(value=10.0, base=10, min=-1, max=2, step=0.1, description="τ", continuous_update=False)
+    beta = W.Dropdown(options=[("flat mean", None)] + [(str(b), b) for b in BETA_CHOICES[1:]], value=None,
+                      description="β")
+    layer = W.Dropdown(options=["all"] + list(range(n_layers)), value="all", description="layer")
+    head = W.Dropdown(options=["all"] + list(range(n_heads)), value="all", description="KV head")
+    ask = W.Button(description="answer the question")
+    answers = W.HTML()
+    fig = go.FigureWidget(ex.figure(method.value, ratio.value, tau.value, beta.value))
+
+    def redraw(_=None):
+        new = ex.figure(method.value, ratio.value, tau.value, beta.value, layer.value, head.value)
+        with fig.batch_update():
+            fig.data[0].z, fig.data[0].customdata = new.data[0].z, new.data[0].customdata
+            fig.layout.title.text = new.layout.title.text
+
+    def on_ask(_):
+        answers.value = "<i>generating…</i>"
+        got = ex.answers(method.value, ratio.value, tau.value, beta.value)
+        answers.value = (f"<b>Q:</b> {html.escape(question)}<br><b>full cache:</b> {html.escape(got['full'])}<br>"
+                         f"<b>{method.value}, c = {ratio.value:g}:</b> {html.escape(got['compressed'])}")
+
+    for control in (method, ratio, tau, beta, layer, head):
+        control.observe(redraw, names="value")
+    ask.on_click(on_ask)
+    return W.VBox([W.HBox([method, ratio, tau]), W.HBox([beta, layer, head]), fig, ask, answers])

@@ -1,0 +1,81 @@
+"""Callbacks and figures of the live-eviction chapter, without a kernel."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from jacap_lib.inspect import EvictionInspection
+from jacap_lib.viz import live as V
+from jacap_lib.widgets import live as W
+
+
+def _fake(ratio=0.5, n=10, jacap=True):
+    """A hand-made inspection: 2 layers x 2 heads x n tokens; layer 0 keeps the first half, layer 1 the evens."""
+    b = n // 2
+    kept = torch.stack([torch.stack([torch.arange(b), torch.arange(b)]),
+                        torch.stack([torch.arange(0, n, 2), torch.arange(0, n, 2)])])
+    parts = {}
+    if jacap:
+        alpha = torch.softmax(torch.arange(n, dtype=torch.float32), 0).expand(2, 2, n).clone()
+        parts = dict(alpha=alpha, rho=alpha * (1 - alpha), kappa=torch.ones(2, 2, n), weight=alpha,
+                     leverage=torch.ones(2, 2, n), score=alpha)
+    return EvictionInspection(method="jacap" if jacap else "knorm", compression_ratio=ratio, options={},
+                              token_ids=list(range(n)), tokens=[f"t{i}" for i in range(n)], kept=kept, **parts)
+
+
+def test_press_options_only_steer_jacap():
+    assert W.press_options("jacap", 5, 0.9) == {"tau": 5.0, "beta": 0.9}
+    assert W.press_options("jacap_two_stage", 5, None) == {"tau": 5.0, "beta": None}
+    assert W.press_options("snapkv", 5, 0.9) == {}
+    assert W.parse_choice("all") is None and W.parse_choice(3) == 3 and W.parse_choice("2") == 2
+    with pytest.raises(ValueError):
+        W.parse_choice("three")
+
+
+def test_strip_data_keep_fraction_and_hover():
+    insp = _fake()
+    data = V.strip_data(insp, width=4)
+    # token 0, 2, 4 kept by all 4 (layer, head) pairs; token 1, 3 by layer 0 only; 6, 8 by layer 1 only
+    expected = [1, .5, 1, .5, 1, 0, .5, 0, .5, 0]
+    assert torch.allclose(data["keep"], torch.tensor(expected))
+    assert data["z"][0] == expected[:4] and data["z"][2] == expected[8:] + [None, None]
+    assert "alpha" in data["hover"][0][1] and "kept by 50%" in data["hover"][0][1]
+    one = V.strip_data(insp, layer=1, head=0, width=10)
+    assert one["z"][0] == [1.0, 0.0] * 5
+    with pytest.raises(ValueError, match="layer"):
+        V.strip_data(insp, layer=2)
+
+
+def test_token_strip_and_slider_figures():
+    fig = V.token_strip(_fake(jacap=False), head=1)
+    assert fig.data[0].type == "heatmap" and "knorm" in fig.layout.title.text
+    slider = V.token_strip_slider([_fake(0.5), _fake(0.75)])
+    steps = slider.layout.sliders[0].steps
+    assert [s.label for s in steps] == ["0.5", "0.75"]
+    assert steps[1].args[0]["z"][0] == V.strip_data(_fake(0.75))["z"]
+    with pytest.raises(ValueError):
+        V.token_strip_slider([])
+
+
+def test_kl_bars_groups_by_ratio():
+    rows = [{"method": m, "ratio": r, "kl": kl} for m, r, kl in
+            [("jacap", 0.5, 0.1), ("knorm", 0.5, 0.3), ("jacap", 0.9, 1.0), ("knorm", 0.9, 2.0)]]
+    fig = V.kl_bars(rows)
+    assert [t.name for t in fig.data] == ["c = 0.5", "c = 0.9"]
+    assert list(fig.data[1].y) == [1.0, 2.0] and list(fig.data[0].x) == ["jacap", "knorm"]
+
+
+@pytest.mark.model
+def test_explorer_callbacks_on_the_bundled_model():
+    from jacap_lib import load_model
+
+    model, tok = load_model()
+    context = "The green kiosk sells ferry tickets for twelve crowns. " * 4
+    ex = W.EvictionExplorer(model, tok, context, "How much is a ticket?", max_new_tokens=6)
+    fig = ex.figure("jacap", 0.5, 10.0, None, layer=3, head="all")
+    insp = ex.inspect("jacap", 0.5, 10.0, None)
+    assert ex.inspect("jacap", 0.5, 10.0, None) is insp  # memoised: moving layer/head costs nothing
+    assert [list(row) for row in fig.data[0].z] == V.strip_data(insp, 3, None)["z"]
+    assert ex.inspect("jacap", 0.5, 2.0, None).options["tau"] == 2.0
+    got = ex.answers("knorm", 0.5)
+    assert set(got) == {"full", "compressed"} and all(isinstance(v, str) for v in got.values())
