@@ -1,6 +1,53 @@
 """Jacap variants from the critique (note §14.3), each registered under a name beginning with 'jacap'.
 
 ``VARIANTS`` maps a registry name to a factory ``f(compression_ratio, **opts) -> press``;
-:mod:`jacap_lib.presses.registry` merges it into the method registry.
+:mod:`jacap_lib.presses.registry` merges it into the method registry. Presses with new scoring
+logic live one per file (``jacap_<name>.py``); variants that only set an option of
+:class:`~jacap_lib.presses.jacap.JacapPress` (EMA statistics, ``u = W_O v``) or wrap it in a kvpress
+wrapper (AdaKV head-wise budgets) are factories here. Sweeps of a single option (``tau``,
+``noise``, ``beta``) use the bench's ``jacap[tau=1.0]`` syntax instead of new names.
 """
-VARIANTS: dict = {}
+from __future__ import annotations
+
+from kvpress import AdaKVPress
+
+from .jacap import JacapPress
+from .jacap_hybrid import JacapHybridPress
+from .jacap_multicenter import JacapMultiCenterPress
+from .jacap_rank1 import JacapRankOnePress
+from .jacap_two_stage import JacapTwoStagePress
+
+
+def jacap_ema(compression_ratio, beta=0.99, **opts):
+    """Jacap with EMA query statistics over the prompt (beta=0.99 by default) instead of the flat mean"""
+    return JacapPress(compression_ratio, beta=beta, **opts)
+
+
+def jacap_wo(compression_ratio, **opts):
+    """Jacap with the true output directions u = W_O v (the head's slice of the output projection)"""
+    return JacapPress(compression_ratio, use_out_proj=True, **opts)
+
+
+def jacap_adakv(compression_ratio, alpha_safeguard=0.20, **opts):
+    """Jacap scores with kvpress AdaKV head-wise budget allocation (top-k across the heads of a layer)"""
+    return AdaKVPress(press=JacapPress(compression_ratio, **opts), alpha_safeguard=alpha_safeguard)
+
+
+def _doc(cls):
+    def factory(compression_ratio, **opts):
+        return cls(compression_ratio, **opts)
+
+    factory.__doc__ = (cls.__module__.rsplit(".", 1)[-1] + ": " + (cls.__doc__ or "").strip().splitlines()[0])
+    factory.press_class = cls
+    return factory
+
+
+VARIANTS: dict = {
+    "jacap_rank1": _doc(JacapRankOnePress),
+    "jacap_two_stage": _doc(JacapTwoStagePress),
+    "jacap_hybrid": _doc(JacapHybridPress),
+    "jacap_multicenter": _doc(JacapMultiCenterPress),
+    "jacap_ema": jacap_ema,
+    "jacap_wo": jacap_wo,
+    "jacap_adakv": jacap_adakv,
+}

@@ -1,0 +1,69 @@
+r"""Hybrid Jacap (note §14.3, "protect globally important saturated tokens").
+
+A token whose centre probability saturates (:math:`\bar\alpha_i\to1`) has a vanishing Jacobian
+weight, yet deleting it can change the output the most (note §13.3, §19.1). The hybrid mixes the
+Jacap score with a global-importance score, each normalised to sum to one per head:
+
+.. math::  s_i = \lambda\,\frac{r_i}{\sum_j r_j} + (1-\lambda)\,\frac{g_i}{\sum_j g_j}
+
+with :math:`g` the attention the last prompt window paid to token i (kvpress SnapKV's score,
+``global_score="snapkv"``) or the key norm (``"keynorm"``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from kvpress import SnapKVPress
+
+from . import utils
+from .jacap import JacapPress
+
+__all__ = ["JacapHybridPress"]
+
+
+@dataclass
+class JacapHybridPress(JacapPress):
+    """JacapPress mixed with a global-importance score.
+
+    Parameters
+    ----------
+    lam_mix : float, default=0.5
+        Weight of the (normalised) Jacap score; ``1 - lam_mix`` goes to the global score.
+    global_score : {"snapkv", "keynorm"}, default="snapkv"
+        ``"snapkv"``: observed attention of the last ``snap_window`` prompt queries (kvpress SnapKV,
+        pooled over the query heads of each KV head); ``"keynorm"``: ``||k_i||``.
+    snap_window : int, default=64
+        Observation window of the SnapKV score (capped at half the prompt).
+    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`)
+    """
+
+    lam_mix: float = 0.5
+    global_score: str = "snapkv"
+    snap_window: int = 64
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not (isinstance(self.lam_mix, (int, float)) and 0 <= self.lam_mix <= 1):
+            raise ValueError(f"lam_mix must be in [0, 1], got {self.lam_mix!r}")
+        if self.global_score not in ("snapkv", "keynorm"):
+            raise ValueError(f"global_score must be 'snapkv' or 'keynorm', got {self.global_score!r}")
+        if not (isinstance(self.snap_window, int) and self.snap_window > 0):
+            raise ValueError(f"snap_window must be a positive int, got {self.snap_window!r}")
+
+    def global_scores(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
+        """Non-negative global importance ``(B, H_kv, N)``."""
+        if self.global_score == "keynorm":
+            return keys.float().norm(dim=-1)
+        window = min(self.snap_window, hidden_states.shape[1] // 2)
+        snap = SnapKVPress(compression_ratio=self.compression_ratio, window_size=window)
+        return snap.score(module, hidden_states, keys, values, attentions, kwargs).float().clamp_min(0)
+
+    def score(self, module, hidden_states, keys, values, attentions, kwargs):
+        mu, lam = self.query_statistics(module, hidden_states, keys, kwargs)
+        r = self.token_scores(keys, values, mu, lam, module).float()
+        g = self.global_scores(module, hidden_states, keys, values, attentions, kwargs)
+        tiny = torch.finfo(torch.float32).tiny
+        mixed = self.lam_mix * r / r.sum(-1, keepdim=True).clamp_min(tiny) + (1 - self.lam_mix) * g / g.sum(
+            -1, keepdim=True).clamp_min(tiny)
+        return utils.protect(mixed, self.n_sink, self.window)

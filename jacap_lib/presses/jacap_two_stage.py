@@ -1,0 +1,51 @@
+r"""Two-stage Jacap (note §14.3, "score twice"): top-2B, renormalise, rebuild A, rescore.
+
+One-shot Algorithm 1 scores every token on the geometry of the *full* pool: the centre softmax
+:math:`\bar\alpha` is normalised over all N tokens and :math:`A` sums over all of them. After keeping
+:math:`B\ll N` both change (note §13.4). This press scores once, keeps the best ``expand * B``
+candidates, recomputes :math:`\bar\alpha` (renormalised over the candidates only), :math:`w` and
+:math:`A` on the candidates, and lets kvpress keep the top B of the second score.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from kvpress.utils import compute_n_kept
+
+from . import utils
+from .jacap import JacapPress
+
+__all__ = ["JacapTwoStagePress"]
+
+
+@dataclass
+class JacapTwoStagePress(JacapPress):
+    """JacapPress with a second scoring pass on the top ``expand * B`` candidates.
+
+    Parameters
+    ----------
+    expand : float, default=2.0
+        Candidates kept by the first pass, as a multiple of the final budget B (capped at N).
+    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`)
+    """
+
+    expand: float = 2.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not (isinstance(self.expand, (int, float)) and self.expand >= 1):
+            raise ValueError(f"expand must be a number >= 1 (candidates = expand * budget), got {self.expand!r}")
+
+    def token_scores(self, keys, values, mu, lam, module):
+        first = utils.protect(self.components(keys, values, mu, lam, module).score, self.n_sink, self.window)
+        n = keys.shape[-2]
+        budget = compute_n_kept(n, self.compression_ratio)
+        n_cand = min(n, max(budget, int(round(self.expand * budget))))
+        if n_cand >= n:
+            return first
+        cand = first.topk(n_cand, dim=-1).indices.sort(dim=-1).values  # (B, H, n_cand), in position order
+        idx = cand.unsqueeze(-1).expand(-1, -1, -1, keys.shape[-1])
+        second = self.components(keys.gather(2, idx), values.gather(2, idx), mu, lam, module).score
+        out = torch.full_like(first, torch.finfo(first.dtype).min)
+        return out.scatter(-1, cand, second)
