@@ -1,0 +1,146 @@
+"""Figures of chapter 5 (Algorithm 1 and its GPU core); each function returns a ``go.Figure``.
+
+Inputs are plain data: :func:`jacap_lib.kernels.numerics.step_costs`,
+:func:`~jacap_lib.kernels.numerics.inverse_vs_solve` rows, and the committed benchmark JSON
+(:func:`jacap_lib.kernels.results.load_bench`).
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..kernels.numerics import step_costs
+from ..kernels.results import end_to_end_rows
+
+__all__ = [
+    "step_cost_figure", "inverse_vs_solve_figure", "scoring_benchmark_figure", "scoring_table_figure",
+    "end_to_end_figure",
+]
+
+METHOD_LABELS = {
+    "floor": "floor: one read of K and V",
+    "jacap_torch": "Jacap (torch reference)",
+    "jacap_triton": "Jacap (Triton kernels)",
+    "capkv": "CapKV (kvpress CapPress.score)",
+    "expected_attention": "Expected Attention (kvpress)",
+    "knorm": "KNorm (kvpress)",
+}
+COLORS = {
+    "floor": "#7f7f7f", "jacap_torch": "#d62728", "jacap_triton": "#ff7f0e", "capkv": "#1f77b4",
+    "expected_attention": "#2ca02c", "knorm": "#9467bd",
+}
+
+
+def step_cost_figure(Ns=(1024, 4096, 16384, 65536), ds=(64, 128)) -> go.Figure:
+    """FLOPs of each step of Algorithm 1 for one head against N; a button per head dimension d."""
+    fig = go.Figure()
+    steps = [s["step"] for s in step_costs(1, 1)]
+    for j, d in enumerate(ds):
+        for i, step in enumerate(steps):
+            flops = [step_costs(N, d)[i]["flops"] for N in Ns]
+            order = step_costs(1, 1)[i]["order"]
+            fig.add_trace(go.Scatter(x=list(Ns), y=flops, mode="lines+markers", name=f"{step}  [{order}]",
+                                     visible=(j == len(ds) - 1), legendgroup=step))
+    n = len(steps)
+    buttons = [
+        dict(label=f"d = {d}", method="update",
+             args=[{"visible": [k // n == j for k in range(n * len(ds))]}, {"title": f"FLOPs per head, d = {d}"}])
+        for j, d in enumerate(ds)
+    ]
+    fig.update_layout(
+        title=f"FLOPs per head, d = {ds[-1]}", xaxis=dict(type="log", title="cached tokens N"),
+        yaxis=dict(type="log", title="floating-point operations"), height=460,
+        updatemenus=[dict(type="buttons", direction="right", buttons=buttons, active=len(ds) - 1, x=0, y=1.15)],
+        legend=dict(font=dict(size=11)),
+    )
+    return fig
+
+
+def inverse_vs_solve_figure(rows: list[dict]) -> go.Figure:
+    """Median and maximum relative leverage error (float32) against cond(A), three ways."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("median relative error", "maximum relative error"))
+    styles = {"inverse": ("u^T inv(A) u", "#d62728"), "cholesky_solve": ("Cholesky + solve", "#1f77b4"),
+              "triangular_inverse": ("L^-1 once, |L^-1 u|^2", "#2ca02c")}
+    for col, stat in ((1, "median_rel_err"), (2, "max_rel_err")):
+        for key, (label, color) in styles.items():
+            pts = [(r["cond"], r[key][stat], r[key]["negative"]) for r in rows if key in r]
+            fig.add_trace(go.Scatter(
+                x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=label,
+                line=dict(color=color, dash="dot" if key == "triangular_inverse" else None),
+                text=[f"negative leverages: {p[2]}" for p in pts], showlegend=col == 1,
+            ), row=1, col=col)
+        floor = [(r["cond"], r["formation_rel_err"]) for r in rows if r.get("formation_rel_err") is not None]
+        fig.add_trace(go.Scatter(x=[p[0] for p in floor], y=[p[1] for p in floor], mode="lines",
+                                 name="rounding A to float32 (median)", line=dict(color="#7f7f7f", dash="dash"),
+                                 showlegend=col == 1), row=1, col=col)
+    fig.update_xaxes(type="log", title="cond(A)")
+    fig.update_yaxes(type="log")
+    fig.update_layout(height=420, title="Leverage in float32: explicit inverse vs Cholesky + triangular solve")
+    return fig
+
+
+def scoring_benchmark_figure(data: dict) -> go.Figure:
+    """Median time per call against N, log-log, one line per method; a button per head dimension d."""
+    rows = data["rows"]
+    ds = sorted({r["d"] for r in rows})
+    methods = [m for m in METHOD_LABELS if any(r["method"] == m for r in rows)]
+    fig = go.Figure()
+    for j, d in enumerate(ds):
+        for m in methods:
+            pts = sorted((r["N"], r["median_s"], r["ratio_to_floor"]) for r in rows if r["d"] == d and r["method"] == m)
+            fig.add_trace(go.Scatter(
+                x=[p[0] for p in pts], y=[1e3 * p[1] for p in pts], mode="lines+markers", name=METHOD_LABELS[m],
+                line=dict(color=COLORS[m], dash="dash" if m == "floor" else None), visible=(j == len(ds) - 1),
+                text=[f"{p[2]:.1f}x the floor" for p in pts], hovertemplate="N=%{x}: %{y:.2f} ms (%{text})",
+            ))
+    n = len(methods)
+    env = data.get("environment", {})
+    where = env.get("gpu") or f"{env.get('cpu', 'CPU')}, {env.get('torch_threads', '?')} thread(s)"
+    buttons = [
+        dict(label=f"d = {d}", method="update",
+             args=[{"visible": [k // n == j for k in range(n * len(ds))]}, {"title": f"Scoring time, 8 KV heads, d = {d} ({where})"}])
+        for j, d in enumerate(ds)
+    ]
+    fig.update_layout(
+        title=f"Scoring time, 8 KV heads, d = {ds[-1]} ({where})", height=480,
+        xaxis=dict(type="log", title="cached tokens N"), yaxis=dict(type="log", title="median ms per call"),
+        updatemenus=[dict(type="buttons", direction="right", buttons=buttons, active=len(ds) - 1, x=0, y=1.15)],
+    )
+    return fig
+
+
+def scoring_table_figure(rows: list[dict]) -> go.Figure:
+    """The benchmark as a table: ms and multiple of the floor per method, and Jacap / CapKV."""
+    methods = [m for m in METHOD_LABELS if f"{m}_ms" in rows[0]]
+    header = ["N", "d"] + [METHOD_LABELS[m].split(" (")[0] + (" (floor)" if m == "floor" else "") for m in methods]
+    header.append("Jacap torch / CapKV")
+    cells = [[r["N"] for r in rows], [r["d"] for r in rows]]
+    for m in methods:
+        if m == "floor":
+            cells.append([f"{r['floor_ms']:.2f} ms" for r in rows])
+        else:
+            cells.append([f"{r[m + '_ms']:.1f} ms ({r[m + '_x_floor']:.0f}x)" for r in rows])
+    cells.append([f"{r['jacap_torch_over_capkv']:.2f}" for r in rows])
+    fig = go.Figure(go.Table(header=dict(values=header, align="left"), cells=dict(values=cells, align="left")))
+    fig.update_layout(height=60 + 28 * (len(rows) + 1), margin=dict(l=5, r=5, t=5, b=5))
+    return fig
+
+
+def end_to_end_figure(data: dict) -> go.Figure:
+    """Stacked seconds per run: scoring, the rest of prefill, and decoding, per prompt length."""
+    rows = end_to_end_rows(data)
+    labels = [f"{r['prompt_tokens'] // 1024}K {r['method']}" + (f" c={r['ratio']:.1f}" if r["method"] != "none" else "")
+              for r in rows]
+    parts = (("scoring_s", "scoring (press.score)", "#d62728"), ("prefill_other_s", "prefill, rest", "#1f77b4"),
+             ("decode_s", f"decode {rows[0]['new_tokens'] if rows else ''} tokens", "#2ca02c"))
+    fig = go.Figure()
+    for key, name, color in parts:
+        fig.add_trace(go.Bar(y=labels, x=[r[key] for r in rows], name=name, orientation="h", marker_color=color,
+                             text=[f"{100 * r['scoring_share_of_total']:.1f}%" if key == "scoring_s" else "" for r in rows],
+                             textposition="outside" if key == "scoring_s" else "none"))
+    env = data.get("environment", {})
+    where = env.get("gpu") or f"{env.get('cpu', 'CPU')}, {env.get('torch_threads', '?')} thread(s)"
+    fig.update_layout(barmode="stack", height=120 + 28 * len(rows), xaxis_title="seconds",
+                      yaxis=dict(autorange="reversed"),
+                      title=f"Prefill + scoring + decode, {data['config'].get('model', '')} ({where})")
+    return fig

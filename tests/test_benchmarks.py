@@ -1,0 +1,162 @@
+"""Benchmark scripts (smoke runs), what they time (checked against the methods' formulas), the cost
+model, the inverse-vs-solve experiment and the chapter-5 figures."""
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from jacap_lib.kernels import numerics
+from jacap_lib.kernels.results import end_to_end_rows, load_bench, scoring_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def scoring():
+    return _load("scoring")
+
+
+def _inputs(N=40, d=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    keys, values = torch.randn(1, 2, N, d, generator=g, dtype=torch.float64), torch.randn(1, 2, N, d, generator=g, dtype=torch.float64)
+    mu, lam = torch.randn(1, 2, d, generator=g, dtype=torch.float64), 0.1 + torch.rand(1, 2, d, generator=g, dtype=torch.float64)
+    return keys, values, mu, lam
+
+
+def test_capkv_timed_is_capkv_formula(scoring):
+    """The timed CapPress.score (anchor given) equals CapKV's formula computed here by hand."""
+    keys, values, mu, lam = _inputs()
+    got = scoring.kvpress_scorers(keys, values, mu, lam)["capkv"]()
+    tau, sink, eps = 5.0, 4, 1e-6  # CapPress defaults
+    k, v = keys[:, :, sink:], values[:, :, sink:]
+    cos = (torch.nn.functional.normalize(k, dim=-1) * torch.nn.functional.normalize(mu, dim=-1)[:, :, None]).sum(-1)
+    w = torch.exp(tau * cos - (tau * cos).amax(-1, keepdim=True))
+    for h in range(2):
+        A = torch.eye(16, dtype=torch.float64) + (v[0, h] * (w[0, h] + eps)[:, None]).T @ v[0, h]
+        want = w[0, h] * (v[0, h] * torch.linalg.solve(A, v[0, h].T).T).sum(-1)
+        torch.testing.assert_close(got[0, h, sink:].double(), want, rtol=1e-5, atol=1e-7)
+    assert bool((got[:, :, :sink] > got[:, :, sink:].amax()).all())  # sinks padded above every score
+
+
+def test_expected_attention_and_knorm_timed_are_their_formulas(scoring):
+    keys, values, mu, lam = _inputs(seed=1)
+    fns = scoring.kvpress_scorers(keys, values, mu, lam)
+    ea = fns["expected_attention"]()
+    k, v = keys[:, :, 4:], values[:, :, 4:]
+    logit = (k @ mu[..., None]).squeeze(-1) / 4.0 + 0.5 * (k * k * lam[:, :, None]).sum(-1) / 16
+    want = torch.softmax(logit, -1) * v.norm(dim=-1)
+    torch.testing.assert_close(ea[:, :, 4:].double(), want, rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(fns["knorm"]().double(), -keys.norm(dim=-1), rtol=1e-6, atol=0)
+
+
+def test_scoring_script_quick_run(scoring, tmp_path):
+    out = scoring.main(["--N", "300", "--d", "32", "--quick", "--threads", "1", "--out", str(tmp_path / "s.json")])
+    saved = json.loads((tmp_path / "s.json").read_text())
+    assert saved["config"]["N"] == [300] and saved["config"]["kv_heads"] == 8 and saved["argv"][0] == "--N"
+    methods = {r["method"] for r in saved["rows"]}
+    assert methods == {"floor", "jacap_torch", "capkv", "expected_attention", "knorm"}
+    floor = next(r for r in saved["rows"] if r["method"] == "floor")
+    for r in saved["rows"]:
+        assert math.isclose(r["ratio_to_floor"], r["median_s"] / floor["median_s"], rel_tol=1e-12)
+        assert r["median_s"] > 0 and r["repeats"] == 1
+    assert set(saved["what_was_timed"]) >= methods
+    rows = scoring_rows(saved)
+    assert len(rows) == 1 and math.isclose(
+        rows[0]["jacap_torch_over_capkv"], out["summary"]["N=300,d=32"]["jacap_torch_over_capkv"], rel_tol=1e-12
+    )
+
+
+@pytest.mark.model
+def test_end_to_end_script_tiny_run(tmp_path):
+    e2e = _load("end_to_end")
+    out = e2e.main(["--lengths", "48", "--ratios", "0.5", "--new-tokens", "2", "--threads", "1",
+                    "--out", str(tmp_path / "e.json")])
+    rows = {(r["method"], r["ratio"]): r for r in out["rows"]}
+    assert set(rows) == {("none", 0.0), ("jacap", 0.5), ("capkv", 0.5)}
+    assert rows[("none", 0.0)]["kept_tokens_per_head"] == 47  # prompt[:-1] prefilled, nothing evicted
+    assert rows[("jacap", 0.5)]["kept_tokens_per_head"] < 47
+    n_layers = out["config"]["num_hidden_layers"]
+    for key in (("jacap", 0.5), ("capkv", 0.5)):
+        r = rows[key]
+        assert r["score_calls"] == n_layers and 0 < r["scoring_s"] < r["prefill_s"]
+        assert math.isclose(r["scoring_share_of_total"], r["scoring_s"] / (r["prefill_s"] + r["decode_s"]))
+
+
+def test_step_costs_closed_forms():
+    costs = {c["step"]: c for c in numerics.step_costs(1000, 64, bytes_per_scalar=2)}
+    assert costs["Gram sum w u u^T"]["flops"] == 2 * 1000 * 64 * 64 + 1000 * 64
+    assert costs["Cholesky of A"]["flops"] == 64**3 // 3
+    assert sum(c["bytes"] for c in costs.values()) == 3 * 1000 * 64 * 2  # K once, V twice
+    with pytest.raises(ValueError, match="`d`"):
+        numerics.step_costs(10, 0)
+
+
+def test_ill_conditioned_system_hits_its_condition_number():
+    U = numerics.ill_conditioned_system(1e5, d=32, N=200, n_copies=4)
+    A = torch.eye(32, dtype=torch.float64) + U.T @ U
+    assert U.shape == (204, 32)
+    assert 0.5e5 < float(torch.linalg.cond(A)) < 2e5
+    with pytest.raises(ValueError, match="cond"):
+        numerics.ill_conditioned_system(1.0)
+
+
+def test_inverse_vs_solve_findings():
+    rows = {r["cond_target"]: r for r in numerics.inverse_vs_solve((1e3, 1e6, 1e8), d=32, N=256)}
+    for c in (1e3, 1e6):  # both fine, the explicit inverse less accurate
+        r = rows[c]
+        assert r["cholesky_ok_float32"] and r["inverse"]["negative"] == 0
+        assert r["cholesky_solve"]["median_rel_err"] < r["inverse"]["median_rel_err"]
+        assert r["cholesky_solve"]["median_rel_err"] < 1e4 * c * 6e-8
+    assert rows[1e6]["inverse"]["median_rel_err"] > 1e-5
+    bad = rows[1e8]  # float32 rounding makes A indefinite: Cholesky refuses, the inverse answers wrongly
+    assert not bad["float32_A_positive_definite"] and not bad["cholesky_ok_float32"]
+    assert "cholesky_solve" not in bad and bad["inverse"]["max_rel_err"] > 0.1
+
+
+def test_figures_build():
+    from jacap_lib.viz import kernels as V
+
+    assert len(V.step_cost_figure(Ns=(1024, 4096), ds=(64, 128)).data) == 2 * 6
+    rows = numerics.inverse_vs_solve((1e3, 1e8), d=16, N=64)
+    fig = V.inverse_vs_solve_figure(rows)
+    assert {t.name for t in fig.data} >= {"u^T inv(A) u", "Cholesky + solve"}
+    data = {"rows": [
+        {"N": N, "d": 64, "method": m, "median_s": t * N, "ratio_to_floor": t / 1e-3, "peak_extra_bytes": 2**20}
+        for N in (1024, 4096) for m, t in (("floor", 1e-3), ("jacap_torch", 2e-2), ("capkv", 1e-2),
+                                          ("expected_attention", 5e-3), ("knorm", 1e-3))
+    ], "environment": {"cpu": "test", "torch_threads": 1}}
+    assert len(V.scoring_benchmark_figure(data).data) == 5
+    table = scoring_rows(data)
+    assert table[0]["jacap_torch_over_capkv"] == pytest.approx(2.0)
+    assert len(V.scoring_table_figure(table).data[0].cells.values) == 2 + 5 + 1
+    e2e = {"config": {"model": "m"}, "environment": {}, "rows": [
+        {"method": "jacap", "ratio": 0.8, "prompt_tokens": 2048, "new_tokens": 100, "prefill_s": 3.0, "scoring_s": 1.0,
+         "decode_s": 2.0, "scoring_share_of_total": 0.2}]}
+    assert end_to_end_rows(e2e)[0]["prefill_other_s"] == pytest.approx(2.0)
+    assert [t.x[0] for t in V.end_to_end_figure(e2e).data] == [1.0, 2.0, 2.0]
+
+
+@pytest.mark.parametrize("name", ["scoring_cpu", "end_to_end_cpu"])
+def test_committed_results_are_complete(name):
+    try:
+        data = load_bench(name)
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc))
+    assert data["environment"]["packages"]["torch"] and data["rows"]
+    if name == "scoring_cpu":
+        assert sorted(data["config"]["N"]) == [1024, 4096, 16384, 65536] and data["config"]["d"] == [64, 128]
+        assert len(data["rows"]) == 4 * 2 * 5
+    else:
+        assert {r["method"] for r in data["rows"]} == {"none", "jacap", "capkv"}
