@@ -544,7 +544,9 @@ def _run_failures(model, tok, out: Path, args) -> None:
     from . import failures as F
 
     t0 = time.perf_counter()
-    demos = [F.delayed_constraint(model, tok, tau=args.tau), F.competing_evidence(model, tok, tau=args.tau),
+    demos = [F.delayed_constraint(model, tok, tau=args.tau),
+             F.competing_evidence(model, tok, tau=args.tau),
+             F.competing_evidence(model, tok, tau=args.tau, prompt=F.COMPETING_PROMPT_NORTH),
              F.phase_change(model, tok, tau=args.tau, ratio=args.ratio)]
     from ..models import BUNDLED_FILE, BUNDLED_VERSION
 

@@ -41,6 +41,7 @@ __all__ = [
     "query_lag",
     "DELAYED_PROMPT",
     "COMPETING_PROMPT",
+    "COMPETING_PROMPT_NORTH",
     "PHASE_PROMPT",
 ]
 
@@ -93,6 +94,10 @@ COMPETING_PROMPT = dict(
     answer=" closed",
     rival=" open",
 )
+
+#: The same context, asking for the other station (a model that compares gets both right).
+COMPETING_PROMPT_NORTH = dict(COMPETING_PROMPT, question="\nStation North: the mountain road is", answer=" open",
+                              rival=" closed")
 
 #: Phase change: prose that mentions quantities, then a table that recalls them.
 PHASE_PROMPT = dict(
@@ -267,7 +272,8 @@ def competing_evidence(model, tok, *, ratios=(0.5, 0.75, 0.9), tau: float = 10.0
             cases.append(r)
     setup = dict(prompt=prompt, prompt_tokens=int(p.shape[1]), critical_positions=critical, tau=tau,
                  n_sink=n_sink, n_queries=n_queries, ratios=list(ratios))
-    return FailureDemo("competing_evidence", ref, cases, setup)
+    name = "competing_evidence" + ("" if prompt is COMPETING_PROMPT else f" ({prompt['question'].strip()!r})")
+    return FailureDemo(name, ref, cases, setup)
 
 
 # ----------------------------------------------------------------------------- 20.3 phase change

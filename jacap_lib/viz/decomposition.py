@@ -14,6 +14,8 @@ import plotly.graph_objects as go
 
 __all__ = [
     "load_records",
+    "data_path",
+    "load_failures",
     "taylor_error_figure",
     "diagonal_error_figure",
     "selection_figure",
@@ -25,12 +27,36 @@ __all__ = [
 _COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
 
 
+DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "decomposition"
+
+
+def data_path(name: str) -> Path:
+    """``data/decomposition/<name>.json`` of the repository (a bare name like ``"taylor"``) or a path."""
+    p = Path(name)
+    if p.suffix == ".json":
+        return p
+    for base in (DATA_DIR, Path.cwd() / "data" / "decomposition", Path.cwd().parent / "data" / "decomposition"):
+        if (base / f"{name}.json").is_file():
+            return base / f"{name}.json"
+    raise ValueError(f"no {name}.json under {DATA_DIR}: clone the repository (the results are committed there) "
+                     f"or regenerate them with python -m jacap_lib.analysis.decomposition --out data/decomposition")
+
+
 def load_records(path) -> tuple[dict, list]:
-    """``(config, records)`` from a ``data/decomposition/*.json`` file."""
-    data = json.loads(Path(path).read_text())
+    """``(config, records)`` from a ``data/decomposition/*.json`` file (a path or a bare name, e.g. ``"taylor"``)."""
+    path = data_path(str(path))
+    data = json.loads(path.read_text())
     if "records" not in data:
         raise ValueError(f"{path} has no 'records' list; regenerate it with python -m jacap_lib.analysis.decomposition")
     return data.get("config", {}), data["records"]
+
+
+def load_failures(path="failures") -> tuple[dict, dict]:
+    """``(config, {demo name: demo dict})`` from ``failures.json`` (written by the CLI's failures part)."""
+    data = json.loads(data_path(str(path)).read_text())
+    if "demos" not in data:
+        raise ValueError(f"{path} has no 'demos'; regenerate it with python -m jacap_lib.analysis.decomposition --only failures")
+    return data.get("config", {}), {d["name"]: d for d in data["demos"]}
 
 
 def _by_layer(records, getter):
