@@ -138,6 +138,12 @@ def capture_kept(model, press, store: dict):
 
     def after(module, args, kwargs, output):
         i = module.layer_idx
+        if getattr(module, "masked_key_indices", None) is not None:
+            raise ValueError(
+                f"{type(press).__name__} evicts by masking keys per head (kvpress head-wise budgets, e.g. AdaKV) "
+                "instead of shrinking the cache; inspect_eviction reads kept positions from the cache and "
+                "supports presses that physically evict (ScorerPress and its budget wrappers)"
+            )
         keys = kwargs["past_key_values"].layers[i].keys.detach()
         if i in full and keys.shape[2] <= full[i].shape[2]:
             store[i] = (full[i], kept_indices(full[i], keys))

@@ -63,3 +63,14 @@ def test_inspect_baseline_records_score_only(model_tok):
         res.component("alpha")
     with pytest.raises(ValueError, match="unknown method"):
         inspect_eviction(model, tok, TEXT, "nope", 0.5)
+
+
+@pytest.mark.model
+def test_inspect_refuses_masking_presses(model_tok):
+    from kvpress import AdaKVPress
+
+    from jacap_lib.presses.jacap import JacapPress
+
+    model, tok = model_tok
+    with pytest.raises(ValueError, match="masking"):
+        inspect_eviction(model, tok, TEXT, AdaKVPress(press=JacapPress(0.5)))

@@ -79,3 +79,14 @@ def test_explorer_callbacks_on_the_bundled_model():
     assert ex.inspect("jacap", 0.5, 2.0, None).options["tau"] == 2.0
     got = ex.answers("knorm", 0.5)
     assert set(got) == {"full", "compressed"} and all(isinstance(v, str) for v in got.values())
+
+
+def test_inspectable_methods_are_scorer_presses():
+    from kvpress import ScorerPress
+
+    from jacap_lib.presses.registry import build_press, list_methods
+
+    names = W.inspectable_methods()
+    assert "jacap" in names and "snapkv" in names
+    for name in set(list_methods()) - set(names):
+        assert not isinstance(build_press(name, 0.5), ScorerPress)

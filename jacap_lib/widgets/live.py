@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from jacap_lib.viz import live as V
 
-__all__ = ["DEMO_CONTEXT", "DEMO_QUESTION", "DEMO_CONTINUATION", "BETA_CHOICES", "press_options", "parse_choice",
+__all__ = ["DEMO_CONTEXT", "DEMO_QUESTION", "DEMO_CONTINUATION", "BETA_CHOICES", "press_options", "parse_choice", "inspectable_methods",
            "EvictionExplorer", "live_app"]
 
 DEMO_CONTEXT = (
@@ -40,6 +40,15 @@ def press_options(method: str, tau: float, beta: float | None) -> dict:
     if not isinstance(method, str):
         raise ValueError(f"method must be a registry name, got {method!r}")
     return {"tau": float(tau), "beta": beta} if method.startswith("jacap") else {}
+
+
+def inspectable_methods() -> list[str]:
+    """Registry names whose press physically evicts (a kvpress ScorerPress), i.e. what the token view can show."""
+    from kvpress import ScorerPress
+
+    from jacap_lib.presses.registry import build_press, list_methods
+
+    return [m for m in list_methods() if isinstance(build_press(m, 0.5), ScorerPress)]
 
 
 def parse_choice(value):
@@ -95,11 +104,9 @@ def live_app(model, tokenizer, context: str = DEMO_CONTEXT, question: str = DEMO
     import ipywidgets as W
     import plotly.graph_objects as go
 
-    from jacap_lib.presses.registry import list_methods
-
     ex = EvictionExplorer(model, tokenizer, context, question)
     n_layers, n_heads = model.config.num_hidden_layers, model.config.num_key_value_heads
-    method = W.Dropdown(options=list_methods(), value="jacap", description="method")
+    method = W.Dropdown(options=inspectable_methods(), value="jacap", description="method")
     ratio = W.FloatSlider(value=0.75, min=0.1, max=0.9, step=0.05, description="c", continuous_update=False)
     tau = W.FloatLogSlider(value=10.0, base=10, min=-1, max=2, step=0.1, description="τ", continuous_update=False)
     beta = W.Dropdown(options=[("flat mean", None)] + [(str(b), b) for b in BETA_CHOICES[1:]], value=None,
