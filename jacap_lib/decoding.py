@@ -39,6 +39,8 @@ Design choices (the note leaves them open; they are the things to report when re
   (a sliding window). This is warned about and recorded in :attr:`EvictionEvent.fallback_reason`.
 * **Padding.** Left padding (what batched ``generate`` uses) is supported: pad slots are dropped
   first and scoring only sees a row's real tokens. Right padding is refused.
+* **Decoding modes.** Greedy decoding and sampling. Beam search reorders batch rows inside the
+  cache and is refused (the per-request statistics would no longer match their rows).
 """
 from __future__ import annotations
 
@@ -300,6 +302,9 @@ class JacapDecodeController:
             self._n_real = torch.zeros(b, dtype=torch.long, device=device)
         elif cache is not self._cache:
             raise ValueError("this cache was filled without the controller: attach it before the prompt is processed")
+        elif b != self._slot_valid.shape[0]:
+            raise ValueError(f"batch size changed from {self._slot_valid.shape[0]} to {b} mid-request: beam search and "
+                             "batch reordering are not supported (use greedy decoding or sampling)")
         if not bool(new_valid[:, -1].all()):
             raise ValueError("right padding is not supported: pad on the left (tokenizer.padding_side = 'left')")
         cache_position = kwargs.get("cache_position")

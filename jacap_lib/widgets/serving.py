@@ -46,18 +46,17 @@ def beta_figure(q, beta: float, horizon: int = 16):
 def beta_app(q, horizon: int = 16):
     """A β slider (0.3 ... 0.995) redrawing :func:`beta_figure` on a query stream ``q``."""
     import ipywidgets as W
-    import plotly.graph_objects as go
+    from IPython.display import display
 
+    out = W.Output()
     slider = W.FloatSlider(value=0.9, min=0.3, max=0.995, step=0.005, description="β", continuous_update=False,
                            readout_format=".3f")
-    fig = go.FigureWidget(beta_figure(q, slider.value, horizon))
 
-    def redraw(change):
-        new = beta_figure(q, change["new"], horizon)
-        with fig.batch_update():
-            fig.data[1].y = new.data[1].y
-            fig.data[1].name = new.data[1].name
-            fig.layout.title.text = new.layout.title.text
+    def redraw(_=None):
+        out.clear_output(wait=True)
+        with out:
+            display(beta_figure(q, slider.value, horizon))
 
     slider.observe(redraw, names="value")
-    return W.VBox([slider, fig])
+    redraw()
+    return W.VBox([slider, out])
