@@ -1,7 +1,7 @@
 """Autograded exercises of chapter 5 (same conventions as :mod:`jacap_lib.exercises`).
 
     from jacap_lib.kernels import exercises as kx
-    kx.check("05.1", answer)     # None prints the question; a wrong answer gets a hint
+    kx.check("05.1", answer)     # None shows the question; a wrong answer gets a hint
     kx.data("05.3")              # the inputs an exercise talks about
 
 Expected answers are computed from :mod:`jacap_lib.kernels.numerics` and torch, never typed in.
@@ -15,7 +15,7 @@ import torch
 
 from .numerics import step_costs
 
-__all__ = ["check", "data", "QUESTIONS"]
+__all__ = ["check", "data", "QUESTIONS", "Verdict"]
 
 QUESTIONS = {
     "05.1": "For d = 128, at which N does the Gram step (2 N d^2 FLOPs) cost as much as the Cholesky "
@@ -59,12 +59,24 @@ def _in_book_build() -> bool:
     return in_book_build()
 
 
-def check(exercise_id: str, answer) -> bool:
-    """Print a verdict (and a hint when wrong); returns True when correct."""
+class Verdict:
+    """What :func:`check` returns: truthy when correct; shows its message in a notebook."""
+
+    def __init__(self, correct: bool, message: str):
+        self.correct, self.message = correct, message
+
+    def __bool__(self):
+        return self.correct
+
+    def __repr__(self):
+        return self.message
+
+
+def check(exercise_id: str, answer) -> Verdict:
+    """The verdict (with a hint when wrong); ``None`` returns the question."""
     expected = _expected(exercise_id)
     if answer is None:
-        print(f"Exercise {exercise_id}: {QUESTIONS[exercise_id]}")
-        return False
+        return Verdict(False, f"Exercise {exercise_id}: {QUESTIONS[exercise_id]}")
     hint = ""
     if exercise_id in ("05.1", "05.2"):
         try:
@@ -84,7 +96,6 @@ def check(exercise_id: str, answer) -> bool:
         if not ok and got.shape == expected.shape and bool(torch.allclose(got.sqrt(), expected, rtol=1e-6)):
             hint = " (leverage is |L^{-1} u|^2: square the solve's column norms)"
     msg = f"Exercise {exercise_id}: " + ("correct." if ok else f"not yet{hint}.")
-    print(msg)
     if not ok and _in_book_build():
         raise AssertionError(msg)
-    return ok
+    return Verdict(ok, msg)
