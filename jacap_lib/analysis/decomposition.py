@@ -478,8 +478,13 @@ def selection_records(caps: dict, *, prefix: int, n: int = 16, budget: int = 4, 
     return recs
 
 
-def loo_records(caps: dict, *, prefix: int, heads=None, tau_values=(1.0, 10.0)) -> list[dict]:
-    """Deletion damage vs Jacobian sensitivity per (layer, head, token) over the whole prefix.
+def loo_records(caps: dict, *, prefix: int, heads=None, tau_values=(1.0, 10.0), keep_top: int | None = 16,
+                n_random: int = 24, saturated: float = 0.5, seed: int = 0) -> list[dict]:
+    """Deletion damage vs Jacobian sensitivity per (layer, head, token) over the prefix.
+
+    To keep the records small, each head contributes its saturated tokens (ᾱ ≥ ``saturated`` at
+    the first temperature), its ``keep_top`` most damaging deletions and ``n_random`` other tokens
+    drawn with ``seed`` (``keep_top=None`` = every token).
 
     ``damage`` is the mean over the later queries of the leave-one-out damage (:func:`loo_damage`)
     divided by the mean full-attention output norm (so heads are comparable); ``alpha_bar``,
@@ -499,7 +504,16 @@ def loo_records(caps: dict, *, prefix: int, heads=None, tau_values=(1.0, 10.0)) 
         for tau in tau_values:
             s = jacap_scores(t["K"], t["U"].T, mu, lam, tau=tau)
             per_tau[tau] = s
-        for i in range(t["K"].shape[0]):
+        n = t["K"].shape[0]
+        if keep_top is None:
+            chosen = range(n)
+        else:
+            a0 = per_tau[tau_values[0]].alpha
+            base = set((a0 >= saturated).nonzero().flatten().tolist()) | set(dmg.topk(min(keep_top, n)).indices.tolist())
+            g = torch.Generator().manual_seed(seed + 1000 * layer + h)
+            others = [i for i in torch.randperm(n, generator=g).tolist() if i not in base][:n_random]
+            chosen = sorted(base | set(others))
+        for i in chosen:
             rec = dict(layer=layer, head=h, position=i, damage=float(dmg[i]),
                        attention=float(alpha_q[:, i].mean()))
             for tau, s in per_tau.items():
@@ -534,9 +548,20 @@ def build_config(args) -> dict:
         sink=args.sink, query_stats="flat mean/variance of the later (post-RoPE) queries (oracle)",
         diagonal=dict(pool=args.pool, budget=args.diag_budget, n_subsets=args.n_subsets),
         selection=dict(n=args.sel_n, budget=args.sel_budget, n_caches=args.sel_caches, layers=args.sel_layers),
-        loo=dict(tau_values=[1.0, args.tau], layers=args.loo_layers),
+        loo=dict(tau_values=[1.0, args.tau], layers=args.loo_layers, keep_top=16, n_random=24, saturated=0.5),
         seed=args.seed, versions=_versions(),
     )
+
+
+def _round(x, sig: int = 5):
+    """Floats rounded to ``sig`` significant digits (smaller JSON, no change at the precision shown)."""
+    if isinstance(x, float):
+        return float(f"{x:.{sig}g}") if math.isfinite(x) else x
+    if isinstance(x, dict):
+        return {k: _round(v, sig) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_round(v, sig) for v in x]
+    return x
 
 
 def _run_failures(model, tok, out: Path, args) -> None:
@@ -555,7 +580,7 @@ def _run_failures(model, tok, out: Path, args) -> None:
                tau=args.tau, phase_ratio=args.ratio, versions=_versions())
     out.mkdir(parents=True, exist_ok=True)
     payload = dict(config=cfg, seconds=round(time.perf_counter() - t0, 1), demos=[d.to_dict() for d in demos])
-    (out / "failures.json").write_text(json.dumps(payload, indent=1, default=float))
+    (out / "failures.json").write_text(json.dumps(_round(payload), indent=1, default=float))
 
 
 def main(argv=None) -> int:
@@ -575,7 +600,7 @@ def main(argv=None) -> int:
     p.add_argument("--n-subsets", type=int, default=64)
     p.add_argument("--sel-n", type=int, default=16)
     p.add_argument("--sel-budget", type=int, default=4)
-    p.add_argument("--sel-caches", type=int, default=2)
+    p.add_argument("--sel-caches", type=int, default=1)
     p.add_argument("--sel-layers", type=int, nargs="*", default=None, help="layers for E_selection (default: every 3rd)")
     p.add_argument("--loo-layers", type=int, nargs="*", default=None, help="layers for the deletion records (default: every 3rd)")
     p.add_argument("--seed", type=int, default=0)
@@ -627,7 +652,7 @@ def main(argv=None) -> int:
         for layer in tqdm(sorted(caps), desc=name, leave=False):
             recs += job({layer: caps[layer]})
         payload = dict(config=cfg, seconds=round(time.perf_counter() - t0, 1), records=recs)
-        (out / f"{name}.json").write_text(json.dumps(payload, indent=1))
+        (out / f"{name}.json").write_text(json.dumps(_round(payload), indent=1))
     return 0
 
 
