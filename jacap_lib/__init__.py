@@ -45,6 +45,7 @@ _EXPORTS = {
     "full_reference": "jacap_lib.analysis.quality",
     # Algorithm 2 (decode-time controller)
     "JacapDecodeController": "jacap_lib.decoding",
+    "EvictionEvent": "jacap_lib.decoding",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
