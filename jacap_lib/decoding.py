@@ -57,7 +57,7 @@ from . import scoring as _scoring
 from . import select as _select
 from .stats import EMAQueryStats
 
-__all__ = ["JacapDecodeController", "EvictionEvent", "replay", "next_token_kl", "ema_trace", "ema_tradeoff"]
+__all__ = ["JacapDecodeController", "EvictionEvent", "replay", "kl_from_logits", "ema_trace", "ema_tradeoff"]
 
 
 @dataclass
@@ -497,7 +497,7 @@ def replay(model, sequence: torch.Tensor, n_prompt: int, controller: "JacapDecod
     one forward, then one token per forward -- with ``controller`` attached (if given).
 
     Returns the float32 logits ``(T - n_prompt + 1, vocab)`` predicting tokens ``n_prompt .. T``, so two
-    controllers (or none) can be compared on the *same* tokens, e.g. with :func:`next_token_kl`.
+    controllers (or none) can be compared on the *same* tokens, e.g. with :func:`kl_from_logits`.
     """
     from transformers import DynamicCache
 
@@ -533,7 +533,7 @@ class _Null:
         return False
 
 
-def next_token_kl(ref_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+def kl_from_logits(ref_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     """KL(p_ref || p) per row of two ``(..., vocab)`` logit tensors, in nats (float32)."""
     if ref_logits.shape != logits.shape:
         raise ValueError(f"`ref_logits` {tuple(ref_logits.shape)} and `logits` {tuple(logits.shape)} differ in shape")

@@ -9,7 +9,7 @@ import torch
 
 import jacap_lib
 from jacap_lib import scoring, select
-from jacap_lib.decoding import JacapDecodeController, ema_trace, ema_tradeoff, next_token_kl, replay
+from jacap_lib.decoding import JacapDecodeController, ema_trace, ema_tradeoff, kl_from_logits, replay
 from jacap_lib.stats import ema_query_stats
 
 PROMPT = "Write a long story about a lighthouse keeper who finds a map."
@@ -304,15 +304,15 @@ def test_ema_tradeoff_on_a_step_change():
         ema_tradeoff(q[:5], 0.5, horizon=8)
 
 
-def test_next_token_kl_against_brute_force():
+def test_kl_from_logits_against_brute_force():
     g = torch.Generator().manual_seed(2)
     a, b = torch.randn(3, 11, generator=g), torch.randn(3, 11, generator=g)
     p, r = a.softmax(-1).double(), b.softmax(-1).double()
     want = (p * (p.log() - r.log())).sum(-1)
-    torch.testing.assert_close(next_token_kl(a, b).double(), want, rtol=1e-5, atol=1e-6)
-    assert torch.all(next_token_kl(a, a) < 1e-6)
+    torch.testing.assert_close(kl_from_logits(a, b).double(), want, rtol=1e-5, atol=1e-6)
+    assert torch.all(kl_from_logits(a, a) < 1e-6)
     with pytest.raises(ValueError, match="shape"):
-        next_token_kl(a, b[:2])
+        kl_from_logits(a, b[:2])
 
 
 def _fake_events():

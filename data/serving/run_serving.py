@@ -21,7 +21,7 @@ import torch
 
 import jacap_lib
 from jacap_lib import models
-from jacap_lib.decoding import JacapDecodeController, ema_tradeoff, ema_trace, next_token_kl, replay
+from jacap_lib.decoding import JacapDecodeController, ema_tradeoff, ema_trace, kl_from_logits, replay
 
 OUT = Path(__file__).with_name("serving_run.json")
 CONFIG = {
@@ -99,7 +99,7 @@ def main() -> None:
                                      record_layers=(layer,) if beta == CONFIG["main_beta"] else (), **common)
         t0 = time.time()
         logits = replay(model, seq, n_prompt, ctrl)
-        kl = next_token_kl(ref, logits)
+        kl = kl_from_logits(ref, logits)
         runs[str(beta)] = {
             "beta": beta, "method": "jacap", "kl": kl.tolist(), "mean_kl": float(kl.mean()),
             "top1_agree": float((logits.argmax(-1) == ref.argmax(-1)).float().mean()),
@@ -114,7 +114,7 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the fallback is the point of this run; it is recorded
         logits = replay(model, seq, n_prompt, ctrl)
-    kl = next_token_kl(ref, logits)
+    kl = kl_from_logits(ref, logits)
     runs["window"] = {
         "beta": None, "method": "window", "kl": kl.tolist(), "mean_kl": float(kl.mean()),
         "top1_agree": float((logits.argmax(-1) == ref.argmax(-1)).float().mean()),
