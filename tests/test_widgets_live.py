@@ -80,6 +80,15 @@ def test_explorer_callbacks_on_the_bundled_model():
     got = ex.answers("knorm", 0.5)
     assert set(got) == {"full", "compressed"} and all(isinstance(v, str) for v in got.values())
 
+    # the ipywidgets app: moving the layer control re-draws from the memoised inspection
+    app = W.live_app(model, tok, context, "How much is a ticket?")
+    layer_control = app.children[1].children[1]
+    assert layer_control.description == "layer"
+    before = app.explorer.inspect.cache_info()
+    layer_control.value = 7
+    after = app.explorer.inspect.cache_info()
+    assert after.hits == before.hits + 1 and after.misses == before.misses
+
 
 def test_inspectable_methods_are_scorer_presses():
     from kvpress import ScorerPress

@@ -102,7 +102,7 @@ def live_app(model, tokenizer, context: str = DEMO_CONTEXT, question: str = DEMO
     import html
 
     import ipywidgets as W
-    import plotly.graph_objects as go
+    from IPython.display import display
 
     ex = EvictionExplorer(model, tokenizer, context, question)
     n_layers, n_heads = model.config.num_hidden_layers, model.config.num_key_value_heads
@@ -115,13 +115,12 @@ def live_app(model, tokenizer, context: str = DEMO_CONTEXT, question: str = DEMO
     head = W.Dropdown(options=["all"] + list(range(n_heads)), value="all", description="KV head")
     ask = W.Button(description="answer the question")
     answers = W.HTML()
-    fig = go.FigureWidget(ex.figure(method.value, ratio.value, tau.value, beta.value))
+    out = W.Output()  # plotly's FigureWidget would need anywidget; an Output re-showing the figure needs nothing
 
     def redraw(_=None):
-        new = ex.figure(method.value, ratio.value, tau.value, beta.value, layer.value, head.value)
-        with fig.batch_update():
-            fig.data[0].z, fig.data[0].customdata = new.data[0].z, new.data[0].customdata
-            fig.layout.title.text = new.layout.title.text
+        out.clear_output(wait=True)
+        with out:
+            display(ex.figure(method.value, ratio.value, tau.value, beta.value, layer.value, head.value))
 
     def on_ask(_):
         answers.value = "<i>generating…</i>"
@@ -132,4 +131,7 @@ def live_app(model, tokenizer, context: str = DEMO_CONTEXT, question: str = DEMO
     for control in (method, ratio, tau, beta, layer, head):
         control.observe(redraw, names="value")
     ask.on_click(on_ask)
-    return W.VBox([W.HBox([method, ratio, tau]), W.HBox([beta, layer, head]), fig, ask, answers])
+    redraw()
+    app = W.VBox([W.HBox([method, ratio, tau]), W.HBox([beta, layer, head]), out, ask, answers])
+    app.explorer = ex  # for inspection and tests
+    return app
