@@ -100,7 +100,9 @@ def _validate(keys, values, mu, lam, tau, noise, out_proj):
             ) from None
     tau = _checks.positive("tau", tau)
     noise = _checks.positive("noise", noise)
-    for name, t in (("keys", keys), ("values", values), ("mu", mu), ("lam", lam)):
+    # mu and lam are small: check them now. keys/values/out_proj are checked only when a result
+    # comes out non-finite (see _diagnose_nonfinite): a full pass over the cache costs as much as scoring.
+    for name, t in (("mu", mu), ("lam", lam)):
         _checks.finite(name, t)
     if bool((lam < 0).any()):
         raise ValueError("`lam` (the diagonal of the query covariance) must be >= 0; floor it, e.g. lam.clamp_min(1e-6)")
@@ -112,8 +114,14 @@ def _validate(keys, values, mu, lam, tau, noise, out_proj):
             )
         if out_proj.device != keys.device:
             raise ValueError(f"`out_proj` is on {out_proj.device} but `keys` on {keys.device}")
-        _checks.finite("out_proj", out_proj)
     return tau, noise
+
+
+def _diagnose_nonfinite(**tensors) -> None:
+    """Name the input that made a result non-finite (called only on the failure path)."""
+    for name, t in tensors.items():
+        if t is not None:
+            _checks.finite(name, t)
 
 
 def jacap_weight(keys: torch.Tensor, mu: torch.Tensor, lam: torch.Tensor, tau: float):
@@ -198,7 +206,11 @@ def jacap_scores(
     if backend == "triton":
         from .kernels import triton_jacap_scores
 
-        return triton_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, out_proj=out_proj)
+        out = triton_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, out_proj=out_proj)
+        if not bool(torch.isfinite(out.score).all()):
+            _diagnose_nonfinite(keys=keys, values=values, out_proj=out_proj)
+            raise CholeskyFailure("the Triton path produced non-finite scores from finite inputs")
+        return out
     return _torch_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, out_proj=out_proj)
 
 
@@ -206,11 +218,18 @@ def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, out_proj):
     cdt = _compute_dtype(keys.dtype)
     k = keys.to(cdt)
     alpha, rho, kappa, weight = jacap_weight(k, mu.to(cdt), lam.to(cdt), tau)
+    if not bool(torch.isfinite(weight).all()):
+        _diagnose_nonfinite(keys=keys)
     u = values.to(cdt)
     if out_proj is not None:
         u = u @ out_proj.to(cdt).transpose(-1, -2)
+    if not bool(torch.isfinite(u.sum(-2)).all()):
+        _diagnose_nonfinite(values=values, out_proj=out_proj)
     lev = leverage(u, weight, noise)
     score = (weight / noise) * lev
+    if not bool(torch.isfinite(score).all()):
+        raise CholeskyFailure("Algorithm 1 produced non-finite scores from finite inputs: the keys/values overflow "
+                              "float32 products; rescale them or raise `noise`")
     out = JacapScores(alpha=alpha, rho=rho, kappa=kappa, weight=weight, leverage=lev, score=score)
     return out.map(lambda t: t.to(torch.float32))
 
