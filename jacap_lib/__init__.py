@@ -27,6 +27,7 @@ _EXPORTS = {
     "jacap_scores": "jacap_lib.scoring",
     "JacapScores": "jacap_lib.scoring",
     "select_keep": "jacap_lib.select",
+    "triton_jacap_scores": "jacap_lib.kernels",
     # query statistics
     "flat_query_stats": "jacap_lib.stats",
     "ema_query_stats": "jacap_lib.stats",
