@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..presses.jacap import JacapPress
+from ..presses.jacap_rank1 import JacapRankOnePress
 from ..presses import utils as press_utils
-from .decomposition import rank_one_corrected_scores
 
 __all__ = [
     "RankOneJacapPress",
@@ -47,23 +47,9 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- a press with the exact S
-class RankOneJacapPress(JacapPress):
-    r"""JacapPress whose token scores use the exact softmax Jacobian S (rank-one corrected), via
-    :func:`jacap_lib.analysis.decomposition.rank_one_corrected_scores`; every other option
-    (statistics, protection, GQA pooling, ``use_out_proj``) is JacapPress's."""
-
-    def components(self, keys, values, mu, lam, module):
-        from transformers.models.llama.modeling_llama import repeat_kv
-
-        out_proj = press_utils.out_proj_factors(module, pooled=self.gqa == "pool").to(keys.device) if self.use_out_proj else None
-        if self.gqa == "mean":
-            g = mu.shape[1] // keys.shape[1]
-            keys, values = repeat_kv(keys, g), repeat_kv(values, g)
-        parts = rank_one_corrected_scores(keys, values, mu, lam, tau=self.tau, noise=self.noise, out_proj=out_proj)
-        if self.gqa == "mean":
-            b, h, n = parts.score.shape
-            parts = parts.map(lambda t: t.view(b, h // g, g, n).mean(2))
-        return parts
+#: JacapPress scoring with the exact softmax Jacobian S (rank-one corrected, via
+#: :func:`jacap_lib.analysis.decomposition.rank_one_corrected_scores`); the registry's ``jacap_rank1``.
+RankOneJacapPress = JacapRankOnePress
 
 
 # ----------------------------------------------------------------------------- prompts (self-written)
