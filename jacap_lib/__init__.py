@@ -44,6 +44,8 @@ _EXPORTS = {
     # quality under compression
     "next_token_kl": "jacap_lib.analysis.quality",
     "full_reference": "jacap_lib.analysis.quality",
+    "rank_one_corrected_scores": "jacap_lib.analysis.decomposition",
+    "capture_heads": "jacap_lib.analysis.decomposition",
     # Algorithm 2 (decode-time controller)
     "JacapDecodeController": "jacap_lib.decoding",
     "EvictionEvent": "jacap_lib.decoding",
