@@ -17,7 +17,12 @@ Methods are registry names (:func:`jacap_lib.list_methods`), optionally with opt
 Example (the committed results)::
 
     python -m jacap_lib.bench kl --out data/results/quality.jsonl
-    python -m jacap_lib.bench summary --inp data/results/quality.jsonl --out data/results/quality_summary.json
+    python -m jacap_lib.bench kl --out data/results/ablation.jsonl --lengths 512 --ratios 0.75 0.9 \
+        --methods jacap_rank1 jacap_two_stage ... "jacap[tau=1]" "jacap[noise=1000]"
+    python -m jacap_lib.bench summary --inp data/results/quality.jsonl data/results/ablation.jsonl \
+        --out data/results/summary.json
+
+(the exact commands of the committed results are in ``data/results/*.config.json``)
 """
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["parse_method", "method_options", "load_segments", "run_kl", "run_passkey", "summarize",
-           "bootstrap_ci", "passkey_prompt", "read_rows", "main"]
+           "bootstrap_ci", "choose_target", "passkey_prompt", "read_rows", "main"]
 
 REPO = Path(__file__).resolve().parent.parent
 TEXTS = REPO / "data" / "texts"
@@ -375,7 +380,12 @@ def summarize(rows: list[dict], *, n_boot: int = 2000, seed: int = 0) -> dict:
     """
     from .presses.registry import BASELINES
 
-    kl_rows = [r for r in rows if r.get("task") == "kl"]
+    kl_rows, seen = [], set()
+    for r in rows:  # one row per configuration (an interrupted run may have written a row twice)
+        if r.get("task") == "kl" and (key := (r["segment"], r["length"], r["ratio"], r["method"],
+                                              r.get("model"), r.get("continuation"))) not in seen:
+            seen.add(key)
+            kl_rows.append(r)
     cells: dict = {}
     for r in kl_rows:
         for kind in (r["kind"], "all"):
@@ -414,7 +424,47 @@ def summarize(rows: list[dict], *, n_boot: int = 2000, seed: int = 0) -> dict:
                         "mean_ratio": mean / max(base[best], 1e-12),
                         "geo_mean_ratio": _geo_mean([v[s] / max(index[(best, ratio, length, s)], 1e-12) for s in segs]),
                     })
-    return {"table": table, "comparisons": comparisons, "n_boot": n_boot, "seed": seed}
+    return {"table": table, "comparisons": comparisons, "target": choose_target(comparisons),
+            "baselines": list(BASELINES),
+            "n_boot": n_boot, "seed": seed}
+
+
+def choose_target(comparisons: list[dict], ratios=(0.75, 0.9)) -> dict:
+    """Issue 6 item 5: pick a Jacap method on the *tune* segments, judge it on the *test* segments.
+
+    For each prompt length with tune and test comparisons at the target ratios, the chosen method
+    minimises, over the target ratios, the worst of (mean-KL ratio, geometric mean of per-segment
+    KL ratios) to the best kvpress baseline on the tune split. It reaches the target when both ratios
+    are <= 1 on the test split at every target ratio.
+    """
+    out = {"rule": "min over Jacap methods of max over c in {0.75, 0.9} of max(mean_ratio, geo_mean_ratio) "
+                   "on the tune split; judged on the test split", "ratios": list(ratios)}
+    by = {(c["split"], c["length"], c["ratio"], c["method"]): c for c in comparisons}
+    lengths = sorted({c["length"] for c in comparisons if c["split"] == "tune"})
+    best = None
+    for length in lengths:
+        rs = [r for r in ratios if any(k[:3] == ("tune", length, r) for k in by)]
+        if not rs:
+            continue
+        methods = {k[3] for k in by if k[0] == "tune" and k[1] == length}
+        for m in sorted(methods):
+            if not all(("tune", length, r, m) in by and ("test", length, r, m) in by for r in rs):
+                continue
+            worst = max(max(by[("tune", length, r, m)]["mean_ratio"], by[("tune", length, r, m)]["geo_mean_ratio"])
+                        for r in rs)
+            if best is None or worst < best[0]:
+                best = (worst, length, m, rs)
+    if best is None:
+        out["chosen"] = None
+        return out
+    worst, length, m, rs = best
+    out.update(chosen=m, length=length, tune_worst_ratio=worst)
+    for split in ("tune", "test"):
+        out[split] = {str(r): {k: by[(split, length, r, m)][k] for k in
+                               ("best_baseline", "baseline_kl", "kl", "mean_ratio", "geo_mean_ratio", "n_segments")}
+                      for r in rs}
+    out["reached"] = all(v["mean_ratio"] <= 1 and v["geo_mean_ratio"] <= 1 for v in out["test"].values())
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -464,17 +514,17 @@ def main(argv=None) -> int:
     pk.add_argument("--depths", nargs="+", type=float, default=[0.0, 0.25, 0.5, 0.75, 1.0])
     pk.add_argument("--trials", type=int, default=2)
     s = sub.add_parser("summary", help="mean and 95%% bootstrap interval per method x ratio x length x kind")
-    s.add_argument("--inp", type=Path, required=True)
+    s.add_argument("--inp", type=Path, nargs="+", required=True, help="one or more JSONL files")
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--n-boot", type=int, default=2000)
     args = ap.parse_args(argv)
 
     if args.cmd == "summary":
-        rows = read_rows(args.inp)
+        rows = [r for path in args.inp for r in read_rows(path)]
         if not rows:
             raise SystemExit(f"no rows in {args.inp}")
         res = summarize(rows, n_boot=args.n_boot)
-        res["source"] = str(args.inp)
+        res["source"] = [str(p) for p in args.inp]
         args.out.write_text(json.dumps(res, indent=1) + "\n")
         print(f"wrote {len(res['table'])} cells and {len(res['comparisons'])} comparisons to {args.out}")
         return 0

@@ -1,0 +1,174 @@
+"""The critique's Jacap variants: their math against dense brute force."""
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("kvpress")
+from kvpress.utils import compute_n_kept  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from jacap_lib import jacap_scores  # noqa: E402
+from jacap_lib.presses import utils  # noqa: E402
+from jacap_lib.presses.jacap import JacapPress  # noqa: E402
+from jacap_lib.presses.jacap_hybrid import JacapHybridPress  # noqa: E402
+from jacap_lib.presses.jacap_multicenter import JacapMultiCenterPress, kmeans  # noqa: E402
+from jacap_lib.presses.jacap_rank1 import JacapRankOnePress  # noqa: E402
+from jacap_lib.presses.jacap_two_stage import JacapTwoStagePress  # noqa: E402
+from jacap_lib.presses.registry import build_press, list_methods  # noqa: E402
+from jacap_lib.presses.variants import VARIANTS  # noqa: E402
+
+N, D = 24, 8
+
+
+def _head(seed=0, n=N, d=D, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    k = torch.randn(n, d, generator=g, dtype=dtype) * 2.0
+    v = torch.randn(n, d, generator=g, dtype=dtype)
+    mu = torch.randn(d, generator=g, dtype=dtype) * 3.0
+    lam = torch.rand(d, generator=g, dtype=dtype) + 0.1
+    return k, v, mu, lam
+
+
+@pytest.mark.parametrize("tau,noise", [(1.0, 1.0), (10.0, 0.01), (0.3, 5.0)])
+def test_rank_one_press_matches_dense_softmax_jacobian(tau, noise):
+    """Dense brute force: A = I + (1/(d sigma^2)) U S Diag(kappa) S U^T with the N x N matrix
+    S = Diag(alpha) - alpha alpha^T, then r_i = the capacity gain of token i's rank-one term in the
+    centred decomposition, w'_i (u_i - ubar)^T A^{-1} (u_i - ubar) / sigma^2."""
+    k, v, mu, lam = _head()
+    d = k.shape[-1]
+    alpha = torch.softmax(k @ mu / (tau * math.sqrt(d)), -1)
+    S = torch.diag(alpha) - torch.outer(alpha, alpha)
+    kappa = (k.square() * lam).sum(-1)
+    U = v.T
+    A = torch.eye(d, dtype=k.dtype) + U @ S @ torch.diag(kappa) @ S @ U.T / (d * noise)
+    # per-token weight and direction implied by the dense form: column i of U S is alpha_i (u_i - ubar)
+    US = U @ S
+    w_prime = alpha.square() * kappa / d
+    centred = US / alpha  # (d, N): u_i - ubar
+    torch.testing.assert_close(centred, U - (U @ alpha).unsqueeze(-1))
+    expected = w_prime / noise * torch.einsum("in,ij,jn->n", centred, torch.linalg.inv(A), centred)
+    press = JacapRankOnePress(0.5, tau=tau, noise=noise)
+    got = press.token_scores(k[None, None], v[None, None], mu[None, None], lam[None, None], module=None)[0, 0]
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
+    # and it is *not* Algorithm 1's diagonal score
+    diag = JacapPress(0.5, tau=tau, noise=noise).token_scores(k[None, None], v[None, None], mu[None, None],
+                                                              lam[None, None], module=None)[0, 0]
+    assert not torch.allclose(diag.double(), got, rtol=1e-3)
+
+
+def test_rank_one_dominant_token_loses_leverage_by_centring():
+    k, v, mu, lam = _head(1)
+    k[3] = mu * 5.0  # token 3 dominates the centre softmax
+    r = JacapRankOnePress(0.5, tau=1.0).token_scores(k[None, None], v[None, None], mu[None, None],
+                                                     lam[None, None], module=None)[0, 0]
+    alpha = torch.softmax(k @ mu / math.sqrt(D), -1)
+    assert alpha[3] > 0.999
+    assert r[3] < r.max() * 1e-3
+
+
+def test_two_stage_equals_brute_force_rescoring():
+    k, v, mu, lam = _head(2, n=40, dtype=torch.float32)
+    ratio = 0.75
+    press = JacapTwoStagePress(ratio, tau=2.0, n_sink=2)
+    got = press.token_scores(k[None, None], v[None, None], mu[None, None], lam[None, None], module=None)[0, 0]
+    # brute force: first pass, protect sinks, top-2B, renormalised second pass on the candidates
+    first = jacap_scores(k, v, mu, lam, tau=2.0).score.clone()
+    first[:2] = float("inf")
+    budget = compute_n_kept(40, ratio)
+    cand = sorted(first.topk(2 * budget).indices.tolist())
+    second = jacap_scores(k[cand], v[cand], mu, lam, tau=2.0)
+    # the renormalised softmax is a softmax over the candidates only
+    torch.testing.assert_close(second.alpha.sum(), torch.tensor(1.0))
+    expected_keep = {cand[i] for i in second.score.topk(budget).indices.tolist()}
+    assert set(got.topk(budget).indices.tolist()) == expected_keep
+    assert (got[[i for i in range(40) if i not in cand]] == torch.finfo(got.dtype).min).all()
+
+
+def test_hybrid_keynorm_is_normalised_mix():
+    k, v, mu, lam = _head(3, dtype=torch.float32)
+    press = JacapHybridPress(0.5, lam_mix=0.3, global_score="keynorm", n_sink=0)
+    mu_b, lam_b = mu[None, None], lam[None, None]
+    press.query_statistics = lambda *a: (mu_b, lam_b)  # fixed statistics for the check
+    hs = torch.zeros(1, N, 4)
+    got = press.score(None, hs, k[None, None], v[None, None], None, {})[0, 0]
+    r = jacap_scores(k, v, mu, lam, tau=10.0).score
+    g = k.norm(dim=-1)
+    torch.testing.assert_close(got, 0.3 * r / r.sum() + 0.7 * g / g.sum())
+
+
+def test_kmeans_recovers_separated_clusters():
+    g = torch.Generator().manual_seed(4)
+    a = torch.randn(30, 4, generator=g) + 10
+    b = torch.randn(30, 4, generator=g) - 10
+    x = torch.cat([a, b])[torch.randperm(60, generator=g)]
+    labels = kmeans(x, 2)
+    truth = (x[:, 0] > 0).long()
+    assert (labels == truth).all() or (labels == 1 - truth).all()
+
+
+@pytest.fixture(scope="module")
+def attn_module():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = LlamaForCausalLM(cfg).eval()
+    module = model.model.layers[0].self_attn
+    module.rotary_emb = model.model.rotary_emb
+    return module
+
+
+def test_multicenter_one_center_equals_flat_jacap(attn_module):
+    g = torch.Generator().manual_seed(5)
+    hs = torch.randn(1, 32, 64, generator=g)
+    keys = torch.randn(1, 2, 32, 16, generator=g)
+    values = torch.randn(1, 2, 32, 16, generator=g)
+    with torch.no_grad():
+        one = JacapMultiCenterPress(0.5, n_centers=1, aggregate="mean").score(attn_module, hs, keys, values, None, {})
+        flat = JacapPress(0.5).score(attn_module, hs, keys, values, None, {})
+    torch.testing.assert_close(one, flat, rtol=1e-4, atol=1e-10)
+
+
+def test_multicenter_max_keeps_a_token_needed_by_a_minority_mode(attn_module):
+    """Per-centre statistics by hand: the aggregate equals the max over centres of normalised scores."""
+    g = torch.Generator().manual_seed(6)
+    hs = torch.randn(1, 40, 64, generator=g)
+    keys = torch.randn(1, 2, 40, 16, generator=g)
+    values = torch.randn(1, 2, 40, 16, generator=g)
+    press = JacapMultiCenterPress(0.5, n_centers=2, aggregate="max", n_sink=0)
+    with torch.no_grad():
+        got = press.score(attn_module, hs, keys, values, None, {})
+        q = utils.group_query_heads(utils.future_query_states(attn_module, hs), 2).float()
+    labels = kmeans(q, 2)
+    expected = torch.zeros_like(got)
+    for h in range(2):
+        parts = []
+        for c in range(2):
+            qc = q[0, h][labels[0, h] == c]
+            mu, lam = qc.mean(0), (qc.square().mean(0) - qc.mean(0).square()).clamp_min(1e-6)
+            r = jacap_scores(keys[0, h], values[0, h], mu, lam, tau=10.0).score
+            parts.append(r / r.sum())
+        expected[0, h] = torch.maximum(*parts)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-9)
+
+
+def test_large_noise_collapses_leverage_to_weighted_norm():
+    """sigma^2 -> inf: A -> I, so sigma^2 r_i -> w_i ||u_i||^2 (the score loses its diversity term)."""
+    k, v, mu, lam = _head(7, dtype=torch.float32)
+    res = jacap_scores(k, v, mu, lam, tau=1.0, noise=1e6)
+    torch.testing.assert_close(res.score * 1e6, res.weight * v.square().sum(-1), rtol=1e-4, atol=1e-12)
+    low = jacap_scores(k, v, mu, lam, tau=1.0, noise=1e-4)
+    assert not torch.allclose(low.leverage, v.square().sum(-1), rtol=1e-2)
+
+
+def test_registry_names_and_bad_options():
+    assert set(VARIANTS) <= set(list_methods("jacap"))
+    assert all(name.startswith("jacap_") for name in VARIANTS)
+    for name in VARIANTS:
+        assert build_press(name, 0.5) is not None
+    with pytest.raises(ValueError, match="expand"):
+        JacapTwoStagePress(0.5, expand=0.5)
+    with pytest.raises(ValueError, match="lam_mix"):
+        JacapHybridPress(0.5, lam_mix=2.0)
+    with pytest.raises(ValueError, match="aggregate"):
+        JacapMultiCenterPress(0.5, aggregate="median")
