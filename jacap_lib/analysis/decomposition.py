@@ -489,7 +489,8 @@ def loo_records(caps: dict, *, prefix: int, heads=None, tau_values=(1.0, 10.0), 
     ``damage`` is the mean over the later queries of the leave-one-out damage (:func:`loo_damage`)
     divided by the mean full-attention output norm (so heads are comparable); ``alpha_bar``,
     ``rho`` and ``weight`` come from Algorithm 1 (flat statistics of the later queries) at each
-    temperature in ``tau_values`` (suffix ``_tau{τ:g}``)."""
+    temperature in ``tau_values`` (suffix ``_tau{τ:g}``). ``*_pct`` fields are the token's percentile
+    (0..1) among *all* tokens of its head, computed before any subsampling."""
     from ..stats import flat_query_stats
 
     recs = []
@@ -513,10 +514,15 @@ def loo_records(caps: dict, *, prefix: int, heads=None, tau_values=(1.0, 10.0), 
             g = torch.Generator().manual_seed(seed + 1000 * layer + h)
             others = [i for i in torch.randperm(n, generator=g).tolist() if i not in base][:n_random]
             chosen = sorted(base | set(others))
+        pct = lambda x: (x.argsort().argsort().double() + 0.5) / n  # percentile among all n tokens
+        dmg_pct = pct(dmg)
+        pcts = {tau: (pct(s.rho.double()), pct(s.score.double())) for tau, s in per_tau.items()}
         for i in chosen:
-            rec = dict(layer=layer, head=h, position=i, damage=float(dmg[i]),
+            rec = dict(layer=layer, head=h, position=i, damage=float(dmg[i]), damage_pct=float(dmg_pct[i]),
                        attention=float(alpha_q[:, i].mean()))
             for tau, s in per_tau.items():
+                rec[f"rho_pct_tau{tau:g}"] = float(pcts[tau][0][i])
+                rec[f"score_pct_tau{tau:g}"] = float(pcts[tau][1][i])
                 rec[f"alpha_bar_tau{tau:g}"] = float(s.alpha[i])
                 rec[f"rho_tau{tau:g}"] = float(s.rho[i])
                 rec[f"weight_tau{tau:g}"] = float(s.weight[i])
