@@ -29,12 +29,11 @@ Run ``python -m jacap_lib.analysis.decomposition`` to regenerate ``data/decompos
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch

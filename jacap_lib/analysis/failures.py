@@ -21,7 +21,6 @@ plainly when a demo does not show the effect the note predicts.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -196,11 +195,11 @@ def _split(tok, prompt: str, continuation: str):
     return p, c
 
 
-def _reference(model, p, c, answer_slice, rival_id=None):
+def _reference(model, p, c):
+    """Uncompressed ``compressed_forward`` output (the KL reference)."""
     from .quality import compressed_forward
 
-    ref = compressed_forward(model, p, c, press=None)
-    return ref
+    return compressed_forward(model, p, c, press=None)
 
 
 # ----------------------------------------------------------------------------- 20.1 delayed constraint
@@ -219,7 +218,7 @@ def delayed_constraint(model, tok, *, ratios=(0.5, 0.75, 0.9), n_queries: int = 
     answer_slice = slice(n_q, c.shape[1])
     n_prefix = len(tok(sys_text, add_special_tokens=False).input_ids)
     critical = _positions_of(tok, p, "", prompt["answer"].strip())
-    ref_out = _reference(model, p, c, answer_slice)
+    ref_out = _reference(model, p, c)
     ref = run_case(model, p, c, answer_slice=answer_slice, label="full cache", reference=ref_out)
     cases = []
     for ratio in ratios:
@@ -246,7 +245,7 @@ def competing_evidence(model, tok, *, ratios=(0.5, 0.75, 0.9), tau: float = 10.0
     answer_slice = slice(n_q, c.shape[1])
     rival_id = tok(prompt["rival"], add_special_tokens=False).input_ids[0]
     critical = (_positions_of(tok, p, "", prompt["answer"]) + _positions_of(tok, p, "", prompt["rival"]))
-    ref_out = _reference(model, p, c, answer_slice)
+    ref_out = _reference(model, p, c)
     ref = run_case(model, p, c, answer_slice=answer_slice, rival_id=rival_id, label="full cache", reference=ref_out)
     cases = []
     for ratio in ratios:
@@ -298,7 +297,7 @@ def phase_change(model, tok, *, ratio: float = 0.75, betas=(0.5, 0.8, 0.9, 0.95,
 
     p, c = _split(tok, prompt["prose"] + prompt["table_head"], prompt["table_rest"])
     answer_slice = slice(1, c.shape[1])
-    ref_out = _reference(model, p, c, answer_slice)
+    ref_out = _reference(model, p, c)
     ref = run_case(model, p, c, answer_slice=answer_slice, label="full cache", reference=ref_out)
     cases = []
     for beta in (None, *betas):
