@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -112,6 +113,7 @@ def run_one(model, ids, method: str, ratio: float, new_tokens: int) -> dict:
         "scoring_s": timer.seconds if timer else 0.0, "score_calls": timer.calls if timer else 0,
     }
     row["scoring_share_of_total"] = row["scoring_s"] / row["total_s"]
+    row["load_average_1m_after"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if device.type == "cuda":
         row["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(device))
     return row

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 import types
 from pathlib import Path
@@ -119,6 +120,7 @@ def run(Ns, ds, device, dtype, quick=False, progress=print) -> dict:
                     "ratio_to_floor": t["median_s"] / floor,
                     "peak_extra_bytes": peak,
                     "peak_extra_over_kv_bytes": None if peak is None else peak / (keys.nbytes + values.nbytes),
+                    "load_average_1m_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                 })
             cap = timing["capkv"]["median_s"]
             line = f"N={N:6d} d={d:3d} reps={reps}  floor {floor * 1e3:8.2f} ms"
