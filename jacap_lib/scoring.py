@@ -202,7 +202,8 @@ def jacap_scores(
     if backend not in ("auto", "torch", "triton"):
         raise ValueError(f"`backend` must be 'auto', 'torch' or 'triton', got {backend!r}")
     if backend == "auto":
-        backend = "triton" if keys.is_cuda and _triton_available() else "torch"
+        # the Triton kernels take fp32/fp16/bf16; float64 stays on the torch path
+        backend = "triton" if keys.is_cuda and keys.dtype != torch.float64 and _triton_available() else "torch"
     if backend == "triton":
         from .kernels import triton_jacap_scores
 
