@@ -4,7 +4,7 @@
 :mod:`jacap_lib.presses.registry` merges it into the method registry. Presses with new scoring
 logic live one per file (``jacap_<name>.py``); variants that only set an option of
 :class:`~jacap_lib.presses.jacap.JacapPress` (EMA statistics, ``u = W_O v``) or wrap it in a kvpress
-wrapper (AdaKV head-wise budgets) are factories here. Sweeps of a single option (``tau``,
+wrapper (AdaKV head-wise budgets, the per-layer pyramid of :mod:`.jacap_pyramid`) are factories here. Sweeps of a single option (``tau``,
 ``noise``, ``beta``) use the bench's ``jacap[tau=1.0]`` syntax instead of new names.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ from kvpress import AdaKVPress
 from .jacap import JacapPress
 from .jacap_hybrid import JacapHybridPress
 from .jacap_multicenter import JacapMultiCenterPress
+from .jacap_pyramid import JacapPyramidPress
 from .jacap_rank1 import JacapRankOnePress
 from .jacap_two_stage import JacapTwoStagePress
 
@@ -33,6 +34,12 @@ def jacap_adakv(compression_ratio, alpha_safeguard=0.20, **opts):
     return AdaKVPress(press=JacapPress(compression_ratio, **opts), alpha_safeguard=alpha_safeguard)
 
 
+def jacap_pyramid(compression_ratio, slope=0.5, max_ratio=0.99, evict="mask", **opts):
+    """Jacap with a linear per-layer budget pyramid (kvpress PerLayerCompressionPress; more KV in lower layers, mean ratio = c)"""
+    return JacapPyramidPress(press=JacapPress(compression_ratio, **opts), slope=slope, max_ratio=max_ratio,
+                             evict=evict)
+
+
 def _doc(cls):
     def factory(compression_ratio, **opts):
         return cls(compression_ratio, **opts)
@@ -50,4 +57,5 @@ VARIANTS: dict = {
     "jacap_ema": jacap_ema,
     "jacap_wo": jacap_wo,
     "jacap_adakv": jacap_adakv,
+    "jacap_pyramid": jacap_pyramid,
 }
