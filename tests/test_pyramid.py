@@ -9,7 +9,7 @@ from jacap_lib.presses.jacap import JacapPress  # noqa: E402
 from jacap_lib.presses.jacap_pyramid import JacapPyramidPress, pyramid_ratios  # noqa: E402
 from jacap_lib.presses.registry import build_press, list_methods  # noqa: E402
 
-CASES = [(c, n, s) for c in (0.0, 0.3, 0.5, 0.75, 0.9, 0.97) for n in (2, 7, 30) for s in (0.0, 0.5, 1.0, 3.0)]
+CASES = [(c, n, s) for c in (0.0, 0.3, 0.5, 0.75, 0.9, 0.97) for n in (2, 7, 30) for s in (0.0, 0.5, 1.0, 3.0, -0.5, -2.0)]
 
 
 @pytest.mark.parametrize("c,n,slope", CASES)
@@ -18,7 +18,10 @@ def test_schedule_mean_monotone_bounds(c, n, slope):
     assert len(r) == n
     assert abs(sum(r) / n - c) < 1e-12
     assert all(0.0 <= x <= 0.99 for x in r)
-    assert all(a <= b + 1e-15 for a, b in zip(r, r[1:]))  # lower layers keep more (smaller ratio)
+    sign = 1 if slope >= 0 else -1  # slope >= 0: lower layers keep more (smaller ratio); < 0: inverted
+    assert all(sign * (b - a) >= -1e-15 for a, b in zip(r, r[1:]))
+    if slope != 0 and n > 2 and c > 0:
+        assert sign * (r[-1] - r[0]) > 0
 
 
 def test_schedule_closed_form_without_clipping():
@@ -38,11 +41,13 @@ def test_schedule_clips_then_shifts_to_the_mean():
     # a very steep pyramid saturates both ends and is still exact in the mean
     r = pyramid_ratios(0.5, 10, 10.0)
     assert r[0] == 0.0 and r[-1] == 0.99 and abs(sum(r) / 10 - 0.5) < 1e-12
+    # the inverted pyramid is the mirror image
+    assert pyramid_ratios(0.9, 3, -1.0) == pyramid_ratios(0.9, 3, 1.0)[::-1]
 
 
 @pytest.mark.parametrize("kwargs,name", [({"compression_ratio": 0.995, "n_layers": 4}, "compression_ratio"),
                                          ({"compression_ratio": 0.5, "n_layers": 0}, "n_layers"),
-                                         ({"compression_ratio": 0.5, "n_layers": 4, "slope": -1}, "slope"),
+                                         ({"compression_ratio": 0.5, "n_layers": 4, "slope": float("nan")}, "slope"),
                                          ({"compression_ratio": 0.5, "n_layers": 4, "max_ratio": 1.0}, "max_ratio")])
 def test_schedule_bad_input(kwargs, name):
     with pytest.raises(ValueError, match=name):
@@ -58,7 +63,7 @@ def test_registered_and_validated():
     with pytest.raises(ValueError, match="evict"):
         build_press("jacap_pyramid", 0.5, evict="drop")
     with pytest.raises(ValueError, match="slope"):
-        build_press("jacap_pyramid", 0.5, slope=-0.1)
+        build_press("jacap_pyramid", 0.5, slope="steep")
 
 
 # ----------------------------------------------------------------------------- bundled model

@@ -15,11 +15,11 @@ The schedule (:func:`pyramid_ratios`), for :math:`L` layers, mean ratio :math:`c
 i.e. the kept fraction :math:`1-\tilde c_l = (1-c)\,[1 + s(1 - 2l/(L-1))]` falls linearly from
 :math:`(1+s)(1-c)` at the bottom layer to :math:`(1-s)(1-c)` at the top (mean exactly :math:`1-c`).
 ``slope=0`` is uniform Jacap; ``slope=1`` takes the top layer's budget to zero, close to PyramidKV's
-default (top budget = mean / 20). The ratios are then clipped to ``[0, max_ratio]``
+default (top budget = mean / 20); a negative slope is the inverted pyramid (more budget high up). The ratios are then clipped to ``[0, max_ratio]``
 (``max_ratio = 0.99``: every layer keeps at least 1% of its prompt) and shifted by one common
 constant :math:`t` so that the mean is again exactly :math:`c`:
 :math:`c_l = \mathrm{clip}(\tilde c_l + t, 0, \texttt{max\_ratio})`, :math:`\frac1L\sum_l c_l = c`.
-The shift keeps the schedule monotone (non-decreasing in :math:`l`) and linear between the clipped ends.
+The shift keeps the schedule monotone (non-decreasing in :math:`l` for ``slope >= 0``) and linear between the clipped ends.
 
 The total number of kept KV pairs equals uniform Jacap's at the same ``compression_ratio`` up to
 kvpress's per-layer rounding (:func:`kvpress.utils.compute_n_kept`).
@@ -83,21 +83,24 @@ def pyramid_ratios(compression_ratio: float, n_layers: int, slope: float = 0.5, 
     compression_ratio : float in [0, max_ratio]
         Mean fraction of the prompt's KV pairs removed over the layers.
     n_layers : int >= 1
-    slope : float >= 0, default=0.5
+    slope : float, default=0.5
         0 = uniform; 1 = the bottom layer keeps twice the mean budget and the top layer (before
-        clipping) none. Larger slopes saturate more layers at the bounds.
+        clipping) none. Larger slopes saturate more layers at the bounds. A negative slope inverts
+        the pyramid (more budget to the upper layers), for the ablation's control.
     max_ratio : float in (0, 1), default=0.99
         Upper bound of every layer's ratio (each layer keeps at least ``1 - max_ratio`` of its prompt).
 
     Returns
     -------
-    list of ``n_layers`` floats, non-decreasing (lower layers keep more), each in ``[0, max_ratio]``,
+    list of ``n_layers`` floats, non-decreasing for ``slope >= 0`` (lower layers keep more;
+    non-increasing for ``slope < 0``), each in ``[0, max_ratio]``,
     whose mean is ``compression_ratio`` (to float64 rounding, ~1e-16).
     """
     if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
         raise ValueError(f"n_layers must be a positive int (the model's number of layers), got {n_layers!r}")
-    if isinstance(slope, bool) or not isinstance(slope, (int, float)) or not slope >= 0:
-        raise ValueError(f"slope must be a number >= 0 (0 = uniform budgets, 1 = PyramidKV-like), got {slope!r}")
+    if isinstance(slope, bool) or not isinstance(slope, (int, float)) or slope != slope:
+        raise ValueError(f"slope must be a real number (0 = uniform budgets, 1 = PyramidKV-like, "
+                         f"< 0 = inverted), got {slope!r}")
     if isinstance(max_ratio, bool) or not isinstance(max_ratio, (int, float)) or not 0 < max_ratio < 1:
         raise ValueError(f"max_ratio must be in (0, 1), got {max_ratio!r}")
     if isinstance(compression_ratio, bool) or not isinstance(compression_ratio, (int, float)) or not (
