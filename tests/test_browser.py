@@ -12,14 +12,15 @@ Skipped, with a message, only where no chromium binary exists (CI installs it: `
 """
 from __future__ import annotations
 
-import html as html_lib
+import base64
 import json
 import os
-import re
+import select
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -117,28 +118,102 @@ def _pages(site: Path) -> list[Path]:
     return sorted(p for p in (site / "book").glob("*.html") if not p.name.startswith(".__"))
 
 
-def _probe_page(page: Path) -> dict:
+class _DevTools:
+    """Headless chromium driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``:
+    the browser reads NUL-terminated JSON commands on fd 3 and answers on fd 4), so the test waits
+    in real time for the page's probe instead of guessing a virtual-time budget."""
+
+    def __init__(self, profile: str):
+        cmd_r, self._cmd_w = os.pipe()
+        self._evt_r, evt_w = os.pipe()
+
+        def wire_fds():  # runs in the child between fork and exec
+            a, b = os.dup(cmd_r), os.dup(evt_w)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        self.proc = subprocess.Popen([_chromium(), *_flags(profile), "--remote-debugging-pipe", "about:blank"],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     close_fds=False, preexec_fn=wire_fds)
+        os.close(cmd_r)
+        os.close(evt_w)
+        self._buf, self._next_id = b"", 0
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        self.call("Emulation.setDeviceMetricsOverride",
+                  {"width": 1280, "height": 1800, "deviceScaleFactor": 1, "mobile": False}, session=True)
+
+    def call(self, method: str, params: dict | None = None, *, session: bool = False, timeout: float = 60.0) -> dict:
+        self._next_id += 1
+        msg = {"id": self._next_id, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = self.session
+        os.write(self._cmd_w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\0" in self._buf:
+                raw, self._buf = self._buf.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("id") == self._next_id:
+                    if "error" in reply:
+                        raise RuntimeError(f"{method}: {reply['error']}")
+                    return reply.get("result", {})
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._evt_r], [], [], left)[0]:
+                raise TimeoutError(f"chromium did not answer {method} within {timeout:.0f} s")
+            chunk = os.read(self._evt_r, 1 << 20)
+            if not chunk:
+                err = self.proc.stderr.read().decode(errors="replace")[-800:] if self.proc.poll() is not None else ""
+                raise RuntimeError(f"chromium closed the DevTools pipe during {method} ({err})")
+            self._buf += chunk
+
+    def evaluate(self, expression: str):
+        r = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=True)
+        return r.get("result", {}).get("value")
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close", timeout=10)
+        except Exception:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._cmd_w)
+        os.close(self._evt_r)
+        self.proc.stderr.close()
+
+
+def _probe_page(page: Path, screenshot: Path | None = None, timeout: float = 120.0) -> dict:
+    """Load the page with the recorder and the probe injected, wait for the probe's report (real
+    time, up to ``timeout`` s), and optionally save a screenshot of the finished page."""
     text = page.read_text(encoding="utf-8")
     text = text.replace("<head>", "<head>" + RECORDER, 1).replace("</body>", PROBE + "</body>", 1)
     probe_file = page.with_name(f".__probe_{page.name}")
     probe_file.write_text(text, encoding="utf-8")
+    read_result = f"(function () {{ var e = document.getElementById('{RESULT_ID}'); return e ? e.textContent : null; }})()"
     try:
         with tempfile.TemporaryDirectory() as profile:
-            proc = subprocess.run([_chromium(), *_flags(profile), "--virtual-time-budget=30000", "--dump-dom",
-                                   probe_file.as_uri()], capture_output=True, text=True, timeout=180)
+            browser = _DevTools(profile)
+            try:
+                browser.call("Page.navigate", {"url": probe_file.as_uri()}, session=True)
+                deadline, result = time.monotonic() + timeout, None
+                while result is None and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    result = browser.evaluate(read_result)
+                assert result is not None, f"{page.name}: the probe did not report within {timeout:.0f} s"
+                if screenshot is not None:
+                    browser.evaluate("window.scrollTo(0, 0)")
+                    shot = browser.call("Page.captureScreenshot", {"format": "png"}, session=True)
+                    screenshot.parent.mkdir(parents=True, exist_ok=True)
+                    screenshot.write_bytes(base64.b64decode(shot["data"]))
+            finally:
+                browser.close()
     finally:
         probe_file.unlink(missing_ok=True)
-    m = re.search(f'<pre id="{RESULT_ID}">(.*?)</pre>', proc.stdout, re.S)
-    assert m, f"{page.name}: the probe never reported (chromium stderr tail: {proc.stderr[-800:]})"
-    return json.loads(html_lib.unescape(m.group(1)))
-
-
-def _screenshot(page: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([_chromium(), *_flags(profile), "--virtual-time-budget=20000", "--hide-scrollbars",
-                        f"--screenshot={target}", page.as_uri()], capture_output=True, timeout=180)
-    assert target.is_file() and target.stat().st_size > 10_000, f"no screenshot of {page.name}"
+    return json.loads(result)
 
 
 def test_every_page_renders_offline(site):
@@ -148,7 +223,10 @@ def test_every_page_renders_offline(site):
     shots = site.parent / "screenshots"
     failures, sliders_moved = [], 0
     for page in pages:
-        r = _probe_page(page)
+        shot = shots / f"{page.stem}.png"
+        r = _probe_page(page, screenshot=shot)
+        if not (shot.is_file() and shot.stat().st_size > 10_000):
+            failures.append(f"{page.name}: no screenshot")
         if r["exception"]:
             failures.append(f"{page.name}: the probe raised {r['exception']}")
         if r["errors"]:
@@ -169,6 +247,5 @@ def test_every_page_renders_offline(site):
                 failures.append(f"{page.name}: a theory page needs a figure with a slider (figures={r['figures']})")
             if r["mjx"] == 0:
                 failures.append(f"{page.name}: a theory page without rendered math")
-        _screenshot(page, shots / f"{page.stem}.png")
     assert not failures, "\n".join(failures)
     assert sliders_moved >= len(THEORY_PAGES)
