@@ -230,6 +230,13 @@ def test_bad_inputs_raise_value_error():
         triton_jacap_scores(keys, values, mu, lam, out_proj=torch.ones(8, 32, device=DEVICE))
     with pytest.raises(ValueError, match="dot_precision"):
         triton_jacap_scores(keys, values, mu, lam, dot_precision="fp8")
+    # non-finite caches are named, through the same contract as the torch path
+    with pytest.raises(ValueError, match="`keys`"):
+        triton_jacap_scores(keys.masked_fill(keys > 1.5, float("nan")), values, mu, lam)
+    with pytest.raises(ValueError, match="`values`"):
+        triton_jacap_scores(keys, values.masked_fill(values > 1.5, float("inf")), mu, lam)
+    with pytest.raises(ValueError, match="`lam`"):
+        triton_jacap_scores(keys, values, mu, -lam)
 
 
 def test_cpu_tensors_without_interpreter_raise(monkeypatch):

@@ -23,6 +23,8 @@ import math
 
 import torch
 
+from ..scoring import CholeskyFailure, _diagnose_nonfinite, _validate
+
 __all__ = ["triton_jacap_scores", "plan_launch"]
 
 _KERNELS: tuple | None = None
@@ -92,40 +94,13 @@ def _as_bhnd(x: torch.Tensor) -> torch.Tensor:
 
 
 def _check(keys, values, mu, lam, tau, noise, out_proj, dot_precision):
-    for name, t in (("keys", keys), ("values", values), ("mu", mu), ("lam", lam)):
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"`{name}` must be a torch.Tensor, got {type(t).__name__}")
-    if keys.dim() < 2 or keys.shape[:-1] != values.shape[:-1]:
-        raise ValueError(
-            f"`keys` (..., N, d_k) and `values` (..., N, d_v) must agree on the leading dims and N; got "
-            f"{tuple(keys.shape)} and {tuple(values.shape)}"
-        )
-    if keys.dtype not in (torch.float32, torch.float16, torch.bfloat16) or values.dtype != keys.dtype:
-        raise ValueError(
-            f"`keys`/`values` dtype must be one of float32/float16/bfloat16 (and equal), got {keys.dtype}/"
-            f"{values.dtype}; use backend='torch' for float64"
-        )
-    if keys.shape[-2] == 0:
-        raise ValueError("`keys` has N = 0 tokens: there is nothing to score")
+    """The contract of :func:`jacap_lib.jacap_scores` (shared checks), plus what the kernels need."""
+    _validate(keys, values, mu, lam, tau, noise, out_proj)
+    if keys.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"`keys`/`values` dtype must be float32/float16/bfloat16 for the Triton kernels, got "
+                         f"{keys.dtype}; use backend='torch' for float64")
     if keys.device.type not in ("cuda", "cpu"):
         raise ValueError(f"`keys` must be on a CUDA device (or the CPU, interpreted), got {keys.device}")
-    d = keys.shape[-1]
-    for name, t in (("mu", mu), ("lam", lam)):
-        if t.dim() < 1 or t.shape[-1] != d:
-            raise ValueError(f"`{name}` must have shape (..., d) with d = {d}, got {tuple(t.shape)}")
-        if t.device != keys.device:
-            raise ValueError(f"`{name}` is on {t.device} but `keys` on {keys.device}; move it with .to(keys.device)")
-    if not (math.isfinite(float(tau)) and float(tau) > 0):
-        raise ValueError(f"`tau` must be finite and > 0, got {tau!r}")
-    if not (math.isfinite(float(noise)) and float(noise) > 0):
-        raise ValueError(f"`noise` must be finite and > 0, got {noise!r}")
-    if out_proj is not None:
-        dv = values.shape[-1]
-        if not isinstance(out_proj, torch.Tensor) or out_proj.dim() < 2 or out_proj.shape[-1] != dv:
-            shape = tuple(out_proj.shape) if isinstance(out_proj, torch.Tensor) else type(out_proj).__name__
-            raise ValueError(f"`out_proj` must have shape (d_out, d_v) or (..., d_out, d_v) with d_v = {dv}, got {shape}")
-        if out_proj.device != keys.device:
-            raise ValueError(f"`out_proj` is on {out_proj.device} but `keys` on {keys.device}")
     if dot_precision not in ("tf32", "tf32x3", "ieee"):
         raise ValueError(f"`dot_precision` must be 'tf32', 'tf32x3' or 'ieee', got {dot_precision!r}")
 
@@ -195,6 +170,8 @@ def triton_jacap_scores(
                  H, N, dv, chunk, 1.0 / d, inv_noise,
                  BLOCK_N=BN, BLOCK_D=plan["BLOCK_DV"], DOT_PRECISION=dot_precision, num_warps=plan["num_warps"])
     gram = gram_parts.sum(dim=1)  # (G, d_v, d_v) = sum_j (w_j/noise) v_j v_j^T
+    if not (bool(torch.isfinite(weight).all()) and bool(torch.isfinite(gram).all())):
+        _diagnose_nonfinite(keys=keys, values=values, out_proj=out_proj)  # names the bad input (ValueError)
     # d x d algebra per head: A = I + W G W^T = L L^T, P = L^{-1} W (W = I for u = v)
     if out_proj is None:
         proj = None
@@ -215,6 +192,9 @@ def triton_jacap_scores(
     leverage_k[grid](v4, *v4.stride(), P, weight, lev, score,
                      H, N, dv, m, chunk, inv_noise,
                      BLOCK_N=BN, BLOCK_D=plan["BLOCK_DV"], DOT_PRECISION=dot_precision, num_warps=plan["num_warps"])
+    if not bool(torch.isfinite(score).all()):
+        _diagnose_nonfinite(keys=keys, values=values, out_proj=out_proj)
+        raise CholeskyFailure("the Triton path produced non-finite scores from finite inputs")
     shape = lead + (N,)
     return JacapScores(alpha=alpha.view(shape), rho=rho.view(shape), kappa=kappa.view(shape),
                        weight=weight.view(shape), leverage=lev.view(shape), score=score.view(shape))
