@@ -15,6 +15,8 @@ from kvpress import ExpectedAttentionPress
 from kvpress.utils import get_prerope_query_states
 from torch import nn
 
+from ..select import protected_mask
+
 __all__ = ["future_query_states", "averaged_rope", "group_query_heads", "out_proj_factors", "protect", "num_kv_groups"]
 
 
@@ -112,11 +114,5 @@ def out_proj_factors(module: nn.Module, *, pooled: bool) -> torch.Tensor:
 
 def protect(scores: torch.Tensor, n_sink: int = 0, window: int = 0) -> torch.Tensor:
     """Give the first ``n_sink`` and last ``window`` positions the largest finite score (kept by top-k)."""
-    n = scores.shape[-1]
-    out = scores.clone()
-    big = torch.finfo(out.dtype).max
-    if n_sink:
-        out[..., : min(n_sink, n)] = big
-    if window:
-        out[..., max(n - window, 0):] = big
-    return out
+    mask = protected_mask(scores.shape[-1], sink=n_sink, window=window, device=scores.device)
+    return scores.masked_fill(mask, torch.finfo(scores.dtype).max)
