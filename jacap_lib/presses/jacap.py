@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 from kvpress import ScorerPress
+from kvpress.utils import compute_n_kept
 from torch import nn
 from transformers.models.llama.modeling_llama import repeat_kv
 
@@ -111,12 +112,20 @@ class JacapPress(ScorerPress):
     def query_statistics(self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict):
         """``(mu, lam)`` of future queries, float32: ``(B, H_kv, d)`` for ``gqa="pool"``, ``(B, H_q, d)`` for ``"mean"``.
 
-        Per query head, the first and second moments over the prompt's (future-RoPE-rotated)
-        queries, flat or EMA-weighted; with ``"pool"`` the moments of the G heads are averaged
-        (a mixture), then ``lam = max(m - mu^2, eps)``.
+        Per query head, the first and second moments over the (future-RoPE-rotated) queries of the
+        hidden states the hook hands over, flat or EMA-weighted; with ``"pool"`` the moments of the G
+        heads are averaged (a mixture), then ``lam = max(m - mu^2, eps)``.
+
+        Positions come from the hook (:func:`~jacap_lib.presses.utils.hook_positions`), not from the
+        row index: only rows at true positions ``< n_sink`` are skipped, and the RoPE average starts
+        at the true next position. Under ``DecodingPress`` the rows are the buffered decoding steps,
+        under ``ChunkPress`` the chunk. With fewer usable rows than asked for (even one), the
+        statistics use the rows there are (``lam`` is then floored at ``eps``).
         """
+        query_pos, _, next_pos = utils.hook_positions(hidden_states, keys, kwargs)
         q = utils.future_query_states(
-            module, hidden_states, n_queries=self.n_queries, skip=self.n_sink, n_future_positions=self.n_future_positions
+            module, hidden_states, n_queries=self.n_queries, skip=self.n_sink, n_future_positions=self.n_future_positions,
+            positions=query_pos, next_position=next_pos,
         ).float()
         if self.beta is None:
             mu, m = q.mean(-2), q.square().mean(-2)
@@ -147,10 +156,41 @@ class JacapPress(ScorerPress):
         return self.components(keys, values, mu, lam, module).score
 
     # ---- kvpress entry point -----------------------------------------------------------------
+    def protected(self, hidden_states, keys, kwargs) -> torch.Tensor:
+        """Boolean ``(N,)`` mask of the sink and window slots, located by their true positions when the hook
+        tells them (a chunk), else by slot (a cache in position order), see :func:`~jacap_lib.presses.utils.protect`."""
+        _, key_pos, next_pos = utils.hook_positions(hidden_states, keys, kwargs)
+        return utils.protected_slots(keys.shape[-2], self.n_sink, self.window, key_positions=key_pos,
+                                     next_position=next_pos, device=keys.device)
+
+    def protect(self, scores: torch.Tensor, hidden_states, keys, kwargs) -> torch.Tensor:
+        """Sink and window tokens get the largest finite score (kvpress's top-k keeps them)."""
+        return scores.masked_fill(self.protected(hidden_states, keys, kwargs), torch.finfo(scores.dtype).max)
+
     def score(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
         mu, lam = self.query_statistics(module, hidden_states, keys, kwargs)
         scores = self.token_scores(keys, values, mu, lam, module)
         if self.trace is not None:
             self.trace[module.layer_idx] = {"mu": mu, "lam": lam, "score": scores,
                                             "parts": self.components(keys, values, mu, lam, module)}
-        return utils.protect(scores, self.n_sink, self.window)
+        return self.protect(scores, hidden_states, keys, kwargs)
+
+    def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+        """kvpress's ``ScorerPress.compress`` with the kept tokens gathered in position order.
+
+        Same kept set as kvpress (top ``compute_n_kept(N, compression_ratio)`` scores per KV head),
+        but in ascending slot order instead of score order, so that a later compression of the same
+        cache (``DecodingPress``, ``PrefillDecodingPress``) still finds the sinks first and the
+        recent window last. Attention does not depend on slot order (keys carry their RoPE).
+        ``compression_ratio = 1.0`` (kvpress's "drop the layer") keeps nothing and scores nothing.
+        """
+        n = keys.shape[2]
+        if self.compression_ratio == 0 or n == 0:
+            return keys, values
+        n_kept = min(compute_n_kept(n, self.compression_ratio), n)
+        if n_kept == 0:
+            return keys[:, :, :0].contiguous(), values[:, :, :0].contiguous()
+        scores = self.score(module, hidden_states, keys, values, attentions, kwargs)
+        idx = scores.topk(n_kept, dim=-1).indices.sort(dim=-1).values
+        idx = idx.unsqueeze(-1).expand(-1, -1, -1, keys.shape[-1])
+        return keys.gather(2, idx).contiguous(), values.gather(2, idx).contiguous()

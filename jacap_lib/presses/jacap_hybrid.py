@@ -32,7 +32,8 @@ class JacapHybridPress(JacapPress):
         Weight of the (normalised) Jacap score; ``1 - lam_mix`` goes to the global score.
     global_score : {"snapkv", "keynorm"}, default="snapkv"
         ``"snapkv"``: observed attention of the last ``snap_window`` prompt queries (kvpress SnapKV,
-        pooled over the query heads of each KV head); ``"keynorm"``: ``||k_i||``.
+        pooled over the query heads of each KV head); ``"keynorm"``: ``||k_i||``. With fewer than two
+        queries available (a one-step ``DecodingPress`` buffer) ``"snapkv"`` falls back to ``"keynorm"``.
     snap_window : int, default=64
         Observation window of the SnapKV score (capped at half the prompt).
     (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`)
@@ -53,11 +54,17 @@ class JacapHybridPress(JacapPress):
 
     def global_scores(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
         """Non-negative global importance ``(B, H_kv, N)``."""
-        if self.global_score == "keynorm":
+        window = min(self.snap_window, hidden_states.shape[1] // 2, keys.shape[-2] - 1)
+        if self.global_score == "keynorm" or window < 1:
+            # fewer than two queries (e.g. DecodingPress with a one-step buffer): no observation window
             return keys.float().norm(dim=-1)
-        window = min(self.snap_window, hidden_states.shape[1] // 2)
-        snap = SnapKVPress(compression_ratio=self.compression_ratio, window_size=window)
-        return snap.score(module, hidden_states, keys, values, attentions, kwargs).float().clamp_min(0)
+        # SnapKV rotates the window's queries with kwargs["position_embeddings"][:, -window:]: hand it
+        # the rows' own positions (a chunk or a decoding buffer is not where the step's embeddings are)
+        query_pos, _, _ = utils.hook_positions(hidden_states, keys, kwargs)
+        cos, sin = module.rotary_emb(hidden_states, query_pos[None].to(hidden_states.device))
+        snap = SnapKVPress(compression_ratio=0.0, window_size=window)  # the ratio is not used by score()
+        snap_kwargs = {**kwargs, "position_embeddings": (cos, sin)}
+        return snap.score(module, hidden_states, keys, values, attentions, snap_kwargs).float().clamp_min(0)
 
     def score(self, module, hidden_states, keys, values, attentions, kwargs):
         mu, lam = self.query_statistics(module, hidden_states, keys, kwargs)
@@ -66,4 +73,4 @@ class JacapHybridPress(JacapPress):
         tiny = torch.finfo(torch.float32).tiny
         mixed = self.lam_mix * r / r.sum(-1, keepdim=True).clamp_min(tiny) + (1 - self.lam_mix) * g / g.sum(
             -1, keepdim=True).clamp_min(tiny)
-        return utils.protect(mixed, self.n_sink, self.window)
+        return self.protect(mixed, hidden_states, keys, kwargs)

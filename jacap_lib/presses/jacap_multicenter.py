@@ -63,10 +63,12 @@ class JacapMultiCenterPress(JacapPress):
         if self.gqa != "pool" or self.beta is not None:
             raise ValueError("JacapMultiCenterPress needs gqa='pool' and beta=None (clusters replace the EMA)")
 
-    def center_statistics(self, module, hidden_states, keys):
+    def center_statistics(self, module, hidden_states, keys, kwargs=None):
         """``(mu, lam, share)``: ``(C, B, H_kv, d)``, ``(C, B, H_kv, d)``, ``(C, B, H_kv)``."""
+        query_pos, _, next_pos = utils.hook_positions(hidden_states, keys, kwargs or {})
         q = utils.future_query_states(module, hidden_states, n_queries=self.n_queries, skip=self.n_sink,
-                                      n_future_positions=self.n_future_positions).float()
+                                      n_future_positions=self.n_future_positions, positions=query_pos,
+                                      next_position=next_pos).float()
         q = utils.group_query_heads(q, keys.shape[1])  # (B, H_kv, G*T, d)
         labels = kmeans(q, self.n_centers, self.kmeans_iters)
         onehot = torch.nn.functional.one_hot(labels, min(self.n_centers, q.shape[-2])).float()  # (B,H,T,C)
@@ -79,7 +81,7 @@ class JacapMultiCenterPress(JacapPress):
         return mu, lam, share
 
     def score(self, module, hidden_states, keys, values, attentions, kwargs):
-        mu, lam, share = self.center_statistics(module, hidden_states, keys)
+        mu, lam, share = self.center_statistics(module, hidden_states, keys, kwargs)
         total = None
         for c in range(mu.shape[0]):
             r = self.token_scores(keys, values, mu[c], lam[c], module).float()
@@ -90,4 +92,4 @@ class JacapMultiCenterPress(JacapPress):
                 part = r / r.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
                 part = torch.where(share[c].unsqueeze(-1) > 0, part, torch.zeros_like(part))
                 total = part if total is None else torch.maximum(total, part)
-        return utils.protect(total, self.n_sink, self.window)
+        return self.protect(total, hidden_states, keys, kwargs)

@@ -37,15 +37,26 @@ class JacapTwoStagePress(JacapPress):
         if not (isinstance(self.expand, (int, float)) and self.expand >= 1):
             raise ValueError(f"expand must be a number >= 1 (candidates = expand * budget), got {self.expand!r}")
 
-    def token_scores(self, keys, values, mu, lam, module):
-        first = utils.protect(self.components(keys, values, mu, lam, module).score, self.n_sink, self.window)
+    def token_scores(self, keys, values, mu, lam, module, protected: torch.Tensor | None = None):
+        """Second-pass scores on the candidates, ``finfo.min`` elsewhere. ``protected (N,)``: the slots the
+        first pass must keep among the candidates (default: the first ``n_sink`` and last ``window``)."""
+        if protected is None:
+            protected = utils.protected_slots(keys.shape[-2], self.n_sink, self.window, device=keys.device)
+        first = self.components(keys, values, mu, lam, module).score
+        first = first.masked_fill(protected, torch.finfo(first.dtype).max)
         n = keys.shape[-2]
-        budget = compute_n_kept(n, self.compression_ratio)
+        budget = compute_n_kept(n, self.compression_ratio)  # 0 at compression_ratio = 1.0 (a dropped layer)
         n_cand = min(n, max(budget, int(round(self.expand * budget))))
-        if n_cand >= n:
+        if budget == 0 or n_cand >= n:
             return first
         cand = first.topk(n_cand, dim=-1).indices.sort(dim=-1).values  # (B, H, n_cand), in position order
         idx = cand.unsqueeze(-1).expand(-1, -1, -1, keys.shape[-1])
         second = self.components(keys.gather(2, idx), values.gather(2, idx), mu, lam, module).score
         out = torch.full_like(first, torch.finfo(first.dtype).min)
-        return out.scatter(-1, cand, second)
+        return out.scatter(-1, cand, second.to(out.dtype))
+
+    def score(self, module, hidden_states, keys, values, attentions, kwargs):
+        mu, lam = self.query_statistics(module, hidden_states, keys, kwargs)
+        protected = self.protected(hidden_states, keys, kwargs)
+        scores = self.token_scores(keys, values, mu, lam, module, protected)
+        return scores.masked_fill(protected, torch.finfo(scores.dtype).max)

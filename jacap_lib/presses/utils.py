@@ -17,13 +17,77 @@ from torch import nn
 
 from ..select import protected_mask
 
-__all__ = ["future_query_states", "averaged_rope", "group_query_heads", "out_proj_factors", "protect", "num_kv_groups"]
+__all__ = ["hook_positions", "future_query_states", "protected_slots", "averaged_rope", "group_query_heads", "out_proj_factors", "protect", "num_kv_groups"]
 
 
 def num_kv_groups(module: nn.Module) -> int:
     """G = query heads per KV head."""
     cfg = module.config
     return cfg.num_attention_heads // cfg.num_key_value_heads
+
+
+def _current_positions(hidden_states: torch.Tensor, kwargs: dict) -> torch.Tensor:
+    """True sequence positions of the hook's own forward (``cache_position``, else ``position_ids``), ``(L,)``.
+
+    A direct call without either (``press.score(..., kwargs={})``) is taken as a prefill from position 0
+    of exactly ``hidden_states``.
+    """
+    pos = kwargs.get("cache_position") if kwargs else None
+    if pos is None and kwargs and kwargs.get("position_ids") is not None:
+        pos = kwargs["position_ids"][0]
+    if pos is None:
+        return torch.arange(hidden_states.shape[1], device=hidden_states.device)
+    return pos.reshape(-1).to(torch.long)
+
+
+def _row_offset(rows: torch.Tensor, full: torch.Tensor | None) -> int | None:
+    """Offset of ``rows`` along the sequence if it is a slice ``full[:, i:i+T]`` (kvpress ChunkPress), else None."""
+    if full is None or not isinstance(full, torch.Tensor) or full.dim() != 3 or rows.dim() != 3:
+        return None
+    if rows.untyped_storage().data_ptr() != full.untyped_storage().data_ptr() or rows.stride() != full.stride():
+        return None
+    delta = rows.storage_offset() - full.storage_offset()
+    step = full.stride(1)
+    if step <= 0 or delta % step or not 0 <= delta // step <= full.shape[1] - rows.shape[1]:
+        return None
+    return delta // step
+
+
+def hook_positions(hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict):
+    """Where the tensors a kvpress scorer receives sit in the sequence: ``(query_pos, key_pos, next_pos)``.
+
+    kvpress wrappers do not always hand a scorer the prompt from position 0:
+
+    * a plain prefill (``ScorerPress`` and the budget wrappers): ``hidden_states`` and ``keys`` are
+      positions ``0 .. L-1`` (``cache_position``);
+    * ``ChunkPress``: a slice ``hidden_states[:, i:i+c]`` (and the matching keys) of the hook's
+      states; the offset ``i`` is read from the slice itself (it is a view of ``kwargs["hidden_states"]``);
+    * ``DecodingPress`` / ``CAMPress``: the buffered hidden states of the last ``T`` decoding steps,
+      ending at the current position, while ``keys`` is the whole (already compressed) cache;
+    * anything else shorter than the step (``BlockPress``'s regathered states): taken, like
+      ``DecodingPress``, as the ``T`` positions ending at the current one.
+
+    Returns ``query_pos (T,)``, ``key_pos (N,)`` or ``None`` when the cache slots' positions are not
+    known from the hook (a cache compressed earlier: slot order is then assumed to be position order,
+    which :meth:`JacapPress.compress <jacap_lib.presses.jacap.JacapPress.compress>` keeps), and
+    ``next_pos`` = current position + 1, the first position a future query can have.
+    """
+    cur = _current_positions(hidden_states, kwargs)
+    t = hidden_states.shape[1]
+    nxt = int(cur[-1]) + 1 if cur.numel() else t
+    offset = None
+    if t == cur.numel():
+        query_pos = cur.to(hidden_states.device)
+        offset = 0
+    else:
+        offset = _row_offset(hidden_states, kwargs.get("hidden_states") if kwargs else None)
+        if offset is not None and kwargs["hidden_states"].shape[1] == cur.numel():
+            query_pos = cur[offset: offset + t].to(hidden_states.device)
+        else:
+            offset = None
+            query_pos = torch.arange(nxt - t, nxt, device=hidden_states.device).clamp_min(0)
+    key_pos = query_pos if (offset is not None and keys.shape[-2] == t) else None
+    return query_pos, key_pos, nxt
 
 
 def future_query_states(
@@ -33,25 +97,41 @@ def future_query_states(
     n_queries: int | None = None,
     skip: int = 0,
     n_future_positions: int = 512,
+    positions: torch.Tensor | None = None,
+    next_position: int | None = None,
 ) -> torch.Tensor:
-    """Queries of the prompt, seen from the future: ``(B, H_q, T', d)``.
+    """Queries of the hook's hidden states, seen from the future: ``(B, H_q, T', d)``.
 
-    Queries are taken before RoPE (``kvpress.utils.get_prerope_query_states``) for the last
-    ``n_queries`` prompt positions (all when ``None``; the first ``skip`` positions - attention
-    sinks with outlier queries - are always left out), then multiplied by the RoPE rotation averaged
-    over the next ``n_future_positions`` positions (``ExpectedAttentionPress.apply_avg_rope``).
-    The keys in the cache already carry their own rotation, so ``k_i . q`` is then the expected
-    logit of a future query at an unknown position.
+    ``positions (T,)`` are the true sequence positions of the rows of ``hidden_states`` (default
+    ``0 .. T-1``, a prefill) and ``next_position`` the first future position (default ``positions[-1] + 1``).
+    Rows at positions ``< skip`` (attention sinks, whose queries are outliers) are left out, then the
+    last ``n_queries`` rows are kept (all when ``None``). If that leaves no row (a chunk or decoding
+    buffer made of sinks only, a prompt no longer than ``skip``), the last ``n_queries`` rows are used
+    regardless: the statistics fall back to the queries there are and never come out empty.
+
+    Queries are taken before RoPE (``kvpress.utils.get_prerope_query_states``) and multiplied by the
+    RoPE rotation averaged over the ``n_future_positions`` positions from ``next_position`` on
+    (``ExpectedAttentionPress.apply_avg_rope``). The keys in the cache already carry their own
+    rotation, so ``k_i . q`` is then the expected logit of a future query at an unknown position.
     """
     q_len = hidden_states.shape[1]
-    start = skip if n_queries is None else max(skip, q_len - n_queries)
-    if start >= q_len:
-        raise ValueError(
-            f"no prompt query left for the statistics: prompt length {q_len}, skip (n_sink) = {skip}, "
-            f"n_queries = {n_queries}; use a longer prompt or a smaller n_sink"
-        )
-    q = get_prerope_query_states(module, hidden_states[:, start:])
-    return q @ averaged_rope(module, q_len, n_future_positions, q.dtype).T
+    if q_len == 0:
+        raise ValueError("hidden_states holds no query (sequence length 0): nothing to estimate statistics from")
+    if positions is None:
+        positions = torch.arange(q_len, device=hidden_states.device)
+    if positions.numel() != q_len:
+        raise ValueError(f"positions has {positions.numel()} entries for {q_len} hidden-state rows")
+    if next_position is None:
+        next_position = int(positions[-1]) + 1
+    rows = torch.nonzero(positions.to(hidden_states.device) >= skip).flatten()
+    if rows.numel() == 0:
+        rows = torch.arange(q_len, device=hidden_states.device)
+    if n_queries is not None:
+        rows = rows[-n_queries:]
+    start, stop = int(rows[0]), int(rows[-1]) + 1
+    states = hidden_states[:, start:stop] if stop - start == rows.numel() else hidden_states.index_select(1, rows)
+    q = get_prerope_query_states(module, states)
+    return q @ averaged_rope(module, next_position, n_future_positions, q.dtype).T
 
 
 _ROPE_CACHE: dict = {}
@@ -112,7 +192,26 @@ def out_proj_factors(module: nn.Module, *, pooled: bool) -> torch.Tensor:
     return factor.float()
 
 
-def protect(scores: torch.Tensor, n_sink: int = 0, window: int = 0) -> torch.Tensor:
-    """Give the first ``n_sink`` and last ``window`` positions the largest finite score (kept by top-k)."""
-    mask = protected_mask(scores.shape[-1], sink=n_sink, window=window, device=scores.device)
+def protected_slots(n: int, n_sink: int = 0, window: int = 0, *, key_positions: torch.Tensor | None = None,
+                    next_position: int | None = None, device=None) -> torch.Tensor:
+    """Boolean ``(n,)`` mask of the sink and recent-window tokens among ``n`` scored slots.
+
+    Without ``key_positions``: the first ``n_sink`` and last ``window`` slots (a cache in position
+    order). With the slots' true positions ``key_positions (n,)``: the slots at positions ``< n_sink``
+    and ``>= next_position - window`` (a chunk in the middle of the prompt protects neither).
+    """
+    if key_positions is None:
+        return protected_mask(n, sink=n_sink, window=window, device=device)
+    if key_positions.numel() != n:
+        raise ValueError(f"key_positions has {key_positions.numel()} entries for {n} scored tokens")
+    kp = key_positions.to(device)
+    end = int(kp.max()) + 1 if next_position is None else int(next_position)
+    return (kp < n_sink) | (kp >= end - window) if window else kp < n_sink
+
+
+def protect(scores: torch.Tensor, n_sink: int = 0, window: int = 0, *, key_positions: torch.Tensor | None = None,
+            next_position: int | None = None) -> torch.Tensor:
+    """Give the sink and recent-window tokens (:func:`protected_slots`) the largest finite score (kept by top-k)."""
+    mask = protected_slots(scores.shape[-1], n_sink, window, key_positions=key_positions,
+                           next_position=next_position, device=scores.device)
     return scores.masked_fill(mask, torch.finfo(scores.dtype).max)
