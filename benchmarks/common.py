@@ -112,6 +112,15 @@ def environment(device: torch.device) -> dict:
     return env
 
 
+def device_tag(env: dict) -> str:
+    """Short file-name tag of the device an ``environment()`` record describes: ``"cpu"``, or the GPU's
+    name lower-cased without the vendor (``"NVIDIA H200"`` -> ``"h200"``), for ``data/bench/<bench>_<tag>.json``."""
+    if "gpu" not in env:
+        return "cpu"
+    name = re.sub(r"^(nvidia|amd)\s+", "", env["gpu"].strip(), flags=re.IGNORECASE)
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "gpu"
+
+
 def save_json(obj: dict, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

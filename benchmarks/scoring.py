@@ -27,6 +27,7 @@ import argparse
 import gc
 import os
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -102,10 +103,14 @@ def repeats_for(N: int, device, quick: bool) -> int:
 
 
 @torch.no_grad()
-def run(Ns, ds, device, dtype, quick=False, progress=print) -> dict:
-    rows = []
+def run(Ns, ds, device, dtype, quick=False, progress=print, time_budget_s=None) -> dict:
+    rows, skipped = [], []
+    start = time.perf_counter()
     for d in ds:
         for N in Ns:
+            if time_budget_s is not None and time.perf_counter() - start > time_budget_s:
+                skipped.append({"N": N, "d": d})
+                continue
             keys, values, mu, lam = make_inputs(N, d, device, dtype)
             fns = methods(keys, values, mu, lam, device)
             reps = repeats_for(N, device, quick)
@@ -131,7 +136,7 @@ def run(Ns, ds, device, dtype, quick=False, progress=print) -> dict:
             progress(line)
             del keys, values, mu, lam, fns
             gc.collect()
-    return {"rows": rows}
+    return {"rows": rows, "skipped_time_budget": skipped}
 
 
 def summarise(rows) -> dict:
@@ -158,8 +163,14 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="one repeat per method (smoke test)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (default: torch's choice); on a shared machine 1 is far steadier")
-    ap.add_argument("--out", type=Path, default=None, help="JSON path (default data/bench/scoring_<device>.json)")
+    ap.add_argument("--time-budget-s", type=float, default=None,
+                    help="skip the remaining (N, d) once this much wall time is spent (recorded in the JSON)")
+    ap.add_argument("--out", type=Path, default=None, help="JSON path (default data/bench/scoring_<device>.json, e.g. scoring_h200.json)")
     args = ap.parse_args(argv)
+    if any(n < 1 for n in args.N) or any(d < 1 for d in args.d):
+        ap.error(f"--N and --d must be positive, got N={args.N}, d={args.d}")
+    if args.time_budget_s is not None and args.time_budget_s <= 0:
+        ap.error(f"--time-budget-s must be positive, got {args.time_budget_s}")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -167,7 +178,7 @@ def main(argv=None):
     pinned = common.pin_malloc() if device.type == "cpu" else None
     env = common.environment(device)
     print(f"scoring benchmark on {env.get('gpu', env['cpu'])}, {dtype}, threads={env['torch_threads']}")
-    res = run(args.N, args.d, device, dtype, quick=args.quick)
+    res = run(args.N, args.d, device, dtype, quick=args.quick, time_budget_s=args.time_budget_s)
     out = {
         "benchmark": "scoring",
         "config": {
@@ -176,7 +187,7 @@ def main(argv=None):
             "inputs": "keys, values ~ N(0,1); mu ~ N(0,1); lam ~ 0.05 + U(0,1); per (1, 8, N, d)",
             "repeats": {str(N): repeats_for(N, device, args.quick) for N in args.N},
             "repeats_note": "median of round-robin repeats after one warm-up call each; fewer repeats at large N on the CPU",
-            "quick": args.quick,
+            "quick": args.quick, "time_budget_s": args.time_budget_s,
             "memory_probe": ("torch.cuda.max_memory_allocated above the live bytes" if device.type == "cuda" else
                              f"VmHWM - VmRSS around one call (glibc mmap threshold pinned: {pinned})"),
         },
@@ -186,8 +197,7 @@ def main(argv=None):
         **res,
         "summary": summarise(res["rows"]),
     }
-    tag = env["gpu"].replace(" ", "_") if device.type == "cuda" else "cpu"
-    path = common.save_json(out, args.out or common.REPO / "data" / "bench" / f"scoring_{tag}.json")
+    path = common.save_json(out, args.out or common.REPO / "data" / "bench" / f"scoring_{common.device_tag(env)}.json")
     print(f"saved {path}")
     return out
 

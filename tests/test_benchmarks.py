@@ -94,6 +94,60 @@ def test_end_to_end_script_tiny_run(tmp_path):
         assert math.isclose(r["scoring_share_of_total"], r["scoring_s"] / (r["prefill_s"] + r["decode_s"]))
 
 
+def test_end_to_end_random_init_is_validated_before_work(tmp_path, capsys):
+    e2e = _load("end_to_end")
+    out = tmp_path / "e.json"
+    (tmp_path / "no_tok").mkdir()
+    (tmp_path / "no_tok" / "config.json").write_text("{}")
+    (tmp_path / "ok").mkdir()
+    for f in ("config.json", "tokenizer.json"):
+        (tmp_path / "ok" / f).write_text("{}")
+    bad = [["--random-init", str(tmp_path / "missing")],
+           ["--random-init", str(tmp_path / "no_tok")],
+           ["--random-init", str(tmp_path / "ok"), "--model", "x"],
+           ["--ratios", "1.0"], ["--new-tokens", "0"], ["--lengths", "1"]]
+    errors = []
+    for argv in bad:
+        with pytest.raises(SystemExit):
+            e2e.main([*argv, "--out", str(out)])
+        assert not out.exists()
+        errors.append(capsys.readouterr().err.rsplit("error: ", 1)[-1])
+    assert "has no config.json" in errors[0] and "no tokenizer" in errors[1] and "drop --model" in errors[2], errors
+    assert "--ratios" in errors[3] and "--new-tokens" in errors[4] and "--lengths" in errors[5], errors
+
+
+@pytest.mark.model
+def test_end_to_end_random_init_has_the_bundled_architecture(tmp_path):
+    """--save-architecture + --random-init: same parameter names and shapes as the real bundled model,
+    weights from the seed (two builds agree), the same prompt ids, and the record says 'random'."""
+    from jacap_lib.models import load_model
+
+    e2e = _load("end_to_end")
+    arch = tmp_path / "arch"
+    assert e2e.main(["--save-architecture", str(arch)]) is None
+    assert not (arch / "model.safetensors").exists() and (arch / "config.json").is_file()
+    real, tokenizer = load_model()
+    model, tok, record = e2e.random_init_model(arch, torch.device("cpu"))
+    again, _, _ = e2e.random_init_model(arch, torch.device("cpu"))
+    want = {k: v.shape for k, v in real.state_dict().items()}
+    assert {k: v.shape for k, v in model.state_dict().items()} == want
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    name = "model.layers.0.self_attn.k_proj.weight"
+    assert not torch.allclose(model.state_dict()[name], real.state_dict()[name])
+    assert torch.equal(e2e.prompt_ids(tok, 300)[0], e2e.prompt_ids(tokenizer, 300)[0])
+    assert record["architecture_of"]["model"] == "SmolLM2-135M-Instruct" and "random" in record["model"]
+    assert record["architecture"]["num_key_value_heads"] == real.config.num_key_value_heads
+
+
+def test_device_tag():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import common
+
+    assert common.device_tag({"cpu": "x"}) == "cpu"
+    assert common.device_tag({"gpu": "NVIDIA H200"}) == "h200"
+    assert common.device_tag({"gpu": "NVIDIA H100 80GB HBM3"}) == "h100_80gb_hbm3"
+
+
 def test_step_costs_closed_forms():
     costs = {c["step"]: c for c in numerics.step_costs(1000, 64, bytes_per_scalar=2)}
     assert costs["Gram sum w u u^T"]["flops"] == 2 * 1000 * 64 * 64 + 1000 * 64
