@@ -9,7 +9,7 @@ What is timed, per (N, d), on one (B=1, H=8, N, d) cache with query statistics a
 
 * ``floor``: ``keys.sum() + values.sum()`` — one read of K and V, the least any scorer must do.
 * ``jacap_torch``: ``jacap_lib.jacap_scores(keys, values, mu, lam, backend="torch")``.
-* ``jacap_triton``: ``jacap_lib.kernels.triton_jacap_scores`` (CUDA only; tf32 dots).
+* ``jacap_triton``: ``jacap_lib.scoring.triton.triton_jacap_scores`` (CUDA only; tf32 dots).
 * ``capkv``: ``kvpress.CapPress.score(...)`` itself, with its query anchor (normally q_proj of the
   hidden states, averaged RoPE, mean) replaced by the given ``mu`` — everything after the anchor
   (normalisation, weights, Gram, ``linalg.solve``, leverage, sink padding) is kvpress's own code.
@@ -43,7 +43,7 @@ TAU, NOISE = 10.0, 1.0
 WHAT = {
     "floor": "keys.sum() + values.sum(): one read of K and V",
     "jacap_torch": "jacap_lib.jacap_scores(keys, values, mu, lam, tau=10, backend='torch')",
-    "jacap_triton": "jacap_lib.kernels.triton_jacap_scores(..., dot_precision='tf32') (3 Triton passes + d x d torch)",
+    "jacap_triton": "jacap_lib.scoring.triton.triton_jacap_scores(..., dot_precision='tf32') (3 Triton passes + d x d torch)",
     "capkv": "kvpress CapPress.score() with _query_anchor replaced by the given mu (no q_proj / RoPE averaging)",
     "expected_attention": "kvpress ExpectedAttentionPress.score() with get_query_statistics replaced by (mu, diag(lam))",
     "knorm": "kvpress KnormPress.score() unchanged",
@@ -87,7 +87,7 @@ def methods(keys, values, mu, lam, device) -> dict:
         "jacap_torch": lambda: jacap_scores(keys, values, mu, lam, tau=TAU, noise=NOISE, backend="torch"),
     }
     if device.type == "cuda":
-        from jacap_lib.kernels import triton_jacap_scores
+        from jacap_lib.scoring.triton import triton_jacap_scores
 
         fns["jacap_triton"] = lambda: triton_jacap_scores(keys, values, mu, lam, tau=TAU, noise=NOISE)
     fns.update(kvpress_scorers(keys, values, mu, lam))

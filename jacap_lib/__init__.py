@@ -4,13 +4,17 @@ Jacap (Yang et al., arXiv 2609.08131) evicts KV-cache entries by keeping the tok
 preserve the most Jacobian information capacity of the retained attention. This package
 holds every piece of logic the book's chapters call:
 
-* :mod:`jacap_lib.theory`   exact small-n math (softmax Jacobian, capacities, set selection)
-* :mod:`jacap_lib.scoring`  Algorithm 1 on ``(..., N, d)`` tensors (:func:`jacap_scores`)
-* :mod:`jacap_lib.select`   protected regions + budget -> kept indices (:func:`select_keep`)
-* :mod:`jacap_lib.stats`    query statistics (flat mean, EMA with beta)
-* :mod:`jacap_lib.presses`  kvpress presses and the method registry
-* :mod:`jacap_lib.kernels`  Triton kernels for the GPU scoring core
-* :mod:`jacap_lib.analysis` error decomposition and quality measurements
+layers, low to high (a module imports only from its own layer or lower ones; ``tests/test_layers.py``
+checks it):
+
+0. :mod:`._checks`, :mod:`._env` — argument checks; where the code runs
+1. :mod:`.theory`, :mod:`.examples`, :mod:`.scoring` (Algorithm 1, torch + :mod:`.scoring.triton`),
+   :mod:`.stats`, :mod:`.selection` — the core
+2. :mod:`.hf` (model plumbing), :mod:`.models`, :mod:`.memory`
+3. :mod:`.presses` (kvpress presses + registry), :mod:`.decoding` (Algorithm 2)
+4. :mod:`.measure` — quality (KL), decomposition, failures, eviction inspection
+5. :mod:`.results` — the files under ``data/``
+6. :mod:`.viz` (plotly figures)   7. :mod:`.widgets`   8. :mod:`.exercises`   9. :mod:`.cli`, :mod:`.book`
 
 Public names are imported lazily so that ``import jacap_lib`` stays cheap and the
 optional parts (transformers, kvpress, triton) load only when used.
@@ -26,8 +30,8 @@ _EXPORTS = {
     # Algorithm 1 core
     "jacap_scores": "jacap_lib.scoring",
     "JacapScores": "jacap_lib.scoring",
-    "select_keep": "jacap_lib.select",
-    "triton_jacap_scores": "jacap_lib.kernels",
+    "select_keep": "jacap_lib.selection",
+    "triton_jacap_scores": "jacap_lib.scoring.triton",
     # query statistics
     "flat_query_stats": "jacap_lib.stats",
     "ema_query_stats": "jacap_lib.stats",
@@ -37,15 +41,15 @@ _EXPORTS = {
     "JacapPress": "jacap_lib.presses.jacap",
     "list_methods": "jacap_lib.presses.registry",
     "build_press": "jacap_lib.presses.registry",
-    "inspect_eviction": "jacap_lib.inspect",
+    "inspect_eviction": "jacap_lib.measure.eviction",
     "describe_model": "jacap_lib.models",
     "describe_method": "jacap_lib.presses.registry",
-    "EvictionInspection": "jacap_lib.inspect",
+    "EvictionInspection": "jacap_lib.measure.eviction",
     # quality under compression
-    "next_token_kl": "jacap_lib.analysis.quality",
-    "full_reference": "jacap_lib.analysis.quality",
-    "rank_one_corrected_scores": "jacap_lib.analysis.decomposition",
-    "capture_heads": "jacap_lib.analysis.decomposition",
+    "next_token_kl": "jacap_lib.measure.quality",
+    "full_reference": "jacap_lib.measure.quality",
+    "rank_one_corrected_scores": "jacap_lib.measure.decomposition",
+    "capture_heads": "jacap_lib.measure.decomposition",
     # Algorithm 2 (decode-time controller)
     "JacapDecodeController": "jacap_lib.decoding",
     "EvictionEvent": "jacap_lib.decoding",

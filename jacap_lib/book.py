@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from jacap_lib.viz import BOOK_BUILD_ENV
+from jacap_lib._env import BOOK_BUILD_ENV
 
 PLOTLY_JS = "plotly.min.js"
 

@@ -45,7 +45,6 @@ Design choices (the note leaves them open; they are the things to report when re
 from __future__ import annotations
 
 import math
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -53,8 +52,9 @@ from dataclasses import dataclass, field
 import torch
 
 from . import _checks
+from .hf import apply_rope, attention_modules
 from . import scoring as _scoring
-from . import select as _select
+from . import selection as _select
 from .stats import EMAQueryStats
 
 __all__ = ["JacapDecodeController", "EvictionEvent", "replay", "kl_from_logits", "ema_trace", "ema_tradeoff"]
@@ -91,15 +91,6 @@ class EvictionEvent:
     def to_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k != "kept_positions"}
         return d
-
-
-def _rotate(module: torch.nn.Module, q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Apply the model's own RoPE to ``q (b, H, T, d)`` (the function of the module's modeling file)."""
-    apply = getattr(sys.modules[type(module).__module__], "apply_rotary_pos_emb", None)
-    if apply is None:
-        raise ValueError(f"{type(module).__name__} has no apply_rotary_pos_emb: only RoPE models are supported")
-    q_rot, _ = apply(q, q, cos, sin)
-    return q_rot
 
 
 class JacapDecodeController:
@@ -193,12 +184,7 @@ class JacapDecodeController:
     # ------------------------------------------------------------------ hooks
     @staticmethod
     def _find_attention(model) -> list:
-        mods = [m for name, m in model.named_modules()
-                if name.endswith("self_attn") and hasattr(m, "layer_idx") and hasattr(m, "head_dim")]
-        if not mods:
-            raise ValueError(f"`model` ({type(model).__name__}) has no '*.self_attn' modules with a layer_idx; "
-                             "pass a transformers causal LM (Llama, Qwen2/3, Mistral, ...)")
-        return sorted(mods, key=lambda m: m.layer_idx)
+        return attention_modules(model)
 
     def attach(self) -> "JacapDecodeController":
         if self._handles:
@@ -332,7 +318,7 @@ class JacapDecodeController:
         from kvpress.utils import get_prerope_query_states
 
         with torch.no_grad():
-            q = _rotate(module, get_prerope_query_states(module, hidden), cos, sin).float()  # (b, Hq, T, d)
+            q = apply_rope(module, get_prerope_query_states(module, hidden), cos, sin).float()  # (b, Hq, T, d)
         layer = module.layer_idx
         valid = self._step_ctx["valid"]
         if layer not in self._stats:

@@ -7,7 +7,7 @@ import torch
 pytest.importorskip("kvpress")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from jacap_lib import bench  # noqa: E402
+from jacap_lib.results import harness as bench  # noqa: E402
 
 V = 61
 
@@ -49,7 +49,7 @@ def test_run_kl_writes_and_resumes(tiny, tmp_path, monkeypatch):
     assert jac["kept_tokens"] == jac["length"] // 2 and len(jac["kl_per_token"]) == 8
     # a rerun computes nothing: the next-token path must not even be entered
     calls = []
-    import jacap_lib.analysis.quality as q
+    import jacap_lib.measure.quality as q
     monkeypatch.setattr(q, "next_token_kl", lambda *a, **k: calls.append(a))
     assert bench.run_kl(model, tok, **kw) == 0 and not calls
     monkeypatch.undo()

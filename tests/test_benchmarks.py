@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from jacap_lib.kernels import numerics
-from jacap_lib.kernels.results import end_to_end_rows, load_bench, scoring_rows
+from jacap_lib.scoring import costs as numerics
+from jacap_lib.results.bench import end_to_end_rows, load_bench, scoring_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -217,7 +217,7 @@ def test_committed_results_are_complete(name):
 
 
 def test_chapter5_exercises_grade(monkeypatch):
-    from jacap_lib.kernels import exercises as kx
+    from jacap_lib.exercises import algorithm as kx
 
     assert not kx.check("05.1", None) and "d = 128" in repr(kx.check("05.1", None))
     assert kx.check("05.1", 128 / 6) and not kx.check("05.1", 128 / 3)

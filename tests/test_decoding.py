@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import jacap_lib
-from jacap_lib import scoring, select
+from jacap_lib import scoring, selection as select
 from jacap_lib.decoding import JacapDecodeController, ema_trace, ema_tradeoff, kl_from_logits, replay
 from jacap_lib.stats import ema_query_stats
 

@@ -1,4 +1,4 @@
-"""Tests for jacap_lib.analysis.decomposition: every quantity against an independent computation
+"""Tests for jacap_lib.measure.decomposition: every quantity against an independent computation
 (autograd, dense N×N matrices, brute-force re-computation, exhaustive enumeration)."""
 import itertools
 import math
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import jacap_lib.theory as T
-from jacap_lib.analysis import decomposition as D
+from jacap_lib.measure import decomposition as D
 from jacap_lib.scoring import jacap_scores
 
 torch.set_default_dtype(torch.float32)

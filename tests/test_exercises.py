@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from jacap_lib import exercises as E
+from jacap_lib.exercises import theory as E
 
 
 def msg(ex, ans):

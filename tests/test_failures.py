@@ -1,11 +1,11 @@
-"""Tests for jacap_lib.analysis.failures (the note's §20 demos)."""
+"""Tests for jacap_lib.measure.failures (the note's §20 demos)."""
 import math
 
 import pytest
 import torch
 
-from jacap_lib.analysis import decomposition as D
-from jacap_lib.analysis import failures as F
+from jacap_lib.measure import decomposition as D
+from jacap_lib.measure import failures as F
 from jacap_lib.stats import ema_weights
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from kvpress.utils import compute_n_kept
 
-from jacap_lib.inspect import inspect_eviction, kept_indices
-from jacap_lib.select import select_keep
+from jacap_lib.measure.eviction import inspect_eviction, kept_indices
+from jacap_lib.selection import select_keep
 
 TEXT = (
     "Maria keeps her bicycle in the blue shed behind the bakery. Every Tuesday she rides it to the market, "

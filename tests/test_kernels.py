@@ -21,8 +21,8 @@ import torch
 
 triton = pytest.importorskip("triton", reason="triton is not installed: the GPU scoring kernels cannot be tested")
 
-from jacap_lib.kernels import plan_launch, triton_jacap_scores  # noqa: E402
-from jacap_lib.kernels.scoring import interpreter_active  # noqa: E402
+from jacap_lib.scoring.triton import plan_launch, triton_jacap_scores  # noqa: E402
+from jacap_lib.scoring.triton.launch import interpreter_active  # noqa: E402
 from jacap_lib.scoring import jacap_scores  # noqa: E402
 
 INTERPRETED = interpreter_active()
@@ -240,7 +240,7 @@ def test_bad_inputs_raise_value_error():
 
 
 def test_cpu_tensors_without_interpreter_raise(monkeypatch):
-    import jacap_lib.kernels.scoring as ks
+    import jacap_lib.scoring.triton.launch as ks
 
     monkeypatch.setattr(ks, "interpreter_active", lambda: False)
     x = torch.zeros(1, 4, 16)
@@ -272,7 +272,7 @@ SM90_COMPILE = r"""
 import inspect, triton
 from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
-from jacap_lib.kernels import _kernels as src
+from jacap_lib.scoring.triton import _kernels as src
 ptr = {n: "*fp32" for n in "MU LAM Z KAPPA PART_M PART_S MAX SUM ALPHA RHO WEIGHT GRAM P LEVERAGE SCORE".split()}
 ptr.update(K="*bf16", V="*bf16")
 for fn, const in ((src.logits_kernel, dict(BLOCK_N=64, BLOCK_D=64)),

@@ -206,7 +206,7 @@ def _masked_attention(kept: dict, P: int):
 def test_compressed_cache_equals_masked_attention(model_tok, ratio, opts):
     from transformers import AttentionInterface
 
-    from jacap_lib.inspect import capture_kept
+    from jacap_lib.measure.eviction import capture_kept
 
     model, tok = model_tok
     ids, cont = _ids(tok, TEXT), _ids(tok, CONTINUATION)
@@ -261,7 +261,7 @@ PASSKEY_CONTEXT = (
 
 @pytest.mark.model
 def test_passkey_survives_jacap_half_compression(model_tok):
-    from jacap_lib.inspect import answer
+    from jacap_lib.measure.eviction import answer
 
     model, tok = model_tok
     assert 200 <= len(tok(PASSKEY_CONTEXT).input_ids) <= 300

@@ -117,7 +117,7 @@ def test_cache_lengths_follow_schedule(model_tok, evict):
 def test_mask_equals_pruning_on_the_continuation(model_tok):
     """slope=0 (uniform budget) with masked eviction gives the continuation the same log-probs as
     plain JacapPress pruning the same tokens; and the pyramid (slope=1) differs from both."""
-    from jacap_lib.analysis import quality as Q
+    from jacap_lib.measure import quality as Q
 
     model, _ = model_tok
     prompt, cont = _prompt(seed=1)

@@ -1,4 +1,4 @@
-"""Tests for jacap_lib.analysis.quality on a tiny random Llama (no download, < 2 s)."""
+"""Tests for jacap_lib.measure.quality on a tiny random Llama (no download, < 2 s)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -6,7 +6,7 @@ import torch.nn.functional as F
 kvpress = pytest.importorskip("kvpress")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from jacap_lib.analysis.quality import (  # noqa: E402
+from jacap_lib.measure.quality import (  # noqa: E402
     attention_output_error,
     capture_prefill,
     replay_press,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from jacap_lib.inspect import EvictionInspection
+from jacap_lib.measure.eviction import EvictionInspection
 from jacap_lib.viz import live as V
 from jacap_lib.widgets import live as W
 

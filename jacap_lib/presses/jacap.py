@@ -85,7 +85,7 @@ class JacapPress(ScorerPress):
     gqa: str = "pool"
     eps: float = 1e-6
     backend: str = "auto"
-    # set by jacap_lib.inspect to record per-layer internals; None = record nothing
+    # set by jacap_lib.measure.eviction to record per-layer internals; None = record nothing
     trace: dict | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):

@@ -14,7 +14,7 @@ implies is :math:`w'_i=\bar\alpha_i^2\kappa_i/d` (not :math:`\rho_i^2\kappa_i/d`
 direction :math:`u_i-\bar u`: a dominant token (:math:`\bar\alpha_i\to1`) has :math:`u_i\approx\bar u`
 and loses its leverage through the centring, not through :math:`\rho_i`. Cost :math:`O(Nd^2)`, no
 :math:`N\times N` matrix (the math lives in
-:func:`jacap_lib.analysis.decomposition.rank_one_corrected_scores`).
+:func:`jacap_lib.measure.decomposition.rank_one_corrected_scores`).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from transformers.models.llama.modeling_llama import repeat_kv
 
-from ..analysis.decomposition import rank_one_corrected_scores
+from ..scoring.rank_one import rank_one_corrected_scores
 from . import utils
 from .jacap import JacapPress
 

@@ -11,19 +11,13 @@
 from __future__ import annotations
 
 import torch
-from kvpress import ExpectedAttentionPress
 from kvpress.utils import get_prerope_query_states
 from torch import nn
 
-from ..select import protected_mask
+from ..hf import averaged_rope, num_kv_groups, out_proj_factors
+from ..selection import protected_mask
 
 __all__ = ["hook_positions", "future_query_states", "protected_slots", "averaged_rope", "group_query_heads", "out_proj_factors", "protect", "num_kv_groups"]
-
-
-def num_kv_groups(module: nn.Module) -> int:
-    """G = query heads per KV head."""
-    cfg = module.config
-    return cfg.num_attention_heads // cfg.num_key_value_heads
 
 
 def _current_positions(hidden_states: torch.Tensor, kwargs: dict) -> torch.Tensor:
@@ -134,27 +128,6 @@ def future_query_states(
     return q @ averaged_rope(module, next_position, n_future_positions, q.dtype).T
 
 
-_ROPE_CACHE: dict = {}
-
-
-def averaged_rope(module: nn.Module, q_len: int, n_future_positions: int = 512, dtype=torch.float32) -> torch.Tensor:
-    """kvpress's averaged future-RoPE matrix ``R`` (``(d, d)``, queries map as ``q @ R.T``).
-
-    Computed by ``ExpectedAttentionPress.apply_avg_rope`` applied to the identity, and memoised per
-    (rotary embedding, prompt length): all layers of a model share it.
-    """
-    rotary = module.rotary_emb
-    key = (id(rotary), q_len, n_future_positions, str(dtype), str(module.o_proj.weight.device))
-    if key not in _ROPE_CACHE:
-        if len(_ROPE_CACHE) > 64:
-            _ROPE_CACHE.clear()
-        eye = torch.eye(module.head_dim, dtype=dtype, device=module.o_proj.weight.device)
-        rope = ExpectedAttentionPress(n_future_positions=n_future_positions)
-        r_t, _ = rope.apply_avg_rope(module, eye, None, q_len)  # eye @ R.T
-        _ROPE_CACHE[key] = (rotary, r_t.T.contiguous())  # keep `rotary` alive so its id stays unique
-    return _ROPE_CACHE[key][1]
-
-
 def group_query_heads(q: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
     """``(B, H_q, T, d) -> (B, H_kv, G*T, d)``: the queries every KV head serves, pooled.
 
@@ -164,32 +137,6 @@ def group_query_heads(q: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
     if h % n_kv_heads:
         raise ValueError(f"{h} query heads do not split into {n_kv_heads} KV groups")
     return q.reshape(b, n_kv_heads, (h // n_kv_heads) * t, d)
-
-
-def out_proj_factors(module: nn.Module, *, pooled: bool) -> torch.Tensor:
-    r"""``(H, d, d)`` matrices ``F_h`` with ``F_h^T F_h = W_h^T W_h`` for the output projection.
-
-    Leverage depends on the output map ``W`` (``u = W v``) only through the Gram matrix
-    ``W^T W``: by the push-through identity
-    :math:`W^\top(I + W V W^\top)^{-1} W = (I + W^\top W V)^{-1} W^\top W` with
-    :math:`V = \sum_j w_j v_j v_j^\top`. So ``u = F v`` with a ``(d, d)`` factor of ``W^T W``
-    gives the same leverages (and scores) as the ``(hidden, d)`` slice of ``W_O`` while ``A``
-    stays ``d x d``.
-
-    ``pooled=False``: one factor per query head, ``W_h = o_proj.weight[:, h*d:(h+1)*d]``.
-    ``pooled=True``: one factor per KV head for the G query heads that read it, their slices stacked
-    (``W_g^T W_g = sum_h W_h^T W_h``): each query head's output is a separate channel.
-    """
-    d = module.head_dim
-    w = module.o_proj.weight.detach().float()  # (hidden, H_q * d)
-    blocks = w.reshape(w.shape[0], -1, d).permute(1, 0, 2)  # (H_q, hidden, d)
-    gram = blocks.transpose(-1, -2) @ blocks  # (H_q, d, d)
-    if pooled:
-        n_kv = module.config.num_key_value_heads
-        gram = gram.reshape(n_kv, -1, d, d).sum(1)
-    evals, evecs = torch.linalg.eigh(gram.double())
-    factor = evals.clamp_min(0).sqrt().unsqueeze(-1) * evecs.transpose(-1, -2)  # diag(sqrt e) Q^T
-    return factor.float()
 
 
 def protected_slots(n: int, n_sink: int = 0, window: int = 0, *, key_positions: torch.Tensor | None = None,

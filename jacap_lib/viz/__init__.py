@@ -16,20 +16,15 @@ Sub-modules are per area and load lazily, so ``from jacap_lib import viz`` is ch
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
-BOOK_BUILD_ENV = "JACAP_BOOK_BUILD"
+from .._env import BOOK_BUILD_ENV, in_book_build
+
 STATIC_RENDERER = "jacap_static_html"
 
 _SUBMODULES = ("theory", "live", "serving", "kernels", "decomposition", "quality")
 
 __all__ = ["setup_notebook", "in_book_build", "STATIC_RENDERER", "BOOK_BUILD_ENV", *_SUBMODULES]
-
-
-def in_book_build() -> bool:
-    """True while the Jupyter Book build executes a chapter (no live kernel for the reader)."""
-    return os.environ.get(BOOK_BUILD_ENV, "") not in ("", "0")
 
 
 def _register_static_renderer():

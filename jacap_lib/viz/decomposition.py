@@ -1,7 +1,7 @@
 """Figures for the error-decomposition and failure-case chapters (08, 10b).
 
-Every function takes the tidy records of :mod:`jacap_lib.analysis.decomposition` /
-:mod:`jacap_lib.analysis.failures` (or the JSON files the CLI writes) and returns a
+Every function takes the tidy records of :mod:`jacap_lib.measure.decomposition` /
+:mod:`jacap_lib.measure.failures` (or the JSON files the CLI writes) and returns a
 ``plotly.graph_objects.Figure``.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ def data_path(name: str) -> Path:
         if (base / f"{name}.json").is_file():
             return base / f"{name}.json"
     raise ValueError(f"no {name}.json under {DATA_DIR}: clone the repository (the results are committed there) "
-                     f"or regenerate them with python -m jacap_lib.analysis.decomposition --out data/decomposition")
+                     f"or regenerate them with python -m jacap_lib.measure.decomposition --out data/decomposition")
 
 
 def load_records(path) -> tuple[dict, list]:
@@ -47,7 +47,7 @@ def load_records(path) -> tuple[dict, list]:
     path = data_path(str(path))
     data = json.loads(path.read_text())
     if "records" not in data:
-        raise ValueError(f"{path} has no 'records' list; regenerate it with python -m jacap_lib.analysis.decomposition")
+        raise ValueError(f"{path} has no 'records' list; regenerate it with python -m jacap_lib.measure.decomposition")
     return data.get("config", {}), data["records"]
 
 
@@ -55,7 +55,7 @@ def load_failures(path="failures") -> tuple[dict, dict]:
     """``(config, {demo name: demo dict})`` from ``failures.json`` (written by the CLI's failures part)."""
     data = json.loads(data_path(str(path)).read_text())
     if "demos" not in data:
-        raise ValueError(f"{path} has no 'demos'; regenerate it with python -m jacap_lib.analysis.decomposition --only failures")
+        raise ValueError(f"{path} has no 'demos'; regenerate it with python -m jacap_lib.measure.decomposition --only failures")
     return data.get("config", {}), {d["name"]: d for d in data["demos"]}
 
 
@@ -168,7 +168,7 @@ def failure_figure(demo: dict, *, metric: str = "answer_logprob") -> go.Figure:
 
 def lag_figure(lag: dict) -> go.Figure:
     """Phase change: distance of the EMA centre from the new phase's queries vs β, one line per layer
-    (``setup["lag"]`` of :func:`jacap_lib.analysis.failures.phase_change`)."""
+    (``setup["lag"]`` of :func:`jacap_lib.measure.failures.phase_change`)."""
     fig = go.Figure()
     for i, (layer, rec) in enumerate(sorted(lag.items(), key=lambda kv: int(kv[0]))):
         betas = [b for b in rec["distance"] if b != "flat"]

@@ -1,16 +1,16 @@
 """Figures of chapter 5 (Algorithm 1 and its GPU core); each function returns a ``go.Figure``.
 
-Inputs are plain data: :func:`jacap_lib.kernels.numerics.step_costs`,
-:func:`~jacap_lib.kernels.numerics.inverse_vs_solve` rows, and the committed benchmark JSON
-(:func:`jacap_lib.kernels.results.load_bench`).
+Inputs are plain data: :func:`jacap_lib.scoring.costs.step_costs`,
+:func:`~jacap_lib.scoring.costs.inverse_vs_solve` rows, and the committed benchmark JSON
+(:func:`jacap_lib.results.bench.load_bench`).
 """
 from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..kernels.numerics import step_costs
-from ..kernels.results import end_to_end_rows
+from ..scoring.costs import step_costs
+from ..results.bench import end_to_end_rows
 
 __all__ = [
     "step_cost_figure", "inverse_vs_solve_figure", "scoring_benchmark_figure", "scoring_table_figure",

@@ -1,6 +1,6 @@
 """Figures of the quality benchmark (chapters 09 and 10): one function per figure, each returns a go.Figure.
 
-All of them read the committed results: ``data/results/summary.json`` (from ``python -m jacap_lib.bench
+All of them read the committed results: ``data/results/summary.json`` (from ``python -m jacap_lib.results.harness
 summary``) and the JSONL rows (``data/results/*.jsonl``).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ def load_summary(path: Path | str = RESULTS / "summary.json") -> dict:
 
 
 def load_rows(*names: str) -> list[dict]:
-    from ..bench import read_rows
+    from ..results.harness import read_rows
 
     names = names or ("quality.jsonl",)
     return [r for n in names for r in read_rows(RESULTS / n)]
@@ -105,7 +105,7 @@ def passkey_heatmap(rows: list[dict], *, methods=None, ratio: float | None = Non
     """Passkey accuracy over (context length x needle depth); one frame per method (slider)."""
     pk = [r for r in rows if r.get("task") == "passkey"]
     if not pk:
-        raise ValueError("no passkey rows; run: python -m jacap_lib.bench passkey --out data/results/passkey.jsonl")
+        raise ValueError("no passkey rows; run: python -m jacap_lib.results.harness passkey --out data/results/passkey.jsonl")
     lengths = sorted({r["length"] for r in pk})
     depths = sorted({r["depth"] for r in pk})
     specs = [("full", 0.0)] + sorted({(r["method"], r["ratio"]) for r in pk if r["method"] != "full"

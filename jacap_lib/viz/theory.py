@@ -13,7 +13,8 @@ import torch
 from plotly.subplots import make_subplots
 
 from jacap_lib import theory as T
-from jacap_lib.widgets import theory as W
+from jacap_lib import examples as W
+from jacap_lib import memory as MEM
 
 _DATA_KEYS = ("x", "y", "z", "text")
 
@@ -57,14 +58,14 @@ def kv_memory_figure(configs: dict, *, tokens: int = 131072, batch: int = 1, dty
     """KV-cache GiB per model at ``tokens`` tokens; the slider sets the compression ratio c."""
     frames, labels = [], []
     for c in compressions:
-        rows = W.kv_memory_table(configs, tokens=tokens, batch=batch, dtype=dtype, compression=c)
+        rows = MEM.kv_memory_table(configs, tokens=tokens, batch=batch, dtype=dtype, compression=c)
         frames.append([go.Bar(x=[r["model"] for r in rows], y=[r["gib"] for r in rows],
                               text=[f"{r['gib']:.2f} GiB" for r in rows], textposition="outside",
                               marker_color="#4c78a8", name="KV cache")])
         labels.append(f"{c:g}")
     fig = go.Figure()
     _add_slider(fig, frames, labels, prefix="compression c = ")
-    top = max(W.kv_memory_table(configs, tokens=tokens, batch=batch, dtype=dtype)[i]["gib"] for i in range(len(configs)))
+    top = max(MEM.kv_memory_table(configs, tokens=tokens, batch=batch, dtype=dtype)[i]["gib"] for i in range(len(configs)))
     fig.update_layout(title=f"KV cache at T = {tokens} tokens, batch {batch}, {dtype}",
                       yaxis=dict(title="GiB", range=[0, top * 1.2]), height=460, margin=dict(t=60))
     return fig

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-from jacap_lib.viz import in_book_build
+from jacap_lib._env import in_book_build
 
 _SUBMODULES = ("theory", "live", "serving")
 

@@ -9,29 +9,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from jacap_lib.measure.eviction import DEMO_CONTEXT, DEMO_CONTINUATION, DEMO_QUESTION  # noqa: F401 (re-exported)
 from jacap_lib.viz import live as V
 
 __all__ = ["DEMO_CONTEXT", "DEMO_QUESTION", "DEMO_CONTINUATION", "BETA_CHOICES", "press_options", "parse_choice", "inspectable_methods",
            "EvictionExplorer", "live_app"]
 
-DEMO_CONTEXT = (
-    "The night ferry to Skarholm leaves from pier seven at a quarter past eleven. Its captain, Ingrid Voss, "
-    "has sailed the route for nineteen years and knows every rock by name. Passengers buy tickets at the "
-    "green kiosk beside the fish market; the fare is twelve crowns, or eight for children. "
-    "On board there is a small cafe that sells cardamom buns and hot blackcurrant juice, and a reading room "
-    "with old maps of the archipelago pinned to the walls. The crossing takes two hours when the sea is calm "
-    "and nearly three when the wind comes from the north. Halfway across, the ferry passes the lighthouse on "
-    "Tern Island, which was built in 1871 and still flashes twice every ten seconds. The keeper, a retired "
-    "teacher called Oskar Lind, waves a red lantern at the ferry every night. On Skarholm the ferry docks "
-    "next to the old cannery, which is now a museum about herring. The island has one hotel, the Anchor, "
-    "with fourteen rooms, and a bakery that opens at six in the morning. Most visitors rent bicycles from "
-    "the shed behind the church, because cars are not allowed on the island."
-)
-DEMO_QUESTION = "Who is the captain of the night ferry, and how much does an adult ticket cost?"
-DEMO_CONTINUATION = (
-    " Ingrid Voss, the captain, says that the best seat is by the window of the reading room, where you can "
-    "see the lighthouse on Tern Island flash twice every ten seconds."
-)
 BETA_CHOICES = (None, 0.5, 0.9, 0.99)
 
 
@@ -75,13 +58,13 @@ class EvictionExplorer:
         self.answer = lru_cache(maxsize=32)(self._answer)
 
     def _inspect(self, method: str, ratio: float, tau: float = 10.0, beta: float | None = None):
-        from jacap_lib.inspect import inspect_eviction
+        from jacap_lib.measure.eviction import inspect_eviction
 
         return inspect_eviction(self.model, self.tokenizer, self.context, method, float(ratio),
                                 **press_options(method, tau, beta))
 
     def _answer(self, method: str | None, ratio: float, tau: float = 10.0, beta: float | None = None) -> str:
-        from jacap_lib.inspect import answer
+        from jacap_lib.measure.eviction import answer
 
         opts = {} if method is None else press_options(method, tau, beta)
         return answer(self.model, self.tokenizer, self.context, self.question, method, float(ratio),

@@ -21,8 +21,9 @@ from typing import Callable
 import torch
 
 from jacap_lib import theory as T
-from jacap_lib.viz import in_book_build
-from jacap_lib.widgets import theory as WT
+from jacap_lib._env import in_book_build
+from jacap_lib import examples as EX
+from jacap_lib import memory as MEM
 
 __all__ = ["check", "data", "question", "EXERCISES", "CheckResult"]
 
@@ -83,17 +84,17 @@ def _grade_number(slips: dict, rtol: float = 1e-4):
 
 # ----------------------------------------------------------------------------- chapter 00
 _SMOL = dict(layers=30, kv_heads=3, head_dim=64)  # bundled SmolLM2-135M (tests read it from the GGUF header)
-_LLAMA8 = WT.MODEL_KV_CONFIGS["Llama-3.1-8B"]
-_LLAMA70 = WT.MODEL_KV_CONFIGS["Llama-3.1-70B"]
+_LLAMA8 = MEM.MODEL_KV_CONFIGS["Llama-3.1-8B"]
+_LLAMA70 = MEM.MODEL_KV_CONFIGS["Llama-3.1-70B"]
 
 
 def _e001():
-    return WT.kv_cache_bytes(_LLAMA8["layers"], 1, _LLAMA8["kv_heads"], 131072, _LLAMA8["head_dim"], 2) / WT.GIB
+    return MEM.kv_cache_bytes(_LLAMA8["layers"], 1, _LLAMA8["kv_heads"], 131072, _LLAMA8["head_dim"], 2) / MEM.GIB
 
 
 def _e002():
-    per_token = WT.kv_cache_bytes(_SMOL["layers"], 1, _SMOL["kv_heads"], 1, _SMOL["head_dim"], 2)
-    return math.floor(WT.GIB / per_token)
+    per_token = MEM.kv_cache_bytes(_SMOL["layers"], 1, _SMOL["kv_heads"], 1, _SMOL["head_dim"], 2)
+    return math.floor(MEM.GIB / per_token)
 
 
 def _grade_e002(answer, expected):
@@ -106,14 +107,14 @@ def _grade_e002(answer, expected):
         return False, "Twice too many: each token stores a key AND a value (the factor 2)."
     if math.isclose(a, expected / 3, rel_tol=1e-3):
         return False, "Three times too few: use the 3 KV heads, not the 9 query heads (GQA shares KV heads)."
-    if math.isclose(a, expected * 1e9 / WT.GIB, rel_tol=1e-3):
+    if math.isclose(a, expected * 1e9 / MEM.GIB, rel_tol=1e-3):
         return False, "You used 1 GB = 10^9 bytes; the question asks for 1 GiB = 2^30 bytes."
     return False, "Bytes per token = 2 * L * H_kv * d_h * s; divide 2^30 by it and round down."
 
 
 def _e003():
-    kept = WT.kept_tokens(131072, 0.9)
-    return WT.kv_cache_bytes(_LLAMA70["layers"], 1, _LLAMA70["kv_heads"], kept, _LLAMA70["head_dim"], 2) / WT.GIB
+    kept = MEM.kept_tokens(131072, 0.9)
+    return MEM.kv_cache_bytes(_LLAMA70["layers"], 1, _LLAMA70["kv_heads"], kept, _LLAMA70["head_dim"], 2) / MEM.GIB
 
 
 # ----------------------------------------------------------------------------- chapter 01
@@ -227,7 +228,7 @@ def _grade_e023(answer, expected):
 
 # ----------------------------------------------------------------------------- chapter 03
 def _e031():
-    return WT.leverage_example(WT.NOTE_U, WT.NOTE_W).score
+    return EX.leverage_example(EX.NOTE_U, EX.NOTE_W).score
 
 
 def _grade_e031(answer, expected):
@@ -236,12 +237,12 @@ def _grade_e031(answer, expected):
         return False, f"Give one score per direction: {expected.shape[0]} numbers."
     if _close(a, expected, rtol=1e-4):
         return True, ""
-    ex = WT.leverage_example(WT.NOTE_U, WT.NOTE_W)
+    ex = EX.leverage_example(EX.NOTE_U, EX.NOTE_W)
     if _close(a, ex.leverage, rtol=1e-4):
         return False, "Those are the leverages u_i^T A^-1 u_i; the score multiplies them by w_i."
     if _close(a, ex.weight, rtol=1e-4):
         return False, "Those are the weights alone: the score is w_i u_i^T A^-1 u_i with A = I + sum_j w_j u_j u_j^T."
-    u, w = _t(WT.NOTE_U), _t(WT.NOTE_W)
+    u, w = _t(EX.NOTE_U), _t(EX.NOTE_W)
     if _close(a, w * (u * u).sum(-1), rtol=1e-4):
         return False, "You used A = I (no inverse of the full Gram matrix); include sum_j w_j u_j u_j^T in A."
     return False, "Build A = I + sum_j w_j u_j u_j^T (2 x 2), then r_i = w_i u_i^T A^-1 u_i."
@@ -262,14 +263,14 @@ def _grade_e032(answer, expected):
 
 
 def _e032():
-    return sorted(i + 1 for i in WT.leverage_example(WT.NOTE_U, WT.NOTE_W).exhaustive)
+    return sorted(i + 1 for i in EX.leverage_example(EX.NOTE_U, EX.NOTE_W).exhaustive)
 
 
 def _e033():
     """Smallest w3 with r_3 > r_2 (bisection on the score difference, which grows with w3)."""
 
     def gap(w3):
-        s = WT.leverage_example(WT.NOTE_U, (1.0, 1.0, w3)).score
+        s = EX.leverage_example(EX.NOTE_U, (1.0, 1.0, w3)).score
         return float(s[2] - s[1])
 
     lo, hi = 1e-6, 2.0
@@ -287,7 +288,7 @@ def _grade_e033(answer, expected):
         return True, ""
     if a >= 1.0:
         return False, "Too large: u3 already wins at w3 = 0.7 < 1, because u2's leverage is diluted by u1."
-    s = WT.leverage_example(WT.NOTE_U, (1.0, 1.0, a)).score
+    s = EX.leverage_example(EX.NOTE_U, (1.0, 1.0, a)).score
     side = "still below" if s[2] < s[1] else "already above"
     return False, f"At w3 = {a:.4g}, r_3 = {float(s[2]):.4f} is {side} r_2 = {float(s[1]):.4f}; bisect between 0 and 0.7."
 

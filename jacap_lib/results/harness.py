@@ -1,4 +1,4 @@
-"""Quality under compression, one CLI: ``python -m jacap_lib.bench {kl,passkey,summary} ...``.
+"""Quality under compression, one CLI: ``python -m jacap_lib.results.harness {kl,passkey,summary} ...``.
 
 ``kl``       next-token KL(full || compressed) of a continuation given a compressed prompt cache, and the
              attention-output relative error, for every (segment, prompt length, method, ratio).
@@ -16,10 +16,10 @@ Methods are registry names (:func:`jacap_lib.list_methods`), optionally with opt
 
 Example (the committed results)::
 
-    python -m jacap_lib.bench kl --out data/results/quality.jsonl
-    python -m jacap_lib.bench kl --out data/results/ablation.jsonl --lengths 512 --ratios 0.75 0.9 \
+    python -m jacap_lib.results.harness kl --out data/results/quality.jsonl
+    python -m jacap_lib.results.harness kl --out data/results/ablation.jsonl --lengths 512 --ratios 0.75 0.9 \
         --methods jacap_rank1 jacap_two_stage ... "jacap[tau=1]" "jacap[noise=1000]"
-    python -m jacap_lib.bench summary --inp data/results/quality.jsonl data/results/ablation.jsonl \
+    python -m jacap_lib.results.harness summary --inp data/results/quality.jsonl data/results/ablation.jsonl \
         --out data/results/summary.json
 
 (the exact commands of the committed results are in ``data/results/*.config.json``)
@@ -44,7 +44,7 @@ import torch
 __all__ = ["parse_method", "method_options", "load_segments", "run_kl", "run_passkey", "summarize",
            "bootstrap_ci", "choose_target", "passkey_prompt", "read_rows", "main"]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TEXTS = REPO / "data" / "texts"
 DEFAULT_RATIOS = (0.5, 0.75, 0.9)
 DEFAULT_LENGTHS = (512, 1024)
@@ -87,7 +87,7 @@ def parse_method(spec: str) -> tuple[str, dict]:
 
 
 def build(spec: str, ratio: float):
-    from .presses.registry import build_press
+    from ..presses.registry import build_press
 
     name, opts = parse_method(spec)
     return build_press(name, ratio, **opts)
@@ -154,7 +154,7 @@ def versions() -> dict:
 
 
 def model_info(name) -> dict:
-    from . import models
+    from .. import models
 
     if models._is_bundled(name):
         path = models.bundled_gguf_path()
@@ -210,7 +210,7 @@ def run_kl(model, tokenizer, *, segments: list[dict], methods: list[str], ratios
     """Append one row per (segment, length, method, ratio) not yet in ``out``; returns rows written."""
     from tqdm.auto import tqdm
 
-    from .analysis.quality import capture_prefill, full_reference, next_token_kl
+    from ..measure.quality import capture_prefill, full_reference, next_token_kl
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -289,7 +289,7 @@ def passkey_prompt(tokenizer, length: int, depth: float, key: str) -> tuple[torc
 
 @torch.inference_mode()
 def _greedy(model, cache, prompt_len: int, question: torch.Tensor, n_new: int) -> list[int]:
-    from .analysis.quality import _decoder_layers
+    from ..hf import clear_masks
 
     device = next(model.parameters()).device
     q = question.to(device)
@@ -303,8 +303,7 @@ def _greedy(model, cache, prompt_len: int, question: torch.Tensor, n_new: int) -
                     position_ids=torch.tensor([[p + i]], device=device), use_cache=True)
         tok = out.logits[0, -1].argmax()
         gen.append(int(tok))
-    for layer in _decoder_layers(model):
-        layer.self_attn.masked_key_indices = None
+    clear_masks(model)
     return gen
 
 
@@ -313,7 +312,7 @@ def run_passkey(model, tokenizer, *, methods: list[str], ratios, lengths, depths
     """Append one row per (length, depth, trial, method, ratio); ``method='full'`` = uncompressed."""
     from tqdm.auto import tqdm
 
-    from .analysis.quality import capture_prefill, replay_press
+    from ..measure.quality import capture_prefill, replay_press
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -378,7 +377,7 @@ def summarize(rows: list[dict], *, n_boot: int = 2000, seed: int = 0) -> dict:
     mean KL and, for every Jacap method, its mean-KL ratio and geometric mean of per-segment KL ratios
     to that baseline.
     """
-    from .presses.registry import BASELINES
+    from ..presses.registry import BASELINES
 
     kl_rows, seen = [], set()
     for r in rows:  # one row per configuration (an interrupted run may have written a row twice)
@@ -471,7 +470,7 @@ def choose_target(comparisons: list[dict], ratios=(0.75, 0.9)) -> dict:
 # CLI
 # ---------------------------------------------------------------------------------------------
 def _load(args):
-    from .models import load_model
+    from ..models import load_model
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -492,7 +491,7 @@ def _common(p):
 
 
 def _methods(args) -> list[str]:
-    from .presses.registry import list_methods
+    from ..presses.registry import list_methods
 
     out = []
     for m in args.methods:
@@ -501,7 +500,7 @@ def _methods(args) -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m jacap_lib.bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m jacap_lib.results.harness", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     k = sub.add_parser("kl", help="next-token KL and attention-output error")
     _common(k)
@@ -532,7 +531,7 @@ def main(argv=None) -> int:
     methods = _methods(args)
     model, tok = _load(args)
     mname = model_info(args.model)["name"] if args.model is None else str(args.model)
-    config = {"command": " ".join(["python -m jacap_lib.bench"] + (argv if argv is not None else sys.argv[1:])),
+    config = {"command": " ".join(["python -m jacap_lib.results.harness"] + (argv if argv is not None else sys.argv[1:])),
               "task": args.cmd, "model": model_info(args.model), "methods": {
                   m: method_options(build(m, args.ratios[0])) for m in methods},
               "ratios": args.ratios, "lengths": args.lengths, "seed": args.seed, "threads": args.threads,

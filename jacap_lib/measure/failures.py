@@ -5,7 +5,7 @@ prompt's KV cache with :class:`jacap_lib.JacapPress` (kvpress) and measures, on 
 that needs that piece:
 
 * the log-probability of the critical answer token(s) and whether greedy decoding would get them,
-* the next-token KL(full ‖ compressed) over the continuation (:mod:`jacap_lib.analysis.quality`),
+* the next-token KL(full ‖ compressed) over the continuation (:mod:`jacap_lib.measure.quality`),
 * whether the critical context tokens survived eviction (fraction of (layer, KV head) pairs).
 
 1. :func:`delayed_constraint` (§20.1) — a code in the system prefix, asked for only at the end;
@@ -47,7 +47,7 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- a press with the exact S
 #: JacapPress scoring with the exact softmax Jacobian S (rank-one corrected, via
-#: :func:`jacap_lib.analysis.decomposition.rank_one_corrected_scores`); the registry's ``jacap_rank1``.
+#: :func:`jacap_lib.measure.decomposition.rank_one_corrected_scores`); the registry's ``jacap_rank1``.
 RankOneJacapPress = JacapRankOnePress
 
 
@@ -153,7 +153,7 @@ def run_case(model, prompt_ids: torch.Tensor, continuation_ids: torch.Tensor, *,
 
     ``answer_slice`` indexes the answer tokens inside ``continuation_ids``; ``critical`` lists prompt
     positions whose survival is reported; ``reference`` is the uncompressed
-    :func:`jacap_lib.analysis.quality.compressed_forward` output ``(logprobs, ...)`` for the KL."""
+    :func:`jacap_lib.measure.quality.compressed_forward` output ``(logprobs, ...)`` for the KL."""
     from .quality import compressed_forward, kl_from_logprobs
 
     if answer_slice.start is None or answer_slice.start < 1:
@@ -293,7 +293,7 @@ def phase_change(model, tok, *, ratio: float = 0.75, betas=(0.5, 0.8, 0.9, 0.95,
     into the table. JacapPress with EMA statistics over the prompt's queries for each β (and the
     flat mean). Answer = the remaining table rows (their number tokens); ``setup["lag"]`` holds the
     EMA centre's distance to the table's later (pre-RoPE) queries for each β."""
-    from .decomposition import capture_heads
+    from ..hf import capture_heads
 
     p, c = _split(tok, prompt["prose"] + prompt["table_head"], prompt["table_rest"])
     answer_slice = slice(1, c.shape[1])

@@ -2,13 +2,13 @@ r"""Host side of the Triton scoring core: shapes, launches, and the small d x d 
 
 Algorithm 1 for ``(..., N, d)`` keys and values in three passes over the cache:
 
-1. :func:`~jacap_lib.kernels._kernels.logits_kernel` reads K: logits, :math:`\kappa`, online softmax
+1. :func:`~jacap_lib.scoring.triton._kernels.logits_kernel` reads K: logits, :math:`\kappa`, online softmax
    state per chunk (combined on the host into one max and one sum per head: ``O(G * n_split)``).
-2. :func:`~jacap_lib.kernels._kernels.gram_kernel` reads V: :math:`\bar\alpha, \rho, w` and the
+2. :func:`~jacap_lib.scoring.triton._kernels.gram_kernel` reads V: :math:`\bar\alpha, \rho, w` and the
    weighted Gram :math:`\sum_j (w_j/\sigma^2) v_j v_j^\top` (chunks summed on the host).
 3. torch, per head, ``O(d^3)``: :math:`A = I + W G W^\top`, its Cholesky factor :math:`L`, and
    :math:`P = L^{-1} W` by one triangular solve (``W = I`` when ``u = v``).
-4. :func:`~jacap_lib.kernels._kernels.leverage_kernel` reads V again:
+4. :func:`~jacap_lib.scoring.triton._kernels.leverage_kernel` reads V again:
    :math:`\ell_i = \lVert P v_i \rVert^2 = u_i^\top A^{-1} u_i` and :math:`r_i = (w_i/\sigma^2)\,\ell_i`.
 
 Traffic: K once, V twice, plus ``6 N`` float32 outputs and ``2 N`` float32 scratch per head.
@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from ..scoring import CholeskyFailure, _diagnose_nonfinite, _validate
+from ..contract import CholeskyFailure, JacapScores, cholesky_with_jitter, diagnose_nonfinite, validate_inputs
 
 __all__ = ["triton_jacap_scores", "plan_launch"]
 
@@ -95,7 +95,7 @@ def _as_bhnd(x: torch.Tensor) -> torch.Tensor:
 
 def _check(keys, values, mu, lam, tau, noise, out_proj, dot_precision):
     """The contract of :func:`jacap_lib.jacap_scores` (shared checks), plus what the kernels need."""
-    _validate(keys, values, mu, lam, tau, noise, out_proj)
+    validate_inputs(keys, values, mu, lam, tau, noise, out_proj)
     if keys.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise ValueError(f"`keys`/`values` dtype must be float32/float16/bfloat16 for the Triton kernels, got "
                          f"{keys.dtype}; use backend='torch' for float64")
@@ -137,7 +137,6 @@ def triton_jacap_scores(
     -------
     :class:`jacap_lib.scoring.JacapScores` with float32 ``(..., N)`` fields.
     """
-    from jacap_lib.scoring import JacapScores, cholesky_with_jitter
 
     _check(keys, values, mu, lam, tau, noise, out_proj, dot_precision)
     device = keys.device
@@ -171,7 +170,7 @@ def triton_jacap_scores(
                  BLOCK_N=BN, BLOCK_D=plan["BLOCK_DV"], DOT_PRECISION=dot_precision, num_warps=plan["num_warps"])
     gram = gram_parts.sum(dim=1)  # (G, d_v, d_v) = sum_j (w_j/noise) v_j v_j^T
     if not (bool(torch.isfinite(weight).all()) and bool(torch.isfinite(gram).all())):
-        _diagnose_nonfinite(keys=keys, values=values, out_proj=out_proj)  # names the bad input (ValueError)
+        diagnose_nonfinite(keys=keys, values=values, out_proj=out_proj)  # names the bad input (ValueError)
     # d x d algebra per head: A = I + W G W^T = L L^T, P = L^{-1} W (W = I for u = v)
     if out_proj is None:
         proj = None
@@ -193,7 +192,7 @@ def triton_jacap_scores(
                      H, N, dv, m, chunk, inv_noise,
                      BLOCK_N=BN, BLOCK_D=plan["BLOCK_DV"], DOT_PRECISION=dot_precision, num_warps=plan["num_warps"])
     if not bool(torch.isfinite(score).all()):
-        _diagnose_nonfinite(keys=keys, values=values, out_proj=out_proj)
+        diagnose_nonfinite(keys=keys, values=values, out_proj=out_proj)
         raise CholeskyFailure("the Triton path produced non-finite scores from finite inputs")
     shape = lead + (N,)
     return JacapScores(alpha=alpha.view(shape), rho=rho.view(shape), kappa=kappa.view(shape),

@@ -16,8 +16,29 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..hf import attention_modules
+
 __all__ = ["EvictionInspection", "inspect_eviction", "kept_indices", "capture_kept", "answer", "COMPONENTS"]
 
+# the demo text of the live-eviction chapter (written for the book; the KL table and the widgets use it)
+DEMO_CONTEXT = (
+    "The night ferry to Skarholm leaves from pier seven at a quarter past eleven. Its captain, Ingrid Voss, "
+    "has sailed the route for nineteen years and knows every rock by name. Passengers buy tickets at the "
+    "green kiosk beside the fish market; the fare is twelve crowns, or eight for children. "
+    "On board there is a small cafe that sells cardamom buns and hot blackcurrant juice, and a reading room "
+    "with old maps of the archipelago pinned to the walls. The crossing takes two hours when the sea is calm "
+    "and nearly three when the wind comes from the north. Halfway across, the ferry passes the lighthouse on "
+    "Tern Island, which was built in 1871 and still flashes twice every ten seconds. The keeper, a retired "
+    "teacher called Oskar Lind, waves a red lantern at the ferry every night. On Skarholm the ferry docks "
+    "next to the old cannery, which is now a museum about herring. The island has one hotel, the Anchor, "
+    "with fourteen rooms, and a bakery that opens at six in the morning. Most visitors rent bicycles from "
+    "the shed behind the church, because cars are not allowed on the island."
+)
+DEMO_QUESTION = "Who is the captain of the night ferry, and how much does an adult ticket cost?"
+DEMO_CONTINUATION = (
+    " Ingrid Voss, the captain, says that the best seat is by the window of the reading room, where you can "
+    "see the lighthouse on Tern Island flash twice every ten seconds."
+)
 COMPONENTS = ("alpha", "rho", "kappa", "weight", "leverage")
 
 
@@ -120,16 +141,11 @@ def kept_indices(full_keys: torch.Tensor, kept_keys: torch.Tensor) -> torch.Tens
     return idx
 
 
-def _attention_layers(model):
-    inner = model.model.language_model if hasattr(model.model, "language_model") else model.model
-    return [layer.self_attn for layer in inner.layers]
-
-
 @contextmanager
 def capture_kept(model, press, store: dict):
     """Apply ``press`` to ``model`` (like ``with press(model)``) and fill ``store[layer_idx]`` with
     ``(full_keys, kept_positions)`` after every layer's compression. Works with any kvpress press."""
-    attns = _attention_layers(model)
+    attns = attention_modules(model)
     full = {}
 
     def before(module, args, kwargs, output):
@@ -188,8 +204,8 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     """
     from transformers import DynamicCache
 
-    from .presses.jacap import JacapPress
-    from .presses.registry import build_press
+    from ..presses.jacap import JacapPress
+    from ..presses.registry import build_press
 
     if isinstance(method, str):
         press = build_press(method, compression_ratio, **opts)
@@ -223,7 +239,7 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
             trace, press.trace = press.trace, None
         elif "score" in vars(press):
             del press.score
-    n_layers = len(_attention_layers(model))
+    n_layers = len(attention_modules(model))
     if sorted(store) != list(range(n_layers)):
         raise RuntimeError(f"compression was recorded for layers {sorted(store)} only, expected all {n_layers}")
     kept = torch.stack([store[i][1][0].cpu() for i in range(n_layers)])
@@ -247,7 +263,7 @@ def answer(model, tokenizer, context: str, question: str, method=None, compressi
     """Greedy answer of the kvpress pipeline; ``method=None`` = no eviction."""
     from transformers import pipeline
 
-    from .presses.registry import build_press
+    from ..presses.registry import build_press
 
     press = None
     if method is not None:
@@ -260,14 +276,14 @@ def kl_table(model, tokenizer, prompt: str, continuation: str, methods=None, rat
              progress: bool = False) -> list[dict]:
     """Next-token KL(full || compressed) on ``continuation`` after ``prompt`` for every method x ratio.
 
-    Uses :func:`jacap_lib.analysis.quality.next_token_kl` with one captured prefill replayed for
+    Uses :func:`jacap_lib.measure.quality.next_token_kl` with one captured prefill replayed for
     every press. ``methods=None``: ``jacap`` and every kvpress baseline of the registry.
     Returns rows ``{"method", "ratio", "kl", "top1_agreement", "kept_tokens"}``.
     """
     from tqdm.auto import tqdm
 
-    from .analysis.quality import capture_prefill, full_reference, next_token_kl
-    from .presses.registry import build_press, list_methods
+    from .quality import capture_prefill, full_reference, next_token_kl
+    from ..presses.registry import build_press, list_methods
 
     methods = ["jacap"] + list_methods("kvpress") if methods is None else list(methods)
     prompt_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
@@ -284,15 +300,14 @@ def kl_table(model, tokenizer, prompt: str, continuation: str, methods=None, rat
 
 
 def _main(argv=None):
-    """``python -m jacap_lib.inspect [--out data/live/kl_table.json]``: the chapter's KL table on the bundled model."""
+    """``python -m jacap_lib.measure.eviction [--out data/live/kl_table.json]``: the chapter's KL table on the bundled model."""
     import argparse
     import importlib.metadata as md
     import json
     import platform
     from pathlib import Path
 
-    from .models import describe_model, load_model
-    from .widgets.live import DEMO_CONTEXT, DEMO_CONTINUATION
+    from ..models import describe_model, load_model
 
     parser = argparse.ArgumentParser(description=_main.__doc__)
     parser.add_argument("--out", default="data/live/kl_table.json")
@@ -303,13 +318,13 @@ def _main(argv=None):
     torch.manual_seed(0)
     model, tok = load_model(args.model)
     rows = kl_table(model, tok, DEMO_CONTEXT, DEMO_CONTINUATION, ratios=ratios, progress=True)
-    from .presses.jacap import JacapPress
+    from ..presses.jacap import JacapPress
 
     config = {
-        "script": "python -m jacap_lib.inspect",
+        "script": "python -m jacap_lib.measure.eviction",
         "model": describe_model(model),
-        "prompt": "jacap_lib.widgets.live.DEMO_CONTEXT",
-        "continuation": "jacap_lib.widgets.live.DEMO_CONTINUATION",
+        "prompt": "jacap_lib.measure.eviction.DEMO_CONTEXT",
+        "continuation": "jacap_lib.measure.eviction.DEMO_CONTINUATION",
         "prompt_tokens": len(tok(DEMO_CONTEXT, add_special_tokens=False).input_ids),
         "continuation_tokens": len(tok(DEMO_CONTINUATION, add_special_tokens=False).input_ids),
         "ratios": list(ratios),

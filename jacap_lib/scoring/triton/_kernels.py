@@ -1,4 +1,4 @@
-"""The three Triton kernels of Algorithm 1 (undecorated; :mod:`jacap_lib.kernels.scoring` jits them).
+"""The three Triton kernels of Algorithm 1 (undecorated; :mod:`jacap_lib.scoring.triton.launch` jits them).
 
 They are kept as plain Python functions so that the host code can build a compiled version for CUDA
 tensors and an interpreted version (``TRITON_INTERPRET``) for CPU tensors from the same source,

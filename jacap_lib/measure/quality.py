@@ -36,11 +36,13 @@ one prefill per (segment, length) instead of one per (segment, length, method, r
 """
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from ..hf import capture_attn_outputs, decoder_layers_of
 
 __all__ = [
     "PrefillCapture",
@@ -130,34 +132,6 @@ def _as_ids(x, tokenizer, name: str) -> torch.Tensor:
     return x.long()
 
 
-def _decoder_layers(model):
-    inner = model.model.language_model if hasattr(model.model, "language_model") else model.model
-    return inner.layers
-
-
-@contextmanager
-def _capture_attn_outputs(model, store: list):
-    """Record every layer's attention-block output (output[0] of ``self_attn``) during a forward."""
-    layers = _decoder_layers(model)
-    store.clear()
-    store.extend([None] * len(layers))
-    hooks = []
-
-    def make(i):
-        def hook(module, args, kwargs, output):
-            store[i] = output[0].detach()[0].float()
-
-        return hook
-
-    try:
-        for i, layer in enumerate(layers):
-            hooks.append(layer.self_attn.register_forward_hook(make(i), with_kwargs=True))
-        yield store
-    finally:
-        for h in hooks:
-            h.remove()
-
-
 def _cache_kept(cache) -> float:
     lens = [layer.keys.shape[-2] for layer in cache.layers if getattr(layer, "keys", None) is not None]
     return float(sum(lens) / len(lens)) if lens else float("nan")
@@ -208,7 +182,7 @@ def capture_prefill(model, prompt_ids) -> PrefillCapture:
 
     prompt_ids = _as_ids(prompt_ids, None, "prompt_ids")
     device = next(model.parameters()).device
-    attn_modules = [layer.self_attn for layer in _decoder_layers(model)]
+    attn_modules = [layer.self_attn for layer in decoder_layers_of(model)]
     records = [None] * len(attn_modules)
 
     def make(i):
@@ -240,7 +214,7 @@ def replay_press(model, capture: PrefillCapture, press=None):
     """
     from transformers import DynamicCache
 
-    layers = _decoder_layers(model)
+    layers = decoder_layers_of(model)
     if len(layers) != len(capture.layers):
         raise ValueError(f"capture has {len(capture.layers)} layers but the model has {len(layers)}; "
                          "capture the prefill with the same model")
@@ -261,7 +235,7 @@ def replay_press(model, capture: PrefillCapture, press=None):
 
 def _masked_count(model) -> int:
     n = 0
-    for layer in _decoder_layers(model):
+    for layer in decoder_layers_of(model):
         idx = getattr(layer.self_attn, "masked_key_indices", None)
         if idx is not None:
             n += int(idx[0].numel())
@@ -278,15 +252,15 @@ def continue_from_cache(model, cache, prompt_len: int, continuation_ids: torch.T
     device = next(model.parameters()).device
     continuation_ids = continuation_ids.to(device)
     M = continuation_ids.shape[1]
-    n_layers = len(_decoder_layers(model))
+    n_layers = len(decoder_layers_of(model))
     heads = cache.layers[0].keys.shape[1]
     kept = _cache_kept(cache) - _masked_count(model) / (n_layers * heads)
     position_ids = torch.arange(prompt_len, prompt_len + M, device=device).unsqueeze(0)
     store: list = []
-    with _capture_attn_outputs(model, store):
+    with capture_attn_outputs(model, store):
         out = model(input_ids=continuation_ids, past_key_values=cache, position_ids=position_ids, use_cache=True)
     logprobs = F.log_softmax(out.logits[0].float(), dim=-1)
-    for layer in _decoder_layers(model):  # do not leak head-wise masks into the next run
+    for layer in decoder_layers_of(model):  # do not leak head-wise masks into the next run
         layer.self_attn.masked_key_indices = None
     return logprobs, torch.stack(store, dim=0), kept
 

@@ -1,10 +1,10 @@
-"""Autograded exercises of chapter 5 (same conventions as :mod:`jacap_lib.exercises`).
+"""Autograded exercises of chapter 5 (same conventions as :mod:`jacap_lib.exercises.theory`).
 
-    from jacap_lib.kernels import exercises as kx
+    from jacap_lib.exercises import algorithm as kx
     kx.check("05.1", answer)     # None shows the question; a wrong answer gets a hint
     kx.data("05.3")              # the inputs an exercise talks about
 
-Expected answers are computed from :mod:`jacap_lib.kernels.numerics` and torch, never typed in.
+Expected answers are computed from :mod:`jacap_lib.scoring.costs` and torch, never typed in.
 In the book build a wrong (non-None) answer raises ``AssertionError``, so solutions stay right.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from .numerics import step_costs
+from ..scoring.costs import step_costs
 
 __all__ = ["check", "data", "QUESTIONS", "Verdict"]
 
@@ -54,7 +54,7 @@ def _expected(exercise_id: str):
 
 
 def _in_book_build() -> bool:
-    from jacap_lib.viz import in_book_build
+    from jacap_lib._env import in_book_build
 
     return in_book_build()
 

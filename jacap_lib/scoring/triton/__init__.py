@@ -7,7 +7,7 @@ Triton is imported only when a kernel is first launched.
 """
 from __future__ import annotations
 
-from .scoring import interpreter_active, plan_launch, triton_jacap_scores
+from .launch import interpreter_active, plan_launch, triton_jacap_scores
 
 __all__ = ["triton_jacap_scores", "plan_launch", "interpreter_active", "triton_available"]
 

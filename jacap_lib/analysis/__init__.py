@@ -1,1 +1,0 @@
-"""Measurements: error decomposition (note §15) and quality under compression."""

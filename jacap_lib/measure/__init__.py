@@ -1,0 +1,2 @@
+"""Measurements on a model: quality under compression (KL), error decomposition, failure cases,
+eviction inspection."""

@@ -1,0 +1,16 @@
+"""Algorithm 1 of Jacap on batched ``(..., N, d)`` tensors.
+
+* :mod:`.contract` — :class:`JacapScores`, :class:`CholeskyFailure`, argument checks shared by both paths;
+* :mod:`.core` — :func:`jacap_scores` (torch reference; dispatches CUDA tensors to Triton), :func:`leverage`;
+* :mod:`.rank_one` — the variant with the exact rank-one softmax Jacobian;
+* :mod:`.triton` — fused Triton kernels (tested on the CPU with ``TRITON_INTERPRET=1``);
+* :mod:`.costs` — the cost model and the Cholesky-vs-inverse numerics of chapter "Algorithm 1 on a GPU".
+"""
+from __future__ import annotations
+
+from .contract import CholeskyFailure, JacapScores, cholesky_with_jitter
+from .core import jacap_scores, jacap_weight, leverage
+from .rank_one import rank_one_corrected_scores
+
+__all__ = ["JacapScores", "CholeskyFailure", "jacap_scores", "jacap_weight", "cholesky_with_jitter", "leverage",
+           "rank_one_corrected_scores"]

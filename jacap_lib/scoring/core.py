@@ -1,0 +1,128 @@
+r"""Algorithm 1 of Jacap on batched tensors.
+
+For a cache of N tokens with keys :math:`k_i` and values :math:`v_i` (one head), a mean future
+query :math:`\mu` and a diagonal query covariance :math:`\Lambda = \mathrm{diag}(\lambda)`:
+
+.. math::
+
+    \bar\alpha &= \mathrm{softmax}\big(K\mu / (\tau\sqrt d)\big), \qquad
+    \rho_i = \bar\alpha_i(1-\bar\alpha_i), \qquad
+    \kappa_i = \textstyle\sum_j \lambda_j k_{ij}^2, \\
+    w_i &= \rho_i^2\,\kappa_i / d, \qquad
+    A = I + \textstyle\sum_j (w_j/\sigma^2)\, u_j u_j^\top, \\
+    \ell_i &= u_i^\top A^{-1} u_i, \qquad r_i = (w_i/\sigma^2)\, \ell_i ,
+
+with :math:`u_i = v_i` or :math:`u_i = W_O v_i`. ``A`` is factorised once per (batch, head) by
+Cholesky and the leverages come from one triangular solve; no inverse is formed.
+
+The torch implementation here is the reference; :mod:`jacap_lib.scoring.triton` holds fused Triton
+kernels for CUDA tensors (``backend="triton"``).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+from .contract import (CholeskyFailure, JacapScores, cholesky_with_jitter, compute_dtype, diagnose_nonfinite,
+                       validate_inputs)
+
+__all__ = ["jacap_scores", "jacap_weight", "leverage"]
+
+
+def jacap_weight(keys: torch.Tensor, mu: torch.Tensor, lam: torch.Tensor, tau: float):
+    """The token-wise part of Algorithm 1: ``(alpha, rho, kappa, weight)`` in the compute dtype.
+
+    Inputs are assumed validated and already in a float32/float64 compute dtype.
+    """
+    d = keys.shape[-1]
+    logits = (keys @ mu.unsqueeze(-1)).squeeze(-1) / (tau * math.sqrt(d))
+    alpha = torch.softmax(logits, dim=-1)
+    rho = alpha * (1.0 - alpha)
+    kappa = (keys * keys) @ lam.unsqueeze(-1)
+    kappa = kappa.squeeze(-1)
+    weight = rho.square() * kappa / d
+    return alpha, rho, kappa, weight
+
+
+def leverage(u: torch.Tensor, weight: torch.Tensor, noise: float = 1.0) -> torch.Tensor:
+    """Leverage ``u_i^T A^{-1} u_i`` with ``A = I + sum_j (w_j/noise) u_j u_j^T`` for ``u (..., N, m)``."""
+    m = u.shape[-1]
+    gram = (u * (weight / noise).unsqueeze(-1)).transpose(-1, -2) @ u
+    A = gram + torch.eye(m, dtype=u.dtype, device=u.device)
+    L = cholesky_with_jitter(A)
+    x = torch.linalg.solve_triangular(L, u.transpose(-1, -2), upper=False)  # L x = u  ->  |x|^2 = u^T A^-1 u
+    return x.square().sum(-2)
+
+
+def jacap_scores(
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mu: torch.Tensor,
+    lam: torch.Tensor,
+    *,
+    tau: float = 10.0,
+    noise: float = 1.0,
+    out_proj: torch.Tensor | None = None,
+    backend: str = "auto",
+) -> JacapScores:
+    r"""Score every cached token with Jacap's Algorithm 1.
+
+    Parameters
+    ----------
+    keys, values : (..., N, d) tensors (one row per cached token; any leading batch/head dims).
+    mu : (..., d) mean future query :math:`\mu_Q` (broadcast over the keys' leading dims).
+    lam : (..., d) diagonal of the query covariance :math:`\Lambda_Q` (must be >= 0).
+    tau : temperature of the centre softmax, default 10 (the paper's best value).
+    noise : isotropic channel noise :math:`\sigma^2`; weights enter A and the score as ``w / noise``.
+    out_proj : optional (d_out, d) or (..., d_out, d) matrix; ``u = out_proj @ v`` (e.g. the head's
+        slice of :math:`W_O`). Default ``u = v``.
+    backend : ``"auto"`` (Triton for CUDA tensors when Triton is importable, torch otherwise),
+        ``"torch"`` or ``"triton"``.
+
+    Returns
+    -------
+    JacapScores with float32 ``(..., N)`` fields ``alpha, rho, kappa, weight, leverage, score``.
+    fp16/bf16 inputs are accumulated in float32.
+    """
+    tau, noise = validate_inputs(keys, values, mu, lam, tau, noise, out_proj)
+    if backend not in ("auto", "torch", "triton"):
+        raise ValueError(f"`backend` must be 'auto', 'torch' or 'triton', got {backend!r}")
+    if backend == "auto":
+        # the Triton kernels take fp32/fp16/bf16; float64 stays on the torch path
+        backend = "triton" if keys.is_cuda and keys.dtype != torch.float64 and _triton_available() else "torch"
+    if backend == "triton":
+        from .triton import triton_jacap_scores
+
+        return triton_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, out_proj=out_proj)
+    return _torch_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, out_proj=out_proj)
+
+
+def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, out_proj):
+    cdt = compute_dtype(keys.dtype)
+    k = keys.to(cdt)
+    alpha, rho, kappa, weight = jacap_weight(k, mu.to(cdt), lam.to(cdt), tau)
+    if not bool(torch.isfinite(weight).all()):
+        diagnose_nonfinite(keys=keys)
+    u = values.to(cdt)
+    if out_proj is not None:
+        u = u @ out_proj.to(cdt).transpose(-1, -2)
+    if not bool(torch.isfinite(u.sum(-2)).all()):
+        diagnose_nonfinite(values=values, out_proj=out_proj)
+    lev = leverage(u, weight, noise)
+    score = (weight / noise) * lev
+    if not bool(torch.isfinite(score).all()):
+        raise CholeskyFailure("Algorithm 1 produced non-finite scores from finite inputs: the keys/values overflow "
+                              "float32 products; rescale them or raise `noise`")
+    out = JacapScores(alpha=alpha, rho=rho, kappa=kappa, weight=weight, leverage=lev, score=score)
+    return out.map(lambda t: t.to(torch.float32))
+
+
+def _triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        warnings.warn("CUDA tensors but Triton is not installed: using the torch reference", RuntimeWarning, stacklevel=3)
+        return False
+    return True

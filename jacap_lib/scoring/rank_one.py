@@ -1,0 +1,48 @@
+"""Algorithm 1 with the exact rank-one softmax Jacobian (the ``jacap_rank1`` press and the decomposition
+chapter's "diagonal S" ablation)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .contract import JacapScores, validate_inputs
+from .core import leverage
+
+__all__ = ["rank_one_corrected_scores"]
+
+
+def rank_one_corrected_scores(keys, values, mu, lam, *, tau: float = 10.0, noise: float = 1.0,
+                              out_proj=None) -> JacapScores:
+    r"""Algorithm 1 with the exact softmax Jacobian :math:`S=\mathrm{Diag}(\bar\alpha)-\bar\alpha\bar\alpha^\top`.
+
+    Keeping :math:`K\Lambda K^\top\approx\mathrm{Diag}(\kappa)` but not diagonalising S,
+
+    .. math::  \tfrac1d\,U S\,\mathrm{Diag}(\kappa)\,S U^\top
+               = \sum_i \underbrace{\tfrac{\bar\alpha_i^2\kappa_i}{d}}_{w_i'}(u_i-\bar u)(u_i-\bar u)^\top,
+               \qquad \bar u = \textstyle\sum_j\bar\alpha_j u_j ,
+
+    because column i of :math:`US` is :math:`\bar\alpha_i(u_i-\bar u)`. So the rank-one term only
+    re-centres the output directions on the attention-weighted mean and replaces
+    :math:`\rho_i^2=\bar\alpha_i^2(1-\bar\alpha_i)^2` by :math:`\bar\alpha_i^2` — an O(N d d_out)
+    computation, never an N×N matrix. Returned :class:`JacapScores` fields: ``alpha``, ``rho``
+    (:math:`\bar\alpha(1-\bar\alpha)`, for reference), ``kappa``, ``weight`` (:math:`w_i'`),
+    ``leverage`` (:math:`(u_i-\bar u)^\top A^{-1}(u_i-\bar u)` with
+    :math:`A=I+\sum_j (w_j'/\sigma^2)(u_j-\bar u)(u_j-\bar u)^\top`) and ``score`` (:math:`w_i'/\sigma^2\cdot`leverage).
+    Shapes as in :func:`jacap_lib.jacap_scores`: keys/values ``(..., N, d)``, mu/lam ``(..., d)``.
+    """
+    tau, noise = validate_inputs(keys, values, mu, lam, tau, noise, out_proj)
+    dt = torch.float64 if keys.dtype == torch.float64 else torch.float32
+    k, v = keys.to(dt), values.to(dt)
+    mu_, lam_ = mu.to(dt), lam.to(dt)
+    d = k.shape[-1]
+    alpha = torch.softmax((k @ mu_.unsqueeze(-1)).squeeze(-1) / (tau * math.sqrt(d)), dim=-1)
+    kappa = (k.square() * lam_.unsqueeze(-2)).sum(-1)
+    weight = alpha.square() * kappa / d
+    u = v if out_proj is None else v @ out_proj.to(dt).transpose(-1, -2)
+    ubar = (alpha.unsqueeze(-1) * u).sum(-2, keepdim=True)
+    uc = u - ubar
+    lev = leverage(uc, weight, noise)
+    out = JacapScores(alpha=alpha, rho=alpha * (1 - alpha), kappa=kappa, weight=weight, leverage=lev,
+                      score=weight / noise * lev)
+    return out if dt == torch.float64 else out.map(lambda t: t.float())
