@@ -202,7 +202,7 @@ def test_figures_build():
     assert [t.x[0] for t in V.end_to_end_figure(e2e).data] == [1.0, 2.0, 2.0]
 
 
-@pytest.mark.parametrize("name", ["scoring_cpu", "end_to_end_cpu"])
+@pytest.mark.parametrize("name", ["scoring_cpu", "end_to_end_cpu", "scoring_h200", "end_to_end_h200"])
 def test_committed_results_are_complete(name):
     try:
         data = load_bench(name)
@@ -212,8 +212,23 @@ def test_committed_results_are_complete(name):
     if name == "scoring_cpu":
         assert sorted(data["config"]["N"]) == [1024, 4096, 16384, 65536] and data["config"]["d"] == [64, 128]
         assert len(data["rows"]) == 4 * 2 * 5
+    elif name == "scoring_h200":  # the GPU run adds the Triton column and N = 256K
+        assert data["environment"]["gpu"] == "NVIDIA H200" and data["config"]["dtype"] == "bfloat16"
+        assert sorted(data["config"]["N"]) == [1024, 4096, 16384, 65536, 262144] and not data["skipped_time_budget"]
+        assert len(data["rows"]) == 5 * 2 * 6 and "jacap_triton" in {r["method"] for r in data["rows"]}
+        for key, s in data["summary"].items():  # the saved summary agrees with the rows
+            N, d = (int(x.split("=")[1]) for x in key.split(","))
+            t = {r["method"]: r["median_s"] for r in data["rows"] if (r["N"], r["d"]) == (N, d)}
+            assert math.isclose(s["jacap_triton_over_jacap_torch"], t["jacap_triton"] / t["jacap_torch"], rel_tol=1e-9)
     else:
         assert {r["method"] for r in data["rows"]} == {"none", "jacap", "capkv"}
+        for r in data["rows"]:
+            assert 0 <= r["scoring_s"] < r["prefill_s"]
+            assert math.isclose(r["scoring_share_of_total"], r["scoring_s"] / (r["prefill_s"] + r["decode_s"]), rel_tol=1e-9)
+        if name == "end_to_end_h200":  # random weights, same architecture: the record must say so
+            cfg = data["config"]
+            assert "random" in cfg["weights"] and "random weights" in cfg["model"]
+            assert cfg["architecture_of"]["model"] == "SmolLM2-135M-Instruct" and cfg["num_key_value_heads"] == 3
 
 
 def test_chapter5_exercises_grade(monkeypatch):
