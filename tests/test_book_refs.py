@@ -2,7 +2,8 @@
 
 A typed "chapter 4" drifts as soon as a chapter moves (the sidebar renumbers, the text does not); a
 ``{ref}`` to a label cannot. This test fails on any typed chapter number in the book's text sources,
-on any ``{ref}``/``{numref}``/``{eq}``/``{doc}`` whose target does not exist, on a chapter without a
+on any ``{ref}``/``{numref}``/``{eq}``/``{doc}`` whose target does not exist, on a ``{cite}`` of a key
+that ``book/references.bib`` does not define, on a chapter without a
 title label and on a label defined twice.
 
 Chapters still being rewritten by other issues are listed in ``KNOWN_DIRTY``; the test asserts that the
@@ -32,6 +33,8 @@ LABEL = re.compile(r"^\(([A-Za-z0-9_.:-]+)\)=\s*$", re.M)
 NAME_OPTION = re.compile(r"^:(?:name|label):\s*(\S+)\s*$", re.M)
 EQ_LABEL = re.compile(r"\$\$\s*\(([A-Za-z0-9_.:-]+)\)")
 ROLE = re.compile(r"\{(ref|numref|eq|doc)\}`([^`]+)`")
+CITE = re.compile(r"\{cite(?::\w+)?\}`([^`]+)`")
+BIB_KEY = re.compile(r"^@\w+\{([^,\s]+),", re.M)
 
 
 def pages() -> list[Path]:
@@ -104,3 +107,16 @@ def test_every_reference_target_exists():
             if not ok:
                 missing.append(f"{page_name(path)}: {{{role}}}`{body}`")
     assert not missing, "references to targets that do not exist: " + "; ".join(missing)
+
+
+def test_every_citation_is_in_the_bibliography():
+    keys = BIB_KEY.findall((BOOK / "references.bib").read_text(encoding="utf-8"))
+    assert len(keys) == len(set(keys)), "a BibTeX key is defined twice"
+    for required in ("yang2026jacap", "yang2026capkv", "kvpress", "li2024snapkv", "oren2024tova",
+                     "xiao2024streamingllm", "devoto2025expectedattention", "park2025keydiff", "devoto2024knorm"):
+        assert required in keys
+    unknown = []
+    for path in pages():
+        for body in CITE.findall(path.read_text(encoding="utf-8")):
+            unknown += [f"{page_name(path)}: {k.strip()}" for k in body.split(",") if k.strip() not in keys]
+    assert not unknown, f"citations of keys not in book/references.bib: {unknown}"
