@@ -379,13 +379,13 @@ class JacapDecodeController:
         if all(pads[r] == 0 for r in rows_full) and len(rows_full) == b:  # one batched call
             res = _scoring.jacap_scores(keys, values, mu.to(keys.device), lam.to(keys.device),
                                         tau=self.tau, noise=self.noise, backend=self.backend)
-            return _select.select_keep(res.score, self.budget, sink=self.head, window=self.window)
+            return _select.select_keep(res.score, self.budget, n_sink=self.head, window=self.window)
         for r in rows_full:
             p = pads[r]
             res = _scoring.jacap_scores(keys[r:r + 1, :, p:], values[r:r + 1, :, p:], mu[r:r + 1].to(keys.device),
                                         lam[r:r + 1].to(keys.device), tau=self.tau, noise=self.noise,
                                         backend=self.backend)
-            out[r] = _select.select_keep(res.score, self.budget, sink=self.head, window=self.window)[0] + p
+            out[r] = _select.select_keep(res.score, self.budget, n_sink=self.head, window=self.window)[0] + p
         return out
 
     def _entropy(self, layer: int, keys: torch.Tensor, slot_valid: torch.Tensor) -> torch.Tensor:

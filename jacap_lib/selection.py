@@ -8,26 +8,26 @@ from . import _checks
 __all__ = ["select_keep", "protected_mask"]
 
 
-def protected_mask(n: int, *, sink: int = 4, window: int = 0, device=None) -> torch.Tensor:
-    """Boolean ``(n,)`` mask: the first ``sink`` and the last ``window`` positions."""
+def protected_mask(n: int, *, n_sink: int = 4, window: int = 0, device=None) -> torch.Tensor:
+    """Boolean ``(n,)`` mask: the first ``n_sink`` and the last ``window`` positions."""
     mask = torch.zeros(n, dtype=torch.bool, device=device)
-    mask[: min(sink, n)] = True
+    mask[: min(n_sink, n)] = True
     if window:
         mask[max(n - window, 0):] = True
     return mask
 
 
-def select_keep(scores: torch.Tensor, budget: int, *, sink: int = 4, window: int = 0) -> torch.Tensor:
+def select_keep(scores: torch.Tensor, budget: int, *, n_sink: int = 4, window: int = 0) -> torch.Tensor:
     """Indices of the ``budget`` tokens to keep, ascending, shape ``(..., budget)``.
 
-    The first ``sink`` positions (attention sinks / system prefix) and the last ``window``
+    The first ``n_sink`` positions (attention sinks / system prefix) and the last ``window``
     positions (recent tokens) are always kept; the remaining budget goes to the highest scores.
     ``budget >= N`` keeps everything (shape ``(..., N)``). A budget smaller than the protected
     set raises ``ValueError``.
     """
     _checks.tensor("scores", scores, min_dim=1)
     budget = _checks.nonneg_int("budget", budget)
-    sink = _checks.nonneg_int("sink", sink)
+    n_sink = _checks.nonneg_int("n_sink", n_sink)
     window = _checks.nonneg_int("window", window)
     if bool(torch.isnan(scores).any()):
         raise ValueError("`scores` contains NaN; score computation failed upstream")
@@ -36,12 +36,12 @@ def select_keep(scores: torch.Tensor, budget: int, *, sink: int = 4, window: int
         raise ValueError("`scores` has N = 0 tokens: nothing to select from")
     if budget >= n:
         return torch.arange(n, device=scores.device).expand(*scores.shape[:-1], n).clone()
-    protect = protected_mask(n, sink=sink, window=window, device=scores.device)
+    protect = protected_mask(n, n_sink=n_sink, window=window, device=scores.device)
     n_protected = int(protect.sum())
     if budget < n_protected:
         raise ValueError(
-            f"`budget` = {budget} is smaller than the protected set ({n_protected} tokens: sink={sink}, "
-            f"window={window}, N={n}); raise the budget or shrink `sink`/`window`"
+            f"`budget` = {budget} is smaller than the protected set ({n_protected} tokens: n_sink={n_sink}, "
+            f"window={window}, N={n}); raise the budget or shrink `n_sink`/`window`"
         )
     big = torch.finfo(torch.float32).max
     ranked = scores.float().clamp(-big, big).masked_fill(protect, float("inf"))

@@ -1,4 +1,5 @@
-"""The quality CLI: rows are written, keyed by configuration, and a rerun resumes without recomputing."""
+"""The quality grid jobs (jacap_lib.results.quality, `jacap bench`): rows are written, keyed by configuration,
+and a rerun resumes without recomputing; the summary's intervals; method specs."""
 import json
 
 import pytest
@@ -7,7 +8,11 @@ import torch
 pytest.importorskip("kvpress")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from jacap_lib.results import harness as bench  # noqa: E402
+from jacap_lib import cli  # noqa: E402
+from jacap_lib.measure.passkey import passkey_prompt  # noqa: E402
+from jacap_lib.presses.registry import parse_method, press_from_spec  # noqa: E402
+from jacap_lib.results import io  # noqa: E402
+from jacap_lib.results import quality as bench  # noqa: E402
 
 V = 61
 
@@ -42,7 +47,7 @@ def test_run_kl_writes_and_resumes(tiny, tmp_path, monkeypatch):
     kw = dict(segments=SEG, methods=["knorm", "jacap[tau=2.0]"], ratios=[0.5], lengths=[48, 64], continuation=8,
               out=out, model_name="tiny", progress=False)
     assert bench.run_kl(model, tok, **kw) == 4
-    rows = bench.read_rows(out)
+    rows = io.read_jsonl(out)
     assert len(rows) == 4 and {r["method"] for r in rows} == {"knorm", "jacap[tau=2.0]"}
     jac = next(r for r in rows if r["method"] == "jacap[tau=2.0]")
     assert jac["press"]["tau"] == 2.0 and jac["press"]["class"] == "JacapPress"
@@ -56,7 +61,7 @@ def test_run_kl_writes_and_resumes(tiny, tmp_path, monkeypatch):
     # drop one row: only that one is recomputed, with the same value
     out.write_text("".join(json.dumps(r) + "\n" for r in rows[:-1]))
     assert bench.run_kl(model, tok, **kw) == 1
-    again = bench.read_rows(out)
+    again = io.read_jsonl(out)
     assert again[-1]["kl"] == pytest.approx(rows[-1]["kl"], rel=1e-6)
     assert again[-1]["method"] == rows[-1]["method"] and again[-1]["length"] == rows[-1]["length"]
 
@@ -69,12 +74,12 @@ def test_too_short_segment_raises(tiny, tmp_path):
 
 
 def test_parse_method():
-    assert bench.parse_method("jacap[tau=1,noise=1e3,beta=None]") == ("jacap", {"tau": 1, "noise": 1000.0,
+    assert parse_method("jacap[tau=1,noise=1e3,beta=None]") == ("jacap", {"tau": 1, "noise": 1000.0,
                                                                              "beta": None})
     with pytest.raises(ValueError, match="key=value"):
-        bench.parse_method("jacap[tau]")
+        parse_method("jacap[tau]")
     with pytest.raises(ValueError):
-        bench.build("nosuch", 0.5)
+        press_from_spec("nosuch", 0.5)
 
 
 def test_summary_intervals_and_target():
@@ -97,7 +102,7 @@ def test_summary_intervals_and_target():
 
 def test_passkey_prompt_places_needle(tiny):
     _, tok = tiny
-    ctx, q = bench.passkey_prompt(tok, 300, 0.5, "12345")
+    ctx, q = passkey_prompt(tok, 300, 0.5, "12345")
     assert ctx.shape == (1, 300)
     text = "".join(chr(i) for i in ctx[0].tolist())  # CharTokenizer ids are ord % 61; check the needle position
     needle = tok(" The pass key is 12345").input_ids[0].tolist()
@@ -110,10 +115,36 @@ def test_passkey_prompt_places_needle(tiny):
 @pytest.mark.model
 def test_cli_on_bundled_model(tmp_path):
     out = tmp_path / "cli.jsonl"
-    argv = ["kl", "--methods", "knorm", "jacap", "--ratios", "0.5", "--lengths", "64", "--continuation", "4",
+    argv = ["bench", "kl", "--methods", "knorm", "jacap", "--ratios", "0.5", "--lengths", "64", "--continuation", "4",
             "--segments", "prose/letter", "--out", str(out), "--no-progress"]
-    assert bench.main(argv) == 0
-    assert len(bench.read_rows(out)) == 2
+    assert cli.main(argv) == 0
+    assert len(io.read_jsonl(out)) == 2
     cfg = json.loads(out.with_suffix(".config.json").read_text())["runs"][0]
     assert cfg["model"]["sha256"] and cfg["versions"]["kvpress"] and cfg["methods"]["jacap"]["tau"] == 10.0
-    assert bench.main(argv) == 0 and len(bench.read_rows(out)) == 2
+    assert cli.main(argv) == 0 and len(io.read_jsonl(out)) == 2
+    assert len(io.read_runs(out)) == 2  # one configuration per invocation
+
+
+def test_too_short_segment_writes_nothing(tiny, tmp_path):
+    model, tok = tiny
+    out = tmp_path / "q.jsonl"
+    segs = SEG + [{"id": "prose/short", "kind": "prose", "split": "test", "text": "too short"}]
+    with pytest.raises(ValueError, match="segment prose/short"):
+        bench.run_kl(model, tok, segments=segs, methods=["knorm"], ratios=[0.5], lengths=[48], continuation=8,
+                     out=out, model_name="tiny", progress=False)
+    assert not out.exists()
+
+
+def test_bootstrap_ci_against_scipy_and_degenerate_cases():
+    import numpy as np
+    from scipy import stats
+
+    x = [0.3, 1.2, 0.7, 2.5, 0.1, 0.9]
+    m, lo, hi = bench.bootstrap_ci(x, n_boot=999, seed=3)
+    want = stats.bootstrap((np.array(x),), np.mean, n_resamples=999, method="percentile",
+                           random_state=np.random.default_rng(3)).confidence_interval
+    assert m == pytest.approx(np.mean(x)) and (lo, hi) == pytest.approx((want.low, want.high))
+    assert min(x) < lo < m < hi < max(x)
+    assert bench.bootstrap_ci([2.0]) == (2.0, 2.0, 2.0) and bench.bootstrap_ci([1.5, 1.5]) == (1.5, 1.5, 1.5)
+    with pytest.raises(ValueError, match="at least one"):
+        bench.bootstrap_ci([])

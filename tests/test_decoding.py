@@ -356,5 +356,5 @@ def test_widget_callbacks():
     assert view["lam"][1] == pytest.approx(0.5 * 1 + 0.5 * 9 - 4.0)
     fig = WS.beta_figure(q, 0.5, horizon=2)
     assert list(fig.data[1].y) == pytest.approx(view["mu"])
-    with pytest.raises(FileNotFoundError, match="run_serving"):
+    with pytest.raises(FileNotFoundError, match="serve-run"):
         WS.load_run("/nonexistent/serving_run.json")

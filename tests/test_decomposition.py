@@ -279,7 +279,7 @@ def test_loo_records_full_and_subsampled():
 
 def test_record_builders_on_synthetic_capture():
     cap = _synthetic_capture()
-    tay = D.taylor_error_records({2: cap}, prefix=40, ratio=0.5, sink=2)
+    tay = D.taylor_error_records({2: cap}, prefix=40, ratio=0.5, n_sink=2)
     assert len(tay) == 4 and all(r["budget"] == 20 and r["n_queries"] == 20 for r in tay)
     dia = D.diagonal_records({2: cap}, prefix=40, pool=12, budget=4, n_subsets=6)
     assert all(-1 <= r["spearman_diag"] <= 1 for r in dia)

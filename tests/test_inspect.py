@@ -41,7 +41,7 @@ def test_inspect_jacap_records_consistent_components(model_tok):
     assert res.kept.shape == (30, 3, budget) and len(res.tokens) == N
     assert "".join(res.tokens) == TEXT
     # the kept positions (read back from the cache) = an independent top-B of the recorded score
-    assert torch.equal(res.kept, select_keep(res.score, budget, sink=4, window=5))
+    assert torch.equal(res.kept, select_keep(res.score, budget, n_sink=4, window=5))
     assert torch.allclose(res.keep_fraction().mean(), torch.tensor(budget / N))
     # Algorithm 1 identities on the recorded components
     torch.testing.assert_close(res.alpha.sum(-1), torch.ones(30, 3))
@@ -57,7 +57,7 @@ def test_inspect_baseline_records_score_only(model_tok):
     model, tok = model_tok
     res = inspect_eviction(model, tok, TEXT, "knorm", 0.5)
     budget = compute_n_kept(res.n_tokens, 0.5)
-    assert torch.equal(res.kept, select_keep(res.score, budget, sink=0))
+    assert torch.equal(res.kept, select_keep(res.score, budget, n_sink=0))
     assert res.alpha is None
     with pytest.raises(ValueError, match="not recorded"):
         res.component("alpha")

@@ -11,7 +11,7 @@ from jacap_lib.measure.quality import (  # noqa: E402
     capture_prefill,
     replay_press,
     full_reference,
-    kl_from_logprobs,
+    kl_from_logits,
     next_token_kl,
 )
 
@@ -74,12 +74,12 @@ def test_kl_nonnegative_and_grows_with_compression(tiny):
     assert kls[1] > kls[0]
 
 
-def test_kl_from_logprobs_matches_torch():
+def test_kl_from_logits_matches_torch():
     g = torch.Generator().manual_seed(3)
     a = torch.randn(5, 11, generator=g).log_softmax(-1)
     b = torch.randn(5, 11, generator=g).log_softmax(-1)
-    torch.testing.assert_close(kl_from_logprobs(a, b), F.kl_div(b, a, log_target=True, reduction="none").sum(-1))
-    assert torch.equal(kl_from_logprobs(a, a), torch.zeros(5))
+    torch.testing.assert_close(kl_from_logits(a, b), F.kl_div(b, a, log_target=True, reduction="none").sum(-1))
+    assert torch.equal(kl_from_logits(a, a), torch.zeros(5))
 
 
 def test_attention_output_error_closed_form(tiny):

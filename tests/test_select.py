@@ -5,44 +5,44 @@ import torch
 from jacap_lib import select_keep
 
 
-def brute(scores, budget, sink, window):
+def brute(scores, budget, n_sink, window):
     n = len(scores)
-    protected = set(range(min(sink, n))) | set(range(max(n - window, 0), n))
+    protected = set(range(min(n_sink, n))) | set(range(max(n - window, 0), n))
     rest = sorted((i for i in range(n) if i not in protected), key=lambda i: -float(scores[i]))
     return sorted(protected | set(rest[: budget - len(protected)]))
 
 
-@pytest.mark.parametrize("n,budget,sink,window", [(50, 10, 4, 0), (50, 10, 4, 6), (20, 19, 0, 0), (9, 9, 4, 8),
+@pytest.mark.parametrize("n,budget,n_sink,window", [(50, 10, 4, 0), (50, 10, 4, 6), (20, 19, 0, 0), (9, 9, 4, 8),
                                                   (30, 5, 5, 0), (12, 7, 3, 4), (10, 6, 8, 8)])
-def test_matches_brute_force(n, budget, sink, window):
+def test_matches_brute_force(n, budget, n_sink, window):
     g = torch.Generator().manual_seed(n * 31 + budget)
     scores = torch.randn(3, 2, n, generator=g)
-    if budget < len(set(range(min(sink, n))) | set(range(max(n - window, 0), n))):
+    if budget < len(set(range(min(n_sink, n))) | set(range(max(n - window, 0), n))):
         with pytest.raises(ValueError, match="budget"):
-            select_keep(scores, budget, sink=sink, window=window)
+            select_keep(scores, budget, n_sink=n_sink, window=window)
         return
-    keep = select_keep(scores, budget, sink=sink, window=window)
+    keep = select_keep(scores, budget, n_sink=n_sink, window=window)
     assert keep.dtype == torch.long and keep.shape == (3, 2, min(budget, n))
     for i in range(3):
         for j in range(2):
-            assert keep[i, j].tolist() == brute(scores[i, j], budget, sink, window)
+            assert keep[i, j].tolist() == brute(scores[i, j], budget, n_sink, window)
 
 
 def test_budget_at_least_n_keeps_everything():
     s = torch.randn(2, 7)
     assert select_keep(s, 7).tolist() == [list(range(7))] * 2
-    assert select_keep(s, 100, sink=50).tolist() == [list(range(7))] * 2
+    assert select_keep(s, 100, n_sink=50).tolist() == [list(range(7))] * 2
 
 
 def test_protected_tokens_win_over_infinite_scores():
     s = torch.tensor([0.0, 0.0, float("inf"), float("inf"), 1.0, 0.0])
-    assert select_keep(s, 3, sink=2).tolist() == [0, 1, 2] or select_keep(s, 3, sink=2).tolist() == [0, 1, 3]
+    assert select_keep(s, 3, n_sink=2).tolist() == [0, 1, 2] or select_keep(s, 3, n_sink=2).tolist() == [0, 1, 3]
     s = torch.full((6,), float("inf"))
-    assert select_keep(s, 3, sink=1, window=1)[[0, -1]].tolist() == [0, 5]
+    assert select_keep(s, 3, n_sink=1, window=1)[[0, -1]].tolist() == [0, 5]
 
 
-@pytest.mark.parametrize("kw,arg", [({"budget": 2, "sink": 4}, "budget"), ({"budget": -1}, "budget"),
-                                    ({"budget": 3, "sink": -1}, "sink"), ({"budget": 3, "window": 1.5}, "window"),
+@pytest.mark.parametrize("kw,arg", [({"budget": 2, "n_sink": 4}, "budget"), ({"budget": -1}, "budget"),
+                                    ({"budget": 3, "n_sink": -1}, "n_sink"), ({"budget": 3, "window": 1.5}, "window"),
                                     ({"budget": 2.0}, "budget")])
 def test_bad_arguments(kw, arg):
     budget = kw.pop("budget")
@@ -52,6 +52,6 @@ def test_bad_arguments(kw, arg):
 
 def test_nan_and_empty_scores_are_errors():
     with pytest.raises(ValueError, match="NaN"):
-        select_keep(torch.tensor([0.0, float("nan"), 1.0]), 2, sink=0)
+        select_keep(torch.tensor([0.0, float("nan"), 1.0]), 2, n_sink=0)
     with pytest.raises(ValueError, match="N = 0"):
         select_keep(torch.zeros(0), 1)

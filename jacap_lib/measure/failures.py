@@ -154,7 +154,8 @@ def run_case(model, prompt_ids: torch.Tensor, continuation_ids: torch.Tensor, *,
     ``answer_slice`` indexes the answer tokens inside ``continuation_ids``; ``critical`` lists prompt
     positions whose survival is reported; ``reference`` is the uncompressed
     :func:`jacap_lib.measure.quality.compressed_forward` output ``(logprobs, ...)`` for the KL."""
-    from .quality import compressed_forward, kl_from_logprobs
+    from ..decoding import kl_from_logits
+    from .quality import compressed_forward
 
     if answer_slice.start is None or answer_slice.start < 1:
         raise ValueError("`answer_slice` must start at >= 1 (the token before the answer predicts it)")
@@ -166,7 +167,7 @@ def run_case(model, prompt_ids: torch.Tensor, continuation_ids: torch.Tensor, *,
     lp = logp[ans - 1, cont[ans]]
     correct = bool((logp[ans - 1].argmax(-1) == cont[ans]).all())
     margin = float(logp[ans[0] - 1, cont[ans[0]]] - logp[ans[0] - 1, rival_id]) if rival_id is not None else float("nan")
-    kl = float(kl_from_logprobs(reference[0], logp).mean()) if reference is not None else 0.0
+    kl = float(kl_from_logits(reference[0], logp).mean()) if reference is not None else 0.0
     kept = 1.0
     if press is not None and critical:
         kept_idx = _kept_indices(press.trace, prompt_ids.shape[1], press.compression_ratio, press)

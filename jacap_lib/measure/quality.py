@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from ..decoding import kl_from_logits
 from ..hf import capture_attn_outputs, decoder_layers_of
 
 __all__ = [
@@ -55,7 +56,9 @@ __all__ = [
     "compressed_forward",
     "next_token_kl",
     "attention_output_error",
-    "kl_from_logprobs",
+    "kl_from_logits",
+    "prompt_and_continuation",
+    "kl_grid_cell",
 ]
 
 
@@ -290,15 +293,6 @@ def full_reference(model, tokenizer_or_none, prompt_ids, continuation_ids, *,
     return FullReference(prompt_ids.shape[1], continuation_ids.cpu(), logprobs.cpu(), attn.cpu())
 
 
-def kl_from_logprobs(logp_ref: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
-    """Per-row KL(p || q) from log-probabilities ``(..., V)``; exact 0 when the rows are identical."""
-    if logp_ref.shape != logq.shape:
-        raise ValueError(f"logp_ref {tuple(logp_ref.shape)} and logq {tuple(logq.shape)} must have the same shape")
-    p = logp_ref.exp()
-    kl = (p * (logp_ref - logq)).sum(-1)
-    return kl.clamp_min(0.0)  # rounding can give -1e-9; KL is non-negative by Gibbs' inequality
-
-
 def attention_output_error(reference: FullReference, attn_outputs: torch.Tensor) -> torch.Tensor:
     """Relative Frobenius error per layer, ``(L,)``: ||o_comp - o_full|| / ||o_full|| over the continuation."""
     ref = reference.attn_outputs
@@ -335,7 +329,7 @@ def next_token_kl(model, tokenizer_or_none, prompt_ids, continuation_ids, press,
                          "call full_reference(model, tok, prompt_ids, continuation_ids) for this pair")
     logq, attn, kept = _run(model, prompt_ids, continuation_ids, press, capture)
     logq, attn = logq.cpu(), attn.cpu()
-    kl_tok = kl_from_logprobs(reference.logprobs, logq)
+    kl_tok = kl_from_logits(reference.logprobs, logq)  # log-probabilities are their own logits
     rel = attention_output_error(reference, attn)
     top1 = (reference.logprobs.argmax(-1) == logq.argmax(-1)).float().mean().item()
     return QualityResult(
@@ -347,3 +341,36 @@ def next_token_kl(model, tokenizer_or_none, prompt_ids, continuation_ids, press,
         prompt_len=int(prompt_ids.shape[1]),
         top1_agreement=top1,
     )
+
+
+def prompt_and_continuation(tokenizer, text: str, length: int, continuation: int, *, name: str = "text"):
+    """``(prompt (1, length), continuation (1, continuation))`` token ids from the start of ``text``."""
+    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
+    if ids.shape[1] < length + continuation:
+        raise ValueError(f"{name} has {ids.shape[1]} tokens, fewer than length {length} + continuation "
+                         f"{continuation}; use shorter lengths or a longer text")
+    return ids[:, :length], ids[:, length:length + continuation]
+
+
+def kl_grid_cell(model, prompt_ids, continuation_ids, presses, on_result=None) -> list:
+    """One cell of the quality grid: the prefill of ``prompt_ids`` captured once with its full
+    reference, then every press of ``presses`` (an iterable of ``(label, press)``) replayed on it.
+
+    ``on_result(label, result, seconds, prefill_seconds)`` is called as each press finishes (a grid
+    job writes its row there, so an interrupted run keeps what was done). Returns the
+    ``[(label, QualityResult)]`` list.
+    """
+    import time
+
+    t0 = time.perf_counter()
+    cap = capture_prefill(model, prompt_ids)
+    ref = full_reference(model, None, prompt_ids, continuation_ids, capture=cap)
+    prefill_seconds = time.perf_counter() - t0
+    out = []
+    for label, press in presses:
+        t0 = time.perf_counter()
+        res = next_token_kl(model, None, prompt_ids, continuation_ids, press, reference=ref, capture=cap)
+        if on_result is not None:
+            on_result(label, res, time.perf_counter() - t0, prefill_seconds)
+        out.append((label, res))
+    return out

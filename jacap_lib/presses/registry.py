@@ -12,13 +12,16 @@ Jacap variants (``jacap_lib.presses.variants.VARIANTS``) are merged in under nam
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Callable
 
 import kvpress
+import torch
 
 from .jacap import JacapPress
 
-__all__ = ["BASELINES", "list_methods", "build_press", "method_factory"]
+__all__ = ["BASELINES", "list_methods", "build_press", "method_factory", "parse_method", "press_from_spec",
+           "method_options", "expand_methods"]
 
 # name -> (press class, default options, one-line description)
 BASELINES: dict[str, tuple[type, dict, str]] = {
@@ -108,3 +111,78 @@ def build_press(name: str, compression_ratio: float, **opts):
         if unknown:
             raise ValueError(f"unknown option(s) {unknown} for method {name!r}; valid options: {sorted(valid)}")
     return factory(float(compression_ratio), **opts)
+
+
+# ---------------------------------------------------------------------------------------------
+# method specs: a registry name with options in brackets, e.g. "jacap[tau=1,noise=100]"
+# ---------------------------------------------------------------------------------------------
+_METHOD_RE = re.compile(r"^([A-Za-z0-9_]+)(?:\[(.*)\])?$")
+
+
+def _parse_value(text: str):
+    low = text.lower()
+    if low in ("none", "null"):
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_method(spec: str) -> tuple[str, dict]:
+    """``"jacap[tau=1,noise=10]"`` -> ``("jacap", {"tau": 1, "noise": 10})`` (values: int, float, bool,
+    None or string). The name is not checked here; :func:`press_from_spec` checks name and options."""
+    if not isinstance(spec, str):
+        raise ValueError(f"method spec must be a string like 'jacap' or 'jacap[tau=1]', got {spec!r}")
+    m = _METHOD_RE.match(spec.strip())
+    if not m:
+        raise ValueError(f"method spec {spec!r} must look like 'name' or 'name[key=value,...]'")
+    name, body = m.group(1), m.group(2)
+    opts = {}
+    if body:
+        for item in body.split(","):
+            if "=" not in item:
+                raise ValueError(f"option {item!r} in method spec {spec!r} must be key=value")
+            k, v = item.split("=", 1)
+            opts[k.strip()] = _parse_value(v.strip())
+    return name, opts
+
+
+def press_from_spec(spec: str, compression_ratio: float):
+    """:func:`build_press` from a method spec (``"snapkv[window_size=32]"``)."""
+    name, opts = parse_method(spec)
+    return build_press(name, compression_ratio, **opts)
+
+
+def expand_methods(specs) -> list[str]:
+    """Method specs with ``"all"`` expanded to every registry name; each spec is checked (name and
+    options) by building its press once, so a bad spec fails before any model work."""
+    out = []
+    for spec in specs:
+        out.extend(list_methods() if spec == "all" else [spec])
+    for spec in out:
+        press_from_spec(spec, 0.5)
+    return out
+
+
+def method_options(press) -> dict:
+    """Every constructor field of a press (recursively for wrappers), JSON-safe: its configuration record."""
+    if not dataclasses.is_dataclass(press):
+        return {"class": type(press).__name__}
+    out = {"class": type(press).__name__}
+    for f in dataclasses.fields(press):
+        if not f.init:
+            continue
+        v = getattr(press, f.name)
+        if dataclasses.is_dataclass(v):
+            v = method_options(v)
+        elif isinstance(v, torch.Tensor):
+            v = f"tensor{tuple(v.shape)}"
+        elif not isinstance(v, (int, float, str, bool, type(None), list, tuple, dict)):
+            v = repr(v)
+        out[f.name] = v
+    return out

@@ -148,7 +148,7 @@ def protected_slots(n: int, n_sink: int = 0, window: int = 0, *, key_positions: 
     and ``>= next_position - window`` (a chunk in the middle of the prompt protects neither).
     """
     if key_positions is None:
-        return protected_mask(n, sink=n_sink, window=window, device=device)
+        return protected_mask(n, n_sink=n_sink, window=window, device=device)
     if key_positions.numel() != n:
         raise ValueError(f"key_positions has {key_positions.numel()} entries for {n} scored tokens")
     kp = key_positions.to(device)

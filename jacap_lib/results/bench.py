@@ -1,36 +1,10 @@
-"""Reading the committed benchmark results (``data/bench/*.json``) for the book."""
+"""Tables of the committed speed results (``data/bench/*.json``) for the book; read them with
+:func:`jacap_lib.results.loaders.load_bench`."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from .loaders import available_benches, load_bench  # noqa: F401 (re-exported: the chapters' names)
 
-__all__ = ["bench_dir", "available_benches", "load_bench", "scoring_rows", "end_to_end_rows"]
-
-
-def bench_dir() -> Path:
-    """``data/bench`` of the repository this package sits in, or of the nearest ancestor of the cwd."""
-    candidates = [Path(__file__).resolve().parents[2], *Path.cwd().resolve().parents]
-    candidates.insert(1, Path.cwd().resolve())
-    for root in candidates:
-        if (root / "data" / "bench").is_dir():
-            return root / "data" / "bench"
-    raise FileNotFoundError(
-        "no data/bench folder next to jacap_lib or above the working directory; clone the book's repository "
-        "(the committed results live there) or run benchmarks/scoring.py to produce them"
-    )
-
-
-def available_benches() -> list[str]:
-    """Names of the committed result files (``scoring_cpu``, ``scoring_<gpu>``, ``end_to_end_cpu``, ...)."""
-    return sorted(p.stem for p in bench_dir().glob("*.json"))
-
-
-def load_bench(name: str) -> dict:
-    """The JSON of ``data/bench/<name>.json`` (e.g. ``"scoring_cpu"``, ``"end_to_end_cpu"``)."""
-    path = bench_dir() / f"{name}.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no benchmark file {path}; available: {available_benches()}")
-    return json.loads(path.read_text())
+__all__ = ["available_benches", "load_bench", "scoring_rows", "end_to_end_rows"]
 
 
 def scoring_rows(data: dict) -> list[dict]:

@@ -1,20 +1,20 @@
 """Figures for the error-decomposition and failure-case chapters (08, 10b).
 
 Every function takes the tidy records of :mod:`jacap_lib.measure.decomposition` /
-:mod:`jacap_lib.measure.failures` (or the JSON files the CLI writes) and returns a
+:mod:`jacap_lib.measure.failures` (or the JSON files ``jacap decompose`` writes, read by
+:mod:`jacap_lib.results.loaders`) and returns a
 ``plotly.graph_objects.Figure``.
 """
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import plotly.graph_objects as go
 
+from ..results.loaders import load_decomposition, load_failures  # noqa: F401 (re-exported for the chapters)
+
 __all__ = [
     "load_records",
-    "data_path",
     "load_failures",
     "taylor_error_figure",
     "diagonal_error_figure",
@@ -27,36 +27,9 @@ __all__ = [
 _COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
 
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "decomposition"
-
-
-def data_path(name: str) -> Path:
-    """``data/decomposition/<name>.json`` of the repository (a bare name like ``"taylor"``) or a path."""
-    p = Path(name)
-    if p.suffix == ".json":
-        return p
-    for base in (DATA_DIR, Path.cwd() / "data" / "decomposition", Path.cwd().parent / "data" / "decomposition"):
-        if (base / f"{name}.json").is_file():
-            return base / f"{name}.json"
-    raise ValueError(f"no {name}.json under {DATA_DIR}: clone the repository (the results are committed there) "
-                     f"or regenerate them with python -m jacap_lib.measure.decomposition --out data/decomposition")
-
-
-def load_records(path) -> tuple[dict, list]:
-    """``(config, records)`` from a ``data/decomposition/*.json`` file (a path or a bare name, e.g. ``"taylor"``)."""
-    path = data_path(str(path))
-    data = json.loads(path.read_text())
-    if "records" not in data:
-        raise ValueError(f"{path} has no 'records' list; regenerate it with python -m jacap_lib.measure.decomposition")
-    return data.get("config", {}), data["records"]
-
-
-def load_failures(path="failures") -> tuple[dict, dict]:
-    """``(config, {demo name: demo dict})`` from ``failures.json`` (written by the CLI's failures part)."""
-    data = json.loads(data_path(str(path)).read_text())
-    if "demos" not in data:
-        raise ValueError(f"{path} has no 'demos'; regenerate it with python -m jacap_lib.measure.decomposition --only failures")
-    return data.get("config", {}), {d["name"]: d for d in data["demos"]}
+def load_records(part) -> tuple[dict, list]:
+    """``(config, rows)`` of ``data/decomposition/<part>.json`` (e.g. ``"taylor"``; or a path)."""
+    return load_decomposition(str(part))
 
 
 def _by_layer(records, getter):

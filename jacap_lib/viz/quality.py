@@ -1,32 +1,25 @@
 """Figures of the quality benchmark (chapters 09 and 10): one function per figure, each returns a go.Figure.
 
-All of them read the committed results: ``data/results/summary.json`` (from ``python -m jacap_lib.results.harness
-summary``) and the JSONL rows (``data/results/*.jsonl``).
+All of them read the committed results through :mod:`jacap_lib.results.loaders` (re-exported here for
+the chapters): ``data/results/summary.json`` (``jacap bench summary``) and the grids' rows
+(``data/results/*.jsonl``, ``jacap bench kl|passkey``) with their configurations.
 """
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-__all__ = ["RESULTS", "load_summary", "load_rows", "kl_vs_ratio", "kl_by_kind", "segment_ranks",
+from ..results.loaders import load_grid_rows, load_passkey_rows, load_runs, load_summary  # noqa: F401
+
+__all__ = ["load_summary", "load_rows", "load_runs", "load_passkey_rows", "kl_vs_ratio", "kl_by_kind", "segment_ranks",
            "passkey_heatmap", "ablation_rows", "ablation_table", "target_rows"]
 
-RESULTS = Path(__file__).resolve().parents[2] / "data" / "results"
 KINDS = ("prose", "docs", "code")
 
 
-def load_summary(path: Path | str = RESULTS / "summary.json") -> dict:
-    return json.loads(Path(path).read_text())
-
-
 def load_rows(*names: str) -> list[dict]:
-    from ..results.harness import read_rows
-
-    names = names or ("quality.jsonl",)
-    return [r for n in names for r in read_rows(RESULTS / n)]
+    """Rows of the grids ``names`` (``"quality"``, ``"ablation"``, ...; default the quality grid)."""
+    return load_grid_rows(*(names or ("quality",)))
 
 
 def _cells(summary, **match):
@@ -105,7 +98,7 @@ def passkey_heatmap(rows: list[dict], *, methods=None, ratio: float | None = Non
     """Passkey accuracy over (context length x needle depth); one frame per method (slider)."""
     pk = [r for r in rows if r.get("task") == "passkey"]
     if not pk:
-        raise ValueError("no passkey rows; run: python -m jacap_lib.results.harness passkey --out data/results/passkey.jsonl")
+        raise ValueError("no passkey rows; run: jacap bench passkey --out data/results/passkey.jsonl")
     lengths = sorted({r["length"] for r in pk})
     depths = sorted({r["depth"] for r in pk})
     specs = [("full", 0.0)] + sorted({(r["method"], r["ratio"]) for r in pk if r["method"] != "full"

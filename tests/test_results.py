@@ -1,0 +1,101 @@
+"""The results layer: one locator of data/ (with the JACAP_DATA override), one file shape with errors
+that name the file, one loader per committed results file, one provenance record."""
+import json
+
+import pytest
+
+from jacap_lib.results import io, loaders, paths, provenance
+
+
+def test_data_dir_is_the_clone_and_follows_the_env_override(tmp_path, monkeypatch):
+    monkeypatch.delenv(paths.DATA_ENV, raising=False)
+    here = paths.data_dir()
+    assert (here / "results" / "summary.json").is_file() and here.name == "data"
+    (tmp_path / "results").mkdir()
+    monkeypatch.setenv(paths.DATA_ENV, str(tmp_path))
+    assert paths.data_dir() == tmp_path.resolve()
+    assert paths.repo_path("data/texts/x.txt") == tmp_path.resolve() / "texts" / "x.txt"
+    with pytest.raises(FileNotFoundError, match="summary.json"):
+        loaders.load_summary()
+    monkeypatch.setenv(paths.DATA_ENV, str(tmp_path / "nope"))
+    with pytest.raises(FileNotFoundError, match="JACAP_DATA"):
+        paths.data_dir()
+
+
+def test_malformed_files_are_named(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("{not json")
+    with pytest.raises(io.ResultsFileError, match=r"x\.json is not valid JSON \(line 1"):
+        io.read_json(bad)
+    bad.write_text(json.dumps({"rows": []}))
+    with pytest.raises(io.ResultsFileError, match=r"x\.json has no \['config'\]"):
+        io.read_results(bad)
+    grid = tmp_path / "g.jsonl"
+    grid.write_text('{"a": 1}\n[1, 2]\n')
+    with pytest.raises(io.ResultsFileError, match=r"g\.jsonl line 2 must be a JSON object"):
+        io.read_jsonl(grid)
+    grid.write_text('{"a": 1}\n{"a": \n')
+    with pytest.raises(io.ResultsFileError, match=r"g\.jsonl line 2 is not valid JSON"):
+        io.read_jsonl(grid)
+    with pytest.raises(FileNotFoundError, match="jacap serve-run"):
+        loaders.load_serving_run(tmp_path / "missing.json")
+
+
+def test_common_shape_round_trip_and_sidecar(tmp_path):
+    path = io.write_results(tmp_path / "sub" / "r.json", {"tau": 10.0}, [{"kl": 0.25}], seconds=1.5)
+    assert io.read_results(path) == ({"tau": 10.0}, [{"kl": 0.25}])
+    assert not list(tmp_path.rglob("*.tmp"))
+    grid = tmp_path / "g.jsonl"
+    io.append_jsonl(grid, {"k": 1})
+    io.append_jsonl(grid, {"k": 2})
+    io.append_run(grid, {"run": 1})
+    io.append_run(grid, {"run": 2})
+    assert io.read_jsonl(grid) == [{"k": 1}, {"k": 2}]
+    assert io.read_runs(grid) == [{"run": 1}, {"run": 2}] and io.config_path(grid).name == "g.config.json"
+    assert io.round_floats({"a": [0.123456789, float("nan")], "b": 3}) == {"a": [0.12346, pytest.approx(float("nan"), nan_ok=True)], "b": 3}
+
+
+def test_every_committed_results_file_loads():
+    summary = loaders.load_summary()
+    assert summary["table"] and summary["comparisons"]
+    rows = loaders.load_quality_rows()
+    assert rows and all(r["task"] == "kl" for r in rows)
+    assert loaders.load_ablation_rows() and loaders.load_runs("quality")[-1]["versions"]
+    assert all(r["task"] == "passkey" for r in loaders.load_passkey_rows())
+    for part in loaders.DECOMPOSITION_PARTS:
+        config, recs = loaders.load_decomposition(part)
+        assert config["prefix"] == 384 and recs and "layer" in recs[0]
+    _, demos = loaders.load_failures()
+    assert demos and all(d["name"] == name for name, d in demos.items())
+    config, kl = loaders.load_kl_table()
+    assert config["prompt_tokens"] > 0 and {r["method"] for r in kl} >= {"jacap", "snapkv"}
+    assert loaders.load_serving_run()["runs"]
+    assert "scoring_cpu" in loaders.available_benches() and loaders.load_bench("scoring_cpu")["rows"]
+    assert len(loaders.load_manifest()["segments"]) == 12
+    with pytest.raises(ValueError, match="part"):
+        loaders.load_decomposition("nosuch")
+
+
+def test_segments_are_hash_checked(tmp_path, monkeypatch):
+    from jacap_lib.results.texts import load_segments
+
+    segs = load_segments(["prose/letter"])
+    assert len(segs) == 1 and segs[0]["text"]
+    with pytest.raises(ValueError, match="unknown segment"):
+        load_segments(["prose/nosuch"])
+    # a copy of data/ with one segment changed is refused, naming it
+    import shutil
+    shutil.copytree(paths.data_dir() / "texts", tmp_path / "texts")
+    (tmp_path / "texts" / "prose" / "letter.txt").write_text("changed")
+    monkeypatch.setenv(paths.DATA_ENV, str(tmp_path))
+    with pytest.raises(ValueError, match="prose/letter .*sha256"):
+        load_segments(["prose/letter"])
+
+
+def test_provenance_record():
+    v = provenance.versions()
+    assert v["python"].count(".") == 2 and v["torch"] and "kvpress" in v
+    rec = provenance.provenance(command="jacap x")
+    assert rec["command"] == "jacap x" and rec["time"].endswith("+00:00")
+    assert rec["git"] is None or len(rec["git"].split("+")[0]) == 40
+    assert set(rec["model"]) >= {"name", "sha256"}
