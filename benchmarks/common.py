@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import datetime as _dt
-import importlib.metadata as md
-import json
 import os
 import platform
 import re
@@ -21,7 +19,14 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+from jacap_lib.results.io import write_json
+from jacap_lib.results.paths import data_path
+from jacap_lib.results.provenance import git_revision, versions
+
+
+def bench_path(name: str) -> Path:
+    """``data/bench/<name>.json`` (found by :mod:`jacap_lib.results.paths`, the one locator of ``data/``)."""
+    return data_path("bench", f"{name}.json", must_exist=False)
 
 
 def pin_malloc() -> bool:
@@ -85,12 +90,6 @@ def time_round_robin(fns: dict, device: torch.device, repeats: int, warmup: int 
 
 
 def environment(device: torch.device) -> dict:
-    def version(pkg):
-        try:
-            return md.version(pkg)
-        except md.PackageNotFoundError:
-            return None
-
     cpu = platform.processor()
     try:
         cpu = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text()).group(1).strip()
@@ -104,7 +103,9 @@ def environment(device: torch.device) -> dict:
         "torch_threads": torch.get_num_threads(),
         "load_average_1m_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "python": platform.python_version(),
-        "packages": {p: version(p) for p in ("torch", "triton", "kvpress", "transformers", "jacap_lib")},
+        "packages": {p: v for p, v in versions(("torch", "triton", "kvpress", "transformers", "jacap_lib")).items()
+                     if p != "python"},
+        "git": git_revision(),
     }
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
@@ -122,7 +123,4 @@ def device_tag(env: dict) -> str:
 
 
 def save_json(obj: dict, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n")
-    return path
+    return write_json(path, obj)

@@ -42,7 +42,6 @@ import common  # noqa: E402
 DEFAULT_LENGTHS = (2048, 4096, 8192)
 DEFAULT_RATIOS = (0.6, 0.8)
 METHODS = ("none", "jacap", "capkv")
-TEXTS = common.REPO / "data" / "texts" / "manifest.json"
 INIT_SEED = 0
 
 
@@ -128,8 +127,11 @@ def random_init_model(arch_dir: Path, device: torch.device, dtype: torch.dtype |
 
 def prompt_ids(tokenizer, length: int) -> tuple[torch.Tensor, dict]:
     """``length`` token ids from the committed benchmark texts (all segments, manifest order, cycled)."""
-    manifest = json.loads(TEXTS.read_text())
-    text = "\n\n".join((common.REPO / s["file"]).read_text() for s in manifest["segments"])
+    from jacap_lib.results.loaders import load_manifest
+    from jacap_lib.results.paths import repo_path
+
+    manifest = load_manifest()
+    text = "\n\n".join(repo_path(s["file"]).read_text() for s in manifest["segments"])
     ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids[0]
     reps = -(-length // ids.numel())
     ids = ids.repeat(reps)[:length]
@@ -300,7 +302,7 @@ def main(argv=None):
         "argv": sys.argv[1:] if argv is None else list(argv),
         "rows": rows,
     }
-    path = common.save_json(out, args.out or common.REPO / "data" / "bench" / f"end_to_end_{common.device_tag(env)}.json")
+    path = common.save_json(out, args.out or common.bench_path(f"end_to_end_{common.device_tag(env)}"))
     print(f"saved {path}")
     return out
 

@@ -197,7 +197,7 @@ def main(argv=None):
         **res,
         "summary": summarise(res["rows"]),
     }
-    path = common.save_json(out, args.out or common.REPO / "data" / "bench" / f"scoring_{common.device_tag(env)}.json")
+    path = common.save_json(out, args.out or common.bench_path(f"scoring_{common.device_tag(env)}"))
     print(f"saved {path}")
     return out
 

@@ -7,7 +7,7 @@ holds every piece of logic the book's chapters call:
 layers, low to high (a module imports only from its own layer or lower ones; ``tests/test_layers.py``
 checks it):
 
-0. :mod:`._checks`, :mod:`._env` — argument checks; where the code runs
+0. :mod:`._checks`, :mod:`._env`, :mod:`._lazy` — argument checks; where the code runs; lazy names
 1. :mod:`.theory`, :mod:`.examples`, :mod:`.scoring` (Algorithm 1, torch + :mod:`.scoring.triton`),
    :mod:`.stats`, :mod:`.selection` — the core
 2. :mod:`.hf` (model plumbing), :mod:`.models`, :mod:`.memory`
@@ -21,7 +21,7 @@ optional parts (transformers, kvpress, triton) load only when used.
 """
 from __future__ import annotations
 
-import importlib
+from ._lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -48,8 +48,8 @@ _EXPORTS = {
     # quality under compression
     "next_token_kl": "jacap_lib.measure.quality",
     "full_reference": "jacap_lib.measure.quality",
-    "rank_one_corrected_scores": "jacap_lib.measure.decomposition",
-    "capture_heads": "jacap_lib.measure.decomposition",
+    "rank_one_corrected_scores": "jacap_lib.scoring",
+    "capture_heads": "jacap_lib.hf",
     # Algorithm 2 (decode-time controller)
     "JacapDecodeController": "jacap_lib.decoding",
     "EvictionEvent": "jacap_lib.decoding",
@@ -58,14 +58,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'jacap_lib' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS, __all__)

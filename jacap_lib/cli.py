@@ -259,12 +259,15 @@ def _time(args, argv):
     import importlib.util
 
     sys.path.insert(0, str(script.parent))  # the scripts import their shared `common` module
+    argv0, sys.argv[0] = sys.argv[0], f"jacap time {args.which}"  # the script's own --help names this command
     try:
         spec = importlib.util.spec_from_file_location(f"jacap_bench_{args.which}", script)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        return mod.main(args.args) or 0
+        mod.main(args.args)  # returns the results dict it saved; argparse exits on a bad option
+        return 0
     finally:
+        sys.argv[0] = argv0
         sys.path.remove(str(script.parent))
 
 
@@ -280,7 +283,8 @@ def _model_args(p, *, seed=True):
 def build_parser() -> argparse.ArgumentParser:
     from .results.quality import DEFAULT_LENGTHS, DEFAULT_RATIOS, PASSKEY_DEPTHS, PASSKEY_LENGTHS
 
-    ap = argparse.ArgumentParser(prog="jacap", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="jacap", description="The one command line of the Jacap book and its library "
+                                 "(also `python -m jacap_lib`).",
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Run `jacap <subcommand> --help` for each subcommand's options.")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="{book,bench,decompose,inspect,serve-run,texts,time}")

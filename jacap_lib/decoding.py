@@ -32,7 +32,7 @@ Design choices (the note leaves them open; they are the things to report when re
   At a look it evicts when the cache would otherwise pass ``high`` before the next look
   (``length + interval > high``), down to ``budget``; hence ``budget + interval <= high`` is required
   and the cache never holds more than ``high`` slots once the prompt has been absorbed.
-* **Protected tokens.** The first ``max(sink, prefix)`` real tokens of each request (attention sinks
+* **Protected tokens.** The first ``max(n_sink, prefix)`` real tokens of each request (attention sinks
   and the system prefix both sit at the start) and the last ``window`` tokens are always kept.
 * **Fallback.** If Cholesky fails (:class:`jacap_lib.scoring.CholeskyFailure`) or the eviction runs
   past ``deadline_s``, the affected layers keep the protected prefix plus the most recent tokens
@@ -109,10 +109,10 @@ class JacapDecodeController:
         EMA factor of the query statistics: large = stable but lagging, small = responsive but noisy.
     eps : float, default 1e-6
         Floor of the diagonal query variance.
-    sink : int, default 4
+    n_sink : int, default 4
         Leading tokens always kept (attention sinks).
     prefix : int, default 0
-        Length of a system prefix to protect; the protected head is ``max(sink, prefix)`` tokens.
+        Length of a system prefix to protect; the protected head is ``max(n_sink, prefix)`` tokens.
     window : int, default 32
         Most recent tokens always kept.
     tau, noise : float
@@ -138,7 +138,7 @@ class JacapDecodeController:
     """
 
     def __init__(self, model, *, high: int, budget: int, interval: int = 16, beta: float = 0.9,
-                 eps: float = 1e-6, sink: int = 4, prefix: int = 0, window: int = 32, tau: float = 10.0,
+                 eps: float = 1e-6, n_sink: int = 4, prefix: int = 0, window: int = 32, tau: float = 10.0,
                  noise: float = 1.0, deadline_s: float | None = None, age_bins: int = 16,
                  record_kept: bool = False, record_layers: tuple = (), backend: str = "auto"):
         self.high = _checks.nonneg_int("high", high)
@@ -154,14 +154,14 @@ class JacapDecodeController:
                 f"the cache grows by `interval`, so lower `budget` or `interval`, or raise `high`")
         self.beta = _checks.unit_interval("beta", beta)
         self.eps = _checks.positive("eps", eps)
-        self.sink = _checks.nonneg_int("sink", sink)
+        self.n_sink = _checks.nonneg_int("n_sink", n_sink)
         self.prefix = _checks.nonneg_int("prefix", prefix)
         self.window = _checks.nonneg_int("window", window)
-        self.head = max(self.sink, self.prefix)
+        self.head = max(self.n_sink, self.prefix)
         if self.head + self.window > self.budget:
             raise ValueError(
-                f"`budget` = {self.budget} is smaller than the protected tokens (max(sink, prefix) = {self.head} + "
-                f"window = {self.window}); raise `budget` or shrink `sink`/`prefix`/`window`")
+                f"`budget` = {self.budget} is smaller than the protected tokens (max(n_sink, prefix) = {self.head} + "
+                f"window = {self.window}); raise `budget` or shrink `n_sink`/`prefix`/`window`")
         self.tau = _checks.positive("tau", tau)
         self.noise = _checks.positive("noise", noise)
         self.deadline_s = None if deadline_s is None else _checks.positive("deadline_s", deadline_s, allow_zero=True)

@@ -142,7 +142,7 @@ def test_bootstrap_ci_against_scipy_and_degenerate_cases():
     x = [0.3, 1.2, 0.7, 2.5, 0.1, 0.9]
     m, lo, hi = bench.bootstrap_ci(x, n_boot=999, seed=3)
     want = stats.bootstrap((np.array(x),), np.mean, n_resamples=999, method="percentile",
-                           random_state=np.random.default_rng(3)).confidence_interval
+                           rng=np.random.default_rng(3)).confidence_interval
     assert m == pytest.approx(np.mean(x)) and (lo, hi) == pytest.approx((want.low, want.high))
     assert min(x) < lo < m < hi < max(x)
     assert bench.bootstrap_ci([2.0]) == (2.0, 2.0, 2.0) and bench.bootstrap_ci([1.5, 1.5]) == (1.5, 1.5, 1.5)

@@ -73,3 +73,16 @@ def test_summary_writes_the_common_summary(tmp_path):
         kls = [r["kl"] for r in rows if r["method"] == c["method"] and c["kind"] in ("all", r["kind"])]
         assert c["n"] == len(kls) and c["kl_mean"] == pytest.approx(sum(kls) / len(kls), rel=1e-12)
         assert c["kl_lo"] <= c["kl_mean"] <= c["kl_hi"]
+
+
+def test_time_runs_the_speed_benchmark(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    assert cli.main(["time", "scoring", "--quick", "--N", "64", "--d", "16", "--device", "cpu", "--out", str(out)]) == 0
+    from jacap_lib.results import io
+
+    data = io.read_json(out, require=("rows", "environment"))
+    assert {r["method"] for r in data["rows"]} >= {"floor", "jacap_torch", "capkv"}
+    assert data["environment"]["packages"]["torch"] and "git" in data["environment"]
+    with pytest.raises(SystemExit) as e:
+        cli.main(["time", "e2e", "--bogus", "--out", str(tmp_path / "e.json")])
+    assert e.value.code == 2 and not (tmp_path / "e.json").exists()

@@ -47,7 +47,7 @@ def test_bad_arguments(bundled):
     with pytest.raises(ValueError, match="interval"):
         JacapDecodeController(model, high=64, budget=60, interval=8)
     with pytest.raises(ValueError, match="protected"):
-        JacapDecodeController(model, high=64, budget=20, interval=4, sink=4, window=32)
+        JacapDecodeController(model, high=64, budget=20, interval=4, n_sink=4, window=32)
     with pytest.raises(ValueError, match="beta"):
         JacapDecodeController(model, high=64, budget=40, interval=4, beta=1.5)
 
@@ -109,7 +109,7 @@ def test_cholesky_failure_falls_back_to_window(bundled, monkeypatch):
         raise scoring.CholeskyFailure("forced failure for the test")
 
     monkeypatch.setattr(scoring, "jacap_scores", boom)
-    ctrl = JacapDecodeController(model, high=64, budget=44, interval=4, window=8, sink=4)
+    ctrl = JacapDecodeController(model, high=64, budget=44, interval=4, window=8, n_sink=4)
     with pytest.warns(RuntimeWarning, match="Cholesky failed"):
         out = gen(model, inputs, 24, ctrl)
     n_prompt = inputs["input_ids"].shape[1]

@@ -6,6 +6,7 @@ import torch
 
 from jacap_lib.measure import decomposition as D
 from jacap_lib.measure import failures as F
+from jacap_lib.presses.jacap_rank1 import JacapRank1Press
 from jacap_lib.stats import ema_weights
 
 
@@ -13,7 +14,7 @@ def test_rank_one_press_components_equal_library_function():
     g = torch.Generator().manual_seed(0)
     keys, values = torch.randn(1, 3, 20, 8, generator=g), torch.randn(1, 3, 20, 8, generator=g)
     mu, lam = torch.randn(1, 3, 8, generator=g), torch.rand(1, 3, 8, generator=g) + 0.1
-    press = F.RankOneJacapPress(compression_ratio=0.5, tau=3.0)
+    press = JacapRank1Press(compression_ratio=0.5, tau=3.0)
     got = press.components(keys, values, mu, lam, module=None)
     ref = D.rank_one_corrected_scores(keys, values, mu, lam, tau=3.0)
     assert torch.allclose(got.score, ref.score) and torch.allclose(got.weight, ref.weight)
@@ -57,7 +58,7 @@ def test_kept_indices_match_the_compressed_cache(model_tok):
     full = DynamicCache()
     with torch.no_grad():
         model(ids, past_key_values=full, use_cache=True)
-    press = F.RankOneJacapPress(compression_ratio=0.75, n_sink=4)
+    press = JacapRank1Press(compression_ratio=0.75, n_sink=4)
     press.trace = {}
     comp = DynamicCache()
     with torch.no_grad(), press(model):

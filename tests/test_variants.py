@@ -13,7 +13,7 @@ from jacap_lib.presses import utils  # noqa: E402
 from jacap_lib.presses.jacap import JacapPress  # noqa: E402
 from jacap_lib.presses.jacap_hybrid import JacapHybridPress  # noqa: E402
 from jacap_lib.presses.jacap_multicenter import JacapMultiCenterPress, kmeans  # noqa: E402
-from jacap_lib.presses.jacap_rank1 import JacapRankOnePress  # noqa: E402
+from jacap_lib.presses.jacap_rank1 import JacapRank1Press  # noqa: E402
 from jacap_lib.presses.jacap_two_stage import JacapTwoStagePress  # noqa: E402
 from jacap_lib.presses.registry import build_press, list_methods  # noqa: E402
 from jacap_lib.presses.variants import VARIANTS  # noqa: E402
@@ -48,7 +48,7 @@ def test_rank_one_press_matches_dense_softmax_jacobian(tau, noise):
     centred = US / alpha  # (d, N): u_i - ubar
     torch.testing.assert_close(centred, U - (U @ alpha).unsqueeze(-1))
     expected = w_prime / noise * torch.einsum("in,ij,jn->n", centred, torch.linalg.inv(A), centred)
-    press = JacapRankOnePress(0.5, tau=tau, noise=noise)
+    press = JacapRank1Press(0.5, tau=tau, noise=noise)
     got = press.token_scores(k[None, None], v[None, None], mu[None, None], lam[None, None], module=None)[0, 0]
     torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
     # and it is *not* Algorithm 1's diagonal score
@@ -60,7 +60,7 @@ def test_rank_one_press_matches_dense_softmax_jacobian(tau, noise):
 def test_rank_one_dominant_token_loses_leverage_by_centring():
     k, v, mu, lam = _head(1)
     k[3] = mu * 5.0  # token 3 dominates the centre softmax
-    r = JacapRankOnePress(0.5, tau=1.0).token_scores(k[None, None], v[None, None], mu[None, None],
+    r = JacapRank1Press(0.5, tau=1.0).token_scores(k[None, None], v[None, None], mu[None, None],
                                                      lam[None, None], module=None)[0, 0]
     alpha = torch.softmax(k @ mu / math.sqrt(D), -1)
     assert alpha[3] > 0.999

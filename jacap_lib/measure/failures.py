@@ -11,7 +11,7 @@ that needs that piece:
 1. :func:`delayed_constraint` (§20.1) — a code in the system prefix, asked for only at the end;
    with and without prefix protection (``n_sink`` covering the system prefix).
 2. :func:`competing_evidence` (§20.2) — two statements with opposite values; Algorithm 1's
-   diagonal scoring vs the exact rank-one-corrected scoring (:class:`RankOneJacapPress`).
+   diagonal scoring vs the exact rank-one-corrected scoring (:class:`JacapRank1Press`).
 3. :func:`phase_change` (§20.3) — the queries switch from prose to a table; EMA statistics with
    large vs small β (:func:`jacap_lib.stats.ema_query_stats` for the lag, ``JacapPress(beta=...)``
    for the eviction).
@@ -26,11 +26,10 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..presses.jacap import JacapPress
-from ..presses.jacap_rank1 import JacapRankOnePress
+from ..presses.jacap_rank1 import JacapRank1Press
 from ..presses import utils as press_utils
 
 __all__ = [
-    "RankOneJacapPress",
     "CaseResult",
     "FailureDemo",
     "run_case",
@@ -43,12 +42,6 @@ __all__ = [
     "COMPETING_PROMPT_NORTH",
     "PHASE_PROMPT",
 ]
-
-
-# ----------------------------------------------------------------------------- a press with the exact S
-#: JacapPress scoring with the exact softmax Jacobian S (rank-one corrected, via
-#: :func:`jacap_lib.measure.decomposition.rank_one_corrected_scores`); the registry's ``jacap_rank1``.
-RankOneJacapPress = JacapRankOnePress
 
 
 # ----------------------------------------------------------------------------- prompts (self-written)
@@ -239,7 +232,7 @@ def competing_evidence(model, tok, *, ratios=(0.5, 0.75, 0.9), tau: float = 10.0
                        n_queries: int | None = None, prompt: dict = COMPETING_PROMPT) -> FailureDemo:
     """§20.2: "North: open" and "South: closed"; the question asks for South's value.
 
-    Algorithm 1's diagonal scoring (JacapPress) vs the exact-S scoring (RankOneJacapPress), same
+    Algorithm 1's diagonal scoring (JacapPress) vs the exact-S scoring (JacapRank1Press), same
     statistics and protection. ``margin`` = log p(" closed") - log p(" open") at the answer."""
     p, c = _split(tok, prompt["context"], prompt["question"] + prompt["answer"])
     n_q = len(tok(prompt["question"], add_special_tokens=False).input_ids)
@@ -250,7 +243,7 @@ def competing_evidence(model, tok, *, ratios=(0.5, 0.75, 0.9), tau: float = 10.0
     ref = run_case(model, p, c, answer_slice=answer_slice, rival_id=rival_id, label="full cache", reference=ref_out)
     cases = []
     for ratio in ratios:
-        for label, cls in (("diagonal S (Algorithm 1)", JacapPress), ("exact S (rank-one corrected)", RankOneJacapPress)):
+        for label, cls in (("diagonal S (Algorithm 1)", JacapPress), ("exact S (rank-one corrected)", JacapRank1Press)):
             press = cls(compression_ratio=ratio, tau=tau, n_sink=n_sink, n_queries=n_queries)
             r = run_case(model, p, c, answer_slice=answer_slice, press=press, critical=critical, rival_id=rival_id,
                          label=label, reference=ref_out)

@@ -14,7 +14,8 @@ implies is :math:`w'_i=\bar\alpha_i^2\kappa_i/d` (not :math:`\rho_i^2\kappa_i/d`
 direction :math:`u_i-\bar u`: a dominant token (:math:`\bar\alpha_i\to1`) has :math:`u_i\approx\bar u`
 and loses its leverage through the centring, not through :math:`\rho_i`. Cost :math:`O(Nd^2)`, no
 :math:`N\times N` matrix (the math lives in
-:func:`jacap_lib.measure.decomposition.rank_one_corrected_scores`).
+:func:`jacap_lib.scoring.rank_one.rank_one_corrected_scores`). Registry name ``jacap_rank1``,
+file ``jacap_rank1.py``, class :class:`JacapRank1Press`.
 """
 from __future__ import annotations
 
@@ -26,11 +27,11 @@ from ..scoring.rank_one import rank_one_corrected_scores
 from . import utils
 from .jacap import JacapPress
 
-__all__ = ["JacapRankOnePress"]
+__all__ = ["JacapRank1Press"]
 
 
 @dataclass
-class JacapRankOnePress(JacapPress):
+class JacapRank1Press(JacapPress):
     """JacapPress scoring with the exact softmax Jacobian ``S = Diag(alpha) - alpha alpha^T``.
 
     Parameters: those of :class:`~jacap_lib.presses.jacap.JacapPress` (``backend`` is ignored:

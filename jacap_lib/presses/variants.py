@@ -15,7 +15,7 @@ from .jacap import JacapPress
 from .jacap_hybrid import JacapHybridPress
 from .jacap_multicenter import JacapMultiCenterPress
 from .jacap_pyramid import JacapPyramidPress
-from .jacap_rank1 import JacapRankOnePress
+from .jacap_rank1 import JacapRank1Press
 from .jacap_two_stage import JacapTwoStagePress
 
 
@@ -50,7 +50,7 @@ def _doc(cls):
 
 
 VARIANTS: dict = {
-    "jacap_rank1": _doc(JacapRankOnePress),
+    "jacap_rank1": _doc(JacapRank1Press),
     "jacap_two_stage": _doc(JacapTwoStagePress),
     "jacap_hybrid": _doc(JacapHybridPress),
     "jacap_multicenter": _doc(JacapMultiCenterPress),

@@ -144,7 +144,7 @@ def bootstrap_ci(values, *, n_boot: int = 2000, seed: int = 0, level: float = 0.
     if x.size == 1 or np.all(x == x[0]):
         return mean, mean, mean
     res = stats.bootstrap((x,), np.mean, n_resamples=n_boot, confidence_level=level, method="percentile",
-                          random_state=np.random.default_rng(seed))
+                          rng=np.random.default_rng(seed))
     return mean, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 

@@ -28,7 +28,7 @@ CONFIG = {
     "budget": 56,
     "interval": 8,
     "window": 16,
-    "sink": 4,
+    "n_sink": 4,
     "prefix": 0,
     "tau": 10.0,
     "noise": 1.0,
@@ -40,7 +40,7 @@ CONFIG = {
     "horizon": 16,
     "torch_threads": 1,
 }
-_CONTROLLER = ("high", "budget", "interval", "window", "sink", "prefix", "tau", "noise", "eps")
+_CONTROLLER = ("high", "budget", "interval", "window", "n_sink", "prefix", "tau", "noise", "eps")
 
 
 def jaccard_turnover(events, layer: int) -> list:

@@ -15,10 +15,10 @@ Sub-modules are per area and load lazily, so ``from jacap_lib import viz`` is ch
 """
 from __future__ import annotations
 
-import importlib
 import sys
 
 from .._env import BOOK_BUILD_ENV, in_book_build
+from .._lazy import lazy_attributes
 
 STATIC_RENDERER = "jacap_static_html"
 
@@ -77,13 +77,4 @@ def setup_notebook(renderer: str | None = None) -> None:
     pio.renderers.default = renderer
 
 
-def __getattr__(name: str):
-    if name in _SUBMODULES:
-        module = importlib.import_module(f"{__name__}.{name}")
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_attributes(__name__, {m: f"{__name__}.{m}" for m in _SUBMODULES}, __all__)

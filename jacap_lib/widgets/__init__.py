@@ -12,9 +12,8 @@ needs no widget-manager scripts; the static pages use precomputed plotly sliders
 """
 from __future__ import annotations
 
-import importlib
-
 from jacap_lib._env import in_book_build
+from jacap_lib._lazy import lazy_attributes
 
 _SUBMODULES = ("theory", "live", "serving")
 
@@ -55,13 +54,4 @@ def show(factory, *args, **kwargs):
     return app
 
 
-def __getattr__(name: str):
-    if name in _SUBMODULES:
-        module = importlib.import_module(f"{__name__}.{name}")
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_attributes(__name__, {m: f"{__name__}.{m}" for m in _SUBMODULES}, __all__)
