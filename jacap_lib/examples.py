@@ -12,8 +12,9 @@ import torch
 from . import theory as T
 from .scoring import leverage
 
-__all__ = ["two_token_sensitivity", "capacity_vs_sharpness", "weighted_capacity", "LeverageExample",
-           "leverage_example", "NOTE_U", "NOTE_W", "rotated_example"]
+__all__ = ["two_token_sensitivity", "deletion_damage", "deletion_damage_curve", "capacity_vs_sharpness",
+           "weighted_capacity", "LeverageExample", "leverage_example", "NOTE_U", "NOTE_W", "rotated_example",
+           "random_cache", "selection_by_budget", "monotonicity_counterexample", "submodularity_counterexample"]
 
 
 # ----------------------------------------------------------------------------- chapter 01
@@ -25,6 +26,47 @@ def two_token_sensitivity(gap: float, tau: float = 1.0) -> dict:
     alpha = torch.softmax(torch.tensor([gap / tau, 0.0], dtype=torch.float64), dim=0)
     S = T.softmax_jacobian(alpha)
     return dict(alpha=alpha, rho=float(alpha[0] * (1 - alpha[0])), S=S)
+
+
+def deletion_damage(K, U, q, i: int) -> dict:
+    r"""What deleting token ``i`` does to the retained attention :math:`f_C(q) = U\,\mathrm{softmax}(Kq/\sqrt d)`.
+
+    ``change`` is :math:`f_C(q) - f_{C\setminus i}(q)`, computed by re-running attention without the
+    token; ``closed_form`` is :math:`\alpha_i\,(u_i - f_{C\setminus i}(q))`; ``bound`` is
+    :math:`\alpha_i \max_{j\ne i}\lVert u_i - u_j\rVert` and ``spread`` the largest distance between
+    two value directions, :math:`\max_{j,k}\lVert u_j-u_k\rVert`, which bounds the damage for any ``q``.
+    """
+    n = K.shape[-2]
+    if not 0 <= int(i) < n or n < 2:
+        raise ValueError(f"`i` must index one of the n = {n} tokens (and n >= 2), got {i!r}")
+    i = int(i)
+    keep = [j for j in range(n) if j != i]
+    alpha = torch.softmax(K @ q / math.sqrt(K.shape[-1]), dim=-1)
+    rest = T.attention(K[keep], U[:, keep], q)
+    change = T.attention(K, U, q) - rest
+    dist = torch.cdist(U.T.unsqueeze(0), U.T.unsqueeze(0))[0]
+    return dict(alpha=float(alpha[i]), change=change, damage=float(change.norm()),
+                closed_form=alpha[i] * (U[:, i] - rest), bound=float(alpha[i] * dist[i, keep].max()),
+                spread=float(dist.max()))
+
+
+def deletion_damage_curve(K, U, mu, i: int, shifts) -> dict:
+    r"""Move token ``i``'s logit by each of ``shifts`` (its key is shifted along :math:`\mu`) and record its
+    weight :math:`\alpha_i`, its local sensitivity :math:`\rho_i=\alpha_i(1-\alpha_i)`, the Frobenius norm
+    of the Jacobian :math:`J_C`, the deletion damage and the values' spread that bounds it."""
+    d = K.shape[-1]
+    out = dict(shift=[], alpha=[], rho=[], jacobian_norm=[], damage=[], spread=None)
+    for s in shifts:
+        Ks = K.clone()
+        Ks[i] = K[i] + float(s) * math.sqrt(d) * mu / mu.dot(mu)   # logit of token i moves by exactly s
+        dmg = deletion_damage(Ks, U, mu, i)
+        out["shift"].append(float(s))
+        out["alpha"].append(dmg["alpha"])
+        out["rho"].append(dmg["alpha"] * (1 - dmg["alpha"]))
+        out["jacobian_norm"].append(float(T.attention_jacobian(Ks, U, mu).norm()))
+        out["damage"].append(dmg["damage"])
+        out["spread"] = dmg["spread"]
+    return out
 
 
 # ----------------------------------------------------------------------------- chapter 02
@@ -98,3 +140,73 @@ def rotated_example(angle_deg: float, w3: float = 0.7) -> LeverageExample:
     a = math.radians(angle_deg)
     u = (NOTE_U[0], (r * math.cos(a), r * math.sin(a)), NOTE_U[2])
     return leverage_example(u, (NOTE_W[0], NOTE_W[1], w3))
+
+
+# ----------------------------------------------------------------------------- chapter 03: set selection
+def random_cache(n: int = 8, d: int = 4, d_out: int = 3, *, seed: int = 3, key_scale: float = 1.5) -> dict:
+    """A small float64 cache ``K (n, d)``, ``U (d_out, n)``, centre ``mu (d,)`` and ``lam = 1`` (seeded)."""
+    g = torch.Generator().manual_seed(seed)
+    K = key_scale * torch.randn(n, d, generator=g, dtype=torch.float64)
+    U = torch.randn(d_out, n, generator=g, dtype=torch.float64)
+    mu = torch.randn(d, generator=g, dtype=torch.float64)
+    return dict(K=K, U=U, mu=mu, lam=torch.ones(d, dtype=torch.float64))
+
+
+def selection_by_budget(K, U, mu, lam, budgets, *, tau: float = 10.0, noise: float = 1.0) -> list[dict]:
+    """One row per budget: the kept sets (1-based) and kept-set capacities of one-shot (Algorithm 1 at
+    ``tau``), greedy and exhaustive selection."""
+    rows = []
+    for b in budgets:
+        row = {"budget": int(b)}
+        for r in (T.select_one_shot(K, U, mu, lam, b, tau=tau, noise=noise), T.select_greedy(K, U, mu, lam, b, noise=noise),
+                  T.select_exhaustive(K, U, mu, lam, b, noise=noise)):
+            row[f"{r.method} set"] = "{" + ", ".join(str(int(i) + 1) for i in r.indices) + "}"
+            row[f"{r.method} capacity"] = r.capacity
+        rows.append(row)
+    return rows
+
+
+def _all_capacities(K, U, mu, lam, noise) -> dict:
+    n = K.shape[0]
+    caps = {(): 0.0}
+    for size in range(1, n + 1):
+        for c in itertools.combinations(range(n), size):
+            caps[c] = float(T.subset_capacity(K, U, mu, lam, list(c), noise)) if size > 1 else 0.0
+    return caps
+
+
+def monotonicity_counterexample(K, U, mu, lam, *, noise: float = 1.0) -> dict:
+    """The largest drop of the kept-set capacity when one token is *added* (brute force over all sets):
+    ``subset`` and ``added`` (0-based), the capacities before and after, and how many of all
+    (set, added token) pairs lower the capacity."""
+    caps = _all_capacities(K, U, mu, lam, noise)
+    n = K.shape[0]
+    drops = [(caps[tuple(sorted(c + (j,)))] - v, c, j) for c, v in caps.items() for j in range(n) if j not in c]
+    worst = min(drops)
+    return dict(subset=worst[1], added=worst[2], before=caps[worst[1]], after=caps[worst[1]] + worst[0],
+                n_decreasing=sum(d < 0 for d, _, _ in drops), n_pairs=len(drops))
+
+
+def submodularity_counterexample(K, U, mu, lam, *, noise: float = 1.0) -> dict:
+    """The largest violation of diminishing returns: sets ``small`` ⊂ ``large`` (one token apart) and a
+    token ``added`` whose gain is larger for ``large`` than for ``small`` (0-based indices), plus how many
+    such (small, large, added) triples exist out of all tried."""
+    caps = _all_capacities(K, U, mu, lam, noise)
+    n = K.shape[0]
+    best, count, total = None, 0, 0
+    for small, v in caps.items():
+        for extra in range(n):
+            if extra in small:
+                continue
+            large = tuple(sorted(small + (extra,)))
+            for x in range(n):
+                if x in large:
+                    continue
+                g_small = caps[tuple(sorted(small + (x,)))] - v
+                g_large = caps[tuple(sorted(large + (x,)))] - caps[large]
+                total += 1
+                count += g_large > g_small
+                if best is None or g_large - g_small > best["excess"]:
+                    best = dict(small=small, large=large, added=x, gain_small=g_small, gain_large=g_large,
+                                excess=g_large - g_small)
+    return dict(best, n_violations=count, n_triples=total)

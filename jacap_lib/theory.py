@@ -32,6 +32,7 @@ __all__ = [
     "whitened_eigenvalues",
     "capacity_from_eigenvalues",
     "algorithm1_scores",
+    "removal_loss",
     "subset_capacity",
     "SelectionResult",
     "select_one_shot",
@@ -164,6 +165,31 @@ def algorithm1_scores(K, U, mu, lam, *, tau: float = 10.0, noise: float = 1.0) -
     X = torch.linalg.solve(A, U)
     lev = (U * X).sum(-2)
     return dict(alpha=alpha, rho=rho, kappa=kappa, weight=weight, leverage=lev, score=weight / noise * lev)
+
+
+def removal_loss(U, weight, noise: float = 1.0) -> torch.Tensor:
+    r"""Exact log-det lost by removing each token from :math:`A = I + \sum_j (w_j/\sigma^2) u_j u_j^\top`.
+
+    ``U (d_out, n)`` holds the directions as columns, ``weight (n,)`` the :math:`w_j`. Returns
+    :math:`\log\det A - \log\det(A - (w_i/\sigma^2) u_i u_i^\top)` for every ``i`` by two
+    determinants per token (brute force; an independent check of the closed form
+    :math:`-\log(1 - r_i)` with Algorithm 1's score :math:`r_i`).
+    """
+    _checks.tensor("U", U, min_dim=2)
+    _checks.tensor("weight", weight, min_dim=1)
+    if weight.shape[-1] != U.shape[-1]:
+        raise ValueError(f"`weight` must have one entry per column of `U` ({U.shape[-1]}), got {tuple(weight.shape)}")
+    if bool((weight < 0).any()):
+        raise ValueError("`weight` must be >= 0 (squared sensitivities times variances)")
+    noise = _checks.positive("noise", noise)
+    eye = torch.eye(U.shape[-2], dtype=U.dtype, device=U.device)
+    A = eye + (U * (weight / noise).unsqueeze(-2)) @ U.transpose(-1, -2)
+    full = _logdet_spd(A)
+    out = []
+    for i in range(U.shape[-1]):
+        u = U[..., :, i]
+        out.append(full - _logdet_spd(A - (weight[..., i] / noise)[..., None, None] * (u.unsqueeze(-1) * u.unsqueeze(-2))))
+    return torch.stack(out, dim=-1)
 
 
 # ----------------------------------------------------------------------------- set selection on small caches

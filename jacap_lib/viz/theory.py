@@ -107,6 +107,24 @@ def jacobian_heatmap_figure(logits, taus=(0.25, 0.5, 1.0, 2.0, 5.0, 10.0)) -> go
     return fig
 
 
+def deletion_damage_figure(curve: dict) -> go.Figure:
+    """Local sensitivity against deletion damage as one token's logit grows (``examples.deletion_damage_curve``).
+
+    Log y axis: the quantities span several decades."""
+    x = curve["shift"]
+    fig = go.Figure([
+        go.Scatter(x=x, y=curve["rho"], name="ρᵢ = αᵢ(1−αᵢ) (local sensitivity)", line=dict(color="#e45756")),
+        go.Scatter(x=x, y=curve["jacobian_norm"], name="‖J_C‖ (Frobenius)", line=dict(color="#f58518", dash="dot")),
+        go.Scatter(x=x, y=curve["damage"], name="‖f_C − f_C∖i‖ (deletion damage)", line=dict(color="#4c78a8")),
+        go.Scatter(x=x, y=[curve["spread"]] * len(x), name="spread of the values max‖u_j − u_k‖",
+                   line=dict(color="#54a24b", dash="dash")),
+    ])
+    fig.update_layout(title="A saturated token: tiny derivative, large but bounded deletion damage",
+                      xaxis_title="shift of token i's logit", yaxis=dict(title="norm", type="log"), height=440,
+                      legend=dict(orientation="h", y=-0.25))
+    return fig
+
+
 # ----------------------------------------------------------------------------- chapter 02
 def capacity_split_figure(total: float = 10.0, noises=(0.5, 1.0, 2.0, 4.0)) -> go.Figure:
     """½[log(1+λ₁/σ²) + log(1+λ₂/σ²)] with λ₁+λ₂ = ``total``; slider over the noise σ²."""
