@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from .loaders import available_benches, load_bench  # noqa: F401 (re-exported: the chapters' names)
 
-__all__ = ["available_benches", "load_bench", "scoring_rows", "end_to_end_rows"]
+__all__ = ["available_benches", "load_bench", "scoring_rows", "end_to_end_rows", "METHOD_NAMES", "scoring_frame",
+           "scoring_findings", "end_to_end_frame", "end_to_end_findings", "gpu_benches"]
 
 
 def scoring_rows(data: dict) -> list[dict]:
@@ -26,3 +27,102 @@ def end_to_end_rows(data: dict) -> list[dict]:
     for r in data["rows"]:
         out.append({**r, "prefill_other_s": r["prefill_s"] - r["scoring_s"]})
     return out
+
+
+#: full names of the timed scorers (table headers)
+METHOD_NAMES = {
+    "floor": "floor: one read of K and V",
+    "jacap_torch": "Jacap (torch reference)",
+    "jacap_triton": "Jacap (Triton kernels)",
+    "capkv": "CapKV (kvpress CapPress.score)",
+    "expected_attention": "Expected Attention (kvpress)",
+    "knorm": "KNorm (kvpress)",
+}
+_SCORERS = ("jacap_triton", "jacap_torch", "capkv", "expected_attention", "knorm")
+
+
+def gpu_benches(kind: str = "scoring") -> list[str]:
+    """Names of the committed GPU runs of ``kind`` (``"scoring"`` or ``"end_to_end"``)."""
+    return [n for n in available_benches() if n.startswith(f"{kind}_") and n != f"{kind}_cpu"]
+
+
+def scoring_frame(data: dict):
+    """The scoring benchmark as a ``pandas.DataFrame``: one row per (N, d), the median milliseconds of
+    every scorer (full names) with its multiple of the floor, and Jacap torch / CapKV."""
+    import pandas as pd
+
+    rows = scoring_rows(data)
+    out = []
+    for r in rows:
+        row = {"N": r["N"], "d": r["d"], METHOD_NAMES["floor"] + " (ms)": round(r["floor_ms"], 3)}
+        for m in _SCORERS:
+            if f"{m}_ms" in r:
+                row[f"{METHOD_NAMES[m]}: ms (x floor)"] = f"{r[m + '_ms']:.2f} ({r[m + '_x_floor']:.1f}x)"
+        row["Jacap torch / CapKV"] = round(r["jacap_torch_over_capkv"], 2)
+        out.append(row)
+    return pd.DataFrame(out).set_index(["N", "d"])
+
+
+def scoring_findings(data: dict, *, itemsize: int | None = None) -> dict:
+    """What the chapter says about a scoring run, computed: Jacap torch / CapKV range and median, where it
+    exceeds 1.2x, the Triton path's position (if timed), and peak extra memory at the largest cache as
+    a multiple of K and V together."""
+    import statistics
+
+    rows = scoring_rows(data)
+    ratios = [r["jacap_torch_over_capkv"] for r in rows]
+    if itemsize is None:
+        itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}.get(str(data["config"].get("dtype", "float32")), 4)
+    largest = max(rows, key=lambda r: (r["N"], r["d"]))
+    kv_mib = 2 * 8 * largest["N"] * largest["d"] * itemsize / 2**20
+    out = dict(torch_over_capkv_min=min(ratios), torch_over_capkv_max=max(ratios),
+               torch_over_capkv_median=statistics.median(ratios),
+               torch_above_1_2x_capkv=[(r["N"], r["d"]) for r in rows if r["jacap_torch_over_capkv"] > 1.2],
+               largest=(largest["N"], largest["d"]), largest_kv_mib=kv_mib,
+               peak_over_kv={METHOD_NAMES[m]: largest[m + "_peak_MiB"] / kv_mib for m in _SCORERS
+                             if largest.get(m + "_peak_MiB") is not None})
+    if "jacap_triton_ms" in rows[0]:
+        out["triton_ahead_from"] = {d: [r["N"] for r in rows if r["d"] == d and
+                                        r["jacap_triton_ms"] < min(r["jacap_torch_ms"], r["capkv_ms"])]
+                                    for d in sorted({r["d"] for r in rows})}
+        out["triton_x_floor_at_largest"] = largest["jacap_triton_x_floor"]
+        out["floor_bandwidth_TBps"] = {(r["N"], r["d"]): 2 * 8 * r["N"] * r["d"] * itemsize / (r["floor_ms"] / 1e3) / 1e12
+                                       for r in rows}
+    return out
+
+
+def end_to_end_frame(data: dict):
+    """The end-to-end run as a ``pandas.DataFrame``: one row per (prompt tokens, method, c)."""
+    import pandas as pd
+
+    out = []
+    for r in data["rows"]:
+        out.append({"prompt tokens": r["prompt_tokens"], "method": r["method"],
+                    "c": r["ratio"] if r["method"] != "none" else None,
+                    "prefill (s)": r["prefill_s"], "scoring (s)": r["scoring_s"],
+                    "scoring share of prefill": r["scoring_s"] / r["prefill_s"],
+                    "scoring share of total": r["scoring_share_of_total"], "total (s)": r["total_s"],
+                    "decode (ms/token)": r["decode_ms_per_token"]})
+    return pd.DataFrame(out).set_index(["prompt tokens", "method", "c"])
+
+
+def end_to_end_findings(data: dict) -> dict:
+    """Per (length, c): Jacap's scoring time over CapPress's, each press's decode speed-up and total over
+    the uncompressed run; the uncompressed prefill time per length (a load check); scoring share ranges."""
+    by = {(r["prompt_tokens"], r["method"], r["ratio"]): r for r in data["rows"]}
+    base = {L: r for (L, m, c), r in by.items() if m == "none"}
+    pressed = sorted(k for k in by if k[1] != "none")
+    return dict(
+        jacap_over_capkv_scoring={(L, c): by[(L, m, c)]["scoring_s"] / by[(L, "capkv", c)]["scoring_s"]
+                                  for L, m, c in pressed if m == "jacap" and (L, "capkv", c) in by},
+        jacap_over_capkv_decode={(L, c): by[(L, m, c)]["decode_ms_per_token"] / by[(L, "capkv", c)]["decode_ms_per_token"]
+                                 for L, m, c in pressed if m == "jacap" and (L, "capkv", c) in by},
+        decode_speedup={(L, m, c): base[L]["decode_ms_per_token"] / by[(L, m, c)]["decode_ms_per_token"]
+                        for L, m, c in pressed if L in base},
+        total_over_uncompressed={(L, m, c): by[(L, m, c)]["total_s"] / base[L]["total_s"] for L, m, c in pressed if L in base},
+        uncompressed_prefill_s={L: base[L]["prefill_s"] for L in sorted(base)},
+        scoring_share_of_prefill={m: (min(v), max(v)) for m in ("jacap", "capkv") if (v := [
+            r["scoring_s"] / r["prefill_s"] for r in data["rows"] if r["method"] == m])},
+        scoring_share_of_total={m: (min(v), max(v)) for m in ("jacap", "capkv") if (v := [
+            r["scoring_share_of_total"] for r in data["rows"] if r["method"] == m])},
+    )

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-__all__ = ["step_costs", "inverse_vs_solve", "ill_conditioned_system"]
+__all__ = ["step_costs", "inverse_vs_solve", "ill_conditioned_system", "inverse_vs_solve_table", "error_per_condition"]
 
 
 def step_costs(N: int, d: int, *, bytes_per_scalar: int = 2) -> list[dict]:
@@ -96,3 +96,37 @@ def inverse_vs_solve(conds=(1e3, 1e4, 1e5, 1e6, 1e7, 1e8), *, d: int = 64, N: in
                          "negative": int((lev < 0).sum())}
         rows.append(row)
     return rows
+
+
+_ROUTES = {"inverse": "explicit inverse", "cholesky_solve": "Cholesky + triangular solve",
+           "triangular_inverse": "L^-1 formed once (the Triton route)"}
+
+
+def inverse_vs_solve_table(rows: list[dict]) -> list[dict]:
+    """:func:`inverse_vs_solve`'s result flattened to one row per condition number: the median and
+    largest relative leverage error of each route, the count of negative leverages of the inverse, and
+    whether float32 ``A`` was still positive definite (a route Cholesky refused is ``None``)."""
+    out = []
+    for r in rows:
+        row = {"cond(A)": r["cond"], "float32 A positive definite": bool(r["float32_A_positive_definite"]),
+               "rounding A to float32 (rel. error)": r.get("formation_rel_err")}
+        for key, name in _ROUTES.items():
+            res = r.get(key)
+            row[f"{name}: median"] = None if res is None else res["median_rel_err"]
+            row[f"{name}: max"] = None if res is None else res["max_rel_err"]
+        row["negative leverages (inverse)"] = r["inverse"]["negative"]
+        out.append(row)
+    return out
+
+
+def error_per_condition(rows: list[dict]) -> dict:
+    """Median over the positive-definite rows of (median relative leverage error) / cond(A), per route,
+    and the same for the error of merely rounding ``A`` to float32 — the constant c in err ~ c cond(A)."""
+    import statistics
+
+    ok = [r for r in rows if r["float32_A_positive_definite"] and r.get("cholesky_solve")]
+    if not ok:
+        raise ValueError("no row with a positive definite float32 A: nothing to fit")
+    out = {name: statistics.median(r[key]["median_rel_err"] / r["cond"] for r in ok) for key, name in _ROUTES.items()}
+    out["rounding A to float32"] = statistics.median(r["formation_rel_err"] / r["cond"] for r in ok)
+    return out
