@@ -99,3 +99,23 @@ def test_inspectable_methods_are_scorer_presses():
     assert "jacap" in names and "snapkv" in names
     for name in set(list_methods()) - set(names):
         assert not isinstance(build_press(name, 0.5), ScorerPress)
+
+
+def test_strip_padding_is_blank_text_not_null():
+    data = V.strip_data(_fake(), width=4)
+    assert data["text"][2] == ["t8", "t9", "", ""] and data["hover"][2][2:] == ["", ""]
+    fig = V.token_strip(_fake(), width=4)
+    assert None not in fig.data[0].text[2]
+
+
+def test_component_correlations_against_a_hand_ranking():
+    insp = _fake()
+    # score = alpha = weight: correlation 1; rho = alpha (1 - alpha) is increasing while alpha < 1/2;
+    # kappa and leverage are constant: spearmanr is undefined (nan) and the average skips nothing valid
+    corr = insp.component_correlations()
+    assert corr["alpha"] == pytest.approx(1.0) and corr["weight"] == pytest.approx(1.0)
+    a = torch.softmax(torch.arange(10, dtype=torch.float64), 0)
+    from scipy.stats import spearmanr
+    assert corr["rho"] == pytest.approx(spearmanr(a.numpy(), (a * (1 - a)).numpy()).statistic)
+    import math
+    assert math.isnan(corr["kappa"])

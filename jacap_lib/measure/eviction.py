@@ -105,6 +105,21 @@ class EvictionInspection:
             raise ValueError(f"{name!r} was not recorded for method {self.method!r} (components exist for Jacap presses)")
         return value
 
+    def component_correlations(self) -> dict:
+        """Spearman rank correlation (``scipy.stats.spearmanr``) of the press's score with each recorded
+        Jacap component, computed per (layer, KV head) cache and averaged over the caches."""
+        from scipy.stats import spearmanr
+
+        score = self.component("score").reshape(-1, self.n_tokens)
+        out = {}
+        for name in COMPONENTS:
+            if getattr(self, name) is None:
+                continue
+            comp = self.component(name).reshape(-1, self.n_tokens)
+            rhos = [spearmanr(s.numpy(), c.numpy()).statistic for s, c in zip(score, comp)]
+            out[name] = float(torch.tensor(rhos, dtype=torch.float64).nanmean())
+        return out
+
     def to_frame(self):
         """Long pandas DataFrame: one row per (layer, head, position)."""
         import pandas as pd

@@ -46,21 +46,23 @@ def gpu_benches(kind: str = "scoring") -> list[str]:
     return [n for n in available_benches() if n.startswith(f"{kind}_") and n != f"{kind}_cpu"]
 
 
-def scoring_frame(data: dict):
-    """The scoring benchmark as a ``pandas.DataFrame``: one row per (N, d), the median milliseconds of
-    every scorer (full names) with its multiple of the floor, and Jacap torch / CapKV."""
+def scoring_frame(data: dict, d: int):
+    """The scoring benchmark at head dimension ``d`` as a ``pandas.DataFrame`` narrow enough for a page:
+    one row per scorer (full names), one column per cache length N, cells "median ms (multiple of the
+    floor)"; a last row gives Jacap torch / CapKV."""
     import pandas as pd
 
-    rows = scoring_rows(data)
-    out = []
-    for r in rows:
-        row = {"N": r["N"], "d": r["d"], METHOD_NAMES["floor"] + " (ms)": round(r["floor_ms"], 3)}
-        for m in _SCORERS:
-            if f"{m}_ms" in r:
-                row[f"{METHOD_NAMES[m]}: ms (x floor)"] = f"{r[m + '_ms']:.2f} ({r[m + '_x_floor']:.1f}x)"
-        row["Jacap torch / CapKV"] = round(r["jacap_torch_over_capkv"], 2)
-        out.append(row)
-    return pd.DataFrame(out).set_index(["N", "d"])
+    rows = [r for r in scoring_rows(data) if r["d"] == d]
+    if not rows:
+        raise ValueError(f"`d` = {d} was not timed; the run has d in {sorted({r['d'] for r in scoring_rows(data)})}")
+    table = {}
+    for m in ("floor",) + _SCORERS:
+        if f"{m}_ms" not in rows[0]:
+            continue
+        table[METHOD_NAMES[m]] = {r["N"]: (f"{r[m + '_ms']:.3g} ms" if m == "floor" else
+                                          f"{r[m + '_ms']:.3g} ms ({r[m + '_x_floor']:.0f}x)") for r in rows}
+    table["Jacap torch / CapKV"] = {r["N"]: f"{r['jacap_torch_over_capkv']:.2f}" for r in rows}
+    return pd.DataFrame(table).T.rename_axis(index=f"d = {d}", columns="cached tokens N")
 
 
 def scoring_findings(data: dict, *, itemsize: int | None = None) -> dict:

@@ -17,9 +17,11 @@ __all__ = ["strip_data", "token_strip", "token_strip_slider", "kl_bars"]
 _HOVER_FIELDS = ("score", "alpha", "rho", "kappa", "weight", "leverage")
 
 
-def _grid(values, width):
+def _grid(values, width, fill=None):
+    """``values`` as rows of ``width``; the last row padded with ``fill`` (``""`` for text: plotly would
+    print a ``None`` text as the word "null")."""
     rows = -(-len(values) // width)
-    padded = list(values) + [None] * (rows * width - len(values))
+    padded = list(values) + [fill] * (rows * width - len(values))
     return [padded[r * width : (r + 1) * width] for r in range(rows)]
 
 
@@ -48,7 +50,7 @@ def strip_data(insp, layer: int | None = None, head: int | None = None, width: i
         lines += [f"{name} = {float(val[i]):.3g}" for name, val in parts.items()]
         hover.append("<br>".join(lines))
     shown = [html.escape(t.replace("\n", "⏎")) for t in insp.tokens]
-    return {"z": _grid(keep.tolist(), width), "text": _grid(shown, width), "hover": _grid(hover, width),
+    return {"z": _grid(keep.tolist(), width), "text": _grid(shown, width, ""), "hover": _grid(hover, width, ""),
             "keep": keep, "parts": parts}
 
 
