@@ -45,6 +45,7 @@ _EXPORTS = {
     "describe_model": "jacap_lib.models",
     "describe_method": "jacap_lib.presses.registry",
     "EvictionInspection": "jacap_lib.measure.eviction",
+    "load_kl_table": "jacap_lib.results.loaders",
     # quality under compression
     "next_token_kl": "jacap_lib.measure.quality",
     "full_reference": "jacap_lib.measure.quality",
