@@ -49,6 +49,12 @@ def test_decoding_buffer_statistics_use_true_positions(tiny_llama):
     mu_ref, lam_ref = _by_hand(model, attn, buffer, step + 1, press.eps)
     torch.testing.assert_close(mu, mu_ref, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(lam, lam_ref, rtol=1e-4, atol=1e-5)
+    # kvpress's pipeline passes position_ids only: cache_position is then the compressed slot count (50),
+    # position_ids the true position, and the latter wins
+    mu2, lam2 = press.query_statistics(attn, buffer, keys, {"cache_position": torch.tensor([50]),
+                                                            "position_ids": torch.tensor([[step]])})
+    torch.testing.assert_close(mu2, mu_ref, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(lam2, lam_ref, rtol=1e-4, atol=1e-5)
     # the old behaviour (rows taken as positions 0.., RoPE from T) is measurably different
     mu_old, _ = _by_hand(model, attn, buffer, 3, press.eps)
     assert (mu - mu_old).abs().max() > 1e-2

@@ -21,14 +21,20 @@ __all__ = ["hook_positions", "future_query_states", "protected_slots", "averaged
 
 
 def _current_positions(hidden_states: torch.Tensor, kwargs: dict) -> torch.Tensor:
-    """True sequence positions of the hook's own forward (``cache_position``, else ``position_ids``), ``(L,)``.
+    """True sequence positions of the hook's own forward, ``(L,)``: ``position_ids`` (row 0), else ``cache_position``.
 
-    A direct call without either (``press.score(..., kwargs={})``) is taken as a prefill from position 0
-    of exactly ``hidden_states``.
+    ``position_ids`` first: it is what RoPE used, and it stays the true position when the cache has been
+    compressed, while ``cache_position`` is then only the true position if the caller passed it
+    (``generate`` and :func:`jacap_lib.decoding.replay` do; kvpress's pipeline passes ``position_ids``
+    only, so the model derives ``cache_position`` from the compressed cache length). A direct call
+    without either (``press.score(..., kwargs={})``) is taken as a prefill from position 0 of exactly
+    ``hidden_states``.
     """
-    pos = kwargs.get("cache_position") if kwargs else None
-    if pos is None and kwargs and kwargs.get("position_ids") is not None:
+    pos = None
+    if kwargs and kwargs.get("position_ids") is not None:
         pos = kwargs["position_ids"][0]
+    elif kwargs and kwargs.get("cache_position") is not None:
+        pos = kwargs["cache_position"]
     if pos is None:
         return torch.arange(hidden_states.shape[1], device=hidden_states.device)
     return pos.reshape(-1).to(torch.long)
@@ -53,7 +59,7 @@ def hook_positions(hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict
     kvpress wrappers do not always hand a scorer the prompt from position 0:
 
     * a plain prefill (``ScorerPress`` and the budget wrappers): ``hidden_states`` and ``keys`` are
-      positions ``0 .. L-1`` (``cache_position``);
+      positions ``0 .. L-1`` (``position_ids`` / ``cache_position``);
     * ``ChunkPress``: a slice ``hidden_states[:, i:i+c]`` (and the matching keys) of the hook's
       states; the offset ``i`` is read from the slice itself (it is a view of ``kwargs["hidden_states"]``);
     * ``DecodingPress`` / ``CAMPress``: the buffered hidden states of the last ``T`` decoding steps,

@@ -1,0 +1,165 @@
+"""Every registry press inside every kvpress wrapper, on tiny random Llama / Qwen3 models with GQA and on
+the bundled model: exact cache lengths per layer (and per head for masking wrappers), finite scores, finite
+logits while decoding goes on. Where kvpress refuses a combination, the refusal is asserted (and listed in
+the book's "Use Jacap from kvpress" page).
+"""
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+import torch
+
+from jacap_lib.presses.registry import list_methods
+
+from kvpress_grid import RATIO, WRAPPERS, expected_lengths, masked_counts, run_combo  # noqa: F401
+
+logging.getLogger("kvpress").setLevel(logging.ERROR)
+
+P = 48  # prompt tokens (a multiple of ChunkKVPress's chunk of 8)
+REGISTRY_WRAPPERS = {"jacap_adakv": "AdaKVPress", "jacap_pyramid": "JacapPyramidPress"}
+NEEDS_SCORER = {"ChunkPress", "ChunkKVPress", "AdaKVPress", "CriticalKVPress", "CriticalAdaKVPress",
+                "KeyRerotationPress", "PerLayerCompressionPress", "BlockPress"}
+DECODING = {"DecodingPress", "PrefillDecodingPress", "CAMPress"}
+
+
+def refusal(wrapper: str, name: str):
+    """``(exception type, message regex)`` kvpress answers this combination with, or None if it runs."""
+    if name in REGISTRY_WRAPPERS:
+        if wrapper in NEEDS_SCORER:  # kvpress asserts isinstance(press, ScorerPress) (KeyRerotation: no message)
+            return AssertionError, r"ScorerPress|compression_ratio can't be set|^AssertionError: $"
+        if name == "jacap_pyramid" and wrapper in DECODING:
+            return AssertionError, "DecodingPress requires a ScorerPress"
+        if name == "jacap_adakv" and wrapper == "ComposedPress":
+            return AssertionError, "ComposedPress cannot contains AdaKVPress"
+        if name == "jacap_adakv" and wrapper == "CAMPress":  # DecodingPress's check admits AdaKV; CaM calls .score()
+            return AttributeError, "'AdaKVPress' object has no attribute 'score'"
+        if name == "jacap_pyramid" and wrapper == "ComposedPress":  # masks slots that the next press then prunes
+            return IndexError, "out of bounds"
+    if name == "snapkv" and (wrapper in DECODING or wrapper == "ChunkPress"):  # window (8) >= buffer / chunk
+        return AssertionError, "should be greater than the window size"
+    return None
+
+
+def nan_scores_expected(wrapper: str, name: str) -> bool:
+    """kvpress's Expected Attention / CapKV skip n_sink=4 rows of the hidden states as sinks: a decoding
+    buffer of 3 steps leaves none and their scores come out all NaN (no error)."""
+    return name in ("expected_attention", "capkv") and wrapper in DECODING
+
+
+def check(model, wrapper: str, name: str, prompt_ids, small: bool = True):
+    n_layers, n_kv = model.config.num_hidden_layers, model.config.num_key_value_heads
+    bad = refusal(wrapper, name)
+    if bad is not None:
+        exc, pattern = bad
+        if exc is AssertionError:
+            result = run_combo(model, wrapper, name, prompt_ids, small)
+            assert "refused" in result, f"{wrapper}({name}) ran although kvpress refused it before"
+            assert re.search(pattern, result["refused"]), result["refused"]
+        else:
+            with pytest.raises(exc, match=pattern):
+                run_combo(model, wrapper, name, prompt_ids, small)
+        return
+    result = run_combo(model, wrapper, name, prompt_ids, small)
+    assert "refused" not in result, result.get("refused")
+    assert result["finite_logits"], f"{wrapper}({name}): non-finite logits while decoding"
+    assert result["scores"], f"{wrapper}({name}): the scorer was never called"
+    if nan_scores_expected(wrapper, name):
+        assert any(torch.isnan(s).all() for s in result["scores"]), "kvpress fixed the NaN scores: update the docs"
+    else:
+        for s in result["scores"]:
+            assert s.shape[:2] == (1, n_kv) and torch.isfinite(s).all(), f"{wrapper}({name}): non-finite scores"
+    lengths = result["lengths"]
+    if name == "jacap_adakv" and wrapper in ("DecodingPress", "PrefillDecodingPress"):
+        # DecodingPress admits AdaKV: it masks (per head) instead of evicting, the tensors keep every slot
+        assert lengths == [[P + i for i in range(len(lengths[0]))]] * n_layers
+        return
+    assert lengths == expected_lengths(wrapper, P, n_layers), f"{wrapper}({name}) cache lengths"
+    if wrapper in ("AdaKVPress", "CriticalAdaKVPress"):
+        from kvpress.utils import compute_n_kept
+
+        n_kept = compute_n_kept(P, RATIO)
+        n_safe = max(1, int(n_kept * 0.2))
+        masked = result["masked"]  # per layer, per KV head: slots masked after the prefill
+        assert masked is not None and len(masked) == n_layers
+        for per_head in masked:
+            assert sum(per_head) == n_kv * (P - n_kept)  # the budget is exact over the layer's heads
+            assert all(m <= P - n_safe for m in per_head)  # each head keeps at least alpha_safeguard * budget
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models: thread start-up costs more than the work (and the CI box has 2 shared cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def prompt_ids():
+    return torch.randint(0, 96, (1, P), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("name", list_methods())
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_tiny_grid(arch, wrapper, name, tiny_llama, tiny_qwen3, prompt_ids):
+    model = tiny_llama if arch == "llama" else tiny_qwen3
+    check(model, wrapper, name, prompt_ids)
+
+
+# ----------------------------------------------------------------------------- the bundled model
+@pytest.fixture(scope="module")
+def bundled():
+    from jacap_lib import load_model
+
+    return load_model()
+
+
+@pytest.fixture(scope="module")
+def bundled_ids(bundled):
+    _, tok = bundled
+    text = ("The lighthouse keeper wrote in his log every evening: the wind, the ships that passed, the colour "
+            "of the sea, and the names of the gulls he had come to know by sight over the long winter. In spring "
+            "the supply boat came back, and with it letters, coffee, and news from the mainland.")
+    ids = tok(text, return_tensors="pt", add_special_tokens=False).input_ids
+    assert ids.shape[1] >= P
+    return ids[:, :P]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+def test_bundled_grid(wrapper, bundled, bundled_ids):
+    """Jacap in every wrapper on SmolLM2-135M (30 layers, 9 query / 3 KV heads); the variants are covered
+    on the tiny models (same code paths, a fraction of the time)."""
+    check(bundled[0], wrapper, "jacap", bundled_ids, small=False)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("kind", ["prefill", "decoding"])
+def test_pipeline_with_a_question(kind, bundled):
+    """kvpress's ``kv-press-text-generation`` pipeline answers a question about a compressed context."""
+    import kvpress  # noqa: F401  (registers the pipeline)
+    from transformers import pipeline
+
+    from jacap_lib.presses.jacap import JacapPress
+
+    model, tok = bundled
+    pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tok)
+    context = ("Maria keeps her bicycle in the blue shed behind the bakery. Every Tuesday she rides it to the "
+               "market, buys three lemons and a loaf of rye bread, and visits her brother Tomas, who repairs "
+               "old clocks. Last winter the shed roof leaked, so Tomas fixed it with copper sheets. ") * 2
+    question = "Where does Maria keep her bicycle?"
+    if kind == "prefill":
+        press = JacapPress(0.5)
+    else:
+        import kvpress
+
+        # 120 context tokens cut to 96 slots every 4 steps (at 64 slots Jacap's answer loses the shed while
+        # TOVA and Expected Attention keep it: a quality finding of the book, not a compatibility one)
+        press = kvpress.DecodingPress(base_press=JacapPress(), compression_interval=4, target_size=96,
+                                      hidden_states_buffer_size=8)
+    answer = pipe(context, question=question, press=press, max_new_tokens=12)["answer"]
+    assert "shed" in answer.lower(), answer  # the uncompressed model answers "... in the blue shed behind the bakery."
