@@ -12,47 +12,19 @@ import pytest
 import torch
 
 from jacap_lib.presses.registry import list_methods
-
-from kvpress_grid import RATIO, WRAPPERS, expected_lengths, masked_counts, run_combo  # noqa: F401
+from jacap_lib.measure.kvpress_grid import (RATIO, WRAPPERS, expected_lengths, grid_table, known_refusal,
+                                           nan_scores_expected, run_combo)
 
 logging.getLogger("kvpress").setLevel(logging.ERROR)
 
 P = 48  # prompt tokens (a multiple of ChunkKVPress's chunk of 8)
-REGISTRY_WRAPPERS = {"jacap_adakv": "AdaKVPress", "jacap_pyramid": "JacapPyramidPress"}
-NEEDS_SCORER = {"ChunkPress", "ChunkKVPress", "AdaKVPress", "CriticalKVPress", "CriticalAdaKVPress",
-                "KeyRerotationPress", "PerLayerCompressionPress", "BlockPress"}
-DECODING = {"DecodingPress", "PrefillDecodingPress", "CAMPress"}
-
-
-def refusal(wrapper: str, name: str):
-    """``(exception type, message regex)`` kvpress answers this combination with, or None if it runs."""
-    if name in REGISTRY_WRAPPERS:
-        if wrapper in NEEDS_SCORER:  # kvpress asserts isinstance(press, ScorerPress) (KeyRerotation: no message)
-            return AssertionError, r"ScorerPress|compression_ratio can't be set|^AssertionError: $"
-        if name == "jacap_pyramid" and wrapper in DECODING:
-            return AssertionError, "DecodingPress requires a ScorerPress"
-        if name == "jacap_adakv" and wrapper == "ComposedPress":
-            return AssertionError, "ComposedPress cannot contains AdaKVPress"
-        if name == "jacap_adakv" and wrapper == "CAMPress":  # DecodingPress's check admits AdaKV; CaM calls .score()
-            return AttributeError, "'AdaKVPress' object has no attribute 'score'"
-        if name == "jacap_pyramid" and wrapper == "ComposedPress":  # masks slots that the next press then prunes
-            return IndexError, "out of bounds"
-    if name == "snapkv" and (wrapper in DECODING or wrapper == "ChunkPress"):  # window (8) >= buffer / chunk
-        return AssertionError, "should be greater than the window size"
-    return None
-
-
-def nan_scores_expected(wrapper: str, name: str) -> bool:
-    """kvpress's Expected Attention / CapKV skip n_sink=4 rows of the hidden states as sinks: a decoding
-    buffer of 3 steps leaves none and their scores come out all NaN (no error)."""
-    return name in ("expected_attention", "capkv") and wrapper in DECODING
 
 
 def check(model, wrapper: str, name: str, prompt_ids, small: bool = True):
     n_layers, n_kv = model.config.num_hidden_layers, model.config.num_key_value_heads
-    bad = refusal(wrapper, name)
+    bad = known_refusal(wrapper, name)
     if bad is not None:
-        exc, pattern = bad
+        exc, pattern, _ = bad
         if exc is AssertionError:
             result = run_combo(model, wrapper, name, prompt_ids, small)
             assert "refused" in result, f"{wrapper}({name}) ran although kvpress refused it before"
@@ -163,3 +135,14 @@ def test_pipeline_with_a_question(kind, bundled):
                                       hidden_states_buffer_size=8)
     answer = pipe(context, question=question, press=press, max_new_tokens=12)["answer"]
     assert "shed" in answer.lower(), answer  # the uncompressed model answers "... in the blue shed behind the bakery."
+
+
+def test_grid_table_reports_outcomes(tiny_llama):
+    rows = {(r["wrapper"], r["press"]): r for r in grid_table(
+        tiny_llama, ["jacap", "jacap_adakv", "expected_attention"], ["ChunkPress", "DecodingPress"])}
+    assert rows[("ChunkPress", "jacap")]["outcome"] == "works"
+    assert rows[("ChunkPress", "jacap")]["detail"] == "cache 24 -> 31 slots (last layer)"  # 6 chunks x 4 + 7 steps
+    assert rows[("ChunkPress", "jacap_adakv")]["outcome"] == "refused"
+    assert "ScorerPress" in rows[("ChunkPress", "jacap_adakv")]["detail"]
+    assert rows[("DecodingPress", "expected_attention")]["outcome"] == "NaN scores"
+    assert rows[("DecodingPress", "jacap")]["outcome"] == "works"

@@ -1,12 +1,14 @@
 """The kvpress compatibility grid: one registry press inside one kvpress wrapper, prefill + decoding.
 
-Used by ``tests/test_kvpress_grid.py`` (and runnable as a script to print the whole grid):
-``run_combo`` builds the wrapper around a fresh registry press, prefills a prompt under it, decodes a few
-tokens (the press stays attached, as kvpress's pipeline does for decoding presses), and returns what
-happened: the refusal kvpress raised, or the per-layer cache lengths after the prefill and after each
-decoding step, the per-layer-and-head kept counts of masking wrappers (AdaKV), every score tensor the
-scorer returned, and whether the logits stayed finite. ``expected_lengths`` says, from kvpress's own
-rules (``compute_n_kept``, ``DecodingPress``'s schedule, ...), what the lengths must be.
+:func:`run_combo` builds kvpress ``wrapper`` around a fresh registry press, prefills a prompt under it,
+decodes a few tokens (the press stays attached, as kvpress's pipeline does for decoding presses) and
+returns what happened: the refusal kvpress raised, or the per-layer cache lengths after the prefill and
+after each decoding step, the per-layer-and-head masked counts of masking wrappers (AdaKV), every score
+tensor the scorer returned, and whether the logits stayed finite. :func:`expected_lengths` says from
+kvpress's own rules (``compute_n_kept``, ``DecodingPress``'s schedule, ...) what the lengths must be,
+:func:`known_refusal` which combinations kvpress refuses and how. :func:`tiny_model` builds the random
+GQA models the grid runs on (no download). ``tests/test_kvpress_grid.py`` asserts all of it; the book's
+"Use Jacap from kvpress" page runs :func:`grid_table` on the Jacap family.
 """
 from __future__ import annotations
 
@@ -21,10 +23,28 @@ WRAPPERS = ["DecodingPress", "PrefillDecodingPress", "CAMPress", "ChunkPress", "
             "CriticalKVPress", "CriticalAdaKVPress", "KeyRerotationPress", "PerLayerCompressionPress",
             "ComposedPress", "BlockPress"]
 
+__all__ = ["WRAPPERS", "tiny_model", "wrap", "expected_lengths", "known_refusal", "nan_scores_expected",
+           "run_combo", "masked_counts", "grid_table"]
+
 RATIO = 0.5
 INTERVAL, TARGET, BUFFER = 3, 24, 8  # decoding wrappers: compress every 3 steps down to 24 slots
 CHUNK, BLOCK = 8, 16
 STEPS = 7  # decoding steps after the prefill
+
+
+def tiny_model(arch: str = "llama", *, layers: int = 2, seed: int = 0):
+    """A random ``LlamaForCausalLM`` / ``Qwen3ForCausalLM``: hidden 64, 4 query heads sharing 2 KV heads
+    (GQA, G = 2), head_dim 16, vocabulary 96, SDPA attention, eval mode, float32; ``seed`` fixes the weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    if arch not in ("llama", "qwen3"):
+        raise ValueError(f"arch must be 'llama' or 'qwen3', got {arch!r}")
+    common = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=2048,
+                  attn_implementation="sdpa")
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(**common)) if arch == "llama" else Qwen3ForCausalLM(Qwen3Config(**common))
+    return model.eval()
 
 
 def _scorer(name: str, ratio: float, small: bool):
@@ -188,30 +208,73 @@ def run_combo(model, wrapper: str, name: str, prompt_ids: torch.Tensor, small: b
     return {"lengths": lengths, "masked": masked, "scores": scores, "finite_logits": finite}
 
 
-if __name__ == "__main__":  # print the grid on the tiny Llama
-    import sys
+REGISTRY_WRAPPERS = {"jacap_adakv": "AdaKVPress", "jacap_pyramid": "JacapPyramidPress"}
+NEEDS_SCORER = {"ChunkPress", "ChunkKVPress", "AdaKVPress", "CriticalKVPress", "CriticalAdaKVPress",
+                "KeyRerotationPress", "PerLayerCompressionPress", "BlockPress"}
+DECODING = {"DecodingPress", "PrefillDecodingPress", "CAMPress"}
 
-    sys.path.insert(0, "tests")
-    from conftest import tiny_model
 
-    from jacap_lib.presses.registry import list_methods
+def known_refusal(wrapper: str, name: str):
+    """``(exception type, message regex, reason)`` kvpress answers this combination with, or None if it runs.
 
-    arch = sys.argv[1] if len(sys.argv) > 1 else "llama"
-    model = tiny_model(arch)
-    ids = torch.randint(0, 96, (1, 48), generator=torch.Generator().manual_seed(0))
-    for w in WRAPPERS:
-        for name in list_methods():
+    * the registry's wrapper variants (``jacap_adakv`` is an ``AdaKVPress``, ``jacap_pyramid`` a
+      ``PerLayerCompressionPress``) in wrappers that assert a ``ScorerPress`` inside (use ``press.press``,
+      the ``JacapPress`` within, there);
+    * ``ComposedPress`` refuses ``AdaKVPress`` by design; ``CAMPress`` admits ``AdaKVPress`` through
+      ``DecodingPress``'s type check but then calls its missing ``score``;
+    * ``jacap_pyramid`` first in a ``ComposedPress``: it masks slots (``evict="mask"``) that the next
+      press then prunes, so the mask indexes past the cache (put it last, or use ``evict="prune"``);
+    * kvpress SnapKV asserts more queries than its window (a decoding buffer or a chunk has fewer).
+    """
+    if name in REGISTRY_WRAPPERS:
+        if wrapper in NEEDS_SCORER:  # kvpress asserts isinstance(press, ScorerPress) (KeyRerotation: no message)
+            return (AssertionError, r"ScorerPress|compression_ratio can't be set|^AssertionError: $",
+                    "kvpress asserts a ScorerPress inside; wrap the JacapPress (press.press) instead")
+        if name == "jacap_pyramid" and wrapper in DECODING:
+            return AssertionError, "DecodingPress requires a ScorerPress", "kvpress asserts a ScorerPress inside"
+        if name == "jacap_adakv" and wrapper == "ComposedPress":
+            return AssertionError, "ComposedPress cannot contains AdaKVPress", "kvpress refuses AdaKVPress in a ComposedPress"
+        if name == "jacap_adakv" and wrapper == "CAMPress":
+            return (AttributeError, "'AdaKVPress' object has no attribute 'score'",
+                    "CAMPress admits AdaKVPress but calls its (missing) score()")
+        if name == "jacap_pyramid" and wrapper == "ComposedPress":
+            return (IndexError, "out of bounds",
+                    "masked slots are pruned by the next press; put it last or use evict='prune'")
+    if name == "snapkv" and (wrapper in DECODING or wrapper == "ChunkPress"):
+        return (AssertionError, "should be greater than the window size",
+                "SnapKV needs more queries than its window (8 here)")
+    return None
+
+
+def nan_scores_expected(wrapper: str, name: str) -> bool:
+    """kvpress's Expected Attention / CapKV skip ``n_sink = 4`` rows of the hidden states as sinks: a
+    decoding buffer of 3 steps leaves none and their scores come out all NaN (no error is raised)."""
+    return name in ("expected_attention", "capkv") and wrapper in DECODING
+
+
+def grid_table(model, names, wrappers=WRAPPERS, prompt_len: int = 48, seed: int = 0) -> list[dict]:
+    """Run every ``names`` x ``wrappers`` combination on ``model``; one row per combination:
+    ``{"wrapper", "press", "outcome": "works" | "refused" | "NaN scores", "detail"}``."""
+    import re
+
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (1, prompt_len), generator=torch.Generator().manual_seed(seed))
+    rows = []
+    for wrapper in wrappers:
+        for name in names:
             try:
-                r = run_combo(model, w, name, ids)
-            except Exception as err:  # noqa: BLE001
-                print(f"{w:26s} {name:20s} CRASH {type(err).__name__}: {str(err)[:150]}")
-                continue
+                r = run_combo(model, wrapper, name, ids)
+            except (AttributeError, IndexError) as err:
+                r = {"refused": f"{type(err).__name__}: {err}"}
             if "refused" in r:
-                print(f"{w:26s} {name:20s} REFUSED[{r['stage']}] {r['refused'][:120]}")
-                continue
-            exp = expected_lengths(w, 48, model.config.num_hidden_layers)
-            nan = sum(bool(torch.isnan(s).any()) for s in r["scores"])
-            inf = sum(bool(torch.isinf(s).any()) for s in r["scores"])
-            ok = r["lengths"] == exp
-            print(f"{w:26s} {name:20s} len_ok={ok} n_scores={len(r['scores'])} nan={nan} inf={inf} "
-                  f"finite_logits={r['finite_logits']}" + ("" if ok else f" got={r['lengths'][0]} exp={exp[0]}"))
+                known = known_refusal(wrapper, name)
+                detail = known[2] if known and re.search(known[1], r["refused"]) else r["refused"]
+                rows.append({"wrapper": wrapper, "press": name, "outcome": "refused", "detail": detail})
+            elif any(bool(torch.isnan(s).any()) for s in r["scores"]):
+                rows.append({"wrapper": wrapper, "press": name, "outcome": "NaN scores",
+                             "detail": "scores are NaN (no error)"})
+            else:
+                lengths = r["lengths"]
+                rows.append({"wrapper": wrapper, "press": name, "outcome": "works",
+                             "detail": f"cache {lengths[-1][0]} -> {lengths[-1][-1]} slots (last layer)"})
+    return rows
