@@ -86,3 +86,24 @@ def test_time_runs_the_speed_benchmark(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["time", "e2e", "--bogus", "--out", str(tmp_path / "e.json")])
     assert e.value.code == 2 and not (tmp_path / "e.json").exists()
+
+
+@pytest.mark.model
+def test_serving_job_on_the_bundled_model(tmp_path):
+    """`jacap serve-run`'s job with a short configuration: evictions happen, every run is scored on the
+    same tokens, and the file carries its configuration and provenance."""
+    from jacap_lib.models import load_model
+    from jacap_lib.results import io
+    from jacap_lib.results.serving import CONFIG, run_serving
+
+    model, tok = load_model()
+    cfg = dict(CONFIG, n_new=24, high=40, budget=32, interval=4, window=8, betas=[0.5, 0.9], main_beta=0.9,
+               tradeoff_betas=[0.5, 0.9], horizon=4)
+    data = io.read_json(run_serving(model, tok, out=tmp_path / "s.json", config=cfg, progress=False),
+                        require=("config", "runs", "tradeoff", "query_trace"))
+    assert set(data["runs"]) == {"0.5", "0.9", "window"} and data["config"]["n_sink"] == 4
+    assert data["config"]["provenance"]["versions"]["torch"]
+    n = len(data["runs"]["window"]["kl"])
+    assert n >= cfg["n_new"] and all(len(r["kl"]) == n for r in data["runs"].values())
+    assert all(r["events"] for r in data["runs"].values())  # the watermark was crossed
+    assert all(k >= 0 for r in data["runs"].values() for k in r["kl"])
