@@ -2,6 +2,7 @@
 
 * :mod:`.contract` — :class:`JacapScores`, :class:`CholeskyFailure`, argument checks shared by both paths;
 * :mod:`.core` — :func:`jacap_scores` (torch reference; dispatches CUDA tensors to Triton), :func:`leverage`;
+* :mod:`.noise` — the noise scale: a number, or the effective-dimension rule (:func:`deff_noise`);
 * :mod:`.rank_one` — the variant with the exact rank-one softmax Jacobian;
 * :mod:`.triton` — fused Triton kernels (tested on the CPU with ``TRITON_INTERPRET=1``);
 * :mod:`.costs` — the cost model and the Cholesky-vs-inverse numerics of chapter "Algorithm 1 on a GPU".
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 from .contract import CholeskyFailure, JacapScores, cholesky_with_jitter
 from .core import jacap_scores, jacap_weight, leverage
+from .noise import deff_noise, effective_dimension, weighted_gram
 from .rank_one import rank_one_corrected_scores
 
 __all__ = ["JacapScores", "CholeskyFailure", "jacap_scores", "jacap_weight", "cholesky_with_jitter", "leverage",
-           "rank_one_corrected_scores"]
+           "rank_one_corrected_scores", "deff_noise", "effective_dimension", "weighted_gram"]

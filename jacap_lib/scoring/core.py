@@ -15,6 +15,21 @@ query :math:`\mu` and a diagonal query covariance :math:`\Lambda = \mathrm{diag}
 with :math:`u_i = v_i` or :math:`u_i = W_O v_i`. ``A`` is factorised once per (batch, head) by
 Cholesky and the leverages come from one triangular solve; no inverse is formed.
 
+The noise scale :math:`\sigma^2` is either a number (the paper's setting is 1) or chosen per head by
+the *effective-dimension rule* (``noise="deff"``): with :math:`\lambda_k` the eigenvalues of the
+weighted Gram :math:`G = \sum_j w_j u_j u_j^\top`,
+
+.. math::
+
+    d_\mathrm{eff}(\sigma^2) = \sum_i r_i = \mathrm{tr}\big((\sigma^2 I + G)^{-1} G\big)
+    = \sum_k \frac{\lambda_k}{\lambda_k + \sigma^2},
+
+and :math:`\sigma^2` solves :math:`d_\mathrm{eff}(\sigma^2) = ` ``deff_target`` (bisection on
+:math:`\log\sigma^2`; :func:`deff_noise`). This is the ridge-leverage construction: the target fixes
+how many directions of :math:`G` count as "covered", so the leverage term discounts redundant
+directions whatever the overall scale of :math:`w` (which :math:`\tau` and the statistics change by
+orders of magnitude).
+
 The torch implementation here is the reference; :mod:`jacap_lib.scoring.triton` holds fused Triton
 kernels for CUDA tensors (``backend="triton"``).
 """
@@ -25,10 +40,11 @@ import warnings
 
 import torch
 
+from .noise import check_noise, deff_noise, effective_dimension, per_head, resolve_noise, weighted_gram
 from .contract import (CholeskyFailure, JacapScores, cholesky_with_jitter, compute_dtype, diagnose_nonfinite,
                        validate_inputs)
 
-__all__ = ["jacap_scores", "jacap_weight", "leverage"]
+__all__ = ["jacap_scores", "jacap_weight", "leverage", "weighted_gram", "effective_dimension", "deff_noise"]
 
 
 def jacap_weight(keys: torch.Tensor, mu: torch.Tensor, lam: torch.Tensor, tau: float):
@@ -46,10 +62,13 @@ def jacap_weight(keys: torch.Tensor, mu: torch.Tensor, lam: torch.Tensor, tau: f
     return alpha, rho, kappa, weight
 
 
-def leverage(u: torch.Tensor, weight: torch.Tensor, noise: float = 1.0) -> torch.Tensor:
-    """Leverage ``u_i^T A^{-1} u_i`` with ``A = I + sum_j (w_j/noise) u_j u_j^T`` for ``u (..., N, m)``."""
+def leverage(u: torch.Tensor, weight: torch.Tensor, noise=1.0) -> torch.Tensor:
+    """Leverage ``u_i^T A^{-1} u_i`` with ``A = I + sum_j (w_j/noise) u_j u_j^T`` for ``u (..., N, m)``.
+
+    ``noise`` is a number or a tensor of per-head values broadcasting against ``u``'s leading dims.
+    """
     m = u.shape[-1]
-    gram = (u * (weight / noise).unsqueeze(-1)).transpose(-1, -2) @ u
+    gram = weighted_gram(u, weight / per_head(noise, weight))
     A = gram + torch.eye(m, dtype=u.dtype, device=u.device)
     L = cholesky_with_jitter(A)
     x = torch.linalg.solve_triangular(L, u.transpose(-1, -2), upper=False)  # L x = u  ->  |x|^2 = u^T A^-1 u
@@ -63,7 +82,8 @@ def jacap_scores(
     lam: torch.Tensor,
     *,
     tau: float = 10.0,
-    noise: float = 1.0,
+    noise: float | str = 1.0,
+    deff_target: float | torch.Tensor | None = None,
     out_proj: torch.Tensor | None = None,
     backend: str = "auto",
 ) -> JacapScores:
@@ -76,6 +96,11 @@ def jacap_scores(
     lam : (..., d) diagonal of the query covariance :math:`\Lambda_Q` (must be >= 0).
     tau : temperature of the centre softmax, default 10 (the paper's best value).
     noise : isotropic channel noise :math:`\sigma^2`; weights enter A and the score as ``w / noise``.
+        ``"deff"``: per head, the :math:`\sigma^2` at which :math:`\sum_i r_i` equals ``deff_target``
+        (the effective-dimension rule, :func:`deff_noise`).
+    deff_target : with ``noise="deff"``, the effective dimension to reach: a number or a tensor
+        broadcasting against the leading dims (per head), > 0; lowered to 0.999 x the Gram's rank where it
+        exceeds it.
     out_proj : optional (d_out, d) or (..., d_out, d) matrix; ``u = out_proj @ v`` (e.g. the head's
         slice of :math:`W_O`). Default ``u = v``.
     backend : ``"auto"`` (Triton for CUDA tensors when Triton is importable, torch otherwise),
@@ -86,7 +111,10 @@ def jacap_scores(
     JacapScores with float32 ``(..., N)`` fields ``alpha, rho, kappa, weight, leverage, score``.
     fp16/bf16 inputs are accumulated in float32.
     """
-    tau, noise = validate_inputs(keys, values, mu, lam, tau, noise, out_proj)
+    noise_arg = noise
+    tau, noise = validate_inputs(keys, values, mu, lam, tau, check_noise(noise, deff_target), out_proj)
+    if isinstance(noise_arg, str):
+        noise = noise_arg
     if backend not in ("auto", "torch", "triton"):
         raise ValueError(f"`backend` must be 'auto', 'torch' or 'triton', got {backend!r}")
     if backend == "auto":
@@ -95,11 +123,12 @@ def jacap_scores(
     if backend == "triton":
         from .triton import triton_jacap_scores
 
-        return triton_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, out_proj=out_proj)
-    return _torch_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, out_proj=out_proj)
+        return triton_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, deff_target=deff_target,
+                                   out_proj=out_proj)
+    return _torch_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, deff_target=deff_target, out_proj=out_proj)
 
 
-def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, out_proj):
+def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out_proj=None):
     cdt = compute_dtype(keys.dtype)
     k = keys.to(cdt)
     alpha, rho, kappa, weight = jacap_weight(k, mu.to(cdt), lam.to(cdt), tau)
@@ -110,8 +139,9 @@ def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, out_proj):
         u = u @ out_proj.to(cdt).transpose(-1, -2)
     if not bool(torch.isfinite(u.sum(-2)).all()):
         diagnose_nonfinite(values=values, out_proj=out_proj)
+    noise = resolve_noise(u, weight, noise, deff_target)
     lev = leverage(u, weight, noise)
-    score = (weight / noise) * lev
+    score = (weight / per_head(noise, weight)) * lev
     if not bool(torch.isfinite(score).all()):
         raise CholeskyFailure("Algorithm 1 produced non-finite scores from finite inputs: the keys/values overflow "
                               "float32 products; rescale them or raise `noise`")

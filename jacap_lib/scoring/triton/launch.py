@@ -24,6 +24,7 @@ import math
 import torch
 
 from ..contract import CholeskyFailure, JacapScores, cholesky_with_jitter, diagnose_nonfinite, validate_inputs
+from ..noise import check_noise, deff_noise
 
 __all__ = ["triton_jacap_scores", "plan_launch"]
 
@@ -93,9 +94,9 @@ def _as_bhnd(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-3], x.shape[-2], x.shape[-1])
 
 
-def _check(keys, values, mu, lam, tau, noise, out_proj, dot_precision):
+def _check(keys, values, mu, lam, tau, noise, out_proj, dot_precision, deff_target=None):
     """The contract of :func:`jacap_lib.jacap_scores` (shared checks), plus what the kernels need."""
-    validate_inputs(keys, values, mu, lam, tau, noise, out_proj)
+    validate_inputs(keys, values, mu, lam, tau, check_noise(noise, deff_target), out_proj)
     if keys.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise ValueError(f"`keys`/`values` dtype must be float32/float16/bfloat16 for the Triton kernels, got "
                          f"{keys.dtype}; use backend='torch' for float64")
@@ -113,7 +114,8 @@ def triton_jacap_scores(
     lam: torch.Tensor,
     *,
     tau: float = 10.0,
-    noise: float = 1.0,
+    noise: float | str = 1.0,
+    deff_target: float | torch.Tensor | None = None,
     out_proj: torch.Tensor | None = None,
     dot_precision: str = "tf32",
     num_splits: int | None = None,
@@ -127,6 +129,10 @@ def triton_jacap_scores(
         Any strides are accepted for up to four dims.
     mu, lam : (..., d) query mean and diagonal query covariance, broadcast over the leading dims.
     tau, noise : temperature of the centre softmax, channel noise (weights enter as ``w / noise``).
+    deff_target : with ``noise="deff"`` (the effective-dimension rule): the kernels build the Gram with
+        :math:`\sigma^2 = 1`, the host solves for each head's :math:`\sigma^2` on the ``d x d`` Gram's
+        eigenvalues (:func:`jacap_lib.scoring.noise.deff_noise`), forms ``A = I + G / sigma^2``, and divides
+        the leverage pass's ``w * leverage`` by :math:`\sigma^2`.
     out_proj : optional (d_out, d) or (..., d_out, d); ``u = out_proj @ v``.
     dot_precision : ``tl.dot`` input precision on the GPU: ``"tf32"`` (default, tensor cores, about
         1e-3 relative error in the Gram and the leverages), ``"tf32x3"`` or ``"ieee"`` (fp32 exact, slower).
@@ -138,7 +144,8 @@ def triton_jacap_scores(
     :class:`jacap_lib.scoring.JacapScores` with float32 ``(..., N)`` fields.
     """
 
-    _check(keys, values, mu, lam, tau, noise, out_proj, dot_precision)
+    _check(keys, values, mu, lam, tau, noise, out_proj, dot_precision, deff_target)
+    rule = isinstance(noise, str)  # "deff": sigma^2 per head, solved on the host
     device = keys.device
     lead = tuple(keys.shape[:-2])
     N, d, dv = keys.shape[-2], keys.shape[-1], values.shape[-1]
@@ -157,7 +164,7 @@ def triton_jacap_scores(
     lev, score = torch.empty(G, N, **f32), torch.empty(G, N, **f32)
     gram_parts = torch.empty(G, S, dv, dv, **f32)
     scale = 1.0 / (float(tau) * math.sqrt(d))
-    inv_noise = 1.0 / float(noise)
+    inv_noise = 1.0 if rule else 1.0 / float(noise)
     grid = (G, S)
     # pass 1: K -> logits, kappa, per-chunk (max, sum)
     logits_k[grid](k4, *k4.stride(), mu_g, lam_g, z, kappa, part_m, part_s,
@@ -183,6 +190,12 @@ def triton_jacap_scores(
         A = proj @ gram @ proj.transpose(-1, -2)
     A = 0.5 * (A + A.transpose(-1, -2))
     m = A.shape[-1]
+    if rule:  # A's Gram has the same non-zero eigenvalues as sum_j w_j u_j u_j^T
+        target = deff_target
+        if isinstance(target, torch.Tensor):
+            target = torch.broadcast_to(target.to(device), lead).reshape(G)
+        sigma2 = deff_noise(torch.linalg.eigvalsh(A.double()), target).to(torch.float32)  # (G,)
+        A = A / sigma2[:, None, None]
     A = A + torch.eye(m, **f32)
     L = cholesky_with_jitter(A)
     rhs = torch.eye(m, **f32).expand(G, m, m) if proj is None else proj
@@ -191,6 +204,8 @@ def triton_jacap_scores(
     leverage_k[grid](v4, *v4.stride(), P, weight, lev, score,
                      H, N, dv, m, chunk, inv_noise,
                      BLOCK_N=BN, BLOCK_D=plan["BLOCK_DV"], DOT_PRECISION=dot_precision, num_warps=plan["num_warps"])
+    if rule:
+        score = score / sigma2[:, None]
     if not bool(torch.isfinite(score).all()):
         diagnose_nonfinite(keys=keys, values=values, out_proj=out_proj)
         raise CholeskyFailure("the Triton path produced non-finite scores from finite inputs")
