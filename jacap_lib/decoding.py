@@ -117,6 +117,10 @@ class JacapDecodeController:
         Most recent tokens always kept.
     tau, noise : float
         Temperature and channel noise of :func:`jacap_lib.jacap_scores` (defaults 10 and 1).
+        ``noise="deff"``: per layer and KV head, the :math:`\sigma^2` at which :math:`\sum_i r_i` equals
+        ``deff_frac * min(budget, head_dim)`` (the effective-dimension rule, :func:`jacap_lib.scoring.deff_noise`).
+    deff_frac : float, default 0.5
+        Target effective dimension of the ``"deff"`` rule as a fraction of ``min(budget, head_dim)``.
     deadline_s : float or None
         Per-eviction time budget; layers not scored in time fall back to a sliding window.
     age_bins : int, default 16
@@ -139,7 +143,7 @@ class JacapDecodeController:
 
     def __init__(self, model, *, high: int, budget: int, interval: int = 16, beta: float = 0.9,
                  eps: float = 1e-6, n_sink: int = 4, prefix: int = 0, window: int = 32, tau: float = 10.0,
-                 noise: float = 1.0, deadline_s: float | None = None, age_bins: int = 16,
+                 noise: float | str = 1.0, deff_frac: float = 0.5, deadline_s: float | None = None, age_bins: int = 16,
                  record_kept: bool = False, record_layers: tuple = (), backend: str = "auto"):
         self.high = _checks.nonneg_int("high", high)
         self.budget = _checks.nonneg_int("budget", budget)
@@ -163,7 +167,15 @@ class JacapDecodeController:
                 f"`budget` = {self.budget} is smaller than the protected tokens (max(n_sink, prefix) = {self.head} + "
                 f"window = {self.window}); raise `budget` or shrink `n_sink`/`prefix`/`window`")
         self.tau = _checks.positive("tau", tau)
-        self.noise = _checks.positive("noise", noise)
+        if isinstance(noise, str):
+            if noise != "deff":
+                raise ValueError(f"`noise` must be a positive number or 'deff' (effective-dimension rule), got {noise!r}")
+            self.noise = noise
+        else:
+            self.noise = _checks.positive("noise", noise)
+        self.deff_frac = _checks.unit_interval("deff_frac", deff_frac, closed_right=True)
+        if self.deff_frac == 0:
+            raise ValueError("`deff_frac` must be in (0, 1], got 0")
         self.deadline_s = None if deadline_s is None else _checks.positive("deadline_s", deadline_s, allow_zero=True)
         self.age_bins = _checks.nonneg_int("age_bins", age_bins)
         if self.age_bins < 1:
@@ -378,15 +390,20 @@ class JacapDecodeController:
             return out
         if all(pads[r] == 0 for r in rows_full) and len(rows_full) == b:  # one batched call
             res = _scoring.jacap_scores(keys, values, mu.to(keys.device), lam.to(keys.device),
-                                        tau=self.tau, noise=self.noise, backend=self.backend)
+                                        tau=self.tau, noise=self.noise, deff_target=self._deff_target(keys),
+                                        backend=self.backend)
             return _select.select_keep(res.score, self.budget, n_sink=self.head, window=self.window)
         for r in rows_full:
             p = pads[r]
             res = _scoring.jacap_scores(keys[r:r + 1, :, p:], values[r:r + 1, :, p:], mu[r:r + 1].to(keys.device),
                                         lam[r:r + 1].to(keys.device), tau=self.tau, noise=self.noise,
-                                        backend=self.backend)
+                                        deff_target=self._deff_target(keys), backend=self.backend)
             out[r] = _select.select_keep(res.score, self.budget, n_sink=self.head, window=self.window)[0] + p
         return out
+
+    def _deff_target(self, keys: torch.Tensor) -> float | None:
+        """``deff_frac * min(budget, head_dim)`` under ``noise="deff"``, else ``None``."""
+        return self.deff_frac * min(self.budget, keys.shape[-1]) if self.noise == "deff" else None
 
     def _entropy(self, layer: int, keys: torch.Tensor, slot_valid: torch.Tensor) -> torch.Tensor:
         """Attention entropy (nats) of the last query per (row, query head): ``(b, H_q)``."""

@@ -1,6 +1,7 @@
 """The quality grid jobs (jacap_lib.results.quality, `jacap bench`): rows are written, keyed by configuration,
 and a rerun resumes without recomputing; the summary's intervals; method specs."""
 import json
+import math
 
 import pytest
 import torch
@@ -97,7 +98,24 @@ def test_summary_intervals_and_target():
     comp = next(c for c in s["comparisons"] if c["method"] == "jacap" and c["split"] == "test")
     assert comp["best_baseline"] == "snapkv" and comp["mean_ratio"] == pytest.approx(0.5)
     assert comp["geo_mean_ratio"] == pytest.approx(0.5)
-    assert s["target"]["chosen"] == "jacap" and s["target"]["test"]["0.75"]["mean_ratio"] == pytest.approx(0.5)
+    assert comp["wins"] == 3 and comp["losses"] == 0
+    assert comp["wilcoxon_p"] == pytest.approx(0.25)  # exact two-sided signed-rank p for 3 of 3 same-sign pairs
+    assert comp["vs_capkv"] if "capkv" in {r["method"] for r in rows} else "vs_capkv" not in comp
+    assert s["target"]["chosen"] == "jacap" and s["target"]["test"]["8/0.75"]["mean_ratio"] == pytest.approx(0.5)
+    assert s["target"]["reached"] and s["target"]["test_worst_ratio"] == pytest.approx(0.5)
+
+
+def test_paired_against_scipy_and_counts():
+    from scipy import stats
+
+    a = {"s1": 1.0, "s2": 2.0, "s3": 0.5, "s4": 4.0, "s5": 1.0}
+    b = {"s1": 2.0, "s2": 1.0, "s3": 1.0, "s4": 1.0, "s5": 1.0}
+    res = bench.paired(a, b)
+    assert (res["wins"], res["losses"], res["ties"]) == (2, 2, 1)
+    logr = [math.log(a[k] / b[k]) for k in sorted(a)]
+    assert res["wilcoxon_p"] == pytest.approx(stats.wilcoxon(logr).pvalue)
+    assert res["geo_mean_ratio"] == pytest.approx(math.exp(sum(logr) / 5))
+    assert res["mean_ratio"] == pytest.approx(8.5 / 6.0)
 
 
 def test_passkey_prompt_places_needle(tiny):

@@ -13,6 +13,7 @@ and kvpress keeps the top ``(1 - compression_ratio) N`` tokens by :math:`r_i`
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -39,8 +40,13 @@ class JacapPress(ScorerPress):
         ``kvpress.utils.compute_n_kept(N, compression_ratio)`` tokens per layer and KV head).
     tau : float, default=10.0
         Temperature of the centre softmax :math:`\bar\alpha`; the paper's ablation favours ~10.
-    noise : float, default=1.0
+    noise : float or "deff", default=1.0
         Channel noise :math:`\sigma^2`; the weights enter ``A`` and the score as ``w / noise``.
+        ``"deff"``: per layer and KV head, the :math:`\sigma^2` at which the effective dimension
+        :math:`\sum_i r_i` of the weighted Gram equals ``deff_frac * min(n_kept, d)``
+        (:func:`jacap_lib.scoring.deff_noise`; ``n_kept`` = tokens this press keeps, ``d`` = head dim).
+    deff_frac : float, default=0.5
+        With ``noise="deff"``: the target effective dimension as a fraction of ``min(n_kept, d)``.
     use_out_proj : bool, default=False
         ``False``: ``u_i = v_i`` (the paper's cheap proxy). ``True``: ``u_i = W_O v_i`` with the
         head's slice of the output projection (computed exactly through a ``d x d`` factor of
@@ -49,7 +55,10 @@ class JacapPress(ScorerPress):
         First positions always kept (attention sinks); their queries are also left out of the
         statistics, as in kvpress's ExpectedAttentionPress.
     window : int, default=0
-        Last positions always kept (recent window).
+        Last positions always kept (recent window; the note's Algorithm 1 step 10). When the budget
+        ``n_kept`` cannot hold ``n_sink`` + ``window`` tokens, the window shrinks to ``n_kept - n_sink``
+        (the most recent tokens are kept; a ``RuntimeWarning`` says so once per press); the sinks are
+        never dropped: a budget below ``n_sink`` raises ``ValueError``.
     n_queries : int or None, default=None
         Statistics from the last ``n_queries`` prompt queries; ``None`` = all (after the sinks).
     beta : float or None, default=None
@@ -75,7 +84,8 @@ class JacapPress(ScorerPress):
 
     compression_ratio: float = 0.0
     tau: float = 10.0
-    noise: float = 1.0
+    noise: float | str = 1.0
+    deff_frac: float = 0.5
     use_out_proj: bool = False
     n_sink: int = 4
     window: int = 0
@@ -87,11 +97,19 @@ class JacapPress(ScorerPress):
     backend: str = "auto"
     # set by jacap_lib.measure.eviction to record per-layer internals; None = record nothing
     trace: dict | None = field(default=None, init=False, repr=False, compare=False)
+    _window_warned: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if not (isinstance(self.compression_ratio, (int, float)) and 0 <= self.compression_ratio < 1):
             raise ValueError(f"compression_ratio must be in [0, 1), got {self.compression_ratio!r}")
-        for name in ("tau", "noise", "eps"):
+        if isinstance(self.noise, str):
+            if self.noise != "deff":
+                raise ValueError(f"noise must be a positive number or 'deff' (effective-dimension rule), got {self.noise!r}")
+        elif not (isinstance(self.noise, (int, float)) and not isinstance(self.noise, bool) and self.noise > 0):
+            raise ValueError(f"noise must be a positive number or 'deff', got {self.noise!r}")
+        if not (isinstance(self.deff_frac, (int, float)) and 0 < self.deff_frac <= 1):
+            raise ValueError(f"deff_frac must be in (0, 1] (fraction of min(n_kept, head_dim)), got {self.deff_frac!r}")
+        for name in ("tau", "eps"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and value > 0):
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
@@ -145,11 +163,20 @@ class JacapPress(ScorerPress):
         if self.gqa == "mean":
             g = mu.shape[1] // keys.shape[1]
             keys, values = repeat_kv(keys, g), repeat_kv(values, g)
-        parts = jacap_scores(keys, values, mu, lam, tau=self.tau, noise=self.noise, out_proj=out_proj, backend=self.backend)
+        parts = jacap_scores(keys, values, mu, lam, tau=self.tau, noise=self.noise, deff_target=self.deff_target(keys),
+                             out_proj=out_proj, backend=self.backend)
         if self.gqa == "mean":
             b, h, n = parts.score.shape
             parts = parts.map(lambda t: t.view(b, h // g, g, n).mean(2))
         return parts
+
+    def deff_target(self, keys: torch.Tensor) -> float | None:
+        """Target effective dimension ``deff_frac * min(n_kept, d)`` for ``noise="deff"`` (``None`` otherwise)."""
+        if self.noise != "deff":
+            return None
+        n = keys.shape[-2]
+        n_kept = n if self.compression_ratio == 0 else max(1, min(compute_n_kept(n, self.compression_ratio), n))
+        return self.deff_frac * min(n_kept, keys.shape[-1])
 
     def token_scores(self, keys, values, mu, lam, module: nn.Module) -> torch.Tensor:
         """Retention score ``r_i`` per token, ``(B, H_kv, N)``; higher = keep."""
@@ -158,10 +185,37 @@ class JacapPress(ScorerPress):
     # ---- kvpress entry point -----------------------------------------------------------------
     def protected(self, hidden_states, keys, kwargs) -> torch.Tensor:
         """Boolean ``(N,)`` mask of the sink and window slots, located by their true positions when the hook
-        tells them (a chunk), else by slot (a cache in position order), see :func:`~jacap_lib.presses.utils.protect`."""
+        tells them (a chunk), else by slot (a cache in position order), see :func:`~jacap_lib.presses.utils.protect`.
+
+        The budget decides what fits: sinks first (a budget below them raises ``ValueError``), then the
+        window, shrunk to the budget left after the sinks (most recent tokens first; warned once).
+        """
         _, key_pos, next_pos = utils.hook_positions(hidden_states, keys, kwargs)
-        return utils.protected_slots(keys.shape[-2], self.n_sink, self.window, key_positions=key_pos,
+        n = keys.shape[-2]
+        mask = utils.protected_slots(n, self.n_sink, self.window, key_positions=key_pos,
                                      next_position=next_pos, device=keys.device)
+        n_kept = n if self.compression_ratio == 0 else min(compute_n_kept(n, self.compression_ratio), n)
+        if n_kept == 0 or int(mask.sum()) <= n_kept:  # 0: ratio 1.0, kvpress drops the whole layer
+            return mask
+        sinks = utils.protected_slots(n, self.n_sink, 0, key_positions=key_pos, next_position=next_pos,
+                                      device=keys.device)
+        n_sinks = int(sinks.sum())
+        if n_sinks > n_kept:
+            raise ValueError(
+                f"the budget ({n_kept} of {n} tokens at compression_ratio={self.compression_ratio}) is smaller than "
+                f"the n_sink = {self.n_sink} sink tokens, which are never dropped; lower compression_ratio or n_sink")
+        window = self.window
+        while window > 0 and int(mask.sum()) > n_kept:  # shrink the window, never the sinks
+            window = max(0, window - (int(mask.sum()) - n_kept))
+            mask = utils.protected_slots(n, self.n_sink, window, key_positions=key_pos, next_position=next_pos,
+                                         device=keys.device)
+        if not self._window_warned:
+            self._window_warned = True
+            warnings.warn(
+                f"JacapPress: the budget of {n_kept} tokens cannot hold n_sink = {self.n_sink} + window = {self.window}; "
+                f"the window was shrunk to {window} (sinks kept). Lower `window` to silence this.",
+                RuntimeWarning, stacklevel=2)
+        return mask
 
     def protect(self, scores: torch.Tensor, hidden_states, keys, kwargs) -> torch.Tensor:
         """Sink and window tokens get the largest finite score (kvpress's top-k keeps them)."""

@@ -15,6 +15,8 @@ loader                        file(s)                               written by
 :func:`load_serving_run`      ``data/serving/serving_run.json``     ``jacap serve-run``
 :func:`load_bench`            ``data/bench/<name>.json``            ``jacap time scoring|e2e``
 :func:`load_manifest`         ``data/texts/manifest.json``          ``jacap texts``
+:func:`load_mechanisms`       ``data/diagnostics/mechanisms.json``  ``python -m jacap_lib.results.diagnostics mechanisms``
+:func:`load_query_stats`      ``data/diagnostics/query_stats.json`` ``python -m jacap_lib.results.diagnostics query-stats``
 ============================  ====================================  =================================
 """
 from __future__ import annotations
@@ -26,7 +28,8 @@ from .paths import data_dir, data_path
 
 __all__ = ["load_summary", "load_quality_rows", "load_ablation_rows", "load_passkey_rows", "load_grid_rows",
            "load_runs", "has_results", "load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
-           "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest"]
+           "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
+           "load_mechanisms", "load_query_stats"]
 
 DECOMPOSITION_PARTS = ("taylor", "diagonal", "selection", "loo")
 
@@ -121,3 +124,17 @@ def load_manifest(path=None) -> dict:
     """``data/texts/manifest.json``: the text segments of the quality benchmark."""
     return io.read_json(path or data_path("texts", "manifest.json", must_exist=False), require=("segments",),
                         hint="jacap texts")
+
+
+def load_mechanisms(path=None) -> tuple[dict, list]:
+    """``(config, rows)`` of the mechanism diagnostics: one row per (segment, layer, KV head, tau, noise
+    rule, ratio) with ``deff``, ``a_minus_i``, ``n_saturated``, ``alpha_max``, ``overlap``, ``sigma2``."""
+    return io.read_results(path or data_path("diagnostics", "mechanisms.json", must_exist=False),
+                           hint="python -m jacap_lib.results.diagnostics mechanisms")
+
+
+def load_query_stats(path=None) -> tuple[dict, list]:
+    """``(config, rows)`` of the query-statistics errors: one row per (segment, layer, KV head, estimator)
+    with ``mu_err`` and ``lam_err`` against the continuation's queries."""
+    return io.read_results(path or data_path("diagnostics", "query_stats.json", must_exist=False),
+                           hint="python -m jacap_lib.results.diagnostics query-stats")

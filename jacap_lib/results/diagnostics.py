@@ -1,0 +1,148 @@
+"""Mechanism and query-statistics diagnostics of Jacap on the bundled model, written to ``data/diagnostics/``.
+
+Two jobs (each an argparse-free ``run_*`` function; :func:`main` is the command line):
+
+* :func:`run_mechanisms` -> ``data/diagnostics/mechanisms.json``: per segment, layer and KV head, at
+  every temperature ``tau`` and noise rule, the effective dimension, ``||A - I||_2``, the number of tokens
+  with alpha > 1/2 and the overlap of the kept set with the top-``w|u|^2`` set
+  (:func:`jacap_lib.measure.diagnostics.model_mechanisms`);
+* :func:`run_query_stats` -> ``data/diagnostics/query_stats.json``: per segment, layer and KV head,
+  the relative error of the prompt-query estimators' mean and variance against the continuation's
+  queries (:func:`jacap_lib.measure.diagnostics.query_stat_errors`).
+
+Each file has the common shape ``{"config": ..., "rows": [...]}`` (:mod:`jacap_lib.results.io`); the
+config holds the provenance record (model file and sha256, package versions, git revision, command),
+the segments (sha256) and every setting. Read them with
+:func:`jacap_lib.results.loaders.load_mechanisms` / :func:`~jacap_lib.results.loaders.load_query_stats`.
+
+    python -m jacap_lib.results.diagnostics mechanisms
+    python -m jacap_lib.results.diagnostics query-stats
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from . import io
+from .paths import data_path
+from .provenance import provenance
+from .texts import load_segments
+
+__all__ = ["TUNE_SEGMENTS", "DEFAULT_RULES", "run_mechanisms", "run_query_stats", "main"]
+
+TUNE_SEGMENTS = ("prose/lighthouse", "docs/execmodel", "code/textwrap")
+DEFAULT_RULES = (("fixed", 1.0), ("deff", 0.25), ("deff", 0.5))
+
+
+def _config(model, command: str, segs, **settings) -> dict:
+    return {**provenance(model, command=command),
+            "segments": [{k: s[k] for k in ("id", "kind", "split", "sha256")} for s in segs], **settings}
+
+
+def _prepare(segments, length: int, extra: int, threads: int):
+    from ..models import load_model
+
+    torch.set_num_threads(int(threads))
+    segs = load_segments(list(segments))
+    model, tok = load_model(None)
+    out = []
+    for s in segs:
+        ids = tok(s["text"], return_tensors="pt", add_special_tokens=False).input_ids
+        if ids.shape[1] < length + extra:
+            raise ValueError(f"segment {s['id']} has {ids.shape[1]} tokens < length {length} + {extra}")
+        out.append((s, ids[:, :length + extra]))
+    return model, segs, out
+
+
+def _check_args(length, taus=(1.0,), ratios=(0.5,)):
+    if not isinstance(length, int) or length < 64:
+        raise ValueError(f"`length` must be an int >= 64, got {length!r}")
+    for t in taus:
+        if not float(t) > 0:
+            raise ValueError(f"`taus` must be > 0, got {t!r}")
+    for c in ratios:
+        if not 0 < float(c) < 1:
+            raise ValueError(f"`ratios` must lie in (0, 1), got {c!r}")
+
+
+def run_mechanisms(*, segments=TUNE_SEGMENTS, length: int = 512, taus=(1.0, 3.0, 10.0), rules=DEFAULT_RULES,
+                   ratios=(0.75, 0.9), out: Path | str | None = None, threads: int = 1,
+                   command: str = "python -m jacap_lib.results.diagnostics mechanisms") -> Path:
+    """Write the mechanism diagnostics of every layer and KV head on ``segments`` (prompt ``length``)."""
+    from ..measure.diagnostics import model_mechanisms
+    from ..measure.quality import capture_prefill
+    from ..presses.jacap import JacapPress
+
+    _check_args(length, taus, ratios)
+    for name, value in rules:
+        if name not in ("fixed", "deff") or not float(value) > 0:
+            raise ValueError(f"each rule must be ('fixed', sigma2 > 0) or ('deff', frac in (0, 1]), got {(name, value)}")
+    out = Path(out) if out else data_path("diagnostics", "mechanisms.json", must_exist=False)
+    model, segs, prompts = _prepare(segments, length, 0, threads)
+    press = JacapPress(0.5)  # statistics only: flat mean over the prompt after 4 sinks, as the paper's defaults
+    records = []
+    for seg, ids in prompts:
+        cap = capture_prefill(model, ids)
+        for r in model_mechanisms(model, cap, taus=taus, rules=rules, ratios=ratios, press=press):
+            records.append({"segment": seg["id"], "kind": seg["kind"], **r})
+    cfg = _config(model, command, segs, length=length, taus=list(taus), rules=[list(r) for r in rules], ratios=list(ratios),
+                  statistics="JacapPress defaults: flat mean/variance of the prompt's queries after 4 sinks, "
+                             "future-RoPE averaged over 512 positions, GQA-pooled; u = v",
+                  budget="kvpress compute_n_kept(N, ratio)",
+                  deff_target="frac * min(budget, head_dim)")
+    return io.write_json(out, {"config": cfg, "rows": records}, indent=None)
+
+
+def run_query_stats(*, segments=TUNE_SEGMENTS, length: int = 512, continuation: int = 32, estimators=None,
+                    out: Path | str | None = None, threads: int = 1,
+                    command: str = "python -m jacap_lib.results.diagnostics query-stats") -> Path:
+    """Write the prompt-estimator errors against the next ``continuation`` queries on ``segments``."""
+    from ..measure.diagnostics import DEFAULT_ESTIMATORS, query_stat_errors
+
+    _check_args(length)
+    if not isinstance(continuation, int) or continuation < 2:
+        raise ValueError(f"`continuation` must be an int >= 2, got {continuation!r}")
+    estimators = tuple(estimators or DEFAULT_ESTIMATORS)
+    out = Path(out) if out else data_path("diagnostics", "query_stats.json", must_exist=False)
+    model, segs, prompts = _prepare(segments, length, continuation, threads)
+    records = []
+    for seg, ids in prompts:
+        for r in query_stat_errors(model, ids, length, estimators):
+            records.append({"segment": seg["id"], "kind": seg["kind"], **r})
+    cfg = _config(model, command, segs, length=length, continuation=continuation, estimators=list(estimators),
+                  skip_sinks=4, queries="pre-RoPE, G query heads pooled per KV head (mixture moments)")
+    return io.write_json(out, {"config": cfg, "rows": records}, indent=None)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m jacap_lib.results.diagnostics", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("mechanisms", "query-stats"):
+        p = sub.add_parser(name)
+        p.add_argument("--segments", nargs="+", default=list(TUNE_SEGMENTS))
+        p.add_argument("--length", type=int, default=512)
+        p.add_argument("--threads", type=int, default=1)
+        p.add_argument("--out", type=Path, default=None)
+        if name == "mechanisms":
+            p.add_argument("--taus", nargs="+", type=float, default=[1.0, 3.0, 10.0])
+            p.add_argument("--ratios", nargs="+", type=float, default=[0.75, 0.9])
+        else:
+            p.add_argument("--continuation", type=int, default=32)
+    args = ap.parse_args(argv)
+    command = " ".join(["python -m jacap_lib.results.diagnostics"] + list(argv if argv is not None else sys.argv[1:]))
+    if args.cmd == "mechanisms":
+        path = run_mechanisms(segments=args.segments, length=args.length, taus=args.taus, ratios=args.ratios,
+                              out=args.out, threads=args.threads, command=command)
+    else:
+        path = run_query_stats(segments=args.segments, length=args.length, continuation=args.continuation,
+                               out=args.out, threads=args.threads, command=command)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
