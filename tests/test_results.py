@@ -99,3 +99,17 @@ def test_provenance_record():
     assert rec["command"] == "jacap x" and rec["time"].endswith("+00:00")
     assert rec["git"] is None or len(rec["git"].split("+")[0]) == 40
     assert set(rec["model"]) >= {"name", "sha256"}
+
+
+def test_an_unrelated_data_folder_is_skipped(tmp_path, monkeypatch):
+    monkeypatch.delenv(paths.DATA_ENV, raising=False)
+    monkeypatch.setattr(paths, "_package_data", lambda: tmp_path / "site-packages" / "data")
+    (tmp_path / "site-packages" / "data").mkdir(parents=True)  # some other package's data/
+    (tmp_path / "clone" / "data" / "texts").mkdir(parents=True)
+    (tmp_path / "clone" / "data" / "texts" / "manifest.json").write_text("{}")
+    (tmp_path / "clone" / "book").mkdir()
+    monkeypatch.chdir(tmp_path / "clone" / "book")
+    assert paths.data_dir() == (tmp_path / "clone" / "data").resolve()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="JACAP_DATA"):
+        paths.data_dir()

@@ -5,7 +5,8 @@
 1. the folder named by the environment variable ``JACAP_DATA`` (a Colab install or an installed
    package pointing at a clone: ``JACAP_DATA=/content/jacap/data``);
 2. ``data/`` next to the ``jacap_lib`` package (an editable install or a clone on ``sys.path``);
-3. ``data/`` in the working directory or the nearest of its ancestors that has one.
+3. ``data/`` in the working directory or the nearest of its ancestors that has one
+(2 and 3 count only a folder holding ``texts/manifest.json``, so an unrelated ``data/`` is skipped).
 
 Nothing else in the library builds a path to ``data/``.
 """
@@ -29,6 +30,11 @@ SUBDIRS = {
 }
 
 
+def _is_book_data(path: Path) -> bool:
+    """A ``data/`` folder of this book (every clone has the benchmark texts' manifest), not any ``data/``."""
+    return (path / "texts" / "manifest.json").is_file()
+
+
 def _package_data() -> Path:
     return Path(__file__).resolve().parents[2] / "data"
 
@@ -43,11 +49,11 @@ def data_dir() -> Path:
                                     "of the book's repository, or unset it")
         return path
     here = _package_data()
-    if here.is_dir():
+    if _is_book_data(here):
         return here
     cwd = Path.cwd().resolve()
     for root in (cwd, *cwd.parents):
-        if (root / "data").is_dir():
+        if _is_book_data(root / "data"):
             return root / "data"
     raise FileNotFoundError(
         f"no data/ folder next to jacap_lib ({here.parent}) or above the working directory ({cwd}); clone the "
