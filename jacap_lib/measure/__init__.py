@@ -1,2 +1,4 @@
-"""Measurements on a model: quality under compression (KL), error decomposition, failure cases,
-eviction inspection."""
+"""Measurements on a model (compute only; the jobs that write ``data/`` are in :mod:`jacap_lib.results`):
+quality under compression (:mod:`.quality`: compressed forward, next-token KL, one grid cell), needle
+retrieval (:mod:`.passkey`), error decomposition (:mod:`.decomposition`), failure cases (:mod:`.failures`),
+eviction inspection (:mod:`.eviction`), Algorithm 2 on a generation (:mod:`.serving`)."""
