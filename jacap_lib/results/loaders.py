@@ -29,7 +29,7 @@ from .paths import data_dir, data_path
 __all__ = ["load_summary", "load_quality_rows", "load_ablation_rows", "load_passkey_rows", "load_grid_rows",
            "load_runs", "has_results", "load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
-           "load_mechanisms", "load_query_stats"]
+           "load_mechanisms", "load_query_stats", "load_decoding_comparison"]
 
 DECOMPOSITION_PARTS = ("taylor", "diagonal", "selection", "loo")
 
@@ -138,3 +138,10 @@ def load_query_stats(path=None) -> tuple[dict, list]:
     with ``mu_err`` and ``lam_err`` against the continuation's queries."""
     return io.read_results(path or data_path("diagnostics", "query_stats.json", must_exist=False),
                            hint="python -m jacap_lib.results.diagnostics query-stats")
+
+
+def load_decoding_comparison(path=None) -> tuple[dict, list]:
+    """``(config, rows)`` of the serving chapter's decoding comparison (Algorithm 2 vs kvpress DecodingPress):
+    one row per prompt x method, plus one ``"uncompressed"`` row per prompt."""
+    return io.read_results(path or data_path("serving", "decoding_comparison.json", must_exist=False),
+                           hint="python -m jacap_lib.results.decoding_comparison")
