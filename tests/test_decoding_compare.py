@@ -1,0 +1,101 @@
+"""Algorithm 2 vs kvpress DecodingPress, the measurement (jacap_lib.measure.decoding_compare), on a tiny model.
+
+The kept tokens' positions the measurement reports are checked independently: layer 0's keys depend only on
+token and position, so every slot of the final layer-0 cache equals the uncompressed run's key at exactly
+one position.
+"""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from jacap_lib.decoding import kl_from_logits
+from jacap_lib.measure.decoding_compare import AGE_EDGES, compare_decoding, decoding_methods, teacher_forced
+
+logging.getLogger("kvpress").setLevel(logging.ERROR)
+T, N_PROMPT, BUDGET, INTERVAL, WINDOW = 90, 20, 32, 8, 8
+
+
+@pytest.fixture(scope="module")
+def seq():
+    return torch.randint(0, 96, (1, T), generator=torch.Generator().manual_seed(7))
+
+
+@pytest.fixture(scope="module")
+def full_keys(tiny_llama, seq):
+    cache = DynamicCache()
+    with torch.no_grad():
+        tiny_llama(input_ids=seq[:, :T - 1], past_key_values=cache)
+    return cache.layers[0].keys[0]  # (H, T-1, d)
+
+
+@pytest.mark.parametrize("method", ["alg2", "jacap", "streaming_llm", "tova"])
+def test_reported_positions_are_the_kept_tokens(tiny_llama, seq, full_keys, method):
+    run = teacher_forced(tiny_llama, seq, N_PROMPT, method, budget=BUDGET, interval=INTERVAL, window=WINDOW)
+    kept = run["cache"].layers[0].keys[0]  # (H, L, d)
+    positions = run["positions"][0]  # (H, L)
+    assert positions.shape == kept.shape[:2]
+    dist = torch.cdist(kept, full_keys, compute_mode="donot_use_mm_for_euclid_dist")
+    assert float(dist.min(-1).values.max()) < 1e-4
+    assert torch.equal(dist.argmin(-1), positions)
+    # ages histogram: every slot of every layer and head counted once
+    assert sum(run["age_counts"]) == sum(p.numel() for p in run["positions"])
+    # the cache never holds more than budget + interval slots once compression has started
+    assert run["peak_cache"] <= max(BUDGET + INTERVAL, N_PROMPT + INTERVAL)
+    if method in ("alg2", "jacap"):  # both protect 4 sinks and the last WINDOW positions
+        for h in range(positions.shape[0]):
+            row = sorted(positions[h].tolist())
+            assert row[:4] == [0, 1, 2, 3] and row[-WINDOW:] == list(range(T - 1 - WINDOW, T - 1))
+
+
+def test_no_compression_is_the_reference(tiny_llama, seq):
+    res = compare_decoding(tiny_llama, seq, N_PROMPT, ["alg2", "knorm"], budget=200, interval=8, bins=4)
+    for row in res["methods"].values():
+        assert row["mean_kl"] < 1e-8 and row["top1_agree"] == 1.0
+        assert row["peak_cache"] == T - 1 and row["first_compressed_step"] == T - N_PROMPT
+        assert len(row["kl"]) == T - N_PROMPT and len(row["kl_binned"]) == 4
+
+
+def test_kl_rows_match_an_independent_replay(tiny_llama, seq):
+    """The KL of a DecodingPress run equals KL(reference || replay) computed here from kvpress directly."""
+    import kvpress
+
+    from jacap_lib.presses.jacap import JacapPress
+
+    res = compare_decoding(tiny_llama, seq, N_PROMPT, ["jacap"], budget=BUDGET, interval=INTERVAL, window=WINDOW)
+    row = res["methods"]["jacap"]
+
+    def replay(press):
+        cache, out = DynamicCache(), []
+        ctx = press(tiny_llama) if press is not None else torch.no_grad()
+        with ctx, torch.no_grad():
+            out.append(tiny_llama(input_ids=seq[:, :N_PROMPT], past_key_values=cache).logits[:, -1])
+            for t in range(N_PROMPT, T - 1):
+                pos = torch.tensor([t])
+                out.append(tiny_llama(input_ids=seq[:, t:t + 1], past_key_values=cache, cache_position=pos,
+                                      position_ids=pos[None]).logits[:, -1])
+        return torch.cat(out)
+
+    press = kvpress.DecodingPress(base_press=JacapPress(n_sink=4, window=WINDOW), compression_interval=INTERVAL,
+                                  target_size=BUDGET)
+    kl = kl_from_logits(replay(None), replay(press))
+    torch.testing.assert_close(torch.tensor(row["kl"]), kl, rtol=1e-4, atol=1e-7)
+    assert row["mean_kl"] > 0  # compression did change the predictions
+    assert 0 < row["scoring_share"] < 1
+
+
+def test_bad_method_names_the_valid_ones():
+    with pytest.raises(ValueError, match="alg2"):
+        decoding_methods(["alg3"])
+    assert AGE_EDGES[0] == 0 and AGE_EDGES == sorted(AGE_EDGES)
+
+
+def test_job_refuses_a_bad_out_before_loading(capsys):
+    from jacap_lib.results.decoding_comparison import main
+
+    with pytest.raises(SystemExit):
+        main(["--out", "x.txt"])
+    assert "--out must end in .json" in capsys.readouterr().err
