@@ -13,7 +13,7 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q",
                     "jacap_lib[model,widgets] @ git+https://github.com/jacap-book/jacap-book.git"], check=True)'''
 SLUGS = ["00_preface_kv_memory", "01_softmax_jacobian", "02_capacity", "03_leverage_2d", "04_roadmap",
-         "05_algorithm1_gpu", "06_live_eviction", "07_serving", "08_error_decomposition", "09_baselines",
+         "05_algorithm1_gpu", "06_live_eviction", "07_serving", "07b_kvpress", "08_error_decomposition", "09_baselines",
          "10_critique", "10b_failure_cases"]
 
 

@@ -17,7 +17,7 @@ from . import io
 from .paths import data_path
 from .provenance import provenance
 
-__all__ = ["CONFIG", "QUICK", "run_decoding_comparison", "main"]
+__all__ = ["CONFIG", "QUICK", "run_decoding_comparison", "decoding_summary", "main"]
 
 CONFIG = {
     "prompts": [
@@ -88,6 +88,33 @@ def run_decoding_comparison(model, tok, *, config: dict | None = None, out: Path
                   "wall_seconds": time.time() - t_start}
     return io.write_results(out or data_path("serving", "decoding_comparison.json", must_exist=False),
                             config_out, rows)
+
+
+def decoding_summary(rows: list) -> dict:
+    """Per method, the means over prompts of the per-prompt summaries of :func:`run_decoding_comparison`'s rows:
+    ``mean_kl``, ``mean_kl_compressed``, ``p90_kl``, ``top1_agree``, ``peak_cache`` (max over prompts),
+    ``scoring_share``, ``mean_age``, the pooled ``age_fraction`` per age bin, ``kl_binned`` (mean curve)
+    and ``per_prompt_kl``; methods in the order they first appear."""
+    out: dict = {}
+    for r in rows:
+        if r["method"] == "uncompressed":
+            continue
+        out.setdefault(r["method"], []).append(r)
+    summary = {}
+    for name, rs in out.items():
+        n = len(rs)
+        mean = lambda key: sum(r[key] for r in rs) / n  # noqa: E731
+        counts = [sum(r["age_counts"][i] for r in rs) for i in range(len(rs[0]["age_counts"]))]
+        total = max(sum(counts), 1)
+        summary[name] = {
+            "mean_kl": mean("mean_kl"), "mean_kl_compressed": mean("mean_kl_compressed"), "p90_kl": mean("p90_kl"),
+            "top1_agree": mean("top1_agree"), "peak_cache": max(r["peak_cache"] for r in rs),
+            "scoring_share": mean("scoring_share"), "mean_age": mean("mean_age"),
+            "age_edges": rs[0]["age_edges"], "age_fraction": [c / total for c in counts],
+            "kl_binned": [sum(r["kl_binned"][i] for r in rs) / n for i in range(len(rs[0]["kl_binned"]))],
+            "bin_edges": rs[0]["bin_edges"], "per_prompt_kl": [r["mean_kl"] for r in rs], "n_prompts": n,
+        }
+    return summary
 
 
 def main(argv=None) -> int:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-__all__ = ["cache_timeline", "age_histograms", "beta_tracking", "beta_tradeoff", "kl_timeline"]
+__all__ = ["cache_timeline", "age_histograms", "beta_tracking", "beta_tradeoff", "kl_timeline",
+           "decoding_comparison"]
 
 
 def _ev(e):
@@ -125,4 +126,41 @@ def kl_timeline(runs: dict, *, title: str = "Next-token KL against the uncompres
                         line=dict(dash="dash") if r["method"] == "window" else None)
     fig.update_layout(title=title, xaxis_title="decode step", yaxis_title="KL (nats)", yaxis_type="log", height=400,
                       legend=dict(orientation="h", y=-0.3))
+    return fig
+
+
+DECODING_LABELS = {"alg2": "Algorithm 2 (Jacap, EMA)", "jacap": "DecodingPress(Jacap)", "tova": "DecodingPress(TOVA)",
+                   "knorm": "DecodingPress(KNorm)", "expected_attention": "DecodingPress(Expected Attention)",
+                   "streaming_llm": "DecodingPress(StreamingLLM)"}
+
+
+def decoding_comparison(summary: dict, *, title: str = "Compression during decoding at the same cache budget") -> go.Figure:
+    """Three panels from :func:`jacap_lib.results.decoding_comparison.decoding_summary`: the next-token KL along
+    the generation (mean over prompts, per step range), the mean KL per method (one dot per prompt), and
+    where the kept tokens sit (fraction of the final cache per age bin)."""
+    if not summary:
+        raise ValueError("`summary` is empty: load data/serving/decoding_comparison.json and summarise it first")
+    fig = make_subplots(rows=1, cols=3, column_widths=[0.42, 0.22, 0.36], horizontal_spacing=0.08,
+                        subplot_titles=("KL along the generation", "mean KL per prompt", "age of the kept tokens"))
+    palette = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#7f7f7f", "#8c564b"]
+    for i, (name, s) in enumerate(summary.items()):
+        color, label = palette[i % len(palette)], DECODING_LABELS.get(name, name)
+        edges = s["bin_edges"]
+        mids = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])]
+        fig.add_scatter(x=mids, y=s["kl_binned"], name=label, legendgroup=name, line=dict(color=color), row=1, col=1)
+        fig.add_scatter(x=[label] * len(s["per_prompt_kl"]), y=s["per_prompt_kl"], mode="markers", legendgroup=name,
+                        showlegend=False, marker=dict(color=color, size=8), row=1, col=2)
+        fig.add_scatter(x=[label], y=[s["mean_kl"]], mode="markers", legendgroup=name, showlegend=False,
+                        marker=dict(color=color, size=16, symbol="line-ew-open", line=dict(width=3)), row=1, col=2)
+        a = s["age_edges"]
+        bins = [f"{lo}-{hi - 1}" if j < len(a) - 2 else f">={lo}" for j, (lo, hi) in enumerate(zip(a[:-1], a[1:]))]
+        fig.add_bar(x=bins, y=s["age_fraction"], name=label, legendgroup=name, showlegend=False,
+                    marker_color=color, row=1, col=3)
+    fig.update_yaxes(type="log", title_text="KL (nats)", row=1, col=1)
+    fig.update_yaxes(type="log", row=1, col=2)
+    fig.update_xaxes(title_text="generated token", row=1, col=1)
+    fig.update_xaxes(showticklabels=False, row=1, col=2)
+    fig.update_xaxes(title_text="age (tokens)", row=1, col=3)
+    fig.update_yaxes(title_text="fraction of the cache", row=1, col=3)
+    fig.update_layout(title=title, barmode="group", height=430, legend=dict(orientation="h", y=-0.25))
     return fig
