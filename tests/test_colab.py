@@ -1,0 +1,130 @@
+"""Every chapter runs on Colab — checked without Colab.
+
+The test plays Colab's part: a fresh virtual environment outside the checkout (created with
+``--system-site-packages``, so ``pip install`` resolves from the packages already on this machine and
+downloads nothing), the repository served from a local ``file://`` git URL with the committed HEAD on
+the branch ``_config.yml`` names, and ``JACAP_COLAB=1``, which the generated install cell treats as
+Colab. Each notebook ``book/*.ipynb`` is then executed top to bottom by a kernel of that environment:
+the first one clones the repository and installs the requirements, the bundled model and the library;
+every chapter must run without an error, import ``jacap_lib`` from the clone and find the clone's
+``data/``.
+
+What it cannot check: Colab's own preinstalled versions (the venv inherits this machine's) and a GPU.
+It tests the committed HEAD, not uncommitted edits. The chapters are shared between two such
+"machines" (each its own venv and clone, one chapter at a time, one thread each) to use CI's two cores.
+Marked ``colab`` (CI runs it; ``pytest -m "not colab"`` skips it).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.colab
+
+RUNNER = textwrap.dedent('''
+    """Execute notebooks with nbclient in this interpreter's kernel; print one JSON line per notebook."""
+    import json, os, re, sys, time
+    import nbformat
+    from nbclient import NotebookClient
+
+    repo = os.environ["JACAP_REPO_DIR"]
+    probe = nbformat.v4.new_code_cell(
+        "import json, os, sys, jacap_lib\\n"
+        "try:\\n"
+        "    from jacap_lib.results.paths import data_dir\\n"
+        "    data = str(data_dir())\\n"
+        "except ImportError:  # before results/paths.py existed\\n"
+        "    data = os.environ['JACAP_DATA']\\n"
+        "print('PROBE' + json.dumps({'lib': jacap_lib.__file__, 'data': data, 'prefix': sys.prefix}))")
+    for path in sys.argv[1:]:
+        nb = nbformat.read(path, as_version=4)
+        nb.cells.append(probe)
+        start = time.time()
+        error = None
+        try:
+            NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False,
+                           resources={"metadata": {"path": os.getcwd()}}).execute()
+        except Exception as exc:  # report and go on with the next chapter
+            text = re.sub(r"\x1b\\[[0-9;]*m", "", str(exc))
+            error = f"{type(exc).__name__}: {text[-1500:]}"
+        out = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []) if o.get("name") == "stdout")
+        probe_out = json.loads(out.split("PROBE", 1)[1]) if "PROBE" in out else None
+        print(json.dumps({"notebook": os.path.basename(path), "seconds": round(time.time() - start, 1),
+                          "error": error, "probe": probe_out}), flush=True)
+''')
+
+
+def _run(cmd, **kw):
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+WORKERS = 2  # two "Colab machines" side by side (each its own venv and clone): CI has two cores
+
+
+def _machine(tmp_path: Path, name: str, origin: Path):
+    """A fresh environment outside the checkout that sees this machine's packages, and where its clone goes."""
+    root = tmp_path / name
+    venv = root / "venv"
+    # --without-pip: the system's pip serves the venv; a venv's own (older) setuptools would shadow the system's
+    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)])
+    (root / "work").mkdir()
+    clone = root / "content" / "jacap-book"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "JACAP_DATA", "JACAP_BOOK_BUILD")}
+    env.update(JACAP_COLAB="1", JACAP_REPO_URL=origin.as_uri(), JACAP_REPO_DIR=str(clone),
+               PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", PIP_NO_INDEX="1",
+               PIP_DISABLE_PIP_VERSION_CHECK="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return venv, clone, env, root / "work"
+
+
+def test_every_chapter_runs_as_on_colab(tmp_path):
+    cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
+    branch = cfg["repository"].get("branch") or "main"
+    # the repository, served from a file:// URL, HEAD on the branch the install cell clones
+    origin = tmp_path / "origin.git"
+    _run(["git", "init", "-q", "--bare", str(origin)])
+    _run(["git", "-C", str(ROOT), "push", "-q", str(origin), f"HEAD:refs/heads/{branch}"])
+    (tmp_path / "runner.py").write_text(RUNNER)
+    notebooks = sorted((ROOT / "book").glob("*.ipynb"))
+    assert len(notebooks) >= 12
+    jobs = []
+    for w in range(WORKERS):
+        venv, clone, env, work = _machine(tmp_path, f"machine{w}", origin)
+        share = notebooks[w::WORKERS]
+        log = (tmp_path / f"machine{w}.log").open("w")  # one JSON line per chapter, as it finishes
+        proc = subprocess.Popen([str(venv / "bin" / "python"), str(tmp_path / "runner.py"), *map(str, share)],
+                                cwd=work, env=env, stdout=log, stderr=subprocess.PIPE, text=True)
+        jobs.append((proc, venv, clone, share, tmp_path / f"machine{w}.log"))
+    reports, problems = [], []
+    for proc, venv, clone, share, log in jobs:
+        try:
+            _, err = proc.communicate(timeout=1500)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        mine = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+        if proc.returncode != 0 or len(mine) != len(share):
+            problems.append(f"runner for {[p.name for p in share]} exited {proc.returncode}: {err[-3000:]}")
+        for r in mine:
+            r.update(venv=venv, clone=clone)
+        reports += mine
+    summary = "\n".join(f"{r['notebook']}: {r['seconds']} s {'ok' if not r['error'] else 'FAILED'}" for r in reports)
+    print(summary)
+    assert not problems, summary + "\n" + "\n".join(problems)
+    failed = {r["notebook"]: r["error"] for r in reports if r["error"]}
+    assert not failed, (f"{len(failed)} chapters failed as on Colab ({', '.join(failed)}); the first:\n"
+                        + "\n\n".join(f"{k}: {v}" for k, v in list(failed.items())[:2]))
+    for r in reports:  # the library and the results came from the clone, in the fresh environment
+        assert (r["clone"] / ".git").is_dir(), r
+        assert Path(r["probe"]["lib"]).resolve().is_relative_to(r["clone"].resolve()), r
+        assert Path(r["probe"]["data"]).resolve() == (r["clone"] / "data").resolve(), r
+        assert Path(r["probe"]["prefix"]).resolve() == r["venv"].resolve(), r
