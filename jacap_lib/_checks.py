@@ -23,12 +23,25 @@ def finite(name: str, x: torch.Tensor) -> None:
         raise ValueError(f"`{name}` contains {bad} NaN/Inf value(s); clean the cache or the statistics before scoring")
 
 
-def positive(name: str, value, *, allow_zero: bool = False) -> float:
+def real(name: str, value) -> float:
+    """A finite real number (bools and strings refused)."""
+    if isinstance(value, bool) or isinstance(value, str) or value is None:
+        raise ValueError(f"`{name}` must be a real number, got {value!r}")
+    if isinstance(value, torch.Tensor) and value.numel() != 1:
+        raise ValueError(f"`{name}` must be a real number (or a one-element tensor), got a tensor of shape "
+                         f"{tuple(value.shape)}")
     try:
         v = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"`{name}` must be a real number, got {value!r}") from None
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+    if not math.isfinite(v):
+        raise ValueError(f"`{name}` must be finite, got {value!r} (NaN/Inf)")
+    return v
+
+
+def positive(name: str, value, *, allow_zero: bool = False) -> float:
+    v = real(name, value)
+    if v < 0 or (v == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"`{name}` must be finite and {bound}, got {value!r}")
     return v
@@ -37,6 +50,7 @@ def positive(name: str, value, *, allow_zero: bool = False) -> float:
 def nonneg_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int,)) and not (
         isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
+        and value.dtype != torch.bool
     ):
         raise ValueError(f"`{name}` must be a non-negative int, got {value!r}")
     v = int(value)
@@ -45,8 +59,29 @@ def nonneg_int(name: str, value) -> int:
     return v
 
 
+def int_at_least(name: str, value, low: int) -> int:
+    """An int ``>= low`` (bools refused)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"`{name}` must be an int >= {low}, got {value!r}")
+    if value < low:
+        raise ValueError(f"`{name}` must be an int >= {low}, got {value}")
+    return int(value)
+
+
 def unit_interval(name: str, value, *, closed_right: bool = False) -> float:
     v = positive(name, value, allow_zero=True)
     if v > 1 or (v == 1 and not closed_right):
         raise ValueError(f"`{name}` must lie in [0, 1{']' if closed_right else ')'}, got {value!r}")
     return v
+
+
+def boolean(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False, got {value!r}")
+    return value
+
+
+def choice(name: str, value, options) -> object:
+    if not isinstance(value, str) or value not in options:
+        raise ValueError(f"`{name}` must be one of {', '.join(repr(o) for o in options)}; got {value!r}")
+    return value

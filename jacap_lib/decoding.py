@@ -180,12 +180,20 @@ class JacapDecodeController:
         self.age_bins = _checks.nonneg_int("age_bins", age_bins)
         if self.age_bins < 1:
             raise ValueError("`age_bins` must be >= 1")
-        self.record_kept = bool(record_kept)
-        self.record_layers = tuple(int(i) for i in record_layers)
-        self.backend = backend
+        self.record_kept = _checks.boolean("record_kept", record_kept)
+        self.backend = _checks.choice("backend", backend, ("auto", "torch", "triton"))
 
         self.model = model
         self.attn_modules = self._find_attention(model)
+        n_layers = len(self.attn_modules)
+        if isinstance(record_layers, (str, bytes)) or not hasattr(record_layers, "__iter__"):
+            raise ValueError(f"`record_layers` must be a tuple of layer indices, got {record_layers!r}")
+        layers = []
+        for i in record_layers:
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n_layers:
+                raise ValueError(f"`record_layers` must hold layer indices in [0, {n_layers}), got {record_layers!r}")
+            layers.append(i)
+        self.record_layers = tuple(layers)
         cfg = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
         self.n_q_heads = cfg.num_attention_heads
         self.n_kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
@@ -196,6 +204,9 @@ class JacapDecodeController:
     # ------------------------------------------------------------------ hooks
     @staticmethod
     def _find_attention(model) -> list:
+        if not hasattr(model, "named_modules") or not hasattr(model, "config"):
+            raise ValueError(f"`model` must be a transformers causal LM (Llama, Qwen2/3, Mistral, ...), got "
+                             f"{type(model).__name__}")
         return attention_modules(model)
 
     def attach(self) -> "JacapDecodeController":
@@ -242,6 +253,9 @@ class JacapDecodeController:
 
     def positions(self, layer: int) -> torch.Tensor:
         """Original position ids of the slots of ``layer``: ``(b, H_kv, L)`` (padding slots hold 0)."""
+        if layer not in self._positions:
+            raise ValueError(f"no positions for layer {layer!r}: layers are 0..{len(self.attn_modules) - 1} and are "
+                             "filled by a forward pass with the controller attached")
         return self._positions[layer]
 
     def query_stats(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -504,10 +518,12 @@ def replay(model, sequence: torch.Tensor, n_prompt: int, controller: "JacapDecod
     """
     from transformers import DynamicCache
 
-    if sequence.dim() != 2 or sequence.shape[0] != 1:
-        raise ValueError(f"`sequence` must have shape (1, T), got {tuple(sequence.shape)}")
+    if not isinstance(sequence, torch.Tensor) or sequence.dim() != 2 or sequence.shape[0] != 1:
+        raise ValueError(f"`sequence` must be a (1, T) tensor of token ids, got {getattr(sequence, 'shape', sequence)!r}")
+    if sequence.is_floating_point() or sequence.dtype == torch.bool:
+        raise ValueError(f"`sequence` must hold integer token ids, got dtype {sequence.dtype}")
     T = sequence.shape[1]
-    if not 0 < n_prompt <= T:
+    if isinstance(n_prompt, bool) or not isinstance(n_prompt, int) or not 0 < n_prompt <= T:
         raise ValueError(f"`n_prompt` must lie in [1, T={T}], got {n_prompt}")
     cache = DynamicCache(config=model.config)
     steps = range(n_prompt, T)
@@ -567,6 +583,7 @@ def ema_tradeoff(q: torch.Tensor, beta: float, horizon: int = 16, eps: float = 1
     mean of the queries that are yet to come), both relative to the mean query norm.
     """
     horizon = _checks.nonneg_int("horizon", horizon)
+    _checks.tensor("q", q, min_dim=2)
     T = q.shape[-2]
     if horizon < 1 or T <= horizon + 1:
         raise ValueError(f"`horizon` must be >= 1 and < T - 1 = {T - 1}, got {horizon}")

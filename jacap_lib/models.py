@@ -113,6 +113,27 @@ def _convert_bundled() -> Path:
     return target
 
 
+def _looks_local(name) -> bool:
+    """A path rather than a Hugging Face id: a PathLike, an absolute path, ``./``, ``../`` or ``~``, or a
+    string naming an existing directory."""
+    text = str(name)
+    return (isinstance(name, os.PathLike) or os.path.isabs(text) or text.startswith(("./", "../", "~", ".\\"))
+            or text in (".", "..") or os.path.isdir(text))
+
+
+def _check_local(name) -> None:
+    """A local model folder must exist and hold a ``config.json`` (else transformers reports a Hub-id error)."""
+    if not _looks_local(name):
+        return
+    path = Path(str(name)).expanduser()
+    if not path.is_dir():
+        raise ValueError(f"name {str(name)!r} looks like a local folder, but it was not found ({path.resolve()}); "
+                         "pass an existing directory saved with save_pretrained, or a Hugging Face id like 'org/model'")
+    if not (path / "config.json").is_file():
+        raise ValueError(f"name {str(name)!r}: the folder {path} has no config.json; save the model there with "
+                         "model.save_pretrained(folder) and tokenizer.save_pretrained(folder)")
+
+
 def load_model(
     name: str | None = None,
     dtype: torch.dtype | str | None = None,
@@ -144,13 +165,21 @@ def load_model(
         raise ValueError(f"name must be None (bundled model), a Hugging Face id or a path; got {name!r}")
     if attn_implementation not in {"sdpa", "eager"}:
         raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', got {attn_implementation!r}")
-    device = torch.device(device or _default_device())
+    try:
+        device = torch.device(device or _default_device())
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device must be a torch device or its name ('cpu', 'cuda', 'cuda:1', ...), got {device!r} "
+                         f"({err})") from None
     if dtype is None:
         dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
     elif isinstance(dtype, str):
         if not isinstance(getattr(torch, dtype, None), torch.dtype):
             raise ValueError(f"dtype must be a torch dtype or its name (e.g. 'float32'), got {dtype!r}")
         dtype = getattr(torch, dtype)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point torch dtype (float32, bfloat16, float16), got {dtype!r}")
+    if name is not None and not _is_bundled(str(name)):
+        _check_local(name)
 
     with _quiet_progress():
         if _is_bundled(None if name is None else str(name)):
@@ -158,7 +187,7 @@ def load_model(
             if not (source / "model.safetensors").is_file():
                 source = _convert_bundled()
         else:
-            source = name
+            source = str(Path(str(name)).expanduser()) if _looks_local(name) else name
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn_implementation)
         tokenizer = AutoTokenizer.from_pretrained(source)
     model.to(device).eval()

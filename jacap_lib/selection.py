@@ -10,6 +10,9 @@ __all__ = ["select_keep", "protected_mask"]
 
 def protected_mask(n: int, *, n_sink: int = 4, window: int = 0, device=None) -> torch.Tensor:
     """Boolean ``(n,)`` mask: the first ``n_sink`` and the last ``window`` positions."""
+    n = _checks.nonneg_int("n", n)
+    n_sink = _checks.nonneg_int("n_sink", n_sink)
+    window = _checks.nonneg_int("window", window)
     mask = torch.zeros(n, dtype=torch.bool, device=device)
     mask[: min(n_sink, n)] = True
     if window:

@@ -39,6 +39,8 @@ def flat_query_stats(q: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, 
 
 def ema_weights(T: int, beta: float, *, dtype=torch.float32, device=None) -> torch.Tensor:
     """The weight the EMA puts on each of T queries (they sum to 1; the last gets ``1 - beta``)."""
+    T = _checks.int_at_least("T", T, 1)
+    beta = _checks.unit_interval("beta", beta)
     t = torch.arange(T, dtype=torch.float64, device=device)
     w = (1.0 - beta) * beta ** (T - 1 - t)
     w[0] = beta ** (T - 1)
@@ -73,7 +75,7 @@ class EMAQueryStats:
 
     def update(self, q: torch.Tensor, *, chunk: bool = False) -> "EMAQueryStats":
         """Fold in one query step ``(..., d)``, or a chunk ``(..., T, d)`` when ``chunk=True``."""
-        q = _checks.tensor("q", q, min_dim=1)
+        q = _checks.tensor("q", q, min_dim=2 if chunk else 1)
         _checks.finite("q", q)
         steps = q.float().unbind(-2) if chunk else (q.float(),)
         for qt in steps:

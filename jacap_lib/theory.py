@@ -45,6 +45,7 @@ __all__ = [
 def softmax_jacobian(alpha: torch.Tensor) -> torch.Tensor:
     r""":math:`S = \mathrm{Diag}(\alpha) - \alpha\alpha^\top` for probabilities ``alpha (..., n)``."""
     _checks.tensor("alpha", alpha, min_dim=1)
+    _checks.finite("alpha", alpha)
     return torch.diag_embed(alpha) - alpha.unsqueeze(-1) * alpha.unsqueeze(-2)
 
 
@@ -53,20 +54,23 @@ def _alpha(K: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
     return torch.softmax((K @ mu.unsqueeze(-1)).squeeze(-1) / math.sqrt(d), dim=-1)
 
 
-def _check_KU(K, U, mu=None):
+def _check_KU(K, U, mu=None, mu_name: str = "mu"):
     _checks.tensor("K", K, min_dim=2)
     _checks.tensor("U", U, min_dim=2)
     if U.shape[-1] != K.shape[-2]:
         raise ValueError(f"`U` must be (..., d_out, n) with n = {K.shape[-2]} columns (one per key), got {tuple(U.shape)}")
+    _checks.finite("K", K)
+    _checks.finite("U", U)
     if mu is not None:
-        _checks.tensor("mu", mu, min_dim=1)
+        _checks.tensor(mu_name, mu, min_dim=1)
         if mu.shape[-1] != K.shape[-1]:
-            raise ValueError(f"`mu` must have last dim d = {K.shape[-1]}, got {tuple(mu.shape)}")
+            raise ValueError(f"`{mu_name}` must have last dim d = {K.shape[-1]}, got {tuple(mu.shape)}")
+        _checks.finite(mu_name, mu)
 
 
 def attention(K: torch.Tensor, U: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     r"""Retained attention output :math:`f(q) = U\,\mathrm{softmax}(Kq/\sqrt d)`, shape ``(..., d_out)``."""
-    _check_KU(K, U, q)
+    _check_KU(K, U, q, "q")
     return (U @ _alpha(K, q).unsqueeze(-1)).squeeze(-1)
 
 
@@ -85,9 +89,14 @@ def _as_cov(lam: torch.Tensor, d: int) -> torch.Tensor:
     _checks.tensor("lam", lam, min_dim=1)
     if lam.shape[-1] != d:
         raise ValueError(f"`lam` must be a (..., {d}) diagonal or a (..., {d}, {d}) matrix, got {tuple(lam.shape)}")
+    _checks.finite("lam", lam)
     if lam.dim() >= 2 and lam.shape[-2] == d:
         if not torch.allclose(lam, lam.transpose(-1, -2)):
             raise ValueError("`lam` given as a full (d, d) covariance must be symmetric")
+        evals = torch.linalg.eigvalsh(lam.detach())
+        if bool((evals < -1e-10 * evals.abs().amax(-1, keepdim=True).clamp_min(1.0)).any()):
+            raise ValueError(f"`lam` given as a full (d, d) covariance must be positive semi-definite; its smallest "
+                             f"eigenvalue is {float(evals.min()):.3g}")
         return lam
     if bool((lam < 0).any()):
         raise ValueError("`lam` (a diagonal covariance) must be >= 0")
@@ -99,17 +108,31 @@ def _logdet_spd(M: torch.Tensor) -> torch.Tensor:
     return 2.0 * torch.log(L.diagonal(dim1=-2, dim2=-1)).sum(-1)
 
 
+def _check_noise(noise, m: int):
+    """A positive scalar (number or one-element tensor) -> float; an SPD ``(m, m)`` tensor -> that tensor."""
+    if isinstance(noise, torch.Tensor) and noise.dim() >= 2:
+        if noise.shape[-2:] != (m, m):
+            raise ValueError(f"`noise` must be a scalar or an ({m}, {m}) SPD matrix, got {tuple(noise.shape)}")
+        _checks.tensor("noise", noise, min_dim=2)
+        _checks.finite("noise", noise)
+        if not torch.allclose(noise, noise.transpose(-1, -2)):
+            raise ValueError("`noise` given as a matrix must be symmetric (a covariance)")
+        _, info = torch.linalg.cholesky_ex(noise.detach().double())
+        if bool((info != 0).any()):
+            raise ValueError("`noise` given as a matrix must be positive definite (an SPD covariance)")
+        return noise
+    return _checks.positive("noise", noise)
+
+
 def _noise_logdet_gain(G: torch.Tensor, noise) -> torch.Tensor:
     """½ logdet(I + Σ⁻¹ G) for a PSD ``G (..., m, m)`` and scalar or matrix noise Σ."""
     m = G.shape[-1]
     eye = torch.eye(m, dtype=G.dtype, device=G.device)
-    if isinstance(noise, torch.Tensor) and noise.dim() >= 2:
-        if noise.shape[-2:] != (m, m):
-            raise ValueError(f"`noise` must be a scalar or an ({m}, {m}) SPD matrix, got {tuple(noise.shape)}")
+    noise = _check_noise(noise, m)
+    if isinstance(noise, torch.Tensor):
         noise = noise.to(G.dtype)
         return 0.5 * (_logdet_spd(noise + G) - _logdet_spd(noise))
-    sigma2 = _checks.positive("noise", float(noise))
-    return 0.5 * _logdet_spd(eye + G / sigma2)
+    return 0.5 * _logdet_spd(eye + G / noise)
 
 
 def jacobian_capacity(K, U, mu, lam, noise=1.0) -> torch.Tensor:
@@ -131,30 +154,43 @@ def whitened_eigenvalues(K, U, mu, lam, noise=1.0) -> torch.Tensor:
     r"""Eigenvalues of :math:`G = \Sigma^{-1/2} J\Lambda J^\top \Sigma^{-1/2}` (ascending, ``(..., d_out)``)."""
     J = attention_jacobian(K, U, mu)
     G = J @ _as_cov(lam, K.shape[-1]).to(J.dtype) @ J.transpose(-1, -2)
-    if isinstance(noise, torch.Tensor) and noise.dim() >= 2:
+    noise = _check_noise(noise, U.shape[-2])
+    if isinstance(noise, torch.Tensor):
         evals, evecs = torch.linalg.eigh(noise.to(G.dtype))
         w = evecs @ torch.diag_embed(evals.rsqrt()) @ evecs.transpose(-1, -2)
         G = w @ G @ w
     else:
-        G = G / _checks.positive("noise", float(noise))
+        G = G / noise
     return torch.linalg.eigvalsh(0.5 * (G + G.transpose(-1, -2)))
 
 
 def capacity_from_eigenvalues(eigenvalues: torch.Tensor) -> torch.Tensor:
     r""":math:`\tfrac12\sum_\ell \log(1+\lambda_\ell)` — e.g. (10, 0) gives ½ log 11, (5, 5) gives ½ log 36."""
+    _checks.tensor("eigenvalues", eigenvalues, min_dim=1)
+    _checks.finite("eigenvalues", eigenvalues)
+    if bool((eigenvalues <= -1).any()):
+        raise ValueError(f"`eigenvalues` must be > -1 (they are eigenvalues of a PSD matrix, >= 0 up to rounding); "
+                         f"got {float(eigenvalues.min()):.3g}")
     return 0.5 * torch.log1p(eigenvalues).sum(-1)
 
 
 # ----------------------------------------------------------------------------- Algorithm 1 (small, float64, full Λ allowed)
-def algorithm1_scores(K, U, mu, lam, *, tau: float = 10.0, noise: float = 1.0) -> dict:
+def algorithm1_scores(K, U, mu, lam, *, tau: float = 10.0, noise=1.0) -> dict:
     r"""Algorithm 1 for one small cache in the theory conventions (``U`` is ``(d_out, n)``; full or diagonal Λ).
 
     Returns a dict of ``alpha, rho, kappa, weight, leverage, score`` (each ``(..., n)``), computed
     with an explicit solve — an independent cross-check of :func:`jacap_lib.jacap_scores`.
+
+    ``noise`` is :math:`\sigma^2` or an SPD ``(d_out, d_out)`` matrix :math:`\Sigma`; a matrix whitens the
+    output directions, :math:`\tilde u_i = L^{-1} u_i` with :math:`\Sigma = LL^\top`, and the scalar rule
+    runs on them with :math:`\sigma^2 = 1` (then ``leverage`` is :math:`\tilde u_i^\top A^{-1}\tilde u_i`).
     """
     _check_KU(K, U, mu)
     tau = _checks.positive("tau", tau)
-    noise = _checks.positive("noise", noise)
+    noise = _check_noise(noise, U.shape[-2])
+    if isinstance(noise, torch.Tensor):
+        U = torch.linalg.solve_triangular(torch.linalg.cholesky(noise.to(U.dtype)), U, upper=False)
+        noise = 1.0
     d = K.shape[-1]
     alpha = torch.softmax((K @ mu.unsqueeze(-1)).squeeze(-1) / (tau * math.sqrt(d)), dim=-1)
     rho = alpha * (1 - alpha)
@@ -204,7 +240,14 @@ class SelectionResult:
 
 def subset_capacity(K, U, mu, lam, indices, noise=1.0) -> torch.Tensor:
     """Jacobian capacity of the subset ``indices`` with the softmax re-normalised over that subset."""
-    idx = torch.as_tensor(indices, dtype=torch.long, device=K.device)
+    _checks.tensor("K", K, min_dim=2)
+    idx = torch.as_tensor(indices, device=K.device)
+    if idx.dim() != 1 or (idx.numel() and (idx.is_floating_point() or idx.dtype == torch.bool)):
+        raise ValueError(f"`indices` must be a 1-D sequence of token indices (ints), got {indices!r}")
+    idx = idx.long()
+    n = K.shape[-2]
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= n):
+        raise ValueError(f"`indices` must lie in [0, n = {n}), got {idx.tolist()}")
     return jacobian_capacity(K[..., idx, :], U[..., :, idx], mu, lam, noise)
 
 
@@ -222,7 +265,7 @@ def _check_selection(K, U, mu, budget):
 def select_one_shot(K, U, mu, lam, budget: int, *, tau: float = 10.0, noise=1.0) -> SelectionResult:
     """Algorithm 1: keep the top-``budget`` tokens by the one-shot score (no protected regions)."""
     budget = _check_selection(K, U, mu, budget)
-    s = algorithm1_scores(K, U, mu, lam, tau=tau, noise=float(noise) if not isinstance(noise, torch.Tensor) else 1.0)["score"]
+    s = algorithm1_scores(K, U, mu, lam, tau=tau, noise=noise)["score"]
     idx = s.topk(budget).indices.sort().values
     return SelectionResult(idx, float(subset_capacity(K, U, mu, lam, idx, noise)), "one-shot")
 
@@ -252,6 +295,8 @@ def select_exhaustive(K, U, mu, lam, budget: int, *, noise=1.0, max_subsets: int
 
     Subsets are evaluated in batches of ``chunk`` (one batched Cholesky per batch)."""
     budget = _check_selection(K, U, mu, budget)
+    max_subsets = _checks.int_at_least("max_subsets", max_subsets, 1)
+    chunk = _checks.int_at_least("chunk", chunk, 1)
     n = K.shape[0]
     total = math.comb(n, budget)
     if total > max_subsets:

@@ -88,7 +88,8 @@ def test_cache_lengths_follow_schedule(model_tok, evict):
     model, _ = model_tok
     prompt, _ = _prompt()
     n = prompt.shape[1]
-    press = build_press("jacap_pyramid", 0.75, slope=1.0, evict=evict)
+    # n_sink=1: the top layers keep a single token each at this length, and a press refuses to drop a sink
+    press = build_press("jacap_pyramid", 0.75, slope=1.0, evict=evict, n_sink=1)
     from transformers import DynamicCache
 
     cache = DynamicCache()
@@ -123,12 +124,13 @@ def test_mask_equals_pruning_on_the_continuation(model_tok):
     prompt, cont = _prompt(seed=1)
     cap = Q.capture_prefill(model, prompt)
     n = prompt.shape[1]
-    lp_uniform, _, kept_u = Q.continue_from_cache(model, Q.replay_press(model, cap, JacapPress(0.75)), n, cont)
-    flat = build_press("jacap_pyramid", 0.75, slope=0.0)
+    # n_sink=1: the pyramid's top layers keep one token each at this length (a press refuses to drop a sink)
+    lp_uniform, _, kept_u = Q.continue_from_cache(model, Q.replay_press(model, cap, JacapPress(0.75, n_sink=1)), n, cont)
+    flat = build_press("jacap_pyramid", 0.75, slope=0.0, n_sink=1)
     lp_flat, _, kept_f = Q.continue_from_cache(model, Q.replay_press(model, cap, flat), n, cont)
     assert kept_f == kept_u == compute_n_kept(n, 0.75)
     torch.testing.assert_close(lp_flat, lp_uniform, rtol=1e-4, atol=1e-4)
-    pyr = build_press("jacap_pyramid", 0.75, slope=1.0)
+    pyr = build_press("jacap_pyramid", 0.75, slope=1.0, n_sink=1)
     lp_pyr, _, kept_p = Q.continue_from_cache(model, Q.replay_press(model, cap, pyr), n, cont)
     sched = [compute_n_kept(n, c) for c in pyr.compression_ratios]
     assert kept_p == pytest.approx(sum(sched) / len(sched))

@@ -202,14 +202,15 @@ def _ids(tokenizer, text, chat: bool) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ratio: float = 0.5, *, chat=False, **opts):
+def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ratio: float | None = None, *, chat=False,
+                     **opts):
     """Prefill ``text`` with ``method`` at ``compression_ratio`` and record what was kept, and why.
 
     Parameters
     ----------
     method : a registry name (:func:`jacap_lib.list_methods`) or a ready kvpress press
-        (then ``compression_ratio``/``opts`` must be left at their defaults / empty).
-    compression_ratio : float in [0, 1).
+        (then ``compression_ratio``/``opts`` must be left out: the press carries its own).
+    compression_ratio : float in [0, 1); ``None`` = 0.5 with a method name.
     chat : wrap ``text`` in the tokenizer's chat template first.
     opts : options for the press (``tau``, ``beta``, ``window``, ...).
 
@@ -220,16 +221,9 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     from transformers import DynamicCache
 
     from ..presses.jacap import JacapPress
-    from ..presses.registry import build_press
 
-    if isinstance(method, str):
-        press = build_press(method, compression_ratio, **opts)
-        name = method
-    else:
-        if opts:
-            raise ValueError("options are only accepted with a method name; configure the press object instead")
-        press, name = method, type(method).__name__
-        compression_ratio = float(getattr(press, "compression_ratio", compression_ratio))
+    press, name = _press_for(method, compression_ratio, opts)
+    compression_ratio = float(getattr(press, "compression_ratio", 0.5 if compression_ratio is None else compression_ratio))
     ids = _ids(tokenizer, text, chat).to(next(model.parameters()).device)
 
     scores = {}
@@ -273,16 +267,32 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     return result
 
 
-def answer(model, tokenizer, context: str, question: str, method=None, compression_ratio: float = 0.5,
-           *, max_new_tokens: int = 20, **opts) -> str:
-    """Greedy answer of the kvpress pipeline; ``method=None`` = no eviction."""
-    from transformers import pipeline
-
+def _press_for(method, compression_ratio, opts: dict):
+    """``(press, name)`` for a registry name (``compression_ratio`` None = 0.5) or a ready press object (then
+    ``compression_ratio`` and ``opts`` must be left out: the press carries its own, and a second value
+    would be ignored without a word)."""
     from ..presses.registry import build_press
+
+    if isinstance(method, str):
+        return build_press(method, 0.5 if compression_ratio is None else compression_ratio, **opts), method
+    if compression_ratio is not None:
+        raise ValueError(f"compression_ratio={compression_ratio!r} was given with a press object "
+                         f"({type(method).__name__}), which carries its own ratio; set it on the press instead")
+    if opts:
+        raise ValueError(f"options {sorted(opts)} are only accepted with a method name; configure the press object "
+                         "instead")
+    return method, type(method).__name__
+
+
+def answer(model, tokenizer, context: str, question: str, method=None, compression_ratio: float | None = None,
+           *, max_new_tokens: int = 20, **opts) -> str:
+    """Greedy answer of the kvpress pipeline; ``method=None`` = no eviction, a registry name (at
+    ``compression_ratio``, ``None`` = 0.5) or a ready press object (no ratio, no options)."""
+    from transformers import pipeline
 
     press = None
     if method is not None:
-        press = build_press(method, compression_ratio, **opts) if isinstance(method, str) else method
+        press = _press_for(method, compression_ratio, opts)[0]
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer)
     return pipe(context, question=question, press=press, max_new_tokens=max_new_tokens)["answer"]
 

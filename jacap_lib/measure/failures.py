@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import torch
+from kvpress.utils import compute_n_kept
 
 from ..presses.jacap import JacapPress
 from ..presses.jacap_rank1 import JacapRank1Press
@@ -216,7 +217,9 @@ def delayed_constraint(model, tok, *, ratios=(0.5, 0.75, 0.9), n_queries: int = 
     ref = run_case(model, p, c, answer_slice=answer_slice, label="full cache", reference=ref_out)
     cases = []
     for ratio in ratios:
-        for protect, n_sink in (("sinks only (n_sink=4)", 4), (f"system prefix protected (n_sink={n_prefix})", n_prefix)):
+        # a budget below the prefix cannot protect all of it (the press refuses): protect its first `budget` tokens
+        n_protect = min(n_prefix, compute_n_kept(p.shape[1], ratio))
+        for protect, n_sink in (("sinks only (n_sink=4)", 4), (f"system prefix protected (n_sink={n_protect})", n_protect)):
             press = JacapPress(compression_ratio=ratio, tau=tau, n_sink=n_sink, n_queries=n_queries)
             r = run_case(model, p, c, answer_slice=answer_slice, press=press, critical=critical, label=protect,
                          reference=ref_out)

@@ -22,6 +22,7 @@ from kvpress.utils import compute_n_kept
 from torch import nn
 from transformers.models.llama.modeling_llama import repeat_kv
 
+from .. import _checks
 from ..scoring import JacapScores, jacap_scores
 from ..stats import ema_weights
 from . import utils
@@ -100,31 +101,28 @@ class JacapPress(ScorerPress):
     _window_warned: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        if not (isinstance(self.compression_ratio, (int, float)) and 0 <= self.compression_ratio < 1):
-            raise ValueError(f"compression_ratio must be in [0, 1), got {self.compression_ratio!r}")
+        ratio = self.compression_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
+            raise ValueError(f"compression_ratio must be a number in [0, 1), got {ratio!r}")
         if isinstance(self.noise, str):
             if self.noise != "deff":
                 raise ValueError(f"noise must be a positive number or 'deff' (effective-dimension rule), got {self.noise!r}")
-        elif not (isinstance(self.noise, (int, float)) and not isinstance(self.noise, bool) and self.noise > 0):
-            raise ValueError(f"noise must be a positive number or 'deff', got {self.noise!r}")
-        if not (isinstance(self.deff_frac, (int, float)) and 0 < self.deff_frac <= 1):
+        else:
+            _checks.positive("noise", self.noise)
+        if isinstance(self.deff_frac, bool) or not (isinstance(self.deff_frac, (int, float)) and 0 < self.deff_frac <= 1):
             raise ValueError(f"deff_frac must be in (0, 1] (fraction of min(n_kept, head_dim)), got {self.deff_frac!r}")
         for name in ("tau", "eps"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-        for name in ("n_sink", "window", "n_future_positions"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 0):
-                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-        if self.n_queries is not None and not (isinstance(self.n_queries, int) and self.n_queries > 0):
-            raise ValueError(f"n_queries must be None (all prompt queries) or a positive int, got {self.n_queries!r}")
-        if self.beta is not None and not (isinstance(self.beta, (int, float)) and 0 <= self.beta < 1):
-            raise ValueError(f"beta must be None (flat mean) or in [0, 1), got {self.beta!r}")
-        if self.gqa not in ("pool", "mean"):
-            raise ValueError(f"gqa must be 'pool' or 'mean', got {self.gqa!r}")
-        if self.backend not in ("auto", "torch", "triton"):
-            raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {self.backend!r}")
+            _checks.positive(name, getattr(self, name))
+        for name in ("n_sink", "window"):
+            _checks.int_at_least(name, getattr(self, name), 0)
+        _checks.int_at_least("n_future_positions", self.n_future_positions, 1)
+        if self.n_queries is not None:
+            _checks.int_at_least("n_queries", self.n_queries, 1)
+        if self.beta is not None:
+            _checks.unit_interval("beta", self.beta)
+        _checks.boolean("use_out_proj", self.use_out_proj)
+        _checks.choice("gqa", self.gqa, ("pool", "mean"))
+        _checks.choice("backend", self.backend, ("auto", "torch", "triton"))
 
     # ---- step 1: query statistics -------------------------------------------------------
     def query_statistics(self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict):

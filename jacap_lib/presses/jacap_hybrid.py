@@ -45,11 +45,11 @@ class JacapHybridPress(JacapPress):
 
     def __post_init__(self):
         super().__post_init__()
-        if not (isinstance(self.lam_mix, (int, float)) and 0 <= self.lam_mix <= 1):
+        if isinstance(self.lam_mix, bool) or not (isinstance(self.lam_mix, (int, float)) and 0 <= self.lam_mix <= 1):
             raise ValueError(f"lam_mix must be in [0, 1], got {self.lam_mix!r}")
         if self.global_score not in ("snapkv", "keynorm"):
             raise ValueError(f"global_score must be 'snapkv' or 'keynorm', got {self.global_score!r}")
-        if not (isinstance(self.snap_window, int) and self.snap_window > 0):
+        if isinstance(self.snap_window, bool) or not (isinstance(self.snap_window, int) and self.snap_window > 0):
             raise ValueError(f"snap_window must be a positive int, got {self.snap_window!r}")
 
     def global_scores(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:

@@ -56,8 +56,10 @@ class JacapMultiCenterPress(JacapPress):
 
     def __post_init__(self):
         super().__post_init__()
-        if not (isinstance(self.n_centers, int) and self.n_centers >= 1):
+        if isinstance(self.n_centers, bool) or not (isinstance(self.n_centers, int) and self.n_centers >= 1):
             raise ValueError(f"n_centers must be a positive int, got {self.n_centers!r}")
+        if isinstance(self.kmeans_iters, bool) or not (isinstance(self.kmeans_iters, int) and self.kmeans_iters >= 1):
+            raise ValueError(f"kmeans_iters must be a positive int, got {self.kmeans_iters!r}")
         if self.aggregate not in ("mean", "max"):
             raise ValueError(f"aggregate must be 'mean' or 'max', got {self.aggregate!r}")
         if self.gqa != "pool" or self.beta is not None:

@@ -34,7 +34,7 @@ class JacapTwoStagePress(JacapPress):
 
     def __post_init__(self):
         super().__post_init__()
-        if not (isinstance(self.expand, (int, float)) and self.expand >= 1):
+        if isinstance(self.expand, bool) or not (isinstance(self.expand, (int, float)) and 1 <= self.expand < float("inf")):
             raise ValueError(f"expand must be a number >= 1 (candidates = expand * budget), got {self.expand!r}")
 
     def token_scores(self, keys, values, mu, lam, module, protected: torch.Tensor | None = None):

@@ -12,12 +12,14 @@ Jacap variants (``jacap_lib.presses.variants.VARIANTS``) are merged in under nam
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 from typing import Callable
 
 import kvpress
 import torch
 
+from .. import _checks
 from .jacap import JacapPress
 
 __all__ = ["BASELINES", "list_methods", "build_press", "method_factory", "parse_method", "press_from_spec",
@@ -104,13 +106,62 @@ def build_press(name: str, compression_ratio: float, **opts):
             f"compression_ratio must be a number in [0, 1) (fraction of the prompt's KV pairs removed), "
             f"got {compression_ratio!r}"
         )
+    valid = _valid_options(factory)
+    unknown = sorted(set(opts) - valid)
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown} for method {name!r}; valid options: {sorted(valid)}")
+    if name in BASELINES:
+        _check_baseline_options(BASELINES[name][0], opts)
+    try:
+        return factory(float(compression_ratio), **opts)
+    except TypeError as err:  # e.g. an option the variant already sets itself ("multiple values for keyword ...")
+        if "keyword argument" not in str(err):
+            raise
+        raise ValueError(f"method {name!r}: {err}; valid options: {sorted(valid)}") from None
+
+
+def _valid_options(factory) -> set:
+    """Keyword options a registry factory accepts (``compression_ratio`` excluded).
+
+    A press class (or a factory with ``press_class``): its dataclass init fields. A variant factory
+    function: its own keyword parameters and, when it takes ``**opts``, the fields of the press it
+    forwards them to (``factory.forwards_to``, default :class:`JacapPress`)."""
     cls = factory if isinstance(factory, type) else getattr(factory, "press_class", None)
     if cls is not None and dataclasses.is_dataclass(cls):
-        valid = {f.name for f in dataclasses.fields(cls) if f.init} - {"compression_ratio"}
-        unknown = sorted(set(opts) - valid)
-        if unknown:
-            raise ValueError(f"unknown option(s) {unknown} for method {name!r}; valid options: {sorted(valid)}")
-    return factory(float(compression_ratio), **opts)
+        return {f.name for f in dataclasses.fields(cls) if f.init} - {"compression_ratio"}
+    params = inspect.signature(factory).parameters.values()
+    valid = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        target = getattr(factory, "forwards_to", JacapPress)
+        valid |= {f.name for f in dataclasses.fields(target) if f.init}
+    return valid - {"compression_ratio"}
+
+
+# smallest allowed value of the kvpress baselines' integer options (0 for the others)
+_BASELINE_INT_MIN = {"window_size": 1, "kernel_size": 1, "n_future_positions": 1}
+
+
+def _check_baseline_options(cls, opts: dict) -> None:
+    """Check kvpress baseline options by their declared type, so a bad value fails here and not at the
+    first forward pass: bools are bools, ints are ints >= 0 (>= 1 for window/kernel sizes and future
+    positions), floats are finite (``tau`` > 0, ``epsilon`` >= 0), ``seed`` is None or an int."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key, value in opts.items():
+        default = fields[key].default
+        if key == "seed":
+            if value is not None:
+                _checks.int_at_least("seed", value, 0)
+        elif isinstance(default, bool):
+            _checks.boolean(key, value)
+        elif isinstance(default, int):
+            _checks.int_at_least(key, value, _BASELINE_INT_MIN.get(key, 0))
+        elif isinstance(default, float):
+            if key == "tau":
+                _checks.positive(key, value)
+            elif key == "epsilon":
+                _checks.positive(key, value, allow_zero=True)
+            else:
+                _checks.real(key, value)
 
 
 # ---------------------------------------------------------------------------------------------

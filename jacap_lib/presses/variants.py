@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from kvpress import AdaKVPress
 
+from .. import _checks
 from .jacap import JacapPress
 from .jacap_hybrid import JacapHybridPress
 from .jacap_multicenter import JacapMultiCenterPress
@@ -31,6 +32,7 @@ def jacap_wo(compression_ratio, **opts):
 
 def jacap_adakv(compression_ratio, alpha_safeguard=0.20, **opts):
     """Jacap scores with kvpress AdaKV head-wise budget allocation (top-k across the heads of a layer)"""
+    _checks.unit_interval("alpha_safeguard", alpha_safeguard, closed_right=True)
     return AdaKVPress(press=JacapPress(compression_ratio, **opts), alpha_safeguard=alpha_safeguard)
 
 

@@ -75,12 +75,14 @@ def validate_inputs(keys, values, mu, lam, tau, noise, out_proj):
         if stat.shape[-1] != d:
             raise ValueError(f"`{name}` must have last dim d = {d} (the keys' head dim), got shape {tuple(stat.shape)}")
         try:
-            torch.broadcast_shapes(stat.shape[:-1], keys.shape[:-2])
+            lead = torch.broadcast_shapes(stat.shape[:-1], keys.shape[:-2])
         except RuntimeError:
+            lead = None
+        if lead != keys.shape[:-2]:  # also refuses extra leading dims, which would silently enlarge the result
             raise ValueError(
-                f"`{name}` shape {tuple(stat.shape)} does not broadcast against the keys' leading dims "
+                f"`{name}` shape {tuple(stat.shape)} does not broadcast to the keys' leading dims "
                 f"{tuple(keys.shape[:-2])}; give it shape (..., d) matching keys (..., N, d)"
-            ) from None
+            )
     tau = _checks.positive("tau", tau)
     noise = _checks.positive("noise", noise)
     # mu and lam are small: check them now. keys/values/out_proj are checked only when a result
@@ -97,6 +99,7 @@ def validate_inputs(keys, values, mu, lam, tau, noise, out_proj):
             )
         if out_proj.device != keys.device:
             raise ValueError(f"`out_proj` is on {out_proj.device} but `keys` on {keys.device}")
+        _checks.finite("out_proj", out_proj)  # a (d_out, d) matrix per head: cheap to check up front
     return tau, noise
 
 
