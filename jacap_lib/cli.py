@@ -60,7 +60,17 @@ def _methods(specs):
         raise _Bad(f"--methods: {e}") from None
 
 
+def _check_model(name) -> None:
+    from .models import check_model_name
+
+    try:
+        check_model_name(name)
+    except ValueError as e:
+        raise _Bad(f"--model: {e}") from None
+
+
 def _load_model(args):
+    _check_model(getattr(args, "model", None))
     import torch
 
     from .models import load_model
@@ -137,6 +147,18 @@ def _bench(args, argv):
 
         config.update(depths=args.depths, trials=args.trials, filler=FILLER, question=QUESTION)
 
+    _check_model(args.model)
+    if args.task == "kl":  # every (segment, length) must hold length + continuation tokens: refuse now, not mid-run
+        from .measure.quality import prompt_and_continuation
+        from .models import load_tokenizer
+
+        tok = load_tokenizer(args.model)
+        for seg in segs:
+            for L in args.lengths:
+                try:
+                    prompt_and_continuation(tok, seg["text"], L, args.continuation, name=f"segment {seg['id']}")
+                except ValueError as e:
+                    raise _Bad(f"--lengths/--continuation: {e}") from None
     model, tok = _load_model(args)
     from .presses.registry import method_options, press_from_spec
 

@@ -134,6 +134,33 @@ def _check_local(name) -> None:
                          "model.save_pretrained(folder) and tokenizer.save_pretrained(folder)")
 
 
+def check_model_name(name) -> None:
+    """``name`` of :func:`load_model`: None / "bundled", a Hugging Face id, or an existing local folder with a
+    ``config.json`` (checked here, so a CLI can refuse it before loading anything)."""
+    if name is not None and (not isinstance(name, (str, os.PathLike)) or not str(name)):
+        raise ValueError(f"name must be None (bundled model), a Hugging Face id or a path; got {name!r}")
+    if name is not None and not _is_bundled(str(name)):
+        _check_local(name)
+
+
+def _source(name):
+    """What transformers' ``from_pretrained`` is given for ``name`` (the bundled model converted once)."""
+    if _is_bundled(None if name is None else str(name)):
+        source = bundled_cache_path()
+        return source if (source / "model.safetensors").is_file() else _convert_bundled()
+    return str(Path(str(name)).expanduser()) if _looks_local(name) else name
+
+
+def load_tokenizer(name: str | None = None):
+    """The tokenizer of :func:`load_model` ``(name)`` alone (cheap: lets a CLI check token counts before
+    it loads the weights)."""
+    from transformers import AutoTokenizer
+
+    check_model_name(name)
+    with _quiet_progress():
+        return AutoTokenizer.from_pretrained(_source(name))
+
+
 def load_model(
     name: str | None = None,
     dtype: torch.dtype | str | None = None,
@@ -161,8 +188,7 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if name is not None and (not isinstance(name, (str, os.PathLike)) or not str(name)):
-        raise ValueError(f"name must be None (bundled model), a Hugging Face id or a path; got {name!r}")
+    check_model_name(name)
     if attn_implementation not in {"sdpa", "eager"}:
         raise ValueError(f"attn_implementation must be 'sdpa' or 'eager', got {attn_implementation!r}")
     try:
@@ -178,16 +204,9 @@ def load_model(
         dtype = getattr(torch, dtype)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating-point torch dtype (float32, bfloat16, float16), got {dtype!r}")
-    if name is not None and not _is_bundled(str(name)):
-        _check_local(name)
 
     with _quiet_progress():
-        if _is_bundled(None if name is None else str(name)):
-            source = bundled_cache_path()
-            if not (source / "model.safetensors").is_file():
-                source = _convert_bundled()
-        else:
-            source = str(Path(str(name)).expanduser()) if _looks_local(name) else name
+        source = _source(name)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn_implementation)
         tokenizer = AutoTokenizer.from_pretrained(source)
     model.to(device).eval()

@@ -10,7 +10,11 @@ first use.
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -549,14 +553,14 @@ def ctrl(env, **kw):
     return JacapDecodeController(env.tiny, **args)
 
 
-for _opt, _val in [("high", -1), ("budget", 0), ("interval", 0), ("beta", 1.0), ("eps", 0.0), ("sink", -1),
+for _opt, _val in [("high", -1), ("budget", 0), ("interval", 0), ("beta", 1.0), ("eps", 0.0), ("n_sink", -1),
                    ("prefix", 2.5), ("window", -1), ("tau", 0.0), ("noise", nan), ("deadline_s", -1.0),
                    ("age_bins", 0), ("backend", "cuda"), ("record_layers", ("a",)), ("record_layers", (99,)),
                    ("record_layers", 3)]:
     bad(f"controller-{_opt}-{_val!r}", lambda env, o=_opt, v=_val: ctrl(env, **{o: v}), _opt, needs="tiny")
 bad("controller-budget-plus-interval-above-high", lambda env: ctrl(env, high=40, budget=36, interval=8),
     "high", "interval", needs="tiny")
-bad("controller-protected-above-budget", lambda env: ctrl(env, sink=4, prefix=30, window=16), "budget", "prefix",
+bad("controller-protected-above-budget", lambda env: ctrl(env, n_sink=4, prefix=30, window=16), "budget", "prefix",
     needs="tiny")
 bad("controller-model-none", lambda env: decoding().JacapDecodeController(None, high=64, budget=40), "model")
 bad("controller-positions-unknown-layer", lambda env: ctrl(env).positions(99), "layer", needs="tiny")
@@ -649,6 +653,224 @@ bad("kl-string-without-tokenizer", lambda env: quality().next_token_kl(env.model
     needs="model")
 bad("kl-batch-two", lambda env: quality().next_token_kl(env.model, None, torch.ones(2, 3, dtype=torch.long), [1], None),
     "prompt_ids", needs="model")
+
+# ============================================================================= results (functions)
+category("results")
+
+
+def Q():
+    from jacap_lib.results import quality
+
+    return quality
+
+
+def parse_method(spec):
+    from jacap_lib.presses.registry import parse_method as f
+
+    return f(spec)
+
+
+bad("parse-method-bad-spec", lambda env: parse_method("ja cap"), "spec")
+bad("parse-method-option-no-value", lambda env: parse_method("jacap[tau]"), "tau")
+bad("parse-method-not-string", lambda env: parse_method(3), "spec")
+bad("load-segments-unknown", lambda env: __import__("jacap_lib.results.texts", fromlist=["x"]).load_segments(
+    ["no-such-segment"]), "no-such-segment")
+bad("bootstrap-empty", lambda env: Q().bootstrap_ci([]), "value")
+bad("bootstrap-n-boot-zero", lambda env: Q().bootstrap_ci([1.0, 2.0], n_boot=0), "n_boot")
+bad("bootstrap-level", lambda env: Q().bootstrap_ci([1.0, 2.0], level=1.5), "level")
+bad("bootstrap-nan", lambda env: Q().bootstrap_ci([1.0, nan]), "nan")
+
+
+def _bootstrap_closed(r, env):  # all values equal: the interval collapses to the value; one value: the same
+    assert r == (2.5, 2.5, 2.5), r
+
+
+ok("bootstrap-constant", lambda env: Q().bootstrap_ci([2.5, 2.5, 2.5]), _bootstrap_closed)
+
+
+def passkey_prompt(*a):
+    from jacap_lib.measure.passkey import passkey_prompt as f
+
+    return f(*a)
+
+
+bad("passkey-depth", lambda env: passkey_prompt(env.tok, 128, 1.5, "12345"), "depth", needs="model")
+bad("passkey-length-short", lambda env: passkey_prompt(env.tok, 10, 0.5, "12345"), "length", needs="model")
+
+
+def _passkey_depth_zero(r, env):  # depth 0: the needle opens the context, which is exactly `length` tokens
+    ctx, question = r
+    assert ctx.shape == (1, 128)
+    needle = env.tok(" The pass key is 12345. Remember it. 12345 is the pass key. ", add_special_tokens=False).input_ids
+    assert ctx[0, :len(needle)].tolist() == needle
+
+
+ok("passkey-depth-zero", lambda env: passkey_prompt(env.tok, 128, 0.0, "12345"), _passkey_depth_zero, needs="model")
+
+
+def _malformed(env):
+    from jacap_lib.results import io
+
+    p = env.fresh_dir("malformed") / "rows.jsonl"
+    p.write_text('{"task": "kl"}\n{"task": \n')
+    return io.read_jsonl(p)
+
+
+bad("read-jsonl-malformed-names-file-and-line", _malformed, "rows.jsonl", "line 2")
+bad("read-jsonl-missing-file", lambda env: __import__("jacap_lib.results.io", fromlist=["x"]).read_jsonl(
+    env.tmp / "missing.jsonl", missing_ok=False), "missing.jsonl", exc=FileNotFoundError)
+
+# ============================================================================= CLI: jacap <subcommand>
+category("CLI")
+
+
+@dataclass
+class CliResult:
+    code: int
+    stderr: str
+    stdout: str
+
+
+def run_cli(env, argv, *, fresh: str):
+    """Run ``jacap <argv>`` in a fresh directory (cwd); return exit status + output and the files it wrote."""
+    from jacap_lib.cli import main
+
+    work = env.tmp / fresh
+    work.mkdir(parents=True, exist_ok=True)
+    before = {p for p in work.rglob("*") if p.is_file()}
+    argv = [a.replace("{d}", str(work)) for a in argv]
+    err, out = io.StringIO(), io.StringIO()
+    cwd = os.getcwd()
+    try:
+        os.chdir(work)
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                code = main(argv)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+    finally:
+        os.chdir(cwd)
+    written = sorted(str(p.relative_to(work)) for p in work.rglob("*") if p.is_file() and p not in before)
+    return CliResult(code, err.getvalue(), out.getvalue()), written
+
+
+def cli_bad(id, argv, *names, setup=None, needs=None):
+    """``jacap <argv>`` must exit with status 2 naming every string of ``names`` on stderr, and write no file."""
+
+    def call(env):
+        fresh = "cli-" + id
+        if setup is not None:
+            setup(env.tmp / fresh)
+        res, written = run_cli(env, argv, fresh=fresh)
+        if written:
+            raise AssertionError(f"a rejected run wrote {written}; stderr: {res.stderr[-300:]}")
+        if res.code != 2:
+            raise AssertionError(f"exit status {res.code} (expected 2); stderr: {res.stderr[-500:]}")
+        raise ValueError(res.stderr)
+
+    bad(id, call, *names, needs=needs)
+
+
+def _inputs(files: dict):
+    def setup(work: Path):
+        work.mkdir(parents=True)
+        for name, text in files.items():
+            (work / name).write_text(text)
+
+    return setup
+
+
+_KL = ["bench", "kl", "--out", "{d}/new/sub/kl.jsonl", "--lengths", "64", "--segments", "SEG", "--methods", "jacap",
+       "--ratios", "0.5", "--continuation", "4", "--no-progress"]
+
+
+def _segment() -> str:
+    from jacap_lib.results.texts import segment_ids
+
+    return segment_ids()[0]
+
+
+def kl_with(**over):
+    argv = [a if a != "SEG" else _segment() for a in _KL]
+    for flag, value in over.items():
+        i = argv.index("--" + flag.replace("_", "-"))
+        j = i + 1
+        while j < len(argv) and not argv[j].startswith("--"):
+            j += 1
+        argv[i + 1:j] = value if isinstance(value, list) else [value]
+    return argv
+
+
+cli_bad("cli-no-subcommand", [], "required")
+cli_bad("cli-unknown-subcommand", ["bogus"], "bogus")
+cli_bad("cli-bench-no-task", ["bench"], "required")
+cli_bad("cli-kl-missing-out", ["bench", "kl", "--lengths", "64"], "--out")
+cli_bad("cli-kl-out-not-jsonl", kl_with(out="{d}/kl.txt"), "--out")
+cli_bad("cli-kl-out-is-folder", kl_with(out="{d}"), "--out")
+cli_bad("cli-kl-ratio-not-number", kl_with(ratios="half"), "--ratios")
+cli_bad("cli-kl-ratio-one", kl_with(ratios=["0.5", "1.0"]), "--ratios")
+cli_bad("cli-kl-ratio-negative", kl_with(ratios="-0.5"), "--ratios")
+cli_bad("cli-kl-ratio-nan", kl_with(ratios="nan"), "--ratios")
+cli_bad("cli-kl-length-zero", kl_with(lengths="0"), "--lengths")
+cli_bad("cli-kl-length-not-int", kl_with(lengths="64.5"), "--lengths")
+cli_bad("cli-kl-threads-zero", kl_with() + ["--threads", "0"], "--threads")
+cli_bad("cli-kl-continuation-zero", kl_with(continuation="0"), "--continuation")
+cli_bad("cli-kl-unknown-method", kl_with(methods=["jacap", "snapvk"]), "--methods", "snapvk")
+cli_bad("cli-kl-bad-method-option", kl_with(methods=["jacap", "jacap[tau=-1]"]), "--methods", "tau")
+cli_bad("cli-kl-unknown-option-later", kl_with(methods=["jacap", "jacap_ema[bogus=1]"]), "--methods", "bogus")
+cli_bad("cli-kl-baseline-negative-window", kl_with(methods=["snapkv[window_size=-2]"]), "--methods", "window_size")
+cli_bad("cli-kl-unknown-segment", kl_with(segments="no-such-segment"), "--segments", "no-such-segment")
+cli_bad("cli-kl-model-missing-folder", kl_with() + ["--model", "./no-such-model"], "--model", "no-such-model")
+cli_bad("cli-kl-length-beyond-segment", kl_with(lengths=["64", "1000000"]), "--lengths", needs="model")
+cli_bad("cli-passkey-depth", ["bench", "passkey", "--out", "{d}/pk.jsonl", "--lengths", "128", "--depths", "0.5", "1.5",
+                              "--methods", "jacap", "--ratios", "0.5", "--no-progress"], "--depths")
+cli_bad("cli-passkey-trials-zero", ["bench", "passkey", "--out", "{d}/pk.jsonl", "--trials", "0"], "--trials")
+cli_bad("cli-passkey-length-short", ["bench", "passkey", "--out", "{d}/pk.jsonl", "--lengths", "128", "8"], "--lengths")
+cli_bad("cli-summary-missing-input", ["bench", "summary", "--inp", "{d}/input.jsonl", "{d}/absent.jsonl",
+                                      "--out", "{d}/s.json"], "--inp", "absent.jsonl", setup=_inputs({"input.jsonl": ""}))
+cli_bad("cli-summary-malformed-input", ["bench", "summary", "--inp", "{d}/input.jsonl", "--out", "{d}/s.json"],
+        "input.jsonl", "line 1", setup=_inputs({"input.jsonl": "{not json\n"}))
+cli_bad("cli-summary-empty-input", ["bench", "summary", "--inp", "{d}/input.jsonl", "--out", "{d}/s.json"],
+        "input.jsonl", setup=_inputs({"input.jsonl": "\n"}))
+cli_bad("cli-summary-n-boot-zero", ["bench", "summary", "--inp", "{d}/input.jsonl", "--out", "{d}/s.json",
+                                    "--n-boot", "0"], "--n-boot", setup=_inputs({"input.jsonl": '{"task": "kl"}\n'}))
+cli_bad("cli-inspect-ratio", ["inspect", "--ratio", "1.5"], "--ratio")
+cli_bad("cli-inspect-method", ["inspect", "--method", "nope"], "--method", "nope")
+cli_bad("cli-inspect-out-without-kl-table", ["inspect", "--out", "{d}/x.json"], "--out")
+cli_bad("cli-inspect-missing-text", ["inspect", "--text", "{d}/absent.txt"], "--text")
+cli_bad("cli-inspect-top-zero", ["inspect", "--top", "0"], "--top")
+cli_bad("cli-decompose-prefix-zero", ["decompose", "--out", "{d}/dec", "--prefix", "0"], "--prefix")
+cli_bad("cli-decompose-only-unknown", ["decompose", "--out", "{d}/dec", "--only", "nope"], "--only")
+cli_bad("cli-time-unknown", ["time", "nope"], "nope")
+
+_KL_ROWS = "".join(json.dumps({"task": "kl", "segment": f"s{i}", "length": 64, "ratio": 0.5, "method": m, "kind": "prose",
+                               "split": "test", "kl": 0.1 * (i + 1) * (2 if m == "jacap" else 1), "attn_rel_error": 0.2,
+                               "top1_agreement": 1.0, "model": "x", "continuation": 4}) + "\n"
+                   for i in range(3) for m in ("jacap", "snapkv"))
+
+
+def _summary_new_folder(env):
+    fresh = "cli-summary-new-folder"
+    _inputs({"input.jsonl": _KL_ROWS})(env.tmp / fresh)
+    res, written = run_cli(env, ["bench", "summary", "--inp", "{d}/input.jsonl", "--out", "{d}/new/deeper/s.json",
+                                 "--n-boot", "50"], fresh=fresh)
+    return res, written, env.tmp / fresh / "new" / "deeper" / "s.json"
+
+
+def _summary_ok(r, env):
+    """The summary of hand-made rows, checked by hand: jacap's KL is twice snapkv's on every segment."""
+    res, written, path = r
+    assert res.code == 0, res.stderr
+    data = json.loads(path.read_text())
+    jacap = [c for c in data["table"] if c["method"] == "jacap" and c["kind"] == "all"][0]
+    assert math.isclose(jacap["kl_mean"], 0.2 * (1 + 2 + 3) / 3, rel_tol=1e-12)
+    comp = [c for c in data["comparisons"] if c["split"] == "all"][0]
+    assert comp["best_baseline"] == "snapkv" and math.isclose(comp["mean_ratio"], 2.0, rel_tol=1e-12)
+    assert math.isclose(comp["geo_mean_ratio"], 2.0, rel_tol=1e-12)
+
+
+ok("cli-summary-out-in-new-folder", _summary_new_folder, _summary_ok)
+
 
 # ============================================================================= the test
 def _param(row: Row):

@@ -140,6 +140,12 @@ def bootstrap_ci(values, *, n_boot: int = 2000, seed: int = 0, level: float = 0.
     x = np.asarray(list(values), dtype=np.float64)
     if x.size == 0:
         raise ValueError("bootstrap_ci needs at least one value")
+    if not np.isfinite(x).all():
+        raise ValueError(f"`values` holds {int((~np.isfinite(x)).sum())} NaN/Inf value(s); drop or fix those rows first")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+        raise ValueError(f"`n_boot` (bootstrap resamples) must be an int >= 1, got {n_boot!r}")
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"`level` (confidence level) must lie in (0, 1), got {level!r}")
     mean = float(x.mean())
     if x.size == 1 or np.all(x == x[0]):
         return mean, mean, mean
