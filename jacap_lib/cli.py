@@ -274,23 +274,11 @@ def _texts(args, argv):
 
 # --------------------------------------------------------------------------------------------- time
 def _time(args, argv):
-    from .results.paths import data_dir
+    from .results.timing import e2e_main, scoring_main
 
-    script = data_dir().parent / "benchmarks" / {"scoring": "scoring.py", "e2e": "end_to_end.py"}[args.which]
-    _check(script.is_file(), f"{script} not found: `jacap time` runs the benchmarks of a clone of the repository")
-    import importlib.util
-
-    sys.path.insert(0, str(script.parent))  # the scripts import their shared `common` module
-    argv0, sys.argv[0] = sys.argv[0], f"jacap time {args.which}"  # the script's own --help names this command
-    try:
-        spec = importlib.util.spec_from_file_location(f"jacap_bench_{args.which}", script)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        mod.main(args.args)  # returns the results dict it saved; argparse exits on a bad option
-        return 0
-    finally:
-        sys.argv[0] = argv0
-        sys.path.remove(str(script.parent))
+    # the benchmark parses its own options (argparse exits with status 2 on a bad one, before any work)
+    {"scoring": scoring_main, "e2e": e2e_main}[args.which](args.args, prog=f"jacap time {args.which}")
+    return 0
 
 
 # --------------------------------------------------------------------------------------------- parser
@@ -389,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", type=Path, default=None, help="default data/texts (must hold prose/)")
     t.set_defaults(func=_texts)
 
-    tm = sub.add_parser("time", help="speed benchmarks (benchmarks/*.py) -> data/bench/*.json",
+    tm = sub.add_parser("time", help="speed benchmarks (jacap_lib.results.timing) -> data/bench/*.json",
                         description="Run a speed benchmark; options after the name go to it "
                                     "(`jacap time scoring --help` lists them).")
     tm.add_argument("which", choices=["scoring", "e2e"], help="scoring: Algorithm 1 vs CapKV; e2e: prefill + decode")
