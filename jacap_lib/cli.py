@@ -7,6 +7,7 @@
     jacap bench passkey --out data/results/passkey.jsonl
     jacap bench summary --inp data/results/quality.jsonl ... --out data/results/summary.json
     jacap decompose [--only taylor diagonal ...]   error decomposition -> data/decomposition/*.json
+    jacap diagnose mechanisms|query-stats          mechanism diagnostics -> data/diagnostics/*.json
     jacap inspect [--method jacap --ratio 0.75]    what one eviction keeps, per token
     jacap inspect --kl-table                       the live chapter's KL table -> data/live/kl_table.json
     jacap serve-run                                Algorithm 2 run -> data/serving/serving_run.json
@@ -281,6 +282,13 @@ def _time(args, argv):
     return 0
 
 
+def _diagnose(args, argv):
+    from .results.diagnostics import main as diagnostics_main
+
+    # the job parses and checks its own options (argparse exits with status 2 on a bad one, before any work)
+    return diagnostics_main([args.which, *args.args])
+
+
 # --------------------------------------------------------------------------------------------- parser
 def _model_args(p, *, seed=True):
     p.add_argument("--model", default=None, help="Hugging Face id (default: the bundled SmolLM2-135M, offline)")
@@ -297,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "(also `python -m jacap_lib`).",
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Run `jacap <subcommand> --help` for each subcommand's options.")
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{book,bench,decompose,inspect,serve-run,texts,time}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{book,bench,decompose,diagnose,inspect,serve-run,texts,time}")
 
     book = sub.add_parser("book", help="build the Jupyter Book").add_subparsers(dest="book_cmd", required=True)
     b = book.add_parser("build", help="sync the notebooks and build _build/html (warnings are errors)")
@@ -376,6 +384,13 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("texts", help="rebuild the quality benchmark's text segments and manifest (data/texts)")
     t.add_argument("--out", type=Path, default=None, help="default data/texts (must hold prose/)")
     t.set_defaults(func=_texts)
+
+    dg = sub.add_parser("diagnose", help="mechanism and query-statistics diagnostics -> data/diagnostics/*.json",
+                        description="Run a diagnostics job of jacap_lib.results.diagnostics; options after the name go "
+                                    "to it (`jacap diagnose mechanisms --help` lists them).")
+    dg.add_argument("which", choices=["mechanisms", "query-stats"])
+    dg.add_argument("args", nargs=argparse.REMAINDER, help="options of the job")
+    dg.set_defaults(func=_diagnose)
 
     tm = sub.add_parser("time", help="speed benchmarks (jacap_lib.results.timing) -> data/bench/*.json",
                         description="Run a speed benchmark; options after the name go to it "

@@ -9,7 +9,7 @@ pytest.importorskip("kvpress")
 from jacap_lib import cli  # noqa: E402
 
 SUBCOMMANDS = [["book", "build"], ["bench", "kl"], ["bench", "passkey"], ["bench", "summary"], ["decompose"],
-               ["inspect"], ["serve-run"], ["texts"], ["time"]]
+               ["inspect"], ["serve-run"], ["texts"], ["time"], ["diagnose"]]
 
 
 @pytest.mark.parametrize("sub", SUBCOMMANDS, ids=lambda s: " ".join(s))
@@ -107,3 +107,12 @@ def test_serving_job_on_the_bundled_model(tmp_path):
     assert n >= cfg["n_new"] and all(len(r["kl"]) == n for r in data["runs"].values())
     assert all(r["events"] for r in data["runs"].values())  # the watermark was crossed
     assert all(k >= 0 for r in data["runs"].values() for k in r["kl"])
+
+
+def test_diagnose_passes_its_options_to_the_job(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["diagnose", "mechanisms", "--help"])
+    assert e.value.code == 0 and "--taus" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        cli.main(["diagnose", "query-stats", "--bogus"])
+    assert e.value.code == 2
