@@ -11,6 +11,7 @@
     jacap inspect [--method jacap --ratio 0.75]    what one eviction keeps, per token
     jacap inspect --kl-table                       the live chapter's KL table -> data/live/kl_table.json
     jacap serve-run                                Algorithm 2 run -> data/serving/serving_run.json
+    jacap compare-decoding [--quick]               Algorithm 2 vs kvpress DecodingPress -> data/serving/
     jacap texts                                    rebuild the benchmark's text segments (data/texts)
     jacap time scoring|e2e [options]               speed benchmarks -> data/bench/*.json
 
@@ -305,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "(also `python -m jacap_lib`).",
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Run `jacap <subcommand> --help` for each subcommand's options.")
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{book,bench,decompose,diagnose,inspect,serve-run,texts,time}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{book,bench,compare-decoding,decompose,diagnose,inspect,serve-run,texts,time}")
 
     book = sub.add_parser("book", help="build the Jupyter Book").add_subparsers(dest="book_cmd", required=True)
     b = book.add_parser("build", help="sync the notebooks and build _build/html (warnings are errors)")
@@ -392,6 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("args", nargs=argparse.REMAINDER, help="options of the job")
     dg.set_defaults(func=_diagnose)
 
+    # a job that parses its own options: `main` hands it everything after the subcommand's name
+    sub.add_parser("compare-decoding", add_help=False,
+                   help="Algorithm 2 vs kvpress DecodingPress, teacher-forced -> data/serving/decoding_comparison.json")
+
     tm = sub.add_parser("time", help="speed benchmarks (jacap_lib.results.timing) -> data/bench/*.json",
                         description="Run a speed benchmark; options after the name go to it "
                                     "(`jacap time scoring --help` lists them).")
@@ -403,6 +408,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["compare-decoding"]:
+        from .results.decoding_comparison import main as compare_main
+
+        return compare_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
