@@ -230,3 +230,31 @@ def test_committed_results_are_complete(name):
             assert "random" in cfg["weights"] and "random weights" in cfg["model"]
             assert cfg["architecture_of"]["model"] == "SmolLM2-135M-Instruct" and cfg["num_key_value_heads"] == 3
 
+
+
+def test_median_row_takes_the_median_of_each_timing_and_refuses_mixed_configurations():
+    from jacap_lib.measure.timing import median_row
+
+    base = {"method": "jacap", "ratio": 0.5, "prompt_tokens": 64, "kept_tokens_per_head": 32, "new_tokens": 4}
+    runs = [dict(base, prefill_s=p, decode_s=d, total_s=p + d, decode_ms_per_token=250 * d, scoring_s=s)
+            for p, d, s in ((1.0, 4.0, 0.1), (3.0, 1.0, 0.3), (2.0, 2.0, 0.2))]
+    row = median_row(runs)
+    assert (row["prefill_s"], row["decode_s"], row["scoring_s"]) == (2.0, 2.0, 0.2)
+    assert row["total_s"] == 4.0 and row["scoring_share_of_total"] == pytest.approx(0.05)
+    assert (row["decode_ms_per_token_min"], row["decode_ms_per_token_max"], row["repeats"]) == (250.0, 1000.0, 3)
+    with pytest.raises(ValueError, match="kept_tokens_per_head"):
+        median_row([runs[0], dict(runs[1], kept_tokens_per_head=31)])
+    with pytest.raises(ValueError, match="runs"):
+        median_row([])
+
+
+def test_end_to_end_repeats_are_validated_and_reported(tmp_path):
+    e2e = _load("end_to_end")
+    with pytest.raises(SystemExit):
+        e2e.main(["--repeats", "0", "--out", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()
+    out = e2e.main(["--lengths", "40", "--ratios", "0.5", "--new-tokens", "2", "--threads", "1", "--methods", "jacap",
+                    "--repeats", "2", "--out", str(tmp_path / "e.json")])
+    assert out["config"]["repeats"] == 2 and [r["repeats"] for r in out["rows"]] == [2]
+    row = out["rows"][0]
+    assert row["decode_ms_per_token_min"] <= row["decode_ms_per_token"] <= row["decode_ms_per_token_max"]

@@ -50,7 +50,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["pin_malloc", "peak_extra_bytes", "time_round_robin", "DEFAULT_N", "DEFAULT_D", "HEADS", "TAU", "NOISE",
-           "WHAT", "make_inputs", "kvpress_scorers", "methods", "repeats_for", "time_scoring", "summarise",
+           "WHAT", "make_inputs", "kvpress_scorers", "methods", "repeats_for", "median_row", "time_scoring", "summarise",
            "DEFAULT_LENGTHS", "DEFAULT_RATIOS", "METHODS", "INIT_SEED", "ORIGIN_FILE", "random_init_model",
            "token_prompt", "run_one"]
 
@@ -368,4 +368,29 @@ def run_one(model, ids, method: str, ratio: float, new_tokens: int) -> dict:
     row["load_average_1m_after"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if device.type == "cuda":
         row["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(device))
+    return row
+
+
+TIMED_FIELDS = ("prefill_s", "decode_s", "total_s", "decode_ms_per_token", "scoring_s")
+
+
+def median_row(runs: list[dict]) -> dict:
+    """One row from repeated :func:`run_one` runs of the same configuration: the median of each timed
+    field (``TIMED_FIELDS``), with the min and max of the decode time per token and the repeat count;
+    the untimed fields (method, ratio, kept tokens, ...) must agree across the runs."""
+    if not runs:
+        raise ValueError("`runs` is empty: pass the rows of at least one run_one call")
+    fixed = ("method", "ratio", "prompt_tokens", "kept_tokens_per_head", "new_tokens")
+    for key in fixed:
+        if len({r[key] for r in runs}) != 1:
+            raise ValueError(f"`runs` mix configurations: {key} = {sorted({r[key] for r in runs})}")
+    row = dict(runs[0])
+    for key in TIMED_FIELDS:
+        row[key] = statistics.median(r[key] for r in runs)
+    row["scoring_share_of_total"] = row["scoring_s"] / row["total_s"]
+    row["decode_ms_per_token_min"] = min(r["decode_ms_per_token"] for r in runs)
+    row["decode_ms_per_token_max"] = max(r["decode_ms_per_token"] for r in runs)
+    row["repeats"] = len(runs)
+    if "peak_memory_bytes" in runs[0]:
+        row["peak_memory_bytes"] = max(r["peak_memory_bytes"] for r in runs)
     return row

@@ -203,8 +203,12 @@ def e2e_main(argv=None, prog: str = "jacap time e2e"):
                     help="skip the remaining (longer) prompt lengths once this much wall time is spent")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (default: torch's choice); on a shared machine 1 is far steadier")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs of every configuration, round-robin; rows report the median of each timing")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error(f"--repeats must be at least 1, got {args.repeats}")
     if args.random_init is not None and args.model is not None:
         ap.error("--random-init DIR takes the architecture from DIR; drop --model (or drop --random-init)")
     if args.save_architecture is not None and args.random_init is not None:
@@ -251,20 +255,25 @@ def e2e_main(argv=None, prog: str = "jacap time e2e"):
             skipped.append(length)
             continue
         ids, text_info = prompt_ids(tokenizer, length)
-        for method in args.methods:
-            for ratio in ([0.0] if method == "none" else args.ratios):
+        configs = [(m, r) for m in args.methods for r in ([0.0] if m == "none" else args.ratios)]
+        runs = {c: [] for c in configs}
+        for _ in range(args.repeats):  # round-robin, so drift in the machine's speed hits every method alike
+            for method, ratio in configs:
                 gc.collect()
-                row = T.run_one(model, ids, method, ratio, args.new_tokens)
-                rows.append(row)
-                print(f"L={length:5d} {method:6s} c={row['ratio']:.1f}: prefill {row['prefill_s']:7.2f}s "
-                      f"(scoring {row['scoring_s']:6.3f}s) decode {row['decode_s']:6.2f}s "
-                      f"total {row['total_s']:7.2f}s  scoring share {100 * row['scoring_share_of_total']:5.2f}%  "
-                      f"kept {row['kept_tokens_per_head']}")
+                runs[(method, ratio)].append(T.run_one(model, ids, method, ratio, args.new_tokens))
+        for method, ratio in configs:
+            row = T.median_row(runs[(method, ratio)])
+            rows.append(row)
+            print(f"L={length:5d} {method:6s} c={row['ratio']:.1f}: prefill {row['prefill_s']:7.2f}s "
+                  f"(scoring {row['scoring_s']:6.3f}s) decode {row['decode_s']:6.2f}s "
+                  f"total {row['total_s']:7.2f}s  scoring share {100 * row['scoring_share_of_total']:5.2f}%  "
+                  f"kept {row['kept_tokens_per_head']}")
     out = {
         "benchmark": "end_to_end",
         "config": {
             **model_record, "lengths": args.lengths, "ratios": args.ratios, "methods": args.methods,
-            "new_tokens": args.new_tokens, "decoding": "greedy, fixed count (no EOS stop)", "repeats": 1,
+            "new_tokens": args.new_tokens, "decoding": "greedy, fixed count (no EOS stop)", "repeats": args.repeats,
+            "repeats_note": "median of each timing over round-robin repeats (decode_ms_per_token_min/max beside it)",
             "presses": {"jacap": "build_press('jacap', ratio) (tau=10, noise=1, u=v, n_sink=4, gqa='pool', backend='auto')",
                         "capkv": "build_press('capkv', ratio) = kvpress CapPress defaults (tau=5, n_sink=4)"},
             "prompt": text_info, "quick": args.quick, "skipped_lengths_time_budget": skipped,
