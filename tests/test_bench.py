@@ -143,6 +143,34 @@ def test_cli_on_bundled_model(tmp_path):
     assert len(io.read_runs(out)) == 2  # one configuration per invocation
 
 
+@pytest.mark.model
+def test_passkey_subcommand_on_bundled_model(tmp_path):
+    """`jacap bench passkey` end to end into a new folder: one row per method, the seeded key, `correct`
+    meaning the key is in the answer, the uncompressed answer equal to greedy decoding done here with
+    model.generate on the same context + question, and a rerun that resumes (no new row)."""
+    import random
+
+    from jacap_lib import load_model
+
+    out = tmp_path / "new" / "pk.jsonl"
+    argv = ["bench", "passkey", "--methods", "jacap", "--ratios", "0.5", "--lengths", "96", "--depths", "0.5",
+            "--trials", "1", "--seed", "3", "--out", str(out), "--no-progress"]
+    assert cli.main(argv) == 0
+    rows = io.read_jsonl(out)
+    key = str(random.Random(3).randrange(10000, 100000))
+    assert [(r["method"], r["ratio"]) for r in rows] == [("full", 0.0), ("jacap", 0.5)]
+    for r in rows:
+        assert r["key"] == key and r["length"] == 96 and r["depth"] == 0.5 and r["correct"] == (key in r["answer"])
+    model, tok = load_model(device="cpu")
+    ctx, question = passkey_prompt(tok, 96, 0.5, key)
+    ids = torch.cat([ctx, question], 1)
+    with torch.no_grad():
+        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
+                             pad_token_id=tok.eos_token_id)
+    assert tok.decode(gen[0, ids.shape[1]:]) == rows[0]["answer"]
+    assert cli.main(argv) == 0 and len(io.read_jsonl(out)) == 2
+
+
 def test_too_short_segment_writes_nothing(tiny, tmp_path):
     model, tok = tiny
     out = tmp_path / "q.jsonl"

@@ -127,7 +127,8 @@ def test_selection_on_real_small_cache(real_head):
     mu, lam = t["Q_future"].mean(0), t["Q_future"].var(0)
     r = D.selection_gap(K, U, mu, lam, budget=3)
     assert r["exhaustive"] >= r["greedy"] - 1e-12 and r["exhaustive"] >= r["one_shot"] - 1e-12
-    assert 0 < r["ratio_one_shot"] <= 1 + 1e-12 and 0 < r["ratio_greedy"] <= 1 + 1e-12
+    assert math.isclose(r["ratio_one_shot"], r["one_shot"] / r["exhaustive"], rel_tol=1e-12)
+    assert math.isclose(r["ratio_greedy"], r["greedy"] / r["exhaustive"], rel_tol=1e-12)
     brute = max(float(T.jacobian_capacity(K[list(c)], U[:, list(c)], mu, lam))
                 for c in itertools.combinations(range(10), 3))
     assert math.isclose(r["exhaustive"], brute, rel_tol=1e-10)
@@ -146,7 +147,6 @@ def test_capacities_agree_when_key_response_is_diagonal():
     E = torch.eye(d, dtype=torch.float64)[:n]
     K = torch.diag(torch.tensor([3.0, -2.0, 1.5, 4.0, -1.0], dtype=torch.float64)) @ E
     KLK = K @ torch.diag(lam) @ K.T
-    assert torch.allclose(KLK, torch.diag(KLK.diagonal()))
     U = torch.randn(4, n, generator=g, dtype=torch.float64)
     mu = torch.randn(d, generator=g, dtype=torch.float64)
     full = T.jacobian_capacity(K, U, mu, lam, noise=0.5)
@@ -171,7 +171,13 @@ def test_diagonal_capacities_records_shape_and_alg1_weights():
     G = (U[:, idx] * s.weight.double()[idx]) @ U[:, idx].T
     ref = 0.5 * torch.logdet(torch.eye(U.shape[0], dtype=torch.float64) + G)
     assert math.isclose(float(r["alg1"][0]), float(ref), rel_tol=1e-5)
-    assert -1 <= r["spearman_diag"] <= 1
+    # rank correlation of diag with full across the subsets, ranked by hand (no ties in continuous data)
+    def ranks(x):
+        return x.argsort().argsort().double()
+
+    a, b = ranks(r["full"]), ranks(r["diag"])
+    rho = float(((a - a.mean()) * (b - b.mean())).sum() / ((a - a.mean()).norm() * (b - b.mean()).norm()))
+    assert math.isclose(r["spearman_diag"], rho, rel_tol=1e-9, abs_tol=1e-12)
 
 
 # ----------------------------------------------------------------------------- rank-one corrected scores
@@ -183,7 +189,6 @@ def _dense_rank_one(K, V, mu, lam, tau, noise, W=None):
     kappa = (K.square() * lam).sum(-1)
     G = U @ S @ torch.diag(kappa.sqrt()) / math.sqrt(d * noise)  # columns g_i
     A = torch.eye(U.shape[0], dtype=K.dtype) + G @ G.T
-    assert torch.allclose(A, torch.eye(U.shape[0], dtype=K.dtype) + U @ S @ torch.diag(kappa) @ S @ U.T / (d * noise))
     lev_g = (G * torch.linalg.solve(A, G)).sum(0)
     return alpha, kappa, lev_g
 
@@ -282,7 +287,7 @@ def test_record_builders_on_synthetic_capture():
     tay = D.taylor_error_records({2: cap}, prefix=40, ratio=0.5, n_sink=2)
     assert len(tay) == 4 and all(r["budget"] == 20 and r["n_queries"] == 20 for r in tay)
     dia = D.diagonal_records({2: cap}, prefix=40, pool=12, budget=4, n_subsets=6)
-    assert all(-1 <= r["spearman_diag"] <= 1 for r in dia)
+    assert [(r["layer"], r["head"]) for r in dia] == [(2, h) for h in range(4)]
     sel = D.selection_records({2: cap}, prefix=40, n=8, budget=3, n_caches=1, heads=[0])
     assert len(sel) == 1 and sel[0]["exhaustive"] >= max(sel[0]["greedy"], sel[0]["one_shot"]) - 1e-12
     with pytest.raises(ValueError, match="prefix"):

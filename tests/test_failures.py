@@ -4,20 +4,29 @@ import math
 import pytest
 import torch
 
-from jacap_lib.measure import decomposition as D
 from jacap_lib.measure import failures as F
 from jacap_lib.presses.jacap_rank1 import JacapRank1Press
 from jacap_lib.stats import ema_weights
 
 
-def test_rank_one_press_components_equal_library_function():
+def test_rank_one_press_components_match_dense_softmax_jacobian():
+    """Per head, against the dense N x N softmax Jacobian S = Diag(alpha) - alpha alpha^T: with
+    g_i = U S e_i sqrt(kappa_i / d) (column i), A = I + sum_i g_i g_i^T and r_i = g_i^T A^-1 g_i."""
     g = torch.Generator().manual_seed(0)
     keys, values = torch.randn(1, 3, 20, 8, generator=g), torch.randn(1, 3, 20, 8, generator=g)
     mu, lam = torch.randn(1, 3, 8, generator=g), torch.rand(1, 3, 8, generator=g) + 0.1
     press = JacapRank1Press(compression_ratio=0.5, tau=3.0)
     got = press.components(keys, values, mu, lam, module=None)
-    ref = D.rank_one_corrected_scores(keys, values, mu, lam, tau=3.0)
-    assert torch.allclose(got.score, ref.score) and torch.allclose(got.weight, ref.weight)
+    for h in range(3):
+        K, V, m, l = (t[0, h].double() for t in (keys, values, mu, lam))
+        alpha = torch.softmax(K @ m / (3.0 * math.sqrt(8)), -1)
+        S = torch.diag(alpha) - torch.outer(alpha, alpha)
+        kappa = (K.square() * l).sum(-1)
+        G = V.T @ S * (kappa / 8).sqrt()
+        A = torch.eye(8, dtype=torch.float64) + G @ G.T
+        score = (G * torch.linalg.solve(A, G)).sum(0)
+        torch.testing.assert_close(got.score[0, h].double(), score, rtol=1e-4, atol=1e-9)
+        torch.testing.assert_close(got.weight[0, h].double(), alpha.square() * kappa / 8, rtol=1e-5, atol=1e-12)
 
 
 def test_query_lag_closed_form():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 import torch
@@ -53,7 +54,33 @@ def test_bundled_model_shape_and_cache(model_tok):
     assert (models.bundled_cache_path() / "model.safetensors").is_file()
     info = models.describe_model(model)
     assert info["model"] == models.BUNDLED_NAME and info["revision"] == models.BUNDLED_VERSION
-    assert tok.chat_template is not None
+    chat = tok.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+    assert chat.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")  # SmolLM2's ChatML template
+
+
+@pytest.mark.model
+def test_local_folder_round_trip(model_tok, tmp_path):
+    """The bundled model saved with save_pretrained and loaded back from the folder (as a Path and as a
+    './relative' string): same tokenizer ids, bit-identical logits, and describe_model names the folder."""
+    model, tok = model_tok
+    folder = tmp_path / "smollm2-copy"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    ids = tok("The lighthouse keeper climbed the stairs", return_tensors="pt").input_ids
+    with torch.no_grad():
+        want = model(ids).logits
+    for name in (folder, "./" + folder.name):
+        cwd = os.getcwd()
+        os.chdir(tmp_path)
+        try:
+            m2, t2 = models.load_model(name, device="cpu")
+        finally:
+            os.chdir(cwd)
+        assert t2("The lighthouse keeper climbed the stairs", return_tensors="pt").input_ids.tolist() == ids.tolist()
+        with torch.no_grad():
+            assert torch.equal(m2(ids).logits, want)
+        assert models.describe_model(m2)["model"].endswith("smollm2-copy")
+        del m2
 
 
 @pytest.mark.model
