@@ -76,3 +76,21 @@ def test_query_stat_errors_flat_by_hand(tiny_llama):
     want = float((mu_hat - cont.mean(0)).norm() / cont.mean(0).norm())
     rec = next(r for r in recs if r["layer"] == 1 and r["head"] == 1)
     assert rec["mu_err"] == pytest.approx(want, rel=1e-6)
+
+
+def test_defaults_note_reads_the_committed_file():
+    import statistics
+
+    from jacap_lib.results.loaders import load_mechanisms
+    from jacap_lib.viz import diagnostics as VD
+
+    _, rows = load_mechanisms()
+    d = VD.defaults_summary(rows)
+    sel = [r for r in rows if r["tau"] == 10.0 and r["rule"] == "fixed=1" and r["ratio"] == 0.9]
+    assert d["deff"] == statistics.median(r["deff"] for r in sel) and d["n_heads"] == len(sel)
+    html = VD.defaults_note("leverage").data
+    assert f"{d['overlap']:.0%}" in html and "admonition" in html
+    fig = VD.mechanism_figure(rows)
+    assert fig.layout.yaxis.type == "log" and len(fig.data) > 0
+    with pytest.raises(ValueError, match="topic"):
+        VD.defaults_note("nope")

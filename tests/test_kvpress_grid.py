@@ -125,7 +125,10 @@ def test_pipeline_with_a_question(kind, bundled):
                "old clocks. Last winter the shed roof leaked, so Tomas fixed it with copper sheets. ") * 2
     question = "Where does Maria keep her bicycle?"
     if kind == "prefill":
-        press = JacapPress(0.5)
+        # window=0: with the default 32-token recent window, 60 slots of this 120-token context leave only 24
+        # to the scores and the answer loses the shed (a quality finding, see the critique chapter; not a
+        # compatibility one)
+        press = JacapPress(0.5, window=0)
     else:
         import kvpress
 

@@ -220,7 +220,7 @@ def _masked_attention(kept: dict, P: int):
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("ratio,opts", [(0.5, {}), (0.75, {"window": 6, "use_out_proj": True, "beta": 0.95})])
+@pytest.mark.parametrize("ratio,opts", [(0.5, {"window": 0}), (0.75, {"window": 6, "use_out_proj": True, "beta": 0.95})])
 def test_compressed_cache_equals_masked_attention(model_tok, ratio, opts):
     from transformers import AttentionInterface
 

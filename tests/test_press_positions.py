@@ -180,7 +180,7 @@ def test_chunk_press_with_chunks_shorter_than_n_sink(tiny_llama):
     model = tiny_llama
     ids = torch.randint(0, 96, (1, 21), generator=torch.Generator().manual_seed(5))
     cache = DynamicCache()
-    with ChunkPress(press=JacapPress(0.5, n_future_positions=F), chunk_length=3)(model):
+    with ChunkPress(press=JacapPress(0.5, n_future_positions=F, window=0), chunk_length=3)(model):
         model(input_ids=ids, past_key_values=cache)
     # 7 chunks of 3, each keeps max(1, int(3 * 0.5)) = 1
     assert [cache.layers[i].keys.shape[2] for i in range(2)] == [7, 7]

@@ -63,10 +63,15 @@ def test_window_larger_than_budget_shrinks_and_keeps_sinks(tiny_llama):
     assert n_kept == 6
 
 
-def test_budget_below_sinks_raises(tiny_llama):
-    press = JacapPress(0.95, n_sink=8, window=0)  # 64 tokens -> 3 kept < 8 sinks
-    with pytest.raises(ValueError, match="n_sink = 8"):
-        prefill(tiny_llama, press, 64)
+def test_budget_below_sinks_keeps_the_earliest_sinks_and_warns(tiny_llama):
+    press = JacapPress(0.95, n_sink=8, window=16)  # 64 tokens -> 3 kept < 8 sinks
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        kept = kept_positions(tiny_llama, press, 64)
+    assert any("only the first 3 sinks" in str(x.message) for x in w)
+    for pos in kept:
+        for head in pos:
+            assert sorted(head.tolist()) == [0, 1, 2]
 
 
 def test_deff_option_matches_brute_force_sigma2(tiny_llama):

@@ -69,7 +69,7 @@ def test_rank_one_dominant_token_loses_leverage_by_centring():
 def test_two_stage_equals_brute_force_rescoring():
     k, v, mu, lam = _head(2, n=40, dtype=torch.float32)
     ratio = 0.75
-    press = JacapTwoStagePress(ratio, tau=2.0, n_sink=2)
+    press = JacapTwoStagePress(ratio, tau=2.0, n_sink=2, window=0)
     got = press.token_scores(k[None, None], v[None, None], mu[None, None], lam[None, None], module=None)[0, 0]
     # brute force: first pass, protect sinks, top-2B, renormalised second pass on the candidates
     first = jacap_scores(k, v, mu, lam, tau=2.0).score.clone()
@@ -86,7 +86,7 @@ def test_two_stage_equals_brute_force_rescoring():
 
 def test_hybrid_keynorm_is_normalised_mix():
     k, v, mu, lam = _head(3, dtype=torch.float32)
-    press = JacapHybridPress(0.5, lam_mix=0.3, global_score="keynorm", n_sink=0)
+    press = JacapHybridPress(0.5, lam_mix=0.3, global_score="keynorm", n_sink=0, window=0)
     mu_b, lam_b = mu[None, None], lam[None, None]
     press.query_statistics = lambda *a: (mu_b, lam_b)  # fixed statistics for the check
     hs = torch.zeros(1, N, 4)
@@ -134,7 +134,7 @@ def test_multicenter_max_keeps_a_token_needed_by_a_minority_mode(attn_module):
     hs = torch.randn(1, 40, 64, generator=g)
     keys = torch.randn(1, 2, 40, 16, generator=g)
     values = torch.randn(1, 2, 40, 16, generator=g)
-    press = JacapMultiCenterPress(0.5, n_centers=2, aggregate="max", n_sink=0)
+    press = JacapMultiCenterPress(0.5, n_centers=2, aggregate="max", n_sink=0, window=0)
     with torch.no_grad():
         got = press.score(attn_module, hs, keys, values, None, {})
         q = utils.group_query_heads(utils.future_query_states(attn_module, hs), 2).float()

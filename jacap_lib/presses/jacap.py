@@ -55,11 +55,17 @@ class JacapPress(ScorerPress):
     n_sink : int, default=4
         First positions always kept (attention sinks); their queries are also left out of the
         statistics, as in kvpress's ExpectedAttentionPress.
-    window : int, default=0
-        Last positions always kept (recent window; the note's Algorithm 1 step 10). When the budget
+    window : int, default=32
+        Last positions always kept (recent window; the note's Algorithm 1 step 10 and Algorithm 2
+        step 4). 32 was chosen among 0/8/16/32/48/64 on the three *tune* segments of the quality
+        benchmark (``data/results/tune.jsonl``; :func:`jacap_lib.results.quality.rank_on_tune`), and is
+        judged on the other nine. For comparison, the baselines' built-in recency: kvpress SnapKV keeps its
+        observation window (``window_size``, default 64), TOVA scores by the attention of the last query
+        alone, StreamingLLM keeps only the sinks and the most recent tokens. ``window=0`` is Algorithm 1
+        without step 10 (the configuration of the book's earlier results). When the budget
         ``n_kept`` cannot hold ``n_sink`` + ``window`` tokens, the window shrinks to ``n_kept - n_sink``
-        (the most recent tokens are kept; a ``RuntimeWarning`` says so once per press); the sinks are
-        never dropped: a budget below ``n_sink`` raises ``ValueError``.
+        (the most recent tokens are kept; a ``RuntimeWarning`` says so once per press); the sinks go
+        before the window: a budget below ``n_sink`` keeps the earliest ``n_kept`` sinks (warned too).
     n_queries : int or None, default=None
         Statistics from the last ``n_queries`` prompt queries; ``None`` = all (after the sinks).
     beta : float or None, default=None
@@ -89,7 +95,7 @@ class JacapPress(ScorerPress):
     deff_frac: float = 0.5
     use_out_proj: bool = False
     n_sink: int = 4
-    window: int = 0
+    window: int = 32
     n_queries: int | None = None
     beta: float | None = None
     n_future_positions: int = 512
@@ -185,8 +191,9 @@ class JacapPress(ScorerPress):
         """Boolean ``(N,)`` mask of the sink and window slots, located by their true positions when the hook
         tells them (a chunk), else by slot (a cache in position order), see :func:`~jacap_lib.presses.utils.protect`.
 
-        The budget decides what fits: sinks first (a budget below them raises ``ValueError``), then the
-        window, shrunk to the budget left after the sinks (most recent tokens first; warned once).
+        The budget decides what fits, in this order: the sinks (if even they do not fit, the earliest
+        ``n_kept`` of them), then the window, shrunk to the budget left after the sinks (most recent tokens
+        first), then the scores. Any truncation is warned about (once per press), never silent.
         """
         _, key_pos, next_pos = utils.hook_positions(hidden_states, keys, kwargs)
         n = keys.shape[-2]
@@ -198,22 +205,27 @@ class JacapPress(ScorerPress):
         sinks = utils.protected_slots(n, self.n_sink, 0, key_positions=key_pos, next_position=next_pos,
                                       device=keys.device)
         n_sinks = int(sinks.sum())
-        if n_sinks > n_kept:
-            raise ValueError(
-                f"the budget ({n_kept} of {n} tokens at compression_ratio={self.compression_ratio}) is smaller than "
-                f"the n_sink = {self.n_sink} sink tokens, which are never dropped; lower compression_ratio or n_sink")
+        if n_sinks > n_kept:  # not even the sinks fit: keep the earliest n_kept of them, no window
+            first = torch.nonzero(sinks).flatten()
+            order = first[(key_pos.to(first.device)[first] if key_pos is not None else first).argsort()]
+            mask = torch.zeros_like(sinks)
+            mask[order[:n_kept]] = True
+            self._warn_once(f"JacapPress: the budget of {n_kept} tokens is smaller than the {n_sinks} sink tokens; "
+                            f"only the first {n_kept} sinks are kept (no window, no scored tokens)")
+            return mask
         window = self.window
         while window > 0 and int(mask.sum()) > n_kept:  # shrink the window, never the sinks
             window = max(0, window - (int(mask.sum()) - n_kept))
             mask = utils.protected_slots(n, self.n_sink, window, key_positions=key_pos, next_position=next_pos,
                                          device=keys.device)
+        self._warn_once(f"JacapPress: the budget of {n_kept} tokens cannot hold n_sink = {self.n_sink} + window = "
+                        f"{self.window}; the window was shrunk to {window} (sinks kept). Lower `window` to silence this.")
+        return mask
+
+    def _warn_once(self, message: str) -> None:
         if not self._window_warned:
             self._window_warned = True
-            warnings.warn(
-                f"JacapPress: the budget of {n_kept} tokens cannot hold n_sink = {self.n_sink} + window = {self.window}; "
-                f"the window was shrunk to {window} (sinks kept). Lower `window` to silence this.",
-                RuntimeWarning, stacklevel=2)
-        return mask
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def protect(self, scores: torch.Tensor, hidden_states, keys, kwargs) -> torch.Tensor:
         """Sink and window tokens get the largest finite score (kvpress's top-k keeps them)."""

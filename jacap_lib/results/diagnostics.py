@@ -33,7 +33,7 @@ from .texts import load_segments
 __all__ = ["TUNE_SEGMENTS", "DEFAULT_RULES", "run_mechanisms", "run_query_stats", "main"]
 
 TUNE_SEGMENTS = ("prose/lighthouse", "docs/execmodel", "code/textwrap")
-DEFAULT_RULES = (("fixed", 1.0), ("deff", 0.25), ("deff", 0.5))
+DEFAULT_RULES = (("fixed", 1.0), ("deff", 0.1), ("deff", 0.25), ("deff", 0.5))
 
 
 def _config(model, command: str, segs, **settings) -> dict:

@@ -15,6 +15,7 @@ loader                        file(s)                               written by
 :func:`load_serving_run`      ``data/serving/serving_run.json``     ``jacap serve-run``
 :func:`load_bench`            ``data/bench/<name>.json``            ``jacap time scoring|e2e``
 :func:`load_manifest`         ``data/texts/manifest.json``          ``jacap texts``
+:func:`load_grid_summary`     ``data/results/grid_summary.json``    ``python -m jacap_lib.results.comparison summary``
 :func:`load_mechanisms`       ``data/diagnostics/mechanisms.json``  ``python -m jacap_lib.results.diagnostics mechanisms``
 :func:`load_query_stats`      ``data/diagnostics/query_stats.json`` ``python -m jacap_lib.results.diagnostics query-stats``
 ============================  ====================================  =================================
@@ -29,7 +30,7 @@ from .paths import data_dir, data_path
 __all__ = ["load_summary", "load_quality_rows", "load_ablation_rows", "load_passkey_rows", "load_grid_rows",
            "load_runs", "has_results", "load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
-           "load_mechanisms", "load_query_stats", "load_decoding_comparison"]
+           "load_mechanisms", "load_query_stats", "load_decoding_comparison", "load_grid_summary"]
 
 DECOMPOSITION_PARTS = ("taylor", "diagonal", "selection", "loo")
 
@@ -145,3 +146,11 @@ def load_decoding_comparison(path=None) -> tuple[dict, list]:
     one row per prompt x method, plus one ``"uncompressed"`` row per prompt."""
     return io.read_results(path or data_path("serving", "decoding_comparison.json", must_exist=False),
                            hint="python -m jacap_lib.results.decoding_comparison")
+
+
+def load_grid_summary(path=None) -> dict:
+    """``grid_summary.json`` (issue 10's comparison): ``table``, ``comparisons`` (paired, to the best baseline
+    and to CapKV), ``choices`` (how each setting was chosen on the tune segments), ``target``."""
+    return io.read_json(path or data_path("results", "grid_summary.json", must_exist=False),
+                        require=("table", "comparisons", "choices", "target"),
+                        hint="python -m jacap_lib.results.comparison summary")

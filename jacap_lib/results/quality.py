@@ -25,7 +25,7 @@ from . import io
 from ..presses.registry import method_options, parse_method, press_from_spec
 
 __all__ = ["DEFAULT_RATIOS", "DEFAULT_LENGTHS", "PASSKEY_LENGTHS", "PASSKEY_DEPTHS", "row_key", "run_kl",
-           "run_passkey", "bootstrap_ci", "paired", "summarize", "choose_target", "COMPRESSED"]
+           "run_passkey", "bootstrap_ci", "paired", "summarize", "choose_target", "rank_on_tune", "COMPRESSED"]
 
 DEFAULT_RATIOS = (0.5, 0.75, 0.9)
 DEFAULT_LENGTHS = (512, 1024)
@@ -238,6 +238,25 @@ def summarize(rows: list[dict], *, n_boot: int = 2000, seed: int = 0) -> dict:
             "baselines": list(BASELINES), "n_boot": n_boot, "seed": seed,
             "bootstrap": "scipy.stats.bootstrap, percentile method, resampling segments",
             "paired_test": "scipy.stats.wilcoxon on per-segment log KL ratios, two-sided"}
+
+
+def rank_on_tune(comparisons: list[dict], methods, ratios=(0.75, 0.9), lengths=(512, 1024)) -> list[dict]:
+    """Rank candidate settings (e.g. windows 0/8/32/64) on the *tune* segments, best first.
+
+    Score = sum over the (length, ratio) settings of ``log(mean_ratio) + log(geo_mean_ratio)`` to the best
+    kvpress baseline: both halves of the target (mean KL and per-segment ratios), every setting weighted
+    alike. Methods without tune comparisons at every setting are left out.
+    """
+    by = {(c["length"], c["ratio"], c["method"]): c for c in comparisons if c["split"] == "tune"}
+    out = []
+    for m in methods:
+        cs = [by.get((L, r, m)) for L in lengths for r in ratios]
+        if any(c is None for c in cs):
+            continue
+        score = sum(math.log(c["mean_ratio"]) + math.log(c["geo_mean_ratio"]) for c in cs)
+        out.append({"method": m, "score": score, "worst_ratio": max(max(c["mean_ratio"], c["geo_mean_ratio"]) for c in cs),
+                    **{f"{c['length']}/{c['ratio']}": [c["mean_ratio"], c["geo_mean_ratio"]] for c in cs}})
+    return sorted(out, key=lambda x: x["score"])
 
 
 def choose_target(comparisons: list[dict], ratios=(0.75, 0.9), lengths=None) -> dict:

@@ -1,0 +1,110 @@
+"""Issue 10's comparison: note-faithful Jacap, its new options and variants against every kvpress baseline.
+
+Two grids (rows as :func:`jacap_lib.results.quality.run_kl` writes them):
+
+* ``data/results/tune.jsonl`` — the sweeps that chose the settings, on the three *tune* segments only
+  (one per text kind), prompts 512 and 1024, c = 0.75 and 0.9: the recent window (0/8/16/32/48/64),
+  the noise rule (``noise="deff"``, ``deff_frac`` 0.1/0.25/0.5), the query statistics (last n, EMA
+  beta), the temperature and hybrid variants;
+* ``data/results/grid.jsonl`` — all 12 segments x prompts 512/1024 x c 0.5/0.75/0.9 for
+  :data:`GRID_METHODS`: every kvpress baseline (SnapKV with its default 64-token observation window and
+  with 16 and 32 tokens, which fit every budget here) and the Jacap configurations.
+
+:func:`run_summary` writes ``data/results/grid_summary.json``: means with 95% bootstrap intervals,
+paired per-segment comparisons (wins/losses, Wilcoxon) to the best baseline and to CapKV, the rankings
+on the tune segments that chose each setting (:data:`TUNE_CHOICES`), and the target judged on the nine
+*test* segments (:func:`jacap_lib.results.quality.choose_target`).
+
+    python -m jacap_lib.results.comparison grid --lengths 512 1024
+    python -m jacap_lib.results.comparison summary
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from . import io
+from .paths import data_path
+
+__all__ = ["BASELINE_SPECS", "JACAP_SPECS", "GRID_METHODS", "TUNE_CHOICES", "TUNE_SEGMENTS", "grid_command",
+           "run_summary", "main"]
+
+TUNE_SEGMENTS = ("prose/lighthouse", "docs/execmodel", "code/textwrap")
+BASELINE_SPECS = ("snapkv", "snapkv[window_size=16]", "snapkv[window_size=32]", "knorm", "keydiff",
+                  "expected_attention", "capkv", "streaming_llm", "tova", "random")
+JACAP_SPECS = (
+    "jacap",                                            # note-faithful defaults: tau 10, sigma^2 1, u = v, window 32
+    "jacap[window=0]",                                  # Algorithm 1 without step 10 (the earlier results)
+    "jacap[noise=deff,deff_frac=0.25]",                 # the effective-dimension noise rule (frac chosen on tune)
+    "jacap[beta=0.99]",                                 # EMA query statistics
+    "jacap[tau=3]",                                     # temperature variant
+    "jacap[tau=3,beta=0.9]",                            # temperature + EMA statistics (best worst-case on tune)
+    "jacap_hybrid[snap_window=32,tau=1,lam_mix=0.25]",  # Jacap mixed with observed attention
+)
+GRID_METHODS = BASELINE_SPECS + JACAP_SPECS
+TUNE_CHOICES = {
+    "window": [f"jacap[window={w}]" for w in (0, 8, 16, 32, 48, 64)],
+    "noise": ["jacap[window=32]"] + [f"jacap[window=32,noise=deff,deff_frac={f}]" for f in (0.1, 0.25, 0.5)],
+    "statistics": ["jacap[window=32]", "jacap[window=32,n_queries=16]", "jacap[window=32,n_queries=64]",
+                   "jacap[window=32,beta=0.9]", "jacap[window=32,beta=0.99]"],
+    "variants": ["jacap[window=32]", "jacap[window=32,tau=1]", "jacap[window=32,tau=2]", "jacap[window=32,tau=3]",
+                 "jacap[window=32,tau=3,noise=deff,deff_frac=0.1]", "jacap[window=32,tau=1,noise=deff,deff_frac=0.1]",
+                 "jacap[window=32,tau=1,beta=0.99]", "jacap[window=32,tau=1,n_queries=1]",
+                 "jacap[window=32,tau=1,n_queries=8]", "jacap[window=32,tau=3,n_queries=8]",
+                 "jacap[window=32,tau=3,beta=0.9]", "jacap_hybrid[window=32,snap_window=32]",
+                 "jacap_hybrid[window=32,snap_window=32,tau=1]", "jacap_hybrid[window=32,snap_window=32,lam_mix=0.25,tau=1]",
+                 "jacap_hybrid[window=32,snap_window=32,tau=3]",
+                 "jacap_hybrid[window=32,snap_window=32,tau=3,lam_mix=0.25]"],
+}
+
+
+def grid_command(lengths=(512, 1024)) -> list[str]:
+    """The ``jacap bench kl`` arguments that (re)produce ``data/results/grid.jsonl`` (a rerun resumes)."""
+    return ["bench", "kl", "--out", "data/results/grid.jsonl", "--lengths", *map(str, lengths),
+            "--methods", *GRID_METHODS]
+
+
+def run_summary(*, grid: Path | str | None = None, tune: Path | str | None = None, out: Path | str | None = None,
+                n_boot: int = 2000, seed: int = 0) -> Path:
+    """Summarise the grid (+ the tune sweeps) into ``data/results/grid_summary.json``."""
+    from .quality import choose_target, rank_on_tune, summarize
+
+    grid = Path(grid) if grid else data_path("results", "grid.jsonl")
+    tune = Path(tune) if tune else data_path("results", "tune.jsonl")
+    out = Path(out) if out else data_path("results", "grid_summary.json", must_exist=False)
+    grid_rows = io.read_jsonl(grid, missing_ok=False)
+    tune_rows = io.read_jsonl(tune, missing_ok=False)
+    if not grid_rows:
+        raise ValueError(f"{grid} holds no rows; run: python -m jacap_lib.results.comparison grid")
+    res = summarize(grid_rows + tune_rows, n_boot=n_boot, seed=seed)
+    res["choices"] = {k: rank_on_tune(res["comparisons"], v) for k, v in TUNE_CHOICES.items()}
+    # the target: chosen among the grid's Jacap configurations on the tune segments, judged on the test ones
+    grid_jacap = [c for c in res["comparisons"] if c["method"] in JACAP_SPECS]
+    res["target"] = choose_target(grid_jacap)
+    res["source"] = [str(grid), str(tune)]
+    res["grid_methods"] = list(GRID_METHODS)
+    res["tune_segments"] = list(TUNE_SEGMENTS)
+    return io.write_json(out, res)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m jacap_lib.results.comparison", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("grid", help="run (or resume) data/results/grid.jsonl via `jacap bench kl`")
+    g.add_argument("--lengths", nargs="+", type=int, default=[512, 1024])
+    s = sub.add_parser("summary", help="write data/results/grid_summary.json")
+    s.add_argument("--n-boot", type=int, default=2000)
+    args = ap.parse_args(argv)
+    if args.cmd == "grid":
+        from ..cli import main as cli_main
+
+        return cli_main(grid_command(args.lengths))
+    path = run_summary(n_boot=args.n_boot)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
