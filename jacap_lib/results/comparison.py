@@ -27,7 +27,7 @@ from . import io
 from .paths import data_path
 
 __all__ = ["BASELINE_SPECS", "JACAP_SPECS", "GRID_METHODS", "TUNE_CHOICES", "TUNE_SEGMENTS", "grid_command",
-           "run_summary", "main"]
+           "run_grid", "run_summary", "main"]
 
 TUNE_SEGMENTS = ("prose/lighthouse", "docs/execmodel", "code/textwrap")
 BASELINE_SPECS = ("snapkv", "snapkv[window_size=16]", "snapkv[window_size=32]", "knorm", "keydiff",
@@ -64,6 +64,42 @@ def grid_command(lengths=(512, 1024)) -> list[str]:
             "--methods", *GRID_METHODS]
 
 
+def run_grid(*, lengths=(512, 1024), ratios=(0.5, 0.75, 0.9), continuation: int = 32, methods=GRID_METHODS,
+             segments=None, out: Path | str | None = None, threads: int = 1, progress: bool = False) -> int:
+    """Run (or resume) the grid: every segment x ``lengths`` x ``ratios`` x ``methods``; returns rows written.
+
+    The same job as ``jacap bench kl`` with :func:`grid_command`'s arguments; the invocation's
+    configuration (provenance, segments, methods with every option) is appended to the sidecar."""
+    import time
+
+    import torch
+
+    from ..models import load_model
+    from ..presses.registry import method_options, press_from_spec
+    from .provenance import model_record, provenance
+    from .quality import COMPRESSED, run_kl
+    from .texts import load_segments
+
+    for c in ratios:
+        if not 0 <= c < 1:
+            raise ValueError(f"`ratios` must lie in [0, 1), got {c}")
+    for m in methods:
+        press_from_spec(m, 0.5)  # bad names/options fail before any model work
+    out = Path(out) if out else data_path("results", "grid.jsonl", must_exist=False)
+    segs = load_segments(segments)
+    torch.set_num_threads(int(threads))
+    model, tok = load_model(None)
+    record = provenance(model)
+    io.append_run(out, {"command": "python -m jacap_lib.results.comparison grid --lengths " + " ".join(map(str, lengths)),
+                        "task": "kl", "ratios": list(ratios), "lengths": list(lengths), "continuation": continuation,
+                        "threads": threads, "compressed": COMPRESSED, "model": record["model"],
+                        "versions": record["versions"], "git": record["git"], "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                        "segments": [{k: s[k] for k in ("id", "kind", "split", "sha256", "source")} for s in segs],
+                        "methods": {m: method_options(press_from_spec(m, ratios[0])) for m in methods}})
+    return run_kl(model, tok, segments=segs, methods=list(methods), ratios=ratios, lengths=lengths,
+                  continuation=continuation, out=out, model_name=model_record(None)["name"], progress=progress)
+
+
 def run_summary(*, grid: Path | str | None = None, tune: Path | str | None = None, out: Path | str | None = None,
                 n_boot: int = 2000, seed: int = 0) -> Path:
     """Summarise the grid (+ the tune sweeps) into ``data/results/grid_summary.json``."""
@@ -98,9 +134,9 @@ def main(argv=None) -> int:
     s.add_argument("--n-boot", type=int, default=2000)
     args = ap.parse_args(argv)
     if args.cmd == "grid":
-        from ..cli import main as cli_main
-
-        return cli_main(grid_command(args.lengths))
+        n = run_grid(lengths=tuple(args.lengths))
+        print(f"wrote {n} new rows")
+        return 0
     path = run_summary(n_boot=args.n_boot)
     print(f"wrote {path}")
     return 0
