@@ -1,7 +1,7 @@
 """Triton scoring kernels vs the torch reference and vs a float64 brute force.
 
 Without a GPU the kernels run in the Triton interpreter, which must be switched on before triton
-is first imported. This module sets ``TRITON_INTERPRET=1`` before importing anything; when the whole
+is first imported. Without CUDA this module sets ``TRITON_INTERPRET=1`` before importing triton; when the whole
 suite runs and some earlier test module already imported triton (kvpress does), the in-process
 cases skip and ``test_cases_under_interpreter_subprocess`` reruns this file in a fresh interpreter
 process instead, so the cases always run somewhere. On a CUDA machine (without the interpreter)
@@ -9,7 +9,11 @@ the same cases run on the GPU.
 """
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything below can import triton
+import torch  # noqa: E402 (torch does not import triton)
+
+if not torch.cuda.is_available():
+    # before anything below can import triton; on a CUDA machine the compiled kernels are what is tested
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import math
 import subprocess
@@ -17,7 +21,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 triton = pytest.importorskip("triton", reason="triton is not installed: the GPU scoring kernels cannot be tested")
 
