@@ -6,7 +6,8 @@ changes its figure, and nothing reported an error (``window.onerror``, unhandled
 ``console.error``, failed script/style/image loads). A screenshot per page goes to
 ``_build/screenshots/``.
 
-The site is built with ``python -m jacap_lib.book build`` unless ``JACAP_BOOK_SITE`` names an
+Every wait is for a condition (MathJax done, every figure drawn, the moved slider's figure changed) under one
+overall deadline per page; there are no fixed sleeps. The site is built with ``python -m jacap_lib.book build`` unless ``JACAP_BOOK_SITE`` names an
 already built ``_build/html``. DNS is mapped to nothing, so any CDN request fails and is caught.
 Skipped, with a message, only where no chromium binary exists (CI installs it: ``apt-get install chromium``).
 """
@@ -44,44 +45,80 @@ window.addEventListener('unhandledrejection', function (e) { window.__jacapError
   window.__jacapErrors.push('console.error: ' + Array.prototype.join.call(arguments, ' ')); return orig.apply(console, arguments); }; })();
 </script>"""
 
-# Injected at the end of <body>: wait for MathJax and plotly, move one slider, report as JSON.
+# Injected at the end of <body>: wait for conditions (MathJax done, every figure drawn, the moved slider's
+# figure changed), each bounded by one overall deadline, then report as JSON. No fixed sleeps: every wait
+# polls its condition (every 50 ms) and ends as soon as it holds.
 PROBE = """<script>
 (function () {
-  function sleep(ms) { return new Promise(function (r) { setTimeout(r, ms); }); }
+  var deadline = Date.now() + DEADLINE_MS;
+  function until(cond) {  // true as soon as cond() holds, false at the overall deadline
+    return new Promise(function (resolve) {
+      (function check() {
+        var ok = false;
+        try { ok = cond(); } catch (e) { ok = false; }
+        if (ok) { resolve(true); } else if (Date.now() >= deadline) { resolve(false); } else { setTimeout(check, 50); }
+      })();
+    });
+  }
+  function figures() { return document.querySelectorAll('.plotly-graph-div'); }
+  function allDrawn() {
+    var f = figures();
+    for (var i = 0; i < f.length; i++) { if (!f[i].querySelector('svg.main-svg')) return false; }
+    return true;
+  }
   async function probe() {
-    var out = {errors: null, figures: 0, drawn: 0, math_nodes: 0, mjx: 0, mjx_errors: 0, slider: null, exception: null};
+    var out = {errors: null, figures: 0, drawn: 0, math_nodes: 0, mjx: 0, mjx_errors: 0, slider: null, exception: null,
+               waited: {}};
     try {
-    await sleep(1500);
-    if (window.MathJax && MathJax.startup && MathJax.startup.promise) { try { await MathJax.startup.promise; } catch (e) {} }
-    await sleep(1500);
-    var figs = document.querySelectorAll('.plotly-graph-div');
+    var t0 = Date.now();
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+      var done = false;
+      MathJax.startup.promise.then(function () { done = true; }, function () { done = true; });
+      out.waited.mathjax = await until(function () { return done; });
+    }
+    out.math_nodes = document.querySelectorAll('.math').length;
+    if (out.math_nodes) {
+      out.waited.math_typeset = await until(function () { return document.querySelectorAll('mjx-container').length > 0; });
+    }
+    out.waited.figures = await until(allDrawn);
+    var figs = figures();
     out.figures = figs.length;
     figs.forEach(function (f) { if (f.querySelector('svg.main-svg')) out.drawn += 1; });
-    out.math_nodes = document.querySelectorAll('.math').length;
     out.mjx = document.querySelectorAll('mjx-container').length;
     out.mjx_errors = document.querySelectorAll('mjx-merror').length;
     for (var i = 0; i < figs.length; i++) {
       var rail = figs[i].querySelector('rect.slider-rail-touch-rect');
       if (!rail) continue;
-      var before = figs[i].querySelector('svg.main-svg').innerHTML;
+      var fig = figs[i];
+      var before = fig.querySelector('svg.main-svg').innerHTML;
       var box = rail.getBoundingClientRect();
       var opts = {bubbles: true, cancelable: true, view: window, button: 0,
                   clientX: box.left + box.width - 3, clientY: box.top + box.height / 2};
       rail.dispatchEvent(new MouseEvent('mousedown', opts));
       window.dispatchEvent(new MouseEvent('mouseup', opts));
       document.dispatchEvent(new MouseEvent('mouseup', opts));
-      await sleep(1500);
-      out.slider = {figure: i, changed: figs[i].querySelector('svg.main-svg').innerHTML !== before};
+      var changed = await until(function () { return fig.querySelector('svg.main-svg').innerHTML !== before; });
+      out.slider = {figure: i, changed: changed};
       break;
     }
+    out.waited.ms = Date.now() - t0;
     } catch (e) { out.exception = String(e && e.stack || e); }
     out.errors = window.__jacapErrors;
     var pre = document.createElement('pre'); pre.id = '""" + RESULT_ID + """';
     pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
   }
-  window.addEventListener('load', function () { probe(); });
+  if (document.readyState === 'complete') { probe(); } else { window.addEventListener('load', function () { probe(); }); }
 })();
 </script>"""
+
+# What the test waits for on the Python side: the probe's report, read by a promise that resolves when it
+# appears (the DevTools call itself waits; no polling loop with sleeps here).
+AWAIT_RESULT = """new Promise(function (resolve) {
+  (function check() {
+    var e = document.getElementById('""" + RESULT_ID + """');
+    if (e && location.href === HREF) { resolve(e.textContent); } else { setTimeout(check, 50); }
+  })();
+})"""
 
 
 def _chromium() -> str | None:
@@ -187,23 +224,34 @@ class _DevTools:
 
 
 def _probe_page(page: Path, screenshot: Path | None = None, timeout: float = 120.0) -> dict:
-    """Load the page with the recorder and the probe injected, wait for the probe's report (real
-    time, up to ``timeout`` s), and optionally save a screenshot of the finished page."""
+    """Load the page with the recorder and the probe injected and wait for the probe's report; one
+    overall deadline of ``timeout`` s covers loading, MathJax, the figures and the slider (the probe gets
+    all but 10 s of it). Optionally save a screenshot of the finished page."""
+    deadline = time.monotonic() + timeout
     text = page.read_text(encoding="utf-8")
-    text = text.replace("<head>", "<head>" + RECORDER, 1).replace("</body>", PROBE + "</body>", 1)
+    probe = PROBE.replace("DEADLINE_MS", str(int((timeout - 10) * 1000)))
+    text = text.replace("<head>", "<head>" + RECORDER, 1).replace("</body>", probe + "</body>", 1)
     probe_file = page.with_name(f".__probe_{page.name}")
     probe_file.write_text(text, encoding="utf-8")
-    read_result = f"(function () {{ var e = document.getElementById('{RESULT_ID}'); return e ? e.textContent : null; }})()"
     try:
         with tempfile.TemporaryDirectory() as profile:
             browser = _DevTools(profile)
             try:
-                browser.call("Page.navigate", {"url": probe_file.as_uri()}, session=True)
-                deadline, result = time.monotonic() + timeout, None
-                while result is None and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    result = browser.evaluate(read_result)
-                assert result is not None, f"{page.name}: the probe did not report within {timeout:.0f} s"
+                url = probe_file.as_uri()
+                browser.call("Page.navigate", {"url": url}, session=True)
+                expression = AWAIT_RESULT.replace("HREF", json.dumps(url))
+                result = None
+                while result is None:
+                    left = deadline - time.monotonic()
+                    assert left > 0, f"{page.name}: the probe did not report within {timeout:.0f} s"
+                    try:  # the promise resolves when the report is in the page (the call waits for it)
+                        r = browser.call("Runtime.evaluate", {"expression": expression, "awaitPromise": True,
+                                                              "returnByValue": True}, session=True, timeout=left)
+                    except RuntimeError as err:  # evaluated in about:blank and torn down by the navigation
+                        if "context" not in str(err).lower():
+                            raise
+                        continue
+                    result = r.get("result", {}).get("value")
                 if screenshot is not None:
                     browser.evaluate("window.scrollTo(0, 0)")
                     shot = browser.call("Page.captureScreenshot", {"format": "png"}, session=True)
