@@ -39,7 +39,7 @@ def test_end_to_end_findings():
     assert f["decode_speedup"][(2048, "jacap", 0.5)] == pytest.approx(2.0)
     assert f["total_over_uncompressed"][(2048, "capkv", 0.5)] == pytest.approx(0.9)
     assert f["scoring_share_of_prefill"]["capkv"] == (0.4, 0.4)
-    assert B.end_to_end_frame({"rows": rows}).shape == (3, 6)
+    assert B.end_to_end_frame({"rows": rows}).shape == (3, 5)
 
 
 def test_error_per_condition_is_the_median_ratio():

@@ -8,6 +8,7 @@ question, so the tolerance a reader is told is the one the checker uses.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -28,10 +29,11 @@ class Verdict:
         return self.correct
 
     def __repr__(self):
-        return self.message
+        # wrapped to 78 columns so that a verdict fits the book's column (and a notebook's)
+        return "\n".join(textwrap.fill(line, 78, break_on_hyphens=False) or line for line in self.message.split("\n"))
 
     def _repr_pretty_(self, p, cycle):
-        p.text(self.message)
+        p.text(repr(self))
 
 
 class Grader:
