@@ -103,19 +103,19 @@ def test_bad_input_names_the_fix():
 
 def test_algorithm1_costs_and_leverages(monkeypatch):
     # d^3/3 = 2 N d^2 -> N = d/6 (the Gram's lower-order N d term moves it by < 1%)
-    assert not E.check("algorithm1.1", None) and "d = 128" in repr(E.check("algorithm1.1", None))
+    assert not E.check("algorithm1.1", None) and "d = 128" in E.check("algorithm1.1", None).message
     assert E.check("algorithm1.1", 128 / 6) and not E.check("algorithm1.1", 128 / 3)
-    assert "2 FLOPs" in repr(E.check("algorithm1.1", 128 / 3))
+    assert "2 FLOPs" in E.check("algorithm1.1", 128 / 3).message
     # K once + V twice = 3 reads of N d s bytes, floor = 2 of them
     assert E.check("algorithm1.2", 1.5) and not E.check("algorithm1.2", 2.0)
-    assert "floor already contains" in repr(E.check("algorithm1.2", 2.0))
+    assert "floor already contains" in E.check("algorithm1.2", 2.0).message
     d = E.data("algorithm1.3")
     A, U = d["A"], d["U"]
     brute = torch.stack([u @ torch.linalg.inv(A) @ u for u in U])
     X = torch.linalg.solve_triangular(torch.linalg.cholesky(A), U.T, upper=False)
     assert torch.allclose(X.square().sum(0), brute, rtol=1e-10)
     assert E.check("algorithm1.3", brute)
-    assert "square" in repr(E.check("algorithm1.3", brute.sqrt()))
+    assert "square" in E.check("algorithm1.3", brute.sqrt()).message
     monkeypatch.setenv("JACAP_BOOK_BUILD", "1")
     with pytest.raises(AssertionError, match="algorithm1.2"):
         E.check("algorithm1.2", 3.0)
@@ -136,7 +136,7 @@ def test_live_eviction_checks_against_the_given_run():
     kept = torch.tensor([0, 3, 7, 9]).expand(2, 3, 4)
     insp = _Inspection(kept)
     assert E.check("live-eviction.1", 4, inspection=insp)
-    assert "rounds" in repr(E.check("live-eviction.1", 5, inspection=insp))
+    assert "rounds" in E.check("live-eviction.1", 5, inspection=insp).message
     assert E.check("live-eviction.2", 1.0, inspection=insp)  # token 9 is kept everywhere
     kept2 = kept.clone()
     kept2[0, 0, -1] = 8
@@ -181,3 +181,9 @@ def test_chapter_modules_and_ids_follow_chapter_labels():
             assert i.rpartition(".")[0] == labels[path.name], f"{path.name} checks {i}"
     for name in E.CHAPTERS:
         assert name.replace("_", "-") in labels.values(), f"exercises/{name}.py has no chapter labelled so"
+
+
+def test_verdict_display_is_wrapped_to_the_book_column():
+    v = E.check("roadmap.1", None)
+    assert all(len(line) <= 72 for line in repr(v).splitlines())
+    assert " ".join(repr(v).split()) == " ".join(v.message.split())   # same words, only re-wrapped

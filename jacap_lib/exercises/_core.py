@@ -29,8 +29,8 @@ class Verdict:
         return self.correct
 
     def __repr__(self):
-        # wrapped to 78 columns so that a verdict fits the book's column (and a notebook's)
-        return "\n".join(textwrap.fill(line, 78, break_on_hyphens=False) or line for line in self.message.split("\n"))
+        # wrapped to 72 columns so that a verdict fits the book's column (and a notebook's)
+        return "\n".join(textwrap.fill(line, 72, break_on_hyphens=False) or line for line in self.message.split("\n"))
 
     def _repr_pretty_(self, p, cycle):
         p.text(repr(self))

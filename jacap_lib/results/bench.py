@@ -101,7 +101,7 @@ def end_to_end_frame(data: dict):
     out = []
     for r in data["rows"]:
         out.append({"prompt tokens": r["prompt_tokens"], "method": r["method"],
-                    "c": r["ratio"] if r["method"] != "none" else None,
+                    "c": f"{r['ratio']:g}" if r["method"] != "none" else "—",
                     "prefill (s)": r["prefill_s"], "scoring (s)": r["scoring_s"],
                     "scoring share of prefill": r["scoring_s"] / r["prefill_s"],
                     "scoring share of total": r["scoring_share_of_total"],

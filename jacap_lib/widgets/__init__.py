@@ -20,8 +20,9 @@ _SUBMODULES = ("theory", "live", "serving")
 __all__ = ["show", "live_kernel", *_SUBMODULES]
 
 STATIC_NOTE = (
-    "[live widget] Run this notebook in Jupyter or Colab (launch button at the top of\n"
-    "the page) to use the interactive controls; the figure above moves without a kernel."
+    "[live widget] Run this notebook in Jupyter or Colab (launch button at the\n"
+    "top of the page) to use the interactive controls; the figure above moves\n"
+    "without a kernel."
 )
 
 
