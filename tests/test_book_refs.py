@@ -21,10 +21,6 @@ BOOK = ROOT / "book"
 #: files that still contain typed chapter numbers (owned by other issues; remove a name once it is clean)
 KNOWN_DIRTY = {
     "chapters/07_serving.md",
-    "chapters/08_error_decomposition.md",
-    "chapters/09_baselines.md",
-    "chapters/10_critique.md",
-    "chapters/10b_failure_cases.md",
 }
 
 # "chapter 4", "Chapters 1–4", "ch. 10b", "Ch 3" — but not inside a role like {numref}`Chapter %s <x>`

@@ -88,14 +88,16 @@ def selection_figure(records: list) -> go.Figure:
     return fig
 
 
-def loo_figure(records: list, *, tau: float = 1.0, saturated: float = 0.5, sensitivity: str = "rho") -> go.Figure:
+def loo_figure(records: list, *, tau: float = 1.0, saturated: float = 0.5, sensitivity: str = "rho",
+               saturated_tau: float = 1.0) -> go.Figure:
     """Deletion damage vs Jacobian sensitivity, one point per (layer, head, token).
 
     x = ``sensitivity`` (``"rho"`` = ᾱ(1-ᾱ) or ``"weight"`` = w) at temperature ``tau``; y = the
-    leave-one-out damage (relative to the head's output norm). Tokens with ᾱ ≥ ``saturated`` are
-    drawn in red: tiny ρ, large damage is the note's §13.3 / §19.1 warning."""
+    leave-one-out damage (relative to the head's output norm). Tokens with ᾱ ≥ ``saturated`` under the
+    model's own softmax (``saturated_tau``, default 1 — at τ = 10 nothing saturates) are drawn in red:
+    tiny ρ, large damage is the note's §13.3 / §19.1 warning."""
     key = f"{sensitivity}_tau{tau:g}"
-    akey = f"alpha_bar_tau{tau:g}"
+    akey = f"alpha_bar_tau{saturated_tau:g}"
     if records and key not in records[0]:
         raise ValueError(f"records have no {key!r}; available temperatures: "
                          f"{sorted(k for k in records[0] if k.startswith('rho_tau'))}")
@@ -109,7 +111,7 @@ def loo_figure(records: list, *, tau: float = 1.0, saturated: float = 0.5, sensi
             text=[f"layer {r['layer']} head {r['head']} pos {r['position']}<br>ᾱ={r[akey]:.3f}" for r in pts],
             hovertemplate="%{text}<br>x=%{x:.2e}<br>damage=%{y:.2e}<extra></extra>"))
     fig.update_layout(template="plotly_white", xaxis_type="log", yaxis_type="log",
-                      xaxis_title=f"Jacobian sensitivity {sensitivity} (τ = {tau:g})",
+                      xaxis_title=f"Jacobian {sensitivity} (τ = {tau:g}); red: ᾱ ≥ {saturated} at τ = {saturated_tau:g}",
                       yaxis_title="leave-one-out damage / ‖f_C‖",
                       title=f"Deleting a token vs its local sensitivity (τ = {tau:g})",
                       legend=dict(orientation="h", y=-0.2))
@@ -152,3 +154,18 @@ def lag_figure(lag: dict) -> go.Figure:
     fig.update_layout(template="plotly_white", xaxis_title="β (EMA decay)", yaxis_title="‖μ_β − mean future query‖ / ‖mean future query‖",
                       title="How far the query statistics lag behind a phase change")
     return fig
+
+
+def failure_frame(demo: dict):
+    """One failure demo (``load_failures()[1][name]``) as a table: the reference and every case, with the
+    answer's log-probability, whether it is still the argmax, the continuation's KL, the fraction of the
+    critical tokens kept and (where defined) the answer-vs-rival margin."""
+    import pandas as pd
+
+    rows = []
+    for r in [demo["reference"]] + demo["cases"]:
+        rows.append({"c": r["compression_ratio"], "case": r["label"], "logp(answer)": round(r["answer_logprob"], 2),
+                     "correct": bool(r["answer_correct"]), "KL": round(r["kl"], 3),
+                     "critical kept": round(r["critical_kept"], 2),
+                     "margin": None if r["margin"] != r["margin"] else round(r["margin"], 2)})
+    return pd.DataFrame(rows)

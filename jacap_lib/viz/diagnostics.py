@@ -130,3 +130,25 @@ def defaults_note(topic: str, rows: list[dict] | None = None):
     body = text.format(tau=10.0, ratio=ratio, sat=d["heads_saturated"], sat1=d1["heads_saturated"],
                        overlap_deff=deff["overlap"], **{k: v for k, v in d.items()})
     return HTML(f'<div class="admonition note"><p class="admonition-title">{title}</p><p>{body}</p></div>')
+
+
+def noise_rule_example(targets=(0.25, 1.0, 1.5)):
+    """The note's 2-D example (u1 = (1, 0), u2 = (0.95, 0.05), u3 = (0, 1); w = (1, 1, 0.7)) under the
+    effective-dimension rule: per target d_eff, the solved sigma^2, the three scores r_i and their sum.
+    Returns a :class:`pandas.DataFrame` (one row per target, plus the paper's sigma^2 = 1)."""
+    import pandas as pd
+    import torch
+
+    from ..examples import NOTE_U, NOTE_W
+    from ..scoring import deff_noise, effective_dimension, leverage
+
+    U = torch.tensor(NOTE_U, dtype=torch.float64)
+    w = torch.tensor(NOTE_W, dtype=torch.float64)
+    ev = torch.linalg.eigvalsh((U * w[:, None]).T @ U)
+    rows = []
+    for label, s2 in [("sigma^2 = 1 (paper)", 1.0)] + [(f"d_eff = {t:g}", float(deff_noise(ev, t))) for t in targets]:
+        r = w / s2 * leverage(U, w, s2)
+        rows.append({"rule": label, "sigma^2": round(s2, 4), "d_eff": round(float(effective_dimension(ev, s2)), 4),
+                     "r1": round(float(r[0]), 4), "r2 (near-copy of u1)": round(float(r[1]), 4),
+                     "r3 (orthogonal)": round(float(r[2]), 4), "keeps (B = 2)": str(sorted((r.topk(2).indices + 1).tolist()))})
+    return pd.DataFrame(rows).set_index("rule")
