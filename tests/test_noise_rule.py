@@ -111,7 +111,8 @@ def test_per_head_target_tensor():
 
 
 def test_triton_path_matches_torch_under_the_rule():
-    """The Triton path (interpreter on the CPU, in a fresh process so TRITON_INTERPRET takes effect)."""
+    """The Triton path: compiled kernels on CUDA tensors where a GPU is present, else the interpreter on
+    the CPU (in a fresh process, so that TRITON_INTERPRET takes effect)."""
     import subprocess
     import sys
 
@@ -124,6 +125,8 @@ def test_triton_path_matches_torch_under_the_rule():
         "k = torch.randn(1, 2, 70, 16, generator=g); v = torch.randn(1, 2, 70, 16, generator=g)\n"
         "mu = torch.randn(1, 2, 16, generator=g); lam = 0.1 + torch.rand(1, 2, 16, generator=g)\n"
         "W = torch.randn(24, 16, generator=g)\n"
+        "dev = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "k, v, mu, lam, W = (t.to(dev) for t in (k, v, mu, lam, W))\n"
         "for op in (None, W):\n"
         "    a = triton_jacap_scores(k, v, mu, lam, noise='deff', deff_target=3.0, out_proj=op, dot_precision='ieee')\n"
         "    b = jacap_scores(k, v, mu, lam, noise='deff', deff_target=3.0, out_proj=op, backend='torch')\n"
@@ -131,6 +134,9 @@ def test_triton_path_matches_torch_under_the_rule():
         "    assert abs(float(a.score.sum(-1).max()) - 3.0) < 1e-3\n"
         "print('ok')\n"
     )
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.getcwd())
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    env.pop("TRITON_INTERPRET", None)
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]

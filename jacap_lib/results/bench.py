@@ -128,4 +128,8 @@ def end_to_end_findings(data: dict) -> dict:
             r["scoring_s"] / r["prefill_s"] for r in data["rows"] if r["method"] == m])},
         scoring_share_of_total={m: (min(v), max(v)) for m in ("jacap", "capkv") if (v := [
             r["scoring_share_of_total"] for r in data["rows"] if r["method"] == m])},
+        # with repeats: the fastest per-token decode of each row (its range over rows) and the slowest repeat
+        decode_ms_fastest=(min(v), max(v)) if (v := [r.get("decode_ms_per_token_min", r["decode_ms_per_token"])
+                                                     for r in data["rows"]]) else None,
+        decode_ms_slowest=max(r.get("decode_ms_per_token_max", r["decode_ms_per_token"]) for r in data["rows"]),
     )
