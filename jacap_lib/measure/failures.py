@@ -132,11 +132,15 @@ class FailureDemo:
 
 
 def _kept_indices(trace: dict, n_tokens: int, ratio: float, press) -> dict:
-    """Per layer, the ``(H_kv, n_kept)`` indices kvpress kept (re-derived from the traced scores)."""
-    n_kept = int(n_tokens * (1 - ratio))
+    """Per layer, the ``(H_kv, n_kept)`` indices kvpress kept (re-derived from the traced scores), with the
+    protected region the press uses for a cache in position order: the first min(n_sink, n_kept) sinks, then
+    the window shrunk to the budget left after them (:meth:`JacapPress.protected`)."""
+    n_kept = compute_n_kept(n_tokens, ratio)
+    n_sink = min(press.n_sink, n_kept)
+    window = min(press.window, n_kept - n_sink)
     out = {}
     for layer, rec in trace.items():
-        s = press_utils.protect(rec["score"].float(), press.n_sink, press.window)
+        s = press_utils.protect(rec["score"].float(), n_sink, window)
         out[layer] = s[0].topk(n_kept, dim=-1).indices
     return out
 
