@@ -37,20 +37,20 @@ def _grade_word(answer, expected):
 EXERCISES = [
     Exercise(
         "How many prompt tokens does each KV head keep when the demo text is compressed at c = 0.9? "
-        "(check it with inspection = the inspection at c = 0.9)",
+        "(inspection = the chapter's inspection at c = 0.9)",
         _kept_per_head,
         integer(slips=[(lambda e: e + 1, "One too many: kvpress rounds (1 - c) N down.")],
                 hint="kvpress keeps max(1, floor(N (1 - c))) tokens per head."),
         given=("inspection",)),
     Exercise(
         "With window=16 at c = 0.75, what fraction of all (layer, KV head) caches keep the last prompt token? "
-        "(check it with inspection = that windowed inspection)",
+        "(inspection = that windowed inspection)",
         _last_token_kept,
         number(rtol=0.0, atol=1e-6, hint="The window protects the last 16 prompt tokens in every cache."),
         given=("inspection",)),
     Exercise(
         "Raise tau from 10 to 100. Does alpha-bar get 'flatter' or 'sharper'? "
-        "(check it with cool, hot = the inspections at tau = 10 and tau = 100)",
+        "(cool, hot = the inspections at tau = 10 and tau = 100)",
         _flatter_or_sharper,
         custom(_grade_word, "exact word"),
         given=("cool", "hot")),
