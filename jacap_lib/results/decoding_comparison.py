@@ -17,7 +17,7 @@ from . import io
 from .paths import data_path
 from .provenance import provenance
 
-__all__ = ["CONFIG", "QUICK", "run_decoding_comparison", "decoding_summary", "main"]
+__all__ = ["CONFIG", "QUICK", "run_decoding_comparison", "merge_parts", "decoding_summary", "main"]
 
 CONFIG = {
     "prompts": [
@@ -61,8 +61,11 @@ def _sample(model, tok, prompt: str, cfg: dict):
 
 
 def run_decoding_comparison(model, tok, *, config: dict | None = None, out: Path | None = None,
-                            log=print) -> Path:
-    """Run every prompt x method of ``config`` (default :data:`CONFIG`) and write the results file."""
+                            prompts=None, log=print) -> Path:
+    """Run every prompt x method of ``config`` (default :data:`CONFIG`) and write the results file.
+
+    ``prompts``: indices into ``config["prompts"]`` to run (default all), so that several processes can
+    share the work; :func:`merge_parts` joins their files."""
     import torch
 
     from ..measure.decoding_compare import compare_decoding
@@ -72,7 +75,9 @@ def run_decoding_comparison(model, tok, *, config: dict | None = None, out: Path
     model.eval()
     t_start = time.time()
     rows = []
-    for p_idx, prompt in enumerate(cfg["prompts"]):
+    indices = list(range(len(cfg["prompts"]))) if prompts is None else list(prompts)
+    for p_idx in indices:
+        prompt = cfg["prompts"][p_idx]
         seq, n_prompt = _sample(model, tok, prompt, cfg)
         log(f"prompt {p_idx}: {n_prompt} prompt + {seq.shape[1] - n_prompt} generated tokens")
         res = compare_decoding(model, seq, n_prompt, cfg["methods"], budget=cfg["budget"], interval=cfg["interval"],
@@ -85,7 +90,7 @@ def run_decoding_comparison(model, tok, *, config: dict | None = None, out: Path
                      "generated_text": tok.decode(seq[0, n_prompt:])})
     record = provenance(model)
     config_out = {**cfg, "command": "python -m jacap_lib.results.decoding_comparison", "provenance": record,
-                  "wall_seconds": time.time() - t_start}
+                  "wall_seconds": time.time() - t_start, "prompts_run": indices}
     return io.write_results(out or data_path("serving", "decoding_comparison.json", must_exist=False),
                             config_out, rows)
 
@@ -117,17 +122,49 @@ def decoding_summary(rows: list) -> dict:
     return summary
 
 
+def merge_parts(parts, out: Path) -> Path:
+    """Join result files of :func:`run_decoding_comparison` run on disjoint prompt subsets of one config."""
+    configs, rows = [], []
+    for part in parts:
+        c, r = io.read_results(part)
+        configs.append(c)
+        rows.extend(r)
+    strip = lambda c: {k: v for k, v in c.items() if k not in ("provenance", "wall_seconds", "prompts_run")}  # noqa: E731
+    if any(strip(c) != strip(configs[0]) for c in configs):
+        raise ValueError("the parts were run with different configurations; merge only parts of one configuration")
+    done = [i for c in configs for i in c["prompts_run"]]
+    if len(set(done)) != len(done):
+        raise ValueError(f"the parts overlap: prompts {sorted(done)}")
+    rows.sort(key=lambda r: r["prompt"])
+    merged = {**configs[0], "prompts_run": sorted(done), "wall_seconds": [c["wall_seconds"] for c in configs],
+              "parts": len(configs), "provenance": configs[0]["provenance"]}
+    return io.write_results(out, merged, rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m jacap_lib.results.decoding_comparison", description=__doc__)
     ap.add_argument("--out", type=Path, default=None, help="default data/serving/decoding_comparison.json")
     ap.add_argument("--quick", action="store_true", help="one prompt, 48 tokens, three methods (a smoke run)")
+    ap.add_argument("--prompts", type=int, nargs="+", default=None,
+                    help="indices of the prompts to run (default all); run parts in parallel, then --merge")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None, help="join these part files into --out")
     args = ap.parse_args(argv)
     if args.out is not None and args.out.suffix != ".json":
         ap.error("--out must end in .json")
+    cfg = QUICK if args.quick else CONFIG
+    if args.prompts is not None and not all(0 <= i < len(cfg["prompts"]) for i in args.prompts):
+        ap.error(f"--prompts must be indices in [0, {len(cfg['prompts'])})")
+    if args.merge is not None:
+        missing = [str(p) for p in args.merge if not p.is_file()]
+        if missing:
+            ap.error(f"--merge: no such file(s): {missing}")
+        print(f"wrote {merge_parts(args.merge, args.out or data_path('serving', 'decoding_comparison.json', must_exist=False))}")
+        return 0
     from ..models import load_model
 
     model, tok = load_model()
-    path = run_decoding_comparison(model, tok, config=QUICK if args.quick else CONFIG, out=args.out)
+    path = run_decoding_comparison(model, tok, config=cfg, out=args.out, prompts=args.prompts,
+                                   log=lambda msg: print(msg, flush=True))
     print(f"wrote {path}")
     return 0
 
