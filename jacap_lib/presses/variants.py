@@ -31,13 +31,23 @@ def jacap_wo(compression_ratio, **opts):
 
 
 def jacap_adakv(compression_ratio, alpha_safeguard=0.20, **opts):
-    """Jacap scores with kvpress AdaKV head-wise budget allocation (top-k across the heads of a layer)"""
+    """Jacap scores with kvpress AdaKV head-wise budget allocation (top-k across the heads of a layer)
+
+    Returns a kvpress ``AdaKVPress`` (a wrapper, not a ``ScorerPress``): kvpress's ``ComposedPress``
+    refuses it, and wrappers that need a scorer (``ChunkPress``, ``PerLayerCompressionPress``, ...)
+    assert; wrap its ``.press`` (the ``JacapPress``) there instead (see the book's kvpress page).
+    """
     _checks.unit_interval("alpha_safeguard", alpha_safeguard, closed_right=True)
     return AdaKVPress(press=JacapPress(compression_ratio, **opts), alpha_safeguard=alpha_safeguard)
 
 
 def jacap_pyramid(compression_ratio, slope=0.5, max_ratio=0.99, evict="mask", **opts):
-    """Jacap with a linear per-layer budget pyramid (kvpress PerLayerCompressionPress; more KV in lower layers, mean ratio = c)"""
+    """Jacap with a linear per-layer budget pyramid (kvpress PerLayerCompressionPress; more KV in lower layers, mean ratio = c)
+
+    Returns a ``PerLayerCompressionPress`` subclass (a wrapper): kvpress wrappers that need a scorer
+    refuse it (use ``.press``), and in a ``ComposedPress`` it must come last (or use ``evict="prune"``):
+    it masks slots that a later press would prune under it.
+    """
     return JacapPyramidPress(press=JacapPress(compression_ratio, **opts), slope=slope, max_ratio=max_ratio,
                              evict=evict)
 
