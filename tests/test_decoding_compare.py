@@ -124,3 +124,25 @@ def test_merge_parts_joins_disjoint_prompts_of_one_config(tmp_path):
                                                 "provenance": {}}, [row(1, 0.3)])
     with pytest.raises(ValueError, match="different configurations"):
         merge_parts([tmp_path / "p0.json", tmp_path / "other.json"], tmp_path / "bad.json")
+
+
+def test_committed_decoding_comparison_is_complete():
+    import math
+
+    from jacap_lib.results.decoding_comparison import decoding_summary
+    from jacap_lib.results.loaders import load_decoding_comparison
+
+    config, rows = load_decoding_comparison()
+    assert config["provenance"]["model"]["sha256"] and config["provenance"]["versions"]["kvpress"]
+    assert config["prompts_run"] == list(range(len(config["prompts"])))
+    methods = set(config["methods"])
+    for p in range(len(config["prompts"])):
+        got = {r["method"] for r in rows if r["prompt"] == p}
+        assert got == methods | {"uncompressed"}
+    for r in rows:
+        if r["method"] == "uncompressed":
+            continue
+        assert len(r["kl"]) == config["n_new"] and all(math.isfinite(x) and x >= 0 for x in r["kl"])
+        assert r["peak_cache"] <= config["budget"] + config["interval"]
+        assert sum(r["age_counts"]) > 0 and 0 < r["scoring_share"] < 1
+    assert set(decoding_summary(rows)) == methods
