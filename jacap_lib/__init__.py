@@ -45,6 +45,11 @@ _EXPORTS = {
     "describe_model": "jacap_lib.models",
     "describe_method": "jacap_lib.presses.registry",
     "EvictionInspection": "jacap_lib.measure.eviction",
+    "answer": "jacap_lib.measure.eviction",
+    "kl_table": "jacap_lib.measure.eviction",
+    "DEMO_CONTEXT": "jacap_lib.measure.eviction",
+    "DEMO_QUESTION": "jacap_lib.measure.eviction",
+    "DEMO_CONTINUATION": "jacap_lib.measure.eviction",
     "load_kl_table": "jacap_lib.results.loaders",
     # quality under compression
     "next_token_kl": "jacap_lib.measure.quality",

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+from . import costs, triton  # noqa: F401 (subpackages as attributes: scoring.costs, scoring.triton)
 from .contract import CholeskyFailure, JacapScores, cholesky_with_jitter
 from .core import jacap_scores, jacap_weight, leverage
 from .noise import deff_noise, effective_dimension, weighted_gram
