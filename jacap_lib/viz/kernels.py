@@ -10,21 +10,14 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..scoring.costs import step_costs
-from ..results.bench import end_to_end_rows
+from ..results.bench import METHOD_NAMES, end_to_end_rows
 
 __all__ = [
     "step_cost_figure", "inverse_vs_solve_figure", "scoring_benchmark_figure", "scoring_table_figure",
     "end_to_end_figure",
 ]
 
-METHOD_LABELS = {
-    "floor": "floor: one read of K and V",
-    "jacap_torch": "Jacap (torch reference)",
-    "jacap_triton": "Jacap (Triton kernels)",
-    "capkv": "CapKV (kvpress CapPress.score)",
-    "expected_attention": "Expected Attention (kvpress)",
-    "knorm": "KNorm (kvpress)",
-}
+METHOD_LABELS = METHOD_NAMES  # one table of full names (results.bench), shared with the chapter's tables
 COLORS = {
     "floor": "#7f7f7f", "jacap_torch": "#d62728", "jacap_triton": "#ff7f0e", "capkv": "#1f77b4",
     "expected_attention": "#2ca02c", "knorm": "#9467bd",
