@@ -59,6 +59,10 @@ _EXPORTS = {
     # Algorithm 2 (decode-time controller)
     "JacapDecodeController": "jacap_lib.decoding",
     "EvictionEvent": "jacap_lib.decoding",
+    "ema_trace": "jacap_lib.decoding",
+    # committed results
+    "load_decoding_comparison": "jacap_lib.results.loaders",
+    "decoding_summary": "jacap_lib.results.decoding_comparison",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
