@@ -290,6 +290,13 @@ def _diagnose(args, argv):
     return diagnostics_main([args.which, *args.args])
 
 
+def _compare(args, argv):
+    from .results.comparison import main as comparison_main
+
+    # the issue-10 grid and its summary; the job parses and checks its own options
+    return comparison_main([args.which, *args.args])
+
+
 # --------------------------------------------------------------------------------------------- parser
 def _model_args(p, *, seed=True):
     p.add_argument("--model", default=None, help="Hugging Face id (default: the bundled SmolLM2-135M, offline)")
@@ -392,6 +399,13 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("which", choices=["mechanisms", "query-stats"])
     dg.add_argument("args", nargs=argparse.REMAINDER, help="options of the job")
     dg.set_defaults(func=_diagnose)
+
+    cg = sub.add_parser("compare", help="the note-faithful comparison: grid -> data/results/grid.jsonl, summary -> "
+                                        "grid_summary.json", description="Run a job of jacap_lib.results.comparison; "
+                                        "options after the name go to it (`jacap compare summary --help`).")
+    cg.add_argument("which", choices=["grid", "summary"])
+    cg.add_argument("args", nargs=argparse.REMAINDER, help="options of the job")
+    cg.set_defaults(func=_compare)
 
     # a job that parses its own options: `main` hands it everything after the subcommand's name
     sub.add_parser("compare-decoding", add_help=False,

@@ -117,3 +117,15 @@ def test_diagnose_passes_its_options_to_the_job(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["diagnose", "query-stats", "--bogus"])
     assert e.value.code == 2
+
+
+def test_compare_passes_its_options_to_the_job(capsys, tmp_path, monkeypatch):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["compare", "summary", "--help"])
+    assert e.value.code == 0 and "--n-boot" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        cli.main(["compare", "grid", "--lengths", "many"])
+    assert e.value.code == 2 and "--lengths" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["compare", "everything"])
+    assert e.value.code == 2

@@ -126,7 +126,7 @@ def run_summary(*, grid: Path | str | None = None, tune: Path | str | None = Non
 def main(argv=None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m jacap_lib.results.comparison", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="jacap compare", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("grid", help="run (or resume) data/results/grid.jsonl via `jacap bench kl`")
     g.add_argument("--lengths", nargs="+", type=int, default=[512, 1024])
