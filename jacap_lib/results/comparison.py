@@ -111,13 +111,16 @@ def run_summary(*, grid: Path | str | None = None, tune: Path | str | None = Non
     grid_rows = io.read_jsonl(grid, missing_ok=False)
     tune_rows = io.read_jsonl(tune, missing_ok=False)
     if not grid_rows:
-        raise ValueError(f"{grid} holds no rows; run: python -m jacap_lib.results.comparison grid")
+        raise ValueError(f"{grid} holds no rows; run: jacap compare grid")
     res = summarize(grid_rows + tune_rows, n_boot=n_boot, seed=seed)
     res["choices"] = {k: rank_on_tune(res["comparisons"], v) for k, v in TUNE_CHOICES.items()}
     # the target: chosen among the grid's Jacap configurations on the tune segments, judged on the test ones
     grid_jacap = [c for c in res["comparisons"] if c["method"] in JACAP_SPECS]
     res["target"] = choose_target(grid_jacap)
-    res["source"] = [str(grid), str(tune)]
+    # inputs named relative to the repository when they lie in it, so a rerun elsewhere writes the same file
+    root = data_path("results", "grid.jsonl", must_exist=False).parents[2]
+    res["source"] = [str(p.resolve().relative_to(root)) if p.resolve().is_relative_to(root) else str(p)
+                     for p in (grid, tune)]
     res["grid_methods"] = list(GRID_METHODS)
     res["tune_segments"] = list(TUNE_SEGMENTS)
     return io.write_json(out, res)
