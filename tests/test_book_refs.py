@@ -22,7 +22,9 @@ BOOK = ROOT / "book"
 KNOWN_DIRTY: set[str] = set()
 
 # "chapter 4", "Chapters 1–4", "ch. 10b", "Ch 3" — but not inside a role like {numref}`Chapter %s <x>`
-TYPED = re.compile(r"(?<![{`\w])(?:[Cc]hapters?|[Cc]h\.?)\s+\d+[a-z]?\b")
+TYPED = re.compile(r"(?<![{`\w])(?:[Cc]hapters?|[Cc]h\.?)\s+\d+[a-z]?\b"
+                   # an exercise numbered with its chapter ("Exercise 7.1") drifts the same way
+                   r"|(?<![{`\w])(?:Exercise|Solution)\s+\d+[a-z]?\.\d+\b")
 LABEL = re.compile(r"^\(([A-Za-z0-9_.:-]+)\)=\s*$", re.M)
 NAME_OPTION = re.compile(r"^:(?:name|label):\s*(\S+)\s*$", re.M)
 EQ_LABEL = re.compile(r"\$\$\s*\(([A-Za-z0-9_.:-]+)\)")
