@@ -101,6 +101,26 @@ PROBE = """<script>
       out.slider = {figure: i, changed: changed};
       break;
     }
+    // readable: no output, table or display equation wider than the text column (code *inputs* may
+    // scroll), and no literal "null" in any figure's text (a None in a label or a padding cell)
+    var column = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+    var right = column.getBoundingClientRect().right;
+    out.overflow = [];
+    var wide = document.querySelectorAll('div.cell_output pre, div.cell_output table, div.output pre, ' +
+                                         'div.output table, mjx-container[display="true"]');
+    for (var j = 0; j < wide.length; j++) {
+      var el = wide[j];
+      var inner = el.tagName.toLowerCase() === 'mjx-container' && el.firstElementChild ? el.firstElementChild : el;
+      var over = Math.max(el.scrollWidth - el.clientWidth, inner.getBoundingClientRect().right - right);
+      if (over > 2) out.overflow.push(el.tagName.toLowerCase() + ' +' + Math.round(over) + 'px: ' +
+                                      (el.textContent || '').replace(/\\s+/g, ' ').slice(0, 60));
+    }
+    out.nulls = [];
+    figs.forEach(function (f, k) {
+      f.querySelectorAll('svg text').forEach(function (t) {
+        if (/\\bnull\\b/.test(t.textContent || '')) out.nulls.push('figure ' + k + ': ' + t.textContent.slice(0, 60));
+      });
+    });
     out.waited.ms = Date.now() - t0;
     } catch (e) { out.exception = String(e && e.stack || e); }
     out.errors = window.__jacapErrors;
@@ -285,6 +305,10 @@ def test_every_page_renders_offline(site):
             failures.append(f"{page.name}: {r['math_nodes']} math nodes but no MathJax output")
         if r["mjx_errors"]:
             failures.append(f"{page.name}: {r['mjx_errors']} MathJax errors")
+        if r.get("overflow"):
+            failures.append(f"{page.name}: wider than the column: {r['overflow'][:3]}")
+        if r.get("nulls"):
+            failures.append(f"{page.name}: 'null' in figure text: {r['nulls'][:3]}")
         if r["slider"] is not None:
             if r["slider"]["changed"]:
                 sliders_moved += 1
@@ -297,3 +321,20 @@ def test_every_page_renders_offline(site):
                 failures.append(f"{page.name}: a theory page without rendered math")
     assert not failures, "\n".join(failures)
     assert sliders_moved >= len(THEORY_PAGES)
+
+
+def test_probe_finds_overflow_and_null_text(tmp_path):
+    """The readability checks can fail: a printed line wider than the column and a figure whose text
+    says "null" are both reported (a synthetic page, no book build needed)."""
+    if _chromium() is None:
+        pytest.skip("no chromium binary on PATH (Debian: apt-get install -y chromium); browser test skipped")
+    page = tmp_path / "wide.html"
+    page.write_text(
+        "<html><head></head><body><article class='bd-article' style='width:600px'>"
+        "<div class='cell_output'><pre>" + "x" * 400 + "</pre></div>"
+        "<div class='cell_output'><pre>short</pre></div>"
+        "<div class='plotly-graph-div'><svg class='main-svg'><text>null</text><text>ok</text></svg></div>"
+        "</article></body></html>", encoding="utf-8")
+    r = _probe_page(page, timeout=60.0)
+    assert len(r["overflow"]) == 1 and r["overflow"][0].startswith("pre +"), r["overflow"]
+    assert r["nulls"] == ["figure 0: null"], r["nulls"]
