@@ -102,7 +102,7 @@ def _book(args, argv):
 def _bench(args, argv):
     import time
 
-    from .results import io
+    from .results import files
     from .results import quality as Q
     from .results.provenance import model_record, provenance
 
@@ -111,7 +111,7 @@ def _bench(args, argv):
         for p in args.inp:
             _check(p.is_file(), f"--inp {p} does not exist")
             try:
-                rows += io.read_jsonl(p, missing_ok=False)
+                rows += files.read_jsonl(p, missing_ok=False)
             except ValueError as e:
                 raise _Bad(f"--inp: {e}") from None
         _check(any(r.get("task") == "kl" for r in rows), f"--inp {[str(p) for p in args.inp]} holds no KL rows")
@@ -119,7 +119,7 @@ def _bench(args, argv):
         _positive(args.n_boot, "--n-boot")
         res = Q.summarize(rows, n_boot=args.n_boot)
         res["source"] = [str(p) for p in args.inp]
-        io.write_json(args.out, res)
+        files.write_json(args.out, res)
         print(f"wrote {len(res['table'])} cells and {len(res['comparisons'])} comparisons to {args.out}")
         return 0
 
@@ -169,7 +169,7 @@ def _bench(args, argv):
     config.update(model=record["model"], versions=record["versions"], git=record["git"],
                   device=record["model"]["device"], started=time.strftime("%Y-%m-%dT%H:%M:%S"),
                   methods={m: method_options(press_from_spec(m, args.ratios[0])) for m in methods})
-    io.append_run(args.out, config)
+    files.append_run(args.out, config)
     if args.task == "kl":
         n = Q.run_kl(model, tok, segments=segs, methods=methods, ratios=args.ratios, lengths=args.lengths,
                      continuation=args.continuation, out=args.out, model_name=mname, progress=not args.no_progress)

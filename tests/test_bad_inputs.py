@@ -712,15 +712,15 @@ ok("passkey-depth-zero", lambda env: passkey_prompt(env.tok, 128, 0.0, "12345"),
 
 
 def _malformed(env):
-    from jacap_lib.results import io
+    from jacap_lib.results import files
 
     p = env.fresh_dir("malformed") / "rows.jsonl"
     p.write_text('{"task": "kl"}\n{"task": \n')
-    return io.read_jsonl(p)
+    return files.read_jsonl(p)
 
 
 bad("read-jsonl-malformed-names-file-and-line", _malformed, "rows.jsonl", "line 2")
-bad("read-jsonl-missing-file", lambda env: __import__("jacap_lib.results.io", fromlist=["x"]).read_jsonl(
+bad("read-jsonl-missing-file", lambda env: __import__("jacap_lib.results.files", fromlist=["x"]).read_jsonl(
     env.tmp / "missing.jsonl", missing_ok=False), "missing.jsonl", exc=FileNotFoundError)
 
 # ============================================================================= CLI: jacap <subcommand>

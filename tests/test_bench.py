@@ -12,7 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from jacap_lib import cli  # noqa: E402
 from jacap_lib.measure.passkey import passkey_prompt  # noqa: E402
 from jacap_lib.presses.registry import parse_method, press_from_spec  # noqa: E402
-from jacap_lib.results import io  # noqa: E402
+from jacap_lib.results import files  # noqa: E402
 from jacap_lib.results import quality as bench  # noqa: E402
 
 V = 61
@@ -48,7 +48,7 @@ def test_run_kl_writes_and_resumes(tiny, tmp_path, monkeypatch):
     kw = dict(segments=SEG, methods=["knorm", "jacap[tau=2.0]"], ratios=[0.5], lengths=[48, 64], continuation=8,
               out=out, model_name="tiny", progress=False)
     assert bench.run_kl(model, tok, **kw) == 4
-    rows = io.read_jsonl(out)
+    rows = files.read_jsonl(out)
     assert len(rows) == 4 and {r["method"] for r in rows} == {"knorm", "jacap[tau=2.0]"}
     jac = next(r for r in rows if r["method"] == "jacap[tau=2.0]")
     assert jac["press"]["tau"] == 2.0 and jac["press"]["class"] == "JacapPress"
@@ -62,7 +62,7 @@ def test_run_kl_writes_and_resumes(tiny, tmp_path, monkeypatch):
     # drop one row: only that one is recomputed, with the same value
     out.write_text("".join(json.dumps(r) + "\n" for r in rows[:-1]))
     assert bench.run_kl(model, tok, **kw) == 1
-    again = io.read_jsonl(out)
+    again = files.read_jsonl(out)
     assert again[-1]["kl"] == pytest.approx(rows[-1]["kl"], rel=1e-6)
     assert again[-1]["method"] == rows[-1]["method"] and again[-1]["length"] == rows[-1]["length"]
 
@@ -136,11 +136,11 @@ def test_cli_on_bundled_model(tmp_path):
     argv = ["bench", "kl", "--methods", "knorm", "jacap", "--ratios", "0.5", "--lengths", "64", "--continuation", "4",
             "--segments", "prose/letter", "--out", str(out), "--no-progress"]
     assert cli.main(argv) == 0
-    assert len(io.read_jsonl(out)) == 2
+    assert len(files.read_jsonl(out)) == 2
     cfg = json.loads(out.with_suffix(".config.json").read_text())["runs"][0]
     assert cfg["model"]["sha256"] and cfg["versions"]["kvpress"] and cfg["methods"]["jacap"]["tau"] == 10.0
-    assert cli.main(argv) == 0 and len(io.read_jsonl(out)) == 2
-    assert len(io.read_runs(out)) == 2  # one configuration per invocation
+    assert cli.main(argv) == 0 and len(files.read_jsonl(out)) == 2
+    assert len(files.read_runs(out)) == 2  # one configuration per invocation
 
 
 @pytest.mark.model
@@ -156,7 +156,7 @@ def test_passkey_subcommand_on_bundled_model(tmp_path):
     argv = ["bench", "passkey", "--methods", "jacap", "--ratios", "0.5", "--lengths", "96", "--depths", "0.5",
             "--trials", "1", "--seed", "3", "--out", str(out), "--no-progress"]
     assert cli.main(argv) == 0
-    rows = io.read_jsonl(out)
+    rows = files.read_jsonl(out)
     key = str(random.Random(3).randrange(10000, 100000))
     assert [(r["method"], r["ratio"]) for r in rows] == [("full", 0.0), ("jacap", 0.5)]
     for r in rows:
@@ -168,7 +168,7 @@ def test_passkey_subcommand_on_bundled_model(tmp_path):
         gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
                              pad_token_id=tok.eos_token_id)
     assert tok.decode(gen[0, ids.shape[1]:]) == rows[0]["answer"]
-    assert cli.main(argv) == 0 and len(io.read_jsonl(out)) == 2
+    assert cli.main(argv) == 0 and len(files.read_jsonl(out)) == 2
 
 
 def test_too_short_segment_writes_nothing(tiny, tmp_path):

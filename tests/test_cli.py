@@ -61,12 +61,12 @@ def test_bad_arguments_fail_before_any_work(argv, msg, tmp_path, no_model, capsy
 
 
 def test_summary_writes_the_common_summary(tmp_path):
-    from jacap_lib.results import io, loaders
+    from jacap_lib.results import files, loaders
 
     rows = [r for r in loaders.load_quality_rows() if r["length"] == 512 and r["ratio"] == 0.75]
     grid = tmp_path / "g.jsonl"
     for r in rows:
-        io.append_jsonl(grid, r)
+        files.append_jsonl(grid, r)
     assert cli.main(["bench", "summary", "--inp", str(grid), "--out", str(tmp_path / "s.json"), "--n-boot", "200"]) == 0
     s = loaders.load_summary(tmp_path / "s.json")
     assert s["source"] == [str(grid)] and s["n_boot"] == 200
@@ -79,9 +79,9 @@ def test_summary_writes_the_common_summary(tmp_path):
 def test_time_runs_the_speed_benchmark(tmp_path, capsys):
     out = tmp_path / "s.json"
     assert cli.main(["time", "scoring", "--quick", "--N", "64", "--d", "16", "--device", "cpu", "--out", str(out)]) == 0
-    from jacap_lib.results import io
+    from jacap_lib.results import files
 
-    data = io.read_json(out, require=("rows", "environment"))
+    data = files.read_json(out, require=("rows", "environment"))
     assert {r["method"] for r in data["rows"]} >= {"floor", "jacap_torch", "capkv"}
     assert data["environment"]["packages"]["torch"] and "git" in data["environment"]
     with pytest.raises(SystemExit) as e:
@@ -94,13 +94,13 @@ def test_serving_job_on_the_bundled_model(tmp_path):
     """`jacap serve-run`'s job with a short configuration: evictions happen, every run is scored on the
     same tokens, and the file carries its configuration and provenance."""
     from jacap_lib.models import load_model
-    from jacap_lib.results import io
+    from jacap_lib.results import files
     from jacap_lib.results.serving import CONFIG, run_serving
 
     model, tok = load_model()
     cfg = dict(CONFIG, n_new=24, high=40, budget=32, interval=4, window=8, betas=[0.5, 0.9], main_beta=0.9,
                tradeoff_betas=[0.5, 0.9], horizon=4)
-    data = io.read_json(run_serving(model, tok, out=tmp_path / "s.json", config=cfg, progress=False),
+    data = files.read_json(run_serving(model, tok, out=tmp_path / "s.json", config=cfg, progress=False),
                         require=("config", "runs", "tradeoff", "query_trace"))
     assert set(data["runs"]) == {"0.5", "0.9", "window"} and data["config"]["n_sink"] == 4
     assert data["config"]["provenance"]["versions"]["torch"]

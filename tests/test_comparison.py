@@ -8,7 +8,7 @@ import math
 import pytest
 
 from jacap_lib.results import comparison as C
-from jacap_lib.results import io
+from jacap_lib.results import files
 
 
 def _rows():
@@ -30,7 +30,7 @@ def test_run_summary_choices_and_target(tmp_path, monkeypatch):
     rows = _rows()
     grid, tune = tmp_path / "grid.jsonl", tmp_path / "tune.jsonl"
     for r in rows:
-        io.append_jsonl(grid, r) if "window" not in r["method"] else io.append_jsonl(tune, r)
+        files.append_jsonl(grid, r) if "window" not in r["method"] else files.append_jsonl(tune, r)
     monkeypatch.setattr(C, "JACAP_SPECS", ("jacap",))
     out = C.run_summary(grid=grid, tune=tune, out=tmp_path / "s.json", n_boot=200)
     s = json.loads(out.read_text())

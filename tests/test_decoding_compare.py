@@ -102,7 +102,7 @@ def test_job_refuses_a_bad_out_before_loading(capsys):
 
 
 def test_merge_parts_joins_disjoint_prompts_of_one_config(tmp_path):
-    from jacap_lib.results import io
+    from jacap_lib.results import files
     from jacap_lib.results.decoding_comparison import decoding_summary, merge_parts
 
     cfg = {"budget": 8, "prompts": ["a", "b"]}
@@ -110,17 +110,17 @@ def test_merge_parts_joins_disjoint_prompts_of_one_config(tmp_path):
                          "top1_agree": 1.0, "peak_cache": 9 + p, "scoring_share": 0.1, "mean_age": 3.0,
                          "age_edges": [0, 4, 8], "age_counts": [1 + p, 1], "kl_binned": [kl, kl], "bin_edges": [0, 1, 2]}
     for p, kl in [(1, 0.3), (0, 0.1)]:
-        io.write_results(tmp_path / f"p{p}.json", {**cfg, "prompts_run": [p], "wall_seconds": 1.0, "provenance": {}},
+        files.write_results(tmp_path / f"p{p}.json", {**cfg, "prompts_run": [p], "wall_seconds": 1.0, "provenance": {}},
                          [row(p, kl)])
     out = merge_parts([tmp_path / "p1.json", tmp_path / "p0.json"], tmp_path / "all.json")
-    config, rows = io.read_results(out)
+    config, rows = files.read_results(out)
     assert config["prompts_run"] == [0, 1] and [r["prompt"] for r in rows] == [0, 1]
     s = decoding_summary(rows)["alg2"]
     assert s["mean_kl"] == pytest.approx(0.2) and s["peak_cache"] == 10 and s["per_prompt_kl"] == [0.1, 0.3]
     assert s["age_fraction"] == pytest.approx([3 / 5, 2 / 5])
     with pytest.raises(ValueError, match="overlap"):
         merge_parts([tmp_path / "p0.json", tmp_path / "p0.json"], tmp_path / "bad.json")
-    io.write_results(tmp_path / "other.json", {**cfg, "budget": 9, "prompts_run": [1], "wall_seconds": 1.0,
+    files.write_results(tmp_path / "other.json", {**cfg, "budget": 9, "prompts_run": [1], "wall_seconds": 1.0,
                                                 "provenance": {}}, [row(1, 0.3)])
     with pytest.raises(ValueError, match="different configurations"):
         merge_parts([tmp_path / "p0.json", tmp_path / "other.json"], tmp_path / "bad.json")

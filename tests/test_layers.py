@@ -125,7 +125,23 @@ def test_checker_catches_an_upward_import_and_a_loop(tmp_path):
     assert sorted(loops[0][:2]) == ["jacap_lib.measure.failures", "jacap_lib.measure.quality"]
 
 
+def stdlib_clashes(modules: dict) -> list[str]:
+    """Modules of the package, at any depth, named like a standard-library module."""
+    return [m for m in modules if m != "jacap_lib" and m.rpartition(".")[2] in sys.stdlib_module_names]
+
+
 @pytest.mark.skipif(sys.version_info < (3, 10), reason="sys.stdlib_module_names is 3.10+")
 def test_no_module_shadows_the_standard_library():
-    clash = [m for m in module_files() if m.rpartition(".")[2] in sys.stdlib_module_names and m.count(".") == 1]
+    """No module of the package, at any depth, bears a standard-library module's name (``results/io.py``
+    read as ``io`` beside ``import io`` in the same file's readers; ``from . import io`` hides the stdlib)."""
+    clash = stdlib_clashes(module_files())
     assert not clash, f"these modules shadow the standard library: {clash}"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="sys.stdlib_module_names is 3.10+")
+def test_shadow_check_sees_nested_modules(tmp_path):
+    pkg = tmp_path / "jacap_lib"
+    (pkg / "results").mkdir(parents=True)
+    for f in ("__init__.py", "results/__init__.py", "results/io.py", "results/files.py"):
+        (pkg / f).write_text("")
+    assert stdlib_clashes(module_files(pkg)) == ["jacap_lib.results.io"]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from jacap_lib.results import io, loaders, paths, provenance
+from jacap_lib.results import files, loaders, paths, provenance
 
 
 def test_data_dir_is_the_clone_and_follows_the_env_override(tmp_path, monkeypatch):
@@ -25,34 +25,34 @@ def test_data_dir_is_the_clone_and_follows_the_env_override(tmp_path, monkeypatc
 def test_malformed_files_are_named(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text("{not json")
-    with pytest.raises(io.ResultsFileError, match=r"x\.json is not valid JSON \(line 1"):
-        io.read_json(bad)
+    with pytest.raises(files.ResultsFileError, match=r"x\.json is not valid JSON \(line 1"):
+        files.read_json(bad)
     bad.write_text(json.dumps({"rows": []}))
-    with pytest.raises(io.ResultsFileError, match=r"x\.json has no \['config'\]"):
-        io.read_results(bad)
+    with pytest.raises(files.ResultsFileError, match=r"x\.json has no \['config'\]"):
+        files.read_results(bad)
     grid = tmp_path / "g.jsonl"
     grid.write_text('{"a": 1}\n[1, 2]\n')
-    with pytest.raises(io.ResultsFileError, match=r"g\.jsonl line 2 must be a JSON object"):
-        io.read_jsonl(grid)
+    with pytest.raises(files.ResultsFileError, match=r"g\.jsonl line 2 must be a JSON object"):
+        files.read_jsonl(grid)
     grid.write_text('{"a": 1}\n{"a": \n')
-    with pytest.raises(io.ResultsFileError, match=r"g\.jsonl line 2 is not valid JSON"):
-        io.read_jsonl(grid)
+    with pytest.raises(files.ResultsFileError, match=r"g\.jsonl line 2 is not valid JSON"):
+        files.read_jsonl(grid)
     with pytest.raises(FileNotFoundError, match="jacap serve-run"):
         loaders.load_serving_run(tmp_path / "missing.json")
 
 
 def test_common_shape_round_trip_and_sidecar(tmp_path):
-    path = io.write_results(tmp_path / "sub" / "r.json", {"tau": 10.0}, [{"kl": 0.25}], seconds=1.5)
-    assert io.read_results(path) == ({"tau": 10.0}, [{"kl": 0.25}])
+    path = files.write_results(tmp_path / "sub" / "r.json", {"tau": 10.0}, [{"kl": 0.25}], seconds=1.5)
+    assert files.read_results(path) == ({"tau": 10.0}, [{"kl": 0.25}])
     assert not list(tmp_path.rglob("*.tmp"))
     grid = tmp_path / "g.jsonl"
-    io.append_jsonl(grid, {"k": 1})
-    io.append_jsonl(grid, {"k": 2})
-    io.append_run(grid, {"run": 1})
-    io.append_run(grid, {"run": 2})
-    assert io.read_jsonl(grid) == [{"k": 1}, {"k": 2}]
-    assert io.read_runs(grid) == [{"run": 1}, {"run": 2}] and io.config_path(grid).name == "g.config.json"
-    assert io.round_floats({"a": [0.123456789, float("nan")], "b": 3}) == {"a": [0.12346, pytest.approx(float("nan"), nan_ok=True)], "b": 3}
+    files.append_jsonl(grid, {"k": 1})
+    files.append_jsonl(grid, {"k": 2})
+    files.append_run(grid, {"run": 1})
+    files.append_run(grid, {"run": 2})
+    assert files.read_jsonl(grid) == [{"k": 1}, {"k": 2}]
+    assert files.read_runs(grid) == [{"run": 1}, {"run": 2}] and files.config_path(grid).name == "g.config.json"
+    assert files.round_floats({"a": [0.123456789, float("nan")], "b": 3}) == {"a": [0.12346, pytest.approx(float("nan"), nan_ok=True)], "b": 3}
 
 
 def test_every_committed_results_file_loads():

@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import io
+from . import files
 from .paths import data_path
 
 __all__ = ["BASELINE_SPECS", "JACAP_SPECS", "GRID_METHODS", "TUNE_CHOICES", "TUNE_SEGMENTS", "grid_command",
@@ -90,7 +90,7 @@ def run_grid(*, lengths=(512, 1024), ratios=(0.5, 0.75, 0.9), continuation: int 
     torch.set_num_threads(int(threads))
     model, tok = load_model(None)
     record = provenance(model)
-    io.append_run(out, {"command": "python -m jacap_lib.results.comparison grid --lengths " + " ".join(map(str, lengths)),
+    files.append_run(out, {"command": "python -m jacap_lib.results.comparison grid --lengths " + " ".join(map(str, lengths)),
                         "task": "kl", "ratios": list(ratios), "lengths": list(lengths), "continuation": continuation,
                         "threads": threads, "compressed": COMPRESSED, "model": record["model"],
                         "versions": record["versions"], "git": record["git"], "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -108,8 +108,8 @@ def run_summary(*, grid: Path | str | None = None, tune: Path | str | None = Non
     grid = Path(grid) if grid else data_path("results", "grid.jsonl")
     tune = Path(tune) if tune else data_path("results", "tune.jsonl")
     out = Path(out) if out else data_path("results", "grid_summary.json", must_exist=False)
-    grid_rows = io.read_jsonl(grid, missing_ok=False)
-    tune_rows = io.read_jsonl(tune, missing_ok=False)
+    grid_rows = files.read_jsonl(grid, missing_ok=False)
+    tune_rows = files.read_jsonl(tune, missing_ok=False)
     if not grid_rows:
         raise ValueError(f"{grid} holds no rows; run: jacap compare grid")
     res = summarize(grid_rows + tune_rows, n_boot=n_boot, seed=seed)
@@ -123,7 +123,7 @@ def run_summary(*, grid: Path | str | None = None, tune: Path | str | None = Non
                      for p in (grid, tune)]
     res["grid_methods"] = list(GRID_METHODS)
     res["tune_segments"] = list(TUNE_SEGMENTS)
-    return io.write_json(out, res)
+    return files.write_json(out, res)
 
 
 def main(argv=None) -> int:

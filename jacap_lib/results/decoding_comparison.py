@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import io
+from . import files
 from .paths import data_path
 from .provenance import provenance
 
@@ -91,7 +91,7 @@ def run_decoding_comparison(model, tok, *, config: dict | None = None, out: Path
     record = provenance(model)
     config_out = {**cfg, "command": "python -m jacap_lib.results.decoding_comparison", "provenance": record,
                   "wall_seconds": time.time() - t_start, "prompts_run": indices}
-    return io.write_results(out or data_path("serving", "decoding_comparison.json", must_exist=False),
+    return files.write_results(out or data_path("serving", "decoding_comparison.json", must_exist=False),
                             config_out, rows)
 
 
@@ -126,7 +126,7 @@ def merge_parts(parts, out: Path) -> Path:
     """Join result files of :func:`run_decoding_comparison` run on disjoint prompt subsets of one config."""
     configs, rows = [], []
     for part in parts:
-        c, r = io.read_results(part)
+        c, r = files.read_results(part)
         configs.append(c)
         rows.extend(r)
     strip = lambda c: {k: v for k, v in c.items() if k not in ("provenance", "wall_seconds", "prompts_run")}  # noqa: E731
@@ -138,7 +138,7 @@ def merge_parts(parts, out: Path) -> Path:
     rows.sort(key=lambda r: r["prompt"])
     merged = {**configs[0], "prompts_run": sorted(done), "wall_seconds": [c["wall_seconds"] for c in configs],
               "parts": len(configs), "provenance": configs[0]["provenance"]}
-    return io.write_results(out, merged, rows)
+    return files.write_results(out, merged, rows)
 
 
 def main(argv=None) -> int:

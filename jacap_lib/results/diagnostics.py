@@ -10,7 +10,7 @@ Two jobs (each an argparse-free ``run_*`` function; :func:`main` is the command 
   the relative error of the prompt-query estimators' mean and variance against the continuation's
   queries (:func:`jacap_lib.measure.diagnostics.query_stat_errors`).
 
-Each file has the common shape ``{"config": ..., "rows": [...]}`` (:mod:`jacap_lib.results.io`); the
+Each file has the common shape ``{"config": ..., "rows": [...]}`` (:mod:`jacap_lib.results.files`); the
 config holds the provenance record (model file and sha256, package versions, git revision, command),
 the segments (sha256) and every setting. Read them with
 :func:`jacap_lib.results.loaders.load_mechanisms` / :func:`~jacap_lib.results.loaders.load_query_stats`.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from . import io
+from . import files
 from .paths import data_path
 from .provenance import provenance
 from .texts import load_segments
@@ -92,7 +92,7 @@ def run_mechanisms(*, segments=TUNE_SEGMENTS, length: int = 512, taus=(1.0, 3.0,
                              "future-RoPE averaged over 512 positions, GQA-pooled; u = v",
                   budget="kvpress compute_n_kept(N, ratio)",
                   deff_target="frac * min(budget, head_dim)")
-    return io.write_json(out, {"config": cfg, "rows": records}, indent=None)
+    return files.write_json(out, {"config": cfg, "rows": records}, indent=None)
 
 
 def run_query_stats(*, segments=TUNE_SEGMENTS, length: int = 512, continuation: int = 32, estimators=None,
@@ -113,7 +113,7 @@ def run_query_stats(*, segments=TUNE_SEGMENTS, length: int = 512, continuation: 
             records.append({"segment": seg["id"], "kind": seg["kind"], **r})
     cfg = _config(model, command, segs, length=length, continuation=continuation, estimators=list(estimators),
                   skip_sinks=4, queries="pre-RoPE, G query heads pooled per KV head (mixture moments)")
-    return io.write_json(out, {"config": cfg, "rows": records}, indent=None)
+    return files.write_json(out, {"config": cfg, "rows": records}, indent=None)
 
 
 def main(argv=None) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import io
+from . import files
 from .paths import data_path
 from .provenance import provenance
 
@@ -33,4 +33,4 @@ def write_kl_table(model, tok, *, out: Path | None = None, ratios=(0.5, 0.75, 0.
         "seed": 0,
         **provenance(model, model_name=model_name),
     }
-    return io.write_results(out or data_path("live", "kl_table.json", must_exist=False), config, rows)
+    return files.write_results(out or data_path("live", "kl_table.json", must_exist=False), config, rows)

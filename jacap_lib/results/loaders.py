@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import io
+from . import files
 from .paths import data_dir, data_path
 
 __all__ = ["load_summary", "load_quality_rows", "load_ablation_rows", "load_passkey_rows", "load_grid_rows",
@@ -48,7 +48,7 @@ def has_results(name: str) -> bool:
 
 def load_grid_rows(*names: str) -> list[dict]:
     """Rows of ``data/results/<name>.jsonl`` for each name, concatenated."""
-    return [r for n in names for r in io.read_jsonl(_grid(n), missing_ok=False)]
+    return [r for n in names for r in files.read_jsonl(_grid(n), missing_ok=False)]
 
 
 def load_quality_rows() -> list[dict]:
@@ -68,13 +68,13 @@ def load_passkey_rows() -> list[dict]:
 
 def load_runs(name: str) -> list[dict]:
     """The configurations of every invocation that appended to grid ``name`` (oldest first)."""
-    return io.read_runs(_grid(name))
+    return files.read_runs(_grid(name))
 
 
 def load_summary(path=None) -> dict:
     """``summary.json``: ``table`` (mean and 95% interval per method x ratio x length x kind),
     ``comparisons`` (to the best baseline per split), ``target`` (the tune/test choice), ``baselines``."""
-    return io.read_json(path or data_path("results", "summary.json", must_exist=False),
+    return files.read_json(path or data_path("results", "summary.json", must_exist=False),
                         require=("table", "comparisons"), hint="jacap bench summary")
 
 
@@ -84,26 +84,26 @@ def load_decomposition(part: str) -> tuple[dict, list]:
     if part not in DECOMPOSITION_PARTS and not str(part).endswith(".json"):
         raise ValueError(f"`part` must be one of {DECOMPOSITION_PARTS} or a .json path, got {part!r}")
     path = Path(part) if str(part).endswith(".json") else data_path("decomposition", f"{part}.json", must_exist=False)
-    return io.read_results(path, hint=f"jacap decompose --only {Path(str(part)).stem}")
+    return files.read_results(path, hint=f"jacap decompose --only {Path(str(part)).stem}")
 
 
 def load_failures(path=None) -> tuple[dict, dict]:
     """``(config, {demo name: demo})`` of ``data/decomposition/failures.json``."""
-    config, rows = io.read_results(path or data_path("decomposition", "failures.json", must_exist=False),
+    config, rows = files.read_results(path or data_path("decomposition", "failures.json", must_exist=False),
                                    hint="jacap decompose --only failures")
     return config, {d["name"]: d for d in rows}
 
 
 def load_kl_table(path=None) -> tuple[dict, list]:
     """``(config, rows)`` of the live chapter's KL table (one row per method x ratio)."""
-    return io.read_results(path or data_path("live", "kl_table.json", must_exist=False),
+    return files.read_results(path or data_path("live", "kl_table.json", must_exist=False),
                            hint="jacap inspect --kl-table")
 
 
 def load_serving_run(path=None) -> dict:
     """The serving chapter's Algorithm 2 run: ``config``, ``runs`` per beta and the window fallback,
     ``tradeoff``, ``query_trace``."""
-    return io.read_json(path or data_path("serving", "serving_run.json", must_exist=False),
+    return files.read_json(path or data_path("serving", "serving_run.json", must_exist=False),
                         require=("config", "runs"), hint="jacap serve-run")
 
 
@@ -118,39 +118,39 @@ def load_bench(name: str) -> dict:
     path = data_path("bench", f"{name}.json", must_exist=False)
     if not path.is_file():
         raise FileNotFoundError(f"no benchmark file {path}; available: {available_benches()}")
-    return io.read_json(path, require=("rows",))
+    return files.read_json(path, require=("rows",))
 
 
 def load_manifest(path=None) -> dict:
     """``data/texts/manifest.json``: the text segments of the quality benchmark."""
-    return io.read_json(path or data_path("texts", "manifest.json", must_exist=False), require=("segments",),
+    return files.read_json(path or data_path("texts", "manifest.json", must_exist=False), require=("segments",),
                         hint="jacap texts")
 
 
 def load_mechanisms(path=None) -> tuple[dict, list]:
     """``(config, rows)`` of the mechanism diagnostics: one row per (segment, layer, KV head, tau, noise
     rule, ratio) with ``deff``, ``a_minus_i``, ``n_saturated``, ``alpha_max``, ``overlap``, ``sigma2``."""
-    return io.read_results(path or data_path("diagnostics", "mechanisms.json", must_exist=False),
+    return files.read_results(path or data_path("diagnostics", "mechanisms.json", must_exist=False),
                            hint="python -m jacap_lib.results.diagnostics mechanisms")
 
 
 def load_query_stats(path=None) -> tuple[dict, list]:
     """``(config, rows)`` of the query-statistics errors: one row per (segment, layer, KV head, estimator)
     with ``mu_err`` and ``lam_err`` against the continuation's queries."""
-    return io.read_results(path or data_path("diagnostics", "query_stats.json", must_exist=False),
+    return files.read_results(path or data_path("diagnostics", "query_stats.json", must_exist=False),
                            hint="python -m jacap_lib.results.diagnostics query-stats")
 
 
 def load_decoding_comparison(path=None) -> tuple[dict, list]:
     """``(config, rows)`` of the serving chapter's decoding comparison (Algorithm 2 vs kvpress DecodingPress):
     one row per prompt x method, plus one ``"uncompressed"`` row per prompt."""
-    return io.read_results(path or data_path("serving", "decoding_comparison.json", must_exist=False),
+    return files.read_results(path or data_path("serving", "decoding_comparison.json", must_exist=False),
                            hint="python -m jacap_lib.results.decoding_comparison")
 
 
 def load_grid_summary(path=None) -> dict:
     """``grid_summary.json`` (issue 10's comparison): ``table``, ``comparisons`` (paired, to the best baseline
     and to CapKV), ``choices`` (how each setting was chosen on the tune segments), ``target``."""
-    return io.read_json(path or data_path("results", "grid_summary.json", must_exist=False),
+    return files.read_json(path or data_path("results", "grid_summary.json", must_exist=False),
                         require=("table", "comparisons", "choices", "target"),
                         hint="python -m jacap_lib.results.comparison summary")

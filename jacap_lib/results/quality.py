@@ -9,7 +9,7 @@
 
 Rows are appended to a JSONL file, each keyed by its configuration; a rerun skips the rows that are
 already there, so an interrupted run resumes where it stopped. The sidecar ``<out>.config.json``
-records every invocation's configuration (:mod:`jacap_lib.results.io`). Command line: ``jacap bench``.
+records every invocation's configuration (:mod:`jacap_lib.results.files`). Command line: ``jacap bench``.
 
 Methods are registry names (:func:`jacap_lib.list_methods`), optionally with options in brackets:
 ``jacap[tau=1.0]``, ``jacap[noise=100]``, ``snapkv[window_size=32]``
@@ -21,7 +21,7 @@ import math
 import random
 from pathlib import Path
 
-from . import io
+from . import files
 from ..presses.registry import method_options, parse_method, press_from_spec
 
 __all__ = ["DEFAULT_RATIOS", "DEFAULT_LENGTHS", "PASSKEY_LENGTHS", "PASSKEY_DEPTHS", "row_key", "run_kl",
@@ -50,7 +50,7 @@ def run_kl(model, tokenizer, *, segments: list[dict], methods: list[str], ratios
     out = Path(out)
     for spec in methods:  # fail fast on bad names/options before any model work
         press_from_spec(spec, 0.5)
-    done = {row_key(r) for r in io.read_jsonl(out)}
+    done = {row_key(r) for r in files.read_jsonl(out)}
     by_prompt: dict = {}
     for seg in segments:
         for L in lengths:
@@ -73,7 +73,7 @@ def run_kl(model, tokenizer, *, segments: list[dict], methods: list[str], ratios
         def write(label, res, seconds, prefill_seconds, seg=seg, L=L):
             nonlocal written
             spec, c = label
-            io.append_jsonl(out, {
+            files.append_jsonl(out, {
                 "task": "kl", "model": model_name, "segment": seg["id"], "kind": seg["kind"],
                 "split": seg.get("split"), "length": L, "continuation": int(continuation), "method": spec,
                 "ratio": c, "kl": res.kl, "kl_per_token": [round(float(x), 7) for x in res.kl_per_token],
@@ -103,7 +103,7 @@ def run_passkey(model, tokenizer, *, methods: list[str], ratios, lengths, depths
     for m, c in specs[1:]:
         press_from_spec(m, c)
     done = {(r["model"], r["length"], r["depth"], r["trial"], r["method"], r["ratio"])
-            for r in io.read_jsonl(out) if r.get("task") == "passkey"}
+            for r in files.read_jsonl(out) if r.get("task") == "passkey"}
     rng = random.Random(seed)
     keys = [str(rng.randrange(10000, 100000)) for _ in range(trials)]
     todo = [(L, d, t, m, c) for L in lengths for d in depths for t in range(trials) for m, c in specs
@@ -119,7 +119,7 @@ def run_passkey(model, tokenizer, *, methods: list[str], ratios, lengths, depths
         cap = capture_prefill(model, ctx)
         for _, _, _, m, c in group:
             text = passkey_answer(model, tokenizer, cap, None if m == "full" else press_from_spec(m, c), question)
-            io.append_jsonl(out, {"task": "passkey", "model": model_name, "length": int(L), "depth": float(d),
+            files.append_jsonl(out, {"task": "passkey", "model": model_name, "length": int(L), "depth": float(d),
                                   "trial": t, "key": keys[t], "method": m, "ratio": c, "answer": text,
                                   "correct": keys[t] in text})
             written += 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from . import io
+from . import files
 from .paths import data_path
 from .provenance import provenance
 
@@ -60,4 +60,4 @@ def run_serving(model, tok, *, out: Path | None = None, config: dict | None = No
                    "command": "jacap serve-run", "provenance": record},
         "versions": record["versions"], **study, "wall_seconds": time.time() - t_start,
     }
-    return io.write_json(out or data_path("serving", "serving_run.json", must_exist=False), result)
+    return files.write_json(out or data_path("serving", "serving_run.json", must_exist=False), result)

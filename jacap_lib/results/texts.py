@@ -21,7 +21,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from . import io
+from . import files
 from .loaders import load_manifest
 from .paths import data_path, repo_path
 
@@ -84,7 +84,7 @@ def build_texts(out: Path | None = None) -> dict:
             for kind, name, text, source, lic in segs
         ],
     }
-    io.write_json(here / "manifest.json", manifest)
+    files.write_json(here / "manifest.json", manifest)
     return manifest
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from . import io
+from . import files
 from ..measure import timing as T
 from .loaders import load_manifest
 from .paths import data_path, repo_path
@@ -177,7 +177,7 @@ def scoring_main(argv=None, prog: str = "jacap time scoring"):
         **res,
         "summary": T.summarise(res["rows"]),
     }
-    path = io.write_json(args.out or bench_path(f"scoring_{device_tag(env)}"), out)
+    path = files.write_json(args.out or bench_path(f"scoring_{device_tag(env)}"), out)
     print(f"saved {path}")
     return out
 
@@ -283,6 +283,6 @@ def e2e_main(argv=None, prog: str = "jacap time e2e"):
         "argv": sys.argv[1:] if argv is None else list(argv),
         "rows": rows,
     }
-    path = io.write_json(args.out or bench_path(f"end_to_end_{device_tag(env)}"), out)
+    path = files.write_json(args.out or bench_path(f"end_to_end_{device_tag(env)}"), out)
     print(f"saved {path}")
     return out
