@@ -62,7 +62,7 @@ class JacapPress(ScorerPress):
         judged on the other nine. For comparison, the baselines' built-in recency: kvpress SnapKV keeps its
         observation window (``window_size``, default 64), TOVA scores by the attention of the last query
         alone, StreamingLLM keeps only the sinks and the most recent tokens. ``window=0`` is Algorithm 1
-        without step 10 (the configuration of the book's earlier results). When the budget
+        without step 10 (only the sinks are protected). When the budget
         ``n_kept`` cannot hold ``n_sink`` + ``window`` tokens, the window shrinks to ``n_kept - n_sink``
         (the most recent tokens are kept; a ``RuntimeWarning`` says so once per press); the sinks go
         before the window: a budget below ``n_sink`` keeps the earliest ``n_kept`` sinks (warned too).

@@ -78,29 +78,33 @@ def query_stats_figure(records: list[dict]) -> go.Figure:
 
 def defaults_summary(rows: list[dict], *, tau: float = 10.0, rule: str = "fixed=1", ratio: float = 0.9) -> dict:
     """Medians over every (segment, layer, KV head) row at one (tau, noise rule, ratio): what the
-    paper's defaults (tau = 10, sigma^2 = 1) do on the measured model. Keys: ``n_heads``, ``deff``,
-    ``a_minus_i``, ``overlap``, ``heads_saturated`` (rows with some alpha > 1/2), ``head_dim`` (64)."""
+    paper's defaults (tau = 10, sigma^2 = 1) do on the measured model. Keys: ``n_heads`` (rows = segment x
+    layer x KV head cases), ``n_segments``, ``n_layers``, ``n_kv_heads``, ``deff``, ``a_minus_i``, ``overlap``,
+    ``overlap_min``, ``heads_saturated`` (rows with some alpha > 1/2), ``budget``, ``n_tokens``."""
     sel = [r for r in rows if r["tau"] == tau and r["rule"] == rule and r["ratio"] == ratio]
     if not sel:
         raise ValueError(f"no rows at tau={tau}, rule={rule!r}, ratio={ratio}")
     med = lambda k: statistics.median(r[k] for r in sel)  # noqa: E731
     return {"n_heads": len(sel), "deff": med("deff"), "a_minus_i": med("a_minus_i"), "overlap": med("overlap"),
             "overlap_min": min(r["overlap"] for r in sel), "heads_saturated": sum(r["n_saturated"] > 0 for r in sel),
-            "budget": sel[0]["budget"], "n_tokens": sel[0]["n_tokens"]}
+            "budget": sel[0]["budget"], "n_tokens": sel[0]["n_tokens"],
+            "n_segments": len({r.get("segment") for r in sel}), "n_layers": len({r["layer"] for r in sel}),
+            "n_kv_heads": len({r["head"] for r in sel})}
 
 
 _NOTES = {
     "saturation": ("On a real model, with the paper's defaults",
                    "At τ = {tau:g} the centre softmax ᾱ over a {n_tokens}-token prompt of the bundled SmolLM2-135M "
-                   "puts more than ½ on some token in {sat} of {n_heads} (segment × layer × KV head) cases, so the "
-                   "saturation side of ρ = ᾱ(1 − ᾱ) is never reached and ρ ≈ ᾱ; at τ = 1 it is reached in {sat1} "
-                   "of them. (Measured in the chapter “Where the error comes from”; data/diagnostics/mechanisms.json.)"),
+                   "puts more than ½ on some token in {sat} of {n_heads} cases ({n_segments} segments × {n_layers} "
+                   "layers × {n_kv_heads} KV heads), so the saturation side of ρ = ᾱ(1 − ᾱ) is never reached and "
+                   "ρ ≈ ᾱ; at τ = 1 it is reached in {sat1} of them. (data/diagnostics/mechanisms.json)"),
     "capacity": ("On a real model, with the paper's defaults",
                  "With σ² = 1 and τ = {tau:g}, the effective dimension Σᵢ rᵢ = Σₖ λₖ/(λₖ + σ²) of the weighted Gram on "
-                 "the bundled SmolLM2-135M has median {deff:.3g} over {n_heads} heads — far below its head dimension "
-                 "64 — so log det(I + G/σ²) ≈ tr(G)/σ²: the capacity is, to first order, a sum of per-token terms. "
-                 "The noise rule σ² = “effective dimension ½·min(B, d)” of the chapter “Where the error comes from” "
-                 "restores the log-det's diminishing returns."),
+                 "the bundled SmolLM2-135M has median {deff:.3g} over {n_heads} cases ({n_segments} segments × "
+                 "{n_layers} layers × {n_kv_heads} KV heads) — far below its head dimension {head_dim} — so "
+                 "log det(I + G/σ²) ≈ tr(G)/σ²: the capacity is, to first order, a sum of per-token terms. "
+                 "A noise σ² chosen per head so that the effective dimension is ½·min(B, d) restores the "
+                 "log-det's diminishing returns. (data/diagnostics/mechanisms.json)"),
     "leverage": ("On a real model, with the paper's defaults",
                  "With σ² = 1 and τ = {tau:g}, ‖A − I‖₂ has median {a_minus_i:.2g} on the bundled SmolLM2-135M, so "
                  "uᵢᵀA⁻¹uᵢ ≈ ‖uᵢ‖² and the leverage discounts almost nothing: at c = {ratio:g} ({budget} of "
@@ -110,10 +114,11 @@ _NOTES = {
 }
 
 
-def defaults_note(topic: str, rows: list[dict] | None = None):
+def defaults_note(topic: str, rows: list[dict] | None = None, *, head_dim: int | None = None):
     """A note (HTML admonition) for the theory chapters: what the paper's defaults do on the bundled model,
     with the numbers read from ``data/diagnostics/mechanisms.json``. ``topic``: ``"saturation"``,
-    ``"capacity"`` or ``"leverage"``."""
+    ``"capacity"`` or ``"leverage"``; ``rows``/``head_dim`` default to that file's rows and model.
+    The chapter that measures these (label ``critique``) is for the calling page to point to."""
     from IPython.display import HTML
 
     if topic not in _NOTES:
@@ -121,14 +126,15 @@ def defaults_note(topic: str, rows: list[dict] | None = None):
     if rows is None:
         from ..results.loaders import load_mechanisms
 
-        rows = load_mechanisms()[1]
+        config, rows = load_mechanisms()
+        head_dim = head_dim or config["model"]["head_dim"]
     ratio = 0.9
     d = defaults_summary(rows, ratio=ratio)
     d1 = defaults_summary(rows, tau=1.0, ratio=ratio)
     deff = defaults_summary(rows, rule="deff=0.5", ratio=ratio)
     title, text = _NOTES[topic]
     body = text.format(tau=10.0, ratio=ratio, sat=d["heads_saturated"], sat1=d1["heads_saturated"],
-                       overlap_deff=deff["overlap"], **{k: v for k, v in d.items()})
+                       overlap_deff=deff["overlap"], head_dim=head_dim or "d", **d)
     return HTML(f'<div class="admonition note"><p class="admonition-title">{title}</p><p>{body}</p></div>')
 
 
