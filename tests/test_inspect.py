@@ -1,13 +1,20 @@
 """inspect_eviction: kept positions read from the cache agree with an independent selection from the
-recorded scores, and the recorded Jacap components satisfy Algorithm 1's identities."""
+recorded scores and from the press's own scores recomputed on a separate prefill; every token's status
+(kept by score / protected / evicted) per layer and head; the marked text and the HTML page."""
 from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
 
 import pytest
 import torch
 from kvpress.utils import compute_n_kept
 
-from jacap_lib.measure.eviction import inspect_eviction, kept_indices
-from jacap_lib.selection import select_keep
+from jacap_lib.measure.eviction import (DEFAULT_RATIO, MARKS, EvictionInspection, inspect_eviction, kept_indices,
+                                        parse_view)
+from jacap_lib.selection import protected_mask, select_keep
 
 TEXT = (
     "Maria keeps her bicycle in the blue shed behind the bakery. Every Tuesday she rides it to the market, "
@@ -74,3 +81,148 @@ def test_inspect_refuses_masking_presses(model_tok):
     model, tok = model_tok
     with pytest.raises(ValueError, match="masking"):
         inspect_eviction(model, tok, TEXT, AdaKVPress(press=JacapPress(0.5)))
+
+
+# ----------------------------------------------------------------------------- statuses, view, HTML
+def _hand_built():
+    """2 layers x 2 heads, 6 tokens (some holding the view's mark characters), budget 3; position 0 protected."""
+    tokens = ["[a]", " b·c", "«d»", " e\\", "f", " g"]
+    kept = torch.tensor([[[0, 1, 2], [0, 3, 5]], [[0, 4, 5], [0, 1, 5]]])
+    prot = torch.zeros(2, 2, 6, dtype=torch.bool)
+    prot[..., 0] = True
+    return EvictionInspection(method="jacap", compression_ratio=0.5, options={}, token_ids=list(range(6)),
+                              tokens=tokens, kept=kept, protected=prot, score=torch.arange(24.).reshape(2, 2, 6),
+                              model="tiny")
+
+
+def _expand(runs):
+    """Per-character statuses of (text, status) runs."""
+    return [st for text, st in runs for _ in text]
+
+
+def test_status_view_round_trip_and_repr_on_a_hand_built_inspection():
+    insp = _hand_built()
+    expected = torch.zeros(2, 2, 6, dtype=torch.int8)  # by hand: 0 evicted, 1 kept by score, 2 protected
+    for l, h, pos in [(0, 0, [1, 2]), (0, 1, [3, 5]), (1, 0, [4, 5]), (1, 1, [1, 5])]:
+        expected[l, h, pos] = 1
+    expected[..., 0] = 2
+    assert torch.equal(insp.status, expected)
+    assert insp.budget == 3 and insp.n_scored.tolist() == [[2, 2], [2, 2]] and insp.n_protected.eq(1).all()
+    for l in range(2):
+        for h in range(2):
+            marked = insp.view(l, h)
+            runs = parse_view(marked)
+            assert "".join(t for t, _ in runs) == "".join(insp.tokens)  # the text comes back exactly
+            per_token = [st for tok, st in zip(insp.tokens, insp.statuses(l, h)) for _ in tok]
+            assert _expand(runs) == per_token
+    assert insp.view(0, 0) == "«\\[a\\]»[ b\\·c\\«d\\»]· e\\\\f g·"
+    assert repr(insp) == ("EvictionInspection(jacap at c=0.5 on tiny: N=6 prompt tokens, 2 layers x 2 KV heads)\n"
+                          "  per head: budget 3 = 2 kept by score + 1 protected (first 1 + last 0); 3 evicted")
+    rows = insp.head_table(0, 1)
+    assert [r["status"] for r in rows] == ["protected", "evicted", "evicted", "kept", "evicted", "kept"]
+    assert rows[2]["score"] == 8.0
+    torch.testing.assert_close(insp.keep_grid([1, 5]), torch.tensor([[0.5, 0.5], [0.5, 1.0]]))
+    for bad in [(2, 0), (0, -1), (0, 1.0)]:
+        with pytest.raises(ValueError, match="layer|head"):
+            insp.view(*bad)
+    assert set(insp.to_frame()["status"]) == {"kept", "protected", "evicted"}
+    with pytest.raises(ValueError, match="not closed"):
+        parse_view("[abc")
+
+
+def _html_data(text):
+    m = re.search(r'<script type="application/json" id="eviction-data">(.*?)</script>', text, re.S)
+    return json.loads(m.group(1))
+
+
+def test_html_holds_every_layer_and_head_and_needs_no_network(tmp_path):
+    from jacap_lib.viz.eviction import to_html
+
+    insp = _hand_built()
+    insp.tokens[2] = "</script><b>"  # must neither end the data script nor become markup
+    path = to_html(insp, tmp_path / "sub" / "e.html", 1, 0)
+    text = path.read_text()
+    for l in range(2):
+        for h in range(2):
+            assert f'id="cell-{l}-{h}"' in text
+    data = _html_data(text)
+    assert data["tokens"] == insp.tokens and (data["layer"], data["head"]) == (1, 0)
+    assert data["status"] == {f"{l},{h}": "".join(map(str, insp.status[l, h].tolist()))
+                              for l in range(2) for h in range(2)}
+    assert "http" not in text and " src=" not in text  # opens offline: nothing is fetched
+    assert "<b>" not in text and "</script><b>" not in text
+    with pytest.raises(ValueError, match="html"):
+        to_html(insp, tmp_path / "e.png")
+    with pytest.raises(ValueError, match="layer"):
+        to_html(insp, tmp_path / "f.html", 5, 0)
+    assert not (tmp_path / "f.html").exists()
+
+
+@pytest.mark.browser
+def test_html_page_runs_in_chromium(tmp_path):
+    """The page's script runs: it marks the shown head's grid cell and fills the title of its text."""
+    from jacap_lib.viz.eviction import to_html
+
+    chromium = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)),
+                    None)
+    if chromium is None:
+        pytest.skip("no chromium binary on PATH")
+    path = to_html(_hand_built(), tmp_path / "e.html", 1, 1)
+    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'p'}",
+                          "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert re.search(r'id="cell-1-1"[^>]*class="shown"', dom)
+    assert re.search(r'id="cell-0-0"[^>]*class=""', dom)
+    assert len(re.findall(r'<span class="s[012]', dom)) == 6  # the shown head's tokens, drawn by the script
+    assert "Layer 1, KV head 1: 2 kept by score + 1 protected of 6 tokens" in dom
+
+
+@pytest.mark.model
+def test_statuses_against_an_independent_computation(model_tok):
+    """Protected = the first n_sink and last window positions; per head the budget is split into protected +
+    kept by score; the kept set is the top-B of the press's own score recomputed on a separate, uncompressed
+    prefill (captured hook inputs, no cache reading)."""
+    from jacap_lib.hf import attention_modules
+    from jacap_lib.measure.quality import capture_prefill
+    from jacap_lib.presses.jacap import JacapPress
+
+    model, tok = model_tok
+    res = inspect_eviction(model, tok, TEXT, "jacap", window=8)  # the default ratio
+    N, L, H = res.n_tokens, res.n_layers, res.n_heads
+    budget = compute_n_kept(N, DEFAULT_RATIO)
+    assert res.compression_ratio == DEFAULT_RATIO == 0.5 and res.budget == budget
+    prot = protected_mask(N, n_sink=4, window=8)
+    assert torch.equal(res.protected, prot.expand(L, H, N))
+    assert torch.equal(res.status == 2, prot.expand(L, H, N))
+    assert res.n_scored.eq(budget - 12).all() and (res.status != 0).sum(-1).eq(budget).all()
+    # the press's own scores, recomputed layer by layer from an uncompressed prefill
+    press = JacapPress(DEFAULT_RATIO, window=8)
+    cap = capture_prefill(model, tok(TEXT, return_tensors="pt", add_special_tokens=False).input_ids)
+    for i, (module, rec) in enumerate(zip(attention_modules(model), cap.layers)):
+        kw = rec["kwargs"]
+        with torch.inference_mode():  # the captured tensors are inference tensors
+            s = press.score(module, kw["hidden_states"], rec["keys"], rec["values"], None, kw)[0]
+        assert torch.equal(res.kept[i], s.topk(budget, dim=-1).indices.sort(-1).values), i
+        scored = s.masked_fill(prot, float("-inf")).topk(budget - 12, dim=-1).indices
+        assert torch.equal(torch.nonzero(res.status[i] == 1)[:, 1].view(H, -1), scored.sort(-1).values), i
+    assert repr(res).splitlines() == [
+        f"EvictionInspection(jacap at c=0.5 on SmolLM2-135M-Instruct: N={N} prompt tokens, 30 layers x 3 KV heads)",
+        f"  per head: budget {budget} = {budget - 12} kept by score + 12 protected (first 4 + last 8); "
+        f"{N - budget} evicted"]
+    runs = parse_view(res.view(3, 1))
+    assert "".join(t for t, _ in runs) == TEXT
+    assert _expand(runs) == [st for tok_, st in zip(res.tokens, res.statuses(3, 1)) for _ in tok_]
+    assert runs[0] == ("Maria keeps her bicycle", "protected")  # the 4 sinks
+    # a budget below n_sink + window: the press shrinks the window, the score decides nothing (repr says so)
+    with pytest.warns(RuntimeWarning, match="shrunk to"):
+        tight = inspect_eviction(model, tok, TEXT, "jacap", 0.75, window=8)
+    b = compute_n_kept(N, 0.75)
+    assert tight.n_scored.eq(0).all() and torch.equal(tight.protected[0, 0], protected_mask(N, n_sink=4, window=b - 4))
+    assert f"0 kept by score + {b} protected (first 4 + last {b - 4})" in repr(tight)
+
+
+@pytest.mark.model
+def test_baselines_protect_nothing(model_tok):
+    model, tok = model_tok
+    res = inspect_eviction(model, tok, TEXT, "streaming_llm", 0.5)
+    assert not res.protected.any() and res.n_scored.eq(res.budget).all()
+    assert "0 protected" in repr(res) and set(MARKS) == {"kept", "protected", "evicted"}

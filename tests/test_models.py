@@ -39,6 +39,75 @@ def test_bad_arguments_raise_value_error(kwargs, match):
         models.load_model(**kwargs)
 
 
+# ----------------------------------------------------------------------------- Hub ids: fail fast, offline first
+def test_uncached_id_with_the_hub_offline_fails_at_once(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.model_info", lambda *a, **k: pytest.fail("the Hub was asked while offline"))
+    for call in (models.check_model_available, models.load_model, models.load_tokenizer):
+        with pytest.raises(models.ModelUnavailableError, match=r"model 'no/such-model' is not in the local .*"
+                                                                r"HF_HUB_OFFLINE is set; download it once"):
+            call("no/such-model")
+    assert issubclass(models.ModelUnavailableError, ValueError)
+
+
+@pytest.mark.parametrize("error,match", [
+    ("connect", r"the Hub cannot be reached \(ConnectError: no route\)"),
+    ("missing", r"is not on the Hugging Face Hub .*check the id's spelling"),
+])
+def test_uncached_id_and_an_unusable_hub(monkeypatch, error, match):
+    import httpx
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    calls = []
+
+    def model_info(name, timeout=None):
+        calls.append((name, timeout))
+        request = httpx.Request("GET", f"https://huggingface.co/api/models/{name}")
+        if error == "connect":
+            raise httpx.ConnectError("no route", request=request)
+        raise RepositoryNotFoundError("404", response=httpx.Response(404, request=request))
+
+    monkeypatch.setattr("huggingface_hub.model_info", model_info)
+    with pytest.raises(models.ModelUnavailableError, match=match):
+        models.load_model("no/such-model")
+    assert calls == [("no/such-model", models.HUB_TIMEOUT)]  # asked once, with a timeout, no retries
+
+
+def test_invalid_id_and_local_names_need_no_hub(monkeypatch, tmp_path):
+    monkeypatch.setattr("huggingface_hub.model_info", lambda *a, **k: pytest.fail("the Hub was asked"))
+    with pytest.raises(models.ModelUnavailableError, match="valid Hugging Face id"):
+        models.check_model_available("two words")
+    models.check_model_available(None)  # the bundled model
+    with pytest.raises(ValueError, match="not found"):
+        models.check_model_available(str(tmp_path / "absent"))
+
+
+@pytest.mark.model
+def test_cached_hub_id_loads_with_no_hub(tmp_path):
+    """A Hub id whose files are in the Hugging Face cache loads from it (no Hub query, no retries) while the
+    Hub address refuses every connection: a tiny model and the bundled tokenizer, laid out as a cache."""
+    import subprocess
+    import sys
+
+    from jacap_lib.measure.kvpress_grid import tiny_model
+    from transformers import AutoTokenizer
+
+    snap = tmp_path / "hub" / "models--tiny-org--tiny-llama" / "snapshots" / ("0" * 40)
+    tiny_model("llama").save_pretrained(snap)
+    AutoTokenizer.from_pretrained(models.bundled_cache_path()).save_pretrained(snap)
+    (snap.parents[1] / "refs").mkdir()
+    (snap.parents[1] / "refs" / "main").write_text("0" * 40)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env.update(HF_HUB_CACHE=str(tmp_path / "hub"), HF_ENDPOINT="http://127.0.0.1:9", OMP_NUM_THREADS="1")
+    code = ("from jacap_lib.models import load_model; m, t = load_model('tiny-org/tiny-llama', device='cpu'); "
+            "print(m.config.num_hidden_layers, m.config._name_or_path)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["2", "tiny-org/tiny-llama"] and "Retrying" not in out.stderr
+
+
 @pytest.fixture(scope="module")
 def model_tok():
     return models.load_model()

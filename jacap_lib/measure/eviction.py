@@ -5,7 +5,13 @@
 * the kept positions - read back from the cache itself: the compressed keys are matched row by
   row against the uncompressed keys (exact equality), so this works for any kvpress press;
 * the press's raw score per token (any :class:`kvpress.ScorerPress`, before sink/window protection);
+* the protected positions - the slots the press keeps whatever their score (for Jacap presses: the first
+  ``n_sink`` and the last ``window`` positions, read from the press's own ``protected`` mask);
 * for Jacap presses, Algorithm 1's components ``alpha, rho, kappa, weight, leverage`` per token.
+
+Every prompt token then has one *status* per layer and KV head: ``"kept"`` (kept because of its score),
+``"protected"`` (kept whatever its score) or ``"evicted"``. :meth:`EvictionInspection.view` marks them on
+the text; :func:`jacap_lib.viz.eviction.to_html` draws the whole model as a self-contained HTML page.
 
 :func:`answer` runs the kvpress pipeline to get the model's answer with and without eviction.
 """
@@ -18,7 +24,22 @@ import torch
 
 from ..hf import attention_modules
 
-__all__ = ["EvictionInspection", "inspect_eviction", "kept_indices", "capture_kept", "answer", "COMPONENTS"]
+__all__ = ["EvictionInspection", "inspect_eviction", "kept_indices", "capture_kept", "answer", "COMPONENTS",
+           "STATUSES", "MARKS", "DEFAULT_RATIO", "parse_view"]
+
+# The default compression ratio of inspect_eviction, answer and `jacap inspect`. For a ~250-token prompt
+# and Jacap's default protection (n_sink = 4, window = 32: 36 protected slots), c = 0.5 keeps 125 tokens per
+# head, 89 of them chosen by the score (71 % of the budget); c = 0.75 keeps 62, 26 by score (42 %); c = 0.9
+# keeps 24 < 36, so the window shrinks and the score chooses nothing. An inspection should show the score at
+# work: 0.5.
+DEFAULT_RATIO = 0.5
+# status codes of EvictionInspection.status, and their names
+EVICTED, KEPT, PROTECTED = 0, 1, 2
+STATUSES = ("evicted", "kept", "protected")
+# the marks of EvictionInspection.view: (opening, closing) per status; a mark character inside a token is
+# escaped with a backslash, so parse_view recovers every run exactly
+MARKS = {"evicted": ("·", "·"), "kept": ("[", "]"), "protected": ("«", "»")}
+_MARK_CHARS = frozenset("·[]«»\\")
 
 # the demo text of the live-eviction chapter (written for the book; the KL table and the widgets use it)
 DEMO_CONTEXT = (
@@ -44,16 +65,29 @@ COMPONENTS = ("alpha", "rho", "kappa", "weight", "leverage")
 
 @dataclass
 class EvictionInspection:
-    """Result of :func:`inspect_eviction` (L layers, H KV heads, N prompt tokens).
+    """Result of :func:`inspect_eviction` (L layers, H KV heads, N prompt tokens, B = the budget: tokens
+    kept per head).
+
+    ``repr`` gives two lines (model, method, ratio, N, budget, kept by score vs protected);
+    :meth:`view` the text of one head with every token marked; :attr:`status` every token's status in
+    every head; :func:`jacap_lib.viz.eviction.to_html` the whole model as an HTML page.
 
     Attributes
     ----------
     method, compression_ratio, options : what was run.
     token_ids : list[int] (N,)
     tokens : list[str] (N,) each token decoded on its own.
-    kept : LongTensor (L, H, B), ascending kept positions (B = tokens kept per head).
+    kept : LongTensor (L, H, B), ascending kept positions.
     score : FloatTensor (L, H, N) or None - the press's score (higher = keep), before protection.
     alpha, rho, kappa, weight, leverage : FloatTensor (L, H, N) or None - Jacap's components.
+    protected : BoolTensor (L, H, N) or None - True for the positions the press keeps *whatever their
+        score*: for :class:`~jacap_lib.presses.jacap.JacapPress` and its variants, the first ``n_sink``
+        positions (attention sinks) and the last ``window`` positions (the recent window, shrunk when the
+        budget cannot hold it), as the press's own ``protected`` mask reports them. All False for kvpress
+        baselines: they protect nothing explicitly (their built-in recency - SnapKV's observation window,
+        StreamingLLM's sinks and recent tokens - enters through their score, so it shows as kept).
+        ``None`` only for hand-built inspections (then treated as all False).
+    model : str - the model's name (``describe_model``), "" when unknown.
     """
 
     method: str
@@ -68,7 +102,8 @@ class EvictionInspection:
     kappa: torch.Tensor | None = None
     weight: torch.Tensor | None = None
     leverage: torch.Tensor | None = None
-    protected: list = field(default_factory=list)
+    protected: torch.Tensor | None = None
+    model: str = ""
 
     @property
     def n_layers(self) -> int:
@@ -83,10 +118,100 @@ class EvictionInspection:
         return len(self.token_ids)
 
     @property
+    def budget(self) -> int:
+        """B: tokens kept per (layer, KV head), protected ones included."""
+        return self.kept.shape[-1]
+
+    @property
     def kept_mask(self) -> torch.Tensor:
-        """BoolTensor (L, H, N): True where the token stays in the cache."""
+        """BoolTensor (L, H, N): True where the token stays in the cache (by score or protected)."""
         mask = torch.zeros(self.n_layers, self.n_heads, self.n_tokens, dtype=torch.bool)
         return mask.scatter_(-1, self.kept, True)
+
+    @property
+    def protected_mask(self) -> torch.Tensor:
+        """BoolTensor (L, H, N): :attr:`protected`, all False when it was not recorded."""
+        if self.protected is None:
+            return torch.zeros(self.n_layers, self.n_heads, self.n_tokens, dtype=torch.bool)
+        return self.protected
+
+    @property
+    def status(self) -> torch.Tensor:
+        """Int8Tensor (L, H, N): 0 evicted, 1 kept by score, 2 protected (names: ``STATUSES[code]``)."""
+        out = self.kept_mask.to(torch.int8)
+        return out.masked_fill_(self.protected_mask, PROTECTED)
+
+    @property
+    def n_protected(self) -> torch.Tensor:
+        """LongTensor (L, H): protected tokens per head."""
+        return self.protected_mask.sum(-1)
+
+    @property
+    def n_scored(self) -> torch.Tensor:
+        """LongTensor (L, H): tokens kept by score per head (``budget - n_protected``)."""
+        return (self.kept_mask & ~self.protected_mask).sum(-1)
+
+    def __repr__(self) -> str:
+        def span(t):
+            lo, hi = int(t.min()), int(t.max())
+            return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+        model = f" on {self.model}" if self.model else ""
+        head = (f"EvictionInspection({self.method} at c={self.compression_ratio:g}{model}: N={self.n_tokens} prompt "
+                f"tokens, {self.n_layers} layers x {self.n_heads} KV heads)")
+        prot = self.protected_mask
+        where = ""
+        lead, trail = prot.int().cumprod(-1).sum(-1), prot.flip(-1).int().cumprod(-1).sum(-1)  # (L, H) runs
+        if bool(prot.any()) and not bool(prot.all()) and bool((lead + trail == self.n_protected).all()) \
+                and lead.unique().numel() == 1 and trail.unique().numel() == 1:
+            where = f" (first {int(lead.flatten()[0])} + last {int(trail.flatten()[0])})"
+        scored = "" if self.score is not None else "; no score recorded"
+        return (f"{head}\n  per head: budget {self.budget} = {span(self.n_scored)} kept by score + "
+                f"{span(self.n_protected)} protected{where}; {self.n_tokens - self.budget} evicted{scored}")
+
+    def check_head(self, layer, head) -> None:
+        for name, value, n in (("layer", layer, self.n_layers), ("head", head, self.n_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n:
+                raise ValueError(f"{name} must be an int in [0, {n}) (this model has {self.n_layers} layers x "
+                                 f"{self.n_heads} KV heads), got {value!r}")
+
+    def statuses(self, layer: int, head: int) -> list[str]:
+        """Status name of every prompt token in ``(layer, head)``: "kept" (by score), "protected" or "evicted"."""
+        self.check_head(layer, head)
+        return [STATUSES[c] for c in self.status[layer, head].tolist()]
+
+    def view(self, layer: int, head: int) -> str:
+        """The prompt as ``(layer, head)`` sees it after eviction, every run of tokens with one status marked:
+
+        ``[kept by score]``, ``«protected (sink / window)»``, ``·evicted·``. A mark character inside the text
+        is escaped with a backslash; :func:`parse_view` turns the marked text back into ``(text, status)`` runs.
+        """
+        runs = []
+        for tok, st in zip(self.tokens, self.statuses(layer, head)):
+            if runs and runs[-1][1] == st:
+                runs[-1][0].append(tok)
+            else:
+                runs.append(([tok], st))
+        out = []
+        for toks, st in runs:
+            text = "".join("\\" + ch if ch in _MARK_CHARS else ch for ch in "".join(toks))
+            out.append(MARKS[st][0] + text + MARKS[st][1])
+        return "".join(out)
+
+    def head_table(self, layer: int, head: int) -> list[dict]:
+        """One row per prompt token of ``(layer, head)``: position, token, status and (when recorded) score."""
+        rows = []
+        score = None if self.score is None else self.score[layer, head].tolist()
+        for i, (tok, st) in enumerate(zip(self.tokens, self.statuses(layer, head))):
+            rows.append({"position": i, "token": tok, "status": st, "score": None if score is None else score[i]})
+        return rows
+
+    def keep_grid(self, positions=None) -> torch.Tensor:
+        """FloatTensor (L, H): fraction of ``positions`` (default: every position) each head keeps."""
+        mask = self.kept_mask.float()
+        if positions is not None:
+            mask = mask[..., torch.as_tensor(list(positions), dtype=torch.long)]
+        return mask.mean(-1)
 
     def keep_fraction(self, layer: int | None = None, head: int | None = None) -> torch.Tensor:
         """FloatTensor (N,): fraction of (layer, head) pairs keeping each token (restricted if given)."""
@@ -130,11 +255,39 @@ class EvictionInspection:
         data = {"layer": grid[:, 0].numpy(), "head": grid[:, 1].numpy(), "position": grid[:, 2].numpy()}
         data["token"] = [self.tokens[i] for i in data["position"]]
         data["kept"] = self.kept_mask.reshape(-1).numpy()
+        data["status"] = [STATUSES[c] for c in self.status.reshape(-1).tolist()]
         for name in ("score",) + COMPONENTS:
             value = getattr(self, name)
             if value is not None:
                 data[name] = value.reshape(-1).numpy()
         return pd.DataFrame(data)
+
+
+def parse_view(marked: str) -> list[tuple[str, str]]:
+    """``(text, status)`` runs of a text marked by :meth:`EvictionInspection.view` (the inverse of it)."""
+    openers = {o: (st, c) for st, (o, c) in MARKS.items()}
+    runs, i = [], 0
+    while i < len(marked):
+        if marked[i] not in openers:
+            raise ValueError(f"marked text: expected one of {sorted(openers)} at character {i}, got {marked[i]!r}")
+        status, close = openers[marked[i]]
+        i += 1
+        text = []
+        while True:
+            if i >= len(marked):
+                raise ValueError(f"marked text: a {status} run is not closed by {close!r}")
+            ch = marked[i]
+            if ch == "\\" and i + 1 < len(marked):
+                text.append(marked[i + 1])
+                i += 2
+            elif ch == close:
+                i += 1
+                break
+            else:
+                text.append(ch)
+                i += 1
+        runs.append(("".join(text), status))
+    return runs
 
 
 def kept_indices(full_keys: torch.Tensor, kept_keys: torch.Tensor) -> torch.Tensor:
@@ -210,35 +363,51 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     ----------
     method : a registry name (:func:`jacap_lib.list_methods`) or a ready kvpress press
         (then ``compression_ratio``/``opts`` must be left out: the press carries its own).
-    compression_ratio : float in [0, 1); ``None`` = 0.5 with a method name.
+    compression_ratio : float in [0, 1); ``None`` = :data:`DEFAULT_RATIO` (0.5) with a method name.
     chat : wrap ``text`` in the tokenizer's chat template first.
     opts : options for the press (``tau``, ``beta``, ``window``, ...).
 
     Returns
     -------
-    :class:`EvictionInspection`
+    :class:`EvictionInspection`: per layer and KV head, every token kept by score, protected or evicted.
     """
     from transformers import DynamicCache
 
+    from ..models import describe_model
     from ..presses.jacap import JacapPress
 
     press, name = _press_for(method, compression_ratio, opts)
-    compression_ratio = float(getattr(press, "compression_ratio", 0.5 if compression_ratio is None else compression_ratio))
+    compression_ratio = float(getattr(press, "compression_ratio", DEFAULT_RATIO if compression_ratio is None
+                                      else compression_ratio))
     ids = _ids(tokenizer, text, chat).to(next(model.parameters()).device)
 
-    scores = {}
+    scores, protected, layer = {}, {}, [None]
     is_jacap = isinstance(press, JacapPress)
     if is_jacap:
         press.trace = {}
-    elif hasattr(press, "score") and callable(press.score):
+    patched = []
+    if hasattr(press, "score") and callable(press.score):
         raw_score = press.score
 
         def recording_score(module, *args, **kwargs):
+            layer[0] = module.layer_idx
             s = raw_score(module, *args, **kwargs)
-            scores[module.layer_idx] = s.detach()
+            if not is_jacap:
+                scores[module.layer_idx] = s.detach()
             return s
 
         press.score = recording_score
+        patched.append("score")
+    if callable(getattr(press, "protected", None)):  # JacapPress and its variants: the sink/window mask
+        raw_protected = press.protected
+
+        def recording_protected(*args, **kwargs):
+            mask = raw_protected(*args, **kwargs)
+            protected[layer[0]] = mask.detach()
+            return mask
+
+        press.protected = recording_protected
+        patched.append("protected")
     store: dict = {}
     try:
         with capture_kept(model, press, store):
@@ -246,18 +415,27 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     finally:
         if is_jacap:
             trace, press.trace = press.trace, None
-        elif "score" in vars(press):
-            del press.score
+        for attr in patched:
+            if attr in vars(press):
+                delattr(press, attr)
     n_layers = len(attention_modules(model))
     if sorted(store) != list(range(n_layers)):
         raise RuntimeError(f"compression was recorded for layers {sorted(store)} only, expected all {n_layers}")
     kept = torch.stack([store[i][1][0].cpu() for i in range(n_layers)])
     token_ids = ids[0].tolist()
+    n_heads, n = kept.shape[1], len(token_ids)
+    prot = torch.zeros(n_layers, n_heads, n, dtype=torch.bool)
+    for i, mask in protected.items():  # (N,) per layer from JacapPress.protected, the same for every head
+        if i is not None:
+            mask = mask.cpu()
+            prot[i] = mask.expand(n_heads, n) if mask.dim() == 1 else mask.reshape(-1, n_heads, n)[0]
     result = EvictionInspection(
         method=name, compression_ratio=float(compression_ratio), options=dict(opts), token_ids=token_ids,
-        tokens=[tokenizer.decode([t]) for t in token_ids], kept=kept,
-        protected=[getattr(press, "n_sink", 0), getattr(press, "window", 0)],
+        tokens=[tokenizer.decode([t]) for t in token_ids], kept=kept, protected=prot,
+        model=describe_model(model)["model"],
     )
+    if bool((prot & ~result.kept_mask).any()):
+        raise RuntimeError("a protected position is missing from the compressed cache")
     if is_jacap and len(trace) == n_layers:
         result.score = torch.stack([trace[i]["score"][0].float().cpu() for i in range(n_layers)])
         for comp in COMPONENTS:
@@ -268,13 +446,13 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
 
 
 def _press_for(method, compression_ratio, opts: dict):
-    """``(press, name)`` for a registry name (``compression_ratio`` None = 0.5) or a ready press object (then
+    """``(press, name)`` for a registry name (``compression_ratio`` None = :data:`DEFAULT_RATIO`) or a ready press object (then
     ``compression_ratio`` and ``opts`` must be left out: the press carries its own, and a second value
     would be ignored without a word)."""
     from ..presses.registry import build_press
 
     if isinstance(method, str):
-        return build_press(method, 0.5 if compression_ratio is None else compression_ratio, **opts), method
+        return build_press(method, DEFAULT_RATIO if compression_ratio is None else compression_ratio, **opts), method
     if compression_ratio is not None:
         raise ValueError(f"compression_ratio={compression_ratio!r} was given with a press object "
                          f"({type(method).__name__}), which carries its own ratio; set it on the press instead")
@@ -287,7 +465,7 @@ def _press_for(method, compression_ratio, opts: dict):
 def answer(model, tokenizer, context: str, question: str, method=None, compression_ratio: float | None = None,
            *, max_new_tokens: int = 20, **opts) -> str:
     """Greedy answer of the kvpress pipeline; ``method=None`` = no eviction, a registry name (at
-    ``compression_ratio``, ``None`` = 0.5) or a ready press object (no ratio, no options)."""
+    ``compression_ratio``, ``None`` = :data:`DEFAULT_RATIO`) or a ready press object (no ratio, no options)."""
     from transformers import pipeline
 
     press = None
