@@ -1,0 +1,247 @@
+"""Verdicts from intervals: paired per-document comparisons of a method's KL with a reference's KL.
+
+For one cell (a prompt length, a compression ratio, a method and its reference) the inputs are two
+equally long arrays of per-document KL values, ``method_kl[i]`` and ``reference_kl[i]`` measured on the
+same document ``i``. Everything here is paired: a bootstrap resample draws *documents* (with
+replacement) and keeps each document's two values together.
+
+* :func:`geometric_mean_ratio` — ``exp(mean(log(method_kl / reference_kl)))``, the geometric mean of the
+  per-document ratios (the primary statistic: each document counts the same, whatever its KL scale), with
+  a 95 % bootstrap interval.
+* :func:`mean_ratio` — ``mean(method_kl) / mean(reference_kl)``, the ratio of mean KLs (documents with large
+  KL weigh more), with a 95 % paired bootstrap interval.
+* Intervals: ``scipy.stats.bootstrap`` with ``method="BCa"`` (bias-corrected and accelerated) by default,
+  ``n_resamples=9999``, a fixed seed (``numpy.random.default_rng(seed)``); ``method="percentile"`` is the
+  alternative. The geometric-mean interval is the bootstrap interval of the mean log ratio, exponentiated
+  (both BCa and percentile intervals carry over through the monotone ``exp``).
+* :func:`wilcoxon_p` — two-sided Wilcoxon signed-rank p-value of the log ratios (``scipy.stats.wilcoxon``;
+  exact for n ≤ 50 without ties or zeros).
+* :func:`holm` — Holm's step-down adjustment of a family of p-values (controls the family-wise error rate).
+* The family-wise correction of this book: over the cells of one comparison (one table), the Wilcoxon
+  p-values are Holm-adjusted; a cell's verdict sentence comes from its own 95 % interval
+  (:func:`verdict`), and :func:`compare_cells` records beside it whether the cell's difference survives
+  Holm at ``alpha`` (``holm_significant``), so a reader sees both.
+* :func:`verdict` — the one function that turns a ratio interval into the sentence the chapters print.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = ["RatioInterval", "log_ratios", "geometric_mean_ratio", "mean_ratio", "wilcoxon_p", "holm",
+           "verdict", "compare_cells", "N_RESAMPLES", "CONFIDENCE", "SEED", "METHOD"]
+
+N_RESAMPLES = 9999
+CONFIDENCE = 0.95
+SEED = 0
+METHOD = "BCa"
+_METHODS = ("BCa", "percentile")
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """A ratio (method / reference; below 1 = the method's KL is lower) and its bootstrap interval."""
+    statistic: str          # "geometric-mean ratio" or "mean-KL ratio"
+    estimate: float
+    low: float
+    high: float
+    confidence: float
+    method: str             # "BCa" or "percentile"
+    n: int                  # documents
+    n_resamples: int
+    seed: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _kl(name: str, x) -> np.ndarray:
+    try:
+        a = np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a 1-D sequence of numbers (one KL per document), got {type(x).__name__}") from None
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one KL per document), got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        bad = np.flatnonzero(~np.isfinite(a))[:5].tolist()
+        raise ValueError(f"{name} has non-finite values (NaN or inf) at positions {bad}; drop or recompute "
+                         "those documents in both arrays")
+    if np.any(a <= 0):
+        bad = np.flatnonzero(a <= 0)[:5].tolist()
+        raise ValueError(f"{name} must be positive (a KL of 0 has no log ratio) but is <= 0 at positions {bad}; "
+                         "floor it (e.g. at 1e-12) in both arrays or drop those documents")
+    return a
+
+
+def log_ratios(method_kl, reference_kl) -> np.ndarray:
+    """``log(method_kl / reference_kl)`` per document, after checking the pair: 1-D, equal length (≥ 3),
+    finite, positive. Negative = the method's KL is lower on that document."""
+    m, r = _kl("method_kl", method_kl), _kl("reference_kl", reference_kl)
+    if m.shape != r.shape:
+        raise ValueError(f"method_kl and reference_kl must have the same length (paired per document), got "
+                         f"{m.size} and {r.size}")
+    if m.size < 3:
+        raise ValueError(f"method_kl: a paired bootstrap needs at least 3 documents, got {m.size}")
+    return np.log(m) - np.log(r)
+
+
+def _options(confidence, n_resamples, method):
+    if not (isinstance(confidence, (int, float)) and 0 < confidence < 1):
+        raise ValueError(f"confidence must be in (0, 1), e.g. 0.95; got {confidence!r}")
+    if not (isinstance(n_resamples, (int, np.integer)) and n_resamples >= 100):
+        raise ValueError(f"n_resamples must be an integer >= 100, got {n_resamples!r}")
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+
+
+def _bootstrap(data, statistic, *, paired, confidence, n_resamples, method, seed):
+    from scipy.stats import bootstrap
+
+    res = bootstrap(data, statistic, paired=paired, vectorized=True, n_resamples=n_resamples,
+                    confidence_level=confidence, method=method, rng=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def geometric_mean_ratio(method_kl, reference_kl, *, confidence: float = CONFIDENCE,
+                         n_resamples: int = N_RESAMPLES, method: str = METHOD, seed: int = SEED) -> RatioInterval:
+    """Geometric mean of the per-document KL ratios and its bootstrap interval (documents resampled)."""
+    d = log_ratios(method_kl, reference_kl)
+    _options(confidence, n_resamples, method)
+    est = float(np.mean(d))
+    if np.ptp(d) == 0:  # every document gives the same ratio: no spread to resample
+        lo = hi = est
+    else:
+        lo, hi = _bootstrap((d,), lambda x, axis: np.mean(x, axis=axis), paired=False, confidence=confidence,
+                            n_resamples=n_resamples, method=method, seed=seed)
+    return RatioInterval("geometric-mean ratio", math.exp(est), math.exp(lo), math.exp(hi), confidence, method,
+                         int(d.size), int(n_resamples), int(seed))
+
+
+def mean_ratio(method_kl, reference_kl, *, confidence: float = CONFIDENCE, n_resamples: int = N_RESAMPLES,
+               method: str = METHOD, seed: int = SEED) -> RatioInterval:
+    """``mean(method_kl) / mean(reference_kl)`` and its paired bootstrap interval (documents resampled,
+    each document's two KLs kept together)."""
+    log_ratios(method_kl, reference_kl)
+    _options(confidence, n_resamples, method)
+    m, r = np.asarray(method_kl, float), np.asarray(reference_kl, float)
+    est = float(m.mean() / r.mean())
+    if np.ptp(m / r) == 0 and np.ptp(r) == 0:
+        lo = hi = est
+    else:
+        lo, hi = _bootstrap((m, r), lambda a, b, axis: np.mean(a, axis=axis) / np.mean(b, axis=axis), paired=True,
+                            confidence=confidence, n_resamples=n_resamples, method=method, seed=seed)
+    return RatioInterval("mean-KL ratio", est, lo, hi, confidence, method, int(m.size), int(n_resamples), int(seed))
+
+
+def wilcoxon_p(method_kl, reference_kl) -> float:
+    """Two-sided Wilcoxon signed-rank p-value of the per-document log ratios (1.0 when every ratio is 1)."""
+    from scipy.stats import wilcoxon
+
+    d = log_ratios(method_kl, reference_kl)
+    if np.all(d == 0):
+        return 1.0
+    return float(wilcoxon(d, alternative="two-sided").pvalue)
+
+
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjusted p-values, in the input order: with the p-values sorted ascending
+    ``p_(1) <= ... <= p_(m)``, ``adj_(k) = min(1, max_{j <= k} (m - j + 1) p_(j))``. A hypothesis is rejected
+    at family-wise level alpha when its adjusted p-value is <= alpha."""
+    try:
+        p = np.asarray(p_values, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"p_values must be a 1-D sequence of numbers, got {type(p_values).__name__}") from None
+    if p.ndim != 1 or p.size == 0:
+        raise ValueError(f"p_values must be a non-empty 1-D sequence, got shape {p.shape}")
+    if not np.all(np.isfinite(p)) or np.any((p < 0) | (p > 1)):
+        raise ValueError(f"p_values must lie in [0, 1] (no NaN), got {p.tolist()}")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    stepped = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = stepped
+    return out
+
+
+def _ends(a: float, b: float, exclude_zero: bool) -> tuple[str, str]:
+    """``a`` and ``b`` (percent magnitudes) printed with the fewest decimals (0-3) that keep them apart and,
+    with ``exclude_zero``, keep a non-zero end from reading 0."""
+    for d in range(4):
+        sa, sb = f"{a:.{d}f}", f"{b:.{d}f}"
+        zero = exclude_zero and (float(sa) == 0 and a != 0 or float(sb) == 0 and b != 0)
+        if (sa != sb or a == b) and not zero:
+            return sa, sb
+    return sa, sb
+
+
+def verdict(interval) -> str:
+    """The sentence for a ratio interval ``[lo, hi]`` (method / reference; a :class:`RatioInterval` or a
+    ``(lo, hi)`` pair):
+
+    * ``hi < 1``: ``"better by X–Y %"`` with X = 100 (1 − hi), Y = 100 (1 − lo);
+    * ``lo > 1``: ``"worse by X–Y %"`` with X = 100 (lo − 1), Y = 100 (hi − 1);
+    * otherwise (the interval holds 1): ``"no detectable difference; the interval is ±Z %"`` when the two
+      ends round to the same magnitude Z, else ``"... the interval is −A % to +B %"`` (A = 100 (1 − lo),
+      B = 100 (hi − 1); an end at exactly 1 reads ``0 %``).
+
+    Percentages are printed with the fewest decimals (0 to 3) that keep the two ends distinct and a
+    non-zero end from reading 0. An interval exactly touching 1 (``hi == 1`` or ``lo == 1``) is "no
+    detectable difference"."""
+    if isinstance(interval, RatioInterval):
+        lo, hi = interval.low, interval.high
+    else:
+        try:
+            lo, hi = (float(v) for v in interval)
+        except (TypeError, ValueError):
+            raise ValueError(f"interval must be a RatioInterval or a (low, high) pair of ratios, got {interval!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0:
+        raise ValueError(f"interval must hold finite, positive ratios, got ({lo}, {hi})")
+    if lo > hi:
+        raise ValueError(f"interval: low {lo} is above high {hi}; pass (low, high)")
+    if hi < 1:
+        a, b = _ends(100 * (1 - hi), 100 * (1 - lo), True)
+        return f"better by {a} %" if a == b else f"better by {a}–{b} %"
+    if lo > 1:
+        a, b = _ends(100 * (lo - 1), 100 * (hi - 1), True)
+        return f"worse by {a} %" if a == b else f"worse by {a}–{b} %"
+    down, up = 100 * (1 - lo), 100 * (hi - 1)
+    for d in range(4):
+        sd, su = f"{down:.{d}f}", f"{up:.{d}f}"
+        if (float(sd) > 0 or down == 0) and (float(su) > 0 or up == 0):
+            break
+    if sd == su:
+        return f"no detectable difference; the interval is ±{sd} %"
+    left = f"−{sd} %" if down > 0 else "0 %"
+    right = f"+{su} %" if up > 0 else "0 %"
+    return f"no detectable difference; the interval is {left} to {right}"
+
+
+def compare_cells(cells, *, confidence: float = CONFIDENCE, n_resamples: int = N_RESAMPLES, method: str = METHOD,
+                  seed: int = SEED, alpha: float = 0.05) -> list[dict]:
+    """One row per cell of ``cells`` (``{name: (method_kl, reference_kl)}``, each pair per document): the
+    geometric-mean ratio and the mean-KL ratio with their intervals, the number of documents where the method's
+    KL is lower (``wins``), the two-sided Wilcoxon p-value, its Holm adjustment over all the cells given, whether
+    that survives ``alpha`` (``holm_significant``), and the :func:`verdict` of the geometric-mean interval."""
+    if not isinstance(cells, dict) or not cells:
+        raise ValueError("cells must be a non-empty dict {cell name: (method_kl, reference_kl)}")
+    if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
+        raise ValueError(f"alpha must be in (0, 1), e.g. 0.05; got {alpha!r}")
+    rows = []
+    for name, pair in cells.items():
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise ValueError(f"cells[{name!r}] must be a (method_kl, reference_kl) pair")
+        m, r = pair
+        d = log_ratios(m, r)
+        gm = geometric_mean_ratio(m, r, confidence=confidence, n_resamples=n_resamples, method=method, seed=seed)
+        mr = mean_ratio(m, r, confidence=confidence, n_resamples=n_resamples, method=method, seed=seed)
+        rows.append({"cell": name, "n": gm.n, "wins": int(np.sum(d < 0)), "ties": int(np.sum(d == 0)),
+                     "gm_ratio": gm.estimate, "gm_low": gm.low, "gm_high": gm.high,
+                     "mean_ratio": mr.estimate, "mean_low": mr.low, "mean_high": mr.high,
+                     "p_wilcoxon": wilcoxon_p(m, r), "verdict": verdict(gm)})
+    adjusted = holm([row["p_wilcoxon"] for row in rows])
+    for row, p in zip(rows, adjusted):
+        row["p_holm"] = float(p)
+        row["holm_significant"] = bool(p <= alpha)
+    return rows

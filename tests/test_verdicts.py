@@ -1,0 +1,176 @@
+"""Verdicts from intervals (jacap_lib.results.verdicts) against independent computations: a brute-force
+paired bootstrap in numpy (percentile and BCa) on a fixed seed, an exact Wilcoxon signed-rank p by
+enumerating all sign flips, Holm adjustments worked by hand, and the verdict sentence at every branch and
+boundary."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from jacap_lib.results.verdicts import (RatioInterval, compare_cells, geometric_mean_ratio, holm, log_ratios,
+                                        mean_ratio, verdict, wilcoxon_p)
+
+
+def pair(n=40, shift=-0.08, seed=1):
+    g = np.random.default_rng(seed)
+    ref = g.lognormal(-2.0, 1.0, n)
+    return ref * g.lognormal(shift, 0.15, n), ref
+
+
+def brute_bootstrap(stat, m, r, *, B=40000, seed=123, bca=False, confidence=0.95):
+    """Paired bootstrap by hand: resample document indices, keep each document's pair together."""
+    n = m.size
+    idx = np.random.default_rng(seed).integers(0, n, size=(B, n))
+    boot = stat(m[idx], r[idx])
+    est = stat(m[None], r[None])[0]
+    a_lo, a_hi = (1 - confidence) / 2, (1 + confidence) / 2
+    if not bca:
+        return np.quantile(boot, [a_lo, a_hi])
+    z0 = norm.ppf(np.mean(boot < est))
+    keep = ~np.eye(n, dtype=bool)
+    jack = np.array([stat(m[keep[i]][None], r[keep[i]][None])[0] for i in range(n)])
+    dev = jack.mean() - jack
+    acc = np.sum(dev ** 3) / (6 * np.sum(dev ** 2) ** 1.5)
+    z = norm.ppf([a_lo, a_hi])
+    q = norm.cdf(z0 + (z0 + z) / (1 - acc * (z0 + z)))
+    return np.quantile(boot, q)
+
+
+def gm_stat(m, r):
+    return np.exp(np.mean(np.log(m / r), axis=-1))
+
+
+def mean_stat(m, r):
+    return m.mean(axis=-1) / r.mean(axis=-1)
+
+
+@pytest.mark.parametrize("method", ["percentile", "BCa"])
+@pytest.mark.parametrize("which", ["gm", "mean"])
+def test_bootstrap_matches_brute_force(method, which):
+    m, r = pair()
+    fn, stat = (geometric_mean_ratio, gm_stat) if which == "gm" else (mean_ratio, mean_stat)
+    got = fn(m, r, method=method, n_resamples=20000, seed=7)
+    lo, hi = brute_bootstrap(stat, m, r, bca=method == "BCa")
+    assert got.estimate == pytest.approx(stat(m[None], r[None])[0], rel=1e-12)
+    width = hi - lo
+    # Monte-Carlo tolerance: two independent bootstraps' quantiles differ by a few % of the width
+    assert abs(got.low - lo) < 0.06 * width and abs(got.high - hi) < 0.06 * width
+    assert got.low < got.estimate < got.high and got.method == method and got.n == m.size
+
+
+def test_fixed_seed_is_reproducible_and_paired():
+    m, r = pair()
+    a, b = mean_ratio(m, r, seed=3), mean_ratio(m, r, seed=3)
+    assert (a.low, a.high) == (b.low, b.high)
+    # pairing matters: the same values with the documents shuffled in one array give a wider interval
+    shuffled = mean_ratio(m, np.random.default_rng(0).permutation(r), seed=3)
+    assert shuffled.high - shuffled.low > 1.5 * (a.high - a.low)
+
+
+def test_constant_ratio_has_a_point_interval():
+    r = np.array([0.1, 0.2, 0.5, 1.0])
+    gm = geometric_mean_ratio(0.9 * r, r)
+    assert gm.low == pytest.approx(0.9) and gm.high == pytest.approx(0.9) and gm.estimate == pytest.approx(0.9)
+    assert verdict(gm) == "better by 10 %"
+
+
+def test_wilcoxon_matches_exact_enumeration():
+    m, r = pair(n=10, shift=-0.05, seed=4)
+    d = np.log(m / r)
+    ranks = np.argsort(np.argsort(np.abs(d))) + 1
+    t_plus = ranks[d > 0].sum()
+    t = min(t_plus, ranks.sum() - t_plus)
+    null = np.array([sum(rk for rk, s in zip(ranks, signs) if s) for signs in itertools.product([0, 1], repeat=10)])
+    exact = min(1.0, 2 * np.mean(null <= t))
+    assert wilcoxon_p(m, r) == pytest.approx(exact, rel=1e-9)
+    assert wilcoxon_p(r, r) == 1.0
+
+
+@pytest.mark.parametrize("p, want", [
+    ([0.01, 0.04, 0.03, 0.005], [0.03, 0.06, 0.06, 0.02]),   # step-down with the running maximum
+    ([0.02, 0.01, 0.04], [0.04, 0.03, 0.04]),
+    ([0.5, 0.6], [1.0, 1.0]),                                 # capped at 1
+    ([0.01, 0.01], [0.02, 0.02]),                             # ties
+    ([0.2], [0.2]),                                           # a family of one
+])
+def test_holm_by_hand(p, want):
+    got = holm(p)
+    assert got == pytest.approx(want, abs=1e-12)
+    assert np.all(got >= np.asarray(p)) and np.all(got <= np.minimum(1, len(p) * np.asarray(p)) + 1e-15)
+
+
+@pytest.mark.parametrize("interval, sentence", [
+    ((0.89, 0.94), "better by 6–11 %"),
+    ((1.03, 1.09), "worse by 3–9 %"),
+    ((0.96, 1.04), "no detectable difference; the interval is ±4 %"),
+    ((0.97, 1.05), "no detectable difference; the interval is −3 % to +5 %"),
+    ((0.95, 1.0), "no detectable difference; the interval is −5 % to 0 %"),      # hi == 1: not better
+    ((1.0, 1.04), "no detectable difference; the interval is 0 % to +4 %"),      # lo == 1: not worse
+    ((0.94, 0.9999), "better by 0.01–6.00 %"),                                    # just below 1
+    ((1.0001, 1.2), "worse by 0.01–20.00 %"),
+    ((0.995, 0.999), "better by 0.1–0.5 %"),                                      # decimals kept apart
+    ((0.9, 0.9), "better by 10 %"),
+    ((0.5, 2.0), "no detectable difference; the interval is −50 % to +100 %"),
+])
+def test_verdict_branches_and_boundaries(interval, sentence):
+    assert verdict(interval) == sentence
+    ri = RatioInterval("geometric-mean ratio", math.sqrt(interval[0] * interval[1]), *interval, 0.95, "BCa", 48, 9999, 0)
+    assert verdict(ri) == sentence
+
+
+@pytest.mark.parametrize("interval, match", [
+    ((1.1, 0.9), "above high"), ((0.0, 1.0), "positive"), ((float("nan"), 1.0), "finite"),
+    ((0.9, float("inf")), "finite"), ("ab", "RatioInterval"), (0.9, "RatioInterval"),
+])
+def test_verdict_bad_input(interval, match):
+    with pytest.raises(ValueError, match=match):
+        verdict(interval)
+
+
+def test_bad_kl_input_names_the_argument():
+    m, r = pair(n=6)
+    with pytest.raises(ValueError, match="same length"):
+        log_ratios(m, r[:5])
+    with pytest.raises(ValueError, match="reference_kl must be positive"):
+        geometric_mean_ratio(m, np.r_[r[:5], 0.0])
+    with pytest.raises(ValueError, match="method_kl must be positive"):
+        mean_ratio(np.r_[m[:5], -1.0], r)
+    with pytest.raises(ValueError, match="method_kl has non-finite"):
+        wilcoxon_p(np.r_[m[:5], np.nan], r)
+    with pytest.raises(ValueError, match="reference_kl must be 1-D"):
+        log_ratios(m, r.reshape(2, 3))
+    with pytest.raises(ValueError, match="at least 3"):
+        log_ratios(m[:2], r[:2])
+    with pytest.raises(ValueError, match="confidence"):
+        geometric_mean_ratio(m, r, confidence=95)
+    with pytest.raises(ValueError, match="method must be"):
+        mean_ratio(m, r, method="basic")
+    with pytest.raises(ValueError, match="n_resamples"):
+        mean_ratio(m, r, n_resamples=10)
+    with pytest.raises(ValueError, match="p_values"):
+        holm([0.1, float("nan")])
+    with pytest.raises(ValueError, match="p_values"):
+        holm([])
+    with pytest.raises(ValueError, match="cells"):
+        compare_cells({})
+    with pytest.raises(ValueError, match=r"cells\['a'\]"):
+        compare_cells({"a": m})
+
+
+def test_compare_cells_holm_over_the_family():
+    cells = {"clear": pair(n=30, shift=-0.1, seed=1), "none": pair(n=30, shift=0.0, seed=2),
+             "worse": pair(n=30, shift=0.15, seed=3)}
+    rows = compare_cells(cells, n_resamples=2000)
+    by = {row["cell"]: row for row in rows}
+    p = [row["p_wilcoxon"] for row in rows]
+    assert [row["p_holm"] for row in rows] == pytest.approx(holm(p).tolist())
+    assert by["clear"]["verdict"].startswith("better by") and by["clear"]["holm_significant"]
+    assert by["worse"]["verdict"].startswith("worse by")
+    assert not by["none"]["holm_significant"]
+    gm = geometric_mean_ratio(*cells["clear"], n_resamples=2000)
+    assert (by["clear"]["gm_low"], by["clear"]["gm_high"]) == (gm.low, gm.high)
+    assert by["clear"]["wins"] == int(np.sum(cells["clear"][0] < cells["clear"][1]))
