@@ -1,6 +1,6 @@
 """End-to-end cost of eviction, like the paper's runtime study: prefill (with the press scoring and
 compressing every layer) + 100 greedy tokens, for no compression, Jacap and kvpress CapPress. The code
-is :mod:`jacap_lib.measure.timing` (what is timed) and :func:`jacap_lib.results.timing.e2e_main` (the
+is :mod:`jacap_lib.measure.timing` (what is timed) and :data:`jacap_lib.results.timing.E2E` (the
 job); this script is the same command as ``jacap time e2e``:
 
     python benchmarks/end_to_end.py                              # 2K, 4K, 8K prompts; ratios 0.6, 0.8
@@ -12,11 +12,11 @@ job); this script is the same command as ``jacap time e2e``:
 from jacap_lib.measure.timing import (  # noqa: F401 (the script's names, for tests and sessions)
     DEFAULT_LENGTHS, DEFAULT_RATIOS, INIT_SEED, METHODS, ORIGIN_FILE, random_init_model, run_one,
 )
-from jacap_lib.results.timing import e2e_main, prompt_ids, save_architecture  # noqa: F401
+from jacap_lib.results.timing import E2E, prompt_ids, save_architecture  # noqa: F401
 
 
 def main(argv=None):
-    return e2e_main(argv, prog="benchmarks/end_to_end.py")
+    return E2E.main(argv, prog="benchmarks/end_to_end.py")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Scoring cost on identical tensors: Jacap (torch / Triton) vs kvpress CapPress, Expected Attention,
 KNorm, and the memory floor (one read of K and V). The code is :mod:`jacap_lib.measure.timing` (what is
-timed) and :func:`jacap_lib.results.timing.scoring_main` (the job); this script is the same command as
+timed) and :data:`jacap_lib.results.timing.SCORING` (the job); this script is the same command as
 ``jacap time scoring``:
 
     python benchmarks/scoring.py                       # CPU here, CUDA (+ Triton) when a GPU is present
@@ -11,11 +11,11 @@ from jacap_lib.measure.timing import (  # noqa: F401 (the script's names, for te
     DEFAULT_D, DEFAULT_N, HEADS, NOISE, TAU, WHAT, kvpress_scorers, make_inputs, methods, repeats_for, summarise,
     time_scoring as run,
 )
-from jacap_lib.results.timing import scoring_main
+from jacap_lib.results.timing import SCORING
 
 
 def main(argv=None):
-    return scoring_main(argv, prog="benchmarks/scoring.py")
+    return SCORING.main(argv, prog="benchmarks/scoring.py")
 
 
 if __name__ == "__main__":

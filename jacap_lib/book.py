@@ -21,7 +21,6 @@ As a Sphinx extension (``_config.yml``: ``sphinx.extra_extensions: [jacap_lib.bo
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -30,6 +29,7 @@ import time
 from pathlib import Path
 
 from jacap_lib._env import BOOK_BUILD_ENV
+from jacap_lib.results import job as J
 
 PLOTLY_JS = "plotly.min.js"
 
@@ -113,16 +113,30 @@ def build(root: Path, *, all_pages: bool = False, fresh: bool = False) -> int:
     return rc
 
 
+def _add_arguments(p) -> None:
+    p.add_argument("--root", type=Path, default=None, help="repository root (default: found from the cwd)")
+    p.add_argument("--all", action="store_true", help="re-render every page (execution stays cached)")
+    p.add_argument("--fresh", action="store_true", help="drop the execution cache and the site first")
+
+
+def _run(args) -> int:
+    try:
+        root = args.root if args.root is not None else find_root()
+    except ValueError as e:
+        raise J.BadArgument(str(e)) from None
+    J.check((root / "_config.yml").is_file(), f"--root {root} has no _config.yml")
+    rc = build(root, all_pages=args.all, fresh=args.fresh)
+    if rc:
+        sys.exit(rc)  # the build's own status (a failed page, a Sphinx warning)
+    return rc
+
+
+BUILD = J.Job("sync the notebooks and build _build/html (warnings are errors)", _add_arguments, _run)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jacap_lib.book", description="Build the Jacap book.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="sync notebooks and build _build/html (warnings are errors)")
-    b.add_argument("--root", type=Path, default=None, help="repository root (default: found from cwd)")
-    b.add_argument("--all", action="store_true", help="re-render every page (execution stays cached)")
-    b.add_argument("--fresh", action="store_true", help="drop the execution cache and the site first")
-    args = parser.parse_args(argv)
-    root = args.root if args.root is not None else find_root()
-    return build(root, all_pages=args.all, fresh=args.fresh)
+    """``python -m jacap_lib.book build ...`` (= ``jacap book build ...``)."""
+    return J.run_table({"build": BUILD}, argv, prog="python -m jacap_lib.book", description="Build the Jacap book.")
 
 
 if __name__ == "__main__":

@@ -250,6 +250,16 @@ def load_tokenizer(name: str | None = None):
         return _from_pretrained(AutoTokenizer, _source(name))
 
 
+def load_config(name: str | None = None):
+    """The model configuration of :func:`load_model` ``(name)`` alone (cheap: lets a CLI check, e.g., layer
+    indices against ``num_hidden_layers`` before it loads the weights)."""
+    from transformers import AutoConfig
+
+    check_model_name(name)
+    with _quiet_progress():
+        return AutoConfig.from_pretrained(_source(name))
+
+
 def load_model(
     name: str | None = None,
     dtype: torch.dtype | str | None = None,

@@ -94,11 +94,11 @@ def test_bad_method_names_the_valid_ones():
 
 
 def test_job_refuses_a_bad_out_before_loading(capsys):
-    from jacap_lib.results.decoding_comparison import main
+    from jacap_lib.results.decoding_comparison import JOB
 
     with pytest.raises(SystemExit):
-        main(["--out", "x.txt"])
-    assert "--out must end in .json" in capsys.readouterr().err
+        JOB.main(["--out", "x.txt"])
+    assert "--out x.txt must end in .json" in capsys.readouterr().err
 
 
 def test_merge_parts_joins_disjoint_prompts_of_one_config(tmp_path):

@@ -15,19 +15,19 @@ paired per-segment comparisons (wins/losses, Wilcoxon) to the best baseline and 
 on the tune segments that chose each setting (:data:`TUNE_CHOICES`), and the target judged on the nine
 *test* segments (:func:`jacap_lib.results.quality.choose_target`).
 
-    python -m jacap_lib.results.comparison grid --lengths 512 1024
-    python -m jacap_lib.results.comparison summary
+    jacap compare grid --lengths 512 1024
+    jacap compare summary
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from . import files
+from . import job as J
 from .paths import data_path
 
 __all__ = ["BASELINE_SPECS", "JACAP_SPECS", "GRID_METHODS", "TUNE_CHOICES", "TUNE_SEGMENTS", "grid_command",
-           "run_grid", "run_summary", "main"]
+           "run_grid", "run_summary", "GRID", "SUMMARY"]
 
 TUNE_SEGMENTS = ("prose/lighthouse", "docs/execmodel", "code/textwrap")
 BASELINE_SPECS = ("snapkv", "snapkv[window_size=16]", "snapkv[window_size=32]", "knorm", "keydiff",
@@ -65,7 +65,8 @@ def grid_command(lengths=(512, 1024)) -> list[str]:
 
 
 def run_grid(*, lengths=(512, 1024), ratios=(0.5, 0.75, 0.9), continuation: int = 32, methods=GRID_METHODS,
-             segments=None, out: Path | str | None = None, threads: int = 1, progress: bool = False) -> int:
+             segments=None, out: Path | str | None = None, threads: int = 1, progress: bool = False,
+             command: str | None = None) -> int:
     """Run (or resume) the grid: every segment x ``lengths`` x ``ratios`` x ``methods``; returns rows written.
 
     The same job as ``jacap bench kl`` with :func:`grid_command`'s arguments; the invocation's
@@ -90,7 +91,8 @@ def run_grid(*, lengths=(512, 1024), ratios=(0.5, 0.75, 0.9), continuation: int 
     torch.set_num_threads(int(threads))
     model, tok = load_model(None)
     record = provenance(model)
-    files.append_run(out, {"command": "python -m jacap_lib.results.comparison grid --lengths " + " ".join(map(str, lengths)),
+    command = command or "jacap compare grid --lengths " + " ".join(map(str, lengths))
+    files.append_run(out, {"command": command,
                         "task": "kl", "ratios": list(ratios), "lengths": list(lengths), "continuation": continuation,
                         "threads": threads, "compressed": COMPRESSED, "model": record["model"],
                         "versions": record["versions"], "git": record["git"], "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -126,24 +128,37 @@ def run_summary(*, grid: Path | str | None = None, tune: Path | str | None = Non
     return files.write_json(out, res)
 
 
-def main(argv=None) -> int:
-    import argparse
+# --------------------------------------------------------------------------------------------- jobs: jacap compare
+def _grid_arguments(p) -> None:
+    J.shared_options(p, model=False, out="default data/results/grid.jsonl")
+    p.add_argument("--lengths", nargs="+", type=int, default=[512, 1024])
 
-    ap = argparse.ArgumentParser(prog="jacap compare", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    g = sub.add_parser("grid", help="run (or resume) data/results/grid.jsonl via `jacap bench kl`")
-    g.add_argument("--lengths", nargs="+", type=int, default=[512, 1024])
-    s = sub.add_parser("summary", help="write data/results/grid_summary.json")
-    s.add_argument("--n-boot", type=int, default=2000)
-    args = ap.parse_args(argv)
-    if args.cmd == "grid":
-        n = run_grid(lengths=tuple(args.lengths))
-        print(f"wrote {n} new rows")
-        return 0
-    path = run_summary(n_boot=args.n_boot)
+
+def _run_grid(args) -> int:
+    J.check_positive(args.lengths, "--lengths")
+    if args.out is not None:
+        J.check_out_file(args.out, ".jsonl")
+    n = run_grid(lengths=tuple(args.lengths), out=args.out, threads=args.threads, progress=not args.no_progress,
+                 command=args.command)
+    print(f"wrote {n} new rows")
+    return n
+
+
+def _summary_arguments(p) -> None:
+    J.shared_options(p, model=False, threads=False, progress=False, out="default data/results/grid_summary.json")
+    p.add_argument("--n-boot", type=int, default=2000)
+
+
+def _run_summary(args) -> Path:
+    J.check_positive(args.n_boot, "--n-boot")
+    if args.out is not None:
+        J.check_out_file(args.out, ".json")
+    path = run_summary(n_boot=args.n_boot, out=args.out)
     print(f"wrote {path}")
-    return 0
+    return path
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+GRID = J.Job("run (or resume) data/results/grid.jsonl (the jobs of `jacap bench kl` on GRID_METHODS)",
+             _grid_arguments, _run_grid)
+SUMMARY = J.Job("write data/results/grid_summary.json (intervals, paired comparisons, tune rankings, target)",
+                _summary_arguments, _run_summary)

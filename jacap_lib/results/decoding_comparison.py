@@ -1,23 +1,22 @@
 """The serving chapter's decoding comparison: Algorithm 2 against kvpress ``DecodingPress`` with several
 scorers at the same cache budget, on long sampled generations of the bundled model ->
-``data/serving/decoding_comparison.json``. Command line: ``python -m jacap_lib.results.decoding_comparison``
-(``--quick`` for a smoke run); about 15-30 min on one busy CPU core for the default configuration.
+``data/serving/decoding_comparison.json``. Command line: ``jacap compare-decoding`` (:data:`JOB`;
+``--quick`` for a smoke run); about 15-30 min on one busy CPU core for the default configuration.
 
 Each prompt's continuation is sampled once without compression (seeded, EOS suppressed so every run has
 ``n_new`` tokens), then every method replays the same tokens (:func:`jacap_lib.measure.decoding_compare.compare_decoding`).
 """
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from pathlib import Path
 
 from . import files
+from . import job as J
 from .paths import data_path
 from .provenance import provenance
 
-__all__ = ["CONFIG", "QUICK", "run_decoding_comparison", "merge_parts", "decoding_summary", "main"]
+__all__ = ["CONFIG", "QUICK", "run_decoding_comparison", "merge_parts", "decoding_summary", "JOB"]
 
 CONFIG = {
     "prompts": [
@@ -61,7 +60,7 @@ def _sample(model, tok, prompt: str, cfg: dict):
 
 
 def run_decoding_comparison(model, tok, *, config: dict | None = None, out: Path | None = None,
-                            prompts=None, log=print) -> Path:
+                            prompts=None, log=print, command: str = "jacap compare-decoding") -> Path:
     """Run every prompt x method of ``config`` (default :data:`CONFIG`) and write the results file.
 
     ``prompts``: indices into ``config["prompts"]`` to run (default all), so that several processes can
@@ -89,7 +88,7 @@ def run_decoding_comparison(model, tok, *, config: dict | None = None, out: Path
                      "seconds": res["reference"]["seconds"], "peak_cache": res["reference"]["peak_cache"],
                      "generated_text": tok.decode(seq[0, n_prompt:])})
     record = provenance(model)
-    config_out = {**cfg, "command": "python -m jacap_lib.results.decoding_comparison", "provenance": record,
+    config_out = {**cfg, "command": command, "provenance": record,
                   "wall_seconds": time.time() - t_start, "prompts_run": indices}
     return files.write_results(out or data_path("serving", "decoding_comparison.json", must_exist=False),
                             config_out, rows)
@@ -141,33 +140,34 @@ def merge_parts(parts, out: Path) -> Path:
     return files.write_results(out, merged, rows)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m jacap_lib.results.decoding_comparison", description=__doc__)
-    ap.add_argument("--out", type=Path, default=None, help="default data/serving/decoding_comparison.json")
-    ap.add_argument("--quick", action="store_true", help="one prompt, 48 tokens, three methods (a smoke run)")
-    ap.add_argument("--prompts", type=int, nargs="+", default=None,
-                    help="indices of the prompts to run (default all); run parts in parallel, then --merge")
-    ap.add_argument("--merge", type=Path, nargs="+", default=None, help="join these part files into --out")
-    args = ap.parse_args(argv)
-    if args.out is not None and args.out.suffix != ".json":
-        ap.error("--out must end in .json")
+# --------------------------------------------------------------------------------------------- job: jacap compare-decoding
+def _add_arguments(p) -> None:
+    J.shared_options(p, model=False, threads=False, progress=False, out="default data/serving/decoding_comparison.json")
+    p.add_argument("--quick", action="store_true", help="one prompt, 48 tokens, three methods (a smoke run)")
+    p.add_argument("--prompts", type=int, nargs="+", default=None,
+                   help="indices of the prompts to run (default all); run parts in parallel, then --merge")
+    p.add_argument("--merge", type=Path, nargs="+", default=None, help="join these part files into --out")
+
+
+def _run(args) -> Path:
+    if args.out is not None:
+        J.check_out_file(args.out, ".json")
     cfg = QUICK if args.quick else CONFIG
-    if args.prompts is not None and not all(0 <= i < len(cfg["prompts"]) for i in args.prompts):
-        ap.error(f"--prompts must be indices in [0, {len(cfg['prompts'])})")
+    J.check(args.prompts is None or all(0 <= i < len(cfg["prompts"]) for i in args.prompts),
+            f"--prompts must be indices in [0, {len(cfg['prompts'])})")
     if args.merge is not None:
         missing = [str(p) for p in args.merge if not p.is_file()]
-        if missing:
-            ap.error(f"--merge: no such file(s): {missing}")
-        print(f"wrote {merge_parts(args.merge, args.out or data_path('serving', 'decoding_comparison.json', must_exist=False))}")
-        return 0
-    from ..models import load_model
+        J.check(not missing, f"--merge: no such file(s): {missing}")
+        path = merge_parts(args.merge, args.out or data_path("serving", "decoding_comparison.json", must_exist=False))
+    else:
+        from ..models import load_model
 
-    model, tok = load_model()
-    path = run_decoding_comparison(model, tok, config=cfg, out=args.out, prompts=args.prompts,
-                                   log=lambda msg: print(msg, flush=True))
+        model, tok = load_model()
+        path = run_decoding_comparison(model, tok, config=cfg, out=args.out, prompts=args.prompts,
+                                       log=lambda msg: print(msg, flush=True), command=args.command)
     print(f"wrote {path}")
-    return 0
+    return path
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+JOB = J.Job("Algorithm 2 vs kvpress DecodingPress, teacher-forced -> data/serving/decoding_comparison.json",
+            _add_arguments, _run, description=__doc__)

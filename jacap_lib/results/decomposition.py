@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 from . import files
+from . import job as J
 from .provenance import provenance
 
-__all__ = ["PARTS", "DecompositionConfig", "build_config", "run_decomposition", "run_failures"]
+__all__ = ["PARTS", "DecompositionConfig", "build_config", "run_decomposition", "run_failures", "JOB"]
 
 PARTS = ("taylor", "diagonal", "selection", "loo", "failures")
 
@@ -143,3 +144,54 @@ def run_decomposition(model, tok, out, cfg: DecompositionConfig, *, progress: bo
         written.append(files.write_results(out / f"{name}.json", files.round_floats(config), files.round_floats(rows),
                                         seconds=round(time.perf_counter() - t0, 1)))
     return written
+
+
+# --------------------------------------------------------------------------------------------- job: jacap decompose
+def _add_arguments(p) -> None:
+    d = DecompositionConfig()  # the defaults live in the dataclass
+    J.shared_options(p, seed=True, out="output folder (default data/decomposition)")
+    p.add_argument("--text", type=Path, default=None, help="a text file (default: the built-in DEFAULT_TEXT)")
+    p.add_argument("--prefix", type=int, default=d.prefix, help="cached tokens N; later tokens are the future queries")
+    p.add_argument("--layers", type=int, nargs="*", default=None, help="layers (default: all)")
+    for name in ("ratio", "tau", "noise"):
+        p.add_argument(f"--{name}", type=float, default=getattr(d, name))
+    for name in ("n_sink", "pool", "diag_budget", "n_subsets", "sel_n", "sel_budget", "sel_caches"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
+    p.add_argument("--sel-layers", type=int, nargs="*", default=None, help="layers for E_selection (default: every 3rd)")
+    p.add_argument("--loo-layers", type=int, nargs="*", default=None, help="layers for deletion records (default: every 3rd)")
+    p.add_argument("--quick", action="store_true", help="two layers, small pools (a smoke run)")
+    p.add_argument("--only", nargs="*", default=None, choices=list(PARTS), help="compute only these parts (default: all)")
+
+
+def _run(args) -> list[Path]:
+    from .paths import data_path
+
+    cfg = DecompositionConfig(
+        model=args.model, text=args.text, prefix=args.prefix, layers=args.layers, ratio=args.ratio, tau=args.tau,
+        noise=args.noise, n_sink=args.n_sink, pool=args.pool, diag_budget=args.diag_budget,
+        n_subsets=args.n_subsets, sel_n=args.sel_n, sel_budget=args.sel_budget, sel_caches=args.sel_caches,
+        sel_layers=args.sel_layers, loo_layers=args.loo_layers, seed=args.seed, only=tuple(args.only or PARTS))
+    if args.quick:
+        cfg.layers = cfg.layers or [0, 15]
+        cfg.n_subsets, cfg.sel_caches = 8, 1
+    try:
+        cfg.validate()
+    except ValueError as e:
+        raise J.as_option(e) from None
+    out = args.out if args.out is not None else data_path("decomposition", must_exist=False)
+    J.check(not out.is_file(), f"--out {out} is a file; give a folder")
+    J.check_model(args.model)
+    from ..models import load_config
+
+    n_layers = load_config(args.model).num_hidden_layers  # layer indices checked before the weights load
+    for name in ("layers", "sel_layers", "loo_layers"):
+        bad = [l for l in (getattr(cfg, name) or []) if not 0 <= l < n_layers]
+        J.check(not bad, f"--{name.replace('_', '-')} {bad} out of range: the model has {n_layers} layers")
+    model, tok = J.load_model(args)
+    written = run_decomposition(model, tok, out, cfg, progress=not args.no_progress)
+    for path in written:
+        print(f"wrote {path}")
+    return written
+
+
+JOB = J.Job("error decomposition on real heads -> data/decomposition/*.json", _add_arguments, _run)

@@ -1,6 +1,7 @@
 """Mechanism and query-statistics diagnostics of Jacap on the bundled model, written to ``data/diagnostics/``.
 
-Two jobs (each an argparse-free ``run_*`` function; :func:`main` is the command line):
+Two jobs (each an argparse-free ``run_*`` function; :data:`MECHANISMS` and :data:`QUERY_STATS` are the
+command lines ``jacap diagnose mechanisms|query-stats``):
 
 * :func:`run_mechanisms` -> ``data/diagnostics/mechanisms.json``: per segment, layer and KV head, at
   every temperature ``tau`` and noise rule, the effective dimension, ``||A - I||_2``, the number of tokens
@@ -15,22 +16,22 @@ config holds the provenance record (model file and sha256, package versions, git
 the segments (sha256) and every setting. Read them with
 :func:`jacap_lib.results.loaders.load_mechanisms` / :func:`~jacap_lib.results.loaders.load_query_stats`.
 
-    python -m jacap_lib.results.diagnostics mechanisms
-    python -m jacap_lib.results.diagnostics query-stats
+    jacap diagnose mechanisms
+    jacap diagnose query-stats
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import torch
 
 from . import files
+from . import job as J
 from .paths import data_path
 from .provenance import provenance
 from .texts import load_segments
 
-__all__ = ["TUNE_SEGMENTS", "DEFAULT_RULES", "run_mechanisms", "run_query_stats", "main"]
+__all__ = ["TUNE_SEGMENTS", "DEFAULT_RULES", "run_mechanisms", "run_query_stats", "MECHANISMS", "QUERY_STATS"]
 
 TUNE_SEGMENTS = ("prose/lighthouse", "docs/execmodel", "code/textwrap")
 DEFAULT_RULES = (("fixed", 1.0), ("deff", 0.1), ("deff", 0.25), ("deff", 0.5))
@@ -69,7 +70,7 @@ def _check_args(length, taus=(1.0,), ratios=(0.5,)):
 
 def run_mechanisms(*, segments=TUNE_SEGMENTS, length: int = 512, taus=(1.0, 3.0, 10.0), rules=DEFAULT_RULES,
                    ratios=(0.75, 0.9), out: Path | str | None = None, threads: int = 1,
-                   command: str = "python -m jacap_lib.results.diagnostics mechanisms") -> Path:
+                   command: str = "jacap diagnose mechanisms") -> Path:
     """Write the mechanism diagnostics of every layer and KV head on ``segments`` (prompt ``length``)."""
     from ..measure.diagnostics import model_mechanisms
     from ..measure.quality import capture_prefill
@@ -97,7 +98,7 @@ def run_mechanisms(*, segments=TUNE_SEGMENTS, length: int = 512, taus=(1.0, 3.0,
 
 def run_query_stats(*, segments=TUNE_SEGMENTS, length: int = 512, continuation: int = 32, estimators=None,
                     out: Path | str | None = None, threads: int = 1,
-                    command: str = "python -m jacap_lib.results.diagnostics query-stats") -> Path:
+                    command: str = "jacap diagnose query-stats") -> Path:
     """Write the prompt-estimator errors against the next ``continuation`` queries on ``segments``."""
     from ..measure.diagnostics import DEFAULT_ESTIMATORS, query_stat_errors
 
@@ -116,33 +117,53 @@ def run_query_stats(*, segments=TUNE_SEGMENTS, length: int = 512, continuation: 
     return files.write_json(out, {"config": cfg, "rows": records}, indent=None)
 
 
-def main(argv=None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m jacap_lib.results.diagnostics", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("mechanisms", "query-stats"):
-        p = sub.add_parser(name)
+# --------------------------------------------------------------------------------------------- jobs: jacap diagnose
+def _arguments(name: str):
+    def add_arguments(p) -> None:
+        J.shared_options(p, model=False, progress=False, out=f"default data/diagnostics/{name.replace('-', '_')}.json")
         p.add_argument("--segments", nargs="+", default=list(TUNE_SEGMENTS))
         p.add_argument("--length", type=int, default=512)
-        p.add_argument("--threads", type=int, default=1)
-        p.add_argument("--out", type=Path, default=None)
         if name == "mechanisms":
             p.add_argument("--taus", nargs="+", type=float, default=[1.0, 3.0, 10.0])
             p.add_argument("--ratios", nargs="+", type=float, default=[0.75, 0.9])
         else:
             p.add_argument("--continuation", type=int, default=32)
-    args = ap.parse_args(argv)
-    command = " ".join(["python -m jacap_lib.results.diagnostics"] + list(argv if argv is not None else sys.argv[1:]))
-    if args.cmd == "mechanisms":
-        path = run_mechanisms(segments=args.segments, length=args.length, taus=args.taus, ratios=args.ratios,
-                              out=args.out, threads=args.threads, command=command)
-    else:
-        path = run_query_stats(segments=args.segments, length=args.length, continuation=args.continuation,
-                               out=args.out, threads=args.threads, command=command)
+
+    return add_arguments
+
+
+def _check(args, name: str) -> None:
+    if args.out is not None:
+        J.check_out_file(args.out, ".json")
+    try:
+        load_segments(list(args.segments))
+        if name == "mechanisms":
+            _check_args(args.length, args.taus, args.ratios)
+        else:
+            _check_args(args.length)
+            if args.continuation < 2:
+                raise ValueError(f"`continuation` must be an int >= 2, got {args.continuation!r}")
+    except (ValueError, FileNotFoundError) as e:
+        raise J.as_option(e) from None
+
+
+def _run_mechanisms(args) -> Path:
+    _check(args, "mechanisms")
+    path = run_mechanisms(segments=args.segments, length=args.length, taus=args.taus, ratios=args.ratios,
+                          out=args.out, threads=args.threads, command=args.command)
     print(f"wrote {path}")
-    return 0
+    return path
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _run_query_stats(args) -> Path:
+    _check(args, "query-stats")
+    path = run_query_stats(segments=args.segments, length=args.length, continuation=args.continuation,
+                           out=args.out, threads=args.threads, command=args.command)
+    print(f"wrote {path}")
+    return path
+
+
+MECHANISMS = J.Job("effective dimension, ||A - I||, saturation and top-w|u|^2 overlap per layer and KV head "
+                   "-> data/diagnostics/mechanisms.json", _arguments("mechanisms"), _run_mechanisms)
+QUERY_STATS = J.Job("errors of the prompt-query estimators against the continuation's queries "
+                    "-> data/diagnostics/query_stats.json", _arguments("query-stats"), _run_query_stats)

@@ -15,9 +15,9 @@ loader                        file(s)                               written by
 :func:`load_serving_run`      ``data/serving/serving_run.json``     ``jacap serve-run``
 :func:`load_bench`            ``data/bench/<name>.json``            ``jacap time scoring|e2e``
 :func:`load_manifest`         ``data/texts/manifest.json``          ``jacap texts``
-:func:`load_grid_summary`     ``data/results/grid_summary.json``    ``python -m jacap_lib.results.comparison summary``
-:func:`load_mechanisms`       ``data/diagnostics/mechanisms.json``  ``python -m jacap_lib.results.diagnostics mechanisms``
-:func:`load_query_stats`      ``data/diagnostics/query_stats.json`` ``python -m jacap_lib.results.diagnostics query-stats``
+:func:`load_grid_summary`     ``data/results/grid_summary.json``    ``jacap compare summary``
+:func:`load_mechanisms`       ``data/diagnostics/mechanisms.json``  ``jacap diagnose mechanisms``
+:func:`load_query_stats`      ``data/diagnostics/query_stats.json`` ``jacap diagnose query-stats``
 ============================  ====================================  =================================
 """
 from __future__ import annotations
@@ -131,21 +131,21 @@ def load_mechanisms(path=None) -> tuple[dict, list]:
     """``(config, rows)`` of the mechanism diagnostics: one row per (segment, layer, KV head, tau, noise
     rule, ratio) with ``deff``, ``a_minus_i``, ``n_saturated``, ``alpha_max``, ``overlap``, ``sigma2``."""
     return files.read_results(path or data_path("diagnostics", "mechanisms.json", must_exist=False),
-                           hint="python -m jacap_lib.results.diagnostics mechanisms")
+                           hint="jacap diagnose mechanisms")
 
 
 def load_query_stats(path=None) -> tuple[dict, list]:
     """``(config, rows)`` of the query-statistics errors: one row per (segment, layer, KV head, estimator)
     with ``mu_err`` and ``lam_err`` against the continuation's queries."""
     return files.read_results(path or data_path("diagnostics", "query_stats.json", must_exist=False),
-                           hint="python -m jacap_lib.results.diagnostics query-stats")
+                           hint="jacap diagnose query-stats")
 
 
 def load_decoding_comparison(path=None) -> tuple[dict, list]:
     """``(config, rows)`` of the serving chapter's decoding comparison (Algorithm 2 vs kvpress DecodingPress):
     one row per prompt x method, plus one ``"uncompressed"`` row per prompt."""
     return files.read_results(path or data_path("serving", "decoding_comparison.json", must_exist=False),
-                           hint="python -m jacap_lib.results.decoding_comparison")
+                           hint="jacap compare-decoding")
 
 
 def load_grid_summary(path=None) -> dict:
@@ -153,4 +153,4 @@ def load_grid_summary(path=None) -> dict:
     and to CapKV), ``choices`` (how each setting was chosen on the tune segments), ``target``."""
     return files.read_json(path or data_path("results", "grid_summary.json", must_exist=False),
                         require=("table", "comparisons", "choices", "target"),
-                        hint="python -m jacap_lib.results.comparison summary")
+                        hint="jacap compare summary")

@@ -26,7 +26,7 @@ SUBDIRS = {
     "serving": "the serving chapter's Algorithm 2 run",
     "texts": "the text segments of the quality benchmark (manifest.json + segment files)",
     "bench": "speed benchmarks (benchmarks/*.py, `jacap time`)",
-    "diagnostics": "Jacap's mechanism diagnostics and query-statistic errors (python -m jacap_lib.results.diagnostics)",
+    "diagnostics": "Jacap's mechanism diagnostics and query-statistic errors (jacap diagnose)",
 }
 
 

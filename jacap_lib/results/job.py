@@ -1,0 +1,202 @@
+"""The one shape of a job — a command that writes results — and the table that runs jobs.
+
+A job is a :class:`Job`: ``add_arguments(parser)`` declares its options and ``run(args)`` first checks
+*every* argument (raising :class:`BadArgument` before any model is loaded or any file is written), then
+does the work and returns what it made. The options every job shares are declared once, by
+:func:`shared_options` (``--model``, ``--threads``, ``--out``, ``--no-progress``, ``--seed``, each with one
+default). :func:`run_table` turns a nested table of jobs into a command line whose errors print the
+*subcommand's* usage and exit with status 2 (:mod:`jacap_lib.cli` is such a table; scripts call
+:meth:`Job.main`).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["BadArgument", "Job", "check", "as_option", "check_ratios", "check_positive", "check_out_file", "check_methods",
+           "check_model", "load_model", "shared_options", "build_parser", "run_table", "DEFAULT_THREADS"]
+
+DEFAULT_THREADS = 1  # torch CPU threads: 1 is fastest and steadiest on a shared machine
+
+
+class BadArgument(ValueError):
+    """An invalid command-line argument: the command prints its usage and the message, exits with status 2
+    and writes nothing. Raised only by a job's checks, which run before any work."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job: ``add_arguments(parser)`` declares its options; ``run(args)`` checks them all (raising
+    :class:`BadArgument`) before any work, then runs and returns what it made (a path, a dict, ...)."""
+
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], Any]
+    description: str | None = None
+
+    def main(self, argv=None, prog: str | None = None):
+        """Run this job alone as a command line (``benchmarks/*.py``); returns ``run``'s result."""
+        argv = list(sys.argv[1:] if argv is None else argv)
+        parser = argparse.ArgumentParser(prog=prog, description=self.description or self.help)
+        self.add_arguments(parser)
+        args, _ = _parse(parser, argv)
+        return _run(self, parser, args, command=_command(parser.prog, argv), options=argv)
+
+
+# --------------------------------------------------------------------------------------------- checks
+def check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise BadArgument(msg)
+
+
+def as_option(error: Exception) -> BadArgument:
+    """A library ``ValueError`` naming a parameter as ```name``` re-worded for the command line (``--name``)."""
+    import re
+
+    return BadArgument(re.sub(r"`(\w+)`", lambda m: "--" + m.group(1).replace("_", "-"), str(error)))
+
+
+def check_ratios(values, name: str = "--ratios") -> None:
+    for c in values:
+        check(0 <= c < 1, f"{name}: every compression ratio must be in [0, 1), got {c}")
+
+
+def check_positive(values, name: str) -> None:
+    for v in values if isinstance(values, (list, tuple)) else [values]:
+        check(v >= 1, f"{name} must be >= 1, got {v}")
+
+
+def check_out_file(path: Path, suffix: str, name: str = "--out") -> None:
+    check(path.suffix == suffix, f"{name} {path} must end in {suffix}")
+    check(not path.is_dir(), f"{name} {path} is a folder; give a file name")
+
+
+def check_methods(specs, name: str = "--methods") -> list[str]:
+    """Registry method specs (``all`` expanded), each built once so a bad name or option fails now."""
+    from ..presses.registry import expand_methods
+
+    try:
+        return expand_methods(specs)
+    except ValueError as e:
+        raise BadArgument(f"{name}: {e}") from None
+
+
+def check_model(name) -> None:
+    from ..models import check_model_name
+
+    try:
+        check_model_name(name)
+    except ValueError as e:
+        raise BadArgument(f"--model: {e}") from None
+
+
+def load_model(args):
+    """The model and tokenizer of ``args.model`` (default: bundled), with ``args.threads`` torch threads and
+    ``args.seed`` (default 0) as torch's seed. Jobs call it as ``job.load_model`` after their checks."""
+    model = getattr(args, "model", None)
+    check_model(model)
+    import torch
+
+    from ..models import load_model as _load
+
+    torch.set_num_threads(getattr(args, "threads", DEFAULT_THREADS))
+    torch.manual_seed(getattr(args, "seed", 0))
+    return _load(model)
+
+
+# --------------------------------------------------------------------------------------------- options
+def _threads(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def shared_options(parser, *, model: bool = True, threads: bool = True, progress: bool = True, seed: bool = False,
+                   out: str | None = None, out_required: bool = False) -> None:
+    """Declare the options jobs share, each with its one default: ``--model`` (None: the bundled
+    SmolLM2-135M, offline), ``--threads`` (:data:`DEFAULT_THREADS`), ``--no-progress``, ``--seed`` (0) and
+    ``--out`` (None: the job's file under ``data/``; ``out`` is its help text, None = no ``--out``)."""
+    if model:
+        parser.add_argument("--model", default=None, help="Hugging Face id or local folder (default: the bundled "
+                                                          "SmolLM2-135M, offline)")
+    if threads:
+        parser.add_argument("--threads", type=_threads, default=DEFAULT_THREADS,
+                            help=f"torch CPU threads (default {DEFAULT_THREADS}: fastest on a shared machine)")
+    if seed:
+        parser.add_argument("--seed", type=int, default=0, help="torch seed (default 0)")
+    if out is not None:
+        parser.add_argument("--out", type=Path, default=None, required=out_required, help=out)
+    if progress:
+        parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+# --------------------------------------------------------------------------------------------- the table
+def _resolve(entry):
+    """A table entry: a :class:`Job`, ``"module:attribute"`` naming one, or ``(help, {name: entry})``."""
+    if isinstance(entry, str):
+        module, _, attr = entry.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    return entry
+
+
+def _add(sub, name: str, entry) -> None:
+    entry = _resolve(entry)
+    if isinstance(entry, Job):
+        p = sub.add_parser(name, help=entry.help, description=entry.description or entry.help)
+        entry.add_arguments(p)
+        p.set_defaults(_job=entry, _parser=p)
+        return
+    help_, table = entry
+    p = sub.add_parser(name, help=help_, description=help_)
+    inner = p.add_subparsers(dest=f"_{name}_command", required=True, metavar="{" + ",".join(table) + "}")
+    for k, v in table.items():
+        _add(inner, k, v)
+
+
+def build_parser(table: dict, prog: str, description: str = "", epilog: str | None = None) -> argparse.ArgumentParser:
+    """The parser of a table ``{name: entry}`` (entries as in :func:`_resolve`); every job is a leaf."""
+    ap = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="_command", required=True, metavar="{" + ",".join(table) + "}")
+    for name, entry in table.items():
+        _add(sub, name, entry)
+    return ap
+
+
+def _run(job: Job, parser, args, *, command: str, options: list[str]):
+    args.command, args.argv = command, options  # what ran (recorded in results), and the job's own options
+    try:
+        return job.run(args)
+    except BadArgument as e:
+        parser.error(str(e))  # the job's own usage, status 2; its checks ran before any work
+
+
+def _parse(parser, argv):
+    args, extra = parser.parse_known_args(argv)
+    leaf = getattr(args, "_parser", parser)
+    if extra:  # argparse would report these with the top-level usage; the subcommand's is the useful one
+        leaf.error("unrecognized arguments: " + " ".join(extra))
+    return args, leaf
+
+
+def _command(prog: str, argv) -> str:
+    return " ".join([prog] + [shlex.quote(a) for a in argv])
+
+
+def run_table(table: dict, argv=None, *, prog: str, description: str = "", epilog: str | None = None) -> int:
+    """Parse ``argv`` against ``table`` and run the chosen job; a bad call prints *that subcommand's*
+    usage and exits with status 2 (unknown options included), writing nothing. Returns 0."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, leaf = _parse(build_parser(table, prog, description, epilog), argv)
+    depth = len(leaf.prog.split()) - len(prog.split())  # the subcommand's names lead argv
+    _run(args._job, leaf, args, command=_command(prog, argv), options=argv[depth:])
+    return 0
