@@ -1,15 +1,17 @@
 """Every chapter runs on Colab — checked without Colab.
 
-The test plays Colab's part: a fresh virtual environment outside the checkout (created with
-``--system-site-packages``, so ``pip install`` resolves from the packages already on this machine and
-downloads nothing), the repository served from a local ``file://`` git URL with the committed HEAD on
+The test plays Colab's part: a fresh virtual environment outside the checkout that sees the packages
+of the environment running the test (a ``.pth`` file adds that environment's site directories, so
+``pip install`` resolves from the packages already installed and downloads nothing; this works whether
+the test runs in a virtual environment or with a system Python, where ``--system-site-packages`` would
+see only the base interpreter's packages, not the running venv's), the repository served from a local ``file://`` git URL with the committed HEAD on
 the branch ``_config.yml`` names, and ``JACAP_COLAB=1``, which the generated install cell treats as
 Colab. Each notebook ``book/*.ipynb`` is then executed top to bottom by a kernel of that environment:
 the first one clones the repository and installs the requirements, the bundled model and the library;
 every chapter must run without an error, import ``jacap_lib`` from the clone and find the clone's
 ``data/``.
 
-What it cannot check: Colab's own preinstalled versions (the venv inherits this machine's) and a GPU.
+What it cannot check: Colab's own preinstalled versions (the venv sees the running environment's) and a GPU.
 It tests the committed HEAD, not uncommitted edits. The chapters are shared between two such
 "machines" (each its own venv and clone, one chapter at a time, one thread each, taking the next
 unclaimed chapter from a shared queue) to use CI's two cores.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import site
 import subprocess
 import sys
 import textwrap
@@ -28,7 +31,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.colab
 
 RUNNER = textwrap.dedent('''
     """Execute notebooks with nbclient in this interpreter's kernel; print one JSON line per notebook run."""
@@ -77,12 +79,32 @@ def _run(cmd, **kw):
 WORKERS = 2  # two "Colab machines" side by side (each its own venv and clone): CI has two cores
 
 
+def running_site_dirs() -> list[str]:
+    """The site directories of the environment running this test, in import order: a venv's own
+    ``site-packages`` (and its base's when it was made with ``--system-site-packages``), or a system
+    Python's; the user site where Python uses one."""
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        dirs.append(site.getusersitepackages())
+    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
+
+
 def _machine(tmp_path: Path, name: str, origin: Path):
-    """A fresh environment outside the checkout that sees this machine's packages, and where its clone goes."""
+    """A fresh environment outside the checkout that sees the running environment's packages, and where
+    its clone goes."""
     root = tmp_path / name
     venv = root / "venv"
-    # --without-pip: the system's pip serves the venv; a venv's own (older) setuptools would shadow the system's
-    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)])
+    # Not --system-site-packages: from a venv that would inherit the *base* interpreter's packages, not the
+    # venv's. Instead a .pth file in the new venv runs site.addsitedir on each of the running environment's
+    # site directories (so their own .pth files apply too), after the venv's own site-packages: the clone's
+    # editable install, made into the new venv, comes first. --without-pip: the running environment's pip
+    # serves the venv; a venv's own (older) setuptools would shadow the running environment's.
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    purelib = _run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}).stdout.strip()
+    Path(purelib).mkdir(parents=True, exist_ok=True)
+    (Path(purelib) / "zz_running_environment.pth").write_text(
+        "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in running_site_dirs()) + "\n")
     (root / "work").mkdir()
     clone = root / "content" / "jacap-book"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "JACAP_DATA", "JACAP_BOOK_BUILD")}
@@ -92,6 +114,21 @@ def _machine(tmp_path: Path, name: str, origin: Path):
     return venv, clone, env, root / "work"
 
 
+def test_fresh_environment_sees_the_running_one(tmp_path):
+    """The simulated Colab machine finds every package the running environment has (in a venv too: the
+    test suite run from a venv must not fall back to the base interpreter's packages), and is its own
+    environment (``sys.prefix`` is the new venv, so ``pip install`` installs there)."""
+    venv, _, env, work = _machine(tmp_path, "machine", tmp_path / "origin.git")
+    mods = ["nbformat", "nbclient", "ipykernel", "pip", "torch", "transformers", "kvpress", "plotly", "yaml"]
+    probe = ("import importlib.util, json, sys; "
+             f"print(json.dumps({{'prefix': sys.prefix, 'missing': [m for m in {mods!r} "
+             "if importlib.util.find_spec(m) is None]}))")
+    out = json.loads(_run([str(venv / "bin" / "python"), "-c", probe], cwd=work, env=env).stdout)
+    assert out["missing"] == [], f"the fresh environment misses {out['missing']} (running: {sys.prefix})"
+    assert Path(out["prefix"]).resolve() == venv.resolve(), out
+
+
+@pytest.mark.colab
 def test_every_chapter_runs_as_on_colab(tmp_path):
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
     branch = cfg["repository"].get("branch") or "main"
