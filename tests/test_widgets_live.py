@@ -58,11 +58,14 @@ def test_token_strip_and_slider_figures():
 
 
 def test_kl_bars_groups_by_ratio():
+    from jacap_lib.viz.style import METHOD_STYLES
+
     rows = [{"method": m, "ratio": r, "kl": kl} for m, r, kl in
             [("jacap", 0.5, 0.1), ("knorm", 0.5, 0.3), ("jacap", 0.9, 1.0), ("knorm", 0.9, 2.0)]]
     fig = V.kl_bars(rows)
-    assert [t.name for t in fig.data] == ["c = 0.5", "c = 0.9"]
-    assert list(fig.data[1].y) == [1.0, 2.0] and list(fig.data[0].x) == ["jacap", "knorm"]
+    assert [t.name for t in fig.data] == ["jacap", "knorm"]  # one trace (and legend entry) per method
+    assert list(fig.data[1].y) == [0.3, 2.0] and list(fig.data[0].x) == ["c = 0.5", "c = 0.9"]
+    assert [t.marker.color for t in fig.data] == [METHOD_STYLES["jacap"][0], METHOD_STYLES["knorm"][0]]
 
 
 @pytest.mark.model

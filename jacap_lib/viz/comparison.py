@@ -11,6 +11,7 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+from .style import finish
 
 __all__ = ["baseline_frame", "comparison_frame", "capkv_frame", "choice_frame", "target_frame", "ratio_strip_figure",
            "kl_vs_ratio_figure"]
@@ -116,10 +117,11 @@ def ratio_strip_figure(rows: list[dict], methods, *, baseline: str | dict, split
                                      hovertemplate="%{text}<br>ratio %{y:.2f}<extra>" + m + "</extra>"), row=1, col=j)
         fig.add_hline(y=1.0, line_dash="dot", row=1, col=j)
         fig.update_xaxes(showticklabels=False, row=1, col=j)
-    fig.update_yaxes(type="log", title_text="KL ratio to the baseline (per segment)", row=1, col=1)
+    fig.update_yaxes(type="log")  # every panel: the same quantity on the same axis type
+    fig.update_yaxes(title_text="KL ratio to the baseline (per segment)", row=1, col=1)
     fig.update_layout(height=420, title="Per-segment KL ratios (below 1: the Jacap configuration wins)",
                       legend={"orientation": "h", "y": -0.1})
-    return fig
+    return finish(fig)
 
 
 def kl_vs_ratio_figure(summary: dict, methods, *, kind: str = "all") -> go.Figure:
@@ -139,7 +141,8 @@ def kl_vs_ratio_figure(summary: dict, methods, *, kind: str = "all") -> go.Figur
                 error_y={"type": "data", "symmetric": False, "array": [c["kl_hi"] - c["kl_mean"] for c in cs],
                          "arrayminus": [c["kl_mean"] - c["kl_lo"] for c in cs]}), row=1, col=j)
         fig.update_xaxes(title_text="compression ratio c", row=1, col=j)
-    fig.update_yaxes(type="log", title_text="next-token KL (nats)", row=1, col=1)
+    fig.update_yaxes(type="log")  # every panel: the same quantity on the same axis type
+    fig.update_yaxes(title_text="next-token KL (nats)", row=1, col=1)
     fig.update_layout(height=460, title="Quality vs compression, 12 segments (mean, 95% bootstrap interval)",
                       legend={"font": {"size": 10}})
-    return fig
+    return finish(fig)

@@ -12,6 +12,7 @@ import math
 import plotly.graph_objects as go
 
 from ..results.loaders import load_decomposition, load_failures  # noqa: F401 (re-exported for the chapters)
+from .style import clip_outliers, finish, method_style
 
 __all__ = [
     "load_records",
@@ -52,7 +53,7 @@ def taylor_error_figure(records: list, *, stat: str = "q50") -> go.Figure:
     fig.update_layout(title="E_Taylor: tangent-plane error of the retained attention, per layer",
                       xaxis_title="layer", yaxis_title="relative error (per-head median over later queries)",
                       yaxis_type="log", showlegend=False, template="plotly_white")
-    return fig
+    return finish(fig)
 
 
 def diagonal_error_figure(records: list, *, metric: str = "rel_error") -> go.Figure:
@@ -70,7 +71,9 @@ def diagonal_error_figure(records: list, *, metric: str = "rel_error") -> go.Fig
     ytitle = "median relative capacity error" if metric == "rel_error" else "Spearman ρ with full capacity (subsets)"
     fig.update_layout(boxmode="group", title="E_diagonal: full Jacobian capacity vs its diagonal approximations",
                       xaxis_title="layer", yaxis_title=ytitle, template="plotly_white", legend=dict(orientation="h", y=-0.2))
-    return fig
+    if metric == "rel_error":  # a few subsets' errors run to thousands: show the bulk, name the extreme
+        clip_outliers(fig, "yaxis")
+    return finish(fig)
 
 
 def selection_figure(records: list) -> go.Figure:
@@ -85,7 +88,7 @@ def selection_figure(records: list) -> go.Figure:
                       yaxis_title="capacity / exhaustive capacity",
                       title=f"E_selection: small caches (n = {n}, B = {b}) sampled from real heads",
                       legend=dict(orientation="h", y=-0.2))
-    return fig
+    return finish(fig)
 
 
 def loo_figure(records: list, *, tau: float = 1.0, saturated: float = 0.5, sensitivity: str = "rho",
@@ -115,7 +118,7 @@ def loo_figure(records: list, *, tau: float = 1.0, saturated: float = 0.5, sensi
                       yaxis_title="leave-one-out damage / ‖f_C‖",
                       title=f"Deleting a token vs its local sensitivity (τ = {tau:g})",
                       legend=dict(orientation="h", y=-0.2))
-    return fig
+    return finish(fig)
 
 
 def failure_figure(demo: dict, *, metric: str = "answer_logprob") -> go.Figure:
@@ -138,7 +141,7 @@ def failure_figure(demo: dict, *, metric: str = "answer_logprob") -> go.Figure:
     fig.update_layout(barmode="group", template="plotly_white", yaxis_title=titles.get(metric, metric),
                       title=f"{demo['name'].replace('_', ' ')}: {titles.get(metric, metric)} (✓ = greedy answer correct)",
                       legend=dict(orientation="h", y=-0.2))
-    return fig
+    return finish(fig)
 
 
 def lag_figure(lag: dict) -> go.Figure:
@@ -153,7 +156,7 @@ def lag_figure(lag: dict) -> go.Figure:
                       annotation_text=f"flat mean (layer {layer})")
     fig.update_layout(template="plotly_white", xaxis_title="β (EMA decay)", yaxis_title="‖μ_β − mean future query‖ / ‖mean future query‖",
                       title="How far the query statistics lag behind a phase change")
-    return fig
+    return finish(fig)
 
 
 def failure_frame(demo: dict):

@@ -9,6 +9,7 @@ import statistics
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+from .style import finish
 
 __all__ = ["mechanism_figure", "query_stats_figure"]
 
@@ -54,7 +55,7 @@ def mechanism_figure(records: list[dict], *, ratio: float = 0.9) -> go.Figure:
     fig.update_yaxes(range=[0, 1.02], row=2, col=1)
     fig.update_layout(height=640, title=f"Where Algorithm 1's mechanisms act (c = {ratio}; median over segments "
                                         "and KV heads)", legend={"font": {"size": 10}})
-    return fig
+    return finish(fig)
 
 
 def query_stats_figure(records: list[dict]) -> go.Figure:
@@ -73,7 +74,7 @@ def query_stats_figure(records: list[dict]) -> go.Figure:
                                      hovertemplate=e + "<br>layer %{x}<br>%{y:.3f}<extra></extra>"), row=1, col=j)
         fig.update_xaxes(title_text="layer", row=1, col=j)
     fig.update_layout(height=380, title="How well prompt statistics predict the next queries (median over segments, KV heads)")
-    return fig
+    return finish(fig)
 
 
 def defaults_summary(rows: list[dict], *, tau: float = 10.0, rule: str = "fixed=1", ratio: float = 0.9) -> dict:

@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 
 from ..scoring.costs import step_costs
 from ..results.bench import METHOD_NAMES, end_to_end_rows
+from .style import finish
 
 __all__ = [
     "step_cost_figure", "inverse_vs_solve_figure", "scoring_benchmark_figure", "scoring_table_figure",
@@ -18,10 +19,6 @@ __all__ = [
 ]
 
 METHOD_LABELS = METHOD_NAMES  # one table of full names (results.bench), shared with the chapter's tables
-COLORS = {
-    "floor": "#7f7f7f", "jacap_torch": "#d62728", "jacap_triton": "#ff7f0e", "capkv": "#1f77b4",
-    "expected_attention": "#2ca02c", "knorm": "#9467bd",
-}
 
 
 def step_cost_figure(Ns=(1024, 4096, 16384, 65536), ds=(64, 128)) -> go.Figure:
@@ -46,7 +43,7 @@ def step_cost_figure(Ns=(1024, 4096, 16384, 65536), ds=(64, 128)) -> go.Figure:
         updatemenus=[dict(type="buttons", direction="right", buttons=buttons, active=len(ds) - 1, x=0, y=1.15)],
         legend=dict(font=dict(size=11)),
     )
-    return fig
+    return finish(fig)
 
 
 def inverse_vs_solve_figure(rows: list[dict]) -> go.Figure:
@@ -69,7 +66,7 @@ def inverse_vs_solve_figure(rows: list[dict]) -> go.Figure:
     fig.update_xaxes(type="log", title="cond(A)")
     fig.update_yaxes(type="log")
     fig.update_layout(height=420, title="Leverage in float32: explicit inverse vs Cholesky + triangular solve")
-    return fig
+    return finish(fig)
 
 
 def scoring_benchmark_figure(data: dict) -> go.Figure:
@@ -83,7 +80,7 @@ def scoring_benchmark_figure(data: dict) -> go.Figure:
             pts = sorted((r["N"], r["median_s"], r["ratio_to_floor"]) for r in rows if r["d"] == d and r["method"] == m)
             fig.add_trace(go.Scatter(
                 x=[p[0] for p in pts], y=[1e3 * p[1] for p in pts], mode="lines+markers", name=METHOD_LABELS[m],
-                line=dict(color=COLORS[m], dash="dash" if m == "floor" else None), visible=(j == len(ds) - 1),
+                legendgroup=m, line=dict(dash="dash" if m == "floor" else None), visible=(j == len(ds) - 1),
                 text=[f"{p[2]:.1f}x the floor" for p in pts], hovertemplate="N=%{x}: %{y:.2f} ms (%{text})",
             ))
     n = len(methods)
@@ -99,7 +96,7 @@ def scoring_benchmark_figure(data: dict) -> go.Figure:
         xaxis=dict(type="log", title="cached tokens N"), yaxis=dict(type="log", title="median ms per call"),
         updatemenus=[dict(type="buttons", direction="right", buttons=buttons, active=len(ds) - 1, x=0, y=1.15)],
     )
-    return fig
+    return finish(fig)
 
 
 def scoring_table_figure(rows: list[dict]) -> go.Figure:
@@ -116,7 +113,7 @@ def scoring_table_figure(rows: list[dict]) -> go.Figure:
     cells.append([f"{r['jacap_torch_over_capkv']:.2f}" for r in rows])
     fig = go.Figure(go.Table(header=dict(values=header, align="left"), cells=dict(values=cells, align="left")))
     fig.update_layout(height=60 + 28 * (len(rows) + 1), margin=dict(l=5, r=5, t=5, b=5))
-    return fig
+    return finish(fig)
 
 
 def end_to_end_figure(data: dict) -> go.Figure:
@@ -124,8 +121,9 @@ def end_to_end_figure(data: dict) -> go.Figure:
     rows = end_to_end_rows(data)
     labels = [f"{r['prompt_tokens'] // 1024}K {r['method']}" + (f" c={r['ratio']:.1f}" if r["method"] != "none" else "")
               for r in rows]
-    parts = (("scoring_s", "scoring (press.score)", "#d62728"), ("prefill_other_s", "prefill, rest", "#1f77b4"),
-             ("decode_s", f"decode {rows[0]['new_tokens'] if rows else ''} tokens", "#2ca02c"))
+    # parts of a run, not methods: greys, so no method's colour is borrowed
+    parts = (("scoring_s", "scoring (press.score)", "#252525"), ("prefill_other_s", "prefill, rest", "#969696"),
+             ("decode_s", f"decode {rows[0]['new_tokens'] if rows else ''} tokens", "#d9d9d9"))
     fig = go.Figure()
     for key, name, color in parts:
         fig.add_trace(go.Bar(y=labels, x=[r[key] for r in rows], name=name, orientation="h", marker_color=color,
@@ -136,4 +134,4 @@ def end_to_end_figure(data: dict) -> go.Figure:
     fig.update_layout(barmode="stack", height=120 + 28 * len(rows), xaxis_title="seconds",
                       yaxis=dict(autorange="reversed"),
                       title=f"Prefill + scoring + decode, {data['config'].get('model', '')} ({where})")
-    return fig
+    return finish(fig)

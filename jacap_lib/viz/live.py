@@ -4,13 +4,14 @@
   token; hover shows the token's Jacap components;
 * :func:`token_strip_slider` - the same strip for several inspections (e.g. compression ratios)
   behind a precomputed plotly slider, so it moves in the static site;
-* :func:`kl_bars` - next-token KL per method and compression ratio (log scale).
+* :func:`kl_bars` - next-token KL per compression ratio and method (log scale, the book's method colours).
 """
 from __future__ import annotations
 
 import html
 
 import plotly.graph_objects as go
+from .style import finish
 
 __all__ = ["strip_data", "token_strip", "token_strip_slider", "kl_bars"]
 
@@ -73,7 +74,7 @@ def token_strip(insp, layer: int | None = None, head: int | None = None, width: 
     fig.update_xaxes(showticklabels=False)
     fig.update_layout(title=_title(insp, layer, head), height=60 + 26 * len(data["z"]),
                       margin={"l": 10, "r": 10, "t": 50, "b": 10})
-    return fig
+    return finish(fig)
 
 
 def token_strip_slider(inspections: list, layer: int | None = None, head: int | None = None, width: int = 16,
@@ -95,19 +96,21 @@ def token_strip_slider(inspections: list, layer: int | None = None, head: int | 
     fig.update_layout(sliders=[{"active": 0, "steps": steps, "currentvalue": {"prefix": f"{label} = "},
                                 "pad": {"t": 10}}])
     fig.update_layout(height=fig.layout.height + 80)
-    return fig
+    return finish(fig)
 
 
 def kl_bars(rows: list[dict], title: str = "Next-token KL(full || compressed), lower is better") -> go.Figure:
-    """Grouped bars: x = method, one bar per compression ratio; rows have ``method, ratio, kl``."""
+    """Grouped bars: x = compression ratio, one bar (and legend entry) per method in the method's colour of
+    the book; rows have ``method, ratio, kl``."""
     if not rows:
         raise ValueError("rows must be a non-empty list of {'method', 'ratio', 'kl'} dicts")
     methods = list(dict.fromkeys(r["method"] for r in rows))
+    ratios = sorted({r["ratio"] for r in rows})
     fig = go.Figure()
-    for ratio in sorted({r["ratio"] for r in rows}):
-        by = {r["method"]: r["kl"] for r in rows if r["ratio"] == ratio}
-        fig.add_bar(name=f"c = {ratio:g}", x=methods, y=[by.get(m) for m in methods],
-                    hovertemplate="%{x}: KL %{y:.4g} nats<extra>c = " + f"{ratio:g}" + "</extra>")
+    for m in methods:
+        by = {r["ratio"]: r["kl"] for r in rows if r["method"] == m}
+        fig.add_bar(name=m, legendgroup=m, x=[f"c = {c:g}" for c in ratios], y=[by.get(c) for c in ratios],
+                    hovertemplate="%{x}: KL %{y:.4g} nats<extra>" + m + "</extra>")
     fig.update_yaxes(type="log", title="KL (nats)")
     fig.update_layout(barmode="group", title=title, height=420)
-    return fig
+    return finish(fig)

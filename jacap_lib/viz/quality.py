@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+from .style import finish, method_style
 
 from ..results.loaders import load_grid_rows, load_passkey_rows, load_runs, load_summary  # noqa: F401
 
@@ -49,9 +50,10 @@ def kl_vs_ratio(summary: dict, *, kind: str = "all", methods=None, log_y: bool =
                          "arrayminus": [c["kl_mean"] - c["kl_lo"] for c in cs]},
                 hovertemplate=m + "<br>c=%{x}<br>KL=%{y:.3f}<extra></extra>"), row=1, col=j)
         fig.update_xaxes(title_text="compression ratio c", row=1, col=j)
-    fig.update_yaxes(title_text=f"next-token KL (nats), {kind}", type="log" if log_y else "linear", row=1, col=1)
+    fig.update_yaxes(type="log" if log_y else "linear")  # every panel: the same axis type
+    fig.update_yaxes(title_text=f"next-token KL (nats), {kind}", row=1, col=1)
     fig.update_layout(title="Quality vs compression (mean over segments, 95% bootstrap interval)", height=450)
-    return fig
+    return finish(fig)
 
 
 def kl_by_kind(summary: dict, *, length: int, ratio: float, methods=None) -> go.Figure:
@@ -64,12 +66,12 @@ def kl_by_kind(summary: dict, *, length: int, ratio: float, methods=None) -> go.
         cs.sort(key=lambda c: c["kl_mean"])
         fig.add_trace(go.Bar(
             y=[c["method"] for c in cs], x=[c["kl_mean"] for c in cs], orientation="h", showlegend=False,
-            marker_color=["crimson" if c["method"].startswith("jacap") else "steelblue" for c in cs],
+            marker_color=[method_style(c["method"])["color"] for c in cs],
             error_x={"type": "data", "symmetric": False, "array": [c["kl_hi"] - c["kl_mean"] for c in cs],
                      "arrayminus": [c["kl_mean"] - c["kl_lo"] for c in cs]}), row=1, col=j)
         fig.update_xaxes(title_text="KL (nats)", row=1, col=j)
     fig.update_layout(title=f"Ranking by kind of text (prompt {length}, c={ratio})", height=420)
-    return fig
+    return finish(fig)
 
 
 def segment_ranks(rows: list[dict], *, length: int, ratio: float, methods=None) -> go.Figure:
@@ -91,7 +93,7 @@ def segment_ranks(rows: list[dict], *, length: int, ratio: float, methods=None) 
     fig = go.Figure(go.Heatmap(z=z, x=segs, y=ms, colorscale="RdYlGn_r", text=z, texttemplate="%{text}",
                                colorbar={"title": "rank"}))
     fig.update_layout(title=f"Rank per segment (prompt {length}, c={ratio}; 1 = best)", height=60 + 32 * len(ms))
-    return fig
+    return finish(fig)
 
 
 def passkey_heatmap(rows: list[dict], *, methods=None, ratio: float | None = None) -> go.Figure:
@@ -126,7 +128,7 @@ def passkey_heatmap(rows: list[dict], *, methods=None, ratio: float | None = Non
         sliders=[{"steps": [{"method": "animate", "label": n,
                              "args": [[n], {"mode": "immediate", "frame": {"duration": 0, "redraw": True}}]}
                             for n in names], "currentvalue": {"prefix": "method: "}}])
-    return fig
+    return finish(fig)
 
 
 def ablation_rows(summary: dict, *, length: int = 512, ratios=(0.75, 0.9), split: str = "all") -> list[dict]:
@@ -152,7 +154,7 @@ def ablation_table(summary: dict, **kw) -> go.Figure:
     fig = go.Figure(go.Table(header={"values": cols}, cells={"values": [[r.get(c, "") for r in rows] for c in cols]}))
     fig.update_layout(title="Ablation: Jacap variants vs the best kvpress baseline (ratio < 1: Jacap better)",
                       height=120 + 30 * len(rows))
-    return fig
+    return finish(fig)
 
 
 def target_rows(summary: dict) -> list[dict]:

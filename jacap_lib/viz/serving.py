@@ -5,7 +5,9 @@ returns a ``plotly.graph_objects.Figure``. Sliders are precomputed so they move 
 from __future__ import annotations
 
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
+from .style import finish, method_style
 
 __all__ = ["cache_timeline", "age_histograms", "beta_tracking", "beta_tradeoff", "kl_timeline",
            "decoding_comparison"]
@@ -25,7 +27,7 @@ def cache_timeline(trace, events, *, high: int, budget: int, title: str = "KV ca
     evs = [_ev(e) for e in events]
     if evs:
         fig.add_scatter(x=[e["step"] for e in evs], y=[e["tokens_before"] for e in evs], mode="markers",
-                        name="eviction", marker=dict(color=["#d62728" if e["method"] == "jacap" else "#ff7f0e" for e in evs],
+                        name="eviction", marker=dict(color=[method_style(e["method"])["color"] for e in evs],
                                                      size=9, symbol="x"),
                         customdata=[[e["tokens_before"], e["tokens_after"], e["method"], 1e3 * e["seconds"]] for e in evs],
                         hovertemplate="step %{x}<br>%{customdata[0]} → %{customdata[1]} slots<br>%{customdata[2]}, "
@@ -34,7 +36,7 @@ def cache_timeline(trace, events, *, high: int, budget: int, title: str = "KV ca
     fig.add_hline(y=budget, line=dict(color="#2ca02c", dash="dash"), annotation_text="budget")
     fig.update_layout(title=title, xaxis_title="decode step (0 = prompt)", yaxis_title="tokens", height=380,
                       legend=dict(orientation="h", y=-0.25))
-    return fig
+    return finish(fig)
 
 
 def age_histograms(events, *, title: str = "Age of the kept tokens at each eviction") -> go.Figure:
@@ -49,7 +51,7 @@ def age_histograms(events, *, title: str = "Age of the kept tokens at each evict
         centers = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])]
         total = max(sum(e["age_counts"]), 1)
         fig.add_bar(x=centers, y=[c / total for c in e["age_counts"]], width=edges[1] - edges[0], visible=i == 0,
-                    name=f"eviction {i + 1}", marker_color="#1f77b4" if e["method"] == "jacap" else "#ff7f0e")
+                    name=f"eviction {i + 1}", marker_color=method_style(e["method"])["color"])
     steps = []
     for i, e in enumerate(evs):
         vis = [j == i for j in range(len(evs))]
@@ -63,7 +65,7 @@ def age_histograms(events, *, title: str = "Age of the kept tokens at each evict
         xaxis_title="token age (positions behind the newest token)", yaxis_title="share of kept slots",
         sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="eviction "), pad=dict(t=40))], height=420,
         bargap=0.05)
-    return fig
+    return finish(fig)
 
 
 def beta_tracking(q, ema_mu: dict, *, coord_label: str = "query coordinate",
@@ -84,7 +86,7 @@ def beta_tracking(q, ema_mu: dict, *, coord_label: str = "query coordinate",
     fig.update_layout(title=title, xaxis_title="token index (prompt, then generated)", yaxis_title=coord_label,
                       sliders=[dict(active=len(betas) // 2, steps=sl, currentvalue=dict(prefix="β = "), pad=dict(t=40))],
                       height=420, legend=dict(orientation="h", y=-0.45))
-    return fig
+    return finish(fig)
 
 
 def beta_tradeoff(tradeoff, runs: dict | None = None, *, title: str = "β: noise against lag") -> go.Figure:
@@ -95,38 +97,41 @@ def beta_tradeoff(tradeoff, runs: dict | None = None, *, title: str = "β: noise
     fig = make_subplots(rows=1, cols=cols, subplot_titles=["EMA on the raw queries", "eviction quality"][:cols])
     betas = [t["beta"] for t in tradeoff]
     fig.add_scatter(x=betas, y=[t["jitter"] for t in tradeoff], name="jitter ‖μ_t − μ_{t−1}‖ (noise)",
-                    mode="lines+markers", row=1, col=1)
+                    mode="lines+markers", line=dict(color="#969696", dash="dot"), row=1, col=1)
     fig.add_scatter(x=betas, y=[t["lag_error"] for t in tradeoff], name="error vs next queries (lag)",
-                    mode="lines+markers", row=1, col=1)
+                    mode="lines+markers", line=dict(color="#252525"), row=1, col=1)
     fig.update_xaxes(title_text="β", row=1, col=1)
     fig.update_yaxes(title_text="relative to mean ‖q‖", type="log", row=1, col=1)
     if runs:
         jac = sorted((r for r in runs.values() if r["method"] == "jacap"), key=lambda r: r["beta"])
         fig.add_scatter(x=[r["beta"] for r in jac], y=[r["mean_kl"] for r in jac], name="Jacap controller, mean KL",
-                        mode="lines+markers", row=1, col=2)
+                        legendgroup="alg2", mode="lines+markers", row=1, col=2)
         win = [r for r in runs.values() if r["method"] == "window"]
         if win:
             fig.add_scatter(x=[min(r["beta"] for r in jac), max(r["beta"] for r in jac)], y=[win[0]["mean_kl"]] * 2,
-                            name="sliding window, mean KL", mode="lines", line=dict(dash="dash", color="#ff7f0e"),
+                            name="sliding window, mean KL", legendgroup="window", mode="lines", line=dict(dash="dash"),
                             row=1, col=2)
         fig.update_xaxes(title_text="β", row=1, col=2)
         fig.update_yaxes(title_text="mean next-token KL (nats)", row=1, col=2)
     fig.update_layout(title=title, height=400, legend=dict(orientation="h", y=-0.3))
-    return fig
+    return finish(fig)
 
 
 def kl_timeline(runs: dict, *, title: str = "Next-token KL against the uncompressed model, per step") -> go.Figure:
     """KL(full ‖ evicted) of every replayed step for each run (β values and the sliding window),
     with the eviction steps of each run marked on its curve."""
     fig = go.Figure()
+    jac = sorted(float(r["beta"]) for r in runs.values() if r["method"] != "window")
+    shades = sample_colorscale("YlOrBr", [0.45 + 0.5 * i / max(len(jac) - 1, 1) for i in range(len(jac))])
     for name, r in runs.items():
-        label = "sliding window" if r["method"] == "window" else f"Jacap β = {r['beta']}"
+        window = r["method"] == "window"
+        label = "sliding window" if window else f"Jacap β = {r['beta']}"
         kl = r["kl"]
-        fig.add_scatter(x=list(range(len(kl))), y=kl, name=label, mode="lines",
-                        line=dict(dash="dash") if r["method"] == "window" else None)
+        fig.add_scatter(x=list(range(len(kl))), y=kl, name=label, mode="lines", legendgroup="window" if window else label,
+                        line=dict(dash="dash") if window else dict(color=shades[jac.index(float(r["beta"]))]))
     fig.update_layout(title=title, xaxis_title="decode step", yaxis_title="KL (nats)", yaxis_type="log", height=400,
                       legend=dict(orientation="h", y=-0.3))
-    return fig
+    return finish(fig)
 
 
 DECODING_LABELS = {"alg2": "Algorithm 2 (Jacap, EMA)", "jacap": "DecodingPress(Jacap)", "tova": "DecodingPress(TOVA)",
@@ -142,9 +147,8 @@ def decoding_comparison(summary: dict, *, title: str = "Compression during decod
         raise ValueError("`summary` is empty: load data/serving/decoding_comparison.json and summarise it first")
     fig = make_subplots(rows=1, cols=3, column_widths=[0.42, 0.22, 0.36], horizontal_spacing=0.08,
                         subplot_titles=("KL along the generation", "mean KL per prompt", "age of the kept tokens"))
-    palette = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#7f7f7f", "#8c564b"]
     for i, (name, s) in enumerate(summary.items()):
-        color, label = palette[i % len(palette)], DECODING_LABELS.get(name, name)
+        color, label = method_style(name)["color"], DECODING_LABELS.get(name, name)
         edges = s["bin_edges"]
         mids = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])]
         fig.add_scatter(x=mids, y=s["kl_binned"], name=label, legendgroup=name, line=dict(color=color), row=1, col=1)
@@ -163,4 +167,4 @@ def decoding_comparison(summary: dict, *, title: str = "Compression during decod
     fig.update_xaxes(title_text="age (tokens)", row=1, col=3)
     fig.update_yaxes(title_text="fraction of the cache", row=1, col=3)
     fig.update_layout(title=title, barmode="group", height=430, legend=dict(orientation="h", y=-0.25))
-    return fig
+    return finish(fig)

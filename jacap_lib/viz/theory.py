@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 from jacap_lib import theory as T
 from jacap_lib import examples as W
 from jacap_lib import memory as MEM
+from .style import finish
 
 _DATA_KEYS = ("x", "y", "z", "text")
 
@@ -68,7 +69,7 @@ def kv_memory_figure(configs: dict, *, tokens: int = 131072, batch: int = 1, dty
     top = max(MEM.kv_memory_table(configs, tokens=tokens, batch=batch, dtype=dtype)[i]["gib"] for i in range(len(configs)))
     fig.update_layout(title=f"KV cache at T = {tokens} tokens, batch {batch}, {dtype}",
                       yaxis=dict(title="GiB", range=[0, top * 1.2]), height=460, margin=dict(t=60))
-    return fig
+    return finish(fig)
 
 
 # ----------------------------------------------------------------------------- chapter 01
@@ -87,7 +88,7 @@ def saturation_figure(taus=(0.5, 1.0, 2.0, 5.0, 10.0, 20.0), gap_max: float = 20
     fig.add_hline(y=0.25, line_dash="dot", annotation_text="max 1/4 at α = 1/2")
     fig.update_layout(title="Saturation: sensitivity vanishes at both ends",
                       xaxis_title="logit gap Δ = z₁ − z₂", yaxis=dict(range=[0, 1.05]), height=440)
-    return fig
+    return finish(fig)
 
 
 def jacobian_heatmap_figure(logits, taus=(0.25, 0.5, 1.0, 2.0, 5.0, 10.0)) -> go.Figure:
@@ -104,7 +105,7 @@ def jacobian_heatmap_figure(logits, taus=(0.25, 0.5, 1.0, 2.0, 5.0, 10.0)) -> go
     _add_slider(fig, frames, [f"{t:g}" for t in taus], prefix="temperature τ = ", active=2)
     fig.update_layout(title="Softmax Jacobian S: positive diagonal, negative competition off it",
                       yaxis=dict(autorange="reversed"), height=480)
-    return fig
+    return finish(fig)
 
 
 def deletion_damage_figure(curve: dict) -> go.Figure:
@@ -122,7 +123,7 @@ def deletion_damage_figure(curve: dict) -> go.Figure:
     fig.update_layout(title="A saturated token: tiny derivative, large but bounded deletion damage",
                       xaxis_title="shift of token i's logit", yaxis=dict(title="norm", type="log"), height=440,
                       legend=dict(orientation="h", y=-0.25))
-    return fig
+    return finish(fig)
 
 
 # ----------------------------------------------------------------------------- chapter 02
@@ -138,7 +139,7 @@ def capacity_split_figure(total: float = 10.0, noises=(0.5, 1.0, 2.0, 4.0)) -> g
     _add_slider(fig, frames, [f"{s:g}" for s in noises], prefix="noise σ² = ", active=1)
     fig.update_layout(title=f"Same total energy {total:g}, split over two directions",
                       xaxis_title="λ₁ (λ₂ = total − λ₁)", yaxis_title="½ log det(I + G)", height=420)
-    return fig
+    return finish(fig)
 
 
 def capacity_sharpness_figure(K, U, mu, lam, scales, noises=(0.25, 1.0, 4.0)) -> go.Figure:
@@ -155,7 +156,7 @@ def capacity_sharpness_figure(K, U, mu, lam, scales, noises=(0.25, 1.0, 4.0)) ->
     fig.update_layout(title="Sharpening the query saturates the softmax; the linear model cannot see it",
                       xaxis=dict(title="scale of the centre query μ", type="log"), yaxis_title="capacity (nats)",
                       height=440)
-    return fig
+    return finish(fig)
 
 
 # ----------------------------------------------------------------------------- chapter 03
@@ -183,7 +184,7 @@ def _leverage_layout(fig: go.Figure, title: str) -> go.Figure:
         yaxis=dict(range=[-0.1, 1.2], title="second coordinate"),
         xaxis2=dict(domain=[0.55, 1.0], anchor="y2"), yaxis2=dict(anchor="x2", range=[0, 2.0], title="value"),
     )
-    return fig
+    return finish(fig)
 
 
 def leverage_weight_figure(w3_values=(0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0)) -> go.Figure:
@@ -229,4 +230,4 @@ def selection_tau_figure(K, U, mu, lam, budgets, taus=(1.0, 3.0, 10.0, 30.0, 100
     fig.update_layout(title=f"Kept-set capacity on a {K.shape[0]}-token cache",
                       xaxis_title="budget B (tokens kept)", yaxis_title="Jacobian capacity of kept set (nats)",
                       height=440)
-    return fig
+    return finish(fig)

@@ -1,0 +1,245 @@
+"""One look for every figure of the book: a colour and a marker per method, readable axes.
+
+Every figure function of :mod:`jacap_lib.viz` ends with :func:`finish`, which
+
+* draws each trace that stands for a method (its ``legendgroup`` or ``name`` is a key of
+  :data:`METHOD_STYLES`) in that method's colour and marker, so a method looks the same on every page
+  and its legend entry always matches its points;
+* gives every log axis readable ticks (:func:`log_ticks`: whole decades written ``1e−3, 0.01, 0.1, 1``
+  when the data span more than a decade and a half, otherwise full values like ``0.02, 0.05, 0.1``;
+  never plotly's bare ``2 3 … 9`` digits or SI suffixes such as ``1f`` or ``100μ``), and every linear
+  axis ``1e−4`` rather than ``100μ``;
+* gives panels that share an axis (``matches``) the same axis type;
+* keeps a legend clear of a slider (a legend below the plot moves to the right when the figure has a
+  slider) and a long title on several lines instead of clipped.
+
+:func:`clip_outliers` keeps a single extreme value from flattening a panel: the axis shows the bulk of
+the values and an annotation names what lies beyond it.
+
+The browser test (``tests/test_browser.py``) reads :data:`METHOD_STYLES` and checks every page against it.
+"""
+from __future__ import annotations
+
+import math
+import textwrap
+import zlib
+
+import plotly.graph_objects as go
+
+__all__ = ["METHOD_STYLES", "method_style", "method_of", "finish", "log_ticks", "clip_outliers", "wrap_title"]
+
+#: method name -> (colour, marker symbol): the one mapping of the book. Jacap and its configurations in
+#: warm colours, the kvpress baselines in cool and neutral ones.
+METHOD_STYLES: dict[str, tuple[str, str]] = {
+    "jacap": ("#d62728", "circle"),
+    "jacap_torch": ("#d62728", "circle"),            # the same scorer: Jacap's torch reference
+    "jacap_triton": ("#e7298a", "circle-open"),      # Jacap's Triton kernels
+    "jacap[window=0]": ("#ff7f0e", "diamond"),
+    "jacap[tau=3,beta=0.9]": ("#7b241c", "star"),    # the configuration chosen on the tune segments
+    "jacap_hybrid": ("#fb9a99", "star-diamond"),
+    "alg2": ("#e6ab02", "hexagram"),                 # Algorithm 2: the decode-time Jacap controller
+    "capkv": ("#1f77b4", "square"),
+    "snapkv": ("#2ca02c", "triangle-up"),
+    "snapkv[window_size=32]": ("#006d2c", "triangle-down"),
+    "snapkv[window_size=16]": ("#74c476", "triangle-left"),
+    "tova": ("#9467bd", "x"),
+    "knorm": ("#8c564b", "cross"),
+    "keydiff": ("#bcbd22", "pentagon"),
+    "expected_attention": ("#17becf", "hexagon"),
+    "streaming_llm": ("#7f7f7f", "triangle-right"),
+    "window": ("#525252", "square-open"),            # a sliding window (sinks + the most recent tokens)
+    "random": ("#393b79", "diamond-open"),
+    "full": ("#000000", "circle-open"),              # no compression (reference)
+    "floor": ("#000000", "line-ew"),                 # one read of K and V (reference)
+}
+
+# further Jacap configurations (not drawn in the book's figures today) get one of these, by name
+_JACAP_EXTRA = ("#a50f15", "#fc8d59", "#b35806", "#f768a1", "#ce1256", "#fdae61")
+_OTHER_EXTRA = ("#08519c", "#41ab5d", "#6a51a3", "#636363", "#0868ac", "#807dba")
+
+
+def method_style(name: str) -> dict:
+    """``{"color", "symbol"}`` of a method name (a registry name, a method spec ``name[key=value]``, or one
+    of the book's reference names such as ``"full"``). Names outside :data:`METHOD_STYLES` get a fixed
+    colour derived from the name (the same on every page)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty method name, got {name!r}")
+    if name in METHOD_STYLES:
+        color, symbol = METHOD_STYLES[name]
+    else:
+        pool = _JACAP_EXTRA if name.startswith("jacap") else _OTHER_EXTRA
+        color = pool[zlib.crc32(name.encode()) % len(pool)]
+        base = name.split("[", 1)[0]
+        symbol = METHOD_STYLES.get(base, (None, "circle"))[1]
+    return {"color": color, "symbol": symbol}
+
+
+def method_of(trace) -> str | None:
+    """The method a trace stands for: its ``legendgroup`` or its ``name`` when that is a key of
+    :data:`METHOD_STYLES`, else ``None``."""
+    for key in (getattr(trace, "legendgroup", None), getattr(trace, "name", None)):
+        if isinstance(key, str) and key in METHOD_STYLES:
+            return key
+    return None
+
+
+def _paint(trace, style: dict) -> None:
+    kind = trace.type
+    if kind in ("scatter", "scattergl"):
+        mode = trace.mode or "lines+markers"
+        if "lines" in mode:
+            trace.update(line={"color": style["color"]})
+        trace.update(marker={"color": style["color"]})
+        if trace.marker.symbol is None:  # a symbol set on purpose (e.g. a mean bar) stays
+            trace.update(marker={"symbol": style["symbol"]})
+        if trace.error_y is not None and trace.error_y.array is not None:
+            trace.update(error_y={"color": style["color"]})
+    elif kind in ("bar", "box", "violin", "histogram"):
+        trace.update(marker={"color": style["color"]})
+        if kind in ("box", "violin"):
+            trace.update(line={"color": style["color"]})
+
+
+def wrap_title(text: str, width: int = 72) -> str:
+    """``text`` broken into lines of at most ``width`` characters with ``<br>`` (existing ``<br>`` kept)."""
+    parts = []
+    for part in str(text).split("<br>"):
+        if "<" in part:  # markup such as <sub>: leave it on its own line
+            parts.append(part)
+        else:
+            parts.extend(textwrap.wrap(part, width) or [""])
+    return "<br>".join(parts)
+
+
+def _axis_names(fig: go.Figure, letter: str) -> list[str]:
+    layout = fig.to_plotly_json().get("layout", {})
+    names = {k for k in layout if k == f"{letter}axis" or (k.startswith(f"{letter}axis") and k[5:].isdigit())}
+    for tr in fig.data:  # axes used by a trace but never set in the layout
+        ref = getattr(tr, f"{letter}axis", None) or letter
+        names.add(f"{letter}axis" + ref[1:])
+    return sorted(names, key=lambda n: int(n[5:] or 1))
+
+
+def _values_on(fig: go.Figure, axis: str) -> list[float]:
+    """Every finite number the traces put on layout axis ``axis`` (``"yaxis2"``), with error bars."""
+    letter, ref = axis[0], axis[0] + axis[5:]
+    out: list[float] = []
+
+    def add(seq):
+        if seq is None:
+            return
+        for v in seq:
+            if isinstance(v, (list, tuple)):
+                add(v)
+            elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                out.append(float(v))
+
+    for tr in fig.data:
+        if (getattr(tr, f"{letter}axis", None) or letter) != ref:
+            continue
+        vals = getattr(tr, letter, None)
+        if vals is None:
+            continue
+        vals = list(vals)
+        add(vals)
+        err = getattr(tr, f"error_{letter}", None)
+        if err is not None and err.array is not None:
+            hi = list(err.array)
+            lo = list(err.arrayminus) if err.arrayminus is not None else hi
+            for v, a, b in zip(vals, hi, lo):
+                if isinstance(v, (int, float)) and a is not None and b is not None:
+                    add([v + a, v - b])
+    return out
+
+
+def log_ticks(values) -> dict:
+    """Tick settings for a log axis showing ``values``: whole decades (``1e−3, 0.01, 0.1, 1, 10``; every
+    k-th decade when more than 6 would show) when the positive values span at least 1.5 decades, else
+    1-2-5 ticks written as full numbers."""
+    pos = [v for v in values if v > 0]
+    span = math.log10(max(pos) / min(pos)) if pos else 0.0
+    if span >= 1.5:  # whole decades, every one labelled up to 6 labels, else every 2nd, 3rd, ...
+        return {"dtick": max(1, math.ceil(span / 6)), "exponentformat": "e", "tickformat": None,
+                "minor": {"ticks": "inside", "ticklen": 3}}
+    return {"dtick": "D2", "tickformat": "~g", "exponentformat": "e"}
+
+
+def clip_outliers(fig: go.Figure, axis: str = "yaxis", *, factor: float = 5.0, quantiles=(0.02, 0.98)):
+    """Show the bulk of the values on a linear ``axis`` when a few extreme ones would flatten it: the range
+    becomes the ``quantiles`` of the values widened by ``factor`` times their spread (never past the data),
+    and an annotation says how many values lie beyond it and the extreme one. Does nothing when every value
+    fits that range."""
+    vals = sorted(_values_on(fig, axis))
+    if len(vals) < 5:
+        return fig
+    q = lambda p: vals[min(len(vals) - 1, max(0, round(p * (len(vals) - 1))))]  # noqa: E731
+    lo, hi = q(quantiles[0]), q(quantiles[1])
+    spread = max(hi - lo, 1e-12)
+    low, high = max(vals[0], lo - factor * spread), min(vals[-1], hi + factor * spread)
+    pad = 0.05 * (high - low)
+    outside = [v for v in vals if v < low or v > high]
+    if not outside:
+        return fig
+    fig.update_layout({axis: {"range": [low - pad, high + pad]}})
+    extreme = max(outside, key=abs)
+    ref = axis[0] + axis[5:]
+    domain_ref = f"{ref} domain"
+    fig.add_annotation(text=f"{len(outside)} value{'s' if len(outside) > 1 else ''} off the scale "
+                            f"(the extreme: {extreme:.3g})",
+                       xref=("x" + axis[5:]) + " domain" if axis[0] == "y" else domain_ref,
+                       yref=domain_ref if axis[0] == "y" else ("y" + axis[5:]) + " domain",
+                       x=1, y=1 if extreme > 0 else 0, xanchor="right", yanchor="top" if extreme > 0 else "bottom",
+                       showarrow=False, font={"size": 11}, bgcolor="rgba(255,255,255,0.8)")
+    return fig
+
+
+def finish(fig: go.Figure, *, title_width: int = 72) -> go.Figure:
+    """The book's styling, applied last by every figure function (see the module docstring)."""
+    for tr in fig.data:
+        m = method_of(tr)
+        if m is not None:
+            _paint(tr, method_style(m))
+    for frame in fig.frames or ():
+        for tr in frame.data:
+            m = method_of(tr)
+            if m is not None:
+                _paint(tr, method_style(m))
+    for letter in ("x", "y"):
+        names = _axis_names(fig, letter)
+        # panels linked by `matches` compare the same quantity: one axis type for all of them
+        for name in names:
+            ax = fig.layout[name]
+            if ax.matches:
+                target = fig.layout[letter + "axis" + ax.matches[1:]]
+                if target.type and ax.type != target.type:
+                    ax.type = target.type
+                elif ax.type and not target.type:
+                    target.type = ax.type
+        for name in names:
+            ax = fig.layout[name]
+            if ax.type == "log":
+                group = lambda n: fig.layout[n].matches or letter + n[5:]  # noqa: E731
+                vals = [v for n in names if group(n) == group(name) for v in _values_on(fig, n)]
+                settings = log_ticks(vals)
+                if ax.dtick is None and ax.tickvals is None:
+                    ax.update(settings)
+                else:
+                    ax.update(exponentformat="e")
+            elif ax.exponentformat is None:
+                ax.exponentformat = "e"
+    title = fig.layout.title.text
+    if title:
+        wrapped = wrap_title(title, title_width)
+        lines = wrapped.count("<br>") + 1
+        fig.layout.title.text = wrapped
+        top = fig.layout.margin.t
+        # subplot titles sit just above the plots: keep the figure title clear of them
+        over = any(a.yref == "paper" and (a.y or 0) >= 0.99 and a.yanchor == "bottom" for a in fig.layout.annotations)
+        need = 40 + 22 * lines + (24 if over else 0)
+        if top is None or top < need:
+            fig.update_layout(margin={"t": need})
+    if fig.layout.sliders:
+        legend = fig.layout.legend
+        if legend.orientation == "h" or (legend.y is not None and legend.y < 0):
+            fig.update_layout(legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top"})
+    return fig
