@@ -1,0 +1,86 @@
+"""Committed results files either record the library's default options or say why not: every option a
+file records for a press (its ``"methods"`` records, a ``"jacap"`` options mapping, the failure demos'
+``"options"``/``"setup"``) is compared with what the library builds today, and a difference must be named
+in the file's configuration under ``"non_default"`` with a reason."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jacap_lib.presses.jacap import JacapPress
+from jacap_lib.results import paths
+from jacap_lib.results.defaults import MARKER, deviations, unexplained
+
+DEFAULT = JacapPress()
+
+
+def results_files():
+    root = paths.data_dir()
+    return sorted(p for p in root.rglob("*.json") if "texts" not in p.relative_to(root).parts)
+
+
+@pytest.mark.parametrize("path", results_files(), ids=lambda p: str(p.relative_to(paths.data_dir())))
+def test_committed_options_are_defaults_or_explained(path):
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        pytest.skip("not a results object")
+    bad = unexplained(data)
+    listed = "\n".join(f"  {d}" for d in bad[:20])
+    options = sorted({d.option for d in bad})
+    assert not bad, (f"{path.name} records {len(bad)} option value(s) that differ from the library's defaults "
+                     f"without saying so:\n{listed}\nRegenerate the file with today's defaults, or add to its "
+                     f"configuration (each run's, for a .config.json) \"{MARKER}\": "
+                     + "{" + ", ".join(f'"{o}": "<why>"' for o in options) + "}")
+
+
+def jacap_record(**over):
+    rec = {"class": "JacapPress", "compression_ratio": 0.5, "tau": DEFAULT.tau, "noise": DEFAULT.noise,
+           "n_sink": DEFAULT.n_sink, "window": DEFAULT.window, "gqa": DEFAULT.gqa}
+    rec.update(over)
+    return rec
+
+
+def test_a_silent_deviation_is_caught_and_a_named_one_is_not():
+    other = DEFAULT.window + 5
+    data = {"config": {"methods": {"jacap": jacap_record(window=other)}}, "rows": []}
+    (dev,) = unexplained(data)
+    assert (dev.option, dev.recorded, dev.default) == ("window", other, DEFAULT.window)
+    assert "config.methods.jacap" in dev.where
+    data["config"][MARKER] = {"window": "a study of the window"}
+    assert unexplained(data) == [] and deviations(data)[0].explained == "a study of the window"
+    data["config"][MARKER] = {"window": "  "}          # a reason must say something
+    assert len(unexplained(data)) == 1
+
+
+def test_an_option_set_in_the_method_spec_is_the_methods_own():
+    other = DEFAULT.window + 5
+    data = {"config": {"methods": {f"jacap[window={other}]": jacap_record(window=other)}}}
+    assert deviations(data) == []
+    data = {"config": {"methods": {f"jacap[window={other}]": jacap_record(window=other, tau=DEFAULT.tau * 2)}}}
+    assert [d.option for d in unexplained(data)] == ["tau"]
+
+
+def test_wrapped_presses_sidecars_and_loose_option_mappings():
+    wrapped = {"class": "AdaKVPress", "press": jacap_record(n_sink=DEFAULT.n_sink + 1), "alpha_safeguard": 0.2}
+    sidecar = {"runs": [{"methods": {"jacap_adakv": wrapped}},
+                        {"methods": {"jacap_adakv": wrapped}, MARKER: {"n_sink": "protects a prefix"}}]}
+    devs = deviations(sidecar)
+    assert [(d.where.split(".")[0], d.option, d.explained) for d in devs] == [
+        ("runs[0]", "n_sink", None), ("runs[1]", "n_sink", "protects a prefix")]
+    assert len(unexplained(sidecar)) == 1
+    loose = {"config": {"jacap": {"window": DEFAULT.window + 1, "tau": DEFAULT.tau}},
+             "rows": [{"cases": [{"options": {"n_sink": 26, "protection": "prefix"}}]}]}
+    assert sorted(d.option for d in unexplained(loose)) == ["n_sink", "window"]
+    # a baseline's record is compared with today's kvpress defaults too
+    from jacap_lib.presses.registry import build_press, method_options
+
+    snap = method_options(build_press("snapkv", 0.5))
+    assert deviations({"config": {"methods": {"snapkv": snap}}}) == []
+    snap_off = dict(snap, window_size=snap["window_size"] + 1)
+    assert [d.option for d in deviations({"config": {"methods": {"snapkv": snap_off}}})] == ["window_size"]
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="data"):
+        deviations([1, 2])
