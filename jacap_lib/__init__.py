@@ -7,7 +7,8 @@ holds every piece of logic the book's chapters call:
 layers, low to high (a module imports only from its own layer or lower ones; ``tests/test_layers.py``
 checks it):
 
-0. :mod:`._checks`, :mod:`._env`, :mod:`._lazy` — argument checks; where the code runs; lazy names
+0. :mod:`._checks`, :mod:`._env`, :mod:`._lazy`, :mod:`.config` — argument checks; where the code runs; lazy names;
+   Jacap's parameters (:class:`~.config.JacapConfig`, one default and one check each)
 1. :mod:`.theory`, :mod:`.examples`, :mod:`.scoring` (Algorithm 1, torch + :mod:`.scoring.triton`),
    :mod:`.stats`, :mod:`.selection` — the core
 2. :mod:`.hf` (model plumbing), :mod:`.models`, :mod:`.memory`
@@ -27,6 +28,8 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it (add one line per new public name)
 _EXPORTS = {
+    # Jacap's parameters (one default and one check each)
+    "JacapConfig": "jacap_lib.config",
     # Algorithm 1 core
     "jacap_scores": "jacap_lib.scoring",
     "JacapScores": "jacap_lib.scoring",

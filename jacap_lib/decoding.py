@@ -51,11 +51,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import _checks
+from . import _checks, config
+from .config import DEFAULTS
 from .hf import apply_rope, attention_modules
 from . import scoring as _scoring
 from . import selection as _select
-from .stats import EMAQueryStats
+from .stats import EMAQueryStats, moment_stats
 
 __all__ = ["JacapDecodeController", "EvictionEvent", "replay", "kl_from_logits", "ema_trace", "ema_tradeoff"]
 
@@ -141,10 +142,11 @@ class JacapDecodeController:
         ctrl.events, ctrl.trace
     """
 
-    def __init__(self, model, *, high: int, budget: int, interval: int = 16, beta: float = 0.9,
-                 eps: float = 1e-6, n_sink: int = 4, prefix: int = 0, window: int = 32, tau: float = 10.0,
-                 noise: float | str = 1.0, deff_frac: float = 0.5, deadline_s: float | None = None, age_bins: int = 16,
-                 record_kept: bool = False, record_layers: tuple = (), backend: str = "auto"):
+    def __init__(self, model, *, high: int, budget: int, interval: int = 16, beta: float = DEFAULTS.decode_beta,
+                 eps: float = DEFAULTS.eps, n_sink: int = DEFAULTS.n_sink, prefix: int = 0,
+                 window: int = DEFAULTS.window, tau: float = DEFAULTS.tau, noise: float | str = DEFAULTS.noise,
+                 deff_frac: float = DEFAULTS.deff_frac, deadline_s: float | None = None, age_bins: int = 16,
+                 record_kept: bool = False, record_layers: tuple = (), backend: str = DEFAULTS.backend):
         self.high = _checks.nonneg_int("high", high)
         self.budget = _checks.nonneg_int("budget", budget)
         self.interval = _checks.nonneg_int("interval", interval)
@@ -156,32 +158,29 @@ class JacapDecodeController:
             raise ValueError(
                 f"`budget` + `interval` = {self.budget + self.interval} exceeds `high` = {self.high}: between two looks "
                 f"the cache grows by `interval`, so lower `budget` or `interval`, or raise `high`")
-        self.beta = _checks.unit_interval("beta", beta)
-        self.eps = _checks.positive("eps", eps)
-        self.n_sink = _checks.nonneg_int("n_sink", n_sink)
+        # Jacap's shared parameters: one rule each (jacap_lib.config)
+        self.beta = config.check("decode_beta", beta, name="beta")
+        self.eps = config.check("eps", eps)
+        self.n_sink = config.check("n_sink", n_sink)
         self.prefix = _checks.nonneg_int("prefix", prefix)
-        self.window = _checks.nonneg_int("window", window)
+        self.window = config.check("window", window)
         self.head = max(self.n_sink, self.prefix)
-        if self.head + self.window > self.budget:
+        # the protection rule of the press and select_keep (sinks first, then the window shrunk to fit); the budget
+        # is fixed here, so a protected set that does not fit is refused now rather than cut at every eviction
+        fit = _select.fit_protection(self.budget, self.head, self.window)
+        if fit.note is not None:
             raise ValueError(
                 f"`budget` = {self.budget} is smaller than the protected tokens (max(n_sink, prefix) = {self.head} + "
                 f"window = {self.window}); raise `budget` or shrink `n_sink`/`prefix`/`window`")
-        self.tau = _checks.positive("tau", tau)
-        if isinstance(noise, str):
-            if noise != "deff":
-                raise ValueError(f"`noise` must be a positive number or 'deff' (effective-dimension rule), got {noise!r}")
-            self.noise = noise
-        else:
-            self.noise = _checks.positive("noise", noise)
-        self.deff_frac = _checks.unit_interval("deff_frac", deff_frac, closed_right=True)
-        if self.deff_frac == 0:
-            raise ValueError("`deff_frac` must be in (0, 1], got 0")
+        self.tau = config.check("tau", tau)
+        self.noise = config.check("noise", noise)
+        self.deff_frac = config.check("deff_frac", deff_frac)
         self.deadline_s = None if deadline_s is None else _checks.positive("deadline_s", deadline_s, allow_zero=True)
         self.age_bins = _checks.nonneg_int("age_bins", age_bins)
         if self.age_bins < 1:
             raise ValueError("`age_bins` must be >= 1")
         self.record_kept = _checks.boolean("record_kept", record_kept)
-        self.backend = _checks.choice("backend", backend, ("auto", "torch", "triton"))
+        self.backend = config.check("backend", backend)
 
         self.model = model
         self.attn_modules = self._find_attention(model)
@@ -269,12 +268,7 @@ class JacapDecodeController:
     def kv_stats(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mu, lam)`` per KV head ``(b, H_kv, d)``: the equal mixture of each GQA group's Gaussians."""
         mu_q, lam_q = self.query_stats(layer)
-        b, hq, d = mu_q.shape
-        mu_g = mu_q.view(b, self.n_kv_heads, self.group, d)
-        m_g = (lam_q + mu_q.square()).view(b, self.n_kv_heads, self.group, d)
-        mu = mu_g.mean(2)
-        lam = (m_g.mean(2) - mu.square()).clamp_min(self.eps)
-        return mu, lam
+        return moment_stats(mu_q, lam_q + mu_q.square(), self.eps, group=self.group)
 
     # ------------------------------------------------------------ model hooks
     def _model_pre(self, module, args, kwargs):
@@ -403,15 +397,14 @@ class JacapDecodeController:
         if not use_jacap or not rows_full:
             return out
         if all(pads[r] == 0 for r in rows_full) and len(rows_full) == b:  # one batched call
-            res = _scoring.jacap_scores(keys, values, mu.to(keys.device), lam.to(keys.device),
-                                        tau=self.tau, noise=self.noise, deff_target=self._deff_target(keys),
-                                        backend=self.backend)
+            res = _scoring.validated_scores(keys, values, mu.to(keys.device), lam.to(keys.device), tau=self.tau,
+                                   noise=self.noise, deff_target=self._deff_target(keys), backend=self.backend)
             return _select.select_keep(res.score, self.budget, n_sink=self.head, window=self.window)
         for r in rows_full:
             p = pads[r]
-            res = _scoring.jacap_scores(keys[r:r + 1, :, p:], values[r:r + 1, :, p:], mu[r:r + 1].to(keys.device),
-                                        lam[r:r + 1].to(keys.device), tau=self.tau, noise=self.noise,
-                                        deff_target=self._deff_target(keys), backend=self.backend)
+            res = _scoring.validated_scores(keys[r:r + 1, :, p:], values[r:r + 1, :, p:], mu[r:r + 1].to(keys.device),
+                                   lam[r:r + 1].to(keys.device), tau=self.tau, noise=self.noise,
+                                   deff_target=self._deff_target(keys), backend=self.backend)
             out[r] = _select.select_keep(res.score, self.budget, n_sink=self.head, window=self.window)[0] + p
         return out
 
@@ -561,7 +554,7 @@ def kl_from_logits(ref_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tens
     return (lp_ref.exp() * (lp_ref - lp)).sum(-1).clamp_min(0.0)
 
 
-def ema_trace(q: torch.Tensor, beta: float, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+def ema_trace(q: torch.Tensor, beta: float, eps: float = DEFAULTS.eps) -> tuple[torch.Tensor, torch.Tensor]:
     """The EMA statistics after every step of a query stream ``q (T, d)``: ``(mu, lam)``, each ``(T, d)``.
 
     Same recursion as :class:`jacap_lib.stats.EMAQueryStats` (started at the first query)."""
@@ -575,7 +568,7 @@ def ema_trace(q: torch.Tensor, beta: float, eps: float = 1e-6) -> tuple[torch.Te
     return torch.stack(mus, -2), torch.stack(lams, -2)
 
 
-def ema_tradeoff(q: torch.Tensor, beta: float, horizon: int = 16, eps: float = 1e-6) -> dict:
+def ema_tradeoff(q: torch.Tensor, beta: float, horizon: int = 16, eps: float = DEFAULTS.eps) -> dict:
     r"""How well the EMA mean after step t predicts the next ``horizon`` queries of a stream ``q (T, d)``.
 
     Returns ``jitter`` (mean step-to-step change :math:`\lVert\mu_t-\mu_{t-1}\rVert`, the noise) and

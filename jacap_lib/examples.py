@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from . import theory as T
+from .config import DEFAULTS
 from .scoring import leverage
 
 __all__ = ["two_token_sensitivity", "deletion_damage", "deletion_damage_curve", "capacity_vs_sharpness",
@@ -152,7 +153,7 @@ def random_cache(n: int = 8, d: int = 4, d_out: int = 3, *, seed: int = 3, key_s
     return dict(K=K, U=U, mu=mu, lam=torch.ones(d, dtype=torch.float64))
 
 
-def selection_by_budget(K, U, mu, lam, budgets, *, tau: float = 10.0, noise: float = 1.0) -> list[dict]:
+def selection_by_budget(K, U, mu, lam, budgets, *, tau: float = DEFAULTS.tau, noise: float = DEFAULTS.noise) -> list[dict]:
     """One row per budget: the kept sets (1-based) and kept-set capacities of one-shot (Algorithm 1 at
     ``tau``), greedy and exhaustive selection."""
     rows = []

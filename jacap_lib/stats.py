@@ -16,8 +16,24 @@ from __future__ import annotations
 import torch
 
 from . import _checks
+from .config import DEFAULTS
 
-__all__ = ["flat_query_stats", "ema_query_stats", "ema_weights", "EMAQueryStats"]
+__all__ = ["flat_query_stats", "ema_query_stats", "ema_weights", "EMAQueryStats", "moment_stats"]
+
+
+def moment_stats(mu: torch.Tensor, m: torch.Tensor, eps: float, *, group: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""``(mu, lam)`` of a diagonal Gaussian from first and second moments ``mu, m (..., H, d)``:
+    :math:`\lambda = \max(m - \mu\odot\mu, \epsilon)`.
+
+    ``group = G > 1`` first pools every G consecutive heads (the G query heads that share one KV head,
+    transformers' ``repeat_kv`` layout) into one Gaussian, the equal mixture of theirs: both moments
+    averaged over the group, so the result is ``(..., H / G, d)``. ``eps`` is validated where it entered."""
+    if group > 1:
+        *lead, h, d = mu.shape
+        if h % group:
+            raise ValueError(f"{h} heads do not split into groups of `group` = {group}; give the GQA group size")
+        mu, m = mu.view(*lead, h // group, group, d).mean(-2), m.view(*lead, h // group, group, d).mean(-2)
+    return mu, (m - mu.square()).clamp_min(eps)
 
 
 def _check_q(q):
@@ -27,14 +43,12 @@ def _check_q(q):
     _checks.finite("q", q)
 
 
-def flat_query_stats(q: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+def flat_query_stats(q: torch.Tensor, eps: float = DEFAULTS.eps) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and variance (floored at ``eps``) over the T axis of ``q (..., T, d)``, in float32."""
     _check_q(q)
     eps = _checks.positive("eps", eps)
     qf = q.float()
-    mu = qf.mean(-2)
-    lam = (qf.square().mean(-2) - mu.square()).clamp_min(eps)
-    return mu, lam
+    return moment_stats(qf.mean(-2), qf.square().mean(-2), eps)
 
 
 def ema_weights(T: int, beta: float, *, dtype=torch.float32, device=None) -> torch.Tensor:
@@ -47,23 +61,21 @@ def ema_weights(T: int, beta: float, *, dtype=torch.float32, device=None) -> tor
     return w.to(dtype)
 
 
-def ema_query_stats(q: torch.Tensor, beta: float, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+def ema_query_stats(q: torch.Tensor, beta: float, eps: float = DEFAULTS.eps) -> tuple[torch.Tensor, torch.Tensor]:
     """EMA mean and floored variance over the T axis of ``q (..., T, d)`` (closed form of the recursion)."""
     _check_q(q)
     beta = _checks.unit_interval("beta", beta)
     eps = _checks.positive("eps", eps)
     qf = q.float()
     w = ema_weights(q.shape[-2], beta, device=q.device).unsqueeze(-1)
-    mu = (w * qf).sum(-2)
-    m = (w * qf.square()).sum(-2)
-    return mu, (m - mu.square()).clamp_min(eps)
+    return moment_stats((w * qf).sum(-2), (w * qf.square()).sum(-2), eps)
 
 
 class EMAQueryStats:
     """Streaming EMA statistics for decoding: ``update(q)`` with ``q (..., d)`` (one step) or
     ``(..., T, d)`` (a chunk, folded in order). Leading dims (e.g. batch row, head) stay separate."""
 
-    def __init__(self, beta: float, eps: float = 1e-6):
+    def __init__(self, beta: float, eps: float = DEFAULTS.eps):
         self.beta = _checks.unit_interval("beta", beta)
         self.eps = _checks.positive("eps", eps)
         self.reset()
@@ -101,4 +113,4 @@ class EMAQueryStats:
     @property
     def lam(self) -> torch.Tensor:
         self._ready()
-        return (self._m - self._mu.square()).clamp_min(self.eps)
+        return moment_stats(self._mu, self._m, self.eps)[1]

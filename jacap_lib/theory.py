@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _checks
+from .config import DEFAULTS
 
 __all__ = [
     "softmax_jacobian",
@@ -175,7 +176,7 @@ def capacity_from_eigenvalues(eigenvalues: torch.Tensor) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- Algorithm 1 (small, float64, full Λ allowed)
-def algorithm1_scores(K, U, mu, lam, *, tau: float = 10.0, noise=1.0) -> dict:
+def algorithm1_scores(K, U, mu, lam, *, tau: float = DEFAULTS.tau, noise=1.0) -> dict:
     r"""Algorithm 1 for one small cache in the theory conventions (``U`` is ``(d_out, n)``; full or diagonal Λ).
 
     Returns a dict of ``alpha, rho, kappa, weight, leverage, score`` (each ``(..., n)``), computed
@@ -262,7 +263,7 @@ def _check_selection(K, U, mu, budget):
     return budget
 
 
-def select_one_shot(K, U, mu, lam, budget: int, *, tau: float = 10.0, noise=1.0) -> SelectionResult:
+def select_one_shot(K, U, mu, lam, budget: int, *, tau: float = DEFAULTS.tau, noise=1.0) -> SelectionResult:
     """Algorithm 1: keep the top-``budget`` tokens by the one-shot score (no protected regions)."""
     budget = _check_selection(K, U, mu, budget)
     s = algorithm1_scores(K, U, mu, lam, tau=tau, noise=noise)["score"]

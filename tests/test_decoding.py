@@ -109,7 +109,7 @@ def test_cholesky_failure_falls_back_to_window(bundled, monkeypatch):
     def boom(*args, **kwargs):
         raise scoring.CholeskyFailure("forced failure for the test")
 
-    monkeypatch.setattr(scoring, "jacap_scores", boom)
+    monkeypatch.setattr(scoring, "validated_scores", boom)  # the controller scores with its validated parameters
     ctrl = JacapDecodeController(model, high=64, budget=44, interval=4, window=8, n_sink=4)
     with pytest.warns(RuntimeWarning, match="Cholesky failed"):
         out = gen(model, inputs, 24, ctrl)

@@ -65,7 +65,7 @@ def _window_positions(n_real: int) -> list[int]:
 def test_cholesky_failure_falls_back_on_that_layer_and_generation_goes_on(tiny_llama, monkeypatch):
     model = tiny_llama
     seq = _sequence(model)
-    real = decoding._scoring.jacap_scores
+    real = decoding._scoring.validated_scores
     calls = []
 
     def flaky(*args, **kw):  # the second scoring call of the run is layer 1 of the first eviction
@@ -74,7 +74,7 @@ def test_cholesky_failure_falls_back_on_that_layer_and_generation_goes_on(tiny_l
             raise CholeskyFailure("injected: A is not positive definite")
         return real(*args, **kw)
 
-    monkeypatch.setattr(decoding._scoring, "jacap_scores", flaky)
+    monkeypatch.setattr(decoding._scoring, "validated_scores", flaky)
     ctrl = _controller(model)
     with pytest.warns(RuntimeWarning, match="Cholesky failed at layer 1"):
         logits = replay(model, seq, N_PROMPT, ctrl)

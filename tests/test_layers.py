@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1] / "jacap_lib"
 
 # module prefix -> layer (low to high); the longest matching prefix wins
 LAYERS = {
-    "jacap_lib._checks": 0, "jacap_lib._env": 0, "jacap_lib._lazy": 0,
+    "jacap_lib._checks": 0, "jacap_lib._env": 0, "jacap_lib._lazy": 0, "jacap_lib.config": 0,
     "jacap_lib.theory": 1, "jacap_lib.examples": 1, "jacap_lib.scoring": 1, "jacap_lib.stats": 1,
     "jacap_lib.selection": 1,
     "jacap_lib.hf": 2, "jacap_lib.models": 2, "jacap_lib.memory": 2,

@@ -1,4 +1,6 @@
-"""select_keep against a brute-force rule: protected positions, then the highest scores."""
+"""select_keep against a brute-force rule: protected positions (fitted to the budget), then the highest scores."""
+import warnings
+
 import pytest
 import torch
 
@@ -6,22 +8,31 @@ from jacap_lib import select_keep
 
 
 def brute(scores, budget, n_sink, window):
+    """Sinks first (the earliest `budget` of them if even they do not fit), then the most recent window tokens
+    that fit the budget left, then the highest scores."""
     n = len(scores)
-    protected = set(range(min(n_sink, n))) | set(range(max(n - window, 0), n))
+    sinks = list(range(min(n_sink, n)))[:budget]
+    recent = [i for i in range(n - 1, max(n - window, 0) - 1, -1) if i not in sinks][: budget - len(sinks)]
+    protected = set(sinks) | set(recent)
     rest = sorted((i for i in range(n) if i not in protected), key=lambda i: -float(scores[i]))
     return sorted(protected | set(rest[: budget - len(protected)]))
 
 
 @pytest.mark.parametrize("n,budget,n_sink,window", [(50, 10, 4, 0), (50, 10, 4, 6), (20, 19, 0, 0), (9, 9, 4, 8),
-                                                  (30, 5, 5, 0), (12, 7, 3, 4), (10, 6, 8, 8)])
+                                                  (30, 5, 5, 0), (12, 7, 3, 4), (10, 6, 8, 8), (12, 7, 3, 8),
+                                                  (12, 7, 0, 9), (20, 2, 4, 4)])
 def test_matches_brute_force(n, budget, n_sink, window):
+    """A budget below the protected set follows the press's rule (sinks, then the window shrunk), warned."""
     g = torch.Generator().manual_seed(n * 31 + budget)
     scores = torch.randn(3, 2, n, generator=g)
-    if budget < len(set(range(min(n_sink, n))) | set(range(max(n - window, 0), n))):
-        with pytest.raises(ValueError, match="budget"):
-            select_keep(scores, budget, n_sink=n_sink, window=window)
-        return
-    keep = select_keep(scores, budget, n_sink=n_sink, window=window)
+    tight = budget < n and budget < len(set(range(min(n_sink, n))) | set(range(max(n - window, 0), n)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        keep = select_keep(scores, budget, n_sink=n_sink, window=window)
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(said) == int(tight), said
+    if tight:
+        assert ("only the first" in said[0]) == (budget < n_sink), said
     assert keep.dtype == torch.long and keep.shape == (3, 2, min(budget, n))
     for i in range(3):
         for j in range(2):
@@ -41,7 +52,7 @@ def test_protected_tokens_win_over_infinite_scores():
     assert select_keep(s, 3, n_sink=1, window=1)[[0, -1]].tolist() == [0, 5]
 
 
-@pytest.mark.parametrize("kw,arg", [({"budget": 2, "n_sink": 4}, "budget"), ({"budget": -1}, "budget"),
+@pytest.mark.parametrize("kw,arg", [({"budget": -1}, "budget"),
                                     ({"budget": 3, "n_sink": -1}, "n_sink"), ({"budget": 3, "window": 1.5}, "window"),
                                     ({"budget": 2.0}, "budget")])
 def test_bad_arguments(kw, arg):

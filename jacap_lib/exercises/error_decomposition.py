@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from ..config import DEFAULTS
 from ._core import Exercise, number
 
 CHAPTER = "error-decomposition"
@@ -15,7 +16,7 @@ def _head():
     V = torch.randn(n, d, generator=g, dtype=torch.float64)
     mu = 2.0 * torch.randn(d, generator=g, dtype=torch.float64)
     lam = 0.1 + torch.rand(d, generator=g, dtype=torch.float64)
-    return {"K": K, "V": V, "mu": mu, "lam": lam, "tau": 10.0}
+    return {"K": K, "V": V, "mu": mu, "lam": lam, "tau": DEFAULTS.tau}
 
 
 def _deff(K, V, mu, lam, tau):

@@ -25,6 +25,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from .. import _checks
+from ..config import DEFAULTS
 
 __all__ = ["AGE_EDGES", "decoding_methods", "teacher_forced", "compare_decoding"]
 
@@ -99,7 +100,8 @@ class _PressTracker:
 
 
 def teacher_forced(model, seq: torch.Tensor, n_prompt: int, method: str | None, *, budget: int, interval: int,
-                   window: int = 32, n_sink: int = 4, beta: float = 0.9, age_edges=AGE_EDGES) -> dict:
+                   window: int = DEFAULTS.window, n_sink: int = DEFAULTS.n_sink, beta: float = DEFAULTS.decode_beta,
+                   age_edges=AGE_EDGES) -> dict:
     """Replay ``seq (1, T)`` (prompt in one forward, then one token per forward) under ``method``
     (``None`` = no compression). Returns ``logits (T - n_prompt, vocab)`` predicting tokens
     ``n_prompt .. T-1``, the cache length after each step, ``positions`` (per layer, the original
@@ -163,7 +165,8 @@ def teacher_forced(model, seq: torch.Tensor, n_prompt: int, method: str | None, 
 
 
 def compare_decoding(model, seq: torch.Tensor, n_prompt: int, methods, *, budget: int, interval: int,
-                     window: int = 32, n_sink: int = 4, beta: float = 0.9, bins: int = 32, progress=None) -> dict:
+                     window: int = DEFAULTS.window, n_sink: int = DEFAULTS.n_sink, beta: float = DEFAULTS.decode_beta,
+                     bins: int = 32, progress=None) -> dict:
     """Every method of ``methods`` on the tokens of ``seq``, judged against the uncompressed replay.
 
     Returns ``{"reference": {...}, "methods": {name: row}}``; a row has the per-step ``kl`` (nats),

@@ -34,6 +34,7 @@ import torch
 
 from .. import _checks
 from .. import theory as T
+from ..config import DEFAULTS
 from ..hf import HeadCapture, capture_heads, head_tensors, reduce_out_proj  # noqa: F401 (re-exported)
 from ..scoring import jacap_scores, rank_one_corrected_scores  # noqa: F401 (re-exported)
 
@@ -176,7 +177,7 @@ def _spearman(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(spearmanr(a.double().numpy(), b.double().numpy()).statistic)
 
 
-def diagonal_capacities(K, U, mu, lam, *, budget: int, n_subsets: int = 64, tau: float = 10.0,
+def diagonal_capacities(K, U, mu, lam, *, budget: int, n_subsets: int = 64, tau: float = DEFAULTS.tau,
                         noise: float = 1.0, generator=None) -> dict:
     r"""E_diagonal for one head: capacities of ``n_subsets`` random subsets of size ``budget``.
 
@@ -209,7 +210,7 @@ def diagonal_capacities(K, U, mu, lam, *, budget: int, n_subsets: int = 64, tau:
 
 
 # ----------------------------------------------------------------------------- E_selection
-def selection_gap(K, U, mu, lam, *, budget: int, tau: float = 10.0, noise: float = 1.0) -> dict:
+def selection_gap(K, U, mu, lam, *, budget: int, tau: float = DEFAULTS.tau, noise: float = DEFAULTS.noise) -> dict:
     """E_selection for one small cache: capacities of one-shot (Algorithm 1 at ``tau``), greedy and
     exhaustive subsets (:mod:`jacap_lib.theory`) and their ratios to the exhaustive optimum."""
     one = T.select_one_shot(K, U, mu, lam, budget, tau=tau, noise=noise)
@@ -248,8 +249,8 @@ def _iter_heads(caps: dict, heads=None):
             yield layer, h, cap
 
 
-def taylor_error_records(caps: dict, *, prefix: int, ratio: float = 0.75, tau: float = 10.0,
-                         noise: float = 1.0, n_sink: int = 4, heads=None) -> list[dict]:
+def taylor_error_records(caps: dict, *, prefix: int, ratio: float = 0.75, tau: float = DEFAULTS.tau,
+                         noise: float = DEFAULTS.noise, n_sink: int = DEFAULTS.n_sink, heads=None) -> list[dict]:
     r"""E_Taylor per (layer, head): Algorithm 1 keeps :math:`B=(1-c)N` of the first ``prefix`` tokens
     (statistics = flat mean/variance of the later queries, i.e. an oracle for the future), then
     the tangent-plane error is measured on those later queries. One record per head with quantiles
@@ -271,7 +272,7 @@ def taylor_error_records(caps: dict, *, prefix: int, ratio: float = 0.75, tau: f
 
 
 def diagonal_records(caps: dict, *, prefix: int, pool: int = 64, budget: int = 16, n_subsets: int = 64,
-                     tau: float = 10.0, noise: float = 1.0, seed: int = 0, heads=None) -> list[dict]:
+                     tau: float = DEFAULTS.tau, noise: float = DEFAULTS.noise, seed: int = 0, heads=None) -> list[dict]:
     """E_diagonal per (layer, head) on a random pool of ``pool`` cached tokens: relative capacity
     errors of each approximation, ``(approx - full) / full``, and rank correlations across subsets."""
     from ..stats import flat_query_stats
@@ -294,7 +295,7 @@ def diagonal_records(caps: dict, *, prefix: int, pool: int = 64, budget: int = 1
 
 
 def selection_records(caps: dict, *, prefix: int, n: int = 16, budget: int = 4, n_caches: int = 2,
-                      tau: float = 10.0, noise: float = 1.0, seed: int = 0, heads=None) -> list[dict]:
+                      tau: float = DEFAULTS.tau, noise: float = DEFAULTS.noise, seed: int = 0, heads=None) -> list[dict]:
     """E_selection per (layer, head, cache): ``n_caches`` small caches of ``n`` tokens sampled from
     the head's prefix; one-shot/greedy/exhaustive capacities and ratios."""
     from ..stats import flat_query_stats

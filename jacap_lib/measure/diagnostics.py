@@ -24,17 +24,18 @@ from __future__ import annotations
 
 import torch
 
+from ..config import DEFAULTS
 from ..hf import attention_modules, capture_heads, decoder_layers_of
 from ..presses.jacap import JacapPress
 from ..scoring import deff_noise, effective_dimension, jacap_weight, leverage, weighted_gram
-from ..stats import ema_weights
+from ..stats import ema_weights, moment_stats
 
 __all__ = ["mechanism_diagnostics", "layer_statistics", "model_mechanisms", "prompt_estimators",
            "query_stat_errors", "DEFAULT_ESTIMATORS"]
 
 
 def mechanism_diagnostics(keys: torch.Tensor, values: torch.Tensor, mu: torch.Tensor, lam: torch.Tensor, *,
-                          budget: int, tau: float = 10.0, noise: float | str = 1.0,
+                          budget: int, tau: float = DEFAULTS.tau, noise: float | str = DEFAULTS.noise,
                           deff_target: float | None = None) -> dict:
     r"""How active saturation and leverage are, per head, for ``keys/values (..., N, d)``, ``mu/lam (..., d)``.
 
@@ -117,7 +118,7 @@ def model_mechanisms(model, capture, *, taus=(1.0, 3.0, 10.0), rules=(("fixed", 
 DEFAULT_ESTIMATORS = ("flat", "last16", "last64", "last128", "ema0.9", "ema0.99")
 
 
-def prompt_estimators(q: torch.Tensor, names=DEFAULT_ESTIMATORS, *, skip: int = 4, eps: float = 1e-6) -> dict:
+def prompt_estimators(q: torch.Tensor, names=DEFAULT_ESTIMATORS, *, skip: int = 4, eps: float = DEFAULTS.eps) -> dict:
     """First and second moments of prompt queries ``q (..., T, d)`` under each named estimator.
 
     ``flat``: all queries after the first ``skip`` (sinks); ``lastN``: the last N; ``emaB``: exponential
@@ -137,9 +138,7 @@ def prompt_estimators(q: torch.Tensor, names=DEFAULT_ESTIMATORS, *, skip: int = 
             w = ema_weights(q.shape[-2], float(name[3:]), dtype=torch.float64)
         else:
             raise ValueError(f"unknown estimator {name!r}: use 'flat', 'lastN' or 'emaB'")
-        mu = (w[:, None] * q).sum(-2)
-        m = (w[:, None] * q.square()).sum(-2)
-        out[name] = (mu, (m - mu.square()).clamp_min(eps))
+        out[name] = moment_stats((w[:, None] * q).sum(-2), (w[:, None] * q.square()).sum(-2), eps)
     return out
 
 
@@ -166,14 +165,11 @@ def query_stat_errors(model, input_ids: torch.Tensor, prompt_len: int, names=DEF
         q = cap.queries_prerope  # (H, T, d)
         H, _, d = q.shape
         g = cap.group
-        qp = q[:, :P].reshape(H // g, g * 1, P, d)
         qc = q[:, P:].double().reshape(H // g, g, T - P, d).reshape(H // g, g * (T - P), d)
-        mu_c = qc.mean(-2)
-        lam_c = (qc.square().mean(-2) - mu_c.square()).clamp_min(1e-6)
-        est = prompt_estimators(qp, names, skip=skip)  # (H_kv, G, d) each
+        mu_c, lam_c = moment_stats(qc.mean(-2), qc.square().mean(-2), DEFAULTS.eps)
+        est = prompt_estimators(q[:, :P], names, skip=skip)  # (H, d) each
         for name, (mu, lam) in est.items():
-            mu, m2 = mu.mean(-2), (lam + mu.square()).mean(-2)  # pool the G heads (mixture moments)
-            lam = (m2 - mu.square()).clamp_min(1e-6)
+            mu, lam = moment_stats(mu, lam + mu.square(), DEFAULTS.eps, group=g)  # pool the G heads (mixture moments)
             mu_err = (mu - mu_c).norm(dim=-1) / mu_c.norm(dim=-1)
             lam_err = (lam - lam_c).norm(dim=-1) / lam_c.norm(dim=-1)
             for h in range(H // g):

@@ -24,11 +24,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import torch
-from kvpress.utils import compute_n_kept
 
+from ..config import DEFAULTS
 from ..presses.jacap import JacapPress
 from ..presses.jacap_rank1 import JacapRank1Press
-from ..presses import utils as press_utils
+from ..selection import n_kept, protect_within, protected_mask
 
 __all__ = [
     "CaseResult",
@@ -133,15 +133,15 @@ class FailureDemo:
 
 def _kept_indices(trace: dict, n_tokens: int, ratio: float, press) -> dict:
     """Per layer, the ``(H_kv, n_kept)`` indices kvpress kept (re-derived from the traced scores), with the
-    protected region the press uses for a cache in position order: the first min(n_sink, n_kept) sinks, then
-    the window shrunk to the budget left after them (:meth:`JacapPress.protected`)."""
-    n_kept = compute_n_kept(n_tokens, ratio)
-    n_sink = min(press.n_sink, n_kept)
-    window = min(press.window, n_kept - n_sink)
+    protected region the press uses for a cache in position order (:func:`jacap_lib.selection.protect_within`,
+    the rule of :meth:`JacapPress.protected`: sinks first, then the window shrunk to the budget left)."""
+    budget = n_kept(n_tokens, ratio)
+    protect, _ = protect_within(protected_mask(n_tokens, n_sink=press.n_sink),
+                                protected_mask(n_tokens, n_sink=0, window=press.window), budget)
     out = {}
     for layer, rec in trace.items():
-        s = press_utils.protect(rec["score"].float(), n_sink, window)
-        out[layer] = s[0].topk(n_kept, dim=-1).indices
+        s = rec["score"].float()
+        out[layer] = s.masked_fill(protect, torch.finfo(s.dtype).max)[0].topk(budget, dim=-1).indices
     return out
 
 
@@ -202,7 +202,7 @@ def _reference(model, p, c):
 
 
 # ----------------------------------------------------------------------------- 20.1 delayed constraint
-def delayed_constraint(model, tok, *, ratios=(0.5, 0.75, 0.9), n_queries: int = 32, tau: float = 10.0,
+def delayed_constraint(model, tok, *, ratios=(0.5, 0.75, 0.9), n_queries: int = 32, tau: float = DEFAULTS.tau,
                        prompt: dict = DELAYED_PROMPT) -> FailureDemo:
     """§20.1: the access code sits in the system prefix; the question comes after a long user message.
 
@@ -222,7 +222,7 @@ def delayed_constraint(model, tok, *, ratios=(0.5, 0.75, 0.9), n_queries: int = 
     cases = []
     for ratio in ratios:
         # a budget below the prefix cannot protect all of it (the press refuses): protect its first `budget` tokens
-        n_protect = min(n_prefix, compute_n_kept(p.shape[1], ratio))
+        n_protect = min(n_prefix, n_kept(p.shape[1], ratio))
         for protect, n_sink in (("sinks only (n_sink=4)", 4), (f"system prefix protected (n_sink={n_protect})", n_protect)):
             press = JacapPress(compression_ratio=ratio, tau=tau, n_sink=n_sink, n_queries=n_queries)
             r = run_case(model, p, c, answer_slice=answer_slice, press=press, critical=critical, label=protect,
@@ -235,7 +235,8 @@ def delayed_constraint(model, tok, *, ratios=(0.5, 0.75, 0.9), n_queries: int = 
 
 
 # ----------------------------------------------------------------------------- 20.2 competing evidence
-def competing_evidence(model, tok, *, ratios=(0.5, 0.75, 0.9), tau: float = 10.0, n_sink: int = 4,
+def competing_evidence(model, tok, *, ratios=(0.5, 0.75, 0.9), tau: float = DEFAULTS.tau,
+                       n_sink: int = DEFAULTS.n_sink,
                        n_queries: int | None = None, prompt: dict = COMPETING_PROMPT) -> FailureDemo:
     """§20.2: "North: open" and "South: closed"; the question asks for South's value.
 
@@ -288,8 +289,8 @@ def query_lag(queries: torch.Tensor, switch: int, betas, *, future: torch.Tensor
     return dict(distance=out, old_phase_weight=old)
 
 
-def phase_change(model, tok, *, ratio: float = 0.75, betas=(0.5, 0.8, 0.9, 0.95, 0.99, 0.999), tau: float = 10.0,
-                 n_sink: int = 4, prompt: dict = PHASE_PROMPT, lag_layers=(5, 15, 25)) -> FailureDemo:
+def phase_change(model, tok, *, ratio: float = 0.75, betas=(0.5, 0.8, 0.9, 0.95, 0.99, 0.999), tau: float = DEFAULTS.tau,
+                 n_sink: int = DEFAULTS.n_sink, prompt: dict = PHASE_PROMPT, lag_layers=(5, 15, 25)) -> FailureDemo:
     """§20.3: prose, then a table that recalls the quantities; the cache is compressed a few rows
     into the table. JacapPress with EMA statistics over the prompt's queries for each β (and the
     flat mean). Answer = the remaining table rows (their number tokens); ``setup["lag"]`` holds the

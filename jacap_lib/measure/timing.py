@@ -49,6 +49,8 @@ from pathlib import Path
 
 import torch
 
+from ..config import DEFAULTS
+
 __all__ = ["pin_malloc", "peak_extra_bytes", "time_round_robin", "DEFAULT_N", "DEFAULT_D", "HEADS", "TAU", "NOISE",
            "WHAT", "make_inputs", "kvpress_scorers", "methods", "repeats_for", "median_row", "time_scoring", "summarise",
            "DEFAULT_LENGTHS", "DEFAULT_RATIOS", "METHODS", "INIT_SEED", "ORIGIN_FILE", "random_init_model",
@@ -123,10 +125,10 @@ DEFAULT_D = (64, 128)
 
 HEADS = 8
 
-TAU, NOISE = 10.0, 1.0
+TAU, NOISE = DEFAULTS.tau, DEFAULTS.noise
 WHAT = {
     "floor": "keys.sum() + values.sum(): one read of K and V",
-    "jacap_torch": "jacap_lib.jacap_scores(keys, values, mu, lam, tau=10, backend='torch')",
+    "jacap_torch": f"jacap_lib.jacap_scores(keys, values, mu, lam, tau={TAU:g}, backend='torch')",
     "jacap_triton": "jacap_lib.scoring.triton.triton_jacap_scores(..., dot_precision='tf32') (3 Triton passes + d x d torch)",
     "capkv": "kvpress CapPress.score() with _query_anchor replaced by the given mu (no q_proj / RoPE averaging)",
     "expected_attention": "kvpress ExpectedAttentionPress.score() with get_query_statistics replaced by (mu, diag(lam))",

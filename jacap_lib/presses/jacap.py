@@ -18,16 +18,21 @@ from dataclasses import dataclass, field
 
 import torch
 from kvpress import ScorerPress
-from kvpress.utils import compute_n_kept
 from torch import nn
 from transformers.models.llama.modeling_llama import repeat_kv
 
-from .. import _checks
-from ..scoring import JacapScores, jacap_scores
-from ..stats import ema_weights
+from .. import _checks, config
+from ..config import DEFAULTS
+from ..scoring import JacapScores
+from ..scoring.core import validated_scores
+from ..selection import n_kept, protect_within
+from ..stats import ema_weights, moment_stats
 from . import utils
 
 __all__ = ["JacapPress"]
+
+# the press's fields that are Jacap's shared parameters (defaults and rules: jacap_lib.config)
+_SHARED = ("tau", "noise", "deff_frac", "n_sink", "window", "n_queries", "beta", "gqa", "eps", "backend")
 
 
 @dataclass
@@ -38,7 +43,10 @@ class JacapPress(ScorerPress):
     ----------
     compression_ratio : float, default=0.0
         Fraction of the prompt's KV pairs to remove (kvpress convention; keeps
-        ``kvpress.utils.compute_n_kept(N, compression_ratio)`` tokens per layer and KV head).
+        :func:`jacap_lib.selection.n_kept` ``(N, compression_ratio)`` tokens per layer and KV head, kvpress's rule).
+    tau, noise, deff_frac, n_sink, window, n_queries, beta, gqa, eps, backend
+        Jacap's shared parameters: their defaults and checks live in :mod:`jacap_lib.config`
+        (:data:`~jacap_lib.config.DEFAULTS`), the values below.
     tau : float, default=10.0
         Temperature of the centre softmax :math:`\bar\alpha`; the paper's ablation favours ~10.
     noise : float or "deff", default=1.0
@@ -66,6 +74,8 @@ class JacapPress(ScorerPress):
         ``n_kept`` cannot hold ``n_sink`` + ``window`` tokens, the window shrinks to ``n_kept - n_sink``
         (the most recent tokens are kept; a ``RuntimeWarning`` says so once per press); the sinks go
         before the window: a budget below ``n_sink`` keeps the earliest ``n_kept`` sinks (warned too).
+        This is :func:`jacap_lib.selection.fit_protection`, the rule :func:`jacap_lib.select_keep` and the
+        decode-time controller follow too.
     n_queries : int or None, default=None
         Statistics from the last ``n_queries`` prompt queries; ``None`` = all (after the sinks).
     beta : float or None, default=None
@@ -90,18 +100,18 @@ class JacapPress(ScorerPress):
     """
 
     compression_ratio: float = 0.0
-    tau: float = 10.0
-    noise: float | str = 1.0
-    deff_frac: float = 0.5
+    tau: float = DEFAULTS.tau
+    noise: float | str = DEFAULTS.noise
+    deff_frac: float = DEFAULTS.deff_frac
     use_out_proj: bool = False
-    n_sink: int = 4
-    window: int = 32
-    n_queries: int | None = None
-    beta: float | None = None
+    n_sink: int = DEFAULTS.n_sink
+    window: int = DEFAULTS.window
+    n_queries: int | None = DEFAULTS.n_queries
+    beta: float | None = DEFAULTS.beta
     n_future_positions: int = 512
-    gqa: str = "pool"
-    eps: float = 1e-6
-    backend: str = "auto"
+    gqa: str = DEFAULTS.gqa
+    eps: float = DEFAULTS.eps
+    backend: str = DEFAULTS.backend
     # set by jacap_lib.measure.eviction to record per-layer internals; None = record nothing
     trace: dict | None = field(default=None, init=False, repr=False, compare=False)
     _window_warned: bool = field(default=False, init=False, repr=False, compare=False)
@@ -110,25 +120,10 @@ class JacapPress(ScorerPress):
         ratio = self.compression_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
             raise ValueError(f"compression_ratio must be a number in [0, 1), got {ratio!r}")
-        if isinstance(self.noise, str):
-            if self.noise != "deff":
-                raise ValueError(f"noise must be a positive number or 'deff' (effective-dimension rule), got {self.noise!r}")
-        else:
-            _checks.positive("noise", self.noise)
-        if isinstance(self.deff_frac, bool) or not (isinstance(self.deff_frac, (int, float)) and 0 < self.deff_frac <= 1):
-            raise ValueError(f"deff_frac must be in (0, 1] (fraction of min(n_kept, head_dim)), got {self.deff_frac!r}")
-        for name in ("tau", "eps"):
-            _checks.positive(name, getattr(self, name))
-        for name in ("n_sink", "window"):
-            _checks.int_at_least(name, getattr(self, name), 0)
+        for name in _SHARED:  # Jacap's parameters: one rule each (jacap_lib.config)
+            config.check(name, getattr(self, name))
         _checks.int_at_least("n_future_positions", self.n_future_positions, 1)
-        if self.n_queries is not None:
-            _checks.int_at_least("n_queries", self.n_queries, 1)
-        if self.beta is not None:
-            _checks.unit_interval("beta", self.beta)
         _checks.boolean("use_out_proj", self.use_out_proj)
-        _checks.choice("gqa", self.gqa, ("pool", "mean"))
-        _checks.choice("backend", self.backend, ("auto", "torch", "triton"))
 
     # ---- step 1: query statistics -------------------------------------------------------
     def query_statistics(self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict):
@@ -154,11 +149,8 @@ class JacapPress(ScorerPress):
         else:
             w = ema_weights(q.shape[-2], self.beta, device=q.device).unsqueeze(-1)
             mu, m = (w * q).sum(-2), (w * q.square()).sum(-2)
-        if self.gqa == "pool":
-            b, h, d = mu.shape
-            n_kv = keys.shape[1]
-            mu, m = mu.view(b, n_kv, h // n_kv, d).mean(2), m.view(b, n_kv, h // n_kv, d).mean(2)
-        return mu, (m - mu.square()).clamp_min(self.eps)
+        group = mu.shape[1] // keys.shape[1] if self.gqa == "pool" else 1
+        return moment_stats(mu, m, self.eps, group=group)
 
     # ---- step 2: Algorithm 1 ---------------------------------------------------------------
     def components(self, keys, values, mu, lam, module: nn.Module) -> JacapScores:
@@ -167,8 +159,9 @@ class JacapPress(ScorerPress):
         if self.gqa == "mean":
             g = mu.shape[1] // keys.shape[1]
             keys, values = repeat_kv(keys, g), repeat_kv(values, g)
-        parts = jacap_scores(keys, values, mu, lam, tau=self.tau, noise=self.noise, deff_target=self.deff_target(keys),
-                             out_proj=out_proj, backend=self.backend)
+        noise = self.noise if isinstance(self.noise, str) else float(self.noise)  # checked in __post_init__
+        parts = validated_scores(keys, values, mu, lam, tau=float(self.tau), noise=noise,
+                                 deff_target=self.deff_target(keys), out_proj=out_proj, backend=self.backend)
         if self.gqa == "mean":
             b, h, n = parts.score.shape
             parts = parts.map(lambda t: t.view(b, h // g, g, n).mean(2))
@@ -178,9 +171,8 @@ class JacapPress(ScorerPress):
         """Target effective dimension ``deff_frac * min(n_kept, d)`` for ``noise="deff"`` (``None`` otherwise)."""
         if self.noise != "deff":
             return None
-        n = keys.shape[-2]
-        n_kept = n if self.compression_ratio == 0 else max(1, min(compute_n_kept(n, self.compression_ratio), n))
-        return self.deff_frac * min(n_kept, keys.shape[-1])
+        budget = max(1, n_kept(keys.shape[-2], self.compression_ratio))  # a dropped layer (ratio 1) scores nothing
+        return self.deff_frac * min(budget, keys.shape[-1])
 
     def token_scores(self, keys, values, mu, lam, module: nn.Module) -> torch.Tensor:
         """Retention score ``r_i`` per token, ``(B, H_kv, N)``; higher = keep."""
@@ -189,37 +181,24 @@ class JacapPress(ScorerPress):
     # ---- kvpress entry point -----------------------------------------------------------------
     def protected(self, hidden_states, keys, kwargs) -> torch.Tensor:
         """Boolean ``(N,)`` mask of the sink and window slots, located by their true positions when the hook
-        tells them (a chunk), else by slot (a cache in position order), see :func:`~jacap_lib.presses.utils.protect`.
+        tells them (a chunk), else by slot (a cache in position order), see :func:`~jacap_lib.presses.utils.protected_slots`.
 
-        The budget decides what fits, in this order: the sinks (if even they do not fit, the earliest
-        ``n_kept`` of them), then the window, shrunk to the budget left after the sinks (most recent tokens
-        first), then the scores. Any truncation is warned about (once per press), never silent.
+        The budget decides what fits (:func:`jacap_lib.selection.protect_within`), in this order: the sinks (if
+        even they do not fit, the earliest ``n_kept`` of them), then the window, shrunk to the budget left after
+        the sinks (most recent tokens first), then the scores. Any truncation is warned about (once per press),
+        never silent.
         """
         _, key_pos, next_pos = utils.hook_positions(hidden_states, keys, kwargs)
         n = keys.shape[-2]
-        mask = utils.protected_slots(n, self.n_sink, self.window, key_positions=key_pos,
-                                     next_position=next_pos, device=keys.device)
-        n_kept = n if self.compression_ratio == 0 else min(compute_n_kept(n, self.compression_ratio), n)
-        if n_kept == 0 or int(mask.sum()) <= n_kept:  # 0: ratio 1.0, kvpress drops the whole layer
-            return mask
-        sinks = utils.protected_slots(n, self.n_sink, 0, key_positions=key_pos, next_position=next_pos,
-                                      device=keys.device)
-        n_sinks = int(sinks.sum())
-        if n_sinks > n_kept:  # not even the sinks fit: keep the earliest n_kept of them, no window
-            first = torch.nonzero(sinks).flatten()
-            order = first[(key_pos.to(first.device)[first] if key_pos is not None else first).argsort()]
-            mask = torch.zeros_like(sinks)
-            mask[order[:n_kept]] = True
-            self._warn_once(f"JacapPress: the budget of {n_kept} tokens is smaller than the {n_sinks} sink tokens; "
-                            f"only the first {n_kept} sinks are kept (no window, no scored tokens)")
-            return mask
-        window = self.window
-        while window > 0 and int(mask.sum()) > n_kept:  # shrink the window, never the sinks
-            window = max(0, window - (int(mask.sum()) - n_kept))
-            mask = utils.protected_slots(n, self.n_sink, window, key_positions=key_pos, next_position=next_pos,
-                                         device=keys.device)
-        self._warn_once(f"JacapPress: the budget of {n_kept} tokens cannot hold n_sink = {self.n_sink} + window = "
-                        f"{self.window}; the window was shrunk to {window} (sinks kept). Lower `window` to silence this.")
+        where = dict(key_positions=key_pos, next_position=next_pos, device=keys.device)
+        sink = utils.protected_slots(n, self.n_sink, 0, **where)
+        recent = utils.protected_slots(n, 0, self.window, **where)
+        budget = n_kept(n, self.compression_ratio)
+        if budget == 0:  # ratio 1.0: kvpress drops the whole layer
+            return sink | recent
+        mask, fit = protect_within(sink, recent, budget, positions=key_pos)
+        if fit.note is not None:
+            self._warn_once(f"JacapPress: {fit.note}")
         return mask
 
     def _warn_once(self, message: str) -> None:
@@ -251,10 +230,10 @@ class JacapPress(ScorerPress):
         n = keys.shape[2]
         if self.compression_ratio == 0 or n == 0:
             return keys, values
-        n_kept = min(compute_n_kept(n, self.compression_ratio), n)
-        if n_kept == 0:
+        budget = n_kept(n, self.compression_ratio)
+        if budget == 0:
             return keys[:, :, :0].contiguous(), values[:, :, :0].contiguous()
         scores = self.score(module, hidden_states, keys, values, attentions, kwargs)
-        idx = scores.topk(n_kept, dim=-1).indices.sort(dim=-1).values
+        idx = scores.topk(budget, dim=-1).indices.sort(dim=-1).values
         idx = idx.unsqueeze(-1).expand(-1, -1, -1, keys.shape[-1])
         return keys.gather(2, idx).contiguous(), values.gather(2, idx).contiguous()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..stats import moment_stats
 from . import utils
 from .jacap import JacapPress
 
@@ -76,9 +77,8 @@ class JacapMultiCenterPress(JacapPress):
         onehot = torch.nn.functional.one_hot(labels, min(self.n_centers, q.shape[-2])).float()  # (B,H,T,C)
         counts = onehot.sum(-2)  # (B, H, C)
         w = onehot / counts.clamp_min(1).unsqueeze(-2)
-        mu = torch.einsum("bhtc,bhtd->cbhd", w, q)
-        m2 = torch.einsum("bhtc,bhtd->cbhd", w, q.square())
-        lam = (m2 - mu.square()).clamp_min(self.eps)
+        mu, lam = moment_stats(torch.einsum("bhtc,bhtd->cbhd", w, q), torch.einsum("bhtc,bhtd->cbhd", w, q.square()),
+                               self.eps)
         share = (counts / counts.sum(-1, keepdim=True)).permute(2, 0, 1)
         return mu, lam, share
 

@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 import torch
 from kvpress import PerLayerCompressionPress, ScorerPress
 from kvpress.presses.base_press import BasePress
-from kvpress.utils import compute_n_kept
 
+from ..selection import n_kept
 from .jacap import JacapPress
 
 __all__ = ["JacapPyramidPress", "pyramid_ratios"]
@@ -190,7 +190,7 @@ class JacapPyramidPress(PerLayerCompressionPress):
         return BasePress.forward_hook(self, module, input, kwargs, output)  # -> self.compress
 
     def compress(self, module, hidden_states, keys, values, attentions, kwargs):
-        """``evict="mask"``: keep the layer's top ``compute_n_kept(N, c_l)`` tokens per head, mask the rest."""
+        """``evict="mask"``: keep the layer's top ``n_kept(N, c_l)`` tokens per head, mask the rest."""
         ratio = self.compression_ratios[module.layer_idx]
         if ratio == 0:
             return keys, values
@@ -201,7 +201,7 @@ class JacapPyramidPress(PerLayerCompressionPress):
         finally:
             self.press.compression_ratio = original
         bsz, n_heads, k_len = scores.shape
-        top = scores.topk(compute_n_kept(k_len, ratio), dim=-1).indices  # the set ScorerPress.compress keeps
+        top = scores.topk(n_kept(k_len, ratio), dim=-1).indices  # the set ScorerPress.compress keeps
         evicted = torch.ones_like(scores, dtype=torch.bool).scatter(-1, top, False)
         module.masked_key_indices = evicted.nonzero(as_tuple=True)  # (batch, head, position)
         return keys, values

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from kvpress.utils import compute_n_kept
 
+from ..selection import n_kept
 from . import utils
 from .jacap import JacapPress
 
@@ -45,7 +45,7 @@ class JacapTwoStagePress(JacapPress):
         first = self.components(keys, values, mu, lam, module).score
         first = first.masked_fill(protected, torch.finfo(first.dtype).max)
         n = keys.shape[-2]
-        budget = compute_n_kept(n, self.compression_ratio)  # 0 at compression_ratio = 1.0 (a dropped layer)
+        budget = n_kept(n, self.compression_ratio)  # 0 at compression_ratio = 1.0 (a dropped layer)
         n_cand = min(n, max(budget, int(round(self.expand * budget))))
         if budget == 0 or n_cand >= n:
             return first

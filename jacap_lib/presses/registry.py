@@ -20,6 +20,7 @@ import kvpress
 import torch
 
 from .. import _checks
+from ..config import DEFAULTS
 from .jacap import JacapPress
 
 __all__ = ["BASELINES", "list_methods", "build_press", "method_factory", "parse_method", "press_from_spec",
@@ -36,7 +37,7 @@ BASELINES: dict[str, tuple[type, dict, str]] = {
     "tova": (kvpress.TOVAPress, {}, "attention of the last prompt token (TOVA)"),
     "random": (kvpress.RandomPress, {"seed": 0}, "uniformly random tokens (seed 0)"),
 }
-JACAP_DESCRIPTION = "Jacap Algorithm 1: sensitivity-weighted leverage (paper defaults: tau=10, u=v)"
+JACAP_DESCRIPTION = f"Jacap Algorithm 1: sensitivity-weighted leverage (paper defaults: tau={DEFAULTS.tau:g}, u=v)"
 
 
 def _variants() -> dict[str, Callable]:

@@ -8,6 +8,7 @@ import dataclasses
 import time
 from pathlib import Path
 
+from ..config import DEFAULTS
 from . import files
 from . import job as J
 from .provenance import provenance
@@ -26,9 +27,9 @@ class DecompositionConfig:
     prefix: int = 384               # cached tokens N; later tokens are the future queries
     layers: list | None = None      # None = all
     ratio: float = 0.75
-    tau: float = 10.0
-    noise: float = 1.0
-    n_sink: int = 4
+    tau: float = DEFAULTS.tau
+    noise: float = DEFAULTS.noise
+    n_sink: int = DEFAULTS.n_sink
     pool: int = 64
     diag_budget: int = 16
     n_subsets: int = 64

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from ..config import DEFAULTS
 from . import files
 from . import job as J
 from .paths import data_path
@@ -28,11 +29,11 @@ CONFIG = {
     "budget": 56,
     "interval": 8,
     "window": 16,
-    "n_sink": 4,
+    "n_sink": DEFAULTS.n_sink,
     "prefix": 0,
-    "tau": 10.0,
-    "noise": 1.0,
-    "eps": 1e-6,
+    "tau": DEFAULTS.tau,
+    "noise": DEFAULTS.noise,
+    "eps": DEFAULTS.eps,
     "betas": [0.5, 0.8, 0.9, 0.95, 0.99],
     "main_beta": 0.9,
     "study_layer": 15,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from . import costs, triton  # noqa: F401 (subpackages as attributes: scoring.costs, scoring.triton)
 from .contract import CholeskyFailure, JacapScores, cholesky_with_jitter
-from .core import jacap_scores, jacap_weight, leverage
+from .core import jacap_scores, jacap_weight, leverage, validated_scores
 from .noise import deff_noise, effective_dimension, weighted_gram
 from .rank_one import rank_one_corrected_scores
 
-__all__ = ["JacapScores", "CholeskyFailure", "jacap_scores", "jacap_weight", "cholesky_with_jitter", "leverage",
+__all__ = ["JacapScores", "CholeskyFailure", "jacap_scores", "validated_scores", "jacap_weight", "cholesky_with_jitter", "leverage",
            "rank_one_corrected_scores", "deff_noise", "effective_dimension", "weighted_gram"]

@@ -44,7 +44,9 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def validate_inputs(keys, values, mu, lam, tau, noise, out_proj):
+def validate_inputs(keys, values, mu, lam, out_proj):
+    """The tensors' contract (shapes, dtypes, devices, finite statistics); ``tau``/``noise`` are checked where
+    they enter (:func:`jacap_lib.config.check`)."""
     _checks.tensor("keys", keys, min_dim=2)
     _checks.tensor("values", values, min_dim=2)
     _checks.tensor("mu", mu, min_dim=1)
@@ -83,8 +85,6 @@ def validate_inputs(keys, values, mu, lam, tau, noise, out_proj):
                 f"`{name}` shape {tuple(stat.shape)} does not broadcast to the keys' leading dims "
                 f"{tuple(keys.shape[:-2])}; give it shape (..., d) matching keys (..., N, d)"
             )
-    tau = _checks.positive("tau", tau)
-    noise = _checks.positive("noise", noise)
     # mu and lam are small: check them now. keys/values/out_proj are checked only when a result
     # comes out non-finite (see _diagnose_nonfinite): a full pass over the cache costs as much as scoring.
     for name, t in (("mu", mu), ("lam", lam)):
@@ -100,7 +100,6 @@ def validate_inputs(keys, values, mu, lam, tau, noise, out_proj):
         if out_proj.device != keys.device:
             raise ValueError(f"`out_proj` is on {out_proj.device} but `keys` on {keys.device}")
         _checks.finite("out_proj", out_proj)  # a (d_out, d) matrix per head: cheap to check up front
-    return tau, noise
 
 
 def diagnose_nonfinite(**tensors) -> None:

@@ -40,11 +40,12 @@ import warnings
 
 import torch
 
-from .noise import check_noise, deff_noise, effective_dimension, per_head, resolve_noise, weighted_gram
+from ..config import DEFAULTS, check
+from .noise import check_deff_target, deff_noise, effective_dimension, per_head, resolve_noise, weighted_gram
 from .contract import (CholeskyFailure, JacapScores, cholesky_with_jitter, compute_dtype, diagnose_nonfinite,
                        validate_inputs)
 
-__all__ = ["jacap_scores", "jacap_weight", "leverage", "weighted_gram", "effective_dimension", "deff_noise"]
+__all__ = ["jacap_scores", "validated_scores", "jacap_weight", "leverage", "weighted_gram", "effective_dimension", "deff_noise"]
 
 
 def jacap_weight(keys: torch.Tensor, mu: torch.Tensor, lam: torch.Tensor, tau: float):
@@ -81,11 +82,11 @@ def jacap_scores(
     mu: torch.Tensor,
     lam: torch.Tensor,
     *,
-    tau: float = 10.0,
-    noise: float | str = 1.0,
+    tau: float = DEFAULTS.tau,
+    noise: float | str = DEFAULTS.noise,
     deff_target: float | torch.Tensor | None = None,
     out_proj: torch.Tensor | None = None,
-    backend: str = "auto",
+    backend: str = DEFAULTS.backend,
 ) -> JacapScores:
     r"""Score every cached token with Jacap's Algorithm 1.
 
@@ -111,20 +112,23 @@ def jacap_scores(
     JacapScores with float32 ``(..., N)`` fields ``alpha, rho, kappa, weight, leverage, score``.
     fp16/bf16 inputs are accumulated in float32.
     """
-    noise_arg = noise
-    tau, noise = validate_inputs(keys, values, mu, lam, tau, check_noise(noise, deff_target), out_proj)
-    if isinstance(noise_arg, str):
-        noise = noise_arg
-    if backend not in ("auto", "torch", "triton"):
-        raise ValueError(f"`backend` must be 'auto', 'torch' or 'triton', got {backend!r}")
+    return validated_scores(keys, values, mu, lam, tau=check("tau", tau), noise=check("noise", noise),
+                            deff_target=deff_target, out_proj=out_proj, backend=check("backend", backend))
+
+
+def validated_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out_proj=None, backend="auto"):
+    """:func:`jacap_scores` for ``tau``, ``noise`` and ``backend`` already validated where they entered (the
+    press, the decode-time controller, :func:`jacap_scores`; :mod:`jacap_lib.config`): checks the tensors only."""
+    validate_inputs(keys, values, mu, lam, out_proj)
+    check_deff_target(noise, deff_target)
     if backend == "auto":
         # the Triton kernels take fp32/fp16/bf16; float64 stays on the torch path
         backend = "triton" if keys.is_cuda and keys.dtype != torch.float64 and _triton_available() else "torch"
     if backend == "triton":
-        from .triton import triton_jacap_scores
+        from .triton.launch import validated_triton_scores
 
-        return triton_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, deff_target=deff_target,
-                                   out_proj=out_proj)
+        return validated_triton_scores(keys, values, mu, lam, tau=tau, noise=noise, deff_target=deff_target,
+                                       out_proj=out_proj)
     return _torch_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, deff_target=deff_target, out_proj=out_proj)
 
 

@@ -21,7 +21,7 @@ import torch
 
 from .. import _checks
 
-__all__ = ["weighted_gram", "effective_dimension", "deff_noise", "resolve_noise", "check_noise", "per_head"]
+__all__ = ["weighted_gram", "effective_dimension", "deff_noise", "resolve_noise", "check_deff_target", "per_head"]
 
 
 def per_head(noise, like: torch.Tensor) -> torch.Tensor:
@@ -94,11 +94,9 @@ def resolve_noise(u: torch.Tensor, weight: torch.Tensor, noise, deff_target):
     return noise
 
 
-def check_noise(noise, deff_target):
-    """Validate ``noise`` (a number > 0, or ``"deff"`` with ``deff_target`` > 0); returns ``noise`` for the contract."""
+def check_deff_target(noise, deff_target) -> None:
+    """``deff_target`` (> 0) is given with ``noise="deff"`` and only then (``noise`` itself: :func:`jacap_lib.config.check`)."""
     if isinstance(noise, str):
-        if noise != "deff":
-            raise ValueError(f"`noise` must be a number > 0 or the string 'deff' (effective-dimension rule), got {noise!r}")
         if deff_target is None:
             raise ValueError("`noise='deff'` needs `deff_target`, the effective dimension sum_i r_i to reach "
                              "(e.g. half the number of tokens kept, at most the head dim)")
@@ -108,7 +106,5 @@ def check_noise(noise, deff_target):
                 raise ValueError(f"`deff_target` must be > 0, got {deff_target}")
         else:
             _checks.positive("deff_target", deff_target)
-        return 1.0
-    if deff_target is not None:
+    elif deff_target is not None:
         raise ValueError("`deff_target` is used only with noise='deff'; drop it or set noise='deff'")
-    return noise

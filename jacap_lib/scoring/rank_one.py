@@ -6,13 +6,15 @@ import math
 
 import torch
 
+from .. import _checks
+from ..config import DEFAULTS, check
 from .contract import JacapScores, validate_inputs
 from .core import leverage
 
 __all__ = ["rank_one_corrected_scores"]
 
 
-def rank_one_corrected_scores(keys, values, mu, lam, *, tau: float = 10.0, noise: float = 1.0,
+def rank_one_corrected_scores(keys, values, mu, lam, *, tau: float = DEFAULTS.tau, noise: float = DEFAULTS.noise,
                               out_proj=None) -> JacapScores:
     r"""Algorithm 1 with the exact softmax Jacobian :math:`S=\mathrm{Diag}(\bar\alpha)-\bar\alpha\bar\alpha^\top`.
 
@@ -31,7 +33,9 @@ def rank_one_corrected_scores(keys, values, mu, lam, *, tau: float = 10.0, noise
     :math:`A=I+\sum_j (w_j'/\sigma^2)(u_j-\bar u)(u_j-\bar u)^\top`) and ``score`` (:math:`w_i'/\sigma^2\cdot`leverage).
     Shapes as in :func:`jacap_lib.jacap_scores`: keys/values ``(..., N, d)``, mu/lam ``(..., d)``.
     """
-    tau, noise = validate_inputs(keys, values, mu, lam, tau, noise, out_proj)
+    validate_inputs(keys, values, mu, lam, out_proj)
+    tau = check("tau", tau)
+    noise = _checks.positive("noise", noise)  # a number here: the "deff" rule is not implemented for this variant
     dt = torch.float64 if keys.dtype == torch.float64 else torch.float32
     k, v = keys.to(dt), values.to(dt)
     mu_, lam_ = mu.to(dt), lam.to(dt)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from jacap_lib.config import DEFAULTS
 from jacap_lib.measure.eviction import DEMO_CONTEXT, DEMO_CONTINUATION, DEMO_QUESTION  # noqa: F401 (re-exported)
 from jacap_lib.viz import live as V
 
@@ -57,25 +58,25 @@ class EvictionExplorer:
         self.inspect = lru_cache(maxsize=32)(self._inspect)
         self.answer = lru_cache(maxsize=32)(self._answer)
 
-    def _inspect(self, method: str, ratio: float, tau: float = 10.0, beta: float | None = None):
+    def _inspect(self, method: str, ratio: float, tau: float = DEFAULTS.tau, beta: float | None = None):
         from jacap_lib.measure.eviction import inspect_eviction
 
         return inspect_eviction(self.model, self.tokenizer, self.context, method, float(ratio),
                                 **press_options(method, tau, beta))
 
-    def _answer(self, method: str | None, ratio: float, tau: float = 10.0, beta: float | None = None) -> str:
+    def _answer(self, method: str | None, ratio: float, tau: float = DEFAULTS.tau, beta: float | None = None) -> str:
         from jacap_lib.measure.eviction import answer
 
         opts = {} if method is None else press_options(method, tau, beta)
         return answer(self.model, self.tokenizer, self.context, self.question, method, float(ratio),
                       max_new_tokens=self.max_new_tokens, **opts)
 
-    def figure(self, method: str, ratio: float, tau: float = 10.0, beta=None, layer="all", head="all"):
+    def figure(self, method: str, ratio: float, tau: float = DEFAULTS.tau, beta=None, layer="all", head="all"):
         """The token strip for one setting of the controls."""
         insp = self.inspect(method, float(ratio), float(tau), beta)
         return V.token_strip(insp, parse_choice(layer), parse_choice(head))
 
-    def answers(self, method: str, ratio: float, tau: float = 10.0, beta=None) -> dict:
+    def answers(self, method: str, ratio: float, tau: float = DEFAULTS.tau, beta=None) -> dict:
         """The model's answer to the question without eviction and with ``method`` at ``ratio``."""
         return {"full": self.answer(None, 0.0), "compressed": self.answer(method, float(ratio), float(tau), beta)}
 
@@ -91,7 +92,7 @@ def live_app(model, tokenizer, context: str = DEMO_CONTEXT, question: str = DEMO
     n_layers, n_heads = model.config.num_hidden_layers, model.config.num_key_value_heads
     method = W.Dropdown(options=inspectable_methods(), value="jacap", description="method")
     ratio = W.FloatSlider(value=0.75, min=0.1, max=0.9, step=0.05, description="c", continuous_update=False)
-    tau = W.FloatLogSlider(value=10.0, base=10, min=-1, max=2, step=0.1, description="τ", continuous_update=False)
+    tau = W.FloatLogSlider(value=DEFAULTS.tau, base=10, min=-1, max=2, step=0.1, description="τ", continuous_update=False)
     beta = W.Dropdown(options=[("flat mean", None)] + [(str(b), b) for b in BETA_CHOICES[1:]], value=None,
                       description="β")
     layer = W.Dropdown(options=["all"] + list(range(n_layers)), value="all", description="layer")

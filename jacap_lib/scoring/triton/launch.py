@@ -24,7 +24,8 @@ import math
 import torch
 
 from ..contract import CholeskyFailure, JacapScores, cholesky_with_jitter, diagnose_nonfinite, validate_inputs
-from ..noise import check_noise, deff_noise
+from ...config import DEFAULTS, check
+from ..noise import check_deff_target, deff_noise
 
 __all__ = ["triton_jacap_scores", "plan_launch"]
 
@@ -94,9 +95,10 @@ def _as_bhnd(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-3], x.shape[-2], x.shape[-1])
 
 
-def _check(keys, values, mu, lam, tau, noise, out_proj, dot_precision, deff_target=None):
-    """The contract of :func:`jacap_lib.jacap_scores` (shared checks), plus what the kernels need."""
-    validate_inputs(keys, values, mu, lam, tau, check_noise(noise, deff_target), out_proj)
+def _check(keys, values, mu, lam, out_proj, dot_precision, deff_target, noise):
+    """The contract of :func:`jacap_lib.jacap_scores` (shared tensor checks), plus what the kernels need."""
+    validate_inputs(keys, values, mu, lam, out_proj)
+    check_deff_target(noise, deff_target)
     if keys.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise ValueError(f"`keys`/`values` dtype must be float32/float16/bfloat16 for the Triton kernels, got "
                          f"{keys.dtype}; use backend='torch' for float64")
@@ -113,8 +115,8 @@ def triton_jacap_scores(
     mu: torch.Tensor,
     lam: torch.Tensor,
     *,
-    tau: float = 10.0,
-    noise: float | str = 1.0,
+    tau: float = DEFAULTS.tau,
+    noise: float | str = DEFAULTS.noise,
     deff_target: float | torch.Tensor | None = None,
     out_proj: torch.Tensor | None = None,
     dot_precision: str = "tf32",
@@ -143,8 +145,16 @@ def triton_jacap_scores(
     -------
     :class:`jacap_lib.scoring.JacapScores` with float32 ``(..., N)`` fields.
     """
+    return validated_triton_scores(keys, values, mu, lam, tau=check("tau", tau), noise=check("noise", noise),
+                                   deff_target=deff_target, out_proj=out_proj, dot_precision=dot_precision,
+                                   num_splits=num_splits)
 
-    _check(keys, values, mu, lam, tau, noise, out_proj, dot_precision, deff_target)
+
+@torch.no_grad()
+def validated_triton_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out_proj=None,
+                            dot_precision="tf32", num_splits=None):
+    """:func:`triton_jacap_scores` for ``tau`` and ``noise`` already validated where they entered."""
+    _check(keys, values, mu, lam, out_proj, dot_precision, deff_target, noise)
     rule = isinstance(noise, str)  # "deff": sigma^2 per head, solved on the host
     device = keys.device
     lead = tuple(keys.shape[:-2])
