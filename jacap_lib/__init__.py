@@ -53,6 +53,8 @@ _EXPORTS = {
     "DEMO_CONTEXT": "jacap_lib.measure.eviction",
     "DEMO_QUESTION": "jacap_lib.measure.eviction",
     "DEMO_CONTINUATION": "jacap_lib.measure.eviction",
+    "facts_stated": "jacap_lib.measure.eviction",
+    "phrase_kept": "jacap_lib.measure.eviction",
     "load_kl_table": "jacap_lib.results.loaders",
     # quality under compression
     "next_token_kl": "jacap_lib.measure.quality",

@@ -117,3 +117,22 @@ def test_decode_controller_deff_option(tiny_llama):
     with torch.no_grad(), ctrl:
         tiny_llama.generate(input_ids=ids, max_new_tokens=30, min_new_tokens=30, do_sample=False)
     assert ctrl.events and all(e.method == "jacap" for e in ctrl.events)
+
+
+@pytest.mark.parametrize("n,ratio,n_sink,window", [(243, 0.5, 4, 32), (243, 0.75, 4, 32), (243, 0.9, 4, 32),
+                                                   (64, 0.9, 4, 32), (10, 0.5, 8, 4), (30, 0.0, 4, 32),
+                                                   (6, 0.5, 4, 32), (3, 0.5, 4, 2)])
+def test_budget_split_counts_what_protected_keeps(n, ratio, n_sink, window):
+    """budget_split's arithmetic against the mask protected() builds on a prefill-shaped cache, and kvpress's budget."""
+    press = JacapPress(ratio, n_sink=n_sink, window=window)
+    keys = torch.zeros(1, 1, n, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mask = press.protected(torch.zeros(1, n, 8), keys, {})
+    split = press.budget_split(n)
+    n_kept = n if ratio == 0 else min(compute_n_kept(n, ratio), n)
+    assert split["kept"] == n_kept == split["sinks"] + split["window"] + split["scored"]
+    assert split["sinks"] + split["window"] == int(mask.sum())
+    assert split["sinks"] == int(mask[:min(n_sink, n)].sum())
+    with pytest.raises(ValueError, match="n_tokens"):
+        press.budget_split(0)

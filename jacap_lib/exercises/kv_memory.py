@@ -9,12 +9,13 @@ from ._core import Exercise, integer, number
 CHAPTER = "kv-memory"
 
 _SMOL = dict(layers=30, kv_heads=3, head_dim=64)  # bundled SmolLM2-135M (tests read it from the GGUF header)
-_LLAMA8 = MEM.MODEL_KV_CONFIGS["Llama-3.1-8B"]
+_QWEN8 = MEM.MODEL_KV_CONFIGS["Qwen3-8B"]
 _LLAMA70 = MEM.MODEL_KV_CONFIGS["Llama-3.1-70B"]
 
 
-def _llama8_gib():
-    return MEM.kv_cache_bytes(_LLAMA8["layers"], 1, _LLAMA8["kv_heads"], 131072, _LLAMA8["head_dim"], 2) / MEM.GIB
+def _qwen8_batch_gib():
+    return MEM.kv_cache_bytes(_QWEN8["layers"], 8, _QWEN8["kv_heads"], 8192, _QWEN8["head_dim"],
+                              MEM.DTYPE_BYTES["fp8"]) / MEM.GIB
 
 
 def _smol_tokens_per_gib():
@@ -29,14 +30,15 @@ def _llama70_evicted_gib():
 
 EXERCISES = [
     Exercise(
-        "KV cache (GiB, 1 GiB = 2^30 bytes) of Llama-3.1-8B (32 layers, 8 KV heads, head_dim 128) "
-        "for one sequence of 131072 tokens in bf16.",
-        _llama8_gib,
+        "KV cache (GiB, 1 GiB = 2^30 bytes) of Qwen3-8B (36 layers, 8 KV heads, 32 query heads, head_dim 128) "
+        "for a batch of 8 sequences of 8192 tokens each, cached in fp8 (1 byte per number).",
+        _qwen8_batch_gib,
         number(slips={0.5: "Half the answer: keys AND values are cached (the factor 2).",
                       4.0: "Four times too big: use the 8 KV heads, not the 32 query heads (GQA).",
-                      8.0: "Eight times too big: s counts bytes (bf16 = 2 bytes), not bits.",
+                      8.0: "Eight times too big: s counts bytes (fp8 = 1 byte), not bits.",
+                      1 / 8: "An eighth: the batch of 8 sequences multiplies the cache (b = 8).",
                       2**30 / 1e9: "You divided by 10^9 (GB); the question asks for GiB = 2^30 bytes.",
-                      2.0: "Twice too big: bf16 is 2 bytes per scalar (or did you double the factor 2?)."})),
+                      2.0: "Twice too big: fp8 is 1 byte per number, not 2 (or did you double the factor 2?)."})),
     Exercise(
         "How many tokens of one sequence fit in 1 GiB of KV cache for the bundled SmolLM2-135M "
         "(30 layers, 3 KV heads, head_dim 64) in fp16? (an integer)",

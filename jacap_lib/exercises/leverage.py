@@ -12,6 +12,14 @@ CHAPTER = "leverage"
 
 RTOL, ATOL = 1e-4, 1e-9
 
+# a second example (not the chapter's, whose scores and best pair the page prints): four directions in 3-D
+EX_U = ((1.0, 0.0, 0.0), (0.9, 0.3, 0.0), (0.0, 0.0, 1.0), (0.2, 1.0, 0.0))
+EX_W = (1.0, 0.9, 0.4, 0.6)
+
+
+def _data():
+    return {"u": torch.tensor(EX_U, dtype=torch.float64), "w": torch.tensor(EX_W, dtype=torch.float64)}
+
 
 def _close(a, b) -> bool:
     a, b = as_tensor(a), as_tensor(b)
@@ -19,7 +27,7 @@ def _close(a, b) -> bool:
 
 
 def _scores():
-    return EX.leverage_example(EX.NOTE_U, EX.NOTE_W).score
+    return EX.leverage_example(EX_U, EX_W).score
 
 
 def _grade_scores(answer, expected):
@@ -28,19 +36,19 @@ def _grade_scores(answer, expected):
         return False, f"Give one score per direction: {expected.shape[0]} numbers."
     if _close(a, expected):
         return True, ""
-    ex = EX.leverage_example(EX.NOTE_U, EX.NOTE_W)
+    ex = EX.leverage_example(EX_U, EX_W)
     if _close(a, ex.leverage):
         return False, "Those are the leverages u_i^T A^-1 u_i; the score multiplies them by w_i."
     if _close(a, ex.weight):
         return False, "Those are the weights alone: the score is w_i u_i^T A^-1 u_i with A = I + sum_j w_j u_j u_j^T."
-    u, w = as_tensor(EX.NOTE_U), as_tensor(EX.NOTE_W)
+    u, w = as_tensor(EX_U), as_tensor(EX_W)
     if _close(a, w * (u * u).sum(-1)):
         return False, "You used A = I (no inverse of the full Gram matrix); include sum_j w_j u_j u_j^T in A."
-    return False, "Build A = I + sum_j w_j u_j u_j^T (2 x 2), then r_i = w_i u_i^T A^-1 u_i."
+    return False, "Build A = I + sum_j w_j u_j u_j^T (3 x 3), then r_i = w_i u_i^T A^-1 u_i."
 
 
 def _best_pair():
-    return sorted(i + 1 for i in EX.leverage_example(EX.NOTE_U, EX.NOTE_W).exhaustive)
+    return sorted(i + 1 for i in EX.leverage_example(EX_U, EX_W).exhaustive)
 
 
 def _grade_pair(answer, expected):
@@ -52,9 +60,9 @@ def _grade_pair(answer, expected):
         return True, ""
     if a == [1, 2]:
         return False, "{1, 2} has the largest weights but u1 and u2 nearly coincide: compare the log-dets."
-    if a == [0, 2]:
-        return False, "Use 1-based indices (u1, u2, u3)."
-    return False, "Compute 1/2 log det(I + sum_{i in C} w_i u_i u_i^T) for each of the 3 pairs."
+    if a == [e - 1 for e in expected]:
+        return False, "Use 1-based indices (u1, ..., u4)."
+    return False, "Compute 1/2 log det(I + sum_{i in C} w_i u_i u_i^T) for each of the 6 pairs."
 
 
 def _crossing():
@@ -86,13 +94,14 @@ def _grade_crossing(answer, expected):
 
 EXERCISES = [
     Exercise(
-        "The Jacap scores r_i = w_i u_i^T A^-1 u_i of the note's example u1 = (1, 0), u2 = (0.95, 0.05), "
-        "u3 = (0, 1), w = (1, 1, 0.7), A = I + sum_j w_j u_j u_j^T (three numbers).",
-        _scores, custom(_grade_scores, f"elementwise |answer - expected| <= {ATOL:g} + {RTOL:g} |expected|")),
+        "The Jacap scores r_i = w_i u_i^T A^-1 u_i of the four directions u_i (rows of data()['u']) with weights "
+        "data()['w'], A = I + sum_j w_j u_j u_j^T (four numbers).",
+        _scores, custom(_grade_scores, f"elementwise |answer - expected| <= {ATOL:g} + {RTOL:g} |expected|"),
+        data=_data),
     Exercise(
-        "Budget 2: which pair of directions has the largest capacity 1/2 log det(I + sum_{i in C} w_i u_i u_i^T)? "
-        "Answer with 1-based indices, e.g. {1, 2}.",
-        _best_pair, custom(_grade_pair, "exact (the set of indices)")),
+        "Same four directions, budget 2: which pair has the largest capacity 1/2 log det(I + sum_{i in C} w_i u_i "
+        "u_i^T)? Answer with 1-based indices, e.g. {1, 2}.",
+        _best_pair, custom(_grade_pair, "exact (the set of indices)"), data=_data),
     Exercise(
         "Keep u and w1 = w2 = 1. Find the weight w3 at which u3's score equals u2's score.",
         _crossing, custom(_grade_crossing, "absolute 1e-3")),

@@ -25,7 +25,8 @@ import torch
 from ..hf import attention_modules
 
 __all__ = ["EvictionInspection", "inspect_eviction", "kept_indices", "capture_kept", "answer", "COMPONENTS",
-           "STATUSES", "MARKS", "DEFAULT_RATIO", "parse_view"]
+           "STATUSES", "MARKS", "DEFAULT_RATIO", "parse_view",
+           "DEMO_FACTS", "facts_stated", "phrase_kept"]
 
 # The default compression ratio of inspect_eviction, answer and `jacap inspect`. For a ~250-token prompt
 # and Jacap's default protection (n_sink = 4, window = 32: 36 protected slots), c = 0.5 keeps 125 tokens per
@@ -61,6 +62,33 @@ DEMO_CONTINUATION = (
     "see the lighthouse on Tern Island flash twice every ten seconds."
 )
 COMPONENTS = ("alpha", "rho", "kappa", "weight", "leverage")
+# what a right answer to DEMO_QUESTION states: a regular expression per fact (matched ignoring case)
+DEMO_FACTS = {"the captain": r"\bIngrid Voss\b", "the adult fare": r"\b(twelve|12) crowns\b"}
+
+
+def facts_stated(reply: str, facts: dict | None = None) -> dict:
+    """``{fact: bool}``: which facts (``DEMO_FACTS`` by default: name -> regular expression) ``reply`` states.
+    A near miss such as "Ingrid Vossen" does not state "Ingrid Voss" (word boundaries)."""
+    import re
+
+    if not isinstance(reply, str):
+        raise ValueError(f"reply must be a string, got {type(reply).__name__}")
+    return {name: re.search(rx, reply, re.IGNORECASE) is not None for name, rx in (facts or DEMO_FACTS).items()}
+
+
+def phrase_kept(inspection, phrase: str) -> float:
+    """Fraction of the (layer, KV head) caches of ``inspection`` that kept *every* token of the first
+    occurrence of ``phrase`` in the inspected text (tokens located by their decoded characters)."""
+    text = "".join(inspection.tokens)
+    start = text.find(phrase)
+    if not phrase or start < 0:
+        raise ValueError(f"phrase {phrase!r} does not occur in the inspected text")
+    ends, pos = [], 0
+    for tok in inspection.tokens:
+        pos += len(tok)
+        ends.append(pos)
+    idx = [i for i, end in enumerate(ends) if end > start and end - len(inspection.tokens[i]) < start + len(phrase)]
+    return float(inspection.kept_mask[..., idx].all(-1).float().mean())
 
 
 @dataclass

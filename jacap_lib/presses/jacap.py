@@ -201,6 +201,18 @@ class JacapPress(ScorerPress):
             self._warn_once(f"JacapPress: {fit.note}")
         return mask
 
+    def budget_split(self, n_tokens: int) -> dict:
+        """How the ``n_kept`` slots of a prefill of ``n_tokens`` prompt tokens are filled, as :meth:`protected`
+        fills them: ``{"kept", "sinks", "window", "scored"}`` (``kept = sinks + window + scored``); ``scored``
+        is how many kept tokens Algorithm 1's score chose. The window is the one actually protected (shrunk
+        when the budget cannot hold ``n_sink + window``)."""
+        _checks.int_at_least("n_tokens", n_tokens, 1)
+        n_kept = n_tokens if self.compression_ratio == 0 else min(compute_n_kept(n_tokens, self.compression_ratio),
+                                                                    n_tokens)
+        sinks = min(self.n_sink, n_tokens, n_kept)
+        window = max(0, min(self.window, n_tokens - min(self.n_sink, n_tokens), n_kept - sinks))
+        return {"kept": n_kept, "sinks": sinks, "window": window, "scored": n_kept - sinks - window}
+
     def _warn_once(self, message: str) -> None:
         if not self._window_warned:
             self._window_warned = True

@@ -13,7 +13,7 @@ import html
 import plotly.graph_objects as go
 from .style import finish
 
-__all__ = ["strip_data", "token_strip", "token_strip_slider", "kl_bars"]
+__all__ = ["strip_data", "token_strip", "token_strip_slider", "kl_bars", "answers_note"]
 
 _HOVER_FIELDS = ("score", "alpha", "rho", "kappa", "weight", "leverage")
 
@@ -114,3 +114,29 @@ def kl_bars(rows: list[dict], title: str = "Next-token KL(full || compressed), l
     fig.update_yaxes(type="log", title="KL (nats)")
     fig.update_layout(barmode="group", title=title, height=420)
     return finish(fig)
+
+
+def answers_note(replies: dict, name_kept: dict | None = None, *, facts: dict | None = None,
+                 reference: str = "full cache", phrase: str = "the captain's name") -> str:
+    """A paragraph (Markdown) on a chapter's answers: which compressed answers miss a fact (``facts``: name ->
+    regular expression, ``DEMO_FACTS`` by default; see ``facts_stated``) and what such a wrong answer shows.
+    ``replies``: label -> answer, the uncompressed one under ``reference``; ``name_kept``: compression ratio ->
+    fraction of caches keeping every token of ``phrase`` (``phrase_kept``), or ``None``."""
+    from ..measure.eviction import facts_stated
+
+    if reference not in replies:
+        raise ValueError(f"replies must hold the uncompressed answer under {reference!r}, got {sorted(replies)}")
+    wrong = [label for label, r in replies.items() if label != reference and not all(facts_stated(r, facts).values())]
+    if not wrong:
+        return "Every compressed answer still states what was asked: at these budgets the cache kept what the question needs."
+    full_ok = all(facts_stated(replies[reference], facts).values())
+    text = (f"The {reference} answer {'states what was asked' if full_ok else 'itself misses part of it (a 135M-parameter model)'}; "
+            f"the {' and the '.join(wrong)} {'answer does' if len(wrong) == 1 else 'answers do'} not. What such a wrong "
+            "answer shows: the model does not say that it no longer knows. It answers as fluently as before and fills "
+            "the gap with something plausible, a near miss or an invention; eviction damage is silent in the output.")
+    if name_kept:
+        kept = ", ".join(f"{f:.0%} of the caches at c = {c:g}" for c, f in name_kept.items())
+        text += (f" On the token strips above, every token of {phrase} survives in {kept} (the inspection reads the "
+                 "text without the chat template the pipeline adds, so its kept sets are close to, not identical "
+                 "with, the pipeline's).")
+    return text + " One answer is a coarse check; the next-token KL measures the damage on every token."
