@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "book" / "chapters").glob("*.md")) + [ROOT / "book" / n for n in
                                                               ("index.md", "reading_note.md", "references.md")]
 
-# "issue 10", "Issue #6", "issues 6 and 10", "#10" (not a colour such as "#1f77b4": digits only, then a non-hex)
-ISSUE = re.compile(r"\bissues?\s*#?\s*\d+|(?<![\w&#/])#\d{1,4}(?![0-9A-Fa-f])", re.IGNORECASE)
+# "issue 10", "Issue #6", "issues 6 and 10", "#10" (not a colour such as "#1f77b4" or CSS's "color: #222;")
+ISSUE = re.compile(r"\bissues?\s*#?\s*\d+|(?<![\w&#/\x22\x27])(?<!: )#\d{1,4}(?![0-9A-Fa-f])(?!\s*[;}])", re.IGNORECASE)
 PROJECT = re.compile(r"earlier results|results of this book|earlier version of this book|earlier run of|"
                      r"in the repository's history|no longer reads", re.IGNORECASE)
 LOCAL_PATH = re.compile(r"(?<![\w.~])/(?:work|root|home|tmp|Users|mnt|private/var)/|\b[A-Za-z]:\\\\[A-Za-z]")
@@ -39,7 +39,8 @@ def test_the_rules_can_fail():
            "C:\\\\Users\\\\me\\\\book"]
     for line in bad:
         assert offences(line), line
-    good = ["colour #1f77b4 and #cde", "the kept set (issue of budgets)", "data/results/grid.jsonl",
+    good = ["colour #1f77b4 and #cde", "body { color: #222; }", "border: 1px solid #444 }", 'color = "#222"',
+            "the kept set (issue of budgets)", "data/results/grid.jsonl",
             "`python -m jacap_lib.results.diagnostics mechanisms`", "step 10 of Algorithm 1",
             "https://github.com/jacap-book/jacap-book", "a ratio of 1/2 and 3/4"]
     for line in good:

@@ -10,9 +10,9 @@ from jacap_lib.measure.eviction import DEMO_CONTEXT, DEMO_FACTS, EvictionInspect
 
 def test_facts_stated_needs_the_exact_fact():
     assert facts_stated("The captain is Ingrid Voss and the fare is twelve crowns.") == \
-        {"the captain": True, "the adult fare": True}
-    assert facts_stated("Captain Ingrid Vossen; 12 crowns") == {"the captain": False, "the adult fare": True}
-    assert facts_stated("Captain James Blackwood, eight crowns") == {"the captain": False, "the adult fare": False}
+        {"the captain's name": True, "the adult fare": True}
+    assert facts_stated("Captain Ingrid Vossen; 12 crowns") == {"the captain's name": False, "the adult fare": True}
+    assert facts_stated("Captain James Blackwood, eight crowns") == {"the captain's name": False, "the adult fare": False}
     assert all(facts_stated(DEMO_CONTEXT).values())  # every fact is in the demo text
     assert set(facts_stated("", DEMO_FACTS)) == set(DEMO_FACTS)
     with pytest.raises(ValueError, match="reply"):
@@ -36,3 +36,19 @@ def test_phrase_kept_counts_caches_keeping_every_token():
     assert phrase_kept(insp, "The") == pytest.approx(0.75)
     with pytest.raises(ValueError, match="does not occur"):
         phrase_kept(insp, "Blackwood")
+
+
+def test_answers_note_judges_against_the_uncompressed_answer():
+    from jacap_lib.viz.live import answers_note
+
+    full = "The captain is Ingrid Voss, a retired sailor."       # states the name, not the fare
+    note = answers_note({"full cache": full, "c = 0.5": "Captain Ingrid Vossen.", "c = 0.25": full}, {0.5: 0.16})
+    assert "states the captain's name but not the adult fare" in note
+    assert "The c = 0.5 answer loses the captain's name" in note and "c = 0.25 answer" not in note
+    assert "16% of the caches at c = 0.5" in note
+    assert "Every compressed answer still states it" in answers_note({"full cache": full, "x": full})
+    assert "states none" in answers_note({"full cache": "I do not know.", "x": "Ingrid Voss"})
+    where = {"where": r"blue shed"}
+    assert "loses where" in answers_note({"full cache": "in the blue shed", "p": "in the blue jeans"}, facts=where)
+    with pytest.raises(ValueError, match="uncompressed"):
+        answers_note({"x": full})

@@ -63,7 +63,7 @@ DEMO_CONTINUATION = (
 )
 COMPONENTS = ("alpha", "rho", "kappa", "weight", "leverage")
 # what a right answer to DEMO_QUESTION states: a regular expression per fact (matched ignoring case)
-DEMO_FACTS = {"the captain": r"\bIngrid Voss\b", "the adult fare": r"\b(twelve|12) crowns\b"}
+DEMO_FACTS = {"the captain's name": r"\bIngrid Voss\b", "the adult fare": r"\b(twelve|12) crowns\b"}
 
 
 def facts_stated(reply: str, facts: dict | None = None) -> dict:

@@ -118,22 +118,34 @@ def kl_bars(rows: list[dict], title: str = "Next-token KL(full || compressed), l
 
 def answers_note(replies: dict, name_kept: dict | None = None, *, facts: dict | None = None,
                  reference: str = "full cache", phrase: str = "the captain's name") -> str:
-    """A paragraph (Markdown) on a chapter's answers: which compressed answers miss a fact (``facts``: name ->
-    regular expression, ``DEMO_FACTS`` by default; see ``facts_stated``) and what such a wrong answer shows.
-    ``replies``: label -> answer, the uncompressed one under ``reference``; ``name_kept``: compression ratio ->
-    fraction of caches keeping every token of ``phrase`` (``phrase_kept``), or ``None``."""
+    """A paragraph (Markdown) on a chapter's answers: which compressed answers lose a fact that the uncompressed
+    answer states (``facts``: name -> regular expression, ``DEMO_FACTS`` by default; see ``facts_stated``), and
+    what such a wrong answer shows. ``replies``: label -> answer, the uncompressed one under ``reference``;
+    ``name_kept``: compression ratio -> fraction of caches keeping every token of ``phrase`` (``phrase_kept``),
+    or ``None``."""
     from ..measure.eviction import facts_stated
 
     if reference not in replies:
         raise ValueError(f"replies must hold the uncompressed answer under {reference!r}, got {sorted(replies)}")
-    wrong = [label for label, r in replies.items() if label != reference and not all(facts_stated(r, facts).values())]
+    ref = facts_stated(replies[reference], facts)
+    known = [f for f, ok in ref.items() if ok]
+    if not known:
+        return (f"The {reference} answer states none of what was asked, so the compressed answers cannot be judged "
+                "against it; the next-token KL is the measure here.")
+    missed = [f for f, ok in ref.items() if not ok]
+    text = (f"The {reference} answer states {' and '.join(known)}"
+            + (f" but not {' and '.join(missed)} (a 135M-parameter model, in a short answer)" if missed else "")
+            + ". ")
+    lost = {label: [f for f in known if not facts_stated(r, facts)[f]] for label, r in replies.items() if label != reference}
+    wrong = [label for label, fs in lost.items() if fs]
     if not wrong:
-        return "Every compressed answer still states what was asked: at these budgets the cache kept what the question needs."
-    full_ok = all(facts_stated(replies[reference], facts).values())
-    text = (f"The {reference} answer {'states what was asked' if full_ok else 'itself misses part of it (a 135M-parameter model)'}; "
-            f"the {' and the '.join(wrong)} {'answer does' if len(wrong) == 1 else 'answers do'} not. What such a wrong "
-            "answer shows: the model does not say that it no longer knows. It answers as fluently as before and fills "
-            "the gap with something plausible, a near miss or an invention; eviction damage is silent in the output.")
+        return text + "Every compressed answer still states it: at these budgets the cache kept what the answer needs."
+    gone = [f for f in known if any(f in fs for fs in lost.values())]
+    text += (f"The {' and the '.join(wrong)} {'answer loses' if len(wrong) == 1 else 'answers lose'} "
+             f"{' and '.join(gone)}. What such a "
+             "wrong answer shows: the model does not say that it no longer knows. It answers as fluently as before and "
+             "fills the gap with something plausible, a near miss or an invention; eviction damage is silent in the "
+             "output.")
     if name_kept:
         kept = ", ".join(f"{f:.0%} of the caches at c = {c:g}" for c, f in name_kept.items())
         text += (f" On the token strips above, every token of {phrase} survives in {kept} (the inspection reads the "
