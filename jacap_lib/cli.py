@@ -10,7 +10,9 @@
     jacap compare-decoding [--quick]               Algorithm 2 vs kvpress DecodingPress -> data/serving/
     jacap decompose [--only taylor diagonal ...]   error decomposition -> data/decomposition/*.json
     jacap diagnose mechanisms|query-stats          mechanism diagnostics -> data/diagnostics/*.json
-    jacap inspect [--method jacap --ratio 0.75]    what one eviction keeps, per token
+    jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token
+    jacap inspect --layer 3 --head 1 [--text ...]  one head's text, kept/protected/evicted marked
+    jacap inspect --html eviction.html             the whole model as a self-contained HTML page
     jacap inspect --kl-table                       the live chapter's KL table -> data/live/kl_table.json
     jacap serve-run                                Algorithm 2 run -> data/serving/serving_run.json
     jacap texts                                    rebuild the benchmark's text segments (data/texts)
@@ -50,7 +52,7 @@ COMMANDS = {
         "mechanisms": "jacap_lib.results.diagnostics:MECHANISMS",
         "query-stats": "jacap_lib.results.diagnostics:QUERY_STATS",
     }),
-    "inspect": "jacap_lib.results.live:INSPECT",
+    "inspect": "jacap_lib.viz.eviction:INSPECT",
     "serve-run": "jacap_lib.results.serving:JOB",
     "texts": "jacap_lib.results.texts:JOB",
     "time": ("speed benchmarks (jacap_lib.measure.timing) -> data/bench/*.json", {

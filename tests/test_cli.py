@@ -2,6 +2,7 @@
 argument, before any model is loaded, and writes nothing."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -100,6 +101,16 @@ BAD = [
     (["decompose", "--out", "{tmp}/d", "--text", "{tmp}/none.txt"], "text"),
     (["inspect", "--method", "nosuch"], "--method"),
     (["inspect", "--kl-table", "--ratios", "0.5", "-0.1"], "--ratios"),
+    (["inspect", "--kl-table", "--layer", "1"], "--layer"),
+    (["inspect", "--layer", "-1"], "--layer"),
+    (["inspect", "--head", "-2", "--layer", "0"], "--head"),
+    (["inspect", "--head", "1"], "--head needs --layer"),
+    (["inspect", "--html", "{tmp}/e.png"], "--html"),
+    (["inspect", "--html", "{tmp}"], "--html"),
+    (["inspect", "--text", ""], "--text"),
+    (["inspect", "--text", "a", "--file", "{tmp}/t.txt"], "--text and --file"),
+    (["inspect", "--file", "{tmp}/none.txt"], "--file"),
+    (["inspect", "--model", "two words"], "--model"),
     (["serve-run", "--out", "{tmp}/x.txt"], "must end in .json"),
     (["serve-run", "--threads", "0"], "--threads"),
     (["compare-decoding", "--out", "{tmp}/x.txt"], "must end in .json"),
@@ -196,3 +207,78 @@ def test_compare_passes_its_options_to_the_job(capsys, tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as e:
         cli.main(["compare", "everything"])
     assert e.value.code == 2
+
+
+# ----------------------------------------------------------------------------- jacap inspect
+INSPECT_TEXT = ("Maria keeps her bicycle in the blue shed behind the bakery. Every Tuesday she rides it to the market, "
+                "buys three lemons and a loaf of rye bread, and visits her brother Tomas, who repairs old clocks.")
+
+
+def test_inspect_default_ratio_is_the_library_default():
+    from jacap_lib.measure.eviction import DEFAULT_RATIO
+
+    args = cli.build_parser().parse_args(["inspect"])
+    assert args.ratio == DEFAULT_RATIO == 0.5
+
+
+@pytest.mark.parametrize("env", [{"HF_HUB_OFFLINE": "1"}, {"HF_ENDPOINT": "http://127.0.0.1:9"}],
+                         ids=["offline", "hub-unreachable"])
+def test_inspect_with_an_unavailable_model_fails_in_one_line(env, tmp_path):
+    """No network needed: the Hub is either switched off or pointed at a closed local port. The command ends
+    with status 2 and one line naming the model, without transformers' retries (the old behaviour: a minute
+    of "Retrying in 8s" and a 100-line traceback). The timeout only guards a hang; Python and torch imports
+    alone can take a minute on a loaded machine, so no time is asserted."""
+    import os
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))}
+    out = subprocess.run([sys.executable, "-m", "jacap_lib", "inspect", "--model", "no/such-model", "--html",
+                          str(tmp_path / "e.html")], capture_output=True, text=True, timeout=300,
+                         env={**base, **env, "OMP_NUM_THREADS": "1"}, cwd=Path(__file__).resolve().parents[1])
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-3000:]
+    assert lines[0].startswith("jacap inspect: error: --model: model 'no/such-model' is not")
+    assert out.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    from jacap_lib.models import load_model
+
+    return load_model()
+
+
+@pytest.mark.model
+def test_inspect_layer_head_and_html_on_own_text(bundled, tmp_path, monkeypatch, capsys):
+    from jacap_lib.measure.eviction import parse_view
+    from jacap_lib.results import job
+
+    monkeypatch.setattr(job, "load_model", lambda args: bundled)
+    html = tmp_path / "out" / "e.html"
+    assert cli.main(["inspect", "--text", INSPECT_TEXT, "--method", "jacap[window=8]", "--layer", "3", "--head", "1",
+                     "--html", str(html)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("EvictionInspection(jacap at c=0.5 on SmolLM2-135M-Instruct: N=43 prompt tokens")
+    assert out[1] == "  per head: budget 21 = 9 kept by score + 12 protected (first 4 + last 8); 22 evicted"
+    i = out.index("layer 3, KV head 1: 9 kept by score + 12 protected of 43")
+    runs = parse_view(out[i + 1])
+    assert "".join(t for t, _ in runs) == INSPECT_TEXT and runs[0] == ("Maria keeps her bicycle", "protected")
+    assert out[-1] == f"wrote {html}"
+    text = html.read_text()
+    assert all(f'id="cell-{l}-{h}"' in text for l in range(30) for h in range(3))
+    # --file, --layer alone (all its heads); a text that leaves the score nothing says so
+    f = tmp_path / "t.txt"
+    f.write_text(INSPECT_TEXT)
+    assert cli.main(["inspect", "--file", str(f), "--layer", "0"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"layer 0, KV head {h}:" in out for h in range(3))
+    assert "the window was shrunk to 17" in out and "the score chose nothing" in out
+
+
+@pytest.mark.parametrize("argv,msg", [(["--layer", "30"], "--layer 30 out of range: the model has 30 layers"),
+                                      (["--layer", "0", "--head", "3"], "--head 3 out of range: the model has 3 KV")])
+def test_inspect_layer_head_beyond_the_model_exit_2_and_write_nothing(tmp_path, no_model, capsys, argv, msg):
+    """Checked against the bundled model's configuration, before its weights load."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(["inspect", "--text", INSPECT_TEXT, "--html", str(tmp_path / "e.html"), *argv])
+    assert e.value.code == 2 and msg in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

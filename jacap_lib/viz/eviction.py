@@ -14,6 +14,11 @@ no network, no plotly.js: the file opens offline in any browser).
 
 The page also works without JavaScript for the first shown head (the grid, legend and its text are
 written out; only the interaction needs a script).
+
+:data:`INSPECT` is the job ``jacap inspect`` (:class:`jacap_lib.results.job.Job`): one inspection printed
+(``--layer``/``--head``: the marked text of :meth:`~jacap_lib.measure.eviction.EvictionInspection.view`)
+and drawn (``--html``: :func:`to_html`); ``--kl-table`` runs :func:`jacap_lib.results.live.write_kl_table`.
+It lives here, with the drawing, because a job of :mod:`jacap_lib.results` may not import this layer.
 """
 from __future__ import annotations
 
@@ -23,7 +28,9 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["STATUS_COLOURS", "eviction_html", "to_html"]
+from ..results import job as J
+
+__all__ = ["STATUS_COLOURS", "eviction_html", "to_html", "INSPECT"]
 
 # background colour per status (text view and status map); evicted text is drawn in grey on no background
 STATUS_COLOURS = {"kept": "#a1d99b", "protected": "#9ecae1", "evicted": "#eeeeee"}
@@ -182,3 +189,123 @@ def to_html(insp, path, layer: int = 0, head: int = 0, *, title: str | None = No
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+# --------------------------------------------------------------------------------------------- the job `jacap inspect`
+def _inspect_arguments(p) -> None:
+    from ..measure.eviction import DEFAULT_RATIO
+
+    J.shared_options(p, seed=True, out="with --kl-table (default data/live/kl_table.json)")
+    p.add_argument("--method", default="jacap", help="registry name, optionally name[key=value,...]")
+    p.add_argument("--ratio", type=float, default=DEFAULT_RATIO,
+                   help=f"compression ratio in [0, 1) (default {DEFAULT_RATIO}, as inspect_eviction: with the default "
+                        "sinks + window, most of the budget is chosen by the score)")
+    p.add_argument("--text", default=None, help="the prompt itself (default: the live chapter's demo text)")
+    p.add_argument("--file", type=Path, default=None, help="a text file to use as the prompt")
+    p.add_argument("--layer", type=int, default=None,
+                   help="print this layer's KV heads with every token marked: [kept by score] «protected» ·evicted·")
+    p.add_argument("--head", type=int, default=None, help="with --layer: only this KV head")
+    p.add_argument("--html", type=Path, default=None,
+                   help="write the whole model (layer x head grid, every head's text coloured) to this .html file")
+    p.add_argument("--top", type=int, default=10, help="tokens listed at each end (without --layer / --html)")
+    p.add_argument("--kl-table", action="store_true",
+                   help="instead: KL(full || compressed) for every method x --ratios on the demo text, written to --out")
+    p.add_argument("--ratios", nargs="+", type=float, default=[0.5, 0.75, 0.9], help="with --kl-table")
+
+
+def _check_inspect(args) -> str | None:
+    """Every argument of ``jacap inspect`` (raises :class:`~jacap_lib.results.job.BadArgument`); returns the
+    prompt (``None``: the demo text). ``--layer``/``--head`` are checked against the model's configuration
+    (layers, KV heads) before its weights load."""
+    if args.kl_table:
+        used = [f for f in ("text", "file", "layer", "head", "html") if getattr(args, f) is not None]
+        J.check(not used, f"--{'/--'.join(used)}: not for --kl-table (it always uses the demo text)")
+        J.check_ratios(args.ratios)
+        if args.out is not None:
+            J.check_out_file(args.out, ".json")
+        J.check_model(args.model)
+        return None
+    J.check_ratios([args.ratio], "--ratio")
+    J.check(args.out is None, "--out is only for --kl-table (--html writes the inspection's page)")
+    from ..presses.registry import press_from_spec
+
+    try:
+        press_from_spec(args.method, args.ratio)
+    except ValueError as e:
+        raise J.BadArgument(f"--method: {e}") from None
+    J.check(args.text is None or args.file is None, "--text and --file: give one of them")
+    text = args.text
+    if text is not None:
+        J.check(text.strip() != "", "--text must be a non-empty text (the prompt itself; --file for a file)")
+        J.check(not Path(text).is_file(), f"--text takes the text itself; for the file {text} use --file")
+    if args.file is not None:
+        J.check(args.file.is_file(), f"--file {args.file} is not a file")
+        text = args.file.read_text(encoding="utf-8")
+        J.check(text.strip() != "", f"--file {args.file} is empty")
+    J.check_positive(args.top, "--top")
+    for flag, value in (("--layer", args.layer), ("--head", args.head)):
+        J.check(value is None or value >= 0, f"{flag} must be >= 0, got {value}")
+    J.check(args.head is None or args.layer is not None, "--head needs --layer (--layer alone shows all its heads)")
+    if args.html is not None:
+        J.check(args.html.suffix.lower() in (".html", ".htm"), f"--html {args.html} must end in .html")
+        J.check(not args.html.is_dir(), f"--html {args.html} is a folder; give a file name")
+    J.check_model(args.model)
+    if args.layer is not None:  # ranges that depend on the model: from its configuration, before the weights
+        from ..models import load_config
+
+        cfg = load_config(args.model)
+        n_layers, n_heads = cfg.num_hidden_layers, cfg.num_key_value_heads
+        J.check(args.layer < n_layers, f"--layer {args.layer} out of range: the model has {n_layers} layers "
+                                       f"(0-{n_layers - 1})")
+        J.check(args.head is None or args.head < n_heads,
+                f"--head {args.head} out of range: the model has {n_heads} KV heads (0-{n_heads - 1})")
+    return text
+
+
+def _run_inspect(args):
+    text = _check_inspect(args)
+    model, tok = J.load_model(args)
+    if args.kl_table:
+        from ..results.live import write_kl_table
+
+        path = write_kl_table(model, tok, out=args.out, ratios=tuple(args.ratios), model_name=args.model,
+                              progress=not args.no_progress)
+        print(f"wrote {path}")
+        return path
+    import warnings
+
+    from ..measure.eviction import DEMO_CONTEXT, MARKS, inspect_eviction
+    from ..presses.registry import parse_method
+
+    name, opts = parse_method(args.method)
+    with warnings.catch_warnings(record=True) as caught:  # the press's warnings, shown below as notes
+        warnings.simplefilter("always", RuntimeWarning)
+        insp = inspect_eviction(model, tok, DEMO_CONTEXT if text is None else text, name, args.ratio, **opts)
+    print(repr(insp))
+    for w in caught:
+        print(f"note: {w.message}")
+    if bool((insp.n_scored == 0).all()):
+        print("note: the budget holds only protected tokens, so the score chose nothing; lower --ratio or the "
+              "window (e.g. --method 'jacap[window=8]')")
+    if args.layer is not None:
+        legend = "  ".join(f"{MARKS[s][0]}{label}{MARKS[s][1]}" for s, label in
+                           (("kept", "kept by score"), ("protected", "protected: sink / window"), ("evicted", "evicted")))
+        print(f"marks: {legend}")
+        for h in [args.head] if args.head is not None else range(insp.n_heads):
+            print(f"\nlayer {args.layer}, KV head {h}: {int(insp.n_scored[args.layer, h])} kept by score + "
+                  f"{int(insp.n_protected[args.layer, h])} protected of {insp.n_tokens}")
+            print(insp.view(args.layer, h))
+    elif args.html is None:
+        frac = insp.keep_fraction()
+        order = frac.argsort(descending=True).tolist()
+        for title, idx in (("most kept", order[:args.top]), ("least kept", order[-args.top:][::-1])):
+            print(f"\n{title} (fraction of layer x head pairs keeping the token):")
+            for i in idx:
+                print(f"  {i:5d} {insp.tokens[i]!r:>16} {float(frac[i]):.2f}")
+    if args.html is not None:
+        print(f"wrote {to_html(insp, args.html, args.layer or 0, args.head or 0)}")
+    return insp
+
+
+INSPECT = J.Job("what one eviction keeps, per layer and KV head (--layer/--head: marked text, --html: the whole "
+                "model); --kl-table: the live chapter's KL table", _inspect_arguments, _run_inspect)
