@@ -194,8 +194,8 @@ def check_model_available(name, *, timeout: float = HUB_TIMEOUT) -> None:
     try:
         cached = try_to_load_from_cache(str(name), "config.json")
     except HFValidationError as err:
-        raise ModelUnavailableError(f"model {str(name)!r} is neither a local folder nor a valid Hugging Face id "
-                                    f"like 'org/model' ({err})") from None
+        raise ValueError(f"model {str(name)!r} is neither a local folder nor a valid Hugging Face id like "
+                         f"'org/model' ({err})") from None
     if isinstance(cached, str):
         return
     if _hub_offline():
