@@ -84,3 +84,10 @@ def test_wrapped_presses_sidecars_and_loose_option_mappings():
 def test_bad_input():
     with pytest.raises(ValueError, match="data"):
         deviations([1, 2])
+
+
+def test_top_level_shared_parameters_are_compared():
+    data = {"config": {"window": DEFAULT.window + 3, "tau": DEFAULT.tau, "budget": 56}, "rows": []}
+    assert [(d.option, d.where) for d in unexplained(data)] == [("window", "config")]
+    data["config"][MARKER] = {"window": "a short demo"}
+    assert unexplained(data) == []

@@ -15,7 +15,11 @@ Where options are recorded (and what they are compared with):
   (``jacap[window=0]``) is thereby the method's own and never a deviation;
 * a ``"jacap"`` mapping of options (the live chapter's KL table): compared with ``JacapPress()``;
 * ``"options"`` and ``"setup"`` mappings inside rows (the failure demos): their ``JacapPress`` fields
-  compared with ``JacapPress()``.
+  compared with ``JacapPress()``;
+* the configuration's own top-level ``tau``, ``noise``, ``deff_frac``, ``n_sink``, ``window`` and ``eps``
+  (Jacap's shared parameters, unambiguous wherever they appear: the decomposition, serving and speed runs).
+
+``JacapPress()``'s defaults are :data:`jacap_lib.config.DEFAULTS`, so this follows the one place they live.
 
 ``compression_ratio`` is a per-cell choice, not a default, and is never compared; neither is a class name
 (a renamed class keeps its options); an option a file does not record is not compared either (an old file
@@ -31,6 +35,7 @@ __all__ = ["Deviation", "deviations", "unexplained", "MARKER"]
 
 MARKER = "non_default"
 _SKIP = {"compression_ratio", "class"}
+_TOP = ("tau", "noise", "deff_frac", "n_sink", "window", "eps")
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,11 @@ def _walk(node, where: str, out: list, defaults: dict) -> None:
             _walk(value, f"{where}[{i}]", out, defaults)
 
 
+def _top(config, where: str, out: list, defaults: dict) -> None:
+    if isinstance(config, dict):
+        _compare({k: config[k] for k in _TOP if k in config}, defaults, where, out)
+
+
 def _reasons(config) -> dict:
     marker = config.get(MARKER) if isinstance(config, dict) else None
     return marker if isinstance(marker, dict) else {}
@@ -121,11 +131,13 @@ def deviations(data: dict) -> list[Deviation]:
     if isinstance(data.get("runs"), list):   # a .config.json sidecar: one configuration per run
         for i, run in enumerate(data["runs"]):
             found: list[Deviation] = []
+            _top(run, f"runs[{i}]", found, defaults)
             _walk(run, f"runs[{i}]", found, defaults)
             reasons = _reasons(run)
             out.extend(dataclasses.replace(d, explained=reasons.get(d.option)) for d in found)
         return out
     found = []
+    _top(data.get("config"), "config", found, defaults)
     _walk(data, "", found, defaults)
     reasons = _reasons(data.get("config"))
     return [dataclasses.replace(d, explained=reasons.get(d.option)) for d in found]
