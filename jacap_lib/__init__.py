@@ -12,7 +12,7 @@ checks it):
 1. :mod:`.theory`, :mod:`.examples`, :mod:`.scoring` (Algorithm 1, torch + :mod:`.scoring.triton`),
    :mod:`.stats`, :mod:`.selection` — the core
 2. :mod:`.hf` (model plumbing), :mod:`.models`, :mod:`.memory`
-3. :mod:`.presses` (kvpress presses + registry), :mod:`.decoding` (Algorithm 2)
+3. :mod:`.presses` (kvpress presses + registry), :mod:`.controller` (Algorithm 2)
 4. :mod:`.measure` — quality (KL), decomposition, failures, eviction inspection
 5. :mod:`.results` — the files under ``data/``
 6. :mod:`.viz` (plotly figures)   7. :mod:`.widgets`   8. :mod:`.exercises`   9. :mod:`.cli`, :mod:`.book`
@@ -62,9 +62,9 @@ _EXPORTS = {
     "rank_one_corrected_scores": "jacap_lib.scoring",
     "capture_heads": "jacap_lib.hf",
     # Algorithm 2 (decode-time controller)
-    "JacapDecodeController": "jacap_lib.decoding",
-    "EvictionEvent": "jacap_lib.decoding",
-    "ema_trace": "jacap_lib.decoding",
+    "JacapDecodeController": "jacap_lib.controller",
+    "EvictionEvent": "jacap_lib.controller",
+    "ema_trace": "jacap_lib.stats",
     # committed results
     "load_decoding_comparison": "jacap_lib.results.loaders",
     "decoding_summary": "jacap_lib.results.decoding_comparison",

@@ -2,7 +2,7 @@ r"""Jacap's parameters: each default and each validation rule written once.
 
 :class:`JacapConfig` is the one owner of the parameters that the press
 (:class:`~jacap_lib.presses.jacap.JacapPress`), the decode-time controller
-(:class:`~jacap_lib.decoding.JacapDecodeController`) and the scorers
+(:class:`~jacap_lib.controller.JacapDecodeController`) and the scorers
 (:func:`jacap_lib.jacap_scores`, :func:`jacap_lib.triton_jacap_scores`) share. Their signatures read their
 defaults from :data:`DEFAULTS`, and they validate a value with :func:`check` where it enters (the public
 entry points); what they hand on to each other is already valid and is not checked again.

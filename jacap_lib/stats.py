@@ -18,7 +18,7 @@ import torch
 from . import _checks
 from .config import DEFAULTS
 
-__all__ = ["flat_query_stats", "ema_query_stats", "ema_weights", "EMAQueryStats", "moment_stats"]
+__all__ = ["flat_query_stats", "ema_query_stats", "ema_weights", "EMAQueryStats", "moment_stats", "ema_trace", "ema_tradeoff"]
 
 
 def moment_stats(mu: torch.Tensor, m: torch.Tensor, eps: float, *, group: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,3 +114,39 @@ class EMAQueryStats:
     def lam(self) -> torch.Tensor:
         self._ready()
         return moment_stats(self._mu, self._m, self.eps)[1]
+
+
+# ------------------------------------------------------------------ the beta analysis of a query stream
+def ema_trace(q: torch.Tensor, beta: float, eps: float = DEFAULTS.eps) -> tuple[torch.Tensor, torch.Tensor]:
+    """The EMA statistics after every step of a query stream ``q (T, d)``: ``(mu, lam)``, each ``(T, d)``.
+
+    Same recursion as :class:`jacap_lib.stats.EMAQueryStats` (started at the first query)."""
+    _checks.tensor("q", q, min_dim=2)
+    stats = EMAQueryStats(beta, eps)
+    mus, lams = [], []
+    for qt in q.float().unbind(-2):
+        stats.update(qt)
+        mus.append(stats.mu.clone())
+        lams.append(stats.lam.clone())
+    return torch.stack(mus, -2), torch.stack(lams, -2)
+
+
+def ema_tradeoff(q: torch.Tensor, beta: float, horizon: int = 16, eps: float = DEFAULTS.eps) -> dict:
+    r"""How well the EMA mean after step t predicts the next ``horizon`` queries of a stream ``q (T, d)``.
+
+    Returns ``jitter`` (mean step-to-step change :math:`\lVert\mu_t-\mu_{t-1}\rVert`, the noise) and
+    ``lag_error`` (mean :math:`\lVert\mu_t-\bar q_{t+1..t+h}\rVert`, the tracking error against the
+    mean of the queries that are yet to come), both relative to the mean query norm.
+    """
+    horizon = _checks.nonneg_int("horizon", horizon)
+    _checks.tensor("q", q, min_dim=2)
+    T = q.shape[-2]
+    if horizon < 1 or T <= horizon + 1:
+        raise ValueError(f"`horizon` must be >= 1 and < T - 1 = {T - 1}, got {horizon}")
+    q = q.float()
+    mu, _ = ema_trace(q, beta, eps)
+    scale = q.norm(dim=-1).mean()
+    future = torch.stack([q[t + 1: t + 1 + horizon].mean(0) for t in range(T - horizon)])
+    lag = (mu[: T - horizon] - future).norm(dim=-1).mean() / scale
+    jitter = (mu[1:] - mu[:-1]).norm(dim=-1).mean() / scale
+    return {"beta": float(beta), "jitter": float(jitter), "lag_error": float(lag)}

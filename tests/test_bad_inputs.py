@@ -590,31 +590,43 @@ bad("controller-budget-plus-interval-above-high", lambda env: ctrl(env, high=40,
     "high", "interval", needs="tiny")
 bad("controller-protected-above-budget", lambda env: ctrl(env, n_sink=4, prefix=30, window=16), "budget", "prefix",
     needs="tiny")
-bad("controller-model-none", lambda env: decoding().JacapDecodeController(None, high=64, budget=40), "model")
+bad("controller-model-none", lambda env: controller().JacapDecodeController(None, high=64, budget=40), "model")
 bad("controller-positions-unknown-layer", lambda env: ctrl(env).positions(99), "layer", needs="tiny")
 bad("controller-query-stats-unknown-layer", lambda env: ctrl(env).query_stats(99), "layer", needs="tiny")
 bad("controller-evict-without-request", lambda env: ctrl(env).evict(), "forward", needs="tiny")
 bad("controller-attach-twice", lambda env: ctrl(env).attach().attach(), "attached", needs="tiny")
 
 
-def decoding():
-    from jacap_lib import decoding
+def controller():
+    from jacap_lib import controller
 
-    return decoding
+    return controller
 
 
-bad("replay-sequence-1d", lambda env: decoding().replay(env.tiny, torch.zeros(5, dtype=torch.long), 2), "sequence",
+def replay(*a, **kw):
+    from jacap_lib.measure.replay import replay as f
+
+    return f(*a, **kw)
+
+
+def kl_from_logits(*a, **kw):
+    from jacap_lib.measure.quality import kl_from_logits as f
+
+    return f(*a, **kw)
+
+
+bad("replay-sequence-1d", lambda env: replay(env.tiny, torch.zeros(5, dtype=torch.long), 2), "sequence",
     needs="tiny")
-bad("replay-n-prompt-zero", lambda env: decoding().replay(env.tiny, torch.zeros(1, 5, dtype=torch.long), 0), "n_prompt",
+bad("replay-n-prompt-zero", lambda env: replay(env.tiny, torch.zeros(1, 5, dtype=torch.long), 0), "n_prompt",
     needs="tiny")
-bad("replay-n-prompt-float", lambda env: decoding().replay(env.tiny, torch.zeros(1, 5, dtype=torch.long), 2.5), "n_prompt",
+bad("replay-n-prompt-float", lambda env: replay(env.tiny, torch.zeros(1, 5, dtype=torch.long), 2.5), "n_prompt",
     needs="tiny")
-bad("replay-sequence-float", lambda env: decoding().replay(env.tiny, torch.zeros(1, 5), 2), "sequence", needs="tiny")
-bad("kl-from-logits-shape", lambda env: decoding().kl_from_logits(torch.zeros(2, 5), torch.zeros(2, 4)), "logits")
-bad("ema-trace-q-1d", lambda env: decoding().ema_trace(torch.zeros(5), 0.5), "q")
-bad("ema-tradeoff-horizon-zero", lambda env: decoding().ema_tradeoff(torch.randn(20, 4), 0.5, horizon=0), "horizon")
-bad("ema-tradeoff-horizon-too-long", lambda env: decoding().ema_tradeoff(torch.randn(20, 4), 0.5, horizon=19), "horizon")
-bad("ema-tradeoff-q-1d", lambda env: decoding().ema_tradeoff(torch.randn(20), 0.5), "q")
+bad("replay-sequence-float", lambda env: replay(env.tiny, torch.zeros(1, 5), 2), "sequence", needs="tiny")
+bad("kl-from-logits-shape", lambda env: kl_from_logits(torch.zeros(2, 5), torch.zeros(2, 4)), "logits")
+bad("ema-trace-q-1d", lambda env: stats_mod().ema_trace(torch.zeros(5), 0.5), "q")
+bad("ema-tradeoff-horizon-zero", lambda env: stats_mod().ema_tradeoff(torch.randn(20, 4), 0.5, horizon=0), "horizon")
+bad("ema-tradeoff-horizon-too-long", lambda env: stats_mod().ema_tradeoff(torch.randn(20, 4), 0.5, horizon=19), "horizon")
+bad("ema-tradeoff-q-1d", lambda env: stats_mod().ema_tradeoff(torch.randn(20), 0.5), "q")
 
 # ============================================================================= models
 category("load_model")

@@ -35,7 +35,7 @@ def defaults_of(fn) -> dict:
 
 
 def controller_cls():
-    from jacap_lib.decoding import JacapDecodeController
+    from jacap_lib.controller import JacapDecodeController
 
     return JacapDecodeController
 

@@ -11,7 +11,10 @@ import torch
 
 import jacap_lib
 from jacap_lib import scoring, selection as select
-from jacap_lib.decoding import JacapDecodeController, ema_trace, ema_tradeoff, kl_from_logits, replay
+from jacap_lib.controller import JacapDecodeController
+from jacap_lib.measure.quality import kl_from_logits
+from jacap_lib.measure.replay import replay
+from jacap_lib.stats import ema_trace, ema_tradeoff
 from jacap_lib.stats import ema_query_stats
 
 PROMPT = "Write a long story about a lighthouse keeper who finds a map."
@@ -317,7 +320,7 @@ def test_kl_from_logits_against_brute_force():
 
 
 def _fake_events():
-    from jacap_lib.decoding import EvictionEvent
+    from jacap_lib.controller import EvictionEvent
 
     return [EvictionEvent(step=s, seq_len=40 + s, tokens_before=60, tokens_after=40, method=m, seconds=0.01,
                           kv_bytes_before=600, kv_bytes_after=400, entropy_before=2.0, entropy_after=1.8,

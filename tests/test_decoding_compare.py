@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from jacap_lib.decoding import kl_from_logits
+from jacap_lib.measure.quality import kl_from_logits
 from jacap_lib.measure.decoding_compare import AGE_EDGES, compare_decoding, decoding_methods, teacher_forced
 
 logging.getLogger("kvpress").setLevel(logging.ERROR)

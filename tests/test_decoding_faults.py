@@ -14,8 +14,9 @@ import warnings
 import pytest
 import torch
 
-from jacap_lib import decoding
-from jacap_lib.decoding import JacapDecodeController, replay
+from jacap_lib.controller import JacapDecodeController
+from jacap_lib.controller import decode as decoding  # the module whose clock, scorer and selector are faked
+from jacap_lib.measure.replay import replay
 from jacap_lib.scoring import CholeskyFailure
 
 N_PROMPT, HIGH, BUDGET, INTERVAL, N_SINK, WINDOW = 40, 48, 32, 4, 2, 8

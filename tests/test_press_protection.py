@@ -106,7 +106,7 @@ def test_bad_noise_options(kw, msg):
 
 
 def test_decode_controller_deff_option(tiny_llama):
-    from jacap_lib.decoding import JacapDecodeController
+    from jacap_lib.controller import JacapDecodeController
 
     with pytest.raises(ValueError, match="'deff'"):
         JacapDecodeController(tiny_llama, high=48, budget=24, window=4, noise="auto")

@@ -3,7 +3,7 @@ r"""Compression *during* decoding, measured: Algorithm 2 against kvpress's ``Dec
 Every method sees the same tokens (teacher forcing): a continuation is generated once without any
 compression, then replayed one token per forward through
 
-* ``alg2``: :class:`jacap_lib.decoding.JacapDecodeController` (EMA statistics of post-RoPE queries,
+* ``alg2``: :class:`jacap_lib.controller.JacapDecodeController` (EMA statistics of post-RoPE queries,
   every layer evicted together, keeps ``budget`` slots, never more than ``budget + interval``);
 * ``DecodingPress(<scorer>)``: kvpress's decoding wrapper (``compression_interval = interval``,
   ``target_size = budget``) around a scorer (Jacap, TOVA, KNorm, Expected Attention, StreamingLLM).
@@ -109,7 +109,7 @@ def teacher_forced(model, seq: torch.Tensor, n_prompt: int, method: str | None, 
     tokens' age histogram."""
     from transformers import DynamicCache
 
-    from ..decoding import JacapDecodeController
+    from ..controller import JacapDecodeController
 
     _checks.nonneg_int("budget", budget)
     _checks.nonneg_int("interval", interval)
@@ -174,7 +174,7 @@ def compare_decoding(model, seq: torch.Tensor, n_prompt: int, methods, *, budget
     ``top1_agree``, ``kl_binned`` (means over ``bins`` equal step ranges), ``peak_cache``,
     ``scoring_share`` (method work / run time), the age histogram and the timings.
     """
-    from ..decoding import kl_from_logits
+    from .quality import kl_from_logits
 
     methods = decoding_methods(methods)
     ref = teacher_forced(model, seq, n_prompt, None, budget=budget, interval=interval)

@@ -152,8 +152,7 @@ def run_case(model, prompt_ids: torch.Tensor, continuation_ids: torch.Tensor, *,
     ``answer_slice`` indexes the answer tokens inside ``continuation_ids``; ``critical`` lists prompt
     positions whose survival is reported; ``reference`` is the uncompressed
     :func:`jacap_lib.measure.quality.compressed_forward` output ``(logprobs, ...)`` for the KL."""
-    from ..decoding import kl_from_logits
-    from .quality import compressed_forward
+    from .quality import compressed_forward, kl_from_logits
 
     if answer_slice.start is None or answer_slice.start < 1:
         raise ValueError("`answer_slice` must start at >= 1 (the token before the answer predicts it)")

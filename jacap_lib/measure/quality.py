@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ..decoding import kl_from_logits
 from ..hf import capture_attn_outputs, decoder_layers_of
 
 __all__ = [
@@ -114,6 +113,15 @@ class QualityResult:
 
     def __float__(self) -> float:
         return float(self.kl)
+
+
+def kl_from_logits(ref_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """KL(p_ref || p) per row of two ``(..., vocab)`` logit tensors, in nats (float32)."""
+    if ref_logits.shape != logits.shape:
+        raise ValueError(f"`ref_logits` {tuple(ref_logits.shape)} and `logits` {tuple(logits.shape)} differ in shape")
+    lp_ref = torch.log_softmax(ref_logits.float(), -1)
+    lp = torch.log_softmax(logits.float(), -1)
+    return (lp_ref.exp() * (lp_ref - lp)).sum(-1).clamp_min(0.0)
 
 
 def _as_ids(x, tokenizer, name: str) -> torch.Tensor:

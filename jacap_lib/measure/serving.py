@@ -1,6 +1,6 @@
 """Algorithm 2 on a real generation (the serving chapter's study): one greedy continuation generated
 without eviction, then the same tokens replayed (teacher forcing) through
-:class:`jacap_lib.decoding.JacapDecodeController` for several beta values and through the sliding-window
+:class:`jacap_lib.controller.JacapDecodeController` for several beta values and through the sliding-window
 fallback, each judged on identical tokens by the next-token KL against the uncompressed model; plus the
 EMA's noise/lag trade-off on one layer's raw query stream.
 
@@ -38,7 +38,10 @@ def serving_study(model, tok, cfg: dict, *, progress: bool = True) -> dict:
     import torch
     from tqdm.auto import tqdm
 
-    from ..decoding import JacapDecodeController, ema_trace, ema_tradeoff, kl_from_logits, replay
+    from ..controller import JacapDecodeController
+    from ..stats import ema_trace, ema_tradeoff
+    from .quality import kl_from_logits
+    from .replay import replay
 
     model.eval()
     inputs = tok.apply_chat_template([{"role": "user", "content": cfg["prompt"]}], add_generation_prompt=True,

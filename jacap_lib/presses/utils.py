@@ -25,7 +25,7 @@ def _current_positions(hidden_states: torch.Tensor, kwargs: dict) -> torch.Tenso
 
     ``position_ids`` first: it is what RoPE used, and it stays the true position when the cache has been
     compressed, while ``cache_position`` is then only the true position if the caller passed it
-    (``generate`` and :func:`jacap_lib.decoding.replay` do; kvpress's pipeline passes ``position_ids``
+    (``generate`` and :func:`jacap_lib.measure.replay.replay` do; kvpress's pipeline passes ``position_ids``
     only, so the model derives ``cache_position`` from the compressed cache length). A direct call
     without either (``press.score(..., kwargs={})``) is taken as a prefill from position 0 of exactly
     ``hidden_states``.

@@ -1,4 +1,4 @@
-"""The serving chapter's job: Algorithm 2 (:class:`jacap_lib.decoding.JacapDecodeController`) on the
+"""The serving chapter's job: Algorithm 2 (:class:`jacap_lib.controller.JacapDecodeController`) on the
 bundled model -> ``data/serving/serving_run.json``. Command line: ``jacap serve-run`` (~6 min on two
 busy CPU cores).
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from jacap_lib.decoding import ema_trace, ema_tradeoff
+from jacap_lib.stats import ema_trace, ema_tradeoff
 from jacap_lib.results.loaders import load_serving_run
 from jacap_lib.viz import serving as V
 
@@ -18,7 +18,7 @@ def load_run(path=None) -> dict:
 
 def beta_view(q, beta: float, horizon: int = 16) -> dict:
     """EMA of a one-coordinate (or ``(T, d)``) query stream for any ``beta``: the trajectory of the
-    mean and the noise/lag summary of :func:`jacap_lib.decoding.ema_tradeoff`."""
+    mean and the noise/lag summary of :func:`jacap_lib.stats.ema_tradeoff`."""
     q = torch.as_tensor(q, dtype=torch.float32)
     if q.dim() == 1:
         q = q[:, None]

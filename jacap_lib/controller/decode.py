@@ -47,51 +47,18 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import dataclass, field
 
 import torch
 
-from . import _checks, config
-from .config import DEFAULTS
-from .hf import apply_rope, attention_modules
-from . import scoring as _scoring
-from . import selection as _select
-from .stats import EMAQueryStats, moment_stats
+from .. import _checks, config
+from .. import scoring as _scoring
+from .. import selection as _select
+from ..config import DEFAULTS
+from ..hf import apply_rope, attention_modules
+from ..stats import EMAQueryStats, moment_stats
+from .events import EvictionEvent
 
-__all__ = ["JacapDecodeController", "EvictionEvent", "replay", "kl_from_logits", "ema_trace", "ema_tradeoff"]
-
-
-@dataclass
-class EvictionEvent:
-    """What one eviction did (one entry of :attr:`JacapDecodeController.events`).
-
-    Counts are cache *slots* per layer and KV head (all layers and rows hold the same number).
-    ``age_counts`` histograms the age (current position minus original position) of the real
-    tokens kept, pooled over layers, KV heads and rows, with bin edges ``age_edges``.
-    ``entropy_before/after`` is the attention entropy (nats) of the step's last query over the
-    cache before and after, averaged over layers, query heads and rows.
-    """
-
-    step: int
-    seq_len: int
-    tokens_before: int
-    tokens_after: int
-    method: str
-    seconds: float
-    kv_bytes_before: int
-    kv_bytes_after: int
-    entropy_before: float
-    entropy_after: float
-    age_edges: list
-    age_counts: list
-    mean_age_kept: float
-    fallback_reason: str | None = None
-    fallback_layers: list = field(default_factory=list)
-    kept_positions: list | None = None  # per layer LongTensor (b, H_kv, budget) when record_kept=True
-
-    def to_dict(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k != "kept_positions"}
-        return d
+__all__ = ["JacapDecodeController"]
 
 
 class JacapDecodeController:
@@ -499,91 +466,3 @@ class JacapDecodeController:
         )
         self.events.append(event)
         return event
-
-
-def replay(model, sequence: torch.Tensor, n_prompt: int, controller: "JacapDecodeController | None" = None,
-           *, progress: bool = False) -> torch.Tensor:
-    """Teacher-forced decoding: feed ``sequence (1, T)`` to ``model`` -- the first ``n_prompt`` tokens in
-    one forward, then one token per forward -- with ``controller`` attached (if given).
-
-    Returns the float32 logits ``(T - n_prompt + 1, vocab)`` predicting tokens ``n_prompt .. T``, so two
-    controllers (or none) can be compared on the *same* tokens, e.g. with :func:`kl_from_logits`.
-    """
-    from transformers import DynamicCache
-
-    if not isinstance(sequence, torch.Tensor) or sequence.dim() != 2 or sequence.shape[0] != 1:
-        raise ValueError(f"`sequence` must be a (1, T) tensor of token ids, got {getattr(sequence, 'shape', sequence)!r}")
-    if sequence.is_floating_point() or sequence.dtype == torch.bool:
-        raise ValueError(f"`sequence` must hold integer token ids, got dtype {sequence.dtype}")
-    T = sequence.shape[1]
-    if isinstance(n_prompt, bool) or not isinstance(n_prompt, int) or not 0 < n_prompt <= T:
-        raise ValueError(f"`n_prompt` must lie in [1, T={T}], got {n_prompt}")
-    cache = DynamicCache(config=model.config)
-    steps = range(n_prompt, T)
-    if progress:
-        from tqdm.auto import tqdm
-
-        steps = tqdm(steps, desc="replay", leave=False)
-    out = []
-    ctx = controller if controller is not None else _Null()
-    with ctx, torch.no_grad():
-        logits = model(input_ids=sequence[:, :n_prompt], past_key_values=cache).logits[:, -1]
-        out.append(logits.float())
-        for t in steps:
-            pos = torch.tensor([t], device=sequence.device)
-            logits = model(input_ids=sequence[:, t:t + 1], past_key_values=cache, cache_position=pos,
-                           position_ids=pos[None]).logits[:, -1]
-            out.append(logits.float())
-    return torch.cat(out, 0)
-
-
-class _Null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def kl_from_logits(ref_logits: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    """KL(p_ref || p) per row of two ``(..., vocab)`` logit tensors, in nats (float32)."""
-    if ref_logits.shape != logits.shape:
-        raise ValueError(f"`ref_logits` {tuple(ref_logits.shape)} and `logits` {tuple(logits.shape)} differ in shape")
-    lp_ref = torch.log_softmax(ref_logits.float(), -1)
-    lp = torch.log_softmax(logits.float(), -1)
-    return (lp_ref.exp() * (lp_ref - lp)).sum(-1).clamp_min(0.0)
-
-
-def ema_trace(q: torch.Tensor, beta: float, eps: float = DEFAULTS.eps) -> tuple[torch.Tensor, torch.Tensor]:
-    """The EMA statistics after every step of a query stream ``q (T, d)``: ``(mu, lam)``, each ``(T, d)``.
-
-    Same recursion as :class:`jacap_lib.stats.EMAQueryStats` (started at the first query)."""
-    _checks.tensor("q", q, min_dim=2)
-    stats = EMAQueryStats(beta, eps)
-    mus, lams = [], []
-    for qt in q.float().unbind(-2):
-        stats.update(qt)
-        mus.append(stats.mu.clone())
-        lams.append(stats.lam.clone())
-    return torch.stack(mus, -2), torch.stack(lams, -2)
-
-
-def ema_tradeoff(q: torch.Tensor, beta: float, horizon: int = 16, eps: float = DEFAULTS.eps) -> dict:
-    r"""How well the EMA mean after step t predicts the next ``horizon`` queries of a stream ``q (T, d)``.
-
-    Returns ``jitter`` (mean step-to-step change :math:`\lVert\mu_t-\mu_{t-1}\rVert`, the noise) and
-    ``lag_error`` (mean :math:`\lVert\mu_t-\bar q_{t+1..t+h}\rVert`, the tracking error against the
-    mean of the queries that are yet to come), both relative to the mean query norm.
-    """
-    horizon = _checks.nonneg_int("horizon", horizon)
-    _checks.tensor("q", q, min_dim=2)
-    T = q.shape[-2]
-    if horizon < 1 or T <= horizon + 1:
-        raise ValueError(f"`horizon` must be >= 1 and < T - 1 = {T - 1}, got {horizon}")
-    q = q.float()
-    mu, _ = ema_trace(q, beta, eps)
-    scale = q.norm(dim=-1).mean()
-    future = torch.stack([q[t + 1: t + 1 + horizon].mean(0) for t in range(T - horizon)])
-    lag = (mu[: T - horizon] - future).norm(dim=-1).mean() / scale
-    jitter = (mu[1:] - mu[:-1]).norm(dim=-1).mean() / scale
-    return {"beta": float(beta), "jitter": float(jitter), "lag_error": float(lag)}
