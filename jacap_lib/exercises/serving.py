@@ -1,13 +1,12 @@
 """Exercises of the chapter labelled ``serving`` (Algorithm 2 during decoding).
 
 Exercise 1 is about the chapter's own live run, so ``check`` is given its controller; the others compute
-their answers from the library (:func:`jacap_lib.stats.ema_weights`, :func:`jacap_lib.decoding.ema_tradeoff`)."""
+their answers from the library (:func:`jacap_lib.stats.ema_weights`, :func:`jacap_lib.stats.ema_tradeoff`)."""
 from __future__ import annotations
 
 import torch
 
-from ..decoding import ema_tradeoff
-from ..stats import ema_weights
+from ..stats import ema_tradeoff, ema_weights
 from ._core import Exercise, integer, number
 
 CHAPTER = "serving"
