@@ -36,13 +36,36 @@ def module_files(root: Path = ROOT) -> dict[str, Path]:
     return out
 
 
-def imports_of(name: str, path: Path, modules: dict) -> set[str]:
-    """Modules of the package that ``name`` imports (``from pkg import mod`` counts as ``pkg.mod``)."""
+def lazy_exports(modules: dict) -> dict[str, dict[str, str]]:
+    """Per package, its lazy public names (PEP 562, :mod:`jacap_lib._lazy`): the dict literal in its
+    ``__init__.py`` mapping each name to the module that defines it (``jacap_lib/__init__.py``'s
+    ``_EXPORTS``). ``from jacap_lib import X`` is an import of that module, not of the package."""
+    out = {}
+    for name, path in modules.items():
+        if path.name != "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict) and node.value.keys:
+                items = list(zip(node.value.keys, node.value.values))
+                if all(isinstance(k, ast.Constant) and isinstance(k.value, str) and isinstance(v, ast.Constant)
+                       and isinstance(v.value, str) and v.value in modules for k, v in items):
+                    out.setdefault(name, {}).update({k.value: v.value for k, v in items})
+    return out
+
+
+def imports_of(name: str, path: Path, modules: dict, exports: dict | None = None) -> set[str]:
+    """Modules of the package that ``name`` imports (``from pkg import mod`` counts as ``pkg.mod``; a lazy
+    public name of a package, ``from jacap_lib import X`` or ``import jacap_lib; jacap_lib.X``, counts as
+    the module that defines ``X``, from ``exports`` = :func:`lazy_exports`)."""
+    exports = lazy_exports(modules) if exports is None else exports
     is_pkg = path.name == "__init__.py"
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    bound = {}  # local name -> package imported whole (``import jacap_lib [as jl]``)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
+            bound.update({a.asname or a.name: a.name for a in node.names if a.name in exports})
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = name.split(".")
@@ -52,7 +75,15 @@ def imports_of(name: str, path: Path, modules: dict) -> set[str]:
                 stem = node.module or ""
             for a in node.names:
                 full = f"{stem}.{a.name}"
-                found.add(full if full in modules else stem)
+                if full in modules:
+                    found.add(full)
+                elif a.name in exports.get(stem, {}):
+                    found.add(exports[stem][a.name])
+                else:
+                    found.add(stem)
+    for node in ast.walk(tree):  # jacap_lib.X through a package imported whole
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound:
+            found.add(exports[bound[node.value.id]].get(node.attr, bound[node.value.id]))
     out = set()
     for target in found:
         # an import of a.b.c also runs a.b's and a's __init__, but those are the packages' own business:
@@ -72,7 +103,8 @@ def layer_of(name: str) -> int:
 
 
 def violations(modules: dict) -> tuple[list[str], list[list[str]]]:
-    graph = {m: imports_of(m, p, modules) for m, p in modules.items()}
+    exports = lazy_exports(modules)
+    graph = {m: imports_of(m, p, modules, exports) for m, p in modules.items()}
     upward = []
     for m, targets in sorted(graph.items()):
         for t in sorted(targets):
@@ -128,6 +160,29 @@ def test_checker_catches_an_upward_import_and_a_loop(tmp_path):
 def stdlib_clashes(modules: dict) -> list[str]:
     """Modules of the package, at any depth, named like a standard-library module."""
     return [m for m in modules if m != "jacap_lib" and m.rpartition(".")[2] in sys.stdlib_module_names]
+
+
+def test_checker_catches_an_upward_import_through_the_lazy_facade(tmp_path):
+    """A layer-1 module reaching a layer-5 name through the package's lazy top level (``from jacap_lib
+    import X``, ``from .. import X``, ``import jacap_lib; jacap_lib.X``) is the upward import it hides."""
+    pkg = tmp_path / "jacap_lib"
+    (pkg / "results").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "from ._lazy import lazy_attributes\n"
+        "_EXPORTS = {'load_things': 'jacap_lib.results.loaders', 'select_keep': 'jacap_lib.selection'}\n"
+        "__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS, sorted(_EXPORTS))\n")
+    (pkg / "_lazy.py").write_text("def lazy_attributes(*a):\n    return None, None\n")
+    (pkg / "results" / "__init__.py").write_text("")
+    (pkg / "results" / "loaders.py").write_text("def load_things():\n    return 1\n")
+    (pkg / "selection.py").write_text("def select_keep():\n    return 0\n")
+    (pkg / "theory.py").write_text("from jacap_lib import load_things, select_keep\n")          # L1 -> L5 (and L1)
+    (pkg / "stats.py").write_text("def f():\n    from . import load_things\n")                  # relative
+    (pkg / "examples.py").write_text("import jacap_lib as J\n\ndef f():\n    return J.load_things()\n")
+    (pkg / "scoring.py").write_text("import jacap_lib\n\nx = jacap_lib.select_keep\n")            # same layer: fine
+    upward, loops = violations(module_files(pkg))
+    assert upward == [f"jacap_lib.{m} (layer 1) imports jacap_lib.results.loaders (layer 5)"
+                      for m in ("examples", "stats", "theory")]
+    assert not loops
 
 
 @pytest.mark.skipif(sys.version_info < (3, 10), reason="sys.stdlib_module_names is 3.10+")
