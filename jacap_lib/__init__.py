@@ -30,6 +30,21 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # Jacap's parameters (one default and one check each)
     "JacapConfig": "jacap_lib.config",
+    # exact small-n math and the worked examples of the theory chapters
+    "softmax_jacobian": "jacap_lib.theory",
+    "attention": "jacap_lib.theory",
+    "attention_jacobian": "jacap_lib.theory",
+    "removal_loss": "jacap_lib.theory",
+    "random_cache": "jacap_lib.examples",
+    "deletion_damage": "jacap_lib.examples",
+    "deletion_damage_curve": "jacap_lib.examples",
+    "leverage_example": "jacap_lib.examples",
+    "weighted_capacity": "jacap_lib.examples",
+    "selection_by_budget": "jacap_lib.examples",
+    "monotonicity_counterexample": "jacap_lib.examples",
+    "submodularity_counterexample": "jacap_lib.examples",
+    "NOTE_U": "jacap_lib.examples",
+    "NOTE_W": "jacap_lib.examples",
     # Algorithm 1 core
     "jacap_scores": "jacap_lib.scoring",
     "JacapScores": "jacap_lib.scoring",
@@ -61,12 +76,14 @@ _EXPORTS = {
     "full_reference": "jacap_lib.measure.quality",
     "rank_one_corrected_scores": "jacap_lib.scoring",
     "capture_heads": "jacap_lib.hf",
+    "head_tensors": "jacap_lib.hf",
     # Algorithm 2 (decode-time controller)
     "JacapDecodeController": "jacap_lib.controller",
     "EvictionEvent": "jacap_lib.controller",
     "ema_trace": "jacap_lib.stats",
     # committed results
     "load_decoding_comparison": "jacap_lib.results.loaders",
+    "load_failures": "jacap_lib.results.loaders",
     "decoding_summary": "jacap_lib.results.decoding_comparison",
 }
 

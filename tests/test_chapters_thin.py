@@ -2,13 +2,20 @@
 
 Per chapter source (book/chapters/*.md): no ``def``/``class`` outside an exercise solution (a hidden
 code cell that calls ``exercises.check``), no code cell over MAX_LINES lines (blank lines, comments and
-cell options not counted), no file opened by path, at most MAX_MODULES jacap_lib modules imported
-(``from jacap_lib import load_model, jacap_scores`` is one module: the package; ``from jacap_lib
-import viz, widgets`` is two)."""
+cell options not counted), no file opened by path, and at most MAX_MODULES parts of jacap_lib drawn on,
+counted truthfully by where each name the chapter uses lives: a part is a first-level module or package
+(``jacap_lib.theory``, ``jacap_lib.viz`` with its sub-modules, ``jacap_lib.results``, ...), and a name
+reached through a module that merely imports it (``WT.rotated_example`` with ``WT = widgets.theory``)
+counts as the part that defines it. The top-level API is one part: ``from jacap_lib import load_model,
+jacap_scores`` and ``import jacap_lib as jl; jl.random_cache`` draw on ``jacap_lib`` (its lazy-export
+table), ``from jacap_lib import viz, widgets`` on two parts."""
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.util
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -38,17 +45,117 @@ def _is_solution(opts: list[str], code: str) -> bool:
 
 
 def _modules(code: str) -> set[str]:
-    mods = set()
-    for pkg, names, plain in IMPORT.findall(code):
-        if plain:
-            mods.add(plain.split(" as ")[0])
-            continue
-        for name in names.replace("(", "").replace(")", "").split(","):
-            name = name.strip().split(" as ")[0].strip()
-            if not name:
+    """The parts of jacap_lib one piece of code draws on (see the module docstring)."""
+    return modules_used([code])
+
+
+def _part(module: str) -> str:
+    """``jacap_lib`` (the top-level API) or the first-level module/package holding ``module``."""
+    return ".".join(module.split(".")[:2])
+
+
+def _home(module: str, name: str, seen=()) -> str:
+    """The module that defines ``module.name``: a class's or function's ``__module__``; else (a constant)
+    followed through ``from X import name`` / ``from X import *`` in ``module``'s source."""
+    obj = getattr(importlib.import_module(module), name)
+    home = getattr(obj, "__module__", None) if isinstance(obj, (type, types.FunctionType)) else None
+    if isinstance(home, str) and home.startswith("jacap_lib"):
+        return home
+    spec = importlib.util.find_spec(module)
+    if not spec or not spec.origin or module in seen:
+        return module
+    tree = ast.parse(Path(spec.origin).read_text())
+    star = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            base = module.split(".")
+            if node.level:
+                base = base[: len(base) - node.level + (1 if spec.origin.endswith("__init__.py") else 0)]
+                src = ".".join(base + ([node.module] if node.module else []))
+            else:
+                src = node.module or ""
+            if not src.startswith("jacap_lib"):
                 continue
-            sub = f"{pkg}.{name}"
-            mods.add(sub if importlib.util.find_spec(pkg) and _is_module(sub) else pkg)
+            for a in node.names:
+                if a.name == "*":
+                    star.append(src)
+                elif (a.asname or a.name) == name:
+                    return _home(src, a.name, seen + (module,))
+    for src in star:
+        if hasattr(importlib.import_module(src), name):
+            return _home(src, name, seen + (module,))
+    return module
+
+
+def _unit(module: str, name: str) -> tuple[str, str | None]:
+    """``(part counted, module bound)`` for ``module.name``: a sub-module binds (and, reached from the
+    top-level package, counts) itself; a lazy public name of the package counts as the API."""
+    full = f"{module}.{name}"
+    if _is_module(full):
+        return (_part(full) if module == "jacap_lib" else _part(module)), full
+    if module == "jacap_lib":
+        import jacap_lib
+
+        if name in getattr(jacap_lib, "_EXPORTS", {}) or name in vars(jacap_lib):
+            return "jacap_lib", None
+    return _part(_home(module, name)), None
+
+
+def _chain(node) -> list[str] | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return [node.id] + parts[::-1] if isinstance(node, ast.Name) else None
+
+
+def modules_used(codes: list[str]) -> set[str]:
+    """The parts of jacap_lib that these cells (in order, one namespace) draw on."""
+    mods, bound = set(), {}  # bound: local name -> jacap_lib module
+
+    def resolve(chain):
+        module = bound.get(chain[0])
+        if module is None:
+            return None
+        for attr in chain[1:]:
+            part, sub = _unit(module, attr)
+            mods.add(part)
+            if sub is None:
+                return None
+            module = sub
+        return module
+
+    for code in codes:
+        code = "\n".join("" if l.lstrip().startswith(("%", "!")) else l for l in code.split("\n"))
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("jacap_lib"):
+                        mods.add(_part(a.name))
+                        bound[a.asname or a.name.split(".")[0]] = a.name if a.asname else "jacap_lib"
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jacap_lib") and not node.level:
+                for a in node.names:
+                    part, sub = _unit(node.module, a.name)
+                    mods.add(part)
+                    if sub is not None:
+                        bound[a.asname or a.name] = sub
+            elif isinstance(node, ast.Assign):  # VT, WT = viz.theory, widgets.theory
+                targets = node.targets[0].elts if isinstance(node.targets[0], ast.Tuple) else [node.targets[0]]
+                values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                for t, v in zip(targets, values):
+                    chain = _chain(v)
+                    module = resolve(chain) if chain else None
+                    if isinstance(t, ast.Name) and module is not None:
+                        bound[t.id] = module
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                chain = _chain(node)
+                if chain:
+                    resolve(chain)
     return mods
 
 
@@ -60,7 +167,7 @@ def _is_module(name: str) -> bool:
 
 
 def problems(text: str) -> list[str]:
-    found, mods = [], set()
+    found, codes = [], []
     for i, (opts, code) in enumerate(_cells(text), 1):
         lines = [l for l in code.split("\n") if l.strip() and not l.strip().startswith("#")]
         solution = _is_solution(opts, code)
@@ -70,8 +177,8 @@ def problems(text: str) -> list[str]:
             found.append(f"cell {i}: {len(lines)} lines (> {MAX_LINES})")
         if OPENS.search(code):
             found.append(f"cell {i}: opens a file by path (use a jacap_lib.results loader)")
-        mods |= _modules(code)
-    mods -= NOT_COUNTED
+        codes.append(code)
+    mods = modules_used(codes) - NOT_COUNTED
     if len(mods) > MAX_MODULES:
         found.append(f"imports {len(mods)} jacap_lib modules (> {MAX_MODULES}): {sorted(mods)}")
     return found
@@ -96,3 +203,19 @@ def test_the_checker_can_fail():
     solution = "```{code-cell} ipython3\n:tags: [hide-cell]\ndef g():\n    pass\nexercises.check('x.1', g())\n```\n"
     assert problems(solution) == []
     assert _modules("from jacap_lib import load_model, jacap_scores\n") == {"jacap_lib"}
+
+
+def test_modules_are_counted_where_the_names_live():
+    """A name reached through a module that only imports it counts as its home; a package's own
+    sub-modules are the package; the top-level API is one part."""
+    assert _modules("from jacap_lib import viz, widgets\nVT, WT = viz.theory, widgets.theory\n"
+                    "VT.leverage_angle_figure\nWT.leverage_app\n") == {"jacap_lib.viz", "jacap_lib.widgets"}
+    # widgets.theory imports rotated_example from examples for its app: reaching it there is reaching examples
+    assert _modules("from jacap_lib.widgets import theory as WT\nWT.rotated_example(10, 0.5)\n") == {
+        "jacap_lib.widgets", "jacap_lib.examples"}
+    assert _modules("from jacap_lib.widgets.theory import rotated_example\n") == {"jacap_lib.examples"}
+    assert _modules("import jacap_lib as jl\njl.random_cache(4)\njl.load_model()\n") == {"jacap_lib"}
+    assert _modules("import jacap_lib as jl\njl.viz.theory.saturation_figure\n") == {"jacap_lib", "jacap_lib.viz"}
+    assert _modules("from jacap_lib.results import loaders as R\nR.load_grid_summary()\n") == {"jacap_lib.results"}
+    fat = "from jacap_lib import viz, widgets, theory as T\nWT = widgets.theory\nWT.rotated_example\n"
+    assert any("imports 4" in p for p in problems("```{code-cell} ipython3\n" + fat + "```\n"))

@@ -8,14 +8,14 @@ import torch
 
 from jacap_lib import viz
 from jacap_lib.viz import theory as V
-from jacap_lib.widgets import theory as W
+from jacap_lib import memory as MEM
 
 
 def test_kv_memory_slider_steps_apply_compression():
-    fig = V.kv_memory_figure(W.MODEL_KV_CONFIGS, tokens=131072, compressions=(0.0, 0.9))
+    fig = V.kv_memory_figure(MEM.MODEL_KV_CONFIGS, tokens=131072, compressions=(0.0, 0.9))
     steps = fig.layout.sliders[0].steps
     y0, y9 = steps[0].args[0]["y"][0], steps[1].args[0]["y"][0]
-    i = list(W.MODEL_KV_CONFIGS).index("Llama-3.1-8B")
+    i = list(MEM.MODEL_KV_CONFIGS).index("Llama-3.1-8B")
     assert y0[i] == 16.0
     assert y9[i] == pytest.approx(2 * 32 * 8 * 13107 * 128 * 2 / 2**30)
 

@@ -11,12 +11,11 @@ import math
 
 import plotly.graph_objects as go
 
-from ..results.loaders import load_decomposition, load_failures  # noqa: F401 (re-exported for the chapters)
+from ..results.loaders import load_decomposition
 from .style import clip_outliers, finish, method_style
 
 __all__ = [
     "load_records",
-    "load_failures",
     "taylor_error_figure",
     "diagonal_error_figure",
     "selection_figure",

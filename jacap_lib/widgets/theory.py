@@ -1,14 +1,13 @@
 """Live widgets of the theory chapters. Their callbacks are the plain functions of
-:mod:`jacap_lib.examples` and :mod:`jacap_lib.memory`; the ``*_app`` factories wire them to ipywidgets
-and are only built in a live kernel (see :func:`jacap_lib.widgets.show`).
+:mod:`jacap_lib.examples` and :mod:`jacap_lib.memory` (imported from there by whoever uses them; this
+module re-exports nothing); the ``*_app`` factories wire them to ipywidgets and are only built in a live
+kernel (see :func:`jacap_lib.widgets.show`).
 """
 from __future__ import annotations
 
 import math
 
-from jacap_lib.examples import *  # noqa: F401,F403 (the widgets' callbacks; re-exported for the chapters)
 from jacap_lib.examples import capacity_vs_sharpness, rotated_example, two_token_sensitivity
-from jacap_lib.memory import *  # noqa: F401,F403
 from jacap_lib.memory import DTYPE_BYTES, MODEL_KV_CONFIGS, kv_memory_table
 
 
