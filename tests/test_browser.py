@@ -204,10 +204,16 @@ PROBE = """<script>
       for (var node = walker.nextNode(); node; node = walker.nextNode()) {
         var re = /\\S+/g, m;
         while ((m = re.exec(node.data))) {
-          var r = document.createRange(); r.setStart(node, m.index); r.setEnd(node, m.index + m[0].length);
-          var tops = {};
-          Array.prototype.forEach.call(r.getClientRects(), function (b) { if (b.width > 0) tops[Math.round(b.top)] = 1; });
-          if (Object.keys(tops).length > 1) found.push(m[0].slice(0, 40));
+          // a number stays on one line; words may break only after a dash or slash ("quality–compression")
+          var parts = /\\d/.test(m[0]) ? [m[0]] : m[0].match(/[^\\/\u2013\u2014-]+[\\/\u2013\u2014-]*|[\\/\u2013\u2014-]+/g);
+          var at = m.index;
+          for (var q = 0; q < parts.length; q++) {
+            var r = document.createRange(); r.setStart(node, at); r.setEnd(node, at + parts[q].length);
+            at += parts[q].length;
+            var tops = {};
+            Array.prototype.forEach.call(r.getClientRects(), function (b) { if (b.width > 0) tops[Math.round(b.top)] = 1; });
+            if (Object.keys(tops).length > 1) { found.push(m[0].slice(0, 40)); break; }
+          }
         }
       }
     });
@@ -576,7 +582,8 @@ def test_probe_finds_misleading_figures_tables_and_paths(tmp_path):
         "<html><head><script src='plotly.min.js'></script></head><body><article class='bd-article' style='width:760px'>"
         + html + "<div class='cell_output'><div class='output text_html'><table>"
         "<tr><td style='width:40px;max-width:40px;overflow-wrap:anywhere'>0.1339/39127</td>"
-        "<td style='width:40px;max-width:40px'>12 34 56 78 90</td></tr></table></div></div>"
+        "<td style='width:40px;max-width:40px'>12 34 56 78 90</td>"
+        "<td style='width:60px;max-width:60px'>quality\u2013compression</td></tr></table></div></div>"
         "<p>written to /work/runs/seed0/out.json</p></article></body></html>", encoding="utf-8")
     r = _probe_page(page, timeout=90.0)
     assert r["drawn"] == r["figures"] == len(figs), r
