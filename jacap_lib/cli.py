@@ -10,6 +10,7 @@
     jacap compare-decoding [--quick]               Algorithm 2 vs kvpress DecodingPress -> data/serving/
     jacap decompose [--only taylor diagonal ...]   error decomposition -> data/decomposition/*.json
     jacap diagnose mechanisms|query-stats          mechanism diagnostics -> data/diagnostics/*.json
+    jacap evaluate tune|test|time [--quick]        the evaluation protocol -> data/results/eval/
     jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token
     jacap inspect --layer 3 --head 1 [--text ...]  one head's text, kept/protected/evicted marked
     jacap inspect --html eviction.html             the whole model as a self-contained HTML page
@@ -51,6 +52,12 @@ COMMANDS = {
     "diagnose": ("mechanism and query-statistics diagnostics -> data/diagnostics/*.json", {
         "mechanisms": "jacap_lib.results.diagnostics:MECHANISMS",
         "query-stats": "jacap_lib.results.diagnostics:QUERY_STATS",
+    }),
+    "evaluate": ("the evaluation protocol: every method tuned alike on the tune documents, judged on the test "
+                 "documents -> data/results/eval/", {
+        "tune": "jacap_lib.results.evaluation:TUNE",
+        "test": "jacap_lib.results.evaluation:TEST",
+        "time": "jacap_lib.results.evaluation:TIME",
     }),
     "inspect": "jacap_lib.viz.eviction:INSPECT",
     "serve-run": "jacap_lib.results.serving:JOB",

@@ -1,0 +1,547 @@
+"""The evaluation jobs: every method tuned the same way on the tune documents, judged on the test ones.
+
+``jacap evaluate tune``  every setting of :data:`~jacap_lib.results.protocol.SEARCH_SPACE` on the *tune*
+                         documents -> ``data/results/eval/tune.jsonl``; when complete, each method's choice
+                         and the best baseline per cell by the protocol's one rule -> ``choices.json``
+``jacap evaluate test``  each method's chosen setting on the *test* documents -> ``test.jsonl``; refuses to
+                         run without ``choices.json`` or with one made under a different configuration
+``jacap evaluate time``  wall and CPU time of one prefill and one replay per setting on one document, and
+                         the extrapolated time of the whole tune + test grid -> ``timing.json``
+
+The measurement (:mod:`jacap_lib.measure.quality`): per (document, prompt length) ONE uncompressed
+prefill is captured (what every attention layer's kvpress hook sees) with its full-cache reference on the
+continuation; every (setting, ratio) then replays the press's own hook on the captured prefill and runs
+only the continuation, teacher-forced at its true positions. Per row: next-token KL(full || compressed)
+averaged over the continuation (primary), top-1 agreement and the attention-output relative error
+(secondary). ``tests/test_evaluation.py`` checks the replay against kvpress's own path for every method.
+
+Rows are appended as each prefill's replays finish, keyed by (model, document + sha256, length,
+continuation, ratio, method spec); a rerun skips the keys already there (resumable). ``--workers N``
+runs N processes (one torch thread each), one prefill at a time each. The sidecar ``<file>.config.json``
+records every invocation's full configuration (provenance, model file sha256, lengths, ratios,
+continuation, documents, every setting's press options, seeds, package versions).
+``--quick`` is the smoke run: 2 tune + 2 test documents, prompt 512, c 0.75/0.9, a 32-token continuation,
+three methods with at most two settings each (:func:`~jacap_lib.results.protocol.quick_space`).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import files
+from . import job as J
+from . import protocol as P
+
+__all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_CONTINUATION", "QUICK", "Plan", "row_key", "load_docs",
+           "tune_groups", "test_groups", "run_groups", "measure_group", "write_choices", "read_choices",
+           "best_baselines", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
+           "TIME"]
+
+DEFAULT_LENGTHS = (512, 1024, 2048)
+DEFAULT_RATIOS = (0.5, 0.75, 0.9, 0.95)
+DEFAULT_CONTINUATION = 128
+QUICK = {"lengths": (512,), "ratios": (0.75, 0.9), "continuation": 32, "docs_per_split": 2}
+TEST_LABEL = "picked on test (stricter secondary line: favours the baselines, as it peeks at the test documents)"
+
+
+def row_key(row: dict) -> tuple:
+    return (row["model"], row["doc"], row["sha256"], int(row["length"]), int(row["continuation"]),
+            float(row["ratio"]), row["method"])
+
+
+# --------------------------------------------------------------------------------------------- documents
+def load_docs(manifest=None, *, quick: bool = False) -> list[dict]:
+    """The documents of the evaluation corpus (``manifest``: another manifest of that shape, or of the older
+    ``segments`` shape) with their text, sha256-checked, each with ``split`` "tune" or "test" (``quick``:
+    the first two of each split)."""
+    from .texts import load_corpus, load_segments
+
+    if manifest is not None and "documents" not in files.read_json(manifest):
+        docs = load_segments(None, manifest)
+    else:
+        docs = load_corpus(manifest=manifest)
+    bad = sorted({str(d.get("split")) for d in docs} - {"tune", "test"})
+    if bad:
+        raise ValueError(f"every document of the manifest needs split 'tune' or 'test'; found {bad}")
+    if quick:
+        n = QUICK["docs_per_split"]
+        docs = [d for d in docs if d["split"] == "tune"][:n] + [d for d in docs if d["split"] == "test"][:n]
+    for split in ("tune", "test"):
+        if not any(d["split"] == split for d in docs):
+            raise ValueError(f"the manifest has no {split} documents; the protocol needs both splits")
+    return docs
+
+
+def check_lengths(tokenizer, docs, lengths, continuation) -> dict:
+    """``{doc id: token count}``; ``ValueError`` naming every document too short for the longest prompt."""
+    counts = {d["id"]: int(tokenizer(d["text"], return_tensors="pt", add_special_tokens=False).input_ids.shape[1])
+              for d in docs}
+    need = max(lengths) + continuation
+    short = {k: v for k, v in counts.items() if v < need}
+    if short:
+        raise ValueError(f"{len(short)} document(s) have fewer than {need} tokens (longest prompt {max(lengths)} + "
+                         f"continuation {continuation}): {dict(list(short.items())[:5])}; use shorter --lengths or "
+                         "longer documents")
+    return counts
+
+
+# --------------------------------------------------------------------------------------------- the grid
+@dataclass
+class Group:
+    """One prefill: a document at one prompt length, and the (spec, ratio) replays still to do on it."""
+
+    doc: dict
+    length: int
+    jobs: list = field(default_factory=list)
+
+
+def _groups(docs, lengths, ratios, specs_of, continuation, model_name, done) -> list[Group]:
+    out = []
+    for L in sorted(lengths, reverse=True):  # longest first: the workers finish together
+        for d in docs:
+            jobs = [(s, float(c)) for s in specs_of(d) for c in ratios
+                    if (model_name, d["id"], d["sha256"], int(L), int(continuation), float(c), s) not in done]
+            if jobs:
+                out.append(Group(d, int(L), jobs))
+    return out
+
+
+def tune_groups(docs, space, lengths, ratios, continuation, model_name, done=frozenset()) -> list[Group]:
+    """Every setting of ``space`` on every tune document, minus the keys in ``done``."""
+    specs = [s for v in space.values() for s in v]
+    return _groups([d for d in docs if d["split"] == "tune"], lengths, ratios, lambda d: specs, continuation,
+                   model_name, done)
+
+
+def test_groups(docs, chosen: dict, lengths, ratios, continuation, model_name, done=frozenset()) -> list[Group]:
+    """Each method's chosen setting on every test document, minus the keys in ``done``."""
+    specs = list(dict.fromkeys(chosen.values()))
+    return _groups([d for d in docs if d["split"] == "test"], lengths, ratios, lambda d: specs, continuation,
+                   model_name, done)
+
+
+def measure_group(model, tokenizer, group: Group, continuation: int, model_name: str, on_row=None) -> list[dict]:
+    """One prefill captured (with its full-cache reference), every (spec, ratio) of ``group`` replayed on
+    it (:func:`jacap_lib.measure.quality.next_token_kl` with ``capture``); one row each, in job order."""
+    from ..measure.quality import capture_prefill, full_reference, next_token_kl, prompt_and_continuation
+    from ..presses.registry import press_from_spec
+
+    d = group.doc
+    prompt, cont = prompt_and_continuation(tokenizer, d["text"], group.length, continuation, name=f"document {d['id']}")
+    w0, c0 = time.perf_counter(), time.process_time()
+    cap = capture_prefill(model, prompt)
+    ref = full_reference(model, None, prompt, cont, capture=cap)
+    prefill = {"prefill_seconds": round(time.perf_counter() - w0, 3),
+               "prefill_cpu_seconds": round(time.process_time() - c0, 3)}
+    rows = []
+    for spec, c in group.jobs:
+        w0, c0 = time.perf_counter(), time.process_time()
+        res = next_token_kl(model, None, prompt, cont, press_from_spec(spec, c), reference=ref, capture=cap)
+        row = {"model": model_name, "doc": d["id"], "kind": d.get("kind"), "split": d["split"], "sha256": d["sha256"],
+               "length": group.length, "continuation": int(continuation), "ratio": c, "method": spec,
+               "family": P.method_of(spec), "kl": res.kl, "kl_max": float(res.kl_per_token.max()),
+               "top1_agreement": res.top1_agreement, "attn_rel_error": res.attn_rel_error,
+               "attn_rel_error_per_layer": [float(f"{x:.4g}") for x in res.attn_rel_error_per_layer.tolist()],
+               "kept_tokens": res.kept_tokens, "seconds": round(time.perf_counter() - w0, 3),
+               "cpu_seconds": round(time.process_time() - c0, 3), **prefill}
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    return rows
+
+
+_WORKER: dict = {}
+
+
+def _init_worker(model_name, threads, seed):
+    import torch
+
+    from ..models import load_model
+
+    torch.set_num_threads(int(threads))
+    torch.manual_seed(int(seed))
+    _WORKER["model"], _WORKER["tok"] = load_model(model_name)
+
+
+def _work(group, continuation, model_label):
+    return measure_group(_WORKER["model"], _WORKER["tok"], group, continuation, model_label)
+
+
+def run_groups(groups: list[Group], out: Path, *, continuation: int, model_label: str, model=None, tokenizer=None,
+               model_name=None, workers: int = 1, threads: int = 1, seed: int = 0, progress: bool = True) -> int:
+    """Measure every group and append its rows to ``out``; returns the rows written.
+
+    ``workers == 1``: in this process with ``model``/``tokenizer`` (loaded from ``model_name`` when not
+    given); ``workers > 1``: that many spawned processes, each loading ``model_name``, the rows written
+    here as each prefill's replays finish."""
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    total = sum(len(g.jobs) for g in groups)
+    bar = tqdm(total=total, desc=f"{out.stem} rows", disable=not progress, smoothing=0.05)
+    written = 0
+
+    def put(row):
+        nonlocal written
+        files.append_jsonl(out, row)
+        written += 1
+        bar.update(1)
+
+    try:
+        if workers <= 1:
+            if model is None:
+                _init_worker(model_name, threads, seed)
+                model, tokenizer = _WORKER["model"], _WORKER["tok"]
+            for g in groups:
+                measure_group(model, tokenizer, g, continuation, model_label, on_row=put)
+        elif groups:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                                     initargs=(model_name, threads, seed)) as pool:
+                futures = [pool.submit(_work, g, continuation, model_label) for g in groups]
+                for f in as_completed(futures):
+                    for row in f.result():
+                        put(row)
+    finally:
+        bar.close()
+    return written
+
+
+# --------------------------------------------------------------------------------------------- choices
+def write_choices(path: Path, tune_rows: list[dict], config: dict, space: dict, *, provenance: dict | None = None) -> dict:
+    """Apply the rule to the tune rows and write ``choices.json``: each method's setting, the best
+    baseline per (length, ratio) cell (picked on tune), the configuration and its fingerprint."""
+    rows = [r for r in tune_rows if r.get("split") == "tune"]
+    choices = P.choose_settings(rows, space, split="tune")
+    chosen = {m: v["chosen"] for m, v in choices.items()}
+    data = {"config": config, "fingerprint": P.fingerprint(config), "rule": P.RULE, "chosen": chosen,
+            "choices": choices}
+    if any(m in _baselines() for m in chosen):
+        data["best_baseline"] = {"picked_on": "tune", "cells": P.best_baseline_per_cell(rows, chosen, split="tune")}
+    if provenance is not None:
+        data["provenance"] = provenance
+    files.write_json(path, data)
+    return data
+
+
+def _baselines():
+    from ..presses.registry import BASELINES
+
+    return BASELINES
+
+
+def read_choices(path: Path, config: dict) -> dict:
+    """``choices.json`` if it exists and was made under ``config`` (same fingerprint); else ``ValueError``
+    saying what to run."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist: the test job needs the tune choices; run `jacap evaluate tune` "
+                         "(same options) first")
+    data = files.read_json(path, require=("config", "fingerprint", "chosen"))
+    if data["fingerprint"] != P.fingerprint(config):
+        diff = P.compare_configs(data["config"], config)
+        raise ValueError(f"{path} was made with a different configuration (differs in: {', '.join(diff) or 'fingerprint'}); "
+                         "rerun `jacap evaluate tune` with this run's options, or run the test job with the tune's options")
+    missing = sorted(set(config["search_space"]) - set(data["chosen"]))
+    if missing:
+        raise ValueError(f"{path} has no choice for {missing}; rerun `jacap evaluate tune`")
+    return data
+
+
+def best_baselines(choices: dict, test_rows: list[dict]) -> dict:
+    """The two best-baseline lines per (length, ratio) cell: ``"tune"`` (the protocol's, from
+    ``choices.json``) and ``"test"`` (the same rule applied to the test rows; labelled :data:`TEST_LABEL`)."""
+    return {"tune": {"label": "picked on tune (the protocol)", "cells": choices["best_baseline"]["cells"]},
+            "test": {"label": TEST_LABEL,
+                     "cells": P.best_baseline_per_cell(test_rows, choices["chosen"], split="test")}}
+
+
+# --------------------------------------------------------------------------------------------- timing
+def time_methods(model, tokenizer, doc: dict, *, space: dict, lengths, ratio: float, continuation: int,
+                 progress: bool = True) -> list[dict]:
+    """Wall and CPU seconds, on one document, of one prefill capture (+ full reference) per length and one
+    replay (press hook + continuation) per setting of ``space``."""
+    from tqdm.auto import tqdm
+
+    from ..measure.quality import capture_prefill, full_reference, next_token_kl, prompt_and_continuation
+    from ..presses.registry import press_from_spec
+
+    specs = [s for v in space.values() for s in v]
+    rows = []
+    bar = tqdm(total=len(lengths) * (len(specs) + 1), desc="timing", disable=not progress)
+    for L in lengths:
+        prompt, cont = prompt_and_continuation(tokenizer, doc["text"], L, continuation, name=f"document {doc['id']}")
+        w, c = time.perf_counter(), time.process_time()
+        cap = capture_prefill(model, prompt)
+        ref = full_reference(model, None, prompt, cont, capture=cap)
+        rows.append({"length": L, "what": "prefill", "seconds": time.perf_counter() - w, "cpu_seconds": time.process_time() - c})
+        bar.update(1)
+        for s in specs:
+            press = press_from_spec(s, ratio)
+            w, c = time.perf_counter(), time.process_time()
+            next_token_kl(model, None, prompt, cont, press, reference=ref, capture=cap)
+            rows.append({"length": L, "what": "replay", "method": s, "family": P.method_of(s),
+                         "seconds": time.perf_counter() - w, "cpu_seconds": time.process_time() - c})
+            bar.update(1)
+    bar.close()
+    return rows
+
+
+def estimate(timing_rows: list[dict], *, space: dict, n_tune: int, n_test: int, n_ratios: int,
+             key: str = "cpu_seconds") -> dict:
+    """Seconds of the full grid from :func:`time_methods` rows: the tune job runs every setting on every tune
+    document, the test job one setting per method (its settings' mean cost) on every test document;
+    one prefill per (document, length). ``{"tune", "test", "total"}`` in seconds of ``key``."""
+    by = {(r["length"], r.get("method", "prefill")): r[key] for r in timing_rows}
+    lengths = sorted({r["length"] for r in timing_rows})
+    tune = test = 0.0
+    for L in lengths:
+        settings = [by[(L, s)] for v in space.values() for s in v]
+        per_method = [sum(by[(L, s)] for s in v) / len(v) for v in space.values()]
+        tune += n_tune * (by[(L, "prefill")] + n_ratios * sum(settings))
+        test += n_test * (by[(L, "prefill")] + n_ratios * sum(per_method))
+    return {"tune": tune, "test": test, "total": tune + test}
+
+
+# --------------------------------------------------------------------------------------------- command line
+def add_arguments(parser: argparse.ArgumentParser, job: str = "tune") -> None:
+    """The options of ``jacap evaluate <job>`` (``job``: tune, test or time)."""
+    J.shared_options(parser, seed=True)
+    parser.add_argument("--lengths", nargs="+", type=int, default=None,
+                        help=f"prompt tokens (default {' '.join(map(str, DEFAULT_LENGTHS))})")
+    parser.add_argument("--ratios", nargs="+", type=float, default=None,
+                        help=f"compression ratios (default {' '.join(map(str, DEFAULT_RATIOS))})")
+    parser.add_argument("--continuation", type=int, default=None,
+                        help=f"continuation tokens scored (default {DEFAULT_CONTINUATION})")
+    parser.add_argument("--methods", nargs="+", default=None,
+                        help="registry names of the search space to run (default: every method of "
+                             "protocol.SEARCH_SPACE)")
+    parser.add_argument("--manifest", type=Path, default=None,
+                        help="document manifest (default: the evaluation corpus, data/texts/corpus/manifest.json)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="output folder (default data/results/eval; with --quick data/results/eval/quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke run: {QUICK['docs_per_split']} tune + {QUICK['docs_per_split']} test documents, "
+                             "prompt 512, c 0.75/0.9, 32-token continuation, knorm/snapkv/jacap with <= 2 settings")
+    if job != "time":
+        parser.add_argument("--workers", type=int, default=1,
+                            help="processes, one prefill at a time each, --threads torch threads each (default 1; "
+                                 "2 on an otherwise idle 2-core machine)")
+    else:
+        parser.add_argument("--doc", default=None, help="document id (default: the first long enough)")
+        parser.add_argument("--ratio", type=float, default=0.9, help="the ratio the replays are timed at (default 0.9)")
+        parser.add_argument("--n-tune", type=int, default=None, help="tune documents to extrapolate to (default: the manifest's)")
+        parser.add_argument("--n-test", type=int, default=None, help="test documents to extrapolate to (default: the manifest's)")
+
+
+@dataclass
+class Plan:
+    """A checked invocation: everything :func:`execute` needs, nothing written yet."""
+
+    job: str
+    out_dir: Path
+    model_name: str | None
+    model_label: str
+    lengths: tuple
+    ratios: tuple
+    continuation: int
+    space: dict
+    docs: list
+    config: dict
+    record: dict
+    threads: int = 1
+    workers: int = 1
+    seed: int = 0
+    progress: bool = True
+    extra: dict = field(default_factory=dict)
+
+
+def prepare(args, *, tokenizer=None) -> Plan:
+    """Check every option (``ValueError`` naming it) and build the :class:`Plan`; loads no model, writes nothing.
+
+    ``tokenizer``: the one the documents' token counts are checked with (default: ``--model``'s)."""
+    from ..models import check_model_name, load_tokenizer
+    from .paths import data_path
+    from .provenance import model_record
+
+    quick = bool(args.quick)
+    lengths = tuple(args.lengths or (QUICK["lengths"] if quick else DEFAULT_LENGTHS))
+    ratios = tuple(args.ratios or (QUICK["ratios"] if quick else DEFAULT_RATIOS))
+    continuation = args.continuation or (QUICK["continuation"] if quick else DEFAULT_CONTINUATION)
+    for L in lengths:
+        if isinstance(L, bool) or L < 16:
+            raise ValueError(f"--lengths: every prompt length must be >= 16 tokens, got {L}")
+    if len(set(lengths)) != len(lengths) or len(set(ratios)) != len(ratios):
+        raise ValueError("--lengths / --ratios: list each value once")
+    for c in ratios:
+        if not 0 < c < 1:
+            raise ValueError(f"--ratios: every compression ratio must lie in (0, 1), got {c}")
+    if continuation < 1:
+        raise ValueError(f"--continuation must be >= 1, got {continuation}")
+    for name in ("threads", "workers"):
+        if getattr(args, name, 1) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    space = P.quick_space() if quick else dict(P.SEARCH_SPACE)
+    if args.methods:
+        unknown = sorted(set(args.methods) - set(space))
+        if unknown:
+            raise ValueError(f"--methods: {unknown} not in the search space; choose among {list(space)}")
+        space = {m: space[m] for m in args.methods}
+    P.check_search_space(space, exact=not quick)
+    try:
+        check_model_name(args.model)
+    except ValueError as e:
+        raise ValueError(f"--model: {e}") from None
+    try:
+        docs = load_docs(args.manifest, quick=quick)
+    except (ValueError, FileNotFoundError) as e:
+        raise ValueError(f"--manifest: {e}") from None
+    out_dir = args.dir or data_path("results", "eval", *(("quick",) if quick else ()), must_exist=False)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--dir {out_dir} is a file; give a folder")
+    tok = tokenizer if tokenizer is not None else load_tokenizer(args.model)
+    extra = {}
+    if args.job == "time":
+        if not 0 < args.ratio < 1:
+            raise ValueError(f"--ratio must lie in (0, 1), got {args.ratio}")
+        pick = [d for d in docs if d["id"] == args.doc] if args.doc else docs
+        if args.doc and not pick:
+            raise ValueError(f"--doc {args.doc!r} is not in the manifest; valid: {[d['id'] for d in docs][:8]}...")
+        counts = {d["id"]: int(tok(d["text"], return_tensors="pt", add_special_tokens=False).input_ids.shape[1]) for d in pick}
+        long_enough = [d for d in pick if counts[d["id"]] >= max(lengths) + continuation]
+        if not long_enough:
+            raise ValueError(f"--doc/--lengths: no document has {max(lengths) + continuation} tokens (longest: "
+                             f"{max(counts.values())}); give shorter --lengths or --manifest with a longer document")
+        extra = {"doc": long_enough[0], "ratio": float(args.ratio),
+                 "n_tune": args.n_tune or sum(d["split"] == "tune" for d in docs),
+                 "n_test": args.n_test or sum(d["split"] == "test" for d in docs)}
+    else:
+        check_lengths(tok, docs, lengths, continuation)
+    record = model_record(args.model)
+    config = P.protocol_config(model=record, lengths=lengths, ratios=ratios, continuation=continuation, space=space,
+                               docs=docs)
+    plan = Plan(job=args.job, out_dir=Path(out_dir), model_name=args.model, model_label=record["name"], lengths=lengths,
+                ratios=ratios, continuation=int(continuation), space=space, docs=docs, config=config, record=record,
+                threads=args.threads, workers=getattr(args, "workers", 1), seed=args.seed,
+                progress=not args.no_progress, extra=extra)
+    plan.extra["command"] = getattr(args, "command", None)
+    if args.job == "test":
+        plan.extra["choices"] = read_choices(plan.out_dir / "choices.json", config)
+    return plan
+
+
+def _run_config(plan: Plan, model=None) -> dict:
+    from ..presses.registry import method_options, press_from_spec
+    from .provenance import provenance
+
+    rec = provenance(model, model_name=plan.model_name, command=plan.extra.get("command"))
+    specs = [s for v in plan.space.values() for s in v]
+    return {**rec, "job": plan.job, "protocol": plan.config, "fingerprint": P.fingerprint(plan.config),
+            "threads": plan.threads, "workers": plan.workers, "seed": plan.seed,
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+            "measured": "prompt KV of every layer and KV head compressed by the press's own kvpress hook, replayed on "
+                        "one captured prefill per (document, length); the continuation teacher-forced at its true "
+                        "positions, never evicted; KL(full || compressed) of next-token distributions",
+            "documents": [{k: d.get(k) for k in ("id", "kind", "split", "sha256", "source", "license")} for d in plan.docs],
+            "settings": {s: method_options(press_from_spec(s, plan.ratios[0])) for s in specs}}
+
+
+def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
+    """Run a :func:`prepare`d job (``model``/``tokenizer``: use these instead of loading ``plan.model_name``,
+    in this process). Returns a summary dict (rows written, files)."""
+    if plan.job == "time":
+        return _execute_time(plan, model, tokenizer)
+    name = "tune.jsonl" if plan.job == "tune" else "test.jsonl"
+    out = plan.out_dir / name
+    done = {row_key(r) for r in files.read_jsonl(out)}
+    if plan.job == "tune":
+        groups = tune_groups(plan.docs, plan.space, plan.lengths, plan.ratios, plan.continuation, plan.model_label, done)
+    else:
+        chosen = plan.extra["choices"]["chosen"]
+        groups = test_groups(plan.docs, {m: chosen[m] for m in plan.space}, plan.lengths, plan.ratios,
+                             plan.continuation, plan.model_label, done)
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    files.append_run(out, _run_config(plan, model))
+    n = run_groups(groups, out, continuation=plan.continuation, model_label=plan.model_label, model=model,
+                   tokenizer=tokenizer, model_name=plan.model_name, workers=plan.workers, threads=plan.threads,
+                   seed=plan.seed, progress=plan.progress)
+    res = {"rows_written": n, "file": str(out)}
+    if plan.job == "tune":
+        rows = [r for r in files.read_jsonl(out) if r["model"] == plan.model_label
+                and r["continuation"] == plan.continuation]
+        data = write_choices(plan.out_dir / "choices.json", rows, plan.config, plan.space,
+                             provenance={"tune_file": name, "command": plan.extra.get("command")})
+        res.update(choices=str(plan.out_dir / "choices.json"), chosen=data["chosen"])
+    return res
+
+
+def _execute_time(plan: Plan, model, tokenizer) -> dict:
+    import torch
+
+    from .provenance import provenance
+
+    if model is None:
+        from ..models import load_model
+
+        torch.set_num_threads(plan.threads)
+        model, tokenizer = load_model(plan.model_name)
+    load_before = list(os.getloadavg())
+    rows = time_methods(model, tokenizer, plan.extra["doc"], space=plan.space, lengths=plan.lengths,
+                        ratio=plan.extra["ratio"], continuation=plan.continuation, progress=plan.progress)
+    kw = dict(space=plan.space, n_tune=plan.extra["n_tune"], n_test=plan.extra["n_test"], n_ratios=len(plan.ratios))
+    est = {"cpu_seconds": estimate(rows, **kw), "wall_seconds": estimate(rows, key="seconds", **kw)}
+    est["hours_on_idle_cores"] = {f"workers={w}": est["cpu_seconds"]["total"] / 3600 / w for w in (1, 2)}
+    config = {**provenance(model, model_name=plan.model_name, command=plan.extra.get("command")),
+              "doc": plan.extra["doc"]["id"], "lengths": list(plan.lengths), "ratio": plan.extra["ratio"],
+              "ratios_in_grid": list(plan.ratios), "continuation": plan.continuation, "threads": plan.threads,
+              "n_tune": plan.extra["n_tune"], "n_test": plan.extra["n_test"], "search_space": plan.space,
+              "load_average_before": load_before, "load_average_after": list(os.getloadavg()), "cpu_count": os.cpu_count()}
+    path = plan.out_dir / "timing.json"
+    files.write_results(path, config, [files.round_floats(r) for r in rows], estimate=files.round_floats(est))
+    return {"file": str(path), "estimate": est}
+
+
+def report(res: dict) -> None:
+    """Print what :func:`execute` wrote."""
+    if "estimate" in res:
+        e = res["estimate"]
+        print(f"wrote {res['file']}; full grid: {e['cpu_seconds']['total'] / 3600:.2f} CPU-hours "
+              f"(tune {e['cpu_seconds']['tune'] / 3600:.2f}, test {e['cpu_seconds']['test'] / 3600:.2f}); "
+              f"{e['wall_seconds']['total'] / 3600:.2f} h at this run's load, one process")
+    else:
+        print(f"wrote {res['rows_written']} new rows to {res['file']}")
+        if "choices" in res:
+            print(f"wrote {res['choices']}: " + ", ".join(f"{m}: {s}" for m, s in res["chosen"].items()))
+
+
+def _job(job: str):
+    def add(parser):
+        add_arguments(parser, job)
+
+    def run(args):
+        args.job = job
+        try:
+            plan = prepare(args)
+        except J.BadArgument:
+            raise
+        except (ValueError, FileNotFoundError) as e:
+            raise J.BadArgument(str(e)) from None
+        res = execute(plan)
+        report(res)
+        return res
+
+    return add, run
+
+
+TUNE = J.Job("every setting of the search space on the tune documents -> data/results/eval/tune.jsonl, then "
+             "each method's choice and the best baseline per cell -> choices.json", *_job("tune"))
+TEST = J.Job("each method's tuned setting on the test documents -> data/results/eval/test.jsonl (needs the tune's "
+             "choices.json, made with the same options)", *_job("test"))
+TIME = J.Job("wall and CPU time of one prefill and one replay per setting on one document, and the extrapolated "
+             "time of the tune + test grid -> data/results/eval/timing.json", *_job("time"))

@@ -1,0 +1,244 @@
+"""The evaluation protocol: the same tuning for every method, one selection rule, one fingerprint.
+
+Every method of the comparison — each kvpress baseline of the registry and Jacap (uniform per-head
+budgets, ``jacap``; kvpress AdaKV's head-adaptive budgets around Jacap's scores, ``jacap_adakv``) —
+gets a small grid of settings, written in one table, :data:`SEARCH_SPACE` (registry name -> method
+specs, the library default first). The budget is the same for everyone: a method whose press takes
+options gets exactly :data:`CONFIGS_PER_METHOD` settings, a method without options its one setting
+(:func:`check_search_space` enforces it).
+
+**The rule** (:data:`RULE`, used for every choice made on the *tune* documents):
+
+    score(setting) = mean over the tune documents d, prompt lengths L and compression ratios c of
+                     log max(KL_setting(d, L, c), KL_FLOOR)
+
+i.e. the log of the geometric mean of the KL ratios to any common reference (the reference cancels),
+every (document, length, ratio) weighted alike. The setting with the smallest score is chosen; ties
+(scores equal to 1e-12) go to the setting listed first in the table (the library default first).
+:func:`choose_settings` applies it per method over all cells; :func:`best_baseline_per_cell` applies
+the same rule within one (L, c) cell to the baselines' chosen settings: picked on the tune documents
+(the protocol's best baseline) or, labelled as the stricter secondary line, on the test documents.
+
+:func:`fingerprint` hashes what a tune choice depends on (model, lengths, ratios, continuation, search
+space, rule, the tune and test documents with their sha256); the test job refuses choices made with a
+different fingerprint.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+from ..presses.registry import BASELINES, parse_method, press_from_spec
+
+__all__ = ["SEARCH_SPACE", "CONFIGS_PER_METHOD", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
+           "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
+           "protocol_config", "fingerprint", "compare_configs", "quick_space"]
+
+CONFIGS_PER_METHOD = 4
+KL_FLOOR = 1e-8  # nats; a KL below it (a cache that changes nothing) counts as KL_FLOOR in the log
+RULE = ("smallest mean over the tune documents, prompt lengths and compression ratios of log max(KL, 1e-8) "
+        "(= log geometric-mean KL ratio to any common reference); ties (to 1e-12) go to the setting listed "
+        "first (the library default first). Per method over all cells for its setting; within each (length, "
+        "ratio) cell, over the baselines' chosen settings, for the best baseline.")
+
+# registry name -> settings (method specs), the library default first. Methods whose press takes options
+# get CONFIGS_PER_METHOD settings each; TOVA, KNorm and KeyDiff take none. `random` (no setting to tune,
+# a floor, never a best baseline) is left out; run it with --methods if wanted.
+SEARCH_SPACE: dict[str, tuple[str, ...]] = {
+    # kvpress baselines (kvpress defaults first)
+    "snapkv": ("snapkv", "snapkv[window_size=32]", "snapkv[window_size=16]", "snapkv[window_size=8]"),
+    "streaming_llm": ("streaming_llm", "streaming_llm[n_sink=1]", "streaming_llm[n_sink=8]",
+                      "streaming_llm[n_sink=16]"),
+    "expected_attention": ("expected_attention", "expected_attention[use_covariance=false]",
+                           "expected_attention[use_vnorm=false]", "expected_attention[n_future_positions=128]"),
+    "capkv": ("capkv", "capkv[tau=2]", "capkv[tau=10]", "capkv[tau=20]"),
+    "tova": ("tova",),
+    "knorm": ("knorm",),
+    "keydiff": ("keydiff",),
+    # Jacap: uniform per-head budgets, and AdaKV's head-adaptive budgets around Jacap's scores
+    "jacap": ("jacap", "jacap[noise=deff,deff_frac=0.25]", "jacap[tau=3]", "jacap[tau=3,beta=0.9]"),
+    "jacap_adakv": ("jacap_adakv", "jacap_adakv[noise=deff,deff_frac=0.25]", "jacap_adakv[tau=3]",
+                    "jacap_adakv[tau=3,beta=0.9]"),
+}
+BASELINE_METHODS = tuple(m for m in SEARCH_SPACE if m in BASELINES)
+JACAP_METHODS = tuple(m for m in SEARCH_SPACE if m.startswith("jacap"))
+
+
+def method_of(spec: str) -> str:
+    """The registry name of a method spec (``"snapkv[window_size=16]"`` -> ``"snapkv"``)."""
+    return parse_method(spec)[0]
+
+
+def _takes_options(name: str) -> bool:
+    from ..presses.registry import _valid_options, method_factory
+
+    return bool(_valid_options(method_factory(name)))
+
+
+def _canonical(spec: str) -> tuple:
+    name, opts = parse_method(spec)
+    return name, tuple(sorted((k, json.dumps(v)) for k, v in opts.items()))
+
+
+def check_search_space(space: dict | None = None, *, configs_per_method: int | None = None,
+                       exact: bool = True) -> dict[str, int]:
+    """Check that a search space gives every method a comparable budget; returns ``{method: n_settings}``.
+
+    Every key is a registry name; each of its specs names that method, builds a press, and appears once
+    (options compared after parsing, so ``x[a=1,b=2]`` equals ``x[b=2,a=1]``); the first spec is the bare
+    name (the library default). A method whose press takes options has ``configs_per_method`` settings
+    (default: :data:`CONFIGS_PER_METHOD` for :data:`SEARCH_SPACE`, else the largest count in ``space``, so
+    a reduced table stays equal for everyone; at most that many with ``exact=False``), one without options
+    exactly one. Raises ``ValueError`` naming the method and the fix.
+    """
+    if configs_per_method is None:
+        configs_per_method = (CONFIGS_PER_METHOD if space is None or space is SEARCH_SPACE
+                              else max((len(v) for v in space.values()), default=1) if isinstance(space, dict) else 1)
+    space = SEARCH_SPACE if space is None else space
+    if not isinstance(space, dict) or not space:
+        raise ValueError("search space must be a non-empty dict {registry name: [method specs]}")
+    counts = {}
+    for name, specs in space.items():
+        specs = list(specs)
+        if not specs:
+            raise ValueError(f"search space: method {name!r} has no settings; list at least its default {name!r}")
+        for spec in specs:
+            if method_of(spec) != name:
+                raise ValueError(f"search space: spec {spec!r} is listed under {name!r} but names {method_of(spec)!r}")
+            press_from_spec(spec, 0.5)  # unknown names / options fail here
+        if specs[0] != name:
+            raise ValueError(f"search space: the first setting of {name!r} must be the library default {name!r} "
+                             f"(ties go to it), got {specs[0]!r}")
+        canon = [_canonical(s) for s in specs]
+        dup = sorted({s for s, c in zip(specs, canon) if canon.count(c) > 1})
+        if dup:
+            raise ValueError(f"search space: method {name!r} lists the same setting twice: {dup}")
+        want = configs_per_method if _takes_options(name) else 1
+        if (exact and len(specs) != want) or len(specs) > want:
+            raise ValueError(f"search space: method {name!r} has {len(specs)} settings; every method with options "
+                             f"gets {'exactly' if exact else 'at most'} {configs_per_method} (one without options "
+                             f"gets 1), so the budgets stay comparable")
+        counts[name] = len(specs)
+    return counts
+
+
+def quick_space(space: dict | None = None, *, methods=("knorm", "snapkv", "jacap"), per_method: int = 2) -> dict:
+    """A small search space for smoke runs: ``methods`` with their first ``per_method`` settings."""
+    space = SEARCH_SPACE if space is None else space
+    return {m: tuple(space[m][:per_method]) for m in methods}
+
+
+# --------------------------------------------------------------------------------------------- the rule
+def _log_kl(kl) -> float:
+    kl = float(kl)
+    if not math.isfinite(kl) or kl < 0:
+        raise ValueError(f"KL must be a finite number >= 0, got {kl!r}; drop or recompute that row")
+    return math.log(max(kl, KL_FLOOR))
+
+
+def selection_score(kls) -> float:
+    """The rule's score of one setting: mean of ``log max(KL, KL_FLOOR)`` over its rows."""
+    kls = list(kls)
+    if not kls:
+        raise ValueError("selection_score needs at least one KL value")
+    return sum(_log_kl(k) for k in kls) / len(kls)
+
+
+def _argmin_first(scored: list[tuple[str, float]]) -> str:
+    """The name with the smallest score; within 1e-12 of it, the first listed."""
+    best = min(s for _, s in scored)
+    return next(n for n, s in scored if s <= best + 1e-12)
+
+
+def _by_key(rows, split):
+    out: dict = {}
+    for r in rows:
+        if split is not None and r.get("split") != split:
+            continue
+        out.setdefault(r["method"], {})[(r["doc"], int(r["length"]), float(r["ratio"]))] = r["kl"]
+    return out
+
+
+def choose_settings(rows: list[dict], space: dict, *, split: str | None = "tune") -> dict:
+    """Each method's setting by :data:`RULE` on the ``split`` rows (``None``: all rows given).
+
+    ``rows``: dicts with ``method`` (spec), ``doc``, ``length``, ``ratio``, ``kl`` (and ``split``). Every
+    setting of a method must have rows on the same (doc, length, ratio) keys — an unfinished tune run
+    raises ``ValueError`` naming what is missing. Returns ``{method: {"chosen": spec, "score": float,
+    "n": rows per setting, "candidates": [{"spec", "score"}, ...] in table order}}``.
+    """
+    by = _by_key(rows, split)
+    out = {}
+    for name, specs in space.items():
+        keys = None
+        for spec in specs:
+            have = set(by.get(spec, {}))
+            if not have:
+                raise ValueError(f"no {split or ''} rows for setting {spec!r}; run (or finish) the tune job first")
+            if keys is None:
+                keys = have
+            elif have != keys:
+                missing = sorted(keys ^ have)[:3]
+                raise ValueError(f"settings of {name!r} were measured on different (doc, length, ratio) keys "
+                                 f"(e.g. {missing}); finish the tune job (a rerun resumes) before choosing")
+        cands = [(spec, selection_score(by[spec].values())) for spec in specs]
+        chosen = _argmin_first(cands)
+        out[name] = {"chosen": chosen, "score": dict(cands)[chosen], "n": len(keys),
+                     "candidates": [{"spec": s, "score": v} for s, v in cands]}
+    return out
+
+
+def best_baseline_per_cell(rows: list[dict], chosen: dict[str, str], *, split: str | None = "tune",
+                           baselines=None) -> dict:
+    """Per (length, ratio) cell, the baseline whose chosen setting has the smallest rule score there.
+
+    ``chosen``: ``{method: spec}`` (the tune choices); ``baselines``: method names in tie-break order
+    (default: the kvpress baselines of ``chosen`` in its order). Every baseline must have rows on the
+    same documents of the cell. Returns ``{"L/c": {"method", "spec", "score", "n_docs", "scores"}}``.
+    """
+    names = [m for m in (baselines if baselines is not None else chosen) if m in BASELINES and m in chosen]
+    if not names:
+        raise ValueError("best_baseline_per_cell: `chosen` holds no kvpress baseline")
+    by = _by_key(rows, split)
+    cells: dict = {}
+    for m in names:
+        for (doc, L, c), kl in by.get(chosen[m], {}).items():
+            cells.setdefault((L, c), {}).setdefault(m, {})[doc] = kl
+    out = {}
+    for (L, c), per in sorted(cells.items()):
+        docs = None
+        for m in names:
+            d = set(per.get(m, {}))
+            if docs is None:
+                docs = d
+            if not d or d != docs:
+                raise ValueError(f"cell L={L}, c={c}: baseline {m!r} ({chosen[m]!r}) lacks rows on some documents "
+                                 f"of the {split or 'given'} split; finish the job first")
+        scored = [(m, selection_score(per[m].values())) for m in names]
+        best = _argmin_first(scored)
+        out[f"{L}/{c}"] = {"length": L, "ratio": c, "method": best, "spec": chosen[best], "score": dict(scored)[best],
+                           "n_docs": len(docs), "scores": dict(scored)}
+    return out
+
+
+# --------------------------------------------------------------------------------------------- configuration
+def protocol_config(*, model: dict, lengths, ratios, continuation: int, space: dict, docs: list[dict]) -> dict:
+    """What a tune choice depends on: model (name, file sha256), lengths, ratios, continuation, the search
+    space, the rule, and the tune/test documents (id, sha256) in manifest order."""
+    return {"model": {k: model.get(k) for k in ("name", "sha256")},
+            "lengths": [int(x) for x in lengths], "ratios": [float(x) for x in ratios],
+            "continuation": int(continuation), "search_space": {m: list(v) for m, v in space.items()},
+            "rule": RULE, "kl_floor": KL_FLOOR,
+            "tune_docs": [[d["id"], d["sha256"]] for d in docs if d.get("split") == "tune"],
+            "test_docs": [[d["id"], d["sha256"]] for d in docs if d.get("split") == "test"]}
+
+
+def fingerprint(config: dict) -> str:
+    """sha256 of the canonical JSON of a :func:`protocol_config`."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def compare_configs(recorded: dict, current: dict) -> list[str]:
+    """The top-level keys on which two :func:`protocol_config` records differ (``[]``: same protocol)."""
+    return sorted(k for k in set(recorded) | set(current) if recorded.get(k) != current.get(k))

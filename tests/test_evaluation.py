@@ -1,0 +1,310 @@
+"""The evaluation protocol (jacap_lib.results.protocol) and its jobs (jacap_lib.results.evaluation,
+`jacap evaluate`): comparable search spaces, the one selection rule against hand computations (ties
+included), the replay of every method equal to kvpress's own path, resumable jobs, and a test job that
+refuses choices it cannot trust."""
+import argparse
+import hashlib
+import json
+import math
+
+import pytest
+import torch
+
+kvpress = pytest.importorskip("kvpress")
+
+from jacap_lib import cli  # noqa: E402
+from jacap_lib.measure.kvpress_grid import tiny_model  # noqa: E402
+from jacap_lib.measure.quality import (  # noqa: E402
+    capture_prefill, compressed_forward, continue_from_cache, replay_press)
+from jacap_lib.presses.registry import BASELINES, press_from_spec  # noqa: E402
+from jacap_lib.results import evaluation as E  # noqa: E402
+from jacap_lib.results import files as io  # noqa: E402
+from jacap_lib.results import protocol as P  # noqa: E402
+
+
+# --------------------------------------------------------------------------------------------- search space
+def test_search_space_budgets_are_comparable():
+    counts = P.check_search_space()
+    # every kvpress baseline of the registry is tuned (random: a floor with nothing to tune), and Jacap both ways
+    assert set(BASELINES) - {"random"} <= set(counts) and {"jacap", "jacap_adakv"} <= set(counts)
+    no_options = {"tova", "knorm", "keydiff"}
+    assert {m for m, n in counts.items() if n == 1} == no_options
+    assert {n for m, n in counts.items() if m not in no_options} == {P.CONFIGS_PER_METHOD}
+    assert all(P.SEARCH_SPACE[m][0] == m for m in counts)  # the library default first
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda s: s.update(jacap=s["jacap"] + ("jacap[tau=5]",)), "has 5 settings"),
+    (lambda s: s.update(snapkv=s["snapkv"][:3]), "exactly 4"),
+    (lambda s: s.update(snapkv=("snapkv[window_size=32]", "snapkv", "snapkv[window_size=16]", "snapkv[window_size=8]")),
+     "library default"),
+    (lambda s: s.update(jacap=("jacap", "jacap[tau=3,beta=0.9]", "jacap[beta=0.9,tau=3]", "jacap[tau=2]")), "twice"),
+    (lambda s: s.update(capkv=("capkv", "capkv[tau=2]", "snapkv[window_size=8]", "capkv[tau=20]")), "names 'snapkv'"),
+    (lambda s: s.update(capkv=("capkv", "capkv[tau=2]", "capkv[bogus=1]", "capkv[tau=20]")), "unknown option"),
+    (lambda s: s.update(tova=("tova", "tova")), "twice"),
+])
+def test_search_space_check_fails_on_unequal_or_bad_budgets(change, match):
+    space = dict(P.SEARCH_SPACE)
+    change(space)
+    with pytest.raises(ValueError, match=match):
+        P.check_search_space(space, configs_per_method=P.CONFIGS_PER_METHOD)
+
+
+# --------------------------------------------------------------------------------------------- the rule
+def _rows(table, split="tune"):
+    """``{spec: {(doc, L, c): kl}}`` -> rows."""
+    return [{"method": s, "doc": d, "length": L, "ratio": c, "kl": kl, "split": split}
+            for s, per in table.items() for (d, L, c), kl in per.items()]
+
+
+KEYS = [("a", 512, 0.5), ("b", 512, 0.5), ("a", 1024, 0.9), ("b", 1024, 0.9)]
+
+
+def test_rule_picks_what_a_hand_computation_picks():
+    e = math.e
+    table = {
+        # logs: default 0,0,0,0 -> 0;  x: -1,+1,-1,-1 -> -0.5;  y: -2,+2,-1,-1 -> -0.5 (tie with x: x listed first)
+        "snapkv": dict(zip(KEYS, [1.0, 1.0, 1.0, 1.0])),
+        "snapkv[window_size=32]": dict(zip(KEYS, [1 / e, e, 1 / e, 1 / e])),
+        "snapkv[window_size=16]": dict(zip(KEYS, [e ** -2, e ** 2, 1 / e, 1 / e])),
+        # the mean KL would prefer this one (mean 0.5 < 1) but its geometric mean is 1: log score 0, tie with default
+        "streaming_llm": dict(zip(KEYS, [0.25, 0.25, 0.5, 1.0 / (0.25 * 0.25 * 0.5)])),
+        "streaming_llm[n_sink=1]": dict(zip(KEYS, [1.0, 1.0, 1.0, 1.0])),
+        # a KL of exactly 0 counts as the floor, 1e-8
+        "knorm": dict(zip(KEYS, [0.0, 1.0, 1.0, 1.0])),
+    }
+    space = {"snapkv": ("snapkv", "snapkv[window_size=32]", "snapkv[window_size=16]"),
+             "streaming_llm": ("streaming_llm", "streaming_llm[n_sink=1]"), "knorm": ("knorm",)}
+    res = P.choose_settings(_rows(table) + _rows({"snapkv": dict(zip(KEYS, [1e-6] * 4))}, split="test"), space)
+    assert res["snapkv"]["chosen"] == "snapkv[window_size=32]"
+    assert res["snapkv"]["score"] == pytest.approx(-0.5, abs=1e-12)
+    assert [c["score"] for c in res["snapkv"]["candidates"]] == pytest.approx([0.0, -0.5, -0.5], abs=1e-12)
+    assert res["streaming_llm"]["chosen"] == "streaming_llm"  # tie: the default, listed first
+    assert res["knorm"]["score"] == pytest.approx(math.log(1e-8) / 4)
+    assert res["snapkv"]["n"] == 4  # the test rows were not used
+    # same table, the tied pair listed the other way round: the rule follows the table order
+    flipped = {"snapkv": ("snapkv", "snapkv[window_size=16]", "snapkv[window_size=32]")}
+    assert P.choose_settings(_rows(table), flipped)["snapkv"]["chosen"] == "snapkv[window_size=16]"
+
+
+def test_rule_refuses_unfinished_or_bad_tables():
+    table = {"snapkv": dict(zip(KEYS, [1.0] * 4)), "snapkv[window_size=32]": dict(zip(KEYS[:3], [0.5] * 3))}
+    with pytest.raises(ValueError, match="different"):
+        P.choose_settings(_rows(table), {"snapkv": tuple(table)})
+    with pytest.raises(ValueError, match="no tune rows"):
+        P.choose_settings(_rows(table), {"snapkv": ("snapkv", "snapkv[window_size=8]")})
+    with pytest.raises(ValueError, match="finite"):
+        P.selection_score([0.1, float("nan")])
+
+
+def test_best_baseline_per_cell_on_tune_and_on_test():
+    chosen = {"snapkv": "snapkv[window_size=32]", "tova": "tova", "knorm": "knorm", "jacap": "jacap"}
+    cells = [("a", 512, 0.5), ("b", 512, 0.5), ("a", 512, 0.9), ("b", 512, 0.9)]
+    tune = {"snapkv[window_size=32]": dict(zip(cells, [0.1, 0.4, 1.0, 1.0])),   # 512/0.5: geo 0.2; 512/0.9: 1
+            "tova": dict(zip(cells, [0.2, 0.2, 2.0, 0.5])),                     # 512/0.5: 0.2 (tie); 512/0.9: 1 (tie)
+            "knorm": dict(zip(cells, [0.3, 0.3, 0.9, 1.0])),                    # 512/0.9: geo sqrt(0.9) < 1
+            "jacap": dict(zip(cells, [0.01] * 4)),                              # not a baseline
+            "snapkv": dict(zip(cells, [0.001] * 4))}                            # not the chosen setting
+    best = P.best_baseline_per_cell(_rows(tune), chosen)
+    assert best["512/0.5"]["method"] == "snapkv"  # tie at geo 0.2: snapkv comes first in `chosen`
+    assert best["512/0.5"]["score"] == pytest.approx(math.log(0.2))
+    assert best["512/0.9"]["method"] == "knorm" and best["512/0.9"]["n_docs"] == 2
+    assert set(best["512/0.9"]["scores"]) == {"snapkv", "tova", "knorm"}
+    test = {"snapkv[window_size=32]": dict(zip(cells, [1.0] * 4)), "tova": dict(zip(cells, [0.5] * 4)),
+            "knorm": dict(zip(cells, [2.0] * 4))}
+    lines = E.best_baselines({"best_baseline": {"cells": best}, "chosen": chosen}, _rows(test, split="test"))
+    assert {c["method"] for c in lines["test"]["cells"].values()} == {"tova"}
+    assert "test" in lines["test"]["label"] and lines["tune"]["cells"] is best
+    with pytest.raises(ValueError, match="lacks rows"):
+        P.best_baseline_per_cell(_rows({**tune, "tova": dict(zip(cells[:3], [1.0] * 3))}), chosen)
+
+
+# --------------------------------------------------------------------------------------------- replay == kvpress
+# every method of the search space, sized for the tiny model (prompt 48: windows that leave the score a choice)
+REPLAY_SPECS = ["jacap[window=4]", "jacap[window=4,noise=deff,deff_frac=0.25,tau=3,beta=0.9]", "jacap_adakv[window=4]", "snapkv[window_size=8]",
+                "knorm", "keydiff", "tova", "streaming_llm[n_sink=2]", "expected_attention[n_future_positions=16]",
+                "expected_attention[use_covariance=false,use_vnorm=false]", "capkv[tau=10]"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model = tiny_model("llama", layers=2, seed=0)
+    with torch.no_grad():  # sharpen the random attention so that eviction changes the output measurably
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(8.0)
+    ids = torch.randint(0, 96, (1, 48 + 12), generator=torch.Generator().manual_seed(3))
+    return model, ids[:, :48], ids[:, 48:]
+
+
+@pytest.mark.parametrize("spec", REPLAY_SPECS)
+def test_replay_equals_the_kvpress_path(tiny, spec):
+    """The cache replayed on one captured prefill (the press's own hook, layer by layer) holds the same keys
+    and values, and the continuation the same log-probabilities (rtol 1e-5, atol 1e-6), as running the press
+    the kvpress way, ``with press(model): model(prompt)``."""
+    from transformers import DynamicCache
+
+    model, prompt, cont = tiny
+    cap = capture_prefill(model, prompt)
+    for ratio in (0.5, 0.75):
+        real_cache = DynamicCache()
+        with press_from_spec(spec, ratio)(model), torch.inference_mode():
+            model(input_ids=prompt, past_key_values=real_cache, use_cache=True)
+        real_masks = [getattr(l.self_attn, "masked_key_indices", None) for l in model.model.layers]
+        cache = replay_press(model, cap, press_from_spec(spec, ratio))
+        masks = [getattr(l.self_attn, "masked_key_indices", None) for l in model.model.layers]
+        for a, b in zip(cache.layers, real_cache.layers):
+            assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+        for m, r in zip(masks, real_masks):  # AdaKV: the same keys masked per head
+            assert (m is None) == (r is None) and (m is None or all(torch.equal(x, y) for x, y in zip(m, r)))
+        logq, attn, kept = continue_from_cache(model, cache, prompt.shape[1], cont)
+        real_logq, real_attn, real_kept = compressed_forward(model, prompt, cont, press=press_from_spec(spec, ratio))
+        torch.testing.assert_close(logq, real_logq, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(attn, real_attn, rtol=1e-5, atol=1e-6)
+        assert kept == real_kept < prompt.shape[1]
+        full, _, _ = compressed_forward(model, prompt, cont)
+        assert (full.exp() * (full - logq)).sum(-1).mean() > 1e-6  # the eviction changed the output
+
+
+# --------------------------------------------------------------------------------------------- the jobs
+V = 96
+
+
+class CharTokenizer:
+    """One token per character (ids below the tiny model's vocabulary)."""
+
+    def __call__(self, text, return_tensors=None, add_special_tokens=False):
+        return type("Enc", (), {"input_ids": torch.tensor([[ord(ch) % V for ch in text]])})()
+
+
+SPACE = {"knorm": ("knorm",), "snapkv": ("snapkv", "snapkv[window_size=8]"), "jacap": ("jacap", "jacap[tau=3]")}
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """A manifest of 2 tune + 2 test documents of ~200 characters."""
+    docs = []
+    for i, split in enumerate(["tune", "tune", "test", "test"]):
+        text = " ".join(f"word{(i * 7 + j * j) % 23}" for j in range(40))
+        f = tmp_path / f"d{i}.txt"
+        f.write_text(text)
+        docs.append({"id": f"kind/d{i}", "kind": "kind", "file": str(f), "source": "test", "license": "test",
+                     "sha256": hashlib.sha256(text.encode()).hexdigest(), "split": split})
+    (tmp_path / "manifest.json").write_text(json.dumps({"documents": docs}))
+    return tmp_path / "manifest.json"
+
+
+def _parse(job, argv):
+    ap = argparse.ArgumentParser()
+    E.add_arguments(ap, job)
+    args = ap.parse_args(argv)
+    args.job = job
+    return args
+
+
+def _args(job, corpus, out, *extra):
+    return _parse(job, ["--manifest", str(corpus), "--dir", str(out), "--lengths", "80", "96",
+                        "--ratios", "0.5", "0.75", "--continuation", "8", "--no-progress", *extra])
+
+
+def test_tune_then_test_jobs_resume_and_choose(tiny, corpus, tmp_path, monkeypatch):
+    model = tiny[0]
+    tok = CharTokenizer()
+    monkeypatch.setattr(P, "SEARCH_SPACE", SPACE)
+    out = tmp_path / "eval"
+    plan = E.prepare(_args("tune", corpus, out), tokenizer=tok)
+    res = E.execute(plan, model=model, tokenizer=tok)
+    rows = io.read_jsonl(out / "tune.jsonl")
+    assert res["rows_written"] == len(rows) == 2 * 2 * 2 * 5  # tune docs x lengths x ratios x settings
+    assert {r["split"] for r in rows} == {"tune"}
+    assert all(r["kl"] >= 0 and 0 <= r["top1_agreement"] <= 1 and r["attn_rel_error"] >= 0 for r in rows)
+    assert all(r["kept_tokens"] == int(r["length"] * (1 - r["ratio"])) for r in rows)
+    # the choices are the rule's on the written rows
+    choices = json.loads((out / "choices.json").read_text())
+    assert choices["chosen"] == {m: v["chosen"] for m, v in P.choose_settings(rows, SPACE).items()}
+    assert choices["fingerprint"] == P.fingerprint(plan.config)
+    assert set(choices["best_baseline"]["cells"]) == {"80/0.5", "80/0.75", "96/0.5", "96/0.75"}
+    cfg = io.read_runs(out / "tune.jsonl")[0]
+    assert cfg["settings"]["jacap[tau=3]"]["tau"] == 3 and cfg["protocol"]["continuation"] == 8
+    assert cfg["versions"]["kvpress"] and cfg["documents"][0]["sha256"]
+    # a rerun measures nothing; a dropped row is measured again, with the same value
+    calls = []
+    import jacap_lib.measure.quality as Q
+    real = Q.next_token_kl
+    monkeypatch.setattr(Q, "next_token_kl", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert E.execute(E.prepare(_args("tune", corpus, out), tokenizer=tok), model=model, tokenizer=tok)["rows_written"] == 0
+    assert not calls
+    (out / "tune.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:-1]))
+    assert E.execute(E.prepare(_args("tune", corpus, out), tokenizer=tok), model=model, tokenizer=tok)["rows_written"] == 1
+    assert io.read_jsonl(out / "tune.jsonl")[-1]["kl"] == pytest.approx(rows[-1]["kl"], rel=1e-6)
+    # the test job: each method's chosen setting on the test documents only
+    E.execute(E.prepare(_args("test", corpus, out), tokenizer=tok), model=model, tokenizer=tok)
+    test_rows = io.read_jsonl(out / "test.jsonl")
+    assert {r["method"] for r in test_rows} == set(choices["chosen"].values())
+    assert {r["split"] for r in test_rows} == {"test"} and len(test_rows) == 2 * 2 * 2 * 3
+
+
+def test_test_job_refuses_missing_or_foreign_choices(tiny, corpus, tmp_path, monkeypatch, capsys):
+    tok = CharTokenizer()
+    monkeypatch.setattr(P, "SEARCH_SPACE", SPACE)
+    out = tmp_path / "eval"
+    with pytest.raises(ValueError, match="does not exist.*evaluate tune"):
+        E.prepare(_args("test", corpus, out), tokenizer=tok)
+    # through the command line: exit 2, nothing written
+    with pytest.raises(SystemExit) as e:
+        cli.main(["evaluate", "test", "--manifest", str(corpus), "--dir", str(out), "--lengths", "48",
+                  "--continuation", "8"])
+    assert e.value.code == 2 and not out.exists()
+    assert "evaluate tune" in capsys.readouterr().err
+    E.execute(E.prepare(_args("tune", corpus, out), tokenizer=tok), model=tiny[0], tokenizer=tok)
+    E.prepare(_args("test", corpus, out), tokenizer=tok)  # the same configuration: accepted
+    for extra, what in ((["--continuation", "9"], "continuation"), (["--methods", "knorm", "snapkv"], "search_space"),
+                        (["--ratios", "0.5"], "ratios")):
+        args = _args("test", corpus, out, *extra)
+        with pytest.raises(ValueError, match=f"different configuration.*{what}"):
+            E.prepare(args, tokenizer=tok)
+    # a corpus whose split or text changed is a different configuration too
+    man = json.loads(corpus.read_text())
+    man["documents"][0]["split"], man["documents"][2]["split"] = "test", "tune"
+    corpus.write_text(json.dumps(man))
+    with pytest.raises(ValueError, match="different configuration.*test_docs.*tune_docs"):
+        E.prepare(_args("test", corpus, out), tokenizer=tok)
+    assert not (out / "test.jsonl").exists()
+
+
+def test_bad_options_raise_before_work(corpus, tmp_path):
+    tok = CharTokenizer()
+    for extra, match in ((["--ratios", "1.0"], "ratios"), (["--lengths", "8"], "lengths"),
+                         (["--methods", "nope"], "methods"), (["--workers", "0"], "workers")):
+        args = _parse("tune", ["--manifest", str(corpus), "--dir", str(tmp_path / "x"), "--lengths", "48",
+                               "--continuation", "8", *extra])
+        with pytest.raises(ValueError, match=match):
+            E.prepare(args, tokenizer=tok)
+    args = _args("tune", corpus, tmp_path / "x")
+    args.lengths = [400]
+    with pytest.raises(ValueError, match="fewer than 408 tokens"):
+        E.prepare(args, tokenizer=tok)
+    assert not (tmp_path / "x").exists()
+
+
+def test_estimate_counts_the_grid():
+    rows = [{"length": 10, "what": "prefill", "cpu_seconds": 5.0}]
+    space = {"a": ("a", "a[x=1]"), "b": ("b",)}
+    rows += [{"length": 10, "what": "replay", "method": s, "cpu_seconds": t} for s, t in
+             (("a", 1.0), ("a[x=1]", 3.0), ("b", 2.0))]
+    est = E.estimate(rows, space=space, n_tune=2, n_test=3, n_ratios=4)
+    assert est["tune"] == 2 * (5 + 4 * (1 + 3 + 2))
+    assert est["test"] == 3 * (5 + 4 * (2 + 2))  # a: mean of its settings
+    assert est["total"] == est["tune"] + est["test"]
+
+
+@pytest.mark.model
+def test_quick_run_on_bundled_model(tmp_path):
+    """`jacap evaluate tune --quick` then `test --quick` end to end on the bundled model (a few minutes on a
+    loaded 2-core machine)."""
+    out = tmp_path / "q"
+    assert cli.main(["evaluate", "tune", "--quick", "--dir", str(out), "--no-progress"]) == 0
+    assert cli.main(["evaluate", "test", "--quick", "--dir", str(out), "--no-progress"]) == 0
+    tune, test = io.read_jsonl(out / "tune.jsonl"), io.read_jsonl(out / "test.jsonl")
+    assert len(tune) == 2 * 2 * 5 and len(test) == 2 * 2 * 3
+    assert all(r["continuation"] == 32 and r["length"] == 512 for r in tune + test)
+    assert io.read_runs(out / "test.jsonl")[0]["model"]["sha256"]
