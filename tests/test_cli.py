@@ -25,7 +25,8 @@ GROUPS = [[name] for name, entry in cli.COMMANDS.items() if isinstance(entry, tu
 def test_the_table_names_every_job():
     assert SUBCOMMANDS == [["book", "build"], ["bench", "kl"], ["bench", "passkey"], ["bench", "summary"],
                            ["compare", "grid"], ["compare", "summary"], ["compare-decoding"], ["decompose"],
-                           ["diagnose", "mechanisms"], ["diagnose", "query-stats"], ["inspect"], ["serve-run"],
+                           ["diagnose", "mechanisms"], ["diagnose", "query-stats"], ["evaluate", "tune"],
+                           ["evaluate", "test"], ["evaluate", "time"], ["inspect"], ["serve-run"],
                            ["texts"], ["time", "scoring"], ["time", "e2e"]]
 
 
@@ -122,6 +123,10 @@ BAD = [
     (["time", "e2e", "--repeats", "0", "--out", "{tmp}/e.json"], "--repeats"),
     (["time", "scoring", "--N", "0", "--out", "{tmp}/s.json"], "--N"),
     (["texts", "--out", "{tmp}"], "prose"),
+    (["evaluate", "tune", "--dir", "{tmp}/e", "--ratios", "1.0"], "--ratios"),
+    (["evaluate", "tune", "--dir", "{tmp}/e", "--methods", "random"], "not in the search space"),
+    (["evaluate", "test", "--dir", "{tmp}/e"], "run `jacap evaluate tune`"),
+    (["evaluate", "time", "--dir", "{tmp}/e", "--lengths", "4096"], "no document has"),
     (["book", "build", "--root", "{tmp}"], "_config.yml"),
 ]
 

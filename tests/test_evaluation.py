@@ -34,13 +34,12 @@ def test_search_space_budgets_are_comparable():
 
 
 @pytest.mark.parametrize("change, match", [
-    (lambda s: s.update(jacap=s["jacap"] + ("jacap[tau=5]",)), "has 5 settings"),
-    (lambda s: s.update(snapkv=s["snapkv"][:3]), "exactly 4"),
-    (lambda s: s.update(snapkv=("snapkv[window_size=32]", "snapkv", "snapkv[window_size=16]", "snapkv[window_size=8]")),
-     "library default"),
-    (lambda s: s.update(jacap=("jacap", "jacap[tau=3,beta=0.9]", "jacap[beta=0.9,tau=3]", "jacap[tau=2]")), "twice"),
-    (lambda s: s.update(capkv=("capkv", "capkv[tau=2]", "snapkv[window_size=8]", "capkv[tau=20]")), "names 'snapkv'"),
-    (lambda s: s.update(capkv=("capkv", "capkv[tau=2]", "capkv[bogus=1]", "capkv[tau=20]")), "unknown option"),
+    (lambda s: s.update(jacap=s["jacap"] + ("jacap[tau=5]",)), "has 4 settings"),
+    (lambda s: s.update(snapkv=s["snapkv"][:2]), "exactly 3"),
+    (lambda s: s.update(snapkv=("snapkv[window_size=32]", "snapkv", "snapkv[window_size=16]")), "library default"),
+    (lambda s: s.update(jacap=("jacap", "jacap[tau=3,beta=0.9]", "jacap[beta=0.9,tau=3]")), "twice"),
+    (lambda s: s.update(capkv=("capkv", "capkv[tau=2]", "snapkv[window_size=8]")), "names 'snapkv'"),
+    (lambda s: s.update(capkv=("capkv", "capkv[tau=2]", "capkv[bogus=1]")), "unknown option"),
     (lambda s: s.update(tova=("tova", "tova")), "twice"),
 ])
 def test_search_space_check_fails_on_unequal_or_bad_budgets(change, match):
@@ -284,6 +283,25 @@ def test_bad_options_raise_before_work(corpus, tmp_path):
     with pytest.raises(ValueError, match="fewer than 408 tokens"):
         E.prepare(args, tokenizer=tok)
     assert not (tmp_path / "x").exists()
+
+
+def test_tune_documents_per_kind(tmp_path):
+    docs = []
+    for i, (kind, group, split) in enumerate([("a", "x", "tune"), ("b", "y", "tune"), ("a", "x", "test"),
+                                              ("a", "x", "tune"), ("a", "z", "tune"), ("b", "y", "test"),
+                                              ("a", "w", "tune")]):
+        f = tmp_path / f"{i}.txt"
+        f.write_text(f"text {i}")
+        docs.append({"id": f"{kind}/{i}", "kind": kind, "group": group, "file": str(f), "split": split,
+                     "sha256": hashlib.sha256(f"text {i}".encode()).hexdigest()})
+    (tmp_path / "m.json").write_text(json.dumps({"documents": docs}))
+    ids = [d["id"] for d in E.load_docs(tmp_path / "m.json", tune_per_kind=2)]
+    # kind a: the first excerpt of works x, z, w, then x's second -> a/0, a/4; kind b: its one tune document
+    assert ids == ["a/0", "b/1", "a/2", "a/4", "b/5"]
+    ids = [d["id"] for d in E.load_docs(tmp_path / "m.json", tune_per_kind=4)]
+    assert ids == ["a/0", "b/1", "a/2", "a/3", "a/4", "b/5", "a/6"]
+    assert len(E.load_docs(tmp_path / "m.json")) == 7
+    assert [d["id"] for d in E.load_docs(tmp_path / "m.json", quick=True)] == ["a/0", "b/1", "a/2", "b/5"]
 
 
 def test_estimate_counts_the_grid():

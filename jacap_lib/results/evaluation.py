@@ -43,6 +43,7 @@ __all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_CONTINUATION", "QUICK",
 DEFAULT_LENGTHS = (512, 1024, 2048)
 DEFAULT_RATIOS = (0.5, 0.75, 0.9, 0.95)
 DEFAULT_CONTINUATION = 128
+TUNE_DOCS_PER_KIND = 3  # tune documents used per kind (round robin over source works): 4 kinds -> 12, as 3 hours allow
 QUICK = {"lengths": (512,), "ratios": (0.75, 0.9), "continuation": 32, "docs_per_split": 2}
 TEST_LABEL = "picked on test (stricter secondary line: favours the baselines, as it peeks at the test documents)"
 
@@ -53,10 +54,12 @@ def row_key(row: dict) -> tuple:
 
 
 # --------------------------------------------------------------------------------------------- documents
-def load_docs(manifest=None, *, quick: bool = False) -> list[dict]:
+def load_docs(manifest=None, *, quick: bool = False, tune_per_kind: int = 0) -> list[dict]:
     """The documents of the evaluation corpus (``manifest``: another manifest of that shape, or of the older
     ``segments`` shape) with their text, sha256-checked, each with ``split`` "tune" or "test" (``quick``:
-    the first two of each split)."""
+    the first two of each split; ``tune_per_kind`` > 0: only that many tune documents of each kind, taken
+    round robin over its source works (``group``; the first excerpt of every work, then the second, ...,
+    manifest order within a round) — the other tune documents take part in neither job)."""
     from .texts import load_corpus, load_segments
 
     if manifest is not None and "documents" not in files.read_json(manifest):
@@ -66,6 +69,17 @@ def load_docs(manifest=None, *, quick: bool = False) -> list[dict]:
     bad = sorted({str(d.get("split")) for d in docs} - {"tune", "test"})
     if bad:
         raise ValueError(f"every document of the manifest needs split 'tune' or 'test'; found {bad}")
+    if tune_per_kind > 0:  # round robin over the source works (groups) of each kind, manifest order within
+        rank, seen = {}, {}
+        for i, d in enumerate(d for d in docs if d["split"] == "tune"):
+            g = (d.get("kind"), d.get("group", d["id"]))
+            seen[g] = seen.get(g, 0) + 1
+            rank[d["id"]] = (seen[g], i)
+        keep = set()
+        for kind in dict.fromkeys(d.get("kind") for d in docs if d["split"] == "tune"):
+            ids = sorted((rank[d["id"]], d["id"]) for d in docs if d["split"] == "tune" and d.get("kind") == kind)
+            keep |= {x for _, x in ids[:tune_per_kind]}
+        docs = [d for d in docs if d["split"] == "test" or d["id"] in keep]
     if quick:
         n = QUICK["docs_per_split"]
         docs = [d for d in docs if d["split"] == "tune"][:n] + [d for d in docs if d["split"] == "test"][:n]
@@ -192,7 +206,7 @@ def run_groups(groups: list[Group], out: Path, *, continuation: int, model_label
         bar.update(1)
 
     try:
-        if workers <= 1:
+        if workers <= 1 or model is not None:
             if model is None:
                 _init_worker(model_name, threads, seed)
                 model, tokenizer = _WORKER["model"], _WORKER["tok"]
@@ -329,10 +343,13 @@ def add_arguments(parser: argparse.ArgumentParser, job: str = "tune") -> None:
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke run: {QUICK['docs_per_split']} tune + {QUICK['docs_per_split']} test documents, "
                              "prompt 512, c 0.75/0.9, 32-token continuation, knorm/snapkv/jacap with <= 2 settings")
+    parser.add_argument("--tune-per-kind", type=int, default=TUNE_DOCS_PER_KIND,
+                        help=f"tune documents used per kind, first in manifest order (default {TUNE_DOCS_PER_KIND}; "
+                             "0: every tune document)")
     if job != "time":
-        parser.add_argument("--workers", type=int, default=1,
-                            help="processes, one prefill at a time each, --threads torch threads each (default 1; "
-                                 "2 on an otherwise idle 2-core machine)")
+        parser.add_argument("--workers", type=int, default=2,
+                            help="processes, one prefill at a time each, --threads torch threads each (default 2, "
+                                 "for a 2-core machine)")
     else:
         parser.add_argument("--doc", default=None, help="document id (default: the first long enough)")
         parser.add_argument("--ratio", type=float, default=0.9, help="the ratio the replays are timed at (default 0.9)")
@@ -399,7 +416,9 @@ def prepare(args, *, tokenizer=None) -> Plan:
     except ValueError as e:
         raise ValueError(f"--model: {e}") from None
     try:
-        docs = load_docs(args.manifest, quick=quick)
+        if args.tune_per_kind < 0:
+            raise ValueError(f"--tune-per-kind must be >= 0, got {args.tune_per_kind}")
+        docs = load_docs(args.manifest, quick=quick, tune_per_kind=args.tune_per_kind)
     except (ValueError, FileNotFoundError) as e:
         raise ValueError(f"--manifest: {e}") from None
     out_dir = args.dir or data_path("results", "eval", *(("quick",) if quick else ()), must_exist=False)
