@@ -347,9 +347,9 @@ def add_arguments(parser: argparse.ArgumentParser, job: str = "tune") -> None:
                         help=f"tune documents used per kind, first in manifest order (default {TUNE_DOCS_PER_KIND}; "
                              "0: every tune document)")
     if job != "time":
-        parser.add_argument("--workers", type=int, default=2,
+        parser.add_argument("--workers", type=int, default=None,
                             help="processes, one prefill at a time each, --threads torch threads each (default 2, "
-                                 "for a 2-core machine)")
+                                 "for a 2-core machine; 1 with --quick)")
     else:
         parser.add_argument("--doc", default=None, help="document id (default: the first long enough)")
         parser.add_argument("--ratio", type=float, default=0.9, help="the ratio the replays are timed at (default 0.9)")
@@ -401,6 +401,8 @@ def prepare(args, *, tokenizer=None) -> Plan:
             raise ValueError(f"--ratios: every compression ratio must lie in (0, 1), got {c}")
     if continuation < 1:
         raise ValueError(f"--continuation must be >= 1, got {continuation}")
+    if getattr(args, "workers", 1) is None:
+        args.workers = 1 if quick else 2
     for name in ("threads", "workers"):
         if getattr(args, name, 1) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
