@@ -85,6 +85,7 @@ _EXPORTS = {
     "load_decoding_comparison": "jacap_lib.results.loaders",
     "load_failures": "jacap_lib.results.loaders",
     "decoding_summary": "jacap_lib.results.decoding_comparison",
+    "decoding_findings": "jacap_lib.results.decoding_comparison",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -146,3 +146,32 @@ def test_committed_decoding_comparison_is_complete():
         assert r["peak_cache"] <= config["budget"] + config["interval"]
         assert sum(r["age_counts"]) > 0 and 0 < r["scoring_share"] < 1
     assert set(decoding_summary(rows)) == methods
+
+
+def test_decoding_findings_by_hand():
+    """Rankings, wins per prompt, age order and old-token fractions of a hand-built two-prompt summary."""
+    from jacap_lib.results.decoding_comparison import decoding_findings, decoding_summary
+
+    def row(p, method, kl, age, counts, share):
+        return {"prompt": p, "method": method, "mean_kl": kl, "mean_kl_compressed": kl, "p90_kl": kl, "top1_agree": 1.0,
+                "peak_cache": 10, "scoring_share": share, "mean_age": age, "age_edges": [0, 256, 512, 1024],
+                "age_counts": counts, "kl_binned": [kl], "bin_edges": [0, 1]}
+
+    rows = [row(0, "alg2", 0.10, 100, [6, 2, 2, 0], 0.2), row(1, "alg2", 0.30, 200, [4, 4, 1, 1], 0.4),
+            row(0, "tova", 0.20, 50, [10, 0, 0, 0], 0.0), row(1, "tova", 0.10, 70, [9, 1, 0, 0], 0.1),
+            row(0, "jacap", 0.40, 300, [2, 2, 4, 2], 0.1), row(1, "jacap", 0.40, 100, [5, 5, 0, 0], 0.1),
+            {"prompt": 0, "method": "uncompressed"}]
+    f = decoding_findings(decoding_summary(rows))
+    # mean KL: alg2 0.2, tova 0.15, jacap 0.4
+    assert f["ranking"] == ["tova", "alg2", "jacap"]
+    assert f["versus"]["tova"] == {"mean_kl": pytest.approx(0.2), "other_mean_kl": pytest.approx(0.15),
+                                   "ratio": pytest.approx(0.2 / 0.15), "wins": 1, "n_prompts": 2}  # 0.1 < 0.2 only
+    assert f["versus"]["jacap"]["wins"] == 2 and f["versus"]["jacap"]["ratio"] == pytest.approx(0.5)
+    # mean ages: tova 60, alg2 150, jacap 200
+    assert list(f["by_age"]) == ["tova", "alg2", "jacap"] and f["by_age"]["alg2"] == pytest.approx(150)
+    # pooled age counts, bins starting at >= 512: alg2 (2+0 + 1+1)/20, tova 0/20, jacap (4+2)/20
+    assert f["old_fraction"] == pytest.approx({"alg2": 4 / 20, "tova": 0.0, "jacap": 6 / 20})
+    assert f["scoring_share"] == pytest.approx({"alg2": 0.3, "tova": 0.05, "jacap": 0.1})
+    assert decoding_findings(decoding_summary(rows), old_after=256)["old_fraction"]["tova"] == pytest.approx(1 / 20)
+    with pytest.raises(ValueError, match="versus"):
+        decoding_findings(decoding_summary(rows), versus=("knorm",))

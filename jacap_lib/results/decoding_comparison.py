@@ -16,7 +16,7 @@ from . import job as J
 from .paths import data_path
 from .provenance import provenance
 
-__all__ = ["CONFIG", "QUICK", "run_decoding_comparison", "merge_parts", "decoding_summary", "JOB"]
+__all__ = ["CONFIG", "QUICK", "run_decoding_comparison", "merge_parts", "decoding_summary", "decoding_findings", "JOB"]
 
 CONFIG = {
     "prompts": [
@@ -119,6 +119,38 @@ def decoding_summary(rows: list) -> dict:
             "bin_edges": rs[0]["bin_edges"], "per_prompt_kl": [r["mean_kl"] for r in rs], "n_prompts": n,
         }
     return summary
+
+
+def decoding_findings(summary: dict, *, reference: str = "alg2", versus=("jacap", "tova"),
+                      old_after: int = 512) -> dict:
+    """What the serving chapter reads off :func:`decoding_summary`'s ``summary``:
+
+    * ``ranking``: methods by mean KL, lowest first;
+    * ``versus``: for each method of ``versus``, ``reference``'s and its mean KL, their ``ratio`` and the
+      ``wins`` — prompts on which ``reference``'s per-prompt KL is lower — of ``n_prompts``;
+    * ``by_age``: methods by the mean age of their kept tokens, youngest first, with ``mean_age``;
+    * ``old_fraction``: per method, the fraction of the final cache in age bins starting at ``old_after``
+      tokens or later (the sinks and the prompt, for prompts of that length);
+    * ``scoring_share``: per method, the share of the run time spent scoring."""
+    if reference not in summary:
+        raise ValueError(f"`reference` {reference!r} is not a method of the summary: {list(summary)}")
+    missing = [m for m in versus if m not in summary]
+    if missing:
+        raise ValueError(f"`versus` names methods {missing} that the summary lacks: {list(summary)}")
+    ref = summary[reference]
+    return {
+        "reference": reference,
+        "ranking": sorted(summary, key=lambda m: summary[m]["mean_kl"]),
+        "versus": {m: {"mean_kl": ref["mean_kl"], "other_mean_kl": summary[m]["mean_kl"],
+                       "ratio": ref["mean_kl"] / summary[m]["mean_kl"],
+                       "wins": sum(a < b for a, b in zip(ref["per_prompt_kl"], summary[m]["per_prompt_kl"])),
+                       "n_prompts": ref["n_prompts"]} for m in versus},
+        "by_age": {m: summary[m]["mean_age"] for m in sorted(summary, key=lambda m: summary[m]["mean_age"])},
+        "old_after": old_after,
+        "old_fraction": {m: sum(f for f, lo in zip(s["age_fraction"], s["age_edges"]) if lo >= old_after)
+                         for m, s in summary.items()},
+        "scoring_share": {m: s["scoring_share"] for m, s in summary.items()},
+    }
 
 
 def merge_parts(parts, out: Path) -> Path:

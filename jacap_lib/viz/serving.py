@@ -9,7 +9,7 @@ from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 from .style import finish, method_style
 
-__all__ = ["cache_timeline", "age_histograms", "beta_tracking", "beta_tradeoff", "kl_timeline",
+__all__ = ["decoding_findings_text", "cache_timeline", "age_histograms", "beta_tracking", "beta_tradeoff", "kl_timeline",
            "decoding_comparison"]
 
 
@@ -168,3 +168,18 @@ def decoding_comparison(summary: dict, *, title: str = "Compression during decod
     fig.update_yaxes(title_text="fraction of the cache", row=1, col=3)
     fig.update_layout(title=title, barmode="group", height=430, legend=dict(orientation="h", y=-0.25))
     return finish(fig)
+
+
+def decoding_findings_text(findings: dict) -> str:
+    """:func:`jacap_lib.results.decoding_comparison.decoding_findings` as the serving chapter prints it
+    (method names as :data:`DECODING_LABELS`)."""
+    L = lambda m: DECODING_LABELS.get(m, m)  # noqa: E731
+    lines = ["ranking by mean KL: " + " < ".join(L(m) for m in findings["ranking"])]
+    for other, v in findings["versus"].items():
+        lines.append(f"{L(findings['reference']).split(' (')[0]} vs {L(other)}: mean KL {v['mean_kl']:.4f} vs "
+                     f"{v['other_mean_kl']:.4f} (ratio {v['ratio']:.2f}); lower on {v['wins']} of {v['n_prompts']} prompts")
+    lines.append("mean age of the kept tokens: " + ", ".join(f"{L(m)} {a:.0f}" for m, a in findings["by_age"].items()))
+    lines.append(f"fraction of the final cache older than {findings['old_after']} tokens (the sinks and the prompt): "
+                 + str({L(m): round(v, 3) for m, v in findings["old_fraction"].items()}))
+    lines.append("scoring share of the run time: " + str({L(m): f"{v:.1%}" for m, v in findings["scoring_share"].items()}))
+    return "\n".join(lines)
