@@ -25,7 +25,7 @@ from .. import _checks, config
 from ..config import DEFAULTS
 from ..scoring import JacapScores
 from ..scoring.core import validated_scores
-from ..selection import n_kept, protect_within
+from ..selection import fit_protection, n_kept, protect_within
 from ..stats import ema_weights, moment_stats
 from . import utils
 
@@ -207,11 +207,10 @@ class JacapPress(ScorerPress):
         is how many kept tokens Algorithm 1's score chose. The window is the one actually protected (shrunk
         when the budget cannot hold ``n_sink + window``)."""
         _checks.int_at_least("n_tokens", n_tokens, 1)
-        n_kept = n_tokens if self.compression_ratio == 0 else min(compute_n_kept(n_tokens, self.compression_ratio),
-                                                                    n_tokens)
-        sinks = min(self.n_sink, n_tokens, n_kept)
-        window = max(0, min(self.window, n_tokens - min(self.n_sink, n_tokens), n_kept - sinks))
-        return {"kept": n_kept, "sinks": sinks, "window": window, "scored": n_kept - sinks - window}
+        budget = n_kept(n_tokens, self.compression_ratio)
+        sinks = min(self.n_sink, n_tokens)  # the slots present, as protected() finds them: sinks, then recent others
+        fit = fit_protection(budget, sinks, min(self.window, n_tokens - sinks))
+        return {"kept": budget, "sinks": fit.n_sink, "window": fit.window, "scored": budget - fit.n_sink - fit.window}
 
     def _warn_once(self, message: str) -> None:
         if not self._window_warned:
