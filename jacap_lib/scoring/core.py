@@ -13,7 +13,9 @@ query :math:`\mu` and a diagonal query covariance :math:`\Lambda = \mathrm{diag}
     \ell_i &= u_i^\top A^{-1} u_i, \qquad r_i = (w_i/\sigma^2)\, \ell_i ,
 
 with :math:`u_i = v_i` or :math:`u_i = W_O v_i`. ``A`` is factorised once per (batch, head) by
-Cholesky and the leverages come from one triangular solve; no inverse is formed.
+Cholesky, :math:`A = LL^\top`, and the leverages are :math:`\lVert L^{-1}u_i\rVert^2`: one GEMM with the
+small triangular factor's inverse (formed by one ``d x d`` triangular solve); ``A^{-1}`` is never formed.
+K is read once and V twice, in cache-sized blocks (:mod:`.factor`), as the Triton kernels do.
 
 The noise scale :math:`\sigma^2` is either a number (the paper's setting is 1) or chosen per head by
 the *effective-dimension rule* (``noise="deff"``): with :math:`\lambda_k` the eigenvalues of the
@@ -41,7 +43,8 @@ import warnings
 import torch
 
 from ..config import DEFAULTS, check
-from .noise import check_deff_target, deff_noise, effective_dimension, per_head, resolve_noise, weighted_gram
+from .factor import block_rows, gram_pass, leverage_map, leverage_pass, project_gram, token_pass
+from .noise import check_deff_target, deff_noise, effective_dimension, per_head, weighted_gram
 from .contract import (CholeskyFailure, JacapScores, cholesky_with_jitter, compute_dtype, diagnose_nonfinite,
                        validate_inputs)
 
@@ -67,13 +70,22 @@ def leverage(u: torch.Tensor, weight: torch.Tensor, noise=1.0) -> torch.Tensor:
     """Leverage ``u_i^T A^{-1} u_i`` with ``A = I + sum_j (w_j/noise) u_j u_j^T`` for ``u (..., N, m)``.
 
     ``noise`` is a number or a tensor of per-head values broadcasting against ``u``'s leading dims.
+    ``A = L L^T`` is factorised once per head and the leverages are ``|L^{-1} u_i|^2``, one GEMM with the
+    ``m x m`` factor ``L^{-1}`` (:mod:`.factor`); ``A^{-1}`` itself is never formed.
     """
-    m = u.shape[-1]
-    gram = weighted_gram(u, weight / per_head(noise, weight))
-    A = gram + torch.eye(m, dtype=u.dtype, device=u.device)
+    lead, (N, m) = tuple(u.shape[:-2]), u.shape[-2:]
+    cdt = compute_dtype(u.dtype)
+    G = math.prod(lead)
+    u3 = u.reshape(G, N, m)
+    w3 = torch.broadcast_to(weight, lead + (N,)).reshape(G, N).to(cdt)
+    if isinstance(noise, torch.Tensor):
+        noise_g = torch.broadcast_to(noise.to(device=u.device, dtype=cdt), lead).reshape(G)
+    else:
+        noise_g = torch.full((G,), float(noise), dtype=cdt, device=u.device)
+    rows = block_rows(G, m, N)
+    A = gram_pass(u3, w3, cdt, rows) / noise_g[:, None, None] + torch.eye(m, dtype=cdt, device=u.device)
     L = cholesky_with_jitter(A)
-    x = torch.linalg.solve_triangular(L, u.transpose(-1, -2), upper=False)  # L x = u  ->  |x|^2 = u^T A^-1 u
-    return x.square().sum(-2)
+    return leverage_pass(u3, leverage_map(L, None), cdt, rows).reshape(lead + (N,))
 
 
 def jacap_scores(
@@ -133,24 +145,50 @@ def validated_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out
 
 
 def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out_proj=None):
+    """The torch path: K read once, V twice, in cache-sized blocks of rows (:mod:`.factor`), float32
+    accumulation (float64 for float64 inputs), no copy of the cache and no ``(N, d)`` temporary."""
     cdt = compute_dtype(keys.dtype)
-    k = keys.to(cdt)
-    alpha, rho, kappa, weight = jacap_weight(k, mu.to(cdt), lam.to(cdt), tau)
+    lead = tuple(keys.shape[:-2])
+    N, d, dv = keys.shape[-2], keys.shape[-1], values.shape[-1]
+    G = math.prod(lead)
+    k3, v3 = keys.reshape(G, N, d), values.reshape(G, N, dv)  # views for any layout sliced along N
+    mu3 = torch.broadcast_to(mu, lead + (d,)).reshape(G, d, 1).to(cdt)
+    lam3 = torch.broadcast_to(lam, lead + (d,)).reshape(G, d, 1).to(cdt)
+    logits, kappa = token_pass(k3, mu3, lam3, cdt, block_rows(G, d, N))
+    alpha = torch.softmax(logits / (tau * math.sqrt(d)), dim=-1)
+    rho = alpha * (1.0 - alpha)
+    weight = rho.square() * kappa / d
     if not bool(torch.isfinite(weight).all()):
         diagnose_nonfinite(keys=keys)
-    u = values.to(cdt)
-    if out_proj is not None:
-        u = u @ out_proj.to(cdt).transpose(-1, -2)
-    if not bool(torch.isfinite(u.sum(-2)).all()):
+    rows = block_rows(G, dv, N)
+    gram = gram_pass(v3, weight, cdt, rows)  # sum_j w_j v_j v_j^T; non-finite iff V (or w) is
+    if not bool(torch.isfinite(gram).all()):
         diagnose_nonfinite(values=values, out_proj=out_proj)
-    noise = resolve_noise(u, weight, noise, deff_target)
-    lev = leverage(u, weight, noise)
-    score = (weight / per_head(noise, weight)) * lev
+    M, proj = project_gram(gram, out_proj, lead, cdt)
+    if not bool(torch.isfinite(M).all()):
+        diagnose_nonfinite(values=values, out_proj=out_proj)
+    if isinstance(noise, str):  # the effective-dimension rule, on M's eigenvalues (those of sum w u u^T)
+        sigma2 = deff_noise(torch.linalg.eigvalsh(M.to(torch.float64)), _target_per_head(deff_target, lead, M))
+        sigma2 = sigma2.to(cdt)
+    else:
+        sigma2 = torch.full((G,), float(noise), dtype=cdt, device=keys.device)
+    A = M / sigma2[:, None, None] + torch.eye(M.shape[-1], dtype=cdt, device=keys.device)
+    L = cholesky_with_jitter(A)
+    lev = leverage_pass(v3, leverage_map(L, proj), cdt, rows)
+    score = (weight / sigma2[:, None]) * lev
     if not bool(torch.isfinite(score).all()):
         raise CholeskyFailure("Algorithm 1 produced non-finite scores from finite inputs: the keys/values overflow "
                               "float32 products; rescale them or raise `noise`")
+    shape = lead + (N,)
     out = JacapScores(alpha=alpha, rho=rho, kappa=kappa, weight=weight, leverage=lev, score=score)
-    return out.map(lambda t: t.to(torch.float32))
+    return out.map(lambda t: t.reshape(shape).to(torch.float32))
+
+
+def _target_per_head(target, lead, like):
+    """``deff_target`` (a number or a tensor broadcasting against the leading dims) as ``(G,)``."""
+    if isinstance(target, torch.Tensor):
+        return torch.broadcast_to(target.to(like.device), lead).reshape(-1)
+    return target
 
 
 def _triton_available() -> bool:
