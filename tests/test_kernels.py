@@ -251,6 +251,67 @@ def test_cpu_tensors_without_interpreter_raise(monkeypatch):
         ks.triton_jacap_scores(x, x, torch.zeros(16), torch.ones(16))
 
 
+@needs_kernels
+@pytest.mark.parametrize("kw", [{}, {"noise": "deff", "deff_target": 3.0}, {"noise": "deff", "deff_target": 5.0, "d_out": 48},
+                                {"noise": 0.5, "d_out": 96}], ids=["fixed", "deff", "deff-proj", "fixed-proj-qr"])
+def test_unchecked_call_is_the_same_computation(kw):
+    """check=False (no synchronisation at all) returns exactly what the checked call returns, and both match
+    the torch path: the softmax combination, the jitter choice and the noise rule all run on the device."""
+    kw = dict(kw)
+    keys, values, mu, lam = make_inputs(1, 3, 300, 64, torch.float32, key_scale=10.0, seed=13)
+    d_out = kw.pop("d_out", None)
+    if d_out is not None:
+        kw["out_proj"] = torch.randn(d_out, 64, generator=torch.Generator().manual_seed(3)).to(DEVICE) / 8
+    a = triton_jacap_scores(keys, values, mu, lam, dot_precision=PRECISION, check=False, num_splits=3, **kw)
+    b = triton_jacap_scores(keys, values, mu, lam, dot_precision=PRECISION, num_splits=3, **kw)
+    for f in FIELDS:
+        assert torch.equal(getattr(a, f), getattr(b, f)), f
+    want = jacap_scores(keys, values, mu, lam, backend="torch", **kw)
+    assert_fields_close(a, want, rtol=2e-3, atol_rel=1e-5)
+    if "deff_target" in kw:  # the rule's defining property: the scores sum to the target
+        torch.testing.assert_close(a.score.double().sum(-1), torch.full((1, 3), kw["deff_target"], dtype=torch.float64),
+                                   rtol=1e-4, atol=0)
+
+
+@needs_kernels
+def test_unchecked_call_shows_bad_inputs_as_nan_and_checked_call_names_them():
+    keys, values, mu, lam = make_inputs(1, 2, 64, 64, torch.float32, seed=14)
+    bad = values.masked_fill(values > 1.5, float("nan"))
+    out = triton_jacap_scores(keys, bad, mu, lam, check=False)
+    assert torch.isnan(out.score).all()
+    with pytest.raises(ValueError, match="`values`"):
+        triton_jacap_scores(keys, bad, mu, lam)
+    with pytest.raises(ValueError, match="`mu`"):
+        triton_jacap_scores(keys, values, mu.masked_fill(mu > 1, float("inf")), lam)
+    with pytest.raises(ValueError, match="deff_target"):
+        triton_jacap_scores(keys, values, mu, lam, noise="deff", deff_target=torch.tensor([2.0, -1.0], device=DEVICE))
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="host synchronisation exists only with CUDA")
+@pytest.mark.parametrize("kw", [{}, {"noise": "deff", "deff_target": 8.0}, {"out_proj": "W"}], ids=["fixed", "deff", "proj"])
+def test_no_host_synchronisation_on_cuda(kw):
+    """A scoring call with check=False only enqueues work: under sync-debug mode "error" any
+    synchronising CUDA call (a .item(), a host copy, a blocking copy to the device) raises."""
+    keys, values, mu, lam = make_inputs(1, 8, 4096, 128, torch.bfloat16, seed=15)
+    if kw.get("out_proj") == "W":
+        kw = {"out_proj": torch.randn(64, 128, generator=torch.Generator().manual_seed(4)).to(DEVICE) / 8}
+    triton_jacap_scores(keys, values, mu, lam, check=False, **kw)  # compiles the kernels first
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = triton_jacap_scores(keys, values, mu, lam, check=False, **kw)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    want = jacap_scores(keys, values, mu, lam, backend="torch", **kw)
+    assert_fields_close(out, want, rtol=5e-3, atol_rel=1e-4, fields=("alpha", "weight", "leverage", "score"))
+    torch.cuda.set_sync_debug_mode("error")
+    try:  # the checked call reads its status once, at the end: that read is its one synchronisation
+        with pytest.raises(RuntimeError, match="synchroniz"):
+            triton_jacap_scores(keys, values, mu, lam, **kw)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+
+
 @pytest.mark.skipif(DEVICE != "cuda", reason="tf32 dots only exist on a GPU")
 def test_tf32_default_precision_on_gpu():
     keys, values, mu, lam = make_inputs(2, 8, 4096, 128, torch.bfloat16, seed=4)
@@ -276,12 +337,12 @@ import inspect, triton
 from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
 from jacap_lib.scoring.triton import _kernels as src
-ptr = {n: "*fp32" for n in "MU LAM Z KAPPA PART_M PART_S MAX SUM ALPHA RHO WEIGHT GRAM P LEVERAGE SCORE".split()}
+ptr = {n: "*fp32" for n in "MU LAM Z KAPPA PART_M PART_S ALPHA RHO WEIGHT GRAM P INV_NOISE LEVERAGE SCORE".split()}
 ptr.update(K="*bf16", V="*bf16")
 for fn, const in ((src.logits_kernel, dict(BLOCK_N=64, BLOCK_D=64)),
-                  (src.gram_kernel, dict(BLOCK_N=64, BLOCK_D=64, DOT_PRECISION="tf32")),
+                  (src.gram_kernel, dict(BLOCK_N=64, BLOCK_D=64, BLOCK_S=16, DOT_PRECISION="tf32")),
                   (src.leverage_kernel, dict(BLOCK_N=64, BLOCK_D=64, DOT_PRECISION="tf32"))):
-    sig = {n: "constexpr" if n in const else ptr.get(n, "fp32" if n in ("scale", "inv_d", "inv_noise") else "i32")
+    sig = {n: "constexpr" if n in const else ptr.get(n, "fp32" if n in ("scale", "inv_d") else "i32")
            for n in inspect.signature(fn).parameters}
     k = triton.compile(ASTSource(triton.jit(fn), sig, const), target=GPUTarget("cuda", 90, 32))
     assert k.asm["cubin"], fn.__name__

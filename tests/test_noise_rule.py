@@ -140,3 +140,23 @@ def test_triton_path_matches_torch_under_the_rule():
         env["TRITON_INTERPRET"] = "1"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("case", ["full", "rank3", "zero", "per-head"])
+def test_on_device_rule_matches_the_eigenvalue_bisection(case):
+    """deff_noise_ondevice (no eigenvalues, no host synchronisation: a batched grid search with Cholesky
+    factorisations) finds the sigma^2 of deff_noise, including the capped target and the zero Gram."""
+    from jacap_lib.scoring.factor import deff_noise_ondevice
+
+    g = torch.Generator().manual_seed(21)
+    U = torch.randn(4, 50, 16, generator=g, dtype=f64)
+    w = torch.rand(4, 50, generator=g, dtype=f64) ** 4
+    if case == "rank3":
+        U = U[..., :3] @ torch.randn(3, 16, generator=g, dtype=f64)
+    G = weighted_gram(U, w)
+    if case == "zero":
+        G[1] = 0
+    target = torch.tensor([0.5, 2.0, 6.0, 12.0], dtype=f64) if case == "per-head" else torch.full((4,), 5.0, dtype=f64)
+    want = deff_noise(torch.linalg.eigvalsh(G), target)
+    got = deff_noise_ondevice(G, target)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=0)

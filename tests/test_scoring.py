@@ -188,3 +188,22 @@ def test_bad_input_names_the_argument(mutate, arg):
 def test_bad_options_name_the_argument(kw, arg):
     with pytest.raises(ValueError, match=arg):
         jacap_scores(*inputs((2, 12, 8), seed=10), **kw)
+
+
+def test_on_device_jitter_choice_per_head():
+    """cholesky_jitter_ondevice tries every jitter at once and picks, per head, the first that factorises:
+    0 for an SPD head, a positive level for a head with a slightly negative eigenvalue, len(jitters) when
+    nothing works (the caller raises then)."""
+    from jacap_lib.scoring.contract import _JITTERS
+    from jacap_lib.scoring.factor import cholesky_jitter_ondevice
+
+    g = torch.Generator().manual_seed(3)
+    Q = torch.linalg.qr(torch.randn(3, 6, 6, generator=g)).Q
+    ev = torch.tensor([[1.0, 2, 3, 4, 5, 6], [-3e-6, 1, 1, 1, 1, 1], [-1.0, 1, 1, 1, 1, 1]])
+    A = Q @ torch.diag_embed(ev) @ Q.transpose(-1, -2)
+    A = 0.5 * (A + A.transpose(-1, -2))
+    L, level = cholesky_jitter_ondevice(A)
+    assert level[0] == 0 and 0 < level[1] < len(_JITTERS) and level[2] == len(_JITTERS)
+    torch.testing.assert_close(L[0] @ L[0].T, A[0], rtol=1e-5, atol=1e-5)
+    scale = A[1].diagonal().mean().clamp_min(1.0)
+    torch.testing.assert_close(L[1] @ L[1].T, A[1] + _JITTERS[int(level[1])] * scale * torch.eye(6), rtol=1e-5, atol=1e-5)

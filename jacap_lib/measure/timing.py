@@ -12,8 +12,11 @@ Expected Attention, KNorm, and the memory floor (one read of K and V). What is t
 one (B=1, H=8, N, d) cache with query statistics already computed:
 
 * ``floor``: ``keys.sum() + values.sum()`` — one read of K and V, the least any scorer must do.
+* ``floor_gemm``: ``G = V^T V`` and ``V G`` (into a preallocated buffer) — the weighted Gram and the
+  leverage step of Algorithm 1 as two plain ``N d^2`` GEMMs on the same tensors: its compute floor.
 * ``jacap_torch``: ``jacap_lib.jacap_scores(keys, values, mu, lam, backend="torch")``.
-* ``jacap_triton``: ``jacap_lib.scoring.triton.triton_jacap_scores`` (CUDA only; tf32 dots).
+* ``jacap_triton``: ``jacap_lib.scoring.triton.triton_jacap_scores`` (CUDA only; tf32 dots);
+  ``jacap_triton_async``: the same with ``check=False`` (no host synchronisation at all).
 * ``capkv``: ``kvpress.CapPress.score(...)`` itself, with its query anchor (normally q_proj of the
   hidden states, averaged RoPE, mean) replaced by the given ``mu`` — everything after the anchor
   (normalisation, weights, Gram, ``linalg.solve``, leverage, sink padding) is kvpress's own code.
@@ -23,7 +26,11 @@ one (B=1, H=8, N, d) cache with query statistics already computed:
 * ``knorm``: ``kvpress.KnormPress.score(...)`` unchanged.
 
 Each method is called once to warm up, then ``repeats`` times round-robin; medians are reported with
-their ratio to the floor measured in the same run, plus peak extra memory of one call.
+their ratio to the floor measured in the same run, the fastest repeat with its ratios to both floors
+(``min_over_kv_floor``, ``min_over_gemm_floor``), plus peak extra memory of one call.
+:func:`fixed_and_per_token` splits each method's cost into a fixed per-call part and a per-token part
+(a line through the fastest times against N). On the CPU with one thread the timer is the thread's CPU
+time (:func:`cpu_clock`): on a shared machine it leaves out the time other jobs held the core.
 
 **End-to-end cost** (:func:`run_one`), like the paper's runtime study: prefill (with the press scoring
 and compressing every layer) + greedy tokens, mirroring kvpress's pipeline:
@@ -53,6 +60,7 @@ from ..config import DEFAULTS
 
 __all__ = ["pin_malloc", "peak_extra_bytes", "time_round_robin", "DEFAULT_N", "DEFAULT_D", "HEADS", "TAU", "NOISE",
            "WHAT", "make_inputs", "kvpress_scorers", "methods", "repeats_for", "median_row", "time_scoring", "summarise",
+           "fixed_and_per_token", "cpu_clock",
            "DEFAULT_LENGTHS", "DEFAULT_RATIOS", "METHODS", "INIT_SEED", "ORIGIN_FILE", "random_init_model",
            "token_prompt", "run_one"]
 
@@ -90,13 +98,22 @@ def peak_extra_bytes(fn, device: torch.device) -> int | None:
         return None
 
 
+def cpu_clock() -> str:
+    """The CPU timer: ``"thread_time"`` (CPU time of the calling thread) when torch runs one thread, else
+    ``"perf_counter"`` (wall time). On a shared machine the thread's CPU time leaves out the time the
+    scheduler gave to other jobs; with one thread and an idle machine the two agree."""
+    return "thread_time" if torch.get_num_threads() == 1 else "perf_counter"
+
+
 def time_round_robin(fns: dict, device: torch.device, repeats: int, warmup: int = 1) -> dict:
-    """Median seconds per call for each function, calling them in turn (fair under a drifting load)."""
+    """Median (and min, max) seconds per call for each function, calling them in turn (fair under a drifting
+    load). CUDA: event pairs after a synchronize; CPU: :func:`cpu_clock`."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    clock = getattr(time, cpu_clock())
     samples = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
@@ -109,9 +126,9 @@ def time_round_robin(fns: dict, device: torch.device, repeats: int, warmup: int 
                 torch.cuda.synchronize(device)
                 samples[name].append(start.elapsed_time(end) / 1e3)
             else:
-                t0 = time.perf_counter()
+                t0 = clock()
                 fn()
-                samples[name].append(time.perf_counter() - t0)
+                samples[name].append(clock() - t0)
     return {
         name: {"median_s": statistics.median(s), "min_s": min(s), "max_s": max(s), "repeats": len(s)}
         for name, s in samples.items()
@@ -128,8 +145,12 @@ HEADS = 8
 TAU, NOISE = DEFAULTS.tau, DEFAULTS.noise
 WHAT = {
     "floor": "keys.sum() + values.sum(): one read of K and V",
+    "floor_gemm": "G = values^T values, then values @ G into a preallocated buffer: the weighted Gram and the "
+                  "leverage step as two plain N d^2 GEMMs on the same tensors (the compute floor of Algorithm 1)",
     "jacap_torch": f"jacap_lib.jacap_scores(keys, values, mu, lam, tau={TAU:g}, backend='torch')",
-    "jacap_triton": "jacap_lib.scoring.triton.triton_jacap_scores(..., dot_precision='tf32') (3 Triton passes + d x d torch)",
+    "jacap_triton": "jacap_lib.scoring.triton.triton_jacap_scores(..., dot_precision='tf32') (3 Triton passes + d x d "
+                    "torch on the device; check=True: one status read at the end of the call)",
+    "jacap_triton_async": "the same with check=False: no host synchronisation inside the call",
     "capkv": "kvpress CapPress.score() with _query_anchor replaced by the given mu (no q_proj / RoPE averaging)",
     "expected_attention": "kvpress ExpectedAttentionPress.score() with get_query_statistics replaced by (mu, diag(lam))",
     "knorm": "kvpress KnormPress.score() unchanged",
@@ -171,14 +192,22 @@ def kvpress_scorers(keys, values, mu, lam) -> dict:
 def methods(keys, values, mu, lam, device) -> dict:
     from ..scoring import jacap_scores
 
+    product = torch.empty_like(values)
+
+    def floor_gemm():
+        gram = values.transpose(-1, -2) @ values
+        torch.matmul(values, gram, out=product)
+
     fns = {
         "floor": lambda: keys.sum() + values.sum(),
+        "floor_gemm": floor_gemm,
         "jacap_torch": lambda: jacap_scores(keys, values, mu, lam, tau=TAU, noise=NOISE, backend="torch"),
     }
     if device.type == "cuda":
         from ..scoring.triton import triton_jacap_scores
 
         fns["jacap_triton"] = lambda: triton_jacap_scores(keys, values, mu, lam, tau=TAU, noise=NOISE)
+        fns["jacap_triton_async"] = lambda: triton_jacap_scores(keys, values, mu, lam, tau=TAU, noise=NOISE, check=False)
     fns.update(kvpress_scorers(keys, values, mu, lam))
     return fns
 
@@ -188,8 +217,8 @@ def repeats_for(N: int, device, quick: bool) -> int:
     if quick:
         return 1
     if device.type == "cuda":
-        return 20
-    return 2 if N >= 65536 else (3 if N >= 16384 else 5)
+        return 20 if N <= 65536 else 10
+    return 3 if N >= 65536 else 7
 
 
 
@@ -207,6 +236,7 @@ def time_scoring(Ns, ds, device, dtype, quick=False, progress=print, time_budget
             reps = repeats_for(N, device, quick)
             timing = time_round_robin(fns, device, repeats=reps, warmup=1)
             floor = timing["floor"]["median_s"]
+            floor_min, gemm_min = timing["floor"]["min_s"], timing["floor_gemm"]["min_s"]
             for name, fn in fns.items():
                 gc.collect()
                 peak = peak_extra_bytes(fn, device)
@@ -214,15 +244,18 @@ def time_scoring(Ns, ds, device, dtype, quick=False, progress=print, time_budget
                 rows.append({
                     "N": N, "d": d, "method": name, **t,
                     "ratio_to_floor": t["median_s"] / floor,
+                    "min_over_kv_floor": t["min_s"] / floor_min,
+                    "min_over_gemm_floor": t["min_s"] / gemm_min,
                     "peak_extra_bytes": peak,
                     "peak_extra_over_kv_bytes": None if peak is None else peak / (keys.nbytes + values.nbytes),
                     "load_average_1m_after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                 })
             cap = timing["capkv"]["median_s"]
-            line = f"N={N:6d} d={d:3d} reps={reps}  floor {floor * 1e3:8.2f} ms"
+            line = f"N={N:6d} d={d:3d} reps={reps}  floor {floor_min * 1e3:8.2f} ms"
             for name in fns:
                 if name != "floor":
-                    line += f" | {name} {timing[name]['median_s'] * 1e3:8.2f} ms ({timing[name]['median_s'] / floor:5.1f}x)"
+                    t = timing[name]["min_s"]
+                    line += f" | {name} {t * 1e3:8.2f} ms ({t / floor_min:5.1f}x kv, {t / gemm_min:4.2f}x gemm)"
             line += f" | jacap_torch/capkv {timing['jacap_torch']['median_s'] / cap:.2f}"
             progress(line)
             del keys, values, mu, lam, fns
@@ -239,10 +272,41 @@ def summarise(rows) -> dict:
             continue
         key = f"N={N},d={d}"
         out[key] = {"jacap_torch_over_capkv": r["median_s"] / by[(N, d, "capkv")]["median_s"]}
+        if "min_over_gemm_floor" in r:
+            out[key]["jacap_torch_over_gemm_floor"] = r["min_over_gemm_floor"]
+            out[key]["jacap_torch_over_kv_floor"] = r["min_over_kv_floor"]
         if (N, d, "jacap_triton") in by:
             t = by[(N, d, "jacap_triton")]
             out[key]["jacap_triton_over_floor"] = t["ratio_to_floor"]
             out[key]["jacap_triton_over_jacap_torch"] = t["median_s"] / r["median_s"]
+    return out
+
+
+def fixed_and_per_token(rows) -> list[dict]:
+    """Per (d, method): the fastest time per call against N fitted by a line, ``t = fixed + per_token * N``
+    (least squares in relative error, over the N's measured), and the per-token cost as a multiple of the two
+    floors' per-token costs. Needs at least two N's; ``fit_max_rel_residual`` says how well a line fits."""
+    import numpy as np
+
+    out = []
+    for d in sorted({r["d"] for r in rows}):
+        slopes = {}
+        fits = []
+        for m in dict.fromkeys(r["method"] for r in rows if r["d"] == d):
+            pts = sorted((r["N"], r["min_s"]) for r in rows if r["d"] == d and r["method"] == m)
+            if len(pts) < 2:
+                continue
+            N = np.array([p[0] for p in pts], dtype=float)
+            t = np.array([p[1] for p in pts], dtype=float)
+            per_token, fixed = np.polyfit(N, t, 1, w=1.0 / t)
+            resid = float(np.max(np.abs(fixed + per_token * N - t) / t))
+            slopes[m] = per_token
+            fits.append({"d": d, "method": m, "Ns": [int(x) for x in N], "fixed_s": float(fixed),
+                         "per_token_s": float(per_token), "fit_max_rel_residual": resid})
+        for f in fits:
+            for floor, key in (("floor", "per_token_over_kv_floor"), ("floor_gemm", "per_token_over_gemm_floor")):
+                f[key] = f["per_token_s"] / slopes[floor] if slopes.get(floor, 0) > 0 else None
+        out += fits
     return out
 
 

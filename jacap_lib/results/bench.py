@@ -5,7 +5,8 @@ from __future__ import annotations
 from .loaders import available_benches, load_bench  # noqa: F401 (re-exported: the chapters' names)
 
 __all__ = ["available_benches", "load_bench", "scoring_rows", "end_to_end_rows", "METHOD_NAMES", "scoring_frame",
-           "scoring_findings", "end_to_end_frame", "end_to_end_findings", "gpu_benches"]
+           "scoring_findings", "end_to_end_frame", "end_to_end_findings", "gpu_benches", "floor_ratio_frame",
+           "fixed_cost_frame"]
 
 
 def scoring_rows(data: dict) -> list[dict]:
@@ -32,13 +33,15 @@ def end_to_end_rows(data: dict) -> list[dict]:
 #: full names of the timed scorers (table headers)
 METHOD_NAMES = {
     "floor": "floor: one read of K and V",
+    "floor_gemm": "two-GEMM floor: V^T V and V G",
     "jacap_torch": "Jacap (torch reference)",
     "jacap_triton": "Jacap (Triton kernels)",
+    "jacap_triton_async": "Jacap (Triton, check=False)",
     "capkv": "CapKV (kvpress CapPress.score)",
     "expected_attention": "Expected Attention (kvpress)",
     "knorm": "KNorm (kvpress)",
 }
-_SCORERS = ("jacap_triton", "jacap_torch", "capkv", "expected_attention", "knorm")
+_SCORERS = ("jacap_triton", "jacap_triton_async", "jacap_torch", "capkv", "expected_attention", "knorm")
 
 
 def gpu_benches(kind: str = "scoring") -> list[str]:
@@ -56,7 +59,7 @@ def scoring_frame(data: dict, d: int):
     if not rows:
         raise ValueError(f"`d` = {d} was not timed; the run has d in {sorted({r['d'] for r in scoring_rows(data)})}")
     table = {}
-    for m in ("floor",) + _SCORERS:
+    for m in ("floor", "floor_gemm") + _SCORERS:
         if f"{m}_ms" not in rows[0]:
             continue
         table[METHOD_NAMES[m]] = {r["N"]: (f"{r[m + '_ms']:.3g} ms" if m == "floor" else
@@ -91,6 +94,40 @@ def scoring_findings(data: dict, *, itemsize: int | None = None) -> dict:
         out["floor_bandwidth_TBps"] = {(r["N"], r["d"]): 2 * 8 * r["N"] * r["d"] * itemsize / (r["floor_ms"] / 1e3) / 1e12
                                        for r in rows}
     return out
+
+
+def floor_ratio_frame(data: dict, methods=("jacap_torch", "jacap_triton", "jacap_triton_async")):
+    """Each Jacap method's fastest call as a multiple of the two floors measured in the same run: one read of K
+    and V (``x K/V read``) and the two ``N d^2`` GEMMs (``x two GEMMs``); one row per (d, N). Runs made
+    before the two-GEMM floor was timed have only the first."""
+    import pandas as pd
+
+    out = {}
+    for r in data["rows"]:
+        if r["method"] not in methods or "min_over_kv_floor" not in r:
+            continue
+        row = out.setdefault((r["d"], r["N"]), {})
+        row[f"{METHOD_NAMES[r['method']]}: x K/V read"] = r["min_over_kv_floor"]
+        row[f"{METHOD_NAMES[r['method']]}: x two GEMMs"] = r["min_over_gemm_floor"]
+    if not out:
+        raise ValueError("this run has no min_over_kv_floor / min_over_gemm_floor fields (made before they existed)")
+    return pd.DataFrame.from_dict(out, orient="index").rename_axis(["d", "N"]).sort_index()
+
+
+def fixed_cost_frame(data: dict):
+    """The fixed per-call cost and the per-token cost of every timed method (``fixed_and_per_token`` of the
+    run): microseconds per call, nanoseconds per token, the per-token cost over each floor's, the fit's worst
+    relative residual; one row per (d, method)."""
+    import pandas as pd
+
+    rows = data.get("fixed_and_per_token")
+    if not rows:
+        raise ValueError("this run has no fixed_and_per_token fit (made before it existed)")
+    return pd.DataFrame([{
+        "d": f["d"], "method": METHOD_NAMES.get(f["method"], f["method"]),
+        "fixed (µs/call)": 1e6 * f["fixed_s"], "per token (ns)": 1e9 * f["per_token_s"],
+        "per token / K-V read's": f["per_token_over_kv_floor"], "per token / two GEMMs'": f["per_token_over_gemm_floor"],
+        "worst residual": f["fit_max_rel_residual"]} for f in rows]).set_index(["d", "method"])
 
 
 def end_to_end_frame(data: dict):

@@ -164,7 +164,13 @@ def _run_scoring(args) -> dict:
             "tau": T.TAU, "noise": T.NOISE, "seed": 0,
             "inputs": "keys, values ~ N(0,1); mu ~ N(0,1); lam ~ 0.05 + U(0,1); per (1, 8, N, d)",
             "repeats": {str(N): T.repeats_for(N, device, args.quick) for N in args.N},
-            "repeats_note": "median of round-robin repeats after one warm-up call each; fewer repeats at large N on the CPU",
+            "repeats_note": "round-robin repeats after one warm-up call each (median and min reported); fewer repeats "
+                            "at the largest N",
+            "timer": "torch.cuda.Event pairs" if device.type == "cuda" else f"time.{T.cpu_clock()}",
+            "ratios_note": "min_over_kv_floor / min_over_gemm_floor: fastest repeat over the fastest repeat of the floor "
+                           "(one read of K and V) / of the two-GEMM floor (V^T V and V G), same run",
+            "fit_note": "fixed_and_per_token: t_min = fixed_s + per_token_s * N, least squares in relative error over "
+                        "the N's of this run, per (d, method)",
             "quick": args.quick, "time_budget_s": args.time_budget_s,
             "memory_probe": ("torch.cuda.max_memory_allocated above the live bytes" if device.type == "cuda" else
                              f"VmHWM - VmRSS around one call (glibc mmap threshold pinned: {pinned})"),
@@ -174,7 +180,9 @@ def _run_scoring(args) -> dict:
         "argv": list(args.argv),
         **res,
         "summary": T.summarise(res["rows"]),
+        "fixed_and_per_token": T.fixed_and_per_token(res["rows"]),
     }
+    out["environment"]["load_average_1m_at_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     path = files.write_json(args.out or bench_path(f"scoring_{device_tag(env)}"), out)
     print(f"saved {path}")
     return out

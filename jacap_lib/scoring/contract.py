@@ -44,9 +44,11 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def validate_inputs(keys, values, mu, lam, out_proj):
+def validate_inputs(keys, values, mu, lam, out_proj, *, values_now: bool = True):
     """The tensors' contract (shapes, dtypes, devices, finite statistics); ``tau``/``noise`` are checked where
-    they enter (:func:`jacap_lib.config.check`)."""
+    they enter (:func:`jacap_lib.config.check`). With ``values_now=False`` (the Triton path) the checks that
+    read tensor *values* (NaN/Inf in ``mu``, ``lam``, ``out_proj``; ``lam < 0``) are left to the caller, which
+    folds them into one status read at the end of the call instead of synchronising here."""
     _checks.tensor("keys", keys, min_dim=2)
     _checks.tensor("values", values, min_dim=2)
     _checks.tensor("mu", mu, min_dim=1)
@@ -87,10 +89,8 @@ def validate_inputs(keys, values, mu, lam, out_proj):
             )
     # mu and lam are small: check them now. keys/values/out_proj are checked only when a result
     # comes out non-finite (see _diagnose_nonfinite): a full pass over the cache costs as much as scoring.
-    for name, t in (("mu", mu), ("lam", lam)):
-        _checks.finite(name, t)
-    if bool((lam < 0).any()):
-        raise ValueError("`lam` (the diagonal of the query covariance) must be >= 0; floor it, e.g. lam.clamp_min(1e-6)")
+    if values_now:
+        check_statistics(mu, lam)
     if out_proj is not None:
         _checks.tensor("out_proj", out_proj, min_dim=2)
         if out_proj.shape[-1] != values.shape[-1]:
@@ -99,7 +99,16 @@ def validate_inputs(keys, values, mu, lam, out_proj):
             )
         if out_proj.device != keys.device:
             raise ValueError(f"`out_proj` is on {out_proj.device} but `keys` on {keys.device}")
-        _checks.finite("out_proj", out_proj)  # a (d_out, d) matrix per head: cheap to check up front
+        if values_now:
+            _checks.finite("out_proj", out_proj)  # a (d_out, d) matrix per head: cheap to check up front
+
+
+def check_statistics(mu, lam) -> None:
+    """``mu`` and ``lam`` finite, ``lam >= 0`` (ValueError naming the argument)."""
+    for name, t in (("mu", mu), ("lam", lam)):
+        _checks.finite(name, t)
+    if bool((lam < 0).any()):
+        raise ValueError("`lam` (the diagonal of the query covariance) must be >= 0; floor it, e.g. lam.clamp_min(1e-6)")
 
 
 def diagnose_nonfinite(**tensors) -> None:

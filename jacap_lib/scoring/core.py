@@ -85,7 +85,7 @@ def leverage(u: torch.Tensor, weight: torch.Tensor, noise=1.0) -> torch.Tensor:
     rows = block_rows(G, m, N)
     A = gram_pass(u3, w3, cdt, rows) / noise_g[:, None, None] + torch.eye(m, dtype=cdt, device=u.device)
     L = cholesky_with_jitter(A)
-    return leverage_pass(u3, leverage_map(L, None), cdt, rows).reshape(lead + (N,))
+    return leverage_pass(u3, leverage_map(L, None).transpose(1, 2), cdt, rows).reshape(lead + (N,))
 
 
 def jacap_scores(
@@ -174,7 +174,7 @@ def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, 
         sigma2 = torch.full((G,), float(noise), dtype=cdt, device=keys.device)
     A = M / sigma2[:, None, None] + torch.eye(M.shape[-1], dtype=cdt, device=keys.device)
     L = cholesky_with_jitter(A)
-    lev = leverage_pass(v3, leverage_map(L, proj), cdt, rows)
+    lev = leverage_pass(v3, leverage_map(L, proj).transpose(1, 2), cdt, rows)
     score = (weight / sigma2[:, None]) * lev
     if not bool(torch.isfinite(score).all()):
         raise CholeskyFailure("Algorithm 1 produced non-finite scores from finite inputs: the keys/values overflow "

@@ -121,11 +121,11 @@ def project_gram(gram: torch.Tensor, out_proj: torch.Tensor | None, lead: tuple,
 
 
 def leverage_map(L: torch.Tensor, proj: torch.Tensor | None) -> torch.Tensor:
-    """``P^T`` with ``P = L^{-1} W`` (``W = I`` when ``proj`` is None): ``(G, d, m)``, contiguous, for
-    :func:`leverage_pass` (``||P v||^2 = u^T A^{-1} u``). One ``O(d^3)`` triangular solve per head."""
+    """``P = L^{-1} W`` (``W = I`` when ``proj`` is None): ``(G, m, d)``, contiguous, so that
+    ``||P v||^2 = u^T A^{-1} u``. One ``O(d^3)`` triangular solve per head."""
     m = L.shape[-1]
     rhs = proj if proj is not None else torch.eye(m, dtype=L.dtype, device=L.device).expand(L.shape)
-    return torch.linalg.solve_triangular(L, rhs, upper=False).transpose(-1, -2).contiguous()
+    return torch.linalg.solve_triangular(L, rhs, upper=False).contiguous()
 
 
 def cholesky_jitter_ondevice(A: torch.Tensor):
@@ -140,8 +140,8 @@ def cholesky_jitter_ondevice(A: torch.Tensor):
     m = A.shape[-1]
     eye = torch.eye(m, dtype=A.dtype, device=A.device)
     scale = A.diagonal(dim1=-2, dim2=-1).mean(-1).clamp_min(1.0)  # (G,)
-    jit = torch.tensor(_JITTERS, dtype=A.dtype, device=A.device)
-    tries = A.unsqueeze(0) + (jit[:, None] * scale[None, :])[..., None, None] * eye  # (J, G, m, m)
+    step = scale[:, None, None] * eye  # (G, m, m); python-scalar jitters: no host-to-device copy
+    tries = torch.stack([A + j * step if j else A for j in _JITTERS])  # (J, G, m, m)
     L, info = torch.linalg.cholesky_ex(tries)
     ok = (info == 0) & torch.isfinite(L).flatten(-2).all(-1)  # (J, G)
     J = len(_JITTERS)
@@ -164,7 +164,7 @@ def deff_noise_ondevice(M: torch.Tensor, target: torch.Tensor, *, rounds: int = 
     factorisation means :math:`\sigma^2` is below the rounding noise of ``M``, i.e. on the low side) and keeps
     the cell that holds the root, ``rounds`` rounds (``grid ** rounds`` cells, 2^28 by default: a
     relative precision of about 1e-7 in :math:`\sigma^2`). A target above the Gram's numerical rank
-    ``p`` is lowered to ``0.999 p`` with ``p`` estimated as :math:`d_\mathrm{eff}(10^{-12}\,\mathrm{tr} M / m)`
+    ``p`` is lowered to ``0.999 p`` with ``p`` the rounded :math:`d_\mathrm{eff}(10^{-12}\,\mathrm{tr} M / m)`
     (the eigenvalue version counts the eigenvalues above :math:`10^{-12}\lambda_\max`); a zero Gram gets
     :math:`\sigma^2 = 1`. Returns ``(G,)`` in float64.
     """
@@ -180,16 +180,20 @@ def deff_noise_ondevice(M: torch.Tensor, target: torch.Tensor, *, rounds: int = 
         d = m - sigma2 * Linv.square().sum((-2, -1))
         return torch.where((info == 0) & torch.isfinite(d), d, torch.full_like(d, math.inf))
 
-    rank = deff((tr.clamp_min(1e-300) * 1e-12 / m)[None])[0].clamp(0, m)
+    # each eigenvalue far above (below) 1e-12 tr/m counts ~1 (~0) there: rounding gives the numerical rank
+    rank = deff((tr.clamp_min(1e-300) * 1e-12 / m)[None])[0].clamp(0, m).round()
     rank = torch.where(torch.isfinite(rank), rank, torch.full_like(rank, float(m)))
     target = torch.minimum(target, (0.999 * rank).clamp_min(1e-12))
     hi = (tr.clamp_min(1e-300) / target).log()
     lo = (tr * 1e-30).clamp_min(1e-300).log()
-    steps = torch.arange(1, grid, dtype=torch.float64, device=M.device)[:, None] / grid  # interior points
+    index = torch.arange(1, grid, device=M.device)[:, None]  # interior points 1 .. grid - 1
+    steps = index.to(torch.float64) / grid
     for _ in range(rounds):
         x = lo[None] + steps * (hi - lo)[None]  # (grid - 1, G)
         above = deff(x.exp()) > target[None]  # noise below the root there
-        n_above = above.sum(0)  # d_eff falls with sigma^2: the first n_above points lie below the root
+        # d_eff falls with sigma^2, so the root lies right of the last point above the target; counting
+        # from the right ignores sigma^2 so small that M's rounding noise makes the factorisation garbage
+        n_above = (above * index).amax(0)
         width = (hi - lo) / grid
         lo, hi = lo + n_above * width, lo + (n_above + 1) * width
     out = (0.5 * (lo + hi)).exp()

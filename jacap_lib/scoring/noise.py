@@ -94,13 +94,18 @@ def resolve_noise(u: torch.Tensor, weight: torch.Tensor, noise, deff_target):
     return noise
 
 
-def check_deff_target(noise, deff_target) -> None:
-    """``deff_target`` (> 0) is given with ``noise="deff"`` and only then (``noise`` itself: :func:`jacap_lib.config.check`)."""
+def check_deff_target(noise, deff_target, *, values_now: bool = True) -> None:
+    """``deff_target`` (> 0) is given with ``noise="deff"`` and only then (``noise`` itself: :func:`jacap_lib.config.check`).
+
+    With ``values_now=False`` a tensor ``deff_target``'s values are not read here (the Triton path checks
+    them on the device and reports at the end of the call)."""
     if isinstance(noise, str):
         if deff_target is None:
             raise ValueError("`noise='deff'` needs `deff_target`, the effective dimension sum_i r_i to reach "
                              "(e.g. half the number of tokens kept, at most the head dim)")
         if isinstance(deff_target, torch.Tensor):
+            if not values_now:
+                return
             _checks.finite("deff_target", deff_target.float())
             if bool((deff_target <= 0).any()):
                 raise ValueError(f"`deff_target` must be > 0, got {deff_target}")

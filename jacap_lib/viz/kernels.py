@@ -80,7 +80,7 @@ def scoring_benchmark_figure(data: dict) -> go.Figure:
             pts = sorted((r["N"], r["median_s"], r["ratio_to_floor"]) for r in rows if r["d"] == d and r["method"] == m)
             fig.add_trace(go.Scatter(
                 x=[p[0] for p in pts], y=[1e3 * p[1] for p in pts], mode="lines+markers", name=METHOD_LABELS[m],
-                legendgroup=m, line=dict(dash="dash" if m == "floor" else None), visible=(j == len(ds) - 1),
+                legendgroup=m, line=dict(dash="dash" if m in ("floor", "floor_gemm") else None), visible=(j == len(ds) - 1),
                 text=[f"{p[2]:.1f}x the floor" for p in pts], hovertemplate="N=%{x}: %{y:.2f} ms (%{text})",
             ))
     n = len(methods)

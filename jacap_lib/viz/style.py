@@ -34,6 +34,7 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
     "jacap": ("#d62728", "circle"),
     "jacap_torch": ("#d62728", "circle"),            # the same scorer: Jacap's torch reference
     "jacap_triton": ("#e7298a", "circle-open"),      # Jacap's Triton kernels
+    "jacap_triton_async": ("#c51b7d", "circle-dot"),  # the same kernels, check=False (no synchronisation)
     "jacap[window=0]": ("#ff7f0e", "diamond"),
     "jacap[tau=3,beta=0.9]": ("#7b241c", "star"),    # the configuration chosen on the tune segments
     "jacap_hybrid": ("#fb9a99", "star-diamond"),
@@ -51,6 +52,7 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
     "random": ("#393b79", "diamond-open"),
     "full": ("#000000", "circle-open"),              # no compression (reference)
     "floor": ("#000000", "line-ew"),                 # one read of K and V (reference)
+    "floor_gemm": ("#969696", "line-ns"),            # two N d^2 GEMMs: Algorithm 1's compute floor (reference)
 }
 
 # further Jacap configurations (not drawn in the book's figures today) get one of these, by name

@@ -11,10 +11,12 @@ tiles of ``BLOCK_N`` tokens.  Per-token outputs are float32 ``(G, N)`` buffers, 
 
 * :func:`logits_kernel`   reads K once: logit ``z = k . mu / (tau sqrt d)``, ``kappa = sum lam k^2``
   and the chunk's online-softmax state (running max ``m`` and sum ``s = sum exp(z - m)``).
-* :func:`gram_kernel`     reads V once: ``alpha, rho, weight`` from the global (max, sum) and the
-  chunk's share of the weighted Gram matrix ``sum (w / noise) v v^T`` (fp32 ``tl.dot`` accumulator).
+* :func:`gram_kernel`     combines the chunks' softmax states of its head into the global (max, sum)
+  (on the device: no host round trip), reads V once: ``alpha, rho, weight`` and the chunk's share of
+  the weighted Gram matrix ``sum w v v^T`` (fp32 ``tl.dot`` accumulator; the noise enters later).
 * :func:`leverage_kernel` reads V again: ``leverage = |P v|^2`` with ``P = L^{-1} W`` (``A = L L^T``
-  factorised once per head on the host) and ``score = (w / noise) * leverage``.
+  factorised once per head by batched torch calls) and ``score = (w / noise) * leverage`` with the
+  head's noise read from a device buffer (a fixed number or the noise rule's solution alike).
 """
 from __future__ import annotations
 
@@ -64,11 +66,11 @@ def logits_kernel(
 
 def gram_kernel(
     V, sv_b, sv_h, sv_n, sv_d,
-    Z, KAPPA, MAX, SUM,           # (G, N), (G, N), (G,), (G,) float32
+    Z, KAPPA, PART_M, PART_S,     # (G, N), (G, N), (G, n_split), (G, n_split) float32
     ALPHA, RHO, WEIGHT,           # (G, N) float32 out
-    GRAM,                         # (G, n_split, D, D) float32 out: this chunk's sum (w/noise) v v^T
-    H, N, D, chunk, inv_d, inv_noise,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    GRAM,                         # (G, n_split, D, D) float32 out: this chunk's sum w v v^T
+    H, N, D, chunk, inv_d,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     g = tl.program_id(0)
     split = tl.program_id(1)
@@ -77,8 +79,13 @@ def gram_kernel(
     h = g % H
     offs_d = tl.arange(0, BLOCK_D)
     dmask = offs_d < D
-    z_max = tl.load(MAX + g)
-    inv_sum = 1.0 / tl.load(SUM + g)
+    # the head's global softmax state from the chunks' (max, sum): every program of the head does it
+    offs_s = tl.arange(0, BLOCK_S)
+    smask = offs_s < n_splits
+    part_m = tl.load(PART_M + g * n_splits + offs_s, mask=smask, other=float("-inf"))
+    part_s = tl.load(PART_S + g * n_splits + offs_s, mask=smask, other=0.0)
+    z_max = tl.max(part_m, axis=0)
+    inv_sum = 1.0 / tl.sum(part_s * tl.exp(part_m - z_max), axis=0)
     v_base = V + b.to(tl.int64) * sv_b + h.to(tl.int64) * sv_h
     row = g.to(tl.int64) * N
     start = split * chunk
@@ -98,7 +105,7 @@ def gram_kernel(
             v_base + offs_n[:, None].to(tl.int64) * sv_n + offs_d[None, :] * sv_d,
             mask=nmask[:, None] & dmask[None, :], other=0.0,
         ).to(tl.float32)
-        vw = v * (weight * inv_noise)[:, None]
+        vw = v * weight[:, None]
         acc = tl.dot(tl.trans(vw), v, acc, input_precision=DOT_PRECISION)
     out = GRAM + (g * n_splits + split).to(tl.int64) * D * D + offs_d[:, None] * D + offs_d[None, :]
     tl.store(out, acc, mask=dmask[:, None] & dmask[None, :])
@@ -108,12 +115,14 @@ def leverage_kernel(
     V, sv_b, sv_h, sv_n, sv_d,
     P,                            # (G, M, D) float32 contiguous: P = L^{-1} W  (W = I when u = v)
     WEIGHT,                       # (G, N) float32
+    INV_NOISE,                    # (G,) float32: 1 / sigma^2 per head
     LEVERAGE, SCORE,              # (G, N) float32 out
-    H, N, D, M, chunk, inv_noise,
+    H, N, D, M, chunk,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     g = tl.program_id(0)
     split = tl.program_id(1)
+    inv_noise = tl.load(INV_NOISE + g)
     b = g // H
     h = g % H
     offs_d = tl.arange(0, BLOCK_D)   # index over the value dim d (rows of P^T)
