@@ -66,11 +66,15 @@ def test_scoring_script_quick_run(scoring, tmp_path):
     saved = json.loads((tmp_path / "s.json").read_text())
     assert saved["config"]["N"] == [300] and saved["config"]["kv_heads"] == 8 and saved["argv"][0] == "--N"
     methods = {r["method"] for r in saved["rows"]}
-    assert methods == {"floor", "jacap_torch", "capkv", "expected_attention", "knorm"}
+    assert methods == {"floor", "floor_gemm", "jacap_torch", "capkv", "expected_attention", "knorm"}
     floor = next(r for r in saved["rows"] if r["method"] == "floor")
+    gemm = next(r for r in saved["rows"] if r["method"] == "floor_gemm")
     for r in saved["rows"]:
         assert math.isclose(r["ratio_to_floor"], r["median_s"] / floor["median_s"], rel_tol=1e-12)
+        assert math.isclose(r["min_over_kv_floor"], r["min_s"] / floor["min_s"], rel_tol=1e-12)
+        assert math.isclose(r["min_over_gemm_floor"], r["min_s"] / gemm["min_s"], rel_tol=1e-12)
         assert r["median_s"] > 0 and r["repeats"] == 1
+    assert saved["config"]["timer"] == "time.thread_time" and set(saved["config"]["load_average_1m"]) == {"start", "end"}
     assert set(saved["what_was_timed"]) >= methods
     rows = scoring_rows(saved)
     assert len(rows) == 1 and math.isclose(
@@ -179,6 +183,21 @@ def test_inverse_vs_solve_findings():
     assert "cholesky_solve" not in bad and bad["inverse"]["max_rel_err"] > 0.1
 
 
+def test_fixed_and_per_token_recovers_a_line():
+    """The fit of t = fixed + per_token * N on exact lines gives back their intercepts and slopes, and the
+    per-token ratios to both floors."""
+    from jacap_lib.measure.timing import fixed_and_per_token
+
+    lines = {"floor": (1e-5, 1e-8), "floor_gemm": (2e-5, 1e-7), "jacap_torch": (3e-3, 1.5e-7)}
+    rows = [{"N": N, "d": 64, "method": m, "min_s": a + b * N} for N in (1024, 4096, 16384) for m, (a, b) in lines.items()]
+    fits = {f["method"]: f for f in fixed_and_per_token(rows)}
+    for m, (a, b) in lines.items():
+        assert fits[m]["fixed_s"] == pytest.approx(a, rel=1e-6) and fits[m]["per_token_s"] == pytest.approx(b, rel=1e-9)
+        assert fits[m]["fit_max_rel_residual"] < 1e-9
+    assert fits["jacap_torch"]["per_token_over_gemm_floor"] == pytest.approx(1.5)
+    assert fits["jacap_torch"]["per_token_over_kv_floor"] == pytest.approx(15.0)
+
+
 def test_figures_build():
     from jacap_lib.viz import kernels as V
 
@@ -209,9 +228,15 @@ def test_committed_results_are_complete(name):
     except FileNotFoundError as exc:
         pytest.fail(str(exc))
     assert data["environment"]["packages"]["torch"] and data["rows"]
-    if name == "scoring_cpu":
-        assert sorted(data["config"]["N"]) == [1024, 4096, 16384, 65536] and data["config"]["d"] == [64, 128]
-        assert len(data["rows"]) == 4 * 2 * 5
+    if name == "scoring_cpu":  # N 4K-16K (the target range) and the sizes around them, both floors, one thread
+        Ns = sorted(data["config"]["N"])
+        assert {4096, 8192, 16384} <= set(Ns) and data["config"]["d"] == [64, 128] and not data["skipped_time_budget"]
+        assert data["environment"]["torch_threads"] == 1 and data["config"]["load_average_1m"]["end"] is not None
+        assert len(data["rows"]) == len(Ns) * 2 * 6 and {"floor", "floor_gemm"} <= {r["method"] for r in data["rows"]}
+        fits = {(f["d"], f["method"]) for f in data["fixed_and_per_token"]}
+        assert fits == {(r["d"], r["method"]) for r in data["rows"]}
+        for r in data["rows"]:
+            assert r["min_s"] <= r["median_s"] <= r["max_s"]
     elif name == "scoring_h200":  # the GPU run adds the Triton column and N = 256K
         assert data["environment"]["gpu"] == "NVIDIA H200" and data["config"]["dtype"] == "bfloat16"
         assert sorted(data["config"]["N"]) == [1024, 4096, 16384, 65536, 262144] and not data["skipped_time_budget"]

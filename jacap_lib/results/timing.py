@@ -182,7 +182,8 @@ def _run_scoring(args) -> dict:
         "summary": T.summarise(res["rows"]),
         "fixed_and_per_token": T.fixed_and_per_token(res["rows"]),
     }
-    out["environment"]["load_average_1m_at_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    out["config"]["load_average_1m"] = {"start": env["load_average_1m_at_start"],
+                                        "end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
     path = files.write_json(args.out or bench_path(f"scoring_{device_tag(env)}"), out)
     print(f"saved {path}")
     return out

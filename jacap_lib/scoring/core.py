@@ -82,7 +82,7 @@ def leverage(u: torch.Tensor, weight: torch.Tensor, noise=1.0) -> torch.Tensor:
         noise_g = torch.broadcast_to(noise.to(device=u.device, dtype=cdt), lead).reshape(G)
     else:
         noise_g = torch.full((G,), float(noise), dtype=cdt, device=u.device)
-    rows = block_rows(G, m, N)
+    rows = block_rows(G, m, N, u.device)
     A = gram_pass(u3, w3, cdt, rows) / noise_g[:, None, None] + torch.eye(m, dtype=cdt, device=u.device)
     L = cholesky_with_jitter(A)
     return leverage_pass(u3, leverage_map(L, None).transpose(1, 2), cdt, rows).reshape(lead + (N,))
@@ -154,13 +154,13 @@ def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, 
     k3, v3 = keys.reshape(G, N, d), values.reshape(G, N, dv)  # views for any layout sliced along N
     mu3 = torch.broadcast_to(mu, lead + (d,)).reshape(G, d, 1).to(cdt)
     lam3 = torch.broadcast_to(lam, lead + (d,)).reshape(G, d, 1).to(cdt)
-    logits, kappa = token_pass(k3, mu3, lam3, cdt, block_rows(G, d, N))
+    logits, kappa = token_pass(k3, mu3, lam3, cdt, block_rows(G, d, N, keys.device))
     alpha = torch.softmax(logits / (tau * math.sqrt(d)), dim=-1)
     rho = alpha * (1.0 - alpha)
     weight = rho.square() * kappa / d
     if not bool(torch.isfinite(weight).all()):
         diagnose_nonfinite(keys=keys)
-    rows = block_rows(G, dv, N)
+    rows = block_rows(G, dv, N, keys.device)
     gram = gram_pass(v3, weight, cdt, rows)  # sum_j w_j v_j v_j^T; non-finite iff V (or w) is
     if not bool(torch.isfinite(gram).all()):
         diagnose_nonfinite(values=values, out_proj=out_proj)

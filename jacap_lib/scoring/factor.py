@@ -27,13 +27,17 @@ from .contract import _JITTERS
 __all__ = ["block_rows", "token_pass", "gram_pass", "leverage_pass", "project_gram", "leverage_map",
            "cholesky_jitter_ondevice", "deff_noise_ondevice"]
 
-# bytes of one block of rows across all heads: well inside an L2 cache
+# bytes of one block of rows across all heads: on the CPU well inside an L2 cache; on a GPU large
+# enough that a call is a handful of launches (the blocks only bound the temporaries there)
 _BLOCK_BYTES = 1 << 19
+_BLOCK_BYTES_GPU = 1 << 28
 
 
-def block_rows(G: int, d: int, N: int) -> int:
-    """Rows per block so that a ``(G, rows, d)`` float32 block is about 512 KiB (at least 128, at most N)."""
-    rows = max(128, _BLOCK_BYTES // (4 * max(1, G) * max(1, d)))
+def block_rows(G: int, d: int, N: int, device: torch.device | str = "cpu") -> int:
+    """Rows per block so that a ``(G, rows, d)`` float32 block is about 512 KiB on the CPU (256 MiB on a
+    GPU); at least 128, at most N."""
+    budget = _BLOCK_BYTES if torch.device(device).type == "cpu" else _BLOCK_BYTES_GPU
+    rows = max(128, budget // (4 * max(1, G) * max(1, d)))
     return min(N, 1 << (rows.bit_length() - 1))
 
 
