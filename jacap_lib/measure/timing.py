@@ -218,7 +218,7 @@ def repeats_for(N: int, device, quick: bool) -> int:
         return 1
     if device.type == "cuda":
         return 20 if N <= 65536 else 10
-    return 3 if N >= 65536 else 7
+    return 3 if N >= 65536 else 5
 
 
 
