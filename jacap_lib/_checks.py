@@ -3,12 +3,18 @@ the argument and says how to fix it."""
 from __future__ import annotations
 
 import math
+import sys
 
-import torch
+
+def _is_tensor(value) -> bool:
+    """``isinstance(value, torch.Tensor)`` without importing torch (a tensor exists only once torch is loaded),
+    so the command line can check its arguments before torch loads."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 def tensor(name: str, x, *, min_dim: int = 1, floating: bool = True) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
+    if not _is_tensor(x):
         raise ValueError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}; wrap it with torch.as_tensor(...)")
     if x.dim() < min_dim:
         raise ValueError(f"`{name}` must have at least {min_dim} dimension(s), got shape {tuple(x.shape)}")
@@ -18,6 +24,8 @@ def tensor(name: str, x, *, min_dim: int = 1, floating: bool = True) -> torch.Te
 
 
 def finite(name: str, x: torch.Tensor) -> None:
+    import torch
+
     if not bool(torch.isfinite(x).all()):
         bad = int((~torch.isfinite(x)).sum())
         raise ValueError(f"`{name}` contains {bad} NaN/Inf value(s); clean the cache or the statistics before scoring")
@@ -27,7 +35,7 @@ def real(name: str, value) -> float:
     """A finite real number (bools and strings refused)."""
     if isinstance(value, bool) or isinstance(value, str) or value is None:
         raise ValueError(f"`{name}` must be a real number, got {value!r}")
-    if isinstance(value, torch.Tensor) and value.numel() != 1:
+    if _is_tensor(value) and value.numel() != 1:
         raise ValueError(f"`{name}` must be a real number (or a one-element tensor), got a tensor of shape "
                          f"{tuple(value.shape)}")
     try:
@@ -49,8 +57,8 @@ def positive(name: str, value, *, allow_zero: bool = False) -> float:
 
 def nonneg_int(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int,)) and not (
-        isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
-        and value.dtype != torch.bool
+        _is_tensor(value) and value.numel() == 1 and not value.is_floating_point()
+        and value.dtype != sys.modules["torch"].bool
     ):
         raise ValueError(f"`{name}` must be a non-negative int, got {value!r}")
     v = int(value)

@@ -33,38 +33,66 @@ from .results.job import build_parser as _build, run_table
 
 __all__ = ["COMMANDS", "main", "build_parser"]
 
-# subcommand -> job ("module:attribute") or (help, {subcommand: ...}); one line per job
+# subcommand -> (help, "module:attribute"): a job, imported only when chosen (so `jacap --help` and a group's
+# help import no job module; the help is the job's own, tests/test_cli.py checks they agree), or
+# (help, {subcommand: ...}): a group
 COMMANDS = {
     "book": ("build the Jupyter Book", {
-        "build": "jacap_lib.book:BUILD",
+        "build": ("sync the notebooks and build _build/html (warnings are errors)",
+                  "jacap_lib.book:BUILD"),
     }),
     "bench": ("quality under compression: KL grid, passkey, summary", {
-        "kl": "jacap_lib.results.quality:KL",
-        "passkey": "jacap_lib.results.quality:PASSKEY",
-        "summary": "jacap_lib.results.quality:SUMMARY",
+        "kl": ("next-token KL and attention-output error per segment x length x method x ratio",
+               "jacap_lib.results.quality:KL"),
+        "passkey": ("needle retrieval over context length x needle depth",
+                    "jacap_lib.results.quality:PASSKEY"),
+        "summary": ("mean and 95%% bootstrap interval per method x ratio x length x kind",
+                    "jacap_lib.results.quality:SUMMARY"),
     }),
     "compare": ("the note-faithful comparison: grid -> data/results/grid.jsonl, summary -> grid_summary.json", {
-        "grid": "jacap_lib.results.comparison:GRID",
-        "summary": "jacap_lib.results.comparison:SUMMARY",
+        "grid": ("run (or resume) data/results/grid.jsonl (the jobs of `jacap bench kl` on GRID_METHODS)",
+                 "jacap_lib.results.comparison:GRID"),
+        "summary": ("write data/results/grid_summary.json (intervals, paired comparisons, tune rankings, target)",
+                    "jacap_lib.results.comparison:SUMMARY"),
     }),
-    "compare-decoding": "jacap_lib.results.decoding_comparison:JOB",
-    "decompose": "jacap_lib.results.decomposition:JOB",
+    "compare-decoding": ("Algorithm 2 vs kvpress DecodingPress, teacher-forced -> "
+                         "data/serving/decoding_comparison.json",
+                         "jacap_lib.results.decoding_comparison:JOB"),
+    "decompose": ("error decomposition on real heads -> data/decomposition/*.json",
+                  "jacap_lib.results.decomposition:JOB"),
     "diagnose": ("mechanism and query-statistics diagnostics -> data/diagnostics/*.json", {
-        "mechanisms": "jacap_lib.results.diagnostics:MECHANISMS",
-        "query-stats": "jacap_lib.results.diagnostics:QUERY_STATS",
+        "mechanisms": ("effective dimension, ||A - I||, saturation and top-w|u|^2 overlap per layer and KV head -> "
+                       "data/diagnostics/mechanisms.json",
+                       "jacap_lib.results.diagnostics:MECHANISMS"),
+        "query-stats": ("errors of the prompt-query estimators against the continuation's queries -> "
+                        "data/diagnostics/query_stats.json",
+                        "jacap_lib.results.diagnostics:QUERY_STATS"),
     }),
     "evaluate": ("the evaluation protocol: every method tuned alike on the tune documents, judged on the test "
                  "documents -> data/results/eval/", {
-        "tune": "jacap_lib.results.evaluation:TUNE",
-        "test": "jacap_lib.results.evaluation:TEST",
-        "time": "jacap_lib.results.evaluation:TIME",
+        "tune": ("every setting of the search space on the tune documents -> data/results/eval/tune.jsonl, then each "
+                 "method's choice and the best baseline per cell -> choices.json",
+                 "jacap_lib.results.evaluation:TUNE"),
+        "test": ("each method's tuned setting on the test documents -> data/results/eval/test.jsonl (needs the tune's "
+                 "choices.json, made with the same options)",
+                 "jacap_lib.results.evaluation:TEST"),
+        "time": ("wall and CPU time of one prefill and one replay per setting on one document, and the extrapolated "
+                 "time of the tune + test grid -> data/results/eval/timing.json",
+                 "jacap_lib.results.evaluation:TIME"),
     }),
-    "inspect": "jacap_lib.viz.eviction:INSPECT",
-    "serve-run": "jacap_lib.results.serving:JOB",
-    "texts": "jacap_lib.results.texts:JOB",
+    "inspect": ("what one eviction keeps, per layer and KV head (--layer/--head: marked text, --html: the whole "
+                "model); --kl-table: the live chapter's KL table",
+                "jacap_lib.viz.eviction:INSPECT"),
+    "serve-run": ("Algorithm 2 on the bundled model -> data/serving/serving_run.json (~6 min)",
+                  "jacap_lib.results.serving:JOB"),
+    "texts": ("rebuild the quality benchmark's text segments and manifest (data/texts), or with --corpus the "
+              "evaluation corpus (data/texts/corpus)",
+              "jacap_lib.results.texts:JOB"),
     "time": ("speed benchmarks (jacap_lib.measure.timing) -> data/bench/*.json", {
-        "scoring": "jacap_lib.results.timing:SCORING",
-        "e2e": "jacap_lib.results.timing:E2E",
+        "scoring": ("Algorithm 1's scoring cost vs CapKV and kvpress scorers -> data/bench/scoring_<device>.json",
+                    "jacap_lib.results.timing:SCORING"),
+        "e2e": ("prefill + greedy decoding: no compression, Jacap, CapKV -> data/bench/end_to_end_<device>.json",
+                "jacap_lib.results.timing:E2E"),
     }),
 }
 

@@ -30,7 +30,14 @@ from dataclasses import dataclass, fields
 
 from . import _checks
 
-__all__ = ["JacapConfig", "DEFAULTS", "check", "BACKENDS", "GQA_MODES"]
+__all__ = ["JacapConfig", "DEFAULTS", "check", "BACKENDS", "GQA_MODES", "DEFAULT_RATIO"]
+
+# The default compression ratio of inspect_eviction, answer and `jacap inspect`. For a ~250-token prompt
+# and Jacap's default protection (n_sink = 4, window = 32: 36 protected slots), c = 0.5 keeps 125 tokens per
+# head, 89 of them chosen by the score (71 % of the budget); c = 0.75 keeps 62, 26 by score (42 %); c = 0.9
+# keeps 24 < 36, so the window shrinks and the score chooses nothing. An inspection should show the score at
+# work: 0.5.
+DEFAULT_RATIO = 0.5
 
 BACKENDS = ("auto", "torch", "triton")
 GQA_MODES = ("pool", "mean")

@@ -1,5 +1,6 @@
 """`jacap` (jacap_lib.cli): every subcommand has --help; a bad call exits with status 2 naming the
 argument, before any model is loaded, and writes nothing."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,14 +13,14 @@ from jacap_lib import cli  # noqa: E402
 def _leaves(table=cli.COMMANDS, path=()):
     """Every job of the ``jacap`` table, as its words (``["bench", "kl"]``, ``["inspect"]``, ...)."""
     for name, entry in table.items():
-        if isinstance(entry, tuple):
+        if isinstance(entry[1], dict):
             yield from _leaves(entry[1], path + (name,))
         else:
             yield list(path + (name,))
 
 
 SUBCOMMANDS = list(_leaves())
-GROUPS = [[name] for name, entry in cli.COMMANDS.items() if isinstance(entry, tuple)]
+GROUPS = [[name] for name, entry in cli.COMMANDS.items() if isinstance(entry[1], dict)]
 
 
 def test_the_table_names_every_job():
@@ -42,6 +43,55 @@ def test_python_dash_m_and_help_of_a_benchmark():
     out = subprocess.run([sys.executable, "-m", "jacap_lib", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0
     assert all(name in out.stdout for name in cli.COMMANDS)  # the top-level list names every subcommand
+
+
+HEAVY = ("torch", "transformers", "kvpress")
+# `jacap ARGS` in a fresh interpreter that, on exit, writes which of HEAVY were imported to the file $HEAVY_OUT
+_JACAP = ("import atexit, os, sys\n"
+          "atexit.register(lambda: open(os.environ['HEAVY_OUT'], 'w').write("
+          "' '.join(m for m in %r if m in sys.modules)))\n"
+          "from jacap_lib.cli import main\n"
+          "sys.exit(main(sys.argv[1:]))\n" % (HEAVY,))
+
+
+def _jacap(argv, tmp_path, env=None):
+    """Run ``jacap argv`` in a subprocess; returns (the completed process, the HEAVY modules it imported)."""
+    import os
+
+    heavy = tmp_path / "heavy.txt"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))}
+    out = subprocess.run([sys.executable, "-c", _JACAP, *argv], capture_output=True, text=True, timeout=300,
+                         env={**base, **(env or {}), "OMP_NUM_THREADS": "1", "HEAVY_OUT": str(heavy)},
+                         cwd=Path(__file__).resolve().parents[1])
+    loaded = heavy.read_text().split()
+    heavy.unlink()
+    return out, loaded
+
+
+@pytest.mark.parametrize("sub", [[], ["bench"], ["evaluate"]], ids=lambda s: " ".join(s) or "top")
+def test_help_imports_no_job_module(sub, tmp_path):
+    """``jacap --help`` and a group's help list every subcommand with its help without importing any job
+    module (so neither torch, transformers nor kvpress): the table names jobs as ``module:attribute``."""
+    out, loaded = _jacap(sub + ["--help"], tmp_path)
+    assert out.returncode == 0 and loaded == [], (loaded, out.stderr[-2000:])
+    table = cli.COMMANDS if not sub else cli.COMMANDS[sub[0]][1]
+    names = re.findall(r"^    (\S+)", out.stdout, flags=re.M)
+    assert names == list(table)  # every subcommand, in the table's order, each with its help
+    assert sub or {"compare", "compare-decoding", "evaluate", "inspect"} <= set(names)
+
+
+def test_the_tables_help_is_each_jobs_own():
+    """The one-line help in :data:`COMMANDS` (shown without importing the job) is the job's ``help``."""
+    from jacap_lib.results.job import _resolve
+
+    def walk(table):
+        for entry in table.values():
+            if isinstance(entry[1], dict):
+                yield from walk(entry[1])
+            else:
+                yield entry
+    for help_, target in walk(cli.COMMANDS):
+        assert help_ == _resolve(target).help, target
 
 
 @pytest.fixture
@@ -231,18 +281,16 @@ def test_inspect_default_ratio_is_the_library_default():
 def test_inspect_with_an_unavailable_model_fails_in_one_line(env, tmp_path):
     """No network needed: the Hub is either switched off or pointed at a closed local port. The command ends
     with status 2 and one line naming the model, without transformers' retries (the old behaviour: a minute
-    of "Retrying in 8s" and a 100-line traceback). The timeout only guards a hang; Python and torch imports
-    alone can take a minute on a loaded machine, so no time is asserted."""
-    import os
-
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))}
-    out = subprocess.run([sys.executable, "-m", "jacap_lib", "inspect", "--model", "no/such-model", "--html",
-                          str(tmp_path / "e.html")], capture_output=True, text=True, timeout=300,
-                         env={**base, **env, "OMP_NUM_THREADS": "1"}, cwd=Path(__file__).resolve().parents[1])
+    of "Retrying in 8s" and a 100-line traceback), and before torch, transformers or kvpress is imported. The
+    timeout only guards a hang; no time is asserted."""
+    (tmp_path / "out").mkdir()
+    out, loaded = _jacap(["inspect", "--model", "no/such-model", "--html", str(tmp_path / "out" / "e.html")],
+                         tmp_path, env)
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1, out.stderr[-3000:]
     assert lines[0].startswith("jacap inspect: error: --model: model 'no/such-model' is not")
-    assert out.stdout == "" and list(tmp_path.iterdir()) == []
+    assert out.stdout == "" and list((tmp_path / "out").iterdir()) == []
+    assert loaded == []  # checked with huggingface_hub alone: torch, transformers and kvpress never loaded
 
 
 @pytest.fixture(scope="module")

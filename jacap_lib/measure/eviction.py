@@ -22,18 +22,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..config import DEFAULT_RATIO  # its home is config: `jacap inspect` reads it before torch loads
 from ..hf import attention_modules
 
 __all__ = ["EvictionInspection", "inspect_eviction", "kept_indices", "capture_kept", "answer", "COMPONENTS",
            "STATUSES", "MARKS", "DEFAULT_RATIO", "parse_view",
            "DEMO_FACTS", "facts_stated", "phrase_kept"]
 
-# The default compression ratio of inspect_eviction, answer and `jacap inspect`. For a ~250-token prompt
-# and Jacap's default protection (n_sink = 4, window = 32: 36 protected slots), c = 0.5 keeps 125 tokens per
-# head, 89 of them chosen by the score (71 % of the budget); c = 0.75 keeps 62, 26 by score (42 %); c = 0.9
-# keeps 24 < 36, so the window shrinks and the score chooses nothing. An inspection should show the score at
-# work: 0.5.
-DEFAULT_RATIO = 0.5
 # status codes of EvictionInspection.status, and their names
 EVICTED, KEPT, PROTECTED = 0, 1, 2
 STATUSES = ("evicted", "kept", "protected")

@@ -152,34 +152,47 @@ def shared_options(parser, *, model: bool = True, threads: bool = True, progress
 
 # --------------------------------------------------------------------------------------------- the table
 def _resolve(entry):
-    """A table entry: a :class:`Job`, ``"module:attribute"`` naming one, or ``(help, {name: entry})``."""
+    """A table entry: a :class:`Job`, ``"module:attribute"`` naming one, ``(help, "module:attribute")`` (a
+    job named with its one-line help, imported only when chosen) or ``(help, {name: entry})`` (a group)."""
+    if isinstance(entry, tuple) and isinstance(entry[1], str):
+        entry = entry[1]
     if isinstance(entry, str):
         module, _, attr = entry.partition(":")
         return getattr(importlib.import_module(module), attr)
     return entry
 
 
-def _add(sub, name: str, entry) -> None:
-    entry = _resolve(entry)
-    if isinstance(entry, Job):
-        p = sub.add_parser(name, help=entry.help, description=entry.description or entry.help)
-        entry.add_arguments(p)
-        p.set_defaults(_job=entry, _parser=p)
+def _add(sub, name: str, entry, path) -> None:
+    """Add ``name`` to ``sub``. ``path``: the words of ``argv`` below this level (None: resolve every job);
+    a job named ``(help, "module:attribute")`` is imported only when ``path`` chooses it, so ``--help`` and a
+    group's help import no job module."""
+    chosen = path is None or (path[:1] == [name])
+    rest = None if path is None else path[1:]
+    if isinstance(entry, tuple) and isinstance(entry[1], dict):
+        help_, table = entry
+        p = sub.add_parser(name, help=help_, description=help_)
+        inner = p.add_subparsers(dest=f"_{name}_command", required=True, metavar="{" + ",".join(table) + "}")
+        for k, v in table.items():
+            _add(inner, k, v, rest if chosen else [])
         return
-    help_, table = entry
-    p = sub.add_parser(name, help=help_, description=help_)
-    inner = p.add_subparsers(dest=f"_{name}_command", required=True, metavar="{" + ",".join(table) + "}")
-    for k, v in table.items():
-        _add(inner, k, v)
+    if isinstance(entry, tuple) and not chosen:  # named, not chosen: listed by its help, never imported
+        sub.add_parser(name, help=entry[0])
+        return
+    job = _resolve(entry)
+    p = sub.add_parser(name, help=job.help, description=job.description or job.help)
+    job.add_arguments(p)
+    p.set_defaults(_job=job, _parser=p)
 
 
-def build_parser(table: dict, prog: str, description: str = "", epilog: str | None = None) -> argparse.ArgumentParser:
-    """The parser of a table ``{name: entry}`` (entries as in :func:`_resolve`); every job is a leaf."""
+def build_parser(table: dict, prog: str, description: str = "", epilog: str | None = None,
+                 argv=None) -> argparse.ArgumentParser:
+    """The parser of a table ``{name: entry}`` (entries as in :func:`_resolve`); every job is a leaf.
+    With ``argv``, only the jobs it chooses are imported (the others are listed by their help)."""
     ap = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="_command", required=True, metavar="{" + ",".join(table) + "}")
     for name, entry in table.items():
-        _add(sub, name, entry)
+        _add(sub, name, entry, None if argv is None else list(argv))
     return ap
 
 
@@ -210,7 +223,7 @@ def run_table(table: dict, argv=None, *, prog: str, description: str = "", epilo
     """Parse ``argv`` against ``table`` and run the chosen job; a bad call prints *that subcommand's*
     usage and exits with status 2 (unknown options included), writing nothing. Returns 0."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args, leaf = _parse(build_parser(table, prog, description, epilog), argv)
+    args, leaf = _parse(build_parser(table, prog, description, epilog, argv=argv), argv)
     depth = len(leaf.prog.split()) - len(prog.split())  # the subcommand's names lead argv
     _run(args._job, leaf, args, command=_command(prog, argv), options=argv[depth:])
     return 0

@@ -26,8 +26,6 @@ import html
 import json
 from pathlib import Path
 
-import torch
-
 from ..results import job as J
 
 __all__ = ["STATUS_COLOURS", "eviction_html", "to_html", "INSPECT"]
@@ -142,6 +140,8 @@ def eviction_html(insp, layer: int = 0, head: int = 0, *, title: str | None = No
     ref = kept_by_score[layer, head]
     inter = (kept_by_score & ref).sum(-1).float()
     union = (kept_by_score | ref).sum(-1).float()
+    import torch
+
     jac = torch.where(union > 0, inter / union.clamp_min(1), torch.ones_like(union))
     rows = ["<tr><th>layer \\ head</th>" + "".join(f"<th>{h}</th>" for h in range(H)) + "</tr>"]
     for l in range(L):
@@ -193,7 +193,7 @@ def to_html(insp, path, layer: int = 0, head: int = 0, *, title: str | None = No
 
 # --------------------------------------------------------------------------------------------- the job `jacap inspect`
 def _inspect_arguments(p) -> None:
-    from ..measure.eviction import DEFAULT_RATIO
+    from ..config import DEFAULT_RATIO
 
     J.shared_options(p, seed=True, out="with --kl-table (default data/live/kl_table.json)")
     p.add_argument("--method", default="jacap", help="registry name, optionally name[key=value,...]")
@@ -227,12 +227,6 @@ def _check_inspect(args) -> str | None:
         return None
     J.check_ratios([args.ratio], "--ratio")
     J.check(args.out is None, "--out is only for --kl-table (--html writes the inspection's page)")
-    from ..presses.registry import press_from_spec
-
-    try:
-        press_from_spec(args.method, args.ratio)
-    except ValueError as e:
-        raise J.BadArgument(f"--method: {e}") from None
     J.check(args.text is None or args.file is None, "--text and --file: give one of them")
     text = args.text
     if text is not None:
@@ -249,7 +243,13 @@ def _check_inspect(args) -> str | None:
     if args.html is not None:
         J.check(args.html.suffix.lower() in (".html", ".htm"), f"--html {args.html} must end in .html")
         J.check(not args.html.is_dir(), f"--html {args.html} is a folder; give a file name")
-    J.check_model(args.model)
+    J.check_model(args.model)  # needs only huggingface_hub: a wrong id fails before torch/kvpress load
+    from ..presses.registry import press_from_spec
+
+    try:
+        press_from_spec(args.method, args.ratio)
+    except ValueError as e:
+        raise J.BadArgument(f"--method: {e}") from None
     if args.layer is not None:  # ranges that depend on the model: from its configuration, before the weights
         from ..models import load_config
 
