@@ -10,7 +10,7 @@
     jacap compare-decoding [--quick]               Algorithm 2 vs kvpress DecodingPress -> data/serving/
     jacap decompose [--only taylor diagonal ...]   error decomposition -> data/decomposition/*.json
     jacap diagnose mechanisms|query-stats          mechanism diagnostics -> data/diagnostics/*.json
-    jacap evaluate tune|test|time [--quick]        the evaluation protocol -> data/results/eval/
+    jacap evaluate tune|test|time|summary [--quick] the evaluation protocol -> data/results/eval/
     jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token
     jacap inspect --layer 3 --head 1 [--text ...]  one head's text, kept/protected/evicted marked
     jacap inspect --html eviction.html             the whole model as a self-contained HTML page
@@ -79,6 +79,10 @@ COMMANDS = {
         "time": ("wall and CPU time of one prefill and one replay per setting on one document, and the extrapolated "
                  "time of the tune + test grid -> data/results/eval/timing.json",
                  "jacap_lib.results.evaluation:TIME"),
+        "summary": ("per cell, the default Jacap setting (and the paper preset or the other Jacap settings) against the "
+                    "best baseline picked on tune and, stricter, on test: ratio intervals, wins, Wilcoxon and Holm p, "
+                    "verdicts -> data/results/eval/summary.json (needs test.jsonl and choices.json of one configuration)",
+                    "jacap_lib.results.evaluation:SUMMARY"),
     }),
     "inspect": ("what one eviction keeps, per layer and KV head (--layer/--head: marked text, --html: the whole "
                 "model); --kl-table: the live chapter's KL table",

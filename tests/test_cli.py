@@ -27,7 +27,7 @@ def test_the_table_names_every_job():
     assert SUBCOMMANDS == [["book", "build"], ["bench", "kl"], ["bench", "passkey"], ["bench", "summary"],
                            ["compare", "grid"], ["compare", "summary"], ["compare-decoding"], ["decompose"],
                            ["diagnose", "mechanisms"], ["diagnose", "query-stats"], ["evaluate", "tune"],
-                           ["evaluate", "test"], ["evaluate", "time"], ["inspect"], ["serve-run"],
+                           ["evaluate", "test"], ["evaluate", "time"], ["evaluate", "summary"], ["inspect"], ["serve-run"],
                            ["texts"], ["time", "scoring"], ["time", "e2e"]]
 
 

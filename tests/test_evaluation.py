@@ -6,6 +6,7 @@ import argparse
 import hashlib
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -326,3 +327,86 @@ def test_quick_run_on_bundled_model(tmp_path):
     assert len(tune) == 2 * 2 * 5 and len(test) == 2 * 2 * 3
     assert all(r["continuation"] == 32 and r["length"] == 512 for r in tune + test)
     assert io.read_runs(out / "test.jsonl")[0]["model"]["sha256"]
+
+
+# --------------------------------------------------------------------------------------------- summary
+SUM_DOCS = [f"t{i}" for i in range(8)]
+SUM_SPACE = {"knorm": ("knorm",), "snapkv": ("snapkv",), "jacap": ("jacap",), "jacap_adakv": ("jacap_adakv",)}
+
+
+def _eval_dir(tmp_path):
+    """A hand-built tune/test pair: knorm is the best baseline on tune, snapkv on test (knorm = 1.25 snapkv there).
+    Cell 512/0.5: jacap = 0.8 knorm x exp(+-0.05) (alternating); cell 512/0.9: jacap = knorm. jacap_adakv = knorm."""
+    config = P.protocol_config(model={"name": "m", "sha256": "0"}, lengths=(512,), ratios=(0.5, 0.9), continuation=8,
+                               space=SUM_SPACE, docs=[{"id": "u0", "sha256": "s", "split": "tune"}]
+                               + [{"id": d, "sha256": "s", "split": "test"} for d in SUM_DOCS])
+    base = dict(model="m", sha256="s", length=512, continuation=8)
+    tune = [{**base, "doc": "u0", "split": "tune", "ratio": c, "method": m, "kl": kl}
+            for c in (0.5, 0.9) for m, kl in (("knorm", 1.0), ("snapkv", 2.0), ("jacap", 1.0), ("jacap_adakv", 1.0))]
+    out = tmp_path / "eval"
+    E.write_choices(out / "choices.json", tune, config, SUM_SPACE)
+    test = []
+    for i, d in enumerate(SUM_DOCS):
+        snap = 0.1 * (i + 1)
+        knorm = 1.25 * snap
+        for c, jac in ((0.5, 0.8 * knorm * math.exp(0.05 if i % 2 else -0.05)), (0.9, knorm)):
+            for m, kl in (("snapkv", snap), ("knorm", knorm), ("jacap", jac), ("jacap_adakv", knorm)):
+                test.append({**base, "doc": d, "split": "test", "ratio": c, "method": m, "kl": kl})
+    for r in test:
+        io.append_jsonl(out / "test.jsonl", r)
+    io.append_run(out / "test.jsonl", {"fingerprint": P.fingerprint(config), "protocol": config, "command": "x"})
+    return out, config
+
+
+def test_summary_verdicts_intervals_and_holm(tmp_path):
+    out, _ = _eval_dir(tmp_path)
+    assert cli.main(["evaluate", "summary", "--dir", str(out)]) == 0
+    data = json.loads((out / "summary.json").read_text())
+    assert data["config"]["fingerprint"] == json.loads((out / "choices.json").read_text())["fingerprint"]
+    fams = {(f["setting"], f["picked_on"]): f for f in data["families"]}
+    assert set(fams) == {(s, p) for s in ("jacap", "jacap_adakv") for p in ("tune", "test")}
+    assert fams[("jacap", "tune")]["role"] == "default"
+    assert fams[("jacap", "test")]["label"] == "picked on test (stricter)"
+    tune = {r["ratio"]: r for r in fams[("jacap", "tune")]["rows"]}
+    assert {r["baseline"] for r in tune.values()} == {"knorm"}
+    better, same = tune[0.5], tune[0.9]
+    assert better["gm_ratio"] == pytest.approx(0.8, rel=1e-4)  # the +-0.05 logs cancel
+    assert better["gm_low"] < 0.8 < better["gm_high"] < 1
+    low, high = (float(x) for x in re.findall(r"[\d.]+", better["verdict"]))
+    assert better["verdict"].startswith("better by") and low < 20 < high
+    assert (better["wins"], better["losses"]) == (8, 0)
+    assert better["p_wilcoxon"] == pytest.approx(2 / 2 ** 8, rel=1e-3)  # exact: every one of 8 ratios below 1
+    assert same["verdict"].startswith("no detectable difference") and same["p_wilcoxon"] == 1.0
+    # Holm over the family's two cells, by hand: the smaller p doubled, the larger max(that, itself)
+    assert better["p_holm"] == pytest.approx(2 * 2 / 2 ** 8, rel=1e-3) and same["p_holm"] == 1.0
+    # against snapkv (picked on test): 0.5 becomes a wash, 0.9 worse by 25 %
+    strict = {r["ratio"]: r for r in fams[("jacap", "test")]["rows"]}
+    assert {r["baseline"] for r in strict.values()} == {"snapkv"}
+    assert strict[0.9]["verdict"] == "worse by 25 %" and (strict[0.9]["wins"], strict[0.9]["losses"]) == (0, 8)
+    assert strict[0.5]["verdict"].startswith("no detectable difference")
+    p = sorted([strict[0.5]["p_wilcoxon"], strict[0.9]["p_wilcoxon"]])
+    hand = [min(1, 2 * p[0]), max(min(1, 2 * p[0]), p[1])]
+    assert sorted([strict[0.5]["p_holm"], strict[0.9]["p_holm"]]) == pytest.approx(hand, rel=1e-3)
+    # the table rows: primary line first, one per (setting, line, cell)
+    table = E.summary_table(data)
+    assert len(table) == 8 and table[0]["best baseline"] == "picked on tune (the protocol)"
+    assert table[0]["wins/losses"] == "8/0" and table[0]["verdict"] == better["verdict"]
+
+
+def test_summary_refuses_missing_or_foreign_inputs(tmp_path, capsys):
+    def refused(out, match):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["evaluate", "summary", "--dir", str(out)])
+        assert e.value.code == 2 and not (out / "summary.json").exists()
+        assert re.search(match, capsys.readouterr().err)
+
+    out, config = _eval_dir(tmp_path)
+    (out / "test.jsonl").rename(out / "t.jsonl")
+    refused(out, "test.jsonl does not exist")
+    (out / "t.jsonl").rename(out / "test.jsonl")
+    (out / "choices.json").rename(out / "c.json")
+    refused(out, "choices.json does not exist.*evaluate tune")
+    (out / "c.json").rename(out / "choices.json")
+    other = {**config, "continuation": 9}
+    io.append_run(out / "test.jsonl", {"fingerprint": P.fingerprint(other), "protocol": other})
+    refused(out, "different configurations.*continuation")

@@ -5,6 +5,9 @@
                          and the best baseline per cell by the protocol's one rule -> ``choices.json``
 ``jacap evaluate test``  each method's chosen setting on the *test* documents -> ``test.jsonl``; refuses to
                          run without ``choices.json`` or with one made under a different configuration
+``jacap evaluate summary`` test.jsonl + choices.json (same fingerprint) -> ``summary.json``: per cell, each
+                         Jacap setting against the best baseline picked on tune (primary) and on test
+                         (stricter, secondary): ratio intervals, wins/losses, Wilcoxon and Holm p, verdict
 ``jacap evaluate time``  wall and CPU time of one prefill and one replay per setting on one document, and
                          the extrapolated time of the whole tune + test grid -> ``timing.json``
 
@@ -37,8 +40,8 @@ from . import protocol as P
 
 __all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_CONTINUATION", "QUICK", "Plan", "row_key", "load_docs",
            "tune_groups", "test_groups", "run_groups", "measure_group", "write_choices", "read_choices",
-           "best_baselines", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
-           "TIME"]
+           "best_baselines", "jacap_settings", "summarize", "summary_table", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
+           "TIME", "SUMMARY"]
 
 DEFAULT_LENGTHS = (512, 1024, 2048)
 DEFAULT_RATIOS = (0.5, 0.75, 0.9, 0.95)
@@ -274,6 +277,152 @@ def best_baselines(choices: dict, test_rows: list[dict]) -> dict:
     return {"tune": {"label": "picked on tune (the protocol)", "cells": choices["best_baseline"]["cells"]},
             "test": {"label": TEST_LABEL,
                      "cells": P.best_baseline_per_cell(test_rows, choices["chosen"], split="test")}}
+
+
+# --------------------------------------------------------------------------------------------- summary
+TUNE_LABEL = "picked on tune (the protocol)"
+TEST_SHORT_LABEL = "picked on test (stricter)"
+
+
+def jacap_settings(choices: dict, test_rows: list[dict]) -> list[dict]:
+    """The Jacap settings the summary judges: the protocol's default Jacap setting (the tune choice of
+    ``jacap``) first, then the paper's exact settings preset when the search space has one
+    (``protocol.PAPER_PRESET``, a method spec) and the test rows hold it, else every other Jacap setting
+    (``jacap*`` method) the test rows hold. ``[{"spec", "role"}]``."""
+    have = list(dict.fromkeys(r["method"] for r in test_rows if P.method_of(r["method"]).startswith("jacap")))
+    default = choices["chosen"].get("jacap") or (have[0] if have else None)
+    if default is None or default not in have:
+        raise ValueError(f"test.jsonl has no rows of the chosen Jacap setting {default!r}; run `jacap evaluate test`")
+    out = [{"spec": default, "role": "default"}]
+    paper = getattr(P, "PAPER_PRESET", None)
+    if paper is not None and paper in have and paper != default:
+        out.append({"spec": paper, "role": "paper preset"})
+    elif paper is None or paper not in have:
+        out += [{"spec": s, "role": "tuned " + P.method_of(s)} for s in have if s != default]
+    return out
+
+
+def summarize(test_rows: list[dict], choices: dict, *, confidence: float | None = None,
+              n_resamples: int | None = None, seed: int | None = None, alpha: float = 0.05) -> dict:
+    """The comparisons of the summary (pure): for each Jacap setting of :func:`jacap_settings` and each
+    best-baseline line of :func:`best_baselines` (picked on tune: the protocol; picked on test: stricter),
+    one comparison family over the (length, ratio) cells, each cell a row of
+    :func:`jacap_lib.results.verdicts.compare_cells` (paired per-document KLs: geometric-mean and mean-KL
+    ratio intervals, wins/losses, Wilcoxon p, Holm-adjusted p over the family's cells, verdict) plus the
+    cell's length, ratio and baseline. ``{"families": [{"setting", "role", "picked_on", "label", "rows"}]}``."""
+    from . import verdicts as V
+
+    cfg = choices["config"]
+    model = cfg.get("model", {}).get("name")
+    rows = [r for r in test_rows if r.get("split", "test") == "test"
+            and (model is None or r.get("model") == model) and int(r["continuation"]) == int(cfg["continuation"])]
+    kl = {(r["method"], int(r["length"]), float(r["ratio"]), r["doc"]): float(r["kl"]) for r in rows}
+    docs = [d for d, _ in cfg["test_docs"]]
+    lines = best_baselines(choices, rows)
+    opts = {k: v for k, v in (("confidence", confidence), ("n_resamples", n_resamples), ("seed", seed))
+            if v is not None}
+    families = []
+    for js in jacap_settings(choices, rows):
+        for picked_on, line in lines.items():
+            cells, meta = {}, {}
+            for L in cfg["lengths"]:
+                for c in cfg["ratios"]:
+                    name = f"{int(L)}/{float(c)}"
+                    base = line["cells"].get(name)
+                    if base is None:
+                        raise ValueError(f"choices.json / test.jsonl: no best baseline {picked_on} for cell {name}")
+                    need = [(s, d) for s in (js["spec"], base["spec"]) for d in docs
+                            if (s, int(L), float(c), d) not in kl]
+                    if need:
+                        raise ValueError(f"test.jsonl lacks cell {name} rows of {need[:3]}; finish `jacap evaluate test`")
+                    cells[name] = ([kl[(js["spec"], int(L), float(c), d)] for d in docs],
+                                   [kl[(base["spec"], int(L), float(c), d)] for d in docs])
+                    meta[name] = {"length": int(L), "ratio": float(c), "baseline": base["method"],
+                                  "baseline_spec": base["spec"]}
+            out = []
+            for row in V.compare_cells(cells, alpha=alpha, **opts):
+                out.append({**meta[row["cell"]], **row, "losses": row["n"] - row["wins"] - row["ties"]})
+            families.append({"setting": js["spec"], "role": js["role"], "picked_on": picked_on,
+                             "label": TUNE_LABEL if picked_on == "tune" else TEST_SHORT_LABEL, "rows": out})
+    return {"families": families}
+
+
+def summary_table(summary: dict) -> list[dict]:
+    """The summary as table rows (pure; ``summary``: what :func:`summarize` returns or ``summary.json``
+    holds): one row per (Jacap setting, baseline line, cell), primary line (picked on tune) first."""
+    def iv(est, lo, hi):
+        return f"{est:.3f} [{lo:.3f}, {hi:.3f}]"
+
+    fams = sorted(summary["families"], key=lambda f: f["picked_on"] != "tune")
+    return [{"Jacap setting": f"{f['setting']} ({f['role']})", "best baseline": f["label"],
+             "length": r["length"], "c": r["ratio"], "baseline": r["baseline_spec"],
+             "geometric-mean ratio [95% CI]": iv(r["gm_ratio"], r["gm_low"], r["gm_high"]),
+             "mean-KL ratio [95% CI]": iv(r["mean_ratio"], r["mean_low"], r["mean_high"]),
+             "wins/losses": f"{r['wins']}/{r['losses']}", "Wilcoxon p": r["p_wilcoxon"], "Holm p": r["p_holm"],
+             "verdict": r["verdict"]}
+            for f in fams for r in f["rows"]]
+
+
+def _summary_inputs(out_dir: Path) -> tuple[list[dict], dict, list[dict]]:
+    """test rows, choices and the test runs' configurations of ``out_dir``; ``ValueError`` when a file is
+    missing or test.jsonl was made under another configuration than choices.json."""
+    test, ch = out_dir / "test.jsonl", out_dir / "choices.json"
+    for path, job in ((ch, "tune"), (test, "test")):
+        if not path.is_file():
+            raise ValueError(f"--dir: {path} does not exist; run `jacap evaluate {job}` (same options) first")
+    choices = files.read_json(ch, require=("config", "fingerprint", "chosen"))
+    if "best_baseline" not in choices:
+        raise ValueError(f"--dir: {ch} has no best baseline (no kvpress baseline was tuned); nothing to compare with")
+    if P.fingerprint(choices["config"]) != choices["fingerprint"]:
+        raise ValueError(f"--dir: {ch}'s fingerprint does not match its configuration; rerun `jacap evaluate tune`")
+    if not files.config_path(test).is_file():
+        raise ValueError(f"--dir: {files.config_path(test)} (test.jsonl's configuration) does not exist; rerun "
+                         "`jacap evaluate test`")
+    runs = files.read_runs(test)
+    bad = [r.get("fingerprint") for r in runs if r.get("fingerprint") != choices["fingerprint"]]
+    if not runs or bad:
+        diff = sorted({k for r in runs if isinstance(r.get("protocol"), dict)
+                       for k in P.compare_configs(r["protocol"], choices["config"])})
+        raise ValueError(f"--dir: test.jsonl and choices.json were made with different configurations (differs in: "
+                         f"{', '.join(diff) or 'fingerprint'}); rerun `jacap evaluate test` with the tune's options")
+    return files.read_jsonl(test), choices, runs
+
+
+def _summary_add(parser):
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="folder of test.jsonl and choices.json, where summary.json is written (default "
+                             "data/results/eval; with --quick data/results/eval/quick)")
+    parser.add_argument("--quick", action="store_true", help="summarize the --quick run's folder")
+    parser.add_argument("--seed", type=int, default=None, help="bootstrap seed (default verdicts.SEED)")
+
+
+def _summary_run(args):
+    from . import verdicts as V
+    from .paths import data_path
+
+    out_dir = Path(args.dir or data_path("results", "eval", *(("quick",) if args.quick else ()), must_exist=False))
+    try:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ValueError(f"--dir {out_dir} is a file; give a folder")
+        test_rows, choices, runs = _summary_inputs(out_dir)
+        summary = summarize(test_rows, choices, seed=args.seed)
+    except (ValueError, FileNotFoundError, files.ResultsFileError) as e:
+        raise J.BadArgument(str(e)) from None
+    seed = V.SEED if args.seed is None else args.seed
+    config = {"protocol": choices["config"], "fingerprint": choices["fingerprint"], "chosen": choices["chosen"],
+              "rule": choices.get("rule"), "inputs": ["test.jsonl", "choices.json"],
+              "test_runs": [r.get("command") for r in runs], "command": getattr(args, "command", None),
+              "statistics": {"confidence": V.CONFIDENCE, "n_resamples": V.N_RESAMPLES, "method": V.METHOD,
+                             "seed": seed, "alpha": 0.05, "primary": "geometric-mean KL ratio (Jacap / baseline)",
+                             "holm_family": "all (length, ratio) cells of one Jacap setting against one "
+                                            "best-baseline line"}}
+    path = out_dir / "summary.json"
+    files.write_json(path, {"config": config, **files.round_floats(summary)})
+    print(f"wrote {path}")
+    for r in summary_table(summary):
+        print(f"  {r['Jacap setting']} vs {r['baseline']} ({r['best baseline']}), L={r['length']} c={r['c']}: "
+              f"{r['verdict']}")
+    return path
 
 
 # --------------------------------------------------------------------------------------------- timing
@@ -566,3 +715,7 @@ TEST = J.Job("each method's tuned setting on the test documents -> data/results/
              "choices.json, made with the same options)", *_job("test"))
 TIME = J.Job("wall and CPU time of one prefill and one replay per setting on one document, and the extrapolated "
              "time of the tune + test grid -> data/results/eval/timing.json", *_job("time"))
+SUMMARY = J.Job("per cell, the default Jacap setting (and the paper preset or the other Jacap settings) against the best "
+                "baseline picked on tune and, stricter, on test: ratio intervals, wins, Wilcoxon and Holm p, verdicts "
+                "-> data/results/eval/summary.json (needs test.jsonl and choices.json of one configuration)",
+                _summary_add, _summary_run)

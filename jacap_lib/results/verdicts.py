@@ -110,7 +110,7 @@ def geometric_mean_ratio(method_kl, reference_kl, *, confidence: float = CONFIDE
     d = log_ratios(method_kl, reference_kl)
     _options(confidence, n_resamples, method)
     est = float(np.mean(d))
-    if np.ptp(d) == 0:  # every document gives the same ratio: no spread to resample
+    if np.ptp(d) <= 1e-12:  # every document gives the same ratio (to rounding): no spread to resample
         lo = hi = est
     else:
         lo, hi = _bootstrap((d,), lambda x, axis: np.mean(x, axis=axis), paired=False, confidence=confidence,
@@ -127,7 +127,8 @@ def mean_ratio(method_kl, reference_kl, *, confidence: float = CONFIDENCE, n_res
     _options(confidence, n_resamples, method)
     m, r = np.asarray(method_kl, float), np.asarray(reference_kl, float)
     est = float(m.mean() / r.mean())
-    if np.ptp(m / r) == 0 and np.ptp(r) == 0:
+    q = m / r
+    if np.ptp(q) <= 1e-12 * abs(float(q.mean())):  # the same ratio k on every document: every resample gives k
         lo = hi = est
     else:
         lo, hi = _bootstrap((m, r), lambda a, b, axis: np.mean(a, axis=axis) / np.mean(b, axis=axis), paired=True,
