@@ -207,3 +207,16 @@ def test_on_device_jitter_choice_per_head():
     torch.testing.assert_close(L[0] @ L[0].T, A[0], rtol=1e-5, atol=1e-5)
     scale = A[1].diagonal().mean().clamp_min(1.0)
     torch.testing.assert_close(L[1] @ L[1].T, A[1] + _JITTERS[int(level[1])] * scale * torch.eye(6), rtol=1e-5, atol=1e-5)
+
+
+def test_inputs_that_require_grad_are_scored_without_autograd():
+    """A model run outside torch.no_grad() hands the press tensors that require grad: the torch path scores
+    them (its blocked kernels write into buffers, which autograd refuses) and equals the float64 formulas."""
+    keys, values, mu, lam = inputs(shape=(1, 2, 129, 32), seed=3)
+    for t in (keys, values, mu, lam):
+        t.requires_grad_(True)
+    s = jacap_scores(keys, values, mu, lam, backend="torch")
+    ref = reference(*(t.detach() for t in (keys, values, mu, lam)))
+    assert not s.score.requires_grad
+    for f in FIELDS:
+        torch.testing.assert_close(getattr(s, f).to(f64), ref[f], rtol=1e-5, atol=1e-9)

@@ -122,7 +122,8 @@ def jacap_scores(
     Returns
     -------
     JacapScores with float32 ``(..., N)`` fields ``alpha, rho, kappa, weight, leverage, score``.
-    fp16/bf16 inputs are accumulated in float32.
+    fp16/bf16 inputs are accumulated in float32. The scores decide a discrete selection and carry no
+    gradient: inputs that require grad (a model run outside ``torch.no_grad()``) are read, not differentiated.
     """
     return validated_scores(keys, values, mu, lam, tau=check("tau", tau), noise=check("noise", noise),
                             deff_target=deff_target, out_proj=out_proj, backend=check("backend", backend))
@@ -141,7 +142,9 @@ def validated_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out
 
         return validated_triton_scores(keys, values, mu, lam, tau=tau, noise=noise, deff_target=deff_target,
                                        out_proj=out_proj)
-    return _torch_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, deff_target=deff_target, out_proj=out_proj)
+    with torch.no_grad():  # the blocked kernels write into preallocated buffers (out=), which autograd refuses
+        return _torch_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, deff_target=deff_target,
+                                   out_proj=out_proj)
 
 
 def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out_proj=None):
