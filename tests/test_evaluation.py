@@ -393,6 +393,47 @@ def test_summary_verdicts_intervals_and_holm(tmp_path):
     assert table[0]["wins/losses"] == "8/0" and table[0]["verdict"] == better["verdict"]
 
 
+def test_summary_judges_complete_cells_of_an_unfinished_run(tmp_path, capsys):
+    """One test document lacks its 512/0.9 row of snapkv: that cell is named missing, 512/0.5 is judged alone
+    (a one-cell Holm family: adjusted p = raw p); with no complete cell the summary refuses."""
+    out, _ = _eval_dir(tmp_path)
+    rows = io.read_jsonl(out / "test.jsonl")
+    runs = io.read_runs(out / "test.jsonl")
+    drop = lambda r: r["doc"] == "t3" and r["ratio"] == 0.9 and r["method"] == "snapkv"  # noqa: E731
+    assert sum(map(drop, rows)) == 1
+    (out / "test.jsonl").unlink()
+    io.config_path(out / "test.jsonl").unlink()
+    for r in rows:
+        if not drop(r):
+            io.append_jsonl(out / "test.jsonl", r)
+    io.append_run(out / "test.jsonl", runs[0])
+    assert cli.main(["evaluate", "summary", "--dir", str(out)]) == 0
+    assert "512/0.9" in capsys.readouterr().out
+    data = json.loads((out / "summary.json").read_text())
+    assert data["cells_measured"] == ["512/0.5"] and data["cells_missing"] == ["512/0.9"]
+    for fam in data["families"]:
+        assert [r["ratio"] for r in fam["rows"]] == [0.5]
+        assert fam["rows"][0]["p_holm"] == pytest.approx(fam["rows"][0]["p_wilcoxon"])
+    (out / "summary.json").unlink()
+    drop = lambda r: r["doc"] == "t3" and r["method"] == "snapkv"  # noqa: E731
+    (out / "test.jsonl").unlink()
+    io.config_path(out / "test.jsonl").unlink()
+    for r in rows:
+        if not drop(r):
+            io.append_jsonl(out / "test.jsonl", r)
+    io.append_run(out / "test.jsonl", runs[0])
+    with pytest.raises(SystemExit) as e:
+        cli.main(["evaluate", "summary", "--dir", str(out)])
+    assert e.value.code == 2 and "no complete" in capsys.readouterr().err and not (out / "summary.json").exists()
+
+
+def test_test_specs_add_the_paper_preset_only_when_it_differs():
+    assert E.test_specs({"knorm": "knorm", "jacap": "jacap"}) == ["knorm", "jacap"]  # today's default is the paper's
+    assert E.test_specs({"jacap": "jacap[tau=3,beta=0.9]"}) == ["jacap[tau=3,beta=0.9]", P.PAPER_PRESET]
+    assert E.test_specs({"knorm": "knorm"}) == ["knorm"]
+    assert P.same_setting("jacap", "jacap[noise=1,tau=10]") and not P.same_setting("jacap", "jacap_adakv")
+
+
 def test_summary_refuses_missing_or_foreign_inputs(tmp_path, capsys):
     def refused(out, match):
         with pytest.raises(SystemExit) as e:

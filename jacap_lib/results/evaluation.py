@@ -40,7 +40,7 @@ from . import protocol as P
 
 __all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_CONTINUATION", "QUICK", "Plan", "row_key", "load_docs",
            "tune_groups", "test_groups", "run_groups", "measure_group", "write_choices", "read_choices",
-           "best_baselines", "jacap_settings", "summarize", "summary_table", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
+           "best_baselines", "jacap_settings", "complete_cells", "test_specs", "summarize", "summary_table", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
            "TIME", "SUMMARY"]
 
 DEFAULT_LENGTHS = (512, 1024, 2048)
@@ -134,8 +134,9 @@ def tune_groups(docs, space, lengths, ratios, continuation, model_name, done=fro
 
 
 def test_groups(docs, chosen: dict, lengths, ratios, continuation, model_name, done=frozenset()) -> list[Group]:
-    """Each method's chosen setting on every test document, minus the keys in ``done``."""
-    specs = list(dict.fromkeys(chosen.values()))
+    """Each method's chosen setting (and the paper preset, :func:`test_specs`) on every test document, minus
+    the keys in ``done``."""
+    specs = test_specs(chosen)
     return _groups([d for d in docs if d["split"] == "test"], lengths, ratios, lambda d: specs, continuation,
                    model_name, done)
 
@@ -295,7 +296,7 @@ def jacap_settings(choices: dict, test_rows: list[dict]) -> list[dict]:
         raise ValueError(f"test.jsonl has no rows of the chosen Jacap setting {default!r}; run `jacap evaluate test`")
     out = [{"spec": default, "role": "default"}]
     paper = getattr(P, "PAPER_PRESET", None)
-    if paper is not None and paper in have and paper != default:
+    if paper is not None and paper in have and not P.same_setting(paper, default):
         out.append({"spec": paper, "role": "paper preset"})
     elif paper is None or paper not in have:
         out += [{"spec": s, "role": "tuned " + P.method_of(s)} for s in have if s != default]
@@ -318,6 +319,11 @@ def summarize(test_rows: list[dict], choices: dict, *, confidence: float | None 
             and (model is None or r.get("model") == model) and int(r["continuation"]) == int(cfg["continuation"])]
     kl = {(r["method"], int(r["length"]), float(r["ratio"]), r["doc"]): float(r["kl"]) for r in rows}
     docs = [d for d, _ in cfg["test_docs"]]
+    complete, missing = complete_cells(rows, choices)
+    if not complete:
+        raise ValueError("test.jsonl has no complete (length, ratio) cell (every chosen setting on every test "
+                         "document); run or finish `jacap evaluate test`")
+    rows = [r for r in rows if (int(r["length"]), float(r["ratio"])) in complete]
     lines = best_baselines(choices, rows)
     opts = {k: v for k, v in (("confidence", confidence), ("n_resamples", n_resamples), ("seed", seed))
             if v is not None}
@@ -327,6 +333,8 @@ def summarize(test_rows: list[dict], choices: dict, *, confidence: float | None 
             cells, meta = {}, {}
             for L in cfg["lengths"]:
                 for c in cfg["ratios"]:
+                    if (int(L), float(c)) not in complete:
+                        continue
                     name = f"{int(L)}/{float(c)}"
                     base = line["cells"].get(name)
                     if base is None:
@@ -344,7 +352,37 @@ def summarize(test_rows: list[dict], choices: dict, *, confidence: float | None 
                 out.append({**meta[row["cell"]], **row, "losses": row["n"] - row["wins"] - row["ties"]})
             families.append({"setting": js["spec"], "role": js["role"], "picked_on": picked_on,
                              "label": TUNE_LABEL if picked_on == "tune" else TEST_SHORT_LABEL, "rows": out})
-    return {"families": families}
+    return {"families": families, "cells_measured": [f"{L}/{c}" for L, c in complete],
+            "cells_missing": [f"{L}/{c}" for L, c in missing]}
+
+
+def complete_cells(test_rows: list[dict], choices: dict) -> tuple[list, list]:
+    """The (length, ratio) cells of the protocol in which every setting the test job runs (each method's
+    choice, and the paper preset when it differs from them) has a row on every test document, and the cells
+    that lack some: ``(complete, missing)``, each a list of ``(length, ratio)`` in the configuration's order.
+
+    The test job measures the longest prompts first, so an unfinished (resumable) run leaves whole lengths
+    complete; the summary judges those cells and names the others (the Holm family is then the cells judged)."""
+    cfg = choices["config"]
+    have = {(r["method"], int(r["length"]), float(r["ratio"]), r["doc"]) for r in test_rows}
+    specs = test_specs(choices["chosen"])
+    docs = [d for d, _ in cfg["test_docs"]]
+    complete, missing = [], []
+    for L in cfg["lengths"]:
+        for c in cfg["ratios"]:
+            ok = all((s, int(L), float(c), d) in have for s in specs for d in docs)
+            (complete if ok else missing).append((int(L), float(c)))
+    return complete, missing
+
+
+def test_specs(chosen: dict) -> list[str]:
+    """The settings the test job runs: each method's tune choice, then the paper preset
+    (:data:`~jacap_lib.results.protocol.PAPER_PRESET`) when Jacap is among the methods and its choice
+    resolves to other options (so the default and the paper's settings are in every table)."""
+    specs = list(dict.fromkeys(chosen.values()))
+    if "jacap" in chosen and not P.same_setting(chosen["jacap"], P.PAPER_PRESET):
+        specs.append(P.PAPER_PRESET)
+    return specs
 
 
 def summary_table(summary: dict) -> list[dict]:
@@ -419,6 +457,9 @@ def _summary_run(args):
     path = out_dir / "summary.json"
     files.write_json(path, {"config": config, **files.round_floats(summary)})
     print(f"wrote {path}")
+    if summary["cells_missing"]:
+        print(f"  judged {len(summary['cells_measured'])} complete cells; not yet measured on every test document "
+              f"(finish `jacap evaluate test`, it resumes): {', '.join(summary['cells_missing'])}")
     for r in summary_table(summary):
         print(f"  {r['Jacap setting']} vs {r['baseline']} ({r['best baseline']}), L={r['length']} c={r['c']}: "
               f"{r['verdict']}")
