@@ -451,3 +451,34 @@ def test_summary_refuses_missing_or_foreign_inputs(tmp_path, capsys):
     other = {**config, "continuation": 9}
     io.append_run(out / "test.jsonl", {"fingerprint": P.fingerprint(other), "protocol": other})
     refused(out, "different configurations.*continuation")
+
+
+def test_cell_statistics_and_evaluation_views(tmp_path):
+    """cell_statistics: the geometric mean is exp(mean log KL) over the documents, its interval brackets it, a
+    cell missing a document for one setting is left out; the evaluation tables and figure read it back."""
+    from jacap_lib.viz import evaluation as VE
+    from jacap_lib.viz.style import method_style
+
+    out, _ = _eval_dir(tmp_path)
+    rows = [dict(r, top1_agreement=0.5, attn_rel_error=0.1) for r in io.read_jsonl(out / "test.jsonl")]
+    cells = E.cell_statistics(rows, ["jacap", "knorm"], seed=1)
+    assert {(c["method"], c["ratio"]) for c in cells} == {(m, c) for m in ("jacap", "knorm") for c in (0.5, 0.9)}
+    for c in cells:
+        kls = [r["kl"] for r in rows if r["method"] == c["method"] and r["ratio"] == c["ratio"]]
+        assert c["n_docs"] == 8 == len(kls)
+        assert c["kl_geomean"] == pytest.approx(math.exp(sum(map(math.log, kls)) / 8), rel=1e-9)
+        assert c["kl_low"] < c["kl_geomean"] < c["kl_high"]
+        assert c["top1_agreement"] == pytest.approx(0.5) and c["attn_rel_error"] == pytest.approx(0.1)
+    partial = [r for r in rows if not (r["method"] == "knorm" and r["ratio"] == 0.9 and r["doc"] == "t0")]
+    assert {c["ratio"] for c in E.cell_statistics(partial, ["jacap", "knorm"])} == {0.5}
+    fig = VE.kl_figure(cells)
+    assert [t.name for t in fig.data] == ["jacap", "knorm"] and fig.layout.yaxis.type == "log"
+    assert fig.data[0].line.color == method_style("jacap")["color"]
+    assert VE.cells_frame(cells).shape == (2, 2)
+    assert cli.main(["evaluate", "summary", "--dir", str(out)]) == 0
+    summ = json.loads((out / "summary.json").read_text())
+    frame = VE.verdict_frame(summ, picked_on="tune", role="default")
+    assert len(frame) == 2 and frame["wins/losses"].tolist() == ["8/0", "0/0"]
+    assert VE.choices_frame(json.loads((out / "choices.json").read_text())).shape[0] == 4
+    with pytest.raises(ValueError, match="no family"):
+        VE.verdict_frame(summ, picked_on="tune", role="paper preset")

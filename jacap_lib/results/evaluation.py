@@ -40,7 +40,7 @@ from . import protocol as P
 
 __all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_CONTINUATION", "QUICK", "Plan", "row_key", "load_docs",
            "tune_groups", "test_groups", "run_groups", "measure_group", "write_choices", "read_choices",
-           "best_baselines", "jacap_settings", "complete_cells", "test_specs", "summarize", "summary_table", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
+           "best_baselines", "jacap_settings", "complete_cells", "test_specs", "cell_statistics", "summarize", "summary_table", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
            "TIME", "SUMMARY"]
 
 DEFAULT_LENGTHS = (512, 1024, 2048)
@@ -383,6 +383,33 @@ def test_specs(chosen: dict) -> list[str]:
     if "jacap" in chosen and not P.same_setting(chosen["jacap"], P.PAPER_PRESET):
         specs.append(P.PAPER_PRESET)
     return specs
+
+
+def cell_statistics(rows: list[dict], specs=None, *, seed: int | None = None) -> list[dict]:
+    """Per (setting, length, ratio): the geometric-mean KL over the documents with its 95 % bootstrap interval
+    (:func:`jacap_lib.results.verdicts.geometric_mean`), the mean top-1 agreement and attention-output error.
+    ``rows``: evaluation rows of one split; ``specs``: the settings, in order (default: every one in ``rows``).
+    Only cells holding the same documents for every setting are reported."""
+    from . import verdicts as V
+
+    specs = list(specs) if specs is not None else list(dict.fromkeys(r["method"] for r in rows))
+    by: dict = {}
+    for r in rows:
+        if r["method"] in specs:
+            by.setdefault((int(r["length"]), float(r["ratio"])), {}).setdefault(r["method"], {})[r["doc"]] = r
+    out = []
+    for (L, c), per in sorted(by.items()):
+        docs = set(per.get(specs[0], {}))
+        if not docs or any(set(per.get(s, {})) != docs for s in specs):
+            continue
+        for s in specs:
+            rs = [per[s][d] for d in sorted(docs)]
+            gm = V.geometric_mean([r["kl"] for r in rs], **({} if seed is None else {"seed": seed}))
+            out.append({"method": s, "length": L, "ratio": c, "n_docs": len(rs), "kl_geomean": gm.estimate,
+                        "kl_low": gm.low, "kl_high": gm.high,
+                        "top1_agreement": sum(r["top1_agreement"] for r in rs) / len(rs),
+                        "attn_rel_error": sum(r["attn_rel_error"] for r in rs) / len(rs)})
+    return out
 
 
 def summary_table(summary: dict) -> list[dict]:

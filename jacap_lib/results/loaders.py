@@ -18,6 +18,9 @@ loader                        file(s)                               written by
 :func:`load_grid_summary`     ``data/results/grid_summary.json``    ``jacap compare summary``
 :func:`load_mechanisms`       ``data/diagnostics/mechanisms.json``  ``jacap diagnose mechanisms``
 :func:`load_query_stats`      ``data/diagnostics/query_stats.json`` ``jacap diagnose query-stats``
+:func:`load_eval_choices`     ``data/results/eval/choices.json``    ``jacap evaluate tune``
+:func:`load_eval_rows`        ``data/results/eval/<split>.jsonl``   ``jacap evaluate tune|test``
+:func:`load_eval_summary`     ``data/results/eval/summary.json``    ``jacap evaluate summary``
 ============================  ====================================  =================================
 """
 from __future__ import annotations
@@ -30,7 +33,8 @@ from .paths import data_dir, data_path
 __all__ = ["load_summary", "load_quality_rows", "load_ablation_rows", "load_passkey_rows", "load_grid_rows",
            "load_runs", "has_results", "load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
-           "load_mechanisms", "load_query_stats", "load_decoding_comparison", "load_grid_summary"]
+           "load_mechanisms", "load_query_stats", "load_decoding_comparison", "load_grid_summary",
+           "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary"]
 
 DECOMPOSITION_PARTS = ("taylor", "diagonal", "selection", "loo")
 
@@ -154,3 +158,37 @@ def load_grid_summary(path=None) -> dict:
     return files.read_json(path or data_path("results", "grid_summary.json", must_exist=False),
                         require=("table", "comparisons", "choices", "target"),
                         hint="jacap compare summary")
+
+
+def load_eval_choices(path=None) -> dict:
+    """``choices.json`` of the evaluation: the protocol's configuration and fingerprint, the rule, each method's
+    setting chosen on the tune documents (``chosen``, ``choices`` with every candidate's score) and the best
+    baseline per (length, ratio) cell picked on tune."""
+    return files.read_json(path or data_path("results", "eval", "choices.json", must_exist=False),
+                           require=("config", "fingerprint", "chosen", "choices"), hint="jacap evaluate tune")
+
+
+def load_eval_rows(split: str = "test", path=None) -> list[dict]:
+    """The evaluation's rows of ``split`` ("tune": every setting on the tune documents; "test": each method's
+    chosen setting on the test documents): one per (document, length, ratio, setting)."""
+    if split not in ("tune", "test"):
+        raise ValueError(f"split must be 'tune' or 'test', got {split!r}")
+    path = path or data_path("results", "eval", f"{split}.jsonl", must_exist=False)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path} does not exist; run `jacap evaluate {split}`")
+    return files.read_jsonl(path)
+
+
+def load_eval_runs(split: str = "test", path=None) -> list[dict]:
+    """Every invocation's configuration of the evaluation's ``split`` file (its ``.config.json`` sidecar)."""
+    if split not in ("tune", "test"):
+        raise ValueError(f"split must be 'tune' or 'test', got {split!r}")
+    return files.read_runs(path or data_path("results", "eval", f"{split}.jsonl", must_exist=False))
+
+
+def load_eval_summary(path=None) -> dict:
+    """``summary.json`` of the evaluation: per (length, ratio) cell each Jacap setting against the best baseline
+    picked on tune (the protocol) and on test (stricter): ratio intervals, wins/losses, Wilcoxon and Holm p,
+    verdicts; ``cells_measured`` / ``cells_missing``."""
+    return files.read_json(path or data_path("results", "eval", "summary.json", must_exist=False),
+                           require=("config", "families"), hint="jacap evaluate summary")

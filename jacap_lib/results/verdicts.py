@@ -26,11 +26,11 @@ replacement) and keeps each document's two values together.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-__all__ = ["RatioInterval", "log_ratios", "geometric_mean_ratio", "mean_ratio", "wilcoxon_p", "holm",
+__all__ = ["RatioInterval", "log_ratios", "geometric_mean_ratio", "geometric_mean", "mean_ratio", "wilcoxon_p", "holm",
            "verdict", "compare_cells", "N_RESAMPLES", "CONFIDENCE", "SEED", "METHOD"]
 
 N_RESAMPLES = 9999
@@ -117,6 +117,15 @@ def geometric_mean_ratio(method_kl, reference_kl, *, confidence: float = CONFIDE
                             n_resamples=n_resamples, method=method, seed=seed)
     return RatioInterval("geometric-mean ratio", math.exp(est), math.exp(lo), math.exp(hi), confidence, method,
                          int(d.size), int(n_resamples), int(seed))
+
+
+def geometric_mean(kl, *, confidence: float = CONFIDENCE, n_resamples: int = N_RESAMPLES, method: str = METHOD,
+                   seed: int = SEED) -> RatioInterval:
+    """Geometric mean of one method's per-document KLs in one cell and its bootstrap interval (documents
+    resampled): the typical KL, the ratio of :func:`geometric_mean_ratio` to a reference of 1 nat."""
+    gm = geometric_mean_ratio(kl, np.ones(np.shape(kl)), confidence=confidence, n_resamples=n_resamples,
+                              method=method, seed=seed)
+    return replace(gm, statistic="geometric-mean KL")
 
 
 def mean_ratio(method_kl, reference_kl, *, confidence: float = CONFIDENCE, n_resamples: int = N_RESAMPLES,

@@ -1,0 +1,100 @@
+"""Tables and figures of the evaluation (``data/results/eval``: the tune choices, the test rows, the summary).
+
+Inputs come from :mod:`jacap_lib.results.loaders` (``load_eval_choices``, ``load_eval_rows``,
+``load_eval_summary``) and :func:`jacap_lib.results.evaluation.cell_statistics`; tables are
+:class:`pandas.DataFrame` objects, figures ``go.Figure`` finished by :func:`~jacap_lib.viz.style.finish`.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .style import finish
+
+__all__ = ["choices_frame", "verdict_frame", "kl_figure", "cells_frame"]
+
+
+def choices_frame(choices: dict) -> pd.DataFrame:
+    """One row per method: its candidate settings with the rule's score as a geometric-mean KL over every tune
+    (document, length, ratio) — ``exp(score)`` nats — the chosen one marked."""
+    rows = []
+    for method, ch in choices["choices"].items():
+        for cand in ch["candidates"]:
+            rows.append({"method": method, "setting": cand["spec"],
+                         "tune geometric-mean KL (nats)": round(math.exp(cand["score"]), 4),
+                         "chosen": "yes" if cand["spec"] == ch["chosen"] else ""})
+    return pd.DataFrame(rows).set_index(["method", "setting"])
+
+
+def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = None) -> pd.DataFrame:
+    """One row per (Jacap setting, length, ratio) of the summary's families picked on ``picked_on``
+    ("tune": the protocol's line; "test": the stricter one): the baseline, the geometric-mean and mean-KL
+    ratios with their 95 % intervals, wins/losses over the test documents, Holm-adjusted Wilcoxon p, verdict.
+    ``role``: only that Jacap setting's family ("default", "paper preset", ...)."""
+    def iv(est, lo, hi):
+        return f"{est:.3f} [{lo:.3f}, {hi:.3f}]"
+
+    rows = []
+    for fam in summary["families"]:
+        if fam["picked_on"] != picked_on or (role is not None and fam["role"] != role):
+            continue
+        for r in fam["rows"]:
+            rows.append({"Jacap setting": f"{fam['setting']} ({fam['role']})", "prompt": r["length"], "c": r["ratio"],
+                         "best baseline": r["baseline_spec"],
+                         "geometric-mean ratio [95% CI]": iv(r["gm_ratio"], r["gm_low"], r["gm_high"]),
+                         "mean-KL ratio [95% CI]": iv(r["mean_ratio"], r["mean_low"], r["mean_high"]),
+                         "wins/losses": f"{r['wins']}/{r['losses']}", "Holm p": float(f"{r['p_holm']:.2g}"),
+                         "verdict": r["verdict"]})
+    if not rows:
+        raise ValueError(f"summary has no family picked on {picked_on!r}" + (f" with role {role!r}" if role else ""))
+    return pd.DataFrame(rows).set_index(["Jacap setting", "prompt", "c"])
+
+
+def cells_frame(cells: list[dict], *, value: str = "kl_geomean") -> pd.DataFrame:
+    """``cell_statistics`` rows as a table: one row per setting, one column per (prompt, c), ``value`` in each
+    ("kl_geomean" with its interval, "top1_agreement" or "attn_rel_error")."""
+    table: dict = {}
+    for c in cells:
+        col = f"{c['length']} / {c['ratio']}"
+        txt = (f"{c['kl_geomean']:.3f} [{c['kl_low']:.3f}, {c['kl_high']:.3f}]" if value == "kl_geomean"
+               else f"{c[value]:.3f}")
+        table.setdefault(c["method"], {})[col] = txt
+    frame = pd.DataFrame.from_dict(table, orient="index")
+    frame.index.name = "setting"
+    frame.columns.name = "prompt / c"
+    return frame
+
+
+def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
+    """Geometric-mean KL against c (log axis), one panel per prompt length, one line per setting, with
+    95 % bootstrap intervals over the documents (``cells``: :func:`~jacap_lib.results.evaluation.cell_statistics`)."""
+    if not cells:
+        raise ValueError("cells is empty; give cell_statistics rows of a finished run")
+    lengths = sorted({c["length"] for c in cells})
+    methods = list(dict.fromkeys(c["method"] for c in cells))
+    n_docs = sorted({c["n_docs"] for c in cells})
+    fig = make_subplots(rows=1, cols=len(lengths), shared_yaxes=True,
+                        subplot_titles=[f"prompt {L} tokens" for L in lengths])
+    for j, L in enumerate(lengths, start=1):
+        for m in methods:
+            cs = sorted((c for c in cells if c["method"] == m and c["length"] == L), key=lambda c: c["ratio"])
+            if not cs:
+                continue
+            jac = m.startswith("jacap")
+            fig.add_trace(go.Scatter(
+                x=[c["ratio"] for c in cs], y=[c["kl_geomean"] for c in cs], name=m, legendgroup=m,
+                showlegend=j == 1, mode="lines+markers",
+                line={"width": 3.5 if jac else 1.5, "dash": "solid" if jac else "dot"},
+                error_y={"type": "data", "symmetric": False, "array": [c["kl_high"] - c["kl_geomean"] for c in cs],
+                         "arrayminus": [c["kl_geomean"] - c["kl_low"] for c in cs]},
+                hovertemplate="c=%{x}<br>KL %{y:.3g}<extra>" + m + "</extra>"), row=1, col=j)
+        fig.update_xaxes(title_text="compression ratio c", row=1, col=j)
+    fig.update_yaxes(type="log")  # every panel: the same quantity on the same axis type
+    fig.update_yaxes(title_text="geometric-mean next-token KL (nats)", row=1, col=1)
+    docs = "-".join(map(str, n_docs[:: max(1, len(n_docs) - 1)]))
+    fig.update_layout(height=480, title=title or f"Quality against compression on {docs} test documents "
+                      "(geometric mean, 95% bootstrap interval)", legend={"font": {"size": 10}})
+    return finish(fig)
