@@ -471,6 +471,11 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
         assert c["top1_agreement"] == pytest.approx(0.5) and c["attn_rel_error"] == pytest.approx(0.1)
     partial = [r for r in rows if not (r["method"] == "knorm" and r["ratio"] == 0.9 and r["doc"] == "t0")]
     assert {c["ratio"] for c in E.cell_statistics(partial, ["jacap", "knorm"])} == {0.5}
+    pair = {r["ratio"]: r for r in E.compare_settings(rows, "jacap", "knorm", seed=0)}
+    assert pair[0.5]["gm_ratio"] == pytest.approx(0.8, rel=1e-4) and (pair[0.5]["wins"], pair[0.5]["losses"]) == (8, 0)
+    assert pair[0.9]["gm_ratio"] == pytest.approx(1.0) and pair[0.9]["ties"] == 8
+    with pytest.raises(ValueError, match="no cell"):
+        E.compare_settings(rows, "jacap", "tova")
     fig = VE.kl_figure(cells)
     assert [t.name for t in fig.data] == ["jacap", "knorm"] and fig.layout.yaxis.type == "log"
     assert fig.data[0].line.color == method_style("jacap")["color"]

@@ -40,7 +40,7 @@ from . import protocol as P
 
 __all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_CONTINUATION", "QUICK", "Plan", "row_key", "load_docs",
            "tune_groups", "test_groups", "run_groups", "measure_group", "write_choices", "read_choices",
-           "best_baselines", "jacap_settings", "complete_cells", "test_specs", "cell_statistics", "summarize", "summary_table", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
+           "best_baselines", "jacap_settings", "complete_cells", "test_specs", "cell_statistics", "compare_settings", "summarize", "summary_table", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
            "TIME", "SUMMARY"]
 
 DEFAULT_LENGTHS = (512, 1024, 2048)
@@ -410,6 +410,30 @@ def cell_statistics(rows: list[dict], specs=None, *, seed: int | None = None) ->
                         "top1_agreement": sum(r["top1_agreement"] for r in rs) / len(rs),
                         "attn_rel_error": sum(r["attn_rel_error"] for r in rs) / len(rs)})
     return out
+
+
+def compare_settings(rows: list[dict], setting: str, reference: str, *, seed: int | None = None) -> list[dict]:
+    """``setting`` against ``reference`` in every (length, ratio) cell where both have rows on the same
+    documents: :func:`jacap_lib.results.verdicts.compare_cells` rows (ratio intervals, wins, Wilcoxon p,
+    Holm over these cells, verdict) with ``length`` and ``ratio``. For comparisons outside the protocol's
+    primary one (e.g. Jacap against CapKV, the paper's headline)."""
+    from . import verdicts as V
+
+    by: dict = {}
+    for r in rows:
+        if r["method"] in (setting, reference):
+            by.setdefault((int(r["length"]), float(r["ratio"])), {}).setdefault(r["method"], {})[r["doc"]] = r["kl"]
+    cells, meta = {}, {}
+    for (L, c), per in sorted(by.items()):
+        a, b = per.get(setting, {}), per.get(reference, {})
+        if a and set(a) == set(b):
+            docs = sorted(a)
+            cells[f"{L}/{c}"] = ([a[d] for d in docs], [b[d] for d in docs])
+            meta[f"{L}/{c}"] = {"length": L, "ratio": c}
+    if not cells:
+        raise ValueError(f"no cell holds rows of both {setting!r} and {reference!r} on the same documents")
+    return [{**meta[r["cell"]], **r, "losses": r["n"] - r["wins"] - r["ties"]}
+            for r in V.compare_cells(cells, **({} if seed is None else {"seed": seed}))]
 
 
 def summary_table(summary: dict) -> list[dict]:
