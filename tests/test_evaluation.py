@@ -428,10 +428,11 @@ def test_summary_judges_complete_cells_of_an_unfinished_run(tmp_path, capsys):
 
 
 def test_test_specs_add_the_paper_preset_only_when_it_differs():
-    assert E.test_specs({"knorm": "knorm", "jacap": "jacap"}) == ["knorm", "jacap"]  # today's default is the paper's
+    same = "jacap[beta=none,noise=1.0,tau=10.0]"  # the paper's settings written another way
+    assert E.test_specs({"knorm": "knorm", "jacap": same}) == ["knorm", same]
     assert E.test_specs({"jacap": "jacap[tau=3,beta=0.9]"}) == ["jacap[tau=3,beta=0.9]", P.PAPER_PRESET]
     assert E.test_specs({"knorm": "knorm"}) == ["knorm"]
-    assert P.same_setting("jacap", "jacap[noise=1,tau=10]") and not P.same_setting("jacap", "jacap_adakv")
+    assert P.same_setting("jacap", "jacap[noise=1,tau=10]") and P.same_setting(P.PAPER_PRESET, "jacap[beta=none,tau=10]") and not P.same_setting("jacap", "jacap_adakv")
 
 
 def test_summary_refuses_missing_or_foreign_inputs(tmp_path, capsys):
@@ -476,6 +477,11 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     assert pair[0.9]["gm_ratio"] == pytest.approx(1.0) and pair[0.9]["ties"] == 8
     with pytest.raises(ValueError, match="no cell"):
         E.compare_settings(rows, "jacap", "tova")
+    assert VE.pair_frame(list(pair.values()))["wins/losses"].tolist() == ["8/0", "0/0"]
+    docs = [{"id": "a", "kind": "prose", "split": "tune", "license": "PD"},
+            {"id": "b", "kind": "prose", "split": "test", "license": "MIT"}, {"id": "c", "kind": "code", "split": "test"}]
+    assert VE.corpus_frame(docs).to_dict("index") == {"prose": {"tune": 1, "test": 1, "licences": "MIT, PD"},
+                                                      "code": {"tune": 0, "test": 1, "licences": ""}}
     fig = VE.kl_figure(cells)
     assert [t.name for t in fig.data] == ["jacap", "knorm"] and fig.layout.yaxis.type == "log"
     assert fig.data[0].line.color == method_style("jacap")["color"]

@@ -14,7 +14,34 @@ from plotly.subplots import make_subplots
 
 from .style import finish
 
-__all__ = ["choices_frame", "verdict_frame", "kl_figure", "cells_frame"]
+__all__ = ["corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "kl_figure", "cells_frame"]
+
+
+def corpus_frame(documents: list[dict]) -> pd.DataFrame:
+    """Documents per kind and split (``documents``: a run's ``documents`` records: id, kind, split, source,
+    licence), with the licences met."""
+    rows: dict = {}
+    for d in documents:
+        row = rows.setdefault(d.get("kind") or "?", {"tune": 0, "test": 0, "licences": set()})
+        row[d["split"]] += 1
+        if d.get("license"):
+            row["licences"].add(str(d["license"]))
+    frame = pd.DataFrame([{"kind": k, "tune": v["tune"], "test": v["test"], "licences": ", ".join(sorted(v["licences"]))}
+                          for k, v in rows.items()]).set_index("kind")
+    return frame
+
+
+def pair_frame(rows: list[dict]) -> pd.DataFrame:
+    """:func:`~jacap_lib.results.evaluation.compare_settings` rows as a table: per (prompt, c) the
+    geometric-mean and mean-KL ratios with 95 % intervals, wins/losses, Holm p, verdict."""
+    def iv(est, lo, hi):
+        return f"{est:.3f} [{lo:.3f}, {hi:.3f}]"
+
+    return pd.DataFrame([{"prompt": r["length"], "c": r["ratio"],
+                          "geometric-mean ratio [95% CI]": iv(r["gm_ratio"], r["gm_low"], r["gm_high"]),
+                          "mean-KL ratio [95% CI]": iv(r["mean_ratio"], r["mean_low"], r["mean_high"]),
+                          "wins/losses": f"{r['wins']}/{r['losses']}", "Holm p": float(f"{r['p_holm']:.2g}"),
+                          "verdict": r["verdict"]} for r in rows]).set_index(["prompt", "c"])
 
 
 def choices_frame(choices: dict) -> pd.DataFrame:
