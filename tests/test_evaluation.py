@@ -493,3 +493,19 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     assert VE.choices_frame(json.loads((out / "choices.json").read_text())).shape[0] == 4
     with pytest.raises(ValueError, match="no family"):
         VE.verdict_frame(summ, picked_on="tune", role="paper preset")
+
+
+def test_resume_refuses_a_spec_whose_defaults_changed(tmp_path):
+    """Rows of a bare spec made under other library defaults must not be resumed under the same name."""
+    from jacap_lib.presses.registry import method_options, press_from_spec
+
+    out = tmp_path / "tune.jsonl"
+    io.append_jsonl(out, {"method": "jacap"})
+    now = method_options(press_from_spec("jacap", 0.5))
+    io.append_run(out, {"settings": {"jacap": now, "knorm": method_options(press_from_spec("knorm", 0.5))}})
+    E.check_settings_unchanged(out, {"jacap": ("jacap",), "knorm": ("knorm",)})  # same options: fine
+    io.append_run(out, {"settings": {"jacap": {**now, "tau": now["tau"] + 1.0}}})
+    with pytest.raises(ValueError, match=r"'jacap'.*tau.*new --dir"):
+        E.check_settings_unchanged(out, {"jacap": ("jacap",)})
+    E.check_settings_unchanged(out, {"knorm": ("knorm",)})
+    E.check_settings_unchanged(tmp_path / "none.jsonl", {"jacap": ("jacap",)})  # nothing to resume

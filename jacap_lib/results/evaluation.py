@@ -29,6 +29,7 @@ three methods with at most two settings each (:func:`~jacap_lib.results.protocol
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from . import protocol as P
 
 __all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_CONTINUATION", "QUICK", "Plan", "row_key", "load_docs",
            "tune_groups", "test_groups", "run_groups", "measure_group", "write_choices", "read_choices",
-           "best_baselines", "jacap_settings", "complete_cells", "test_specs", "cell_statistics", "compare_settings", "summarize", "summary_table", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
+           "best_baselines", "jacap_settings", "complete_cells", "test_specs", "cell_statistics", "compare_settings", "check_settings_unchanged", "summarize", "summary_table", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
            "TIME", "SUMMARY"]
 
 DEFAULT_LENGTHS = (512, 1024, 2048)
@@ -728,6 +729,8 @@ def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
         chosen = plan.extra["choices"]["chosen"]
         groups = test_groups(plan.docs, {m: chosen[m] for m in plan.space}, plan.lengths, plan.ratios,
                              plan.continuation, plan.model_label, done)
+    check_settings_unchanged(out, plan.space if plan.job == "tune" else None,
+                             test_specs(plan.extra["choices"]["chosen"]) if plan.job == "test" else None, plan.ratios)
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     files.append_run(out, _run_config(plan, model))
     n = run_groups(groups, out, continuation=plan.continuation, model_label=plan.model_label, model=model,
@@ -741,6 +744,35 @@ def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
                              provenance={"tune_file": name, "command": plan.extra.get("command")})
         res.update(choices=str(plan.out_dir / "choices.json"), chosen=data["chosen"])
     return res
+
+
+def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(0.5,)) -> None:
+    """Refuse to resume ``out`` when a setting now builds another press than the rows were made with.
+
+    A method spec without options (``"jacap"``) means the library's defaults, which the protocol itself may
+    change (``JacapPress``'s defaults are the tune choice). Every earlier run of ``out`` recorded each
+    setting's resolved options; a spec whose options differ today (the compression ratio aside) would mix two
+    presses under one name, so this raises ``ValueError`` naming it and the fix (a new ``--dir``)."""
+    from ..presses.registry import method_options, press_from_spec
+
+    if not Path(out).is_file():
+        return
+    specs = list(specs or []) + [s for v in (space or {}).values() for s in v]
+    drop = {"compression_ratio"}
+    for run in files.read_runs(out):
+        for spec in specs:
+            then = (run.get("settings") or {}).get(spec)
+            if then is None:
+                continue
+            now = method_options(press_from_spec(spec, float(ratios[0])))
+            a = {k: v for k, v in then.items() if k not in drop}
+            b = json.loads(json.dumps({k: v for k, v in now.items() if k not in drop}))
+            if a != b:
+                diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+                raise ValueError(f"{out} holds rows of {spec!r} made with other options ({', '.join(diff)}: "
+                                 f"{[a.get(k) for k in diff]} then, {[b.get(k) for k in diff]} now; the library "
+                                 "defaults changed); resuming would mix two presses under one name. Give a new "
+                                 "--dir to measure today's settings")
 
 
 def _execute_time(plan: Plan, model, tokenizer) -> dict:
