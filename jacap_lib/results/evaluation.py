@@ -118,7 +118,7 @@ class Group:
 
 def _groups(docs, lengths, ratios, specs_of, continuation, model_name, done) -> list[Group]:
     out = []
-    for L in sorted(lengths, reverse=True):  # longest first: the workers finish together
+    for L in sorted(lengths):  # shortest first: an interrupted (resumable) run leaves the most complete cells
         for d in docs:
             jobs = [(s, float(c)) for s in specs_of(d) for c in ratios
                     if (model_name, d["id"], d["sha256"], int(L), int(continuation), float(c), s) not in done]
@@ -362,7 +362,7 @@ def complete_cells(test_rows: list[dict], choices: dict) -> tuple[list, list]:
     choice, and the paper preset when it differs from them) has a row on every test document, and the cells
     that lack some: ``(complete, missing)``, each a list of ``(length, ratio)`` in the configuration's order.
 
-    The test job measures the longest prompts first, so an unfinished (resumable) run leaves whole lengths
+    The jobs measure the shortest prompts first, so an unfinished (resumable) run leaves whole lengths
     complete; the summary judges those cells and names the others (the Holm family is then the cells judged)."""
     cfg = choices["config"]
     have = {(r["method"], int(r["length"]), float(r["ratio"]), r["doc"]) for r in test_rows}
