@@ -11,6 +11,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from jacap_lib import cli  # noqa: E402
 from jacap_lib.measure.passkey import passkey_prompt  # noqa: E402
+from jacap_lib.presses.jacap import JacapPress  # noqa: E402
 from jacap_lib.presses.registry import parse_method, press_from_spec  # noqa: E402
 from jacap_lib.results import files  # noqa: E402
 from jacap_lib.results import quality as bench  # noqa: E402
@@ -138,7 +139,7 @@ def test_cli_on_bundled_model(tmp_path):
     assert cli.main(argv) == 0
     assert len(files.read_jsonl(out)) == 2
     cfg = json.loads(out.with_suffix(".config.json").read_text())["runs"][0]
-    assert cfg["model"]["sha256"] and cfg["versions"]["kvpress"] and cfg["methods"]["jacap"]["tau"] == 10.0
+    assert cfg["model"]["sha256"] and cfg["versions"]["kvpress"] and cfg["methods"]["jacap"]["tau"] == JacapPress().tau
     assert cli.main(argv) == 0 and len(files.read_jsonl(out)) == 2
     assert len(files.read_runs(out)) == 2  # one configuration per invocation
 

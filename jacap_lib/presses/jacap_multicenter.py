@@ -51,6 +51,7 @@ class JacapMultiCenterPress(JacapPress):
     (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`; ``beta`` must be None)
     """
 
+    beta: float | None = None  # the clusters replace the prompt EMA (JacapPress's default is an EMA)
     n_centers: int = 3
     aggregate: str = "max"
     kmeans_iters: int = 10

@@ -1,7 +1,7 @@
 """The book's method registry: one name per eviction method, every comparison goes through it.
 
 Baselines are the field's own implementations (kvpress presses, constructed with kvpress's
-defaults); ``jacap`` is :class:`~jacap_lib.presses.jacap.JacapPress` with the paper's defaults;
+defaults); ``jacap`` is :class:`~jacap_lib.presses.jacap.JacapPress` with the library's (tuned) defaults;
 Jacap variants (``jacap_lib.presses.variants.VARIANTS``) are merged in under names beginning with
 ``jacap``.
 
@@ -37,7 +37,8 @@ BASELINES: dict[str, tuple[type, dict, str]] = {
     "tova": (kvpress.TOVAPress, {}, "attention of the last prompt token (TOVA)"),
     "random": (kvpress.RandomPress, {"seed": 0}, "uniformly random tokens (seed 0)"),
 }
-JACAP_DESCRIPTION = f"Jacap Algorithm 1: sensitivity-weighted leverage (paper defaults: tau={DEFAULTS.tau:g}, u=v)"
+JACAP_DESCRIPTION = (f"Jacap Algorithm 1: sensitivity-weighted leverage (tuned defaults: tau={DEFAULTS.tau:g}, "
+                     f"beta={DEFAULTS.beta}, u=v; the paper's: jacap[tau=10,noise=1,beta=none])")
 
 
 def _variants() -> dict[str, Callable]:
