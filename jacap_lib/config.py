@@ -39,7 +39,7 @@ from dataclasses import dataclass, fields
 
 from . import _checks
 
-__all__ = ["JacapConfig", "DEFAULTS", "check", "BACKENDS", "GQA_MODES", "DEFAULT_RATIO"]
+__all__ = ["JacapConfig", "DEFAULTS", "PAPER", "check", "BACKENDS", "GQA_MODES", "DEFAULT_RATIO"]
 
 # The default compression ratio of inspect_eviction, answer and `jacap inspect`. For a ~250-token prompt
 # and Jacap's default protection (n_sink = 4, window = 32: 36 protected slots), c = 0.5 keeps 125 tokens per
@@ -117,3 +117,6 @@ class JacapConfig:
 
 
 DEFAULTS = JacapConfig()
+#: The paper's exact settings (Algorithm 1 as published: tau = 10 from its ablation, sigma^2 = 1, flat prompt
+#: statistics); the defaults above are the evaluation's tune choice. As a method spec: ``protocol.PAPER_PRESET``.
+PAPER = JacapConfig(tau=10.0, noise=1.0, beta=None)

@@ -192,7 +192,9 @@ def _bf16(res, env):  # bf16 inputs accumulate in float32; compare with float64 
     from jacap_lib import theory
 
     k, v, mu, lam = (t.bfloat16().double() for t in (_k, _v, _mu, _lam))
-    ref = theory.algorithm1_scores(k[1, 2], v[1, 2].T, mu[1, 2], lam[1, 2], tau=10.0)
+    from jacap_lib.config import DEFAULTS
+
+    ref = theory.algorithm1_scores(k[1, 2], v[1, 2].T, mu[1, 2], lam[1, 2], tau=DEFAULTS.tau)
     assert res.score.dtype == torch.float32
     close(res.score[1, 2], ref["score"], rtol=1e-4, atol=1e-9)
 

@@ -86,7 +86,7 @@ def test_defaults_note_reads_the_committed_file():
 
     _, rows = load_mechanisms()
     d = VD.defaults_summary(rows)
-    sel = [r for r in rows if r["tau"] == 10.0 and r["rule"] == "fixed=1" and r["ratio"] == 0.9]
+    sel = [r for r in rows if r["tau"] == 10.0 and r["rule"] == "fixed=1" and r["ratio"] == 0.9]  # the paper's tau
     assert d["deff"] == statistics.median(r["deff"] for r in sel) and d["n_heads"] == len(sel)
     html = VD.defaults_note("leverage").data
     assert f"{d['overlap']:.0%}" in html and "admonition" in html

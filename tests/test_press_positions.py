@@ -42,7 +42,7 @@ def test_decoding_buffer_statistics_use_true_positions(tiny_llama):
     g = torch.Generator().manual_seed(0)
     buffer = torch.randn(1, 3, 64, generator=g)  # 3 buffered steps (fewer than n_sink = 4)
     keys = torch.randn(1, 2, 50, 16, generator=g)
-    press = JacapPress(0.5, n_future_positions=F)
+    press = JacapPress(0.5, n_future_positions=F, beta=None)  # flat statistics: compared with the by-hand mean
     step = 57
     mu, lam = press.query_statistics(attn, buffer, keys, {"cache_position": torch.tensor([step]),
                                                           "hidden_states": buffer[:, -1:]})
@@ -69,7 +69,7 @@ def test_chunk_statistics_and_protection_from_the_slice_offset(tiny_llama):
     P, c = 24, 8
     hidden = torch.randn(1, P, 64, generator=g)
     kwargs = {"cache_position": torch.arange(P), "hidden_states": hidden}
-    press = JacapPress(0.5, n_sink=4, window=3, n_future_positions=F)
+    press = JacapPress(0.5, n_sink=4, window=3, n_future_positions=F, beta=None)
     for i in range(0, P, c):
         chunk = hidden[:, i:i + c]
         keys = torch.randn(1, 2, c, 16, generator=g)
@@ -90,7 +90,7 @@ def test_few_queries_fall_back_to_those_there_are(tiny_llama):
     model, attn = tiny_llama, _attn(tiny_llama)
     g = torch.Generator().manual_seed(2)
     keys = torch.randn(1, 2, 10, 16, generator=g)
-    press = JacapPress(0.5, n_sink=4, n_future_positions=F)
+    press = JacapPress(0.5, n_sink=4, n_future_positions=F, beta=None)
     # a prompt of 3 tokens, all of them sinks: the statistics use the 3 queries instead of none
     short = torch.randn(1, 3, 64, generator=g)
     mu, lam = press.query_statistics(attn, short, keys, {"cache_position": torch.arange(3)})

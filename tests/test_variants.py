@@ -86,12 +86,12 @@ def test_two_stage_equals_brute_force_rescoring():
 
 def test_hybrid_keynorm_is_normalised_mix():
     k, v, mu, lam = _head(3, dtype=torch.float32)
-    press = JacapHybridPress(0.5, lam_mix=0.3, global_score="keynorm", n_sink=0, window=0)
+    press = JacapHybridPress(0.5, lam_mix=0.3, global_score="keynorm", n_sink=0, window=0, beta=None)
     mu_b, lam_b = mu[None, None], lam[None, None]
     press.query_statistics = lambda *a: (mu_b, lam_b)  # fixed statistics for the check
     hs = torch.zeros(1, N, 4)
     got = press.score(None, hs, k[None, None], v[None, None], None, {})[0, 0]
-    r = jacap_scores(k, v, mu, lam, tau=10.0).score
+    r = jacap_scores(k, v, mu, lam, tau=press.tau).score
     g = k.norm(dim=-1)
     torch.testing.assert_close(got, 0.3 * r / r.sum() + 0.7 * g / g.sum())
 
@@ -124,7 +124,7 @@ def test_multicenter_one_center_equals_flat_jacap(attn_module):
     values = torch.randn(1, 2, 32, 16, generator=g)
     with torch.no_grad():
         one = JacapMultiCenterPress(0.5, n_centers=1, aggregate="mean").score(attn_module, hs, keys, values, None, {})
-        flat = JacapPress(0.5).score(attn_module, hs, keys, values, None, {})
+        flat = JacapPress(0.5, beta=None).score(attn_module, hs, keys, values, None, {})
     torch.testing.assert_close(one, flat, rtol=1e-4, atol=1e-10)
 
 
@@ -145,7 +145,7 @@ def test_multicenter_max_keeps_a_token_needed_by_a_minority_mode(attn_module):
         for c in range(2):
             qc = q[0, h][labels[0, h] == c]
             mu, lam = qc.mean(0), (qc.square().mean(0) - qc.mean(0).square()).clamp_min(1e-6)
-            r = jacap_scores(keys[0, h], values[0, h], mu, lam, tau=10.0).score
+            r = jacap_scores(keys[0, h], values[0, h], mu, lam, tau=press.tau).score
             parts.append(r / r.sum())
         expected[0, h] = torch.maximum(*parts)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-9)

@@ -10,7 +10,7 @@ import statistics
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..config import DEFAULTS
+from ..config import PAPER
 from .style import finish
 
 __all__ = ["mechanism_figure", "query_stats_figure"]
@@ -79,7 +79,7 @@ def query_stats_figure(records: list[dict]) -> go.Figure:
     return finish(fig)
 
 
-def defaults_summary(rows: list[dict], *, tau: float = DEFAULTS.tau, rule: str = "fixed=1", ratio: float = 0.9) -> dict:
+def defaults_summary(rows: list[dict], *, tau: float = PAPER.tau, rule: str = "fixed=1", ratio: float = 0.9) -> dict:
     """Medians over every (segment, layer, KV head) row at one (tau, noise rule, ratio): what the
     paper's defaults (tau = 10, sigma^2 = 1) do on the measured model. Keys: ``n_heads`` (rows = segment x
     layer x KV head cases), ``n_segments``, ``n_layers``, ``n_kv_heads``, ``deff``, ``a_minus_i``, ``overlap``,
@@ -136,7 +136,7 @@ def defaults_note(topic: str, rows: list[dict] | None = None, *, head_dim: int |
     d1 = defaults_summary(rows, tau=1.0, ratio=ratio)
     deff = defaults_summary(rows, rule="deff=0.5", ratio=ratio)
     title, text = _NOTES[topic]
-    body = text.format(tau=DEFAULTS.tau, ratio=ratio, sat=d["heads_saturated"], sat1=d1["heads_saturated"],
+    body = text.format(tau=PAPER.tau, ratio=ratio, sat=d["heads_saturated"], sat1=d1["heads_saturated"],
                        overlap_deff=deff["overlap"], head_dim=head_dim or "d", **d)
     return HTML(f'<div class="admonition note"><p class="admonition-title">{title}</p><p>{body}</p></div>')
 
