@@ -166,3 +166,13 @@ def test_each_parameter_has_one_rule():
         config.check(f, getattr(DEFAULTS, f))  # the defaults pass their own rule
     with pytest.raises(ValueError, match="parameter"):
         config.check("temperature", 1.0)
+
+
+def test_the_paper_preset_spec_builds_the_papers_settings():
+    from jacap_lib.config import PAPER
+    from jacap_lib.presses.registry import press_from_spec
+    from jacap_lib.results.protocol import PAPER_PRESET
+
+    press = press_from_spec(PAPER_PRESET, 0.5)
+    assert (press.tau, press.noise, press.beta) == (PAPER.tau, PAPER.noise, PAPER.beta) == (10.0, 1.0, None)
+    assert (PAPER.tau, PAPER.beta) != (DEFAULTS.tau, DEFAULTS.beta)  # the tuned defaults differ from the paper
