@@ -239,8 +239,9 @@ def test_tune_then_test_jobs_resume_and_choose(tiny, corpus, tmp_path, monkeypat
     # the test job: each method's chosen setting on the test documents only
     E.execute(E.prepare(_args("test", corpus, out), tokenizer=tok), model=model, tokenizer=tok)
     test_rows = io.read_jsonl(out / "test.jsonl")
-    assert {r["method"] for r in test_rows} == set(choices["chosen"].values())
-    assert {r["split"] for r in test_rows} == {"test"} and len(test_rows) == 2 * 2 * 2 * 3
+    want = set(E.test_specs(choices["chosen"]))  # the choices, plus the paper preset when Jacap's choice differs
+    assert {r["method"] for r in test_rows} == want and set(choices["chosen"].values()) <= want
+    assert {r["split"] for r in test_rows} == {"test"} and len(test_rows) == 2 * 2 * 2 * len(want)
 
 
 def test_test_job_refuses_missing_or_foreign_choices(tiny, corpus, tmp_path, monkeypatch, capsys):
@@ -324,7 +325,8 @@ def test_quick_run_on_bundled_model(tmp_path):
     assert cli.main(["evaluate", "tune", "--quick", "--dir", str(out), "--no-progress"]) == 0
     assert cli.main(["evaluate", "test", "--quick", "--dir", str(out), "--no-progress"]) == 0
     tune, test = io.read_jsonl(out / "tune.jsonl"), io.read_jsonl(out / "test.jsonl")
-    assert len(tune) == 2 * 2 * 5 and len(test) == 2 * 2 * 3
+    chosen = json.loads((out / "choices.json").read_text())["chosen"]
+    assert len(tune) == 2 * 2 * 5 and len(test) == 2 * 2 * len(E.test_specs(chosen)) == 2 * 2 * 4  # + paper preset
     assert all(r["continuation"] == 32 and r["length"] == 512 for r in tune + test)
     assert io.read_runs(out / "test.jsonl")[0]["model"]["sha256"]
 
@@ -350,7 +352,8 @@ def _eval_dir(tmp_path):
         snap = 0.1 * (i + 1)
         knorm = 1.25 * snap
         for c, jac in ((0.5, 0.8 * knorm * math.exp(0.05 if i % 2 else -0.05)), (0.9, knorm)):
-            for m, kl in (("snapkv", snap), ("knorm", knorm), ("jacap", jac), ("jacap_adakv", knorm)):
+            for m, kl in (("snapkv", snap), ("knorm", knorm), ("jacap", jac), ("jacap_adakv", knorm),
+                          (P.PAPER_PRESET, knorm)):  # the test job adds the paper's settings (not today's default)
                 test.append({**base, "doc": d, "split": "test", "ratio": c, "method": m, "kl": kl})
     for r in test:
         io.append_jsonl(out / "test.jsonl", r)
@@ -364,7 +367,8 @@ def test_summary_verdicts_intervals_and_holm(tmp_path):
     data = json.loads((out / "summary.json").read_text())
     assert data["config"]["fingerprint"] == json.loads((out / "choices.json").read_text())["fingerprint"]
     fams = {(f["setting"], f["picked_on"]): f for f in data["families"]}
-    assert set(fams) == {(s, p) for s in ("jacap", "jacap_adakv") for p in ("tune", "test")}
+    assert set(fams) == {(s, p) for s in ("jacap", P.PAPER_PRESET) for p in ("tune", "test")}
+    assert fams[(P.PAPER_PRESET, "tune")]["role"] == "paper preset"
     assert fams[("jacap", "tune")]["role"] == "default"
     assert fams[("jacap", "test")]["label"] == "picked on test (stricter)"
     tune = {r["ratio"]: r for r in fams[("jacap", "tune")]["rows"]}
@@ -432,7 +436,10 @@ def test_test_specs_add_the_paper_preset_only_when_it_differs():
     assert E.test_specs({"knorm": "knorm", "jacap": same}) == ["knorm", same]
     assert E.test_specs({"jacap": "jacap[tau=3,beta=0.9]"}) == ["jacap[tau=3,beta=0.9]", P.PAPER_PRESET]
     assert E.test_specs({"knorm": "knorm"}) == ["knorm"]
-    assert P.same_setting("jacap", "jacap[noise=1,tau=10]") and P.same_setting(P.PAPER_PRESET, "jacap[beta=none,tau=10]") and not P.same_setting("jacap", "jacap_adakv")
+    from jacap_lib.config import DEFAULTS
+
+    assert P.same_setting("jacap", f"jacap[tau={DEFAULTS.tau},beta={DEFAULTS.beta}]")
+    assert P.same_setting(P.PAPER_PRESET, "jacap[beta=none,tau=10]") and not P.same_setting("jacap", "jacap_adakv")
 
 
 def test_summary_refuses_missing_or_foreign_inputs(tmp_path, capsys):
@@ -482,6 +489,10 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
             {"id": "b", "kind": "prose", "split": "test", "license": "MIT"}, {"id": "c", "kind": "code", "split": "test"}]
     assert VE.corpus_frame(docs).to_dict("index") == {"prose": {"tune": 1, "test": 1, "licences": "MIT, PD"},
                                                       "code": {"tune": 0, "test": 1, "licences": ""}}
+    split = {"512 / 0.95": {"kept": 25, "sinks": 4, "window": 21, "scored": 0},
+             "2048 / 0.9": {"kept": 204, "sinks": 4, "window": 32, "scored": 168}}
+    frame = VE.split_frame(split)
+    assert frame["chosen by the score"].tolist() == [0, 168] and frame["share chosen by the score"].tolist() == ["0%", "82%"]
     fig = VE.kl_figure(cells)
     assert [t.name for t in fig.data] == ["jacap", "knorm"] and fig.layout.yaxis.type == "log"
     assert fig.data[0].line.color == method_style("jacap")["color"]
@@ -492,7 +503,7 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     assert len(frame) == 2 and frame["wins/losses"].tolist() == ["8/0", "0/0"]
     assert VE.choices_frame(json.loads((out / "choices.json").read_text())).shape[0] == 4
     with pytest.raises(ValueError, match="no family"):
-        VE.verdict_frame(summ, picked_on="tune", role="paper preset")
+        VE.verdict_frame(summ, picked_on="tune", role="no such role")
 
 
 def test_resume_refuses_a_spec_whose_defaults_changed(tmp_path):

@@ -14,7 +14,15 @@ from plotly.subplots import make_subplots
 
 from .style import finish
 
-__all__ = ["corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "kl_figure", "cells_frame"]
+__all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "kl_figure", "cells_frame"]
+
+
+def split_frame(split: dict) -> pd.DataFrame:
+    """``{"prompt / c": JacapPress.budget_split(prompt)}`` as a table: kept slots, sinks, window, and how many
+    the score chose (and that share of the budget)."""
+    rows = [{"prompt / c": k, "kept": v["kept"], "sinks": v["sinks"], "window": v["window"], "chosen by the score":
+             v["scored"], "share chosen by the score": f"{v['scored'] / v['kept']:.0%}"} for k, v in split.items()]
+    return pd.DataFrame(rows).set_index("prompt / c")
 
 
 def corpus_frame(documents: list[dict]) -> pd.DataFrame:
