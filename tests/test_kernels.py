@@ -26,6 +26,7 @@ triton = pytest.importorskip("triton", reason="triton is not installed: the GPU 
 
 from jacap_lib.scoring.triton import plan_launch, triton_jacap_scores  # noqa: E402
 from jacap_lib.scoring.triton.launch import interpreter_active  # noqa: E402
+from jacap_lib.config import DEFAULTS  # noqa: E402
 from jacap_lib.scoring import jacap_scores  # noqa: E402
 
 INTERPRETED = interpreter_active()
@@ -157,7 +158,7 @@ def test_chunked_softmax_and_gram_over_many_splits():
     many = triton_jacap_scores(keys, values, mu, lam, num_splits=5, dot_precision=PRECISION)
     for f in FIELDS:
         torch.testing.assert_close(getattr(many, f), getattr(one, f), rtol=1e-4, atol=1e-6)
-    assert_fields_close(many, brute_force(keys, values, mu, lam, 10.0, 1.0), rtol=1e-3, atol_rel=1e-5)
+    assert_fields_close(many, brute_force(keys, values, mu, lam, DEFAULTS.tau, DEFAULTS.noise), rtol=1e-3, atol_rel=1e-5)
 
 
 @needs_kernels
@@ -167,7 +168,7 @@ def test_out_proj(d_out):
     keys, values, mu, lam = make_inputs(1, 2, 300, 64, torch.float32, key_scale=20.0, seed=d_out)
     W = torch.randn(d_out, 64, generator=torch.Generator().manual_seed(1)).to(DEVICE) / 8
     got = triton_jacap_scores(keys, values, mu, lam, out_proj=W, dot_precision=PRECISION)
-    assert_fields_close(got, brute_force(keys, values, mu, lam, 10.0, 1.0, out_proj=W), rtol=2e-3, atol_rel=1e-5)
+    assert_fields_close(got, brute_force(keys, values, mu, lam, DEFAULTS.tau, DEFAULTS.noise, out_proj=W), rtol=2e-3, atol_rel=1e-5)
     want = jacap_scores(keys, values, mu, lam, out_proj=W, backend="torch")
     assert_fields_close(got, want, rtol=2e-3, atol_rel=1e-5)
 
@@ -178,7 +179,7 @@ def test_per_head_out_proj_and_broadcast_stats():
     keys, values, mu, lam = make_inputs(2, 3, 100, 64, torch.float16, seed=11)
     W = torch.randn(3, 48, 64, generator=torch.Generator().manual_seed(2)).to(DEVICE) / 8
     got = triton_jacap_scores(keys, values, mu[0, 0], lam[0, 0], out_proj=W, dot_precision=PRECISION)
-    want = brute_force(keys, values, mu[0, 0], lam[0, 0], 10.0, 1.0, out_proj=W)
+    want = brute_force(keys, values, mu[0, 0], lam[0, 0], DEFAULTS.tau, DEFAULTS.noise, out_proj=W)
     assert_fields_close(got, want, rtol=2e-3, atol_rel=1e-5)
 
 

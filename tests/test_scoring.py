@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from jacap_lib import jacap_scores
+from jacap_lib.config import DEFAULTS
 from jacap_lib import scoring
 from jacap_lib.scoring import CholeskyFailure, JacapScores
 
@@ -22,7 +23,7 @@ def inputs(shape=(2, 3, 257, 64), seed=0, dtype=torch.float32, key_scale=1.0):
     return keys, values, mu, lam
 
 
-def reference(keys, values, mu, lam, tau=10.0, noise=1.0, out_proj=None):
+def reference(keys, values, mu, lam, tau=DEFAULTS.tau, noise=DEFAULTS.noise, out_proj=None):
     """The formulas written out in float64, with an explicit inverse (independent of the library path)."""
     k, v, m, l = (t.to(f64) for t in (keys, values, mu, lam))
     d = k.shape[-1]
