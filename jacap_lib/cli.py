@@ -3,10 +3,6 @@
 ::
 
     jacap book build [--all] [--fresh]             build the book (executed on the bundled model)
-    jacap bench kl --out data/results/quality.jsonl  quality grid: next-token KL + attention error
-    jacap bench passkey --out data/results/passkey.jsonl
-    jacap bench summary --inp data/results/quality.jsonl ... --out data/results/summary.json
-    jacap compare grid|summary                     the note-faithful comparison -> data/results/grid*.json*
     jacap compare-decoding [--quick]               Algorithm 2 vs kvpress DecodingPress -> data/serving/
     jacap decompose [--only taylor diagonal ...]   error decomposition -> data/decomposition/*.json
     jacap diagnose mechanisms|query-stats          mechanism diagnostics -> data/diagnostics/*.json
@@ -40,20 +36,6 @@ COMMANDS = {
     "book": ("build the Jupyter Book", {
         "build": ("sync the notebooks and build _build/html (warnings are errors)",
                   "jacap_lib.book:BUILD"),
-    }),
-    "bench": ("quality under compression: KL grid, passkey, summary", {
-        "kl": ("next-token KL and attention-output error per segment x length x method x ratio",
-               "jacap_lib.results.quality:KL"),
-        "passkey": ("needle retrieval over context length x needle depth",
-                    "jacap_lib.results.quality:PASSKEY"),
-        "summary": ("mean and 95%% bootstrap interval per method x ratio x length x kind",
-                    "jacap_lib.results.quality:SUMMARY"),
-    }),
-    "compare": ("the note-faithful comparison: grid -> data/results/grid.jsonl, summary -> grid_summary.json", {
-        "grid": ("run (or resume) data/results/grid.jsonl (the jobs of `jacap bench kl` on GRID_METHODS)",
-                 "jacap_lib.results.comparison:GRID"),
-        "summary": ("write data/results/grid_summary.json (intervals, paired comparisons, tune rankings, target)",
-                    "jacap_lib.results.comparison:SUMMARY"),
     }),
     "compare-decoding": ("Algorithm 2 vs kvpress DecodingPress, teacher-forced -> "
                          "data/serving/decoding_comparison.json",

@@ -216,6 +216,6 @@ def test_modules_are_counted_where_the_names_live():
     assert _modules("from jacap_lib.widgets.theory import rotated_example\n") == {"jacap_lib.examples"}
     assert _modules("import jacap_lib as jl\njl.random_cache(4)\njl.load_model()\n") == {"jacap_lib"}
     assert _modules("import jacap_lib as jl\njl.viz.theory.saturation_figure\n") == {"jacap_lib", "jacap_lib.viz"}
-    assert _modules("from jacap_lib.results import loaders as R\nR.load_grid_summary()\n") == {"jacap_lib.results"}
+    assert _modules("from jacap_lib.results import loaders as R\nR.load_eval_summary()\n") == {"jacap_lib.results"}
     fat = "from jacap_lib import viz, widgets, theory as T\nWT = widgets.theory\nWT.rotated_example\n"
     assert any("imports 4" in p for p in problems("```{code-cell} ipython3\n" + fat + "```\n"))

@@ -24,8 +24,7 @@ GROUPS = [[name] for name, entry in cli.COMMANDS.items() if isinstance(entry[1],
 
 
 def test_the_table_names_every_job():
-    assert SUBCOMMANDS == [["book", "build"], ["bench", "kl"], ["bench", "passkey"], ["bench", "summary"],
-                           ["compare", "grid"], ["compare", "summary"], ["compare-decoding"], ["decompose"],
+    assert SUBCOMMANDS == [["book", "build"], ["compare-decoding"], ["decompose"],
                            ["diagnose", "mechanisms"], ["diagnose", "query-stats"], ["evaluate", "tune"],
                            ["evaluate", "test"], ["evaluate", "time"], ["evaluate", "summary"], ["inspect"], ["serve-run"],
                            ["texts"], ["time", "scoring"], ["time", "e2e"]]
@@ -68,7 +67,7 @@ def _jacap(argv, tmp_path, env=None):
     return out, loaded
 
 
-@pytest.mark.parametrize("sub", [[], ["bench"], ["evaluate"]], ids=lambda s: " ".join(s) or "top")
+@pytest.mark.parametrize("sub", [[], ["diagnose"], ["evaluate"]], ids=lambda s: " ".join(s) or "top")
 def test_help_imports_no_job_module(sub, tmp_path):
     """``jacap --help`` and a group's help list every subcommand with its help without importing any job
     module (so neither torch, transformers nor kvpress): the table names jobs as ``module:attribute``."""
@@ -77,7 +76,7 @@ def test_help_imports_no_job_module(sub, tmp_path):
     table = cli.COMMANDS if not sub else cli.COMMANDS[sub[0]][1]
     names = re.findall(r"^    (\S+)", out.stdout, flags=re.M)
     assert names == list(table)  # every subcommand, in the table's order, each with its help
-    assert sub or {"compare", "compare-decoding", "evaluate", "inspect"} <= set(names)
+    assert sub or {"compare-decoding", "evaluate", "inspect"} <= set(names)
 
 
 def test_the_tables_help_is_each_jobs_own():
@@ -139,14 +138,10 @@ def test_shared_options_have_one_default():
 
 
 BAD = [
-    (["bench", "kl", "--out", "{tmp}/q.jsonl", "--ratios", "1.0"], "--ratios"),
-    (["bench", "kl", "--out", "{tmp}/q.jsonl", "--methods", "nosuch"], "unknown method"),
-    (["bench", "kl", "--out", "{tmp}/q.jsonl", "--methods", "jacap[taux=1]"], "unknown option"),
-    (["bench", "kl", "--out", "{tmp}/q.json"], "must end in .jsonl"),
-    (["bench", "kl", "--out", "{tmp}/q.jsonl", "--segments", "prose/nosuch"], "unknown segment"),
-    (["bench", "kl", "--out", "{tmp}/q.jsonl", "--lengths", "0"], "--lengths"),
-    (["bench", "passkey", "--out", "{tmp}/p.jsonl", "--depths", "1.5"], "--depths"),
-    (["bench", "summary", "--inp", "{tmp}/none.jsonl", "--out", "{tmp}/s.json"], "does not exist"),
+    (["evaluate", "tune", "--dir", "{tmp}/e", "--ratios", "1.0"], "--ratios"),
+    (["evaluate", "tune", "--dir", "{tmp}/e", "--methods", "nosuch"], "nosuch"),
+    (["evaluate", "tune", "--dir", "{tmp}/e", "--lengths", "0"], "--lengths"),
+    (["evaluate", "summary", "--dir", "{tmp}/none"], "does not exist"),
     (["decompose", "--out", "{tmp}/d", "--ratio", "1.2"], "ratio"),
     (["decompose", "--out", "{tmp}/d", "--sel-n", "30"], "sel-n"),
     (["decompose", "--out", "{tmp}/d", "--text", "{tmp}/none.txt"], "text"),
@@ -166,8 +161,6 @@ BAD = [
     (["serve-run", "--threads", "0"], "--threads"),
     (["compare-decoding", "--out", "{tmp}/x.txt"], "must end in .json"),
     (["compare-decoding", "--prompts", "7"], "--prompts"),
-    (["compare", "grid", "--lengths", "0"], "--lengths"),
-    (["compare", "summary", "--n-boot", "0"], "--n-boot"),
     (["diagnose", "mechanisms", "--taus", "0"], "--taus"),
     (["diagnose", "query-stats", "--segments", "prose/nosuch"], "unknown segment"),
     (["time", "e2e", "--repeats", "0", "--out", "{tmp}/e.json"], "--repeats"),
@@ -191,22 +184,6 @@ def test_bad_arguments_fail_before_any_work(argv, msg, tmp_path, no_model, capsy
     prog = "jacap " + " ".join(a for a in argv[:2] if not a.startswith("-"))
     assert err.startswith(f"usage: {prog} ")  # the subcommand's usage
     assert list(tmp_path.iterdir()) == []  # nothing written
-
-
-def test_summary_writes_the_common_summary(tmp_path):
-    from jacap_lib.results import files, loaders
-
-    rows = [r for r in loaders.load_quality_rows() if r["length"] == 512 and r["ratio"] == 0.75]
-    grid = tmp_path / "g.jsonl"
-    for r in rows:
-        files.append_jsonl(grid, r)
-    assert cli.main(["bench", "summary", "--inp", str(grid), "--out", str(tmp_path / "s.json"), "--n-boot", "200"]) == 0
-    s = loaders.load_summary(tmp_path / "s.json")
-    assert s["source"] == [str(grid)] and s["n_boot"] == 200
-    for c in s["table"]:  # the means, against a direct average of the rows
-        kls = [r["kl"] for r in rows if r["method"] == c["method"] and c["kind"] in ("all", r["kind"])]
-        assert c["n"] == len(kls) and c["kl_mean"] == pytest.approx(sum(kls) / len(kls), rel=1e-12)
-        assert c["kl_lo"] <= c["kl_mean"] <= c["kl_hi"]
 
 
 def test_time_runs_the_speed_benchmark(tmp_path, capsys):
@@ -252,23 +229,6 @@ def test_diagnose_passes_its_options_to_the_job(capsys):
     assert e.value.code == 2
 
 
-def test_compare_passes_its_options_to_the_job(capsys, tmp_path, monkeypatch):
-    with pytest.raises(SystemExit) as e:
-        cli.main(["compare", "summary", "--help"])
-    assert e.value.code == 0 and "--n-boot" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as e:
-        cli.main(["compare", "grid", "--lengths", "many"])
-    assert e.value.code == 2 and "--lengths" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:
-        cli.main(["compare", "everything"])
-    assert e.value.code == 2
-
-
-# ----------------------------------------------------------------------------- jacap inspect
-INSPECT_TEXT = ("Maria keeps her bicycle in the blue shed behind the bakery. Every Tuesday she rides it to the market, "
-                "buys three lemons and a loaf of rye bread, and visits her brother Tomas, who repairs old clocks.")
-
-
 def test_inspect_default_ratio_is_the_library_default():
     from jacap_lib.measure.eviction import DEFAULT_RATIO
 
@@ -291,6 +251,11 @@ def test_inspect_with_an_unavailable_model_fails_in_one_line(env, tmp_path):
     assert lines[0].startswith("jacap inspect: error: --model: model 'no/such-model' is not")
     assert out.stdout == "" and list((tmp_path / "out").iterdir()) == []
     assert loaded == []  # checked with huggingface_hub alone: torch, transformers and kvpress never loaded
+
+
+# ----------------------------------------------------------------------------- jacap inspect
+INSPECT_TEXT = ("Maria keeps her bicycle in the blue shed behind the bakery. Every Tuesday she rides it to the market, "
+                "buys three lemons and a loaf of rye bread, and visits her brother Tomas, who repairs old clocks.")
 
 
 @pytest.fixture(scope="module")

@@ -520,3 +520,24 @@ def test_resume_refuses_a_spec_whose_defaults_changed(tmp_path):
         E.check_settings_unchanged(out, {"jacap": ("jacap",)})
     E.check_settings_unchanged(out, {"knorm": ("knorm",)})
     E.check_settings_unchanged(tmp_path / "none.jsonl", {"jacap": ("jacap",)})  # nothing to resume
+
+
+def test_an_option_without_effect_does_not_block_a_resume(tmp_path):
+    """deff_frac only sets the effective-dimension rule's target: with a fixed noise a recorded deff_frac that
+    differs from today's is no other press (resume allowed, same_setting true); with noise="deff" it is."""
+    from jacap_lib.presses.registry import effective_options, method_options, press_from_spec
+
+    now = method_options(press_from_spec("jacap", 0.5))
+    assert now["noise"] != "deff" and "deff_frac" in now and "deff_frac" not in effective_options(now)
+    wrapped = method_options(press_from_spec("jacap_adakv", 0.5))
+    assert "deff_frac" not in str(effective_options(wrapped)) and "deff_frac" in str(wrapped)
+    out = tmp_path / "test.jsonl"
+    io.append_jsonl(out, {"method": "jacap"})
+    io.append_run(out, {"settings": {"jacap": {**now, "deff_frac": now["deff_frac"] * 2},
+                                     "jacap[noise=deff]": {**method_options(press_from_spec("jacap[noise=deff]", 0.5)),
+                                                           "deff_frac": 0.9}}})
+    E.check_settings_unchanged(out, {"jacap": ("jacap",)})
+    with pytest.raises(ValueError, match=r"'jacap\[noise=deff\]'.*deff_frac"):
+        E.check_settings_unchanged(out, {"jacap": ("jacap[noise=deff]",)})
+    assert P.same_setting("jacap", "jacap[deff_frac=0.9]")
+    assert not P.same_setting("jacap[noise=deff]", "jacap[noise=deff,deff_frac=0.9]")

@@ -10,13 +10,13 @@ from jacap_lib.results import files, loaders, paths, provenance
 def test_data_dir_is_the_clone_and_follows_the_env_override(tmp_path, monkeypatch):
     monkeypatch.delenv(paths.DATA_ENV, raising=False)
     here = paths.data_dir()
-    assert (here / "results" / "summary.json").is_file() and here.name == "data"
+    assert (here / "results" / "eval" / "summary.json").is_file() and here.name == "data"
     (tmp_path / "results").mkdir()
     monkeypatch.setenv(paths.DATA_ENV, str(tmp_path))
     assert paths.data_dir() == tmp_path.resolve()
     assert paths.repo_path("data/texts/x.txt") == tmp_path.resolve() / "texts" / "x.txt"
     with pytest.raises(FileNotFoundError, match="summary.json"):
-        loaders.load_summary()
+        loaders.load_eval_summary()
     monkeypatch.setenv(paths.DATA_ENV, str(tmp_path / "nope"))
     with pytest.raises(FileNotFoundError, match="JACAP_DATA"):
         paths.data_dir()
@@ -56,12 +56,12 @@ def test_common_shape_round_trip_and_sidecar(tmp_path):
 
 
 def test_every_committed_results_file_loads():
-    summary = loaders.load_summary()
-    assert summary["table"] and summary["comparisons"]
-    rows = loaders.load_quality_rows()
-    assert rows and all(r["task"] == "kl" for r in rows)
-    assert loaders.load_ablation_rows() and loaders.load_runs("quality")[-1]["versions"]
-    assert all(r["task"] == "passkey" for r in loaders.load_passkey_rows())
+    summary = loaders.load_eval_summary()
+    assert summary["families"] and summary["cells_measured"]
+    rows = loaders.load_eval_rows("test")
+    assert rows and all(r["split"] == "test" for r in rows)
+    assert loaders.load_eval_rows("tune") and loaders.load_eval_runs("test")[-1]["versions"]
+    assert loaders.load_eval_choices()["chosen"]["jacap"]
     for part in loaders.DECOMPOSITION_PARTS:
         config, recs = loaders.load_decomposition(part)
         assert config["prefix"] == 384 and recs and "layer" in recs[0]

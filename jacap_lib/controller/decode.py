@@ -87,7 +87,7 @@ class JacapDecodeController:
         Temperature and channel noise of :func:`jacap_lib.jacap_scores` (defaults 10 and 1).
         ``noise="deff"``: per layer and KV head, the :math:`\sigma^2` at which :math:`\sum_i r_i` equals
         ``deff_frac * min(budget, head_dim)`` (the effective-dimension rule, :func:`jacap_lib.scoring.deff_noise`).
-    deff_frac : float, default 0.5
+    deff_frac : float, default 0.25
         Target effective dimension of the ``"deff"`` rule as a fraction of ``min(budget, head_dim)``.
     deadline_s : float or None
         Per-eviction time budget; layers not scored in time fall back to a sliding window.

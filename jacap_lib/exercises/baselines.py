@@ -4,41 +4,64 @@ from __future__ import annotations
 from ._core import Exercise, integer, number
 
 CHAPTER = "baselines"
+LENGTH, RATIO = 1024, 0.9
 
 
 def _pair():
-    """Per-segment KL of TOVA and of SnapKV with a 32-token window, prompt 1024, c = 0.9, test segments
-    (from the committed grid)."""
-    from ..results.loaders import load_grid_rows
+    """Per-document KL of TOVA and of SnapKV at its tuned setting, prompt 1024, c = 0.9, the test documents
+    of the evaluation (``data/results/eval/test.jsonl``), in document order."""
+    from ..results.loaders import load_eval_choices, load_eval_rows
 
-    rows = [r for r in load_grid_rows("grid") if r["length"] == 1024 and r["ratio"] == 0.9 and r["split"] == "test"]
-    pick = lambda m: {r["segment"]: r["kl"] for r in rows if r["method"] == m}  # noqa: E731
-    return {"a": pick("tova"), "b": pick("snapkv[window_size=32]")}
+    snap = load_eval_choices()["chosen"]["snapkv"]
+    rows = [r for r in load_eval_rows("test") if r["length"] == LENGTH and r["ratio"] == RATIO]
+    pick = lambda m: {r["doc"]: r["kl"] for r in rows if r["method"] == m}  # noqa: E731
+    return {"a": pick("tova"), "b": pick(snap), "snapkv": snap}
 
 
-def _paired(key):
-    from ..results.quality import paired
+def _logr():
+    import math
 
-    return lambda: paired(**_pair())[key]
+    d = _pair()
+    return [math.log(d["a"][k] / d["b"][k]) for k in sorted(d["a"])]
+
+
+def _geo():
+    from ..results.verdicts import geometric_mean_ratio
+
+    d = _pair()
+    keys = sorted(d["a"])
+    return geometric_mean_ratio([d["a"][k] for k in keys], [d["b"][k] for k in keys]).estimate
+
+
+def _wins():
+    return sum(x < 0 for x in _logr())
+
+
+def _wilcoxon():
+    from ..results.verdicts import wilcoxon_p
+
+    d = _pair()
+    keys = sorted(d["a"])
+    return wilcoxon_p([d["a"][k] for k in keys], [d["b"][k] for k in keys])
 
 
 EXERCISES = [
     Exercise(
-        "With a, b = exercises.data('baselines.1')['a'], [...]['b'] (per-segment KL of TOVA and of SnapKV with a "
-        "32-token observation window, prompt 1024, c = 0.9, the 9 test segments), compute the geometric mean of "
-        "the per-segment ratios a[s] / b[s].",
-        _paired("geo_mean_ratio"),
-        number(rtol=1e-6, hint="exp(mean(log(a[s] / b[s]))) over the segments s; not mean(a) / mean(b)."),
+        "With d = exercises.data('baselines.1'), a, b = d['a'], d['b'] (per-document KL of TOVA and of SnapKV at its "
+        "tuned setting d['snapkv'], prompt 1024, c = 0.9, the test documents), compute the geometric mean of the "
+        "per-document ratios a[k] / b[k].",
+        _geo,
+        number(rtol=1e-6, hint="exp(mean(log(a[k] / b[k]))) over the documents k; not mean(a) / mean(b)."),
         data=_pair),
     Exercise(
-        "Same data: on how many of the 9 segments does TOVA have the lower KL (its 'wins')?",
-        _paired("wins"),
-        integer(hint="Count the segments with a[s] < b[s]."),
+        "Same data: on how many of the test documents does TOVA have the lower KL (its 'wins')?",
+        _wins,
+        integer(hint="Count the documents with a[k] < b[k]."),
         data=_pair),
     Exercise(
-        "Same data: the two-sided Wilcoxon signed-rank p-value of the per-segment log ratios "
+        "Same data: the two-sided Wilcoxon signed-rank p-value of the per-document log ratios "
         "(scipy.stats.wilcoxon).",
-        _paired("wilcoxon_p"),
-        number(rtol=1e-6, hint="scipy.stats.wilcoxon([log(a[s] / b[s]) for s in sorted(a)]).pvalue"),
+        _wilcoxon,
+        number(rtol=1e-6, hint="scipy.stats.wilcoxon([log(a[k] / b[k]) for k in sorted(a)]).pvalue"),
         data=_pair),
 ]

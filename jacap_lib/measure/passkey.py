@@ -1,7 +1,7 @@
 """Needle retrieval ("passkey"): a number hidden at a relative depth in filler text, asked for after
 the context's cache was compressed; greedy decoding on the compressed cache, as in kvpress's pipeline.
 
-The grid job that writes ``data/results/passkey.jsonl`` is :func:`jacap_lib.results.quality.run_passkey`.
+The evaluation job that runs it over the tuned methods is ``jacap evaluate needle``.
 """
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ class JacapPress(ScorerPress):
         ``"deff"``: per layer and KV head, the :math:`\sigma^2` at which the effective dimension
         :math:`\sum_i r_i` of the weighted Gram equals ``deff_frac * min(n_kept, d)``
         (:func:`jacap_lib.scoring.deff_noise`; ``n_kept`` = tokens this press keeps, ``d`` = head dim).
-    deff_frac : float, default=0.5
+    deff_frac : float, default=0.25
         With ``noise="deff"``: the target effective dimension as a fraction of ``min(n_kept, d)``.
     use_out_proj : bool, default=False
         ``False``: ``u_i = v_i`` (the paper's cheap proxy). ``True``: ``u_i = W_O v_i`` with the
@@ -69,9 +69,8 @@ class JacapPress(ScorerPress):
         statistics, as in kvpress's ExpectedAttentionPress.
     window : int, default=32
         Last positions always kept (recent window; the note's Algorithm 1 step 10 and Algorithm 2
-        step 4). 32 was chosen among 0/8/16/32/48/64 on the three *tune* segments of the quality
-        benchmark (``data/results/tune.jsonl``; :func:`jacap_lib.results.quality.rank_on_tune`), and is
-        judged on the other nine. For comparison, the baselines' built-in recency: kvpress SnapKV keeps its
+        step 4). 32 was chosen among 0/8/16/32/48/64 by an earlier sweep on three tune segments; the
+        evaluation protocol (:mod:`jacap_lib.results.protocol`) keeps it for every Jacap setting. For comparison, the baselines' built-in recency: kvpress SnapKV keeps its
         observation window (``window_size``, default 64), TOVA scores by the attention of the last query
         alone, StreamingLLM keeps only the sinks and the most recent tokens. ``window=0`` is Algorithm 1
         without step 10 (only the sinks are protected). When the budget

@@ -1,5 +1,5 @@
 """Results: the files under ``data/`` — where they are (:mod:`.paths`), what produced them
 (:mod:`.provenance`), their one shape (:mod:`.files`), one loader per file (:mod:`.loaders`), the one
 shape of a job (:mod:`.job`), and the jobs that run :mod:`jacap_lib.measure` and write them
-(:mod:`.quality`, :mod:`.comparison`, :mod:`.decomposition`, :mod:`.diagnostics`, :mod:`.live`,
+(:mod:`.evaluation` with its protocol :mod:`.protocol` and statistics :mod:`.verdicts`, :mod:`.decomposition`, :mod:`.diagnostics`, :mod:`.live`,
 :mod:`.serving`, :mod:`.decoding_comparison`, :mod:`.texts`, :mod:`.timing`). Speed tables: :mod:`.bench`."""

@@ -4,18 +4,12 @@ only through these (no module above this layer opens a path itself).
 ============================  ====================================  =================================
 loader                        file(s)                               written by
 ============================  ====================================  =================================
-:func:`load_summary`          ``data/results/summary.json``         ``jacap bench summary``
-:func:`load_quality_rows`     ``data/results/quality.jsonl``        ``jacap bench kl``
-:func:`load_ablation_rows`    ``data/results/ablation.jsonl``       ``jacap bench kl --out ...ablation``
-:func:`load_passkey_rows`     ``data/results/passkey.jsonl``        ``jacap bench passkey``
-:func:`load_runs`             ``data/results/<name>.config.json``   (the sidecar of each grid)
 :func:`load_decomposition`    ``data/decomposition/<part>.json``    ``jacap decompose``
 :func:`load_failures`         ``data/decomposition/failures.json``  ``jacap decompose --only failures``
 :func:`load_kl_table`         ``data/live/kl_table.json``           ``jacap inspect --kl-table``
 :func:`load_serving_run`      ``data/serving/serving_run.json``     ``jacap serve-run``
 :func:`load_bench`            ``data/bench/<name>.json``            ``jacap time scoring|e2e``
 :func:`load_manifest`         ``data/texts/manifest.json``          ``jacap texts``
-:func:`load_grid_summary`     ``data/results/grid_summary.json``    ``jacap compare summary``
 :func:`load_mechanisms`       ``data/diagnostics/mechanisms.json``  ``jacap diagnose mechanisms``
 :func:`load_query_stats`      ``data/diagnostics/query_stats.json`` ``jacap diagnose query-stats``
 :func:`load_eval_choices`     ``data/results/eval/choices.json``    ``jacap evaluate tune``
@@ -30,56 +24,12 @@ from pathlib import Path
 from . import files
 from .paths import data_dir, data_path
 
-__all__ = ["load_summary", "load_quality_rows", "load_ablation_rows", "load_passkey_rows", "load_grid_rows",
-           "load_runs", "has_results", "load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
+__all__ = ["load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
-           "load_mechanisms", "load_query_stats", "load_decoding_comparison", "load_grid_summary",
+           "load_mechanisms", "load_query_stats", "load_decoding_comparison",
            "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary"]
 
 DECOMPOSITION_PARTS = ("taylor", "diagonal", "selection", "loo")
-
-
-def _grid(name: str) -> Path:
-    if not name or "/" in name or name.endswith((".jsonl", ".json")):
-        raise ValueError(f"grid name {name!r} must be a bare name such as 'quality', 'ablation' or 'passkey'")
-    return data_path("results", f"{name}.jsonl", must_exist=False)
-
-
-def has_results(name: str) -> bool:
-    """True when ``data/results/<name>.jsonl`` exists (e.g. the optional passkey grid)."""
-    return _grid(name).is_file()
-
-
-def load_grid_rows(*names: str) -> list[dict]:
-    """Rows of ``data/results/<name>.jsonl`` for each name, concatenated."""
-    return [r for n in names for r in files.read_jsonl(_grid(n), missing_ok=False)]
-
-
-def load_quality_rows() -> list[dict]:
-    """The quality grid: one row per (segment, prompt length, method, ratio)."""
-    return load_grid_rows("quality")
-
-
-def load_ablation_rows() -> list[dict]:
-    """The variants' ablation grid (same row shape as the quality grid)."""
-    return load_grid_rows("ablation")
-
-
-def load_passkey_rows() -> list[dict]:
-    """Needle retrieval rows (``[]`` when the optional passkey grid was not run)."""
-    return load_grid_rows("passkey") if has_results("passkey") else []
-
-
-def load_runs(name: str) -> list[dict]:
-    """The configurations of every invocation that appended to grid ``name`` (oldest first)."""
-    return files.read_runs(_grid(name))
-
-
-def load_summary(path=None) -> dict:
-    """``summary.json``: ``table`` (mean and 95% interval per method x ratio x length x kind),
-    ``comparisons`` (to the best baseline per split), ``target`` (the tune/test choice), ``baselines``."""
-    return files.read_json(path or data_path("results", "summary.json", must_exist=False),
-                        require=("table", "comparisons"), hint="jacap bench summary")
 
 
 def load_decomposition(part: str) -> tuple[dict, list]:
@@ -150,14 +100,6 @@ def load_decoding_comparison(path=None) -> tuple[dict, list]:
     one row per prompt x method, plus one ``"uncompressed"`` row per prompt."""
     return files.read_results(path or data_path("serving", "decoding_comparison.json", must_exist=False),
                            hint="jacap compare-decoding")
-
-
-def load_grid_summary(path=None) -> dict:
-    """``grid_summary.json`` (issue 10's comparison): ``table``, ``comparisons`` (paired, to the best baseline
-    and to CapKV), ``choices`` (how each setting was chosen on the tune segments), ``target``."""
-    return files.read_json(path or data_path("results", "grid_summary.json", must_exist=False),
-                        require=("table", "comparisons", "choices", "target"),
-                        hint="jacap compare summary")
 
 
 def load_eval_choices(path=None) -> dict:

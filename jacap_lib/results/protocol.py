@@ -77,11 +77,12 @@ def method_of(spec: str) -> str:
 
 def same_setting(a: str, b: str) -> bool:
     """Whether two method specs build the same press (same registry name and resolved options)."""
-    from ..presses.registry import method_options
+    from ..presses.registry import effective_options, method_options
 
     if method_of(a) != method_of(b):
         return False
-    return method_options(press_from_spec(a, 0.5)) == method_options(press_from_spec(b, 0.5))
+    return (effective_options(method_options(press_from_spec(a, 0.5)))
+            == effective_options(method_options(press_from_spec(b, 0.5))))
 
 
 def _takes_options(name: str) -> bool:
