@@ -240,7 +240,7 @@ def verdict(interval, *, scale: str = "ratio", higher_is_better: bool | None = N
         lower_better = True if higher_is_better is None else not higher_is_better
     else:
         below, above, unit, num = (-hi, -lo), (lo, hi), " points", ""
-        down, up = -lo, hi
+        down, up = 0.0 - lo, hi + 0.0  # no "-0"
         lower_better = False if higher_is_better is None else not higher_is_better
     word_below, word_above = ("better", "worse") if lower_better else ("worse", "better")
     if below[0] > 0:
