@@ -296,3 +296,13 @@ def test_job_writes_keyed_rows_and_resumes(tmp_path, monkeypatch):
     assert s["cells_measured"] == ["128/0.5", "128/0.75"] and s["config"]["trials"] == 2
     assert [c["n_prompts"] for c in s["cells"]] == [4, 4]
     assert [f["label"] for f in s["comparisons"]] == [N.BASELINE_LABEL, N.PAPER_LABEL]
+
+
+def test_a_group_and_its_measure_travel_to_spawned_workers():
+    """``--workers N`` sends each group and the measure to spawned processes: both must pickle."""
+    import pickle
+
+    plan_measure = __import__("functools").partial(N.measure_needle, model_name="m")
+    g = N.needle_groups(["knorm"], (128,), (0.5,), N.needle_keys((0.5,), 1, 0), "m")[0]
+    back = pickle.loads(pickle.dumps((plan_measure, g)))
+    assert back[0].func is N.measure_needle and back[1].jobs == [("full", 0.0), ("knorm", 0.5)]

@@ -1,7 +1,8 @@
 """Needle retrieval ("passkey"): a number hidden at a relative depth in filler text, asked for after
 the context's cache was compressed; greedy decoding on the compressed cache, as in kvpress's pipeline.
 
-The grid job that writes ``data/results/passkey.jsonl`` is :func:`jacap_lib.results.quality.run_passkey`.
+The grid job that writes ``data/results/passkey.jsonl`` is :func:`jacap_lib.results.quality.run_passkey`; the
+evaluation's needle job (the tuned settings, ``data/results/eval/needle.jsonl``) is :mod:`jacap_lib.results.needle`.
 """
 from __future__ import annotations
 
