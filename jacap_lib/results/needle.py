@@ -400,8 +400,9 @@ def _needle_run(args):
     except (ValueError, FileNotFoundError) as e:
         raise J.BadArgument(str(e)) from None
     res = execute(plan)
-    print(f"wrote {res['rows_written']} new rows to {res['file']}; summarize with `jacap evaluate needle-summary"
-          f"{' --quick' if args.quick else ''}`")
+    where = f" --dir {args.dir}" if args.dir else " --quick" if args.quick else ""
+    where += f" --choices {args.choices}" if args.choices else ""
+    print(f"wrote {res['rows_written']} new rows to {res['file']}; summarize with `jacap evaluate needle-summary{where}`")
     return res
 
 
