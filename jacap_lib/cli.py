@@ -7,6 +7,7 @@
     jacap decompose [--only taylor diagonal ...]   error decomposition -> data/decomposition/*.json
     jacap diagnose mechanisms|query-stats          mechanism diagnostics -> data/diagnostics/*.json
     jacap evaluate tune|test|time|summary [--quick] the evaluation protocol -> data/results/eval/
+    jacap evaluate needle|needle-summary [--quick] needle retrieval with the tuned methods -> data/results/eval/
     jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token
     jacap inspect --layer 3 --head 1 [--text ...]  one head's text, kept/protected/evicted marked
     jacap inspect --html eviction.html             the whole model as a self-contained HTML page
@@ -65,6 +66,15 @@ COMMANDS = {
                     "best baseline picked on tune and, stricter, on test: ratio intervals, wins, Wilcoxon and Holm p, "
                     "verdicts -> data/results/eval/summary.json (needs test.jsonl and choices.json of one configuration)",
                     "jacap_lib.results.evaluation:SUMMARY"),
+        "needle": ("needle retrieval with each method's tuned setting and the paper preset at prompts 512/1024/2048, "
+                   "c 0.5/0.75/0.9, 5 depths x 6 keys, plus the uncompressed answer -> data/results/eval/needle.jsonl "
+                   "(needs the tune's choices.json)",
+                   "jacap_lib.results.needle:NEEDLE"),
+        "needle-summary": ("per cell, each setting's needle accuracy (and the uncompressed ceiling) and the default "
+                           "Jacap setting against the best baseline by KL on tune and the paper preset, paired per "
+                           "prompt: accuracy difference intervals, McNemar and Holm p, verdicts -> "
+                           "data/results/eval/needle_summary.json",
+                           "jacap_lib.results.needle:NEEDLE_SUMMARY"),
     }),
     "inspect": ("what one eviction keeps, per layer and KV head (--layer/--head: marked text, --html: the whole "
                 "model); --kl-table: the live chapter's KL table",

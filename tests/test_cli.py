@@ -26,7 +26,8 @@ GROUPS = [[name] for name, entry in cli.COMMANDS.items() if isinstance(entry[1],
 def test_the_table_names_every_job():
     assert SUBCOMMANDS == [["book", "build"], ["compare-decoding"], ["decompose"],
                            ["diagnose", "mechanisms"], ["diagnose", "query-stats"], ["evaluate", "tune"],
-                           ["evaluate", "test"], ["evaluate", "time"], ["evaluate", "summary"], ["inspect"], ["serve-run"],
+                           ["evaluate", "test"], ["evaluate", "time"], ["evaluate", "summary"], ["evaluate", "needle"],
+                           ["evaluate", "needle-summary"], ["inspect"], ["serve-run"],
                            ["texts"], ["time", "scoring"], ["time", "e2e"]]
 
 
@@ -170,6 +171,10 @@ BAD = [
     (["evaluate", "tune", "--dir", "{tmp}/e", "--methods", "random"], "not in the search space"),
     (["evaluate", "test", "--dir", "{tmp}/e"], "run `jacap evaluate tune`"),
     (["evaluate", "time", "--dir", "{tmp}/e", "--lengths", "4096"], "no document has"),
+    (["evaluate", "needle", "--dir", "{tmp}/e", "--choices", "{tmp}/none.json"], "run `jacap evaluate tune`"),
+    (["evaluate", "needle", "--dir", "{tmp}/e", "--trials", "0"], "--trials"),
+    (["evaluate", "needle", "--dir", "{tmp}/e", "--lengths", "16"], "--lengths"),
+    (["evaluate", "needle-summary", "--dir", "{tmp}/e"], "run `jacap evaluate needle`"),
     (["book", "build", "--root", "{tmp}"], "_config.yml"),
 ]
 

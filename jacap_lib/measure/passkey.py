@@ -1,13 +1,14 @@
 """Needle retrieval ("passkey"): a number hidden at a relative depth in filler text, asked for after
 the context's cache was compressed; greedy decoding on the compressed cache, as in kvpress's pipeline.
 
-The evaluation job that runs it over the tuned methods is ``jacap evaluate needle``.
+The evaluation's needle job (the tuned settings, ``data/results/eval/needle.jsonl``) is
+:mod:`jacap_lib.results.needle` (``jacap evaluate needle``).
 """
 from __future__ import annotations
 
 import torch
 
-__all__ = ["FILLER", "QUESTION", "passkey_prompt", "greedy_answer", "passkey_answer"]
+__all__ = ["FILLER", "QUESTION", "passkey_prompt", "greedy_answer", "passkey_answer", "passkey_trial"]
 
 FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ")
 QUESTION = " What is the pass key? The pass key is"
@@ -58,10 +59,19 @@ def greedy_answer(model, cache, prompt_len: int, question: torch.Tensor, n_new: 
     return gen
 
 
+def passkey_trial(model, tokenizer, capture, press, question: torch.Tensor, *, n_new: int = 8) -> tuple[str, float]:
+    """``(answer, kept_tokens)``: the decoded answer after ``press`` (``None`` = uncompressed) was replayed on
+    a captured prefill (:func:`jacap_lib.measure.quality.capture_prefill` of the context), and the mean number
+    of context tokens per layer and KV head the question could see
+    (:func:`jacap_lib.measure.quality.kept_tokens`)."""
+    from .quality import kept_tokens, replay_press
+
+    cache = replay_press(model, capture, press)
+    kept = kept_tokens(model, cache)
+    return tokenizer.decode(greedy_answer(model, cache, capture.prompt_len, question, n_new=n_new)), kept
+
+
 def passkey_answer(model, tokenizer, capture, press, question: torch.Tensor, *, n_new: int = 8) -> str:
     """The decoded answer after ``press`` (``None`` = uncompressed) was replayed on a captured prefill
     (:func:`jacap_lib.measure.quality.capture_prefill` of the context)."""
-    from .quality import replay_press
-
-    cache = replay_press(model, capture, press)
-    return tokenizer.decode(greedy_answer(model, cache, capture.prompt_len, question, n_new=n_new))
+    return passkey_trial(model, tokenizer, capture, press, question, n_new=n_new)[0]

@@ -49,6 +49,7 @@ __all__ = [
     "capture_prefill",
     "replay_press",
     "continue_from_cache",
+    "kept_tokens",
     "FullReference",
     "QualityResult",
     "full_reference",
@@ -253,6 +254,13 @@ def _masked_count(model) -> int:
     return n
 
 
+def kept_tokens(model, cache) -> float:
+    """The mean number of prompt tokens per layer and KV head that a later query can see in ``cache``
+    (its length, less the keys a head-wise press masked in ``masked_key_indices``)."""
+    heads = cache.layers[0].keys.shape[1]
+    return _cache_kept(cache) - _masked_count(model) / (len(decoder_layers_of(model)) * heads)
+
+
 @torch.inference_mode()
 def continue_from_cache(model, cache, prompt_len: int, continuation_ids: torch.Tensor):
     """Run the continuation on a (compressed) prompt cache at true positions ``prompt_len, ...``.
@@ -263,9 +271,7 @@ def continue_from_cache(model, cache, prompt_len: int, continuation_ids: torch.T
     device = next(model.parameters()).device
     continuation_ids = continuation_ids.to(device)
     M = continuation_ids.shape[1]
-    n_layers = len(decoder_layers_of(model))
-    heads = cache.layers[0].keys.shape[1]
-    kept = _cache_kept(cache) - _masked_count(model) / (n_layers * heads)
+    kept = kept_tokens(model, cache)
     position_ids = torch.arange(prompt_len, prompt_len + M, device=device).unsqueeze(0)
     store: list = []
     with capture_attn_outputs(model, store):

@@ -185,18 +185,27 @@ def _init_worker(model_name, threads, seed):
     _WORKER["model"], _WORKER["tok"] = load_model(model_name)
 
 
-def _work(group, continuation, model_label):
-    return measure_group(_WORKER["model"], _WORKER["tok"], group, continuation, model_label)
+def _work(measure, group):
+    return measure(_WORKER["model"], _WORKER["tok"], group)
 
 
-def run_groups(groups: list[Group], out: Path, *, continuation: int, model_label: str, model=None, tokenizer=None,
-               model_name=None, workers: int = 1, threads: int = 1, seed: int = 0, progress: bool = True) -> int:
+def run_groups(groups: list, out: Path, *, continuation: int | None = None, model_label: str | None = None,
+               measure=None, model=None, tokenizer=None, model_name=None, workers: int = 1, threads: int = 1,
+               seed: int = 0, progress: bool = True) -> int:
     """Measure every group and append its rows to ``out``; returns the rows written.
 
+    ``measure(model, tokenizer, group, on_row=None) -> rows``: what one group (one prefill) is (default:
+    :func:`measure_group` with ``continuation`` and ``model_label``); a module-level function or a
+    ``functools.partial`` of one, so spawned workers can unpickle it; ``group.jobs``: its rows to come.
     ``workers == 1``: in this process with ``model``/``tokenizer`` (loaded from ``model_name`` when not
     given); ``workers > 1``: that many spawned processes, each loading ``model_name``, the rows written
     here as each prefill's replays finish."""
+    import functools
+
     from tqdm.auto import tqdm
+
+    if measure is None:
+        measure = functools.partial(measure_group, continuation=continuation, model_name=model_label)
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -216,14 +225,14 @@ def run_groups(groups: list[Group], out: Path, *, continuation: int, model_label
                 _init_worker(model_name, threads, seed)
                 model, tokenizer = _WORKER["model"], _WORKER["tok"]
             for g in groups:
-                measure_group(model, tokenizer, g, continuation, model_label, on_row=put)
+                measure(model, tokenizer, g, on_row=put)
         elif groups:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
                                      initargs=(model_name, threads, seed)) as pool:
-                futures = [pool.submit(_work, g, continuation, model_label) for g in groups]
+                futures = [pool.submit(_work, measure, g) for g in groups]
                 for f in as_completed(futures):
                     for row in f.result():
                         put(row)

@@ -15,6 +15,8 @@ loader                        file(s)                               written by
 :func:`load_eval_choices`     ``data/results/eval/choices.json``    ``jacap evaluate tune``
 :func:`load_eval_rows`        ``data/results/eval/<split>.jsonl``   ``jacap evaluate tune|test``
 :func:`load_eval_summary`     ``data/results/eval/summary.json``    ``jacap evaluate summary``
+:func:`load_needle_rows`      ``data/results/eval/needle.jsonl``    ``jacap evaluate needle``
+:func:`load_needle_summary`   ``.../eval/needle_summary.json``      ``jacap evaluate needle-summary``
 ============================  ====================================  =================================
 """
 from __future__ import annotations
@@ -27,7 +29,8 @@ from .paths import data_dir, data_path
 __all__ = ["load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
            "load_mechanisms", "load_query_stats", "load_decoding_comparison",
-           "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary"]
+           "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary",
+           "load_needle_rows", "load_needle_runs", "load_needle_summary"]
 
 DECOMPOSITION_PARTS = ("taylor", "diagonal", "selection", "loo")
 
@@ -134,3 +137,25 @@ def load_eval_summary(path=None) -> dict:
     verdicts; ``cells_measured`` / ``cells_missing``."""
     return files.read_json(path or data_path("results", "eval", "summary.json", must_exist=False),
                            require=("config", "families"), hint="jacap evaluate summary")
+
+
+def load_needle_rows(path=None) -> list[dict]:
+    """The needle retrieval rows of the evaluation: one per (length, depth, trial, setting, ratio), plus one
+    uncompressed (``method="full"``) per prompt; ``correct``: the key is in the answer."""
+    path = path or data_path("results", "eval", "needle.jsonl", must_exist=False)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path} does not exist; run `jacap evaluate needle`")
+    return files.read_jsonl(path)
+
+
+def load_needle_runs(path=None) -> list[dict]:
+    """Every invocation's configuration of ``needle.jsonl`` (its ``.config.json`` sidecar)."""
+    return files.read_runs(path or data_path("results", "eval", "needle.jsonl", must_exist=False))
+
+
+def load_needle_summary(path=None) -> dict:
+    """``needle_summary.json``: per (length, ratio) cell the uncompressed accuracy and each setting's with its
+    Wilson interval (``cells``); the default Jacap setting against the best baseline by KL on tune and the
+    paper preset, paired per prompt (``comparisons``); ``cells_measured`` / ``cells_missing``."""
+    return files.read_json(path or data_path("results", "eval", "needle_summary.json", must_exist=False),
+                           require=("config", "cells", "comparisons"), hint="jacap evaluate needle-summary")

@@ -21,7 +21,13 @@ replacement) and keeps each document's two values together.
   p-values are Holm-adjusted; a cell's verdict sentence comes from its own 95 % interval
   (:func:`verdict`), and :func:`compare_cells` records beside it whether the cell's difference survives
   Holm at ``alpha`` (``holm_significant``), so a reader sees both.
-* :func:`verdict` — the one function that turns a ratio interval into the sentence the chapters print.
+* :func:`verdict` — the one function that turns an interval into the sentence the chapters print: a ratio
+  interval (``scale="ratio"``, lower is better) or a difference in percentage points (``scale="points"``,
+  higher is better).
+* Paired 0/1 outcomes (the needle retrieval of :mod:`jacap_lib.results.needle`: right or wrong per prompt):
+  :func:`accuracy_difference` (method − reference in points, paired bootstrap interval, prompts resampled),
+  :func:`mcnemar_p` (exact McNemar test on the discordant prompts), :func:`accuracy_interval` (one setting's
+  accuracy with its Wilson interval).
 """
 from __future__ import annotations
 
@@ -30,8 +36,9 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-__all__ = ["RatioInterval", "log_ratios", "geometric_mean_ratio", "geometric_mean", "mean_ratio", "wilcoxon_p", "holm",
-           "verdict", "compare_cells", "N_RESAMPLES", "CONFIDENCE", "SEED", "METHOD"]
+__all__ = ["RatioInterval", "DifferenceInterval", "log_ratios", "geometric_mean_ratio", "geometric_mean", "mean_ratio", "wilcoxon_p", "holm",
+           "verdict", "compare_cells", "accuracy_difference", "mcnemar_p", "accuracy_interval",
+           "DIFFERENCE_METHOD", "N_RESAMPLES", "CONFIDENCE", "SEED", "METHOD"]
 
 N_RESAMPLES = 9999
 CONFIDENCE = 0.95
@@ -186,9 +193,12 @@ def _ends(a: float, b: float, exclude_zero: bool) -> tuple[str, str]:
     return sa, sb
 
 
-def verdict(interval) -> str:
-    """The sentence for a ratio interval ``[lo, hi]`` (method / reference; a :class:`RatioInterval` or a
-    ``(lo, hi)`` pair):
+def verdict(interval, *, scale: str = "ratio", higher_is_better: bool | None = None) -> str:
+    """The sentence for an interval ``[lo, hi]`` (a :class:`RatioInterval`, a :class:`DifferenceInterval` or
+    a ``(lo, hi)`` pair) on one of two scales; ``higher_is_better`` says which direction is "better"
+    (default: the scale's own, below).
+
+    ``scale="ratio"`` (method / reference, e.g. a KL ratio; **lower is better** by default):
 
     * ``hi < 1``: ``"better by X–Y %"`` with X = 100 (1 − hi), Y = 100 (1 − lo);
     * ``lo > 1``: ``"worse by X–Y %"`` with X = 100 (lo − 1), Y = 100 (hi − 1);
@@ -196,36 +206,146 @@ def verdict(interval) -> str:
       ends round to the same magnitude Z, else ``"... the interval is −A % to +B %"`` (A = 100 (1 − lo),
       B = 100 (hi − 1); an end at exactly 1 reads ``0 %``).
 
-    Percentages are printed with the fewest decimals (0 to 3) that keep the two ends distinct and a
-    non-zero end from reading 0. An interval exactly touching 1 (``hi == 1`` or ``lo == 1``) is "no
+    ``scale="points"`` (method − reference in percentage points, e.g. an accuracy difference; **higher is
+    better** by default):
+
+    * ``lo > 0``: ``"better by X–Y points"`` with X = lo, Y = hi;
+    * ``hi < 0``: ``"worse by X–Y points"`` with X = −hi, Y = −lo;
+    * otherwise (the interval holds 0): ``"no detectable difference; the interval is ±Z points"`` or
+      ``"... the interval is −A to +B points"`` (A = −lo, B = hi; an end at exactly 0 reads ``0``).
+
+    With the scale's direction reversed (``higher_is_better`` given against it) only the words "better" and
+    "worse" swap. Magnitudes are printed with the fewest decimals (0 to 3) that keep the two ends distinct
+    and a non-zero end from reading 0. An interval exactly touching the null value (1, or 0 points) is "no
     detectable difference"."""
-    if isinstance(interval, RatioInterval):
+    if scale not in ("ratio", "points"):
+        raise ValueError(f"scale must be 'ratio' (method / reference) or 'points' (method - reference, in "
+                         f"percentage points), got {scale!r}")
+    if isinstance(interval, (RatioInterval, DifferenceInterval)):
         lo, hi = interval.low, interval.high
     else:
         try:
             lo, hi = (float(v) for v in interval)
         except (TypeError, ValueError):
-            raise ValueError(f"interval must be a RatioInterval or a (low, high) pair of ratios, got {interval!r}") from None
-    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0:
-        raise ValueError(f"interval must hold finite, positive ratios, got ({lo}, {hi})")
+            raise ValueError(f"interval must be a RatioInterval, a DifferenceInterval or a (low, high) pair, got "
+                             f"{interval!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi)) or (scale == "ratio" and lo <= 0):
+        raise ValueError(f"interval must hold finite{', positive ratios' if scale == 'ratio' else ' differences'}, "
+                         f"got ({lo}, {hi})")
     if lo > hi:
         raise ValueError(f"interval: low {lo} is above high {hi}; pass (low, high)")
-    if hi < 1:
-        a, b = _ends(100 * (1 - hi), 100 * (1 - lo), True)
-        return f"better by {a} %" if a == b else f"better by {a}–{b} %"
-    if lo > 1:
-        a, b = _ends(100 * (lo - 1), 100 * (hi - 1), True)
-        return f"worse by {a} %" if a == b else f"worse by {a}–{b} %"
-    down, up = 100 * (1 - lo), 100 * (hi - 1)
+    if scale == "ratio":  # magnitudes below / above the null, in %
+        below, above, unit, num = (100 * (1 - hi), 100 * (1 - lo)), (100 * (lo - 1), 100 * (hi - 1)), " %", " %"
+        down, up = 100 * (1 - lo), 100 * (hi - 1)
+        lower_better = True if higher_is_better is None else not higher_is_better
+    else:
+        below, above, unit, num = (-hi, -lo), (lo, hi), " points", ""
+        down, up = 0.0 - lo, hi + 0.0  # no "-0"
+        lower_better = False if higher_is_better is None else not higher_is_better
+    word_below, word_above = ("better", "worse") if lower_better else ("worse", "better")
+    if below[0] > 0:
+        a, b = _ends(*below, True)
+        return f"{word_below} by {a}{unit}" if a == b else f"{word_below} by {a}–{b}{unit}"
+    if above[0] > 0:
+        a, b = _ends(*above, True)
+        return f"{word_above} by {a}{unit}" if a == b else f"{word_above} by {a}–{b}{unit}"
     for d in range(4):
         sd, su = f"{down:.{d}f}", f"{up:.{d}f}"
         if (float(sd) > 0 or down == 0) and (float(su) > 0 or up == 0):
             break
     if sd == su:
-        return f"no detectable difference; the interval is ±{sd} %"
-    left = f"−{sd} %" if down > 0 else "0 %"
-    right = f"+{su} %" if up > 0 else "0 %"
+        return f"no detectable difference; the interval is ±{sd}{unit}"
+    left = f"−{sd}{num}" if down > 0 else f"0{num}"
+    right = f"+{su}{unit}" if up > 0 else f"0{unit}"
     return f"no detectable difference; the interval is {left} to {right}"
+
+
+# --------------------------------------------------------------------------------------------- paired 0/1 outcomes
+def _binary(name: str, x) -> np.ndarray:
+    try:
+        a = np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a 1-D sequence of 0/1 outcomes (one per prompt), got {type(x).__name__}") from None
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D sequence of 0/1 outcomes, got shape {a.shape}")
+    if not np.all((a == 0) | (a == 1)):
+        raise ValueError(f"{name} must hold only 0/1 (or False/True) outcomes, got {sorted(set(a.tolist()))[:5]}")
+    return a
+
+
+def _paired_binary(method_correct, reference_correct) -> tuple[np.ndarray, np.ndarray]:
+    m, r = _binary("method_correct", method_correct), _binary("reference_correct", reference_correct)
+    if m.shape != r.shape:
+        raise ValueError(f"method_correct and reference_correct must have the same length (paired per prompt), "
+                         f"got {m.size} and {r.size}")
+    return m, r
+
+
+@dataclass(frozen=True)
+class DifferenceInterval:
+    """An accuracy difference (method − reference, in percentage points; above 0 = the method is right more
+    often) on the same prompts, and its paired bootstrap interval."""
+    statistic: str          # "accuracy difference (points)"
+    estimate: float
+    low: float
+    high: float
+    confidence: float
+    method: str             # "BCa" or "percentile"
+    n: int                  # prompts
+    n_resamples: int
+    seed: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+DIFFERENCE_METHOD = "percentile"  # BCa's acceleration is undefined / unstable on sparse 0/1 differences
+
+
+def accuracy_difference(method_correct, reference_correct, *, confidence: float = CONFIDENCE,
+                        n_resamples: int = N_RESAMPLES, method: str = DIFFERENCE_METHOD,
+                        seed: int = SEED) -> DifferenceInterval:
+    """``100 (mean(method_correct) − mean(reference_correct))`` percentage points, the two 0/1 outcomes of
+    each prompt kept together, and its paired bootstrap interval (``scipy.stats.bootstrap``, ``paired=True``:
+    prompts resampled; percentile by default). When every prompt gives the same difference (no spread, e.g.
+    both right or both wrong everywhere) every resample gives it too: the interval is that point."""
+    m, r = _paired_binary(method_correct, reference_correct)
+    _options(confidence, n_resamples, method)
+    d = m - r
+    est = float(100 * d.mean())
+    if np.ptp(d) == 0 or m.size < 2:
+        lo = hi = est
+    else:
+        lo, hi = _bootstrap((m, r), lambda a, b, axis: 100 * (np.mean(a, axis=axis) - np.mean(b, axis=axis)),
+                            paired=True, confidence=confidence, n_resamples=n_resamples, method=method, seed=seed)
+    return DifferenceInterval("accuracy difference (points)", est, lo, hi, confidence, method, int(m.size),
+                              int(n_resamples), int(seed))
+
+
+def mcnemar_p(method_correct, reference_correct) -> float:
+    """Exact two-sided McNemar p of two paired 0/1 outcomes: ``scipy.stats.binomtest`` of the prompts only the
+    method gets right among the discordant prompts (only one of the two right), p = 1/2 under no difference;
+    1.0 when no prompt is discordant."""
+    from scipy.stats import binomtest
+
+    m, r = _paired_binary(method_correct, reference_correct)
+    wins, losses = int(np.sum((m == 1) & (r == 0))), int(np.sum((m == 0) & (r == 1)))
+    if wins + losses == 0:
+        return 1.0
+    return float(binomtest(wins, wins + losses, 0.5, alternative="two-sided").pvalue)
+
+
+def accuracy_interval(correct, *, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """``(accuracy, low, high)`` of one setting's 0/1 outcomes: the share right and its Wilson score interval
+    (``scipy.stats.binomtest(...).proportion_ci(method="wilson")``; sensible at 0 and at n of n)."""
+    from scipy.stats import binomtest
+
+    a = _binary("correct", correct)
+    if not (isinstance(confidence, (int, float)) and 0 < confidence < 1):
+        raise ValueError(f"confidence must be in (0, 1), e.g. 0.95; got {confidence!r}")
+    k, n = int(a.sum()), int(a.size)
+    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return k / n, float(ci.low), float(ci.high)
 
 
 def compare_cells(cells, *, confidence: float = CONFIDENCE, n_resamples: int = N_RESAMPLES, method: str = METHOD,

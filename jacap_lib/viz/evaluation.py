@@ -1,7 +1,7 @@
 """Tables and figures of the evaluation (``data/results/eval``: the tune choices, the test rows, the summary).
 
 Inputs come from :mod:`jacap_lib.results.loaders` (``load_eval_choices``, ``load_eval_rows``,
-``load_eval_summary``) and :func:`jacap_lib.results.evaluation.cell_statistics`; tables are
+``load_eval_summary``, ``load_needle_summary``) and :func:`jacap_lib.results.evaluation.cell_statistics`; tables are
 :class:`pandas.DataFrame` objects, figures ``go.Figure`` finished by :func:`~jacap_lib.viz.style.finish`.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ from plotly.subplots import make_subplots
 
 from .style import finish
 
-__all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "kl_figure", "cells_frame"]
+__all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "kl_figure", "cells_frame",
+           "needle_frame", "needle_verdict_frame"]
 
 
 def split_frame(split: dict) -> pd.DataFrame:
@@ -133,3 +134,43 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
     fig.update_layout(height=480, title=title or f"Quality against compression on {docs} test documents "
                       "(geometric mean, 95% bootstrap interval)", legend={"font": {"size": 10}})
     return finish(fig)
+
+
+def _pct(a: dict) -> str:
+    return f"{100 * a['accuracy']:.0f}% [{100 * a['low']:.0f}, {100 * a['high']:.0f}]"
+
+
+def needle_frame(summary: dict) -> pd.DataFrame:
+    """The needle summary's accuracies as a table: one row per setting, the uncompressed answer (the ceiling)
+    first, one column per (prompt, c), each cell "accuracy [95% Wilson interval]" over its prompts."""
+    table: dict = {}
+    for cell in summary["cells"]:
+        col = f"{cell['length']} / {cell['ratio']}"
+        table.setdefault("uncompressed (ceiling)", {})[col] = _pct(cell["full"])
+        for a in cell["settings"]:
+            table.setdefault(a["spec"], {})[col] = _pct(a)
+    if not table:
+        raise ValueError("summary has no complete cell; run the needle job and its summary")
+    frame = pd.DataFrame.from_dict(table, orient="index")
+    frame.index.name = "setting"
+    frame.columns.name = "prompt / c"
+    return frame
+
+
+def needle_verdict_frame(summary: dict) -> pd.DataFrame:
+    """One row per (comparison, prompt, c) of the needle summary: the default Jacap setting against the best
+    baseline by KL on tune and against the paper preset, paired per prompt: both accuracies, the accuracy
+    difference in points with its 95 % paired bootstrap interval, wins/losses, exact McNemar p, its Holm
+    adjustment over the comparison's cells, and the verdict (higher accuracy is better)."""
+    rows = []
+    for fam in summary["comparisons"]:
+        for r in fam["rows"]:
+            rows.append({"comparison": f"{fam['setting']} vs {fam['label']}", "prompt": r["length"], "c": r["ratio"],
+                         "reference": r["reference_spec"], "Jacap": f"{100 * r['accuracy']:.0f}%",
+                         "reference accuracy": f"{100 * r['reference_accuracy']:.0f}%",
+                         "difference, points [95% CI]": f"{r['diff_points']:+.1f} [{r['diff_low']:+.1f}, {r['diff_high']:+.1f}]",
+                         "wins/losses": f"{r['wins']}/{r['losses']}", "McNemar p": float(f"{r['p_mcnemar']:.2g}"),
+                         "Holm p": float(f"{r['p_holm']:.2g}"), "verdict": r["verdict"]})
+    if not rows:
+        raise ValueError("summary has no comparison rows; run the needle job and its summary")
+    return pd.DataFrame(rows).set_index(["comparison", "prompt", "c"])

@@ -1,0 +1,480 @@
+"""Needle retrieval with the tuned methods: does a compressed cache still hold a number hidden in filler?
+
+``jacap evaluate needle``          every setting of :func:`~jacap_lib.results.evaluation.test_specs` of the tune
+                                   choices (each method's choice, the paper preset) at prompts of 512/1024/2048
+                                   tokens, c 0.5/0.75/0.9, a 5-digit key hidden at depths 0.1/0.3/0.5/0.7/0.9
+                                   x ``--trials`` keys per depth (default 6: 30 prompts per length), plus one
+                                   uncompressed answer per prompt -> ``data/results/eval/needle.jsonl``
+``jacap evaluate needle-summary``  needle.jsonl + choices.json -> ``needle_summary.json``: per (length, ratio)
+                                   cell the uncompressed accuracy (the ceiling) and each setting's accuracy with
+                                   a 95 % Wilson interval; the default Jacap setting against the cell's best
+                                   baseline by KL on tune and against the paper preset, paired per prompt
+                                   (accuracy difference in points with a paired bootstrap interval, exact
+                                   McNemar p, Holm over the cells of one comparison, wins/losses, verdict).
+                                   The needle job itself writes rows only; the summary is this separate leaf
+                                   (it needs no model and can be rerun on a partial file).
+
+The measurement (:mod:`jacap_lib.measure.passkey`): the context (filler with the needle, exactly ``length``
+tokens) is prefilled ONCE per (length, depth, trial) (:func:`jacap_lib.measure.quality.capture_prefill`);
+every (setting, ratio) replays its press's own kvpress hook on that capture and greedily decodes 8 tokens
+after the question (:func:`jacap_lib.measure.passkey.passkey_trial`); a row is ``correct`` when the key is in
+the answer. Keys: ``random.Random(seed)``, one per (depth, trial), shared by the lengths.
+
+The settings are the tune's choices, so the job needs ``choices.json`` (``--choices``, default
+``data/results/eval/choices.json``, also with ``--quick``) made under the evaluation's configuration: its
+fingerprint matches its configuration, it was made with this ``--model`` (name and file sha256) on the
+protocol's search space (:data:`~jacap_lib.results.protocol.SEARCH_SPACE`), and it has a best baseline for
+every (length, ratio) cell asked for; otherwise it refuses (exit 2) before loading a model or writing a file.
+
+Rows are keyed by (model, length, depth, trial, key, setting, ratio); a rerun skips the keys already there
+(resumable), and refuses when a setting now builds another press than its rows were made with. ``--workers N``
+(default 2) runs N spawned processes, one prefill at a time each (:func:`~jacap_lib.results.evaluation.run_groups`).
+The sidecar ``needle.config.json`` records every invocation (command, provenance with the model's sha256, the
+choices' fingerprint, lengths, ratios, depths, trials, seed, every setting's press options, workers, threads).
+``--quick``: prompt 512, c 0.75/0.9, depth 0.5 x 2 keys, three settings (the default Jacap, the paper preset,
+the quick cells' best baseline), written under ``data/results/eval/quick/``.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import evaluation as E
+from . import files
+from . import job as J
+from . import protocol as P
+
+__all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_DEPTHS", "DEFAULT_TRIALS", "QUICK", "FULL", "N_NEW",
+           "BASELINE_LABEL", "PAPER_LABEL", "NeedleGroup", "row_key", "needle_keys", "needle_specs", "read_choices",
+           "needle_groups", "measure_needle", "prompts_of", "needle_summary", "summary_lines", "add_arguments",
+           "prepare", "execute", "NEEDLE", "NEEDLE_SUMMARY"]
+
+DEFAULT_LENGTHS = (512, 1024, 2048)
+DEFAULT_RATIOS = (0.5, 0.75, 0.9)
+DEFAULT_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
+DEFAULT_TRIALS = 6
+QUICK = {"lengths": (512,), "ratios": (0.75, 0.9), "depths": (0.5,), "trials": 2}
+FULL = "full"  # the method of the uncompressed answer (ratio 0)
+N_NEW = 8  # greedy tokens decoded after the question
+MIN_LENGTH = 64  # the needle and its question fit with filler to spare
+BASELINE_LABEL = "best baseline by KL on tune"
+PAPER_LABEL = "paper preset"
+
+
+def row_key(row: dict) -> tuple:
+    return (row["model"], int(row["length"]), float(row["depth"]), int(row["trial"]), str(row["key"]),
+            row["method"], float(row["ratio"]))
+
+
+def needle_keys(depths, trials: int, seed: int) -> dict:
+    """``{(depth, trial): key}``: 5-digit keys from ``random.Random(seed)``, depth by depth, trial by trial."""
+    rng = random.Random(seed)
+    return {(float(d), t): str(rng.randrange(10000, 100000)) for d in depths for t in range(int(trials))}
+
+
+# --------------------------------------------------------------------------------------------- choices
+def read_choices(path: Path, record: dict, lengths, ratios) -> dict:
+    """``choices.json`` if it was made under the evaluation's configuration for this model and has a best
+    baseline for every (length, ratio) cell asked for; else ``ValueError`` saying what to run."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"--choices: {path} does not exist: the needle job runs the tune's choices; run "
+                         "`jacap evaluate tune` first")
+    data = files.read_json(path, require=("config", "fingerprint", "chosen"))
+    cfg = data["config"]
+    if not isinstance(cfg, dict) or data["fingerprint"] != P.fingerprint(cfg):
+        raise ValueError(f"--choices: {path}'s fingerprint does not match its configuration; rerun `jacap evaluate tune`")
+    model = cfg.get("model") or {}
+    if (model.get("name"), model.get("sha256")) != (record.get("name"), record.get("sha256")):
+        raise ValueError(f"--choices: {path} was made for another model ({model.get('name')}, sha256 "
+                         f"{str(model.get('sha256'))[:12]}...) than --model ({record.get('name')}, sha256 "
+                         f"{str(record.get('sha256'))[:12]}...); run `jacap evaluate tune` with this model")
+    space = {m: list(v) for m, v in P.SEARCH_SPACE.items()}
+    if cfg.get("search_space") != space:
+        diff = sorted(set(space) ^ set(cfg.get("search_space") or {})) or sorted(
+            m for m in space if (cfg.get("search_space") or {}).get(m) != space[m])
+        raise ValueError(f"--choices: {path} was made with another search space than the protocol's (differs in: "
+                         f"{', '.join(diff)}; a --quick or --methods tune?); use the full tune's choices.json")
+    missing = sorted(set(space) - set(data["chosen"]))
+    if missing or "best_baseline" not in data:
+        raise ValueError(f"--choices: {path} has no choice for {missing or 'the best baseline'}; rerun `jacap evaluate tune`")
+    cells = data["best_baseline"].get("cells", {})
+    lack = [f"{int(L)}/{float(c)}" for L in lengths for c in ratios if f"{int(L)}/{float(c)}" not in cells]
+    if lack:
+        raise ValueError(f"--lengths/--ratios: {path} has no best baseline for cell(s) {', '.join(lack)} (its cells: "
+                         f"{', '.join(cells)}); the needle job compares on the tune's cells")
+    return data
+
+
+def needle_specs(choices: dict, *, quick: bool = False, cells=()) -> list[str]:
+    """The settings the needle job runs: :func:`~jacap_lib.results.evaluation.test_specs` of the choices
+    (each method's choice, the paper preset when it differs); ``quick``: the default Jacap setting, the paper
+    preset and the best baseline(s) of ``cells`` (``"L/c"`` names) only."""
+    specs = E.test_specs(choices["chosen"])
+    if not quick:
+        return specs
+    base = [choices["best_baseline"]["cells"][c]["spec"] for c in cells]
+    return list(dict.fromkeys([choices["chosen"]["jacap"], P.PAPER_PRESET, *base]))
+
+
+# --------------------------------------------------------------------------------------------- the grid
+@dataclass
+class NeedleGroup:
+    """One prefill: the context of one (length, depth, trial, key), and the (spec, ratio) answers still to
+    decode on it (``(FULL, 0.0)``: the uncompressed answer)."""
+
+    length: int
+    depth: float
+    trial: int
+    key: str
+    jobs: list = field(default_factory=list)
+
+
+def needle_groups(specs, lengths, ratios, keys: dict, model_name: str, done=frozenset()) -> list[NeedleGroup]:
+    """Every (setting, ratio), and the uncompressed answer, on every (length, depth, trial) prompt, shortest
+    prompts first, minus the keys in ``done``."""
+    jobs = [(FULL, 0.0)] + [(s, float(c)) for s in specs for c in ratios]
+    out = []
+    for L in sorted(int(x) for x in lengths):
+        for (d, t), key in keys.items():
+            todo = [(s, c) for s, c in jobs if (model_name, L, float(d), int(t), key, s, c) not in done]
+            if todo:
+                out.append(NeedleGroup(L, float(d), int(t), key, todo))
+    return out
+
+
+def measure_needle(model, tokenizer, group: NeedleGroup, *, model_name: str, n_new: int = N_NEW,
+                   on_row=None) -> list[dict]:
+    """One prefill of the group's context captured, every (spec, ratio) replayed on it and answered; one row
+    each, in job order."""
+    from ..measure.passkey import passkey_prompt, passkey_trial
+    from ..measure.quality import capture_prefill
+    from ..presses.registry import press_from_spec
+
+    ctx, question = passkey_prompt(tokenizer, group.length, group.depth, group.key)
+    w0 = time.perf_counter()
+    cap = capture_prefill(model, ctx)
+    prefill = round(time.perf_counter() - w0, 3)
+    rows = []
+    for spec, c in group.jobs:
+        w0 = time.perf_counter()
+        press = None if spec == FULL else press_from_spec(spec, c)
+        text, kept = passkey_trial(model, tokenizer, cap, press, question, n_new=n_new)
+        row = {"model": model_name, "length": group.length, "depth": group.depth, "trial": group.trial,
+               "key": group.key, "method": spec, "family": FULL if spec == FULL else P.method_of(spec), "ratio": c,
+               "answer": text, "correct": group.key in text, "kept_tokens": kept,
+               "seconds": round(time.perf_counter() - w0, 3), "prefill_seconds": prefill}
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    return rows
+
+
+# --------------------------------------------------------------------------------------------- statistics
+def prompts_of(depths, trials: int, seed: int) -> list[tuple]:
+    """The prompts of a configuration, ``[(depth, trial, key)]`` (what the summary expects in every cell)."""
+    return [(d, t, k) for (d, t), k in needle_keys(depths, trials, seed).items()]
+
+
+def needle_summary(rows: list[dict], choices: dict, *, prompts=None, settings=None, alpha: float = 0.05,
+                   confidence: float | None = None, n_resamples: int | None = None, seed: int | None = None) -> dict:
+    """The needle statistics (pure): per (length, ratio) cell with every setting and the uncompressed answer on
+    every prompt, each one's accuracy with its 95 % Wilson interval; then the default Jacap setting
+    (``choices["chosen"]["jacap"]``) against (a) the cell's best baseline by KL on tune and (b) the paper
+    preset, paired per prompt: accuracy difference (Jacap − reference, percentage points) with its paired
+    bootstrap interval, wins/losses (prompts only one gets right), exact McNemar p, Holm over the cells of one
+    comparison, and :func:`~jacap_lib.results.verdicts.verdict` on the points scale (higher is better).
+
+    ``prompts``: ``[(depth, trial, key)]`` every cell must hold (default: the prompts of each length's
+    uncompressed rows); ``settings``: the specs to report (default: the choices' test specs present in
+    ``rows``). Returns ``{"cells": [...], "comparisons": [...], "cells_measured", "cells_missing"}``."""
+    from . import verdicts as V
+
+    opts = {k: v for k, v in (("confidence", confidence), ("n_resamples", n_resamples), ("seed", seed)) if v is not None}
+    model = (choices.get("config") or {}).get("model", {}).get("name")
+    rows = [r for r in rows if model is None or r.get("model") == model]
+    got = {(r["method"], int(r["length"]), float(r["ratio"]), (float(r["depth"]), int(r["trial"]), str(r["key"]))):
+           bool(r["correct"]) for r in rows}
+    if settings is None:
+        have = {r["method"] for r in rows}
+        settings = [s for s in E.test_specs(choices["chosen"]) if s in have]
+    settings = list(settings)
+    default = choices["chosen"]["jacap"]
+    lengths = sorted({int(r["length"]) for r in rows})
+    ratios = sorted({float(r["ratio"]) for r in rows if r["method"] != FULL})
+    cells, missing, outcome = [], [], {}
+    for L in lengths:
+        ps = ([(float(d), int(t), str(k)) for d, t, k in prompts] if prompts is not None else
+              sorted(p for (m, l, _, p) in got if m == FULL and l == L))
+        for c in ratios:
+            need = [(FULL, 0.0)] + [(s, c) for s in settings]
+            if not ps or any((s, L, cc, p) not in got for s, cc in need for p in ps):
+                missing.append(f"{L}/{c}")
+                continue
+            acc = {}
+            for s, cc in need:
+                x = [got[(s, L, cc, p)] for p in ps]
+                outcome[(s, L, c)] = x
+                a, lo, hi = V.accuracy_interval(x, **({"confidence": confidence} if confidence else {}))
+                acc[s] = {"spec": s, "family": FULL if s == FULL else P.method_of(s), "correct": int(sum(x)),
+                          "accuracy": a, "low": lo, "high": hi}
+            cells.append({"length": L, "ratio": c, "n_prompts": len(ps), "full": acc[FULL],
+                          "settings": [acc[s] for s in settings]})
+    if not cells:
+        raise ValueError("needle.jsonl has no complete (length, ratio) cell (every setting and the uncompressed "
+                         "answer on every prompt); run or finish `jacap evaluate needle`")
+    comparisons = []
+    refs = [("best baseline", BASELINE_LABEL, lambda cell: choices["best_baseline"]["cells"][f"{cell['length']}/{cell['ratio']}"]["spec"])]
+    if P.PAPER_PRESET in settings and not P.same_setting(P.PAPER_PRESET, default):
+        refs.append(("paper preset", PAPER_LABEL, lambda cell: P.PAPER_PRESET))
+    if default not in settings:
+        raise ValueError(f"needle.jsonl has no rows of the default Jacap setting {default!r}; run `jacap evaluate needle`")
+    for role, label, ref_of in refs:
+        out = []
+        for cell in cells:
+            L, c, ref = cell["length"], cell["ratio"], ref_of(cell)
+            if ref not in settings:
+                raise ValueError(f"needle.jsonl has no rows of {ref!r} ({label}) in cell {L}/{c}")
+            a, b = outcome[(default, L, c)], outcome[(ref, L, c)]
+            diff = V.accuracy_difference(a, b, **opts)
+            wins = sum(x and not y for x, y in zip(a, b))
+            losses = sum(y and not x for x, y in zip(a, b))
+            out.append({"length": L, "ratio": c, "reference_spec": ref, "n": len(a),
+                        "accuracy": sum(a) / len(a), "reference_accuracy": sum(b) / len(b),
+                        "diff_points": diff.estimate, "diff_low": diff.low, "diff_high": diff.high,
+                        "wins": wins, "losses": losses, "p_mcnemar": V.mcnemar_p(a, b),
+                        "verdict": V.verdict(diff, scale="points")})
+        for row, p in zip(out, V.holm([r["p_mcnemar"] for r in out])):
+            row["p_holm"] = float(p)
+            row["holm_significant"] = bool(p <= alpha)
+        comparisons.append({"setting": default, "reference": role, "label": label, "rows": out})
+    return {"cells": cells, "comparisons": comparisons, "cells_measured": [f"{c['length']}/{c['ratio']}" for c in cells],
+            "cells_missing": missing}
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """One printed line per comparison row."""
+    return [f"  {f['setting']} vs {r['reference_spec']} ({f['label']}), L={r['length']} c={r['ratio']}: "
+            f"{100 * r['accuracy']:.0f}% vs {100 * r['reference_accuracy']:.0f}%, {r['verdict']} "
+            f"(wins/losses {r['wins']}/{r['losses']}, Holm p {r['p_holm']:.2g})"
+            for f in summary["comparisons"] for r in f["rows"]]
+
+
+# --------------------------------------------------------------------------------------------- command line
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``jacap evaluate needle``."""
+    J.shared_options(parser, seed=True)
+    parser.add_argument("--lengths", nargs="+", type=int, default=None,
+                        help=f"prompt tokens (default {' '.join(map(str, DEFAULT_LENGTHS))})")
+    parser.add_argument("--ratios", nargs="+", type=float, default=None,
+                        help=f"compression ratios (default {' '.join(map(str, DEFAULT_RATIOS))})")
+    parser.add_argument("--depths", nargs="+", type=float, default=None,
+                        help=f"relative needle depths in [0, 1] (default {' '.join(map(str, DEFAULT_DEPTHS))})")
+    parser.add_argument("--trials", type=int, default=None,
+                        help=f"keys per depth (default {DEFAULT_TRIALS}; 5-digit keys from random.Random(--seed))")
+    parser.add_argument("--choices", type=Path, default=None,
+                        help="the tune's choices.json (default data/results/eval/choices.json, also with --quick)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="output folder (default data/results/eval; with --quick data/results/eval/quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: prompt 512, c 0.75/0.9, depth 0.5 x 2 keys, the default Jacap, the paper "
+                             "preset and the best baseline")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes, one prefill at a time each, --threads torch threads each (default 2, "
+                             "for a 2-core machine; 1 with --quick)")
+
+
+@dataclass
+class Plan:
+    """A checked invocation of the needle job: everything :func:`execute` needs, nothing written yet."""
+
+    out: Path
+    model_name: str | None
+    record: dict
+    choices: dict
+    choices_path: Path
+    specs: list
+    lengths: tuple
+    ratios: tuple
+    depths: tuple
+    trials: int
+    seed: int = 0
+    threads: int = 1
+    workers: int = 1
+    progress: bool = True
+    command: str | None = None
+
+
+def prepare(args) -> Plan:
+    """Check every option (``ValueError`` naming it) and build the :class:`Plan`; loads no model, writes nothing."""
+    from ..models import check_model_name
+    from .paths import data_path
+    from .provenance import model_record
+
+    quick = bool(args.quick)
+    lengths = tuple(args.lengths or (QUICK["lengths"] if quick else DEFAULT_LENGTHS))
+    ratios = tuple(float(c) for c in (args.ratios or (QUICK["ratios"] if quick else DEFAULT_RATIOS)))
+    depths = tuple(float(d) for d in (args.depths or (QUICK["depths"] if quick else DEFAULT_DEPTHS)))
+    trials = args.trials if args.trials is not None else (QUICK["trials"] if quick else DEFAULT_TRIALS)
+    for L in lengths:
+        if L < MIN_LENGTH:
+            raise ValueError(f"--lengths: every prompt length must be >= {MIN_LENGTH} tokens (the needle and its "
+                             f"filler), got {L}")
+    for c in ratios:
+        if not 0 < c < 1:
+            raise ValueError(f"--ratios: every compression ratio must lie in (0, 1), got {c}")
+    for d in depths:
+        if not 0 <= d <= 1:
+            raise ValueError(f"--depths: every needle depth must lie in [0, 1], got {d}")
+    for name, vals in (("--lengths", lengths), ("--ratios", ratios), ("--depths", depths)):
+        if len(set(vals)) != len(vals):
+            raise ValueError(f"{name}: list each value once")
+    if trials < 1:
+        raise ValueError(f"--trials must be >= 1, got {trials}")
+    if args.workers is None:
+        args.workers = 1 if quick else 2
+    for name in ("threads", "workers"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    try:
+        check_model_name(args.model)
+    except ValueError as e:
+        raise ValueError(f"--model: {e}") from None
+    out_dir = args.dir or data_path("results", "eval", *(("quick",) if quick else ()), must_exist=False)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--dir {out_dir} is a file; give a folder")
+    choices_path = Path(args.choices or data_path("results", "eval", "choices.json", must_exist=False))
+    record = model_record(args.model)
+    choices = read_choices(choices_path, record, lengths, ratios)
+    cells = [f"{int(L)}/{c}" for L in lengths for c in ratios]
+    specs = needle_specs(choices, quick=quick, cells=cells)
+    out = Path(out_dir) / "needle.jsonl"
+    E.check_settings_unchanged(out, None, specs, ratios)
+    return Plan(out=out, model_name=args.model, record=record, choices=choices, choices_path=choices_path,
+                specs=specs, lengths=lengths, ratios=ratios, depths=depths, trials=int(trials), seed=args.seed,
+                threads=args.threads, workers=args.workers, progress=not args.no_progress,
+                command=getattr(args, "command", None))
+
+
+def _run_config(plan: Plan, model=None) -> dict:
+    from ..presses.registry import method_options, press_from_spec
+    from .provenance import provenance
+
+    rec = provenance(model, model_name=plan.model_name, command=plan.command)
+    return {**rec, "job": "needle", "choices": str(plan.choices_path.name), "choices_fingerprint": plan.choices["fingerprint"],
+            "chosen": plan.choices["chosen"], "lengths": list(plan.lengths), "ratios": list(plan.ratios),
+            "depths": list(plan.depths), "trials": plan.trials, "seed": plan.seed, "n_new": N_NEW,
+            "keys": [[d, t, k] for d, t, k in prompts_of(plan.depths, plan.trials, plan.seed)],
+            "threads": plan.threads, "workers": plan.workers,
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+            "measured": "the context (filler + needle, exactly `length` tokens) prefilled once per (length, depth, "
+                        "trial); every (setting, ratio) replays its press's kvpress hook on that capture, then the "
+                        f"question and {N_NEW} greedy tokens on the compressed cache; correct = the key in the answer",
+            "settings": {s: method_options(press_from_spec(s, plan.ratios[0])) for s in plan.specs}}
+
+
+def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
+    """Run a :func:`prepare`d needle job (``model``/``tokenizer``: use these, in this process, instead of
+    loading ``plan.model_name``). Returns ``{"rows_written", "file"}``."""
+    done = {row_key(r) for r in files.read_jsonl(plan.out)}
+    keys = needle_keys(plan.depths, plan.trials, plan.seed)
+    groups = needle_groups(plan.specs, plan.lengths, plan.ratios, keys, plan.record["name"], done)
+    plan.out.parent.mkdir(parents=True, exist_ok=True)
+    files.append_run(plan.out, _run_config(plan, model))
+    measure = functools.partial(measure_needle, model_name=plan.record["name"])
+    n = E.run_groups(groups, plan.out, measure=measure, model=model, tokenizer=tokenizer, model_name=plan.model_name,
+                     workers=plan.workers, threads=plan.threads, seed=plan.seed, progress=plan.progress)
+    return {"rows_written": n, "file": str(plan.out)}
+
+
+def _needle_run(args):
+    try:
+        plan = prepare(args)
+    except J.BadArgument:
+        raise
+    except (ValueError, FileNotFoundError) as e:
+        raise J.BadArgument(str(e)) from None
+    res = execute(plan)
+    where = f" --dir {args.dir}" if args.dir else " --quick" if args.quick else ""
+    where += f" --choices {args.choices}" if args.choices else ""
+    print(f"wrote {res['rows_written']} new rows to {res['file']}; summarize with `jacap evaluate needle-summary{where}`")
+    return res
+
+
+# --------------------------------------------------------------------------------------------- summary leaf
+def _summary_add(parser):
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="folder of needle.jsonl, where needle_summary.json is written (default data/results/eval; "
+                             "with --quick data/results/eval/quick)")
+    parser.add_argument("--choices", type=Path, default=None,
+                        help="the tune's choices.json (default data/results/eval/choices.json)")
+    parser.add_argument("--quick", action="store_true", help="summarize the --quick run's folder")
+    parser.add_argument("--seed", type=int, default=None, help="bootstrap seed (default verdicts.SEED)")
+
+
+def _summary_inputs(out_dir: Path, choices_path: Path) -> tuple[list[dict], dict, dict]:
+    """needle rows, choices and the latest run's configuration; ``ValueError`` when a file is missing or the
+    runs were made with other choices or another prompt set."""
+    rows_path = out_dir / "needle.jsonl"
+    if not rows_path.is_file() or not files.config_path(rows_path).is_file():
+        raise ValueError(f"--dir: {rows_path} (or its .config.json) does not exist; run `jacap evaluate needle` first")
+    if not choices_path.is_file():
+        raise ValueError(f"--choices: {choices_path} does not exist; run `jacap evaluate tune` first")
+    choices = files.read_json(choices_path, require=("config", "fingerprint", "chosen", "best_baseline"))
+    runs = files.read_runs(rows_path)
+    bad = sorted({str(r.get("choices_fingerprint"))[:12] for r in runs} - {choices["fingerprint"][:12]})
+    if not runs or bad:
+        raise ValueError(f"--choices: needle.jsonl was made with other tune choices (fingerprint {', '.join(bad)}...) "
+                         f"than {choices_path}; give that choices.json or rerun `jacap evaluate needle` in a new --dir")
+    last = runs[-1]
+    return files.read_jsonl(rows_path), choices, last
+
+
+def _summary_run(args):
+    from . import verdicts as V
+    from .paths import data_path
+
+    out_dir = Path(args.dir or data_path("results", "eval", *(("quick",) if args.quick else ()), must_exist=False))
+    choices_path = Path(args.choices or data_path("results", "eval", "choices.json", must_exist=False))
+    try:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ValueError(f"--dir {out_dir} is a file; give a folder")
+        rows, choices, run = _summary_inputs(out_dir, choices_path)
+        prompts = [tuple(p) for p in run["keys"]]
+        summary = needle_summary(rows, choices, prompts=prompts, settings=list(run["settings"]), seed=args.seed)
+    except (ValueError, FileNotFoundError, KeyError, files.ResultsFileError) as e:
+        raise J.BadArgument(str(e)) from None
+    config = {"choices_fingerprint": choices["fingerprint"], "chosen": choices["chosen"],
+              "inputs": ["needle.jsonl", choices_path.name], "needle_run": run.get("command"),
+              "lengths": run["lengths"], "ratios": run["ratios"], "depths": run["depths"], "trials": run["trials"],
+              "seed": run["seed"], "settings": list(run["settings"]), "command": getattr(args, "command", None),
+              "statistics": {"confidence": V.CONFIDENCE, "n_resamples": V.N_RESAMPLES, "method": V.DIFFERENCE_METHOD,
+                             "seed": V.SEED if args.seed is None else args.seed, "alpha": 0.05,
+                             "accuracy_interval": "Wilson score",
+                             "primary": "accuracy difference (default Jacap - reference), percentage points, paired "
+                                        "bootstrap over prompts",
+                             "test": "exact McNemar (two-sided binomial test on the discordant prompts)",
+                             "holm_family": "all (length, ratio) cells of the default Jacap setting against one reference"}}
+    path = out_dir / "needle_summary.json"
+    files.write_json(path, {"config": config, **files.round_floats(summary)})
+    print(f"wrote {path}")
+    if summary["cells_missing"]:
+        print(f"  judged {len(summary['cells_measured'])} complete cells; not yet complete (finish `jacap evaluate "
+              f"needle`, it resumes): {', '.join(summary['cells_missing'])}")
+    for line in summary_lines(summary):
+        print(line)
+    return path
+
+
+NEEDLE = J.Job("needle retrieval with each method's tuned setting and the paper preset at prompts 512/1024/2048, "
+               "c 0.5/0.75/0.9, 5 depths x 6 keys, plus the uncompressed answer -> data/results/eval/needle.jsonl "
+               "(needs the tune's choices.json)", add_arguments, _needle_run)
+NEEDLE_SUMMARY = J.Job("per cell, each setting's needle accuracy (and the uncompressed ceiling) and the default Jacap "
+                       "setting against the best baseline by KL on tune and the paper preset, paired per prompt: "
+                       "accuracy difference intervals, McNemar and Holm p, verdicts -> data/results/eval/needle_summary.json",
+                       _summary_add, _summary_run)
