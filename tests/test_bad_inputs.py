@@ -700,10 +700,10 @@ bad("kl-batch-two", lambda env: quality().next_token_kl(env.model, None, torch.o
 category("results")
 
 
-def Q():
-    from jacap_lib.results import quality
+def V():
+    from jacap_lib.results import verdicts
 
-    return quality
+    return verdicts
 
 
 def parse_method(spec):
@@ -717,17 +717,19 @@ bad("parse-method-option-no-value", lambda env: parse_method("jacap[tau]"), "tau
 bad("parse-method-not-string", lambda env: parse_method(3), "spec")
 bad("load-segments-unknown", lambda env: __import__("jacap_lib.results.texts", fromlist=["x"]).load_segments(
     ["no-such-segment"]), "no-such-segment")
-bad("bootstrap-empty", lambda env: Q().bootstrap_ci([]), "value")
-bad("bootstrap-n-boot-zero", lambda env: Q().bootstrap_ci([1.0, 2.0], n_boot=0), "n_boot")
-bad("bootstrap-level", lambda env: Q().bootstrap_ci([1.0, 2.0], level=1.5), "level")
-bad("bootstrap-nan", lambda env: Q().bootstrap_ci([1.0, nan]), "nan")
+bad("bootstrap-empty", lambda env: V().geometric_mean_ratio([], []), "at least 3")
+bad("bootstrap-n-resamples-zero", lambda env: V().geometric_mean_ratio([1.0, 2.0, 3.0], [1.0, 1.0, 2.0], n_resamples=0),
+    "n_resamples")
+bad("bootstrap-confidence", lambda env: V().geometric_mean_ratio([1.0, 2.0, 3.0], [1.0, 1.0, 2.0], confidence=1.5),
+    "confidence")
+bad("bootstrap-nan", lambda env: V().geometric_mean_ratio([1.0, nan, 2.0], [1.0, 1.0, 1.0]), "non-finite")
 
 
-def _bootstrap_closed(r, env):  # all values equal: the interval collapses to the value; one value: the same
-    assert r == (2.5, 2.5, 2.5), r
+def _bootstrap_closed(r, env):  # the same ratio on every document: the interval collapses to it
+    assert (r.estimate, r.low, r.high) == pytest.approx((2.0, 2.0, 2.0), rel=1e-12), r
 
 
-ok("bootstrap-constant", lambda env: Q().bootstrap_ci([2.5, 2.5, 2.5]), _bootstrap_closed)
+ok("bootstrap-constant", lambda env: V().geometric_mean_ratio([2.0, 5.0, 3.0], [1.0, 2.5, 1.5]), _bootstrap_closed)
 
 
 def passkey_prompt(*a):
@@ -822,18 +824,12 @@ def _inputs(files: dict):
     return setup
 
 
-_KL = ["bench", "kl", "--out", "{d}/new/sub/kl.jsonl", "--lengths", "64", "--segments", "SEG", "--methods", "jacap",
-       "--ratios", "0.5", "--continuation", "4", "--no-progress"]
+_EV = ["evaluate", "tune", "--dir", "{d}/new/sub", "--lengths", "512", "--methods", "knorm", "--ratios", "0.5",
+       "--continuation", "4", "--no-progress"]
 
 
-def _segment() -> str:
-    from jacap_lib.results.texts import segment_ids
-
-    return segment_ids()[0]
-
-
-def kl_with(**over):
-    argv = [a if a != "SEG" else _segment() for a in _KL]
+def ev_with(**over):
+    argv = list(_EV)
     for flag, value in over.items():
         i = argv.index("--" + flag.replace("_", "-"))
         j = i + 1
@@ -845,37 +841,24 @@ def kl_with(**over):
 
 cli_bad("cli-no-subcommand", [], "required")
 cli_bad("cli-unknown-subcommand", ["bogus"], "bogus")
-cli_bad("cli-bench-no-task", ["bench"], "required")
-cli_bad("cli-kl-missing-out", ["bench", "kl", "--lengths", "64"], "--out")
-cli_bad("cli-kl-out-not-jsonl", kl_with(out="{d}/kl.txt"), "--out")
-cli_bad("cli-kl-out-is-folder", kl_with(out="{d}"), "--out")
-cli_bad("cli-kl-ratio-not-number", kl_with(ratios="half"), "--ratios")
-cli_bad("cli-kl-ratio-one", kl_with(ratios=["0.5", "1.0"]), "--ratios")
-cli_bad("cli-kl-ratio-negative", kl_with(ratios="-0.5"), "--ratios")
-cli_bad("cli-kl-ratio-nan", kl_with(ratios="nan"), "--ratios")
-cli_bad("cli-kl-length-zero", kl_with(lengths="0"), "--lengths")
-cli_bad("cli-kl-length-not-int", kl_with(lengths="64.5"), "--lengths")
-cli_bad("cli-kl-threads-zero", kl_with() + ["--threads", "0"], "--threads")
-cli_bad("cli-kl-continuation-zero", kl_with(continuation="0"), "--continuation")
-cli_bad("cli-kl-unknown-method", kl_with(methods=["jacap", "snapvk"]), "--methods", "snapvk")
-cli_bad("cli-kl-bad-method-option", kl_with(methods=["jacap", "jacap[tau=-1]"]), "--methods", "tau")
-cli_bad("cli-kl-unknown-option-later", kl_with(methods=["jacap", "jacap_ema[bogus=1]"]), "--methods", "bogus")
-cli_bad("cli-kl-baseline-negative-window", kl_with(methods=["snapkv[window_size=-2]"]), "--methods", "window_size")
-cli_bad("cli-kl-unknown-segment", kl_with(segments="no-such-segment"), "--segments", "no-such-segment")
-cli_bad("cli-kl-model-missing-folder", kl_with() + ["--model", "./no-such-model"], "--model", "no-such-model")
-cli_bad("cli-kl-length-beyond-segment", kl_with(lengths=["64", "1000000"]), "--lengths", needs="model")
-cli_bad("cli-passkey-depth", ["bench", "passkey", "--out", "{d}/pk.jsonl", "--lengths", "128", "--depths", "0.5", "1.5",
-                              "--methods", "jacap", "--ratios", "0.5", "--no-progress"], "--depths")
-cli_bad("cli-passkey-trials-zero", ["bench", "passkey", "--out", "{d}/pk.jsonl", "--trials", "0"], "--trials")
-cli_bad("cli-passkey-length-short", ["bench", "passkey", "--out", "{d}/pk.jsonl", "--lengths", "128", "8"], "--lengths")
-cli_bad("cli-summary-missing-input", ["bench", "summary", "--inp", "{d}/input.jsonl", "{d}/absent.jsonl",
-                                      "--out", "{d}/s.json"], "--inp", "absent.jsonl", setup=_inputs({"input.jsonl": ""}))
-cli_bad("cli-summary-malformed-input", ["bench", "summary", "--inp", "{d}/input.jsonl", "--out", "{d}/s.json"],
-        "input.jsonl", "line 1", setup=_inputs({"input.jsonl": "{not json\n"}))
-cli_bad("cli-summary-empty-input", ["bench", "summary", "--inp", "{d}/input.jsonl", "--out", "{d}/s.json"],
-        "input.jsonl", setup=_inputs({"input.jsonl": "\n"}))
-cli_bad("cli-summary-n-boot-zero", ["bench", "summary", "--inp", "{d}/input.jsonl", "--out", "{d}/s.json",
-                                    "--n-boot", "0"], "--n-boot", setup=_inputs({"input.jsonl": '{"task": "kl"}\n'}))
+cli_bad("cli-evaluate-no-task", ["evaluate"], "required")
+cli_bad("cli-evaluate-dir-is-file", ev_with(dir="{d}/f.txt"), "--dir", setup=_inputs({"f.txt": "x"}))
+cli_bad("cli-evaluate-ratio-not-number", ev_with(ratios="half"), "--ratios")
+cli_bad("cli-evaluate-ratio-one", ev_with(ratios=["0.5", "1.0"]), "--ratios")
+cli_bad("cli-evaluate-ratio-negative", ev_with(ratios="-0.5"), "--ratios")
+cli_bad("cli-evaluate-ratio-nan", ev_with(ratios="nan"), "--ratios")
+cli_bad("cli-evaluate-length-zero", ev_with(lengths="0"), "--lengths")
+cli_bad("cli-evaluate-length-not-int", ev_with(lengths="64.5"), "--lengths")
+cli_bad("cli-evaluate-threads-zero", ev_with() + ["--threads", "0"], "--threads")
+cli_bad("cli-evaluate-continuation-zero", ev_with(continuation="0"), "--continuation")
+cli_bad("cli-evaluate-unknown-method", ev_with(methods=["knorm", "snapvk"]), "--methods", "snapvk")
+cli_bad("cli-evaluate-method-spec-not-a-name", ev_with(methods=["jacap[tau=-1]"]), "--methods", "search space")
+cli_bad("cli-evaluate-unknown-manifest", ev_with() + ["--manifest", "{d}/none.json"], "--manifest", "none.json")
+cli_bad("cli-evaluate-model-missing-folder", ev_with() + ["--model", "./no-such-model"], "--model", "no-such-model")
+cli_bad("cli-evaluate-length-beyond-documents", ev_with(lengths=["512", "1000000"]), "--lengths", needs="model")
+cli_bad("cli-evaluate-test-without-choices", ["evaluate", "test", "--dir", "{d}/e", "--no-progress"], "choices.json")
+cli_bad("cli-evaluate-summary-missing", ["evaluate", "summary", "--dir", "{d}/e"], "--dir", "does not exist")
+cli_bad("cli-needle-trials-zero", ["evaluate", "needle", "--dir", "{d}/e", "--trials", "0"], "--trials")
 cli_bad("cli-inspect-ratio", ["inspect", "--ratio", "1.5"], "--ratio")
 cli_bad("cli-inspect-method", ["inspect", "--method", "nope"], "--method", "nope")
 cli_bad("cli-inspect-out-without-kl-table", ["inspect", "--out", "{d}/x.json"], "--out")
@@ -888,35 +871,6 @@ cli_bad("cli-inspect-top-zero", ["inspect", "--top", "0"], "--top")
 cli_bad("cli-decompose-prefix-zero", ["decompose", "--out", "{d}/dec", "--prefix", "0"], "--prefix")
 cli_bad("cli-decompose-only-unknown", ["decompose", "--out", "{d}/dec", "--only", "nope"], "--only")
 cli_bad("cli-time-unknown", ["time", "nope"], "nope")
-
-_KL_ROWS = "".join(json.dumps({"task": "kl", "segment": f"s{i}", "length": 64, "ratio": 0.5, "method": m, "kind": "prose",
-                               "split": "test", "kl": 0.1 * (i + 1) * (2 if m == "jacap" else 1), "attn_rel_error": 0.2,
-                               "top1_agreement": 1.0, "model": "x", "continuation": 4}) + "\n"
-                   for i in range(3) for m in ("jacap", "snapkv"))
-
-
-def _summary_new_folder(env):
-    fresh = "cli-summary-new-folder"
-    _inputs({"input.jsonl": _KL_ROWS})(env.tmp / fresh)
-    res, written = run_cli(env, ["bench", "summary", "--inp", "{d}/input.jsonl", "--out", "{d}/new/deeper/s.json",
-                                 "--n-boot", "50"], fresh=fresh)
-    return res, written, env.tmp / fresh / "new" / "deeper" / "s.json"
-
-
-def _summary_ok(r, env):
-    """The summary of hand-made rows, checked by hand: jacap's KL is twice snapkv's on every segment."""
-    res, written, path = r
-    assert res.code == 0, res.stderr
-    data = json.loads(path.read_text())
-    jacap = [c for c in data["table"] if c["method"] == "jacap" and c["kind"] == "all"][0]
-    assert math.isclose(jacap["kl_mean"], 0.2 * (1 + 2 + 3) / 3, rel_tol=1e-12)
-    comp = [c for c in data["comparisons"] if c["split"] == "all"][0]
-    assert comp["best_baseline"] == "snapkv" and math.isclose(comp["mean_ratio"], 2.0, rel_tol=1e-12)
-    assert math.isclose(comp["geo_mean_ratio"], 2.0, rel_tol=1e-12)
-
-
-ok("cli-summary-out-in-new-folder", _summary_new_folder, _summary_ok)
-
 
 # ============================================================================= the test
 def _param(row: Row):

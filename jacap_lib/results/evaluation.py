@@ -641,7 +641,7 @@ def prepare(args, *, tokenizer=None) -> Plan:
     quick = bool(args.quick)
     lengths = tuple(args.lengths or (QUICK["lengths"] if quick else DEFAULT_LENGTHS))
     ratios = tuple(args.ratios or (QUICK["ratios"] if quick else DEFAULT_RATIOS))
-    continuation = args.continuation or (QUICK["continuation"] if quick else DEFAULT_CONTINUATION)
+    continuation = args.continuation if args.continuation is not None else (QUICK["continuation"] if quick else DEFAULT_CONTINUATION)
     for L in lengths:
         if isinstance(L, bool) or L < 16:
             raise ValueError(f"--lengths: every prompt length must be >= 16 tokens, got {L}")
