@@ -541,3 +541,34 @@ def test_an_option_without_effect_does_not_block_a_resume(tmp_path):
         E.check_settings_unchanged(out, {"jacap": ("jacap[noise=deff]",)})
     assert P.same_setting("jacap", "jacap[deff_frac=0.9]")
     assert not P.same_setting("jacap[noise=deff]", "jacap[noise=deff,deff_frac=0.9]")
+
+
+def test_target_status_judges_each_named_cell_by_hand():
+    def row(L, c, lo, hi):
+        return {"length": L, "ratio": c, "gm_ratio": (lo + hi) / 2, "gm_low": lo, "gm_high": hi,
+                "baseline_spec": "snapkv[window_size=16]", "verdict": "v"}
+
+    summ = {"families": [
+        {"role": "paper preset", "picked_on": "tune", "rows": [row(512, 0.9, 0.1, 0.2)]},
+        {"role": "default", "picked_on": "test", "rows": [row(512, 0.9, 0.1, 0.2)]},
+        {"role": "default", "picked_on": "tune", "rows": [row(512, 0.9, 0.83, 0.93), row(512, 0.95, 0.97, 1.04),
+                                                          row(512, 0.75, 1.03, 1.32)]}],
+        "cells_missing": ["1024/0.9"]}
+    got = {(r["length"], r["ratio"]): r for r in E.target_status(summ)}
+    assert got[(512, 0.9)]["met"] is True and got[(512, 0.9)]["shortfall"] == 0.0
+    assert got[(512, 0.95)]["met"] is False and got[(512, 0.95)]["shortfall"] == pytest.approx(0.04)
+    assert got[(512, 0.75)]["met"] is False and got[(512, 0.75)]["shortfall"] == pytest.approx(0.03)  # lower end 1.03
+    assert got[(1024, 0.9)]["met"] is None and got[(1024, 0.75)]["verdict"] == "not measured"
+    assert set(got) == {(L, c) for L in (512, 1024) for c in (0.9, 0.95, 0.75)}
+    with pytest.raises(ValueError, match="default"):
+        E.target_status({"families": summ["families"][:2]})
+    with pytest.raises(ValueError, match="requirement"):
+        E.target_status(summ, target={0.9: "best"})
+
+
+def test_identical_documents_counts_equal_kls_per_cell():
+    rows = [{"method": m, "length": 512, "ratio": c, "doc": d, "kl": kl}
+            for c, pairs in ((0.95, [(0.3, 0.3), (0.1, 0.1)]), (0.5, [(0.3, 0.31), (0.2, 0.2)]))
+            for d, (ka, kb) in zip("xy", pairs) for m, kl in (("a", ka), ("b", kb))]
+    rows.append({"method": "a", "length": 1024, "ratio": 0.5, "doc": "x", "kl": 0.1})  # no partner: no cell
+    assert E.identical_documents(rows, "a", "b") == {(512, 0.5): (1, 2), (512, 0.95): (2, 2)}

@@ -74,7 +74,7 @@ def test_accuracy_interval_is_wilsons():
     ((-20.0, -3.3), {}, "worse by 3–20 points"),
     ((-6.7, 10.0), {}, "no detectable difference; the interval is −7 to +10 points"),
     ((-10.0, 10.0), {}, "no detectable difference; the interval is ±10 points"),
-    ((0.0, 0.0), {}, "no detectable difference; the interval is ±0 points"),
+    ((0.0, 0.0), {}, "no difference: identical on every prompt"),
     ((-10.0, 0.0), {}, "no detectable difference; the interval is −10 to 0 points"),
     ((3.3, 20.0), {"higher_is_better": False}, "worse by 3–20 points"),  # the direction is the argument's
     ((0.8, 0.9), {}, "better by 10–20 %"),  # the ratio scale: lower is better, unchanged
@@ -137,7 +137,7 @@ def test_needle_summary_against_hand_values_and_holm():
     # against the paper preset: equal at 0.5 (a point interval), worse by 30 points at 0.75
     q05, q075 = paper["rows"]
     assert (q05["diff_points"], q05["diff_low"], q05["diff_high"], q05["p_mcnemar"]) == (0.0, 0.0, 0.0, 1.0)
-    assert q05["verdict"] == "no detectable difference; the interval is ±0 points"
+    assert q05["verdict"] == "no difference: identical on every prompt"
     assert q075["diff_points"] == pytest.approx(-30.0) and q075["losses"] == 3 and q075["wins"] == 0
     # the resamples without a loss give 0: the percentile interval touches 0, so no detectable difference
     assert q075["diff_high"] == 0.0 and q075["diff_low"] < -30.0

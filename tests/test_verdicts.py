@@ -174,3 +174,13 @@ def test_compare_cells_holm_over_the_family():
     gm = geometric_mean_ratio(*cells["clear"], n_resamples=2000)
     assert (by["clear"]["gm_low"], by["clear"]["gm_high"]) == (gm.low, gm.high)
     assert by["clear"]["wins"] == int(np.sum(cells["clear"][0] < cells["clear"][1]))
+
+
+def test_an_interval_that_is_the_null_point_says_identical():
+    from jacap_lib.results.verdicts import geometric_mean_ratio, verdict
+
+    assert verdict((1.0, 1.0)) == "no difference: identical on every document"
+    assert verdict(geometric_mean_ratio([0.2, 0.5, 0.9], [0.2, 0.5, 0.9])) == "no difference: identical on every document"
+    assert verdict((0.0, 0.0), scale="points") == "no difference: identical on every prompt"
+    assert verdict((1.0, 1.0 + 1e-9)).startswith("no detectable difference")  # touching is not identical
+    assert verdict(geometric_mean_ratio([0.4, 1.0, 1.8], [0.2, 0.5, 0.9])) == "worse by 100 %"  # constant ratio 2

@@ -41,7 +41,8 @@ from . import protocol as P
 
 __all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_CONTINUATION", "QUICK", "Plan", "row_key", "load_docs",
            "tune_groups", "test_groups", "run_groups", "measure_group", "write_choices", "read_choices",
-           "best_baselines", "jacap_settings", "complete_cells", "test_specs", "cell_statistics", "compare_settings", "check_settings_unchanged", "summarize", "summary_table", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
+           "best_baselines", "jacap_settings", "complete_cells", "test_specs", "cell_statistics", "compare_settings", "check_settings_unchanged", "summarize", "summary_table",
+           "TARGET", "target_status", "identical_documents", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
            "TIME", "SUMMARY"]
 
 DEFAULT_LENGTHS = (512, 1024, 2048)
@@ -444,6 +445,62 @@ def compare_settings(rows: list[dict], setting: str, reference: str, *, seed: in
         raise ValueError(f"no cell holds rows of both {setting!r} and {reference!r} on the same documents")
     return [{**meta[r["cell"]], **r, "losses": r["n"] - r["wins"] - r["ties"]}
             for r in V.compare_cells(cells, **({} if seed is None else {"seed": seed}))]
+
+
+#: The evaluation's target for the default Jacap setting against the best baseline picked on tune: per
+#: compression ratio, what the verdict of every prompt length must be ("better": the whole 95 % interval of
+#: the geometric-mean KL ratio below 1; "not worse": its lower end at most 1).
+TARGET = {0.9: "better", 0.95: "better", 0.75: "not worse"}
+
+
+def target_status(summary: dict, *, target: dict | None = None) -> list[dict]:
+    """Each cell the target names, judged from ``summary`` (``summary.json``'s content): the default Jacap
+    setting against the best baseline picked on tune. One row per (length, ratio) of the target's ratios:
+    ``requirement``, ``met``, the interval, the verdict, and ``shortfall`` — how far the interval's end is from
+    the requirement, as a fraction (``gm_high - 1`` for "better", ``gm_low - 1`` for "not worse"; 0 when met).
+    Cells the summary has not measured are rows with ``met = None``."""
+    target = TARGET if target is None else target
+    fam = next((f for f in summary["families"] if f["role"] == "default" and f["picked_on"] == "tune"), None)
+    if fam is None:
+        raise ValueError("summary has no family of the default Jacap setting against the baseline picked on tune; "
+                         "run `jacap evaluate summary`")
+    by = {(int(r["length"]), float(r["ratio"])): r for r in fam["rows"]}
+    lengths = sorted({L for L, _ in by} | {int(c.split("/")[0]) for c in summary.get("cells_missing", [])})
+    out = []
+    for c, need in target.items():
+        if need not in ("better", "not worse"):
+            raise ValueError(f"target: requirement {need!r} for c={c} must be 'better' or 'not worse'")
+        for L in lengths:
+            r = by.get((L, float(c)))
+            if r is None:
+                out.append({"length": L, "ratio": float(c), "requirement": need, "met": None, "baseline": None,
+                            "gm_ratio": None, "gm_low": None, "gm_high": None, "verdict": "not measured",
+                            "shortfall": None})
+                continue
+            met = r["gm_high"] < 1 if need == "better" else r["gm_low"] <= 1
+            gap = (r["gm_high"] - 1 if need == "better" else r["gm_low"] - 1) if not met else 0.0
+            out.append({"length": L, "ratio": float(c), "requirement": need, "met": bool(met),
+                        "baseline": r["baseline_spec"], "gm_ratio": r["gm_ratio"], "gm_low": r["gm_low"],
+                        "gm_high": r["gm_high"], "verdict": r["verdict"], "shortfall": max(gap, 0.0)})
+    return out
+
+
+def identical_documents(rows: list[dict], setting: str, other: str) -> dict:
+    """Per (length, ratio) cell where both settings have rows on the same documents: how many documents give
+    the two settings the same KL (to 1e-9 relative) and how many documents there are, ``{(L, c): (same, n)}``.
+    Where every document is the same, the two settings kept the same tokens: nothing their scores differ in
+    decided that cell (e.g. a budget the sinks and the recent window fill)."""
+    by: dict = {}
+    for r in rows:
+        if r["method"] in (setting, other):
+            by.setdefault((int(r["length"]), float(r["ratio"])), {}).setdefault(r["method"], {})[r["doc"]] = float(r["kl"])
+    out = {}
+    for cell, per in sorted(by.items()):
+        a, b = per.get(setting, {}), per.get(other, {})
+        if a and set(a) == set(b):
+            same = sum(abs(a[d] - b[d]) <= 1e-9 * max(abs(a[d]), abs(b[d]), 1e-30) for d in a)
+            out[cell] = (same, len(a))
+    return out
 
 
 def summary_table(summary: dict) -> list[dict]:

@@ -217,7 +217,9 @@ def verdict(interval, *, scale: str = "ratio", higher_is_better: bool | None = N
     With the scale's direction reversed (``higher_is_better`` given against it) only the words "better" and
     "worse" swap. Magnitudes are printed with the fewest decimals (0 to 3) that keep the two ends distinct
     and a non-zero end from reading 0. An interval exactly touching the null value (1, or 0 points) is "no
-    detectable difference"."""
+    detectable difference"; an interval that *is* the null value (``lo == hi == 1``, or ``0 == 0`` points: every
+    document's ratio 1, every prompt's pair alike) reads ``"no difference: identical on every document"``
+    (``"... prompt"`` on the points scale)."""
     if scale not in ("ratio", "points"):
         raise ValueError(f"scale must be 'ratio' (method / reference) or 'points' (method - reference, in "
                          f"percentage points), got {scale!r}")
@@ -249,6 +251,8 @@ def verdict(interval, *, scale: str = "ratio", higher_is_better: bool | None = N
     if above[0] > 0:
         a, b = _ends(*above, True)
         return f"{word_above} by {a}{unit}" if a == b else f"{word_above} by {a}–{b}{unit}"
+    if down == 0 and up == 0:  # the null point itself: what the paired statistics give when every pair agrees
+        return "no difference: identical on every " + ("document" if scale == "ratio" else "prompt")
     for d in range(4):
         sd, su = f"{down:.{d}f}", f"{up:.{d}f}"
         if (float(sd) > 0 or down == 0) and (float(su) > 0 or up == 0):
