@@ -31,7 +31,7 @@ from .. import _checks
 from ..config import DEFAULTS
 
 __all__ = ["AGE_EDGES", "ALG2_ALIASES", "parse_decoding_method", "decoding_methods", "positional_decoding_press",
-           "build_decoding_press", "teacher_forced", "compare_decoding"]
+           "build_alg2", "build_decoding_press", "teacher_forced", "compare_decoding"]
 
 # age bins (tokens): recent ... old; the last edge is open-ended
 AGE_EDGES = [0, 16, 32, 64, 128, 256, 512, 1024, 1 << 30]
@@ -169,6 +169,19 @@ class _PressTracker:
         return [self._current(i, layer.keys.shape[1], layer.keys.shape[2], cur) for i, layer in enumerate(cache.layers)]
 
 
+def build_alg2(model, spec: str = "alg2", *, budget: int, interval: int, n_sink: int = DEFAULTS.n_sink,
+               window: int = DEFAULTS.window, beta: float | None = DEFAULTS.decode_beta):
+    """Algorithm 2 for an ``alg2`` spec: ``JacapDecodeController(high = budget + interval, budget, interval,
+    beta, n_sink, window)``, the spec's ``beta`` (``alg2_flat``: ``None``) replacing the run's."""
+    from ..controller import JacapDecodeController
+
+    name, opts = parse_decoding_method(spec)
+    if name != "alg2":
+        raise ValueError(f"`spec` {spec!r} is not an Algorithm 2 spec ('alg2', 'alg2_flat', 'alg2[beta=...]')")
+    return JacapDecodeController(model, high=budget + interval, budget=budget, interval=interval,
+                                 beta=opts.get("beta", beta), n_sink=n_sink, window=window)
+
+
 def build_decoding_press(spec: str, *, budget: int, interval: int, n_sink: int = DEFAULTS.n_sink,
                          window: int = DEFAULTS.window):
     """The press of a registry decoding-method spec: its scorer (options of the spec; for ``jacap*`` the run's
@@ -194,8 +207,6 @@ def teacher_forced(model, seq: torch.Tensor, n_prompt: int, method: str | None, 
     tokens' age histogram."""
     from transformers import DynamicCache
 
-    from ..controller import JacapDecodeController
-
     _checks.nonneg_int("budget", budget)
     _checks.nonneg_int("interval", interval)
     T = seq.shape[1]
@@ -204,8 +215,7 @@ def teacher_forced(model, seq: torch.Tensor, n_prompt: int, method: str | None, 
     timer, tracker, ctrl, ctx = _Timer(), None, None, nullcontext()
     name, opts = parse_decoding_method(method) if method is not None else (None, {})
     if name == "alg2":
-        ctrl = JacapDecodeController(model, high=budget + interval, budget=budget, interval=interval,
-                                     beta=opts.get("beta", beta), n_sink=n_sink, window=window)
+        ctrl = build_alg2(model, method, budget=budget, interval=interval, n_sink=n_sink, window=window, beta=beta)
         ctrl._attn_pre = timer.wrap(ctrl._attn_pre)  # per-step statistics (before attach: hooks bind these)
         ctrl._keep_layer = timer.wrap(ctrl._keep_layer)  # scoring + selection of one layer
         ctx = ctrl
