@@ -7,7 +7,7 @@
     jacap bench passkey --out data/results/passkey.jsonl
     jacap bench summary --inp data/results/quality.jsonl ... --out data/results/summary.json
     jacap compare grid|summary                     the note-faithful comparison -> data/results/grid*.json*
-    jacap compare-decoding [--quick]               Algorithm 2 vs kvpress DecodingPress -> data/serving/
+    jacap compare-decoding [--quick] [--workers N] Algorithm 2 vs kvpress DecodingPress -> data/serving/
     jacap decompose [--only taylor diagonal ...]   error decomposition -> data/decomposition/*.json
     jacap diagnose mechanisms|query-stats          mechanism diagnostics -> data/diagnostics/*.json
     jacap evaluate tune|test|time|summary [--quick] the evaluation protocol -> data/results/eval/

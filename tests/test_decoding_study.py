@@ -216,6 +216,9 @@ def test_rerun_skips_done_generations(tmp_path, fake_generation):
     DC.run_decoding_comparison(object(), None, config=cfg, out=out, progress=False, log=lambda m: None)
     assert sorted(fake_generation) == [(1, 1), (2, 0)]
     assert len(files.read_results(out)[1]) == 18
+    fake_generation.clear()  # nothing left: no generation runs, no model is needed, the record stays
+    DC.run_decoding_comparison(None, None, config=cfg, out=out, workers=2, progress=False, log=lambda m: None)
+    assert fake_generation == [] and files.read_results(out)[0]["provenance"] == {"model": "fake"}
     with pytest.raises(ValueError, match="another configuration.*budget"):
         DC.run_decoding_comparison(object(), None, config={**cfg, "budget": 99}, out=out, progress=False,
                                    log=lambda m: None)

@@ -110,21 +110,21 @@ CONFIG = {
     "kl_floor": 1e-8,
     "torch_threads": 1,
 }
-QUICK = {**CONFIG, "prompts": _PROMPTS[:2], "seeds": [0], "n_new": 48, "budget": 24, "interval": 8, "window": 8}
+QUICK = {**CONFIG, "prompts": _PROMPTS[:3], "seeds": [0], "n_new": 40, "budget": 24, "interval": 8, "window": 8}
 
 # the verdict family: (method, reference, what the pair isolates)
 COMPARISONS = [
-    ("alg2", "alg2_flat", "the query statistics alone (EMA vs flat; same controller)"),
-    ("alg2", "jacap", "Algorithm 2 vs DecodingPress(Jacap): same score, sinks and window; statistics, buffering, "
-                      "RoPE averaging and per-layer compression differ at once"),
+    ("alg2", "alg2_flat", "the query statistics alone: EMA vs flat, same controller"),
+    ("alg2", "jacap", "two systems with the same score, sinks and window: statistics, buffering, RoPE averaging and "
+                      "per-layer compression differ at once"),
 ]
 
 
 def _family(methods) -> list[tuple[str, str, str]]:
     base = [m for m in methods if m not in ("alg2", "alg2_flat", "jacap")]
     fam = [c for c in COMPARISONS if c[0] in methods and c[1] in methods]
-    fam += [("alg2", b, f"Algorithm 2 vs DecodingPress({b})") for b in base if "alg2" in methods]
-    fam += [("jacap", b, f"scorer inside DecodingPress: Jacap vs {b}") for b in base if "jacap" in methods]
+    fam += [("alg2", b, "two systems: controller, statistics and score all differ") for b in base if "alg2" in methods]
+    fam += [("jacap", b, "the scorer alone: the same DecodingPress wrapper") for b in base if "jacap" in methods]
     return fam
 
 
@@ -190,9 +190,11 @@ def run_generation(model, tok, cfg: dict, p_idx: int, seed: int) -> list[dict]:
 
 
 def _work(cfg, p_idx, seed):
+    """One generation in a spawned worker (model loaded once per worker by ``evaluation._init_worker``):
+    its rows and the worker's provenance record."""
     from .evaluation import _WORKER
 
-    return run_generation(_WORKER["model"], _WORKER["tok"], cfg, p_idx, seed)
+    return run_generation(_WORKER["model"], _WORKER["tok"], cfg, p_idx, seed), provenance(_WORKER["model"])
 
 
 _VOLATILE = ("command", "provenance", "wall_seconds", "generations_done", "workers")
@@ -237,19 +239,22 @@ def run_decoding_comparison(model=None, tok=None, *, config: dict | None = None,
     todo = [k for k in generation_keys(cfg) if k not in done]
     log(f"{len(done)} generation(s) already in {out}, {len(todo)} to run ({len(cfg['methods'])} methods each)")
     t_start = time.time()
-    record = None
+    old = files.read_results(out)[0] if rows else {}
+    record, wall_before = old.get("provenance"), float(old.get("wall_seconds", 0.0))
 
     def save():
         order = {m: i for i, m in enumerate([*cfg["methods"], "uncompressed"])}
         rows.sort(key=lambda r: (r["prompt"], r["seed"], order[r["method"]]))
         gens = sorted({(r["prompt"], r["seed"]) for r in rows})
         files.write_results(out, {**cfg, "command": command, "provenance": record, "workers": workers,
-                                  "wall_seconds": time.time() - t_start,
+                                  "wall_seconds": wall_before + time.time() - t_start,
                                   "generations_done": [list(g) for g in gens]}, rows)
 
     bar = tqdm(total=len(todo), desc="generations", disable=not progress)
     try:
-        if workers <= 1 or not todo:
+        if not todo:
+            pass
+        elif workers <= 1:
             if model is None:
                 _init_worker(None, cfg["torch_threads"], 0)
                 model, tok = _WORKER["model"], _WORKER["tok"]
@@ -262,14 +267,12 @@ def run_decoding_comparison(model=None, tok=None, *, config: dict | None = None,
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
-            from ..models import load_model
-
-            record = provenance(load_model()[0]) if model is None else provenance(model)
             with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
                                      initargs=(None, cfg["torch_threads"], 0)) as pool:
                 futures = [pool.submit(_work, cfg, p, s) for p, s in todo]
                 for f in as_completed(futures):
-                    rows.extend(f.result())
+                    got, record = f.result()
+                    rows.extend(got)
                     save()
                     bar.update(1)
         if not todo:
@@ -389,7 +392,7 @@ def decoding_findings(summary: dict, *, reference: str = "alg2", old_after: int 
 # --------------------------------------------------------------------------------------------- job: jacap compare-decoding
 def _add_arguments(p) -> None:
     J.shared_options(p, model=False, threads=False, out="default data/serving/decoding_comparison.json")
-    p.add_argument("--quick", action="store_true", help="two prompts x one seed, 48 tokens, budget 24 (a smoke run)")
+    p.add_argument("--quick", action="store_true", help="three prompts x one seed, 40 tokens, budget 24 (a smoke run)")
     p.add_argument("--workers", type=int, default=2, help="processes, one generation per task (default 2)")
 
 

@@ -209,7 +209,7 @@ def decoding_verdict_sentences(verdicts: list) -> str:
     out = []
     for v in verdicts:
         holm = "survives" if v["holm_significant"] else "does not survive"
-        out.append(f"{L(v['method'])} against {L(v['reference'])} ({v['isolates']}): {v['verdict']} "
+        out.append(f"{L(v['method'])} against {L(v['reference'])} [isolates {v['isolates']}]: {v['verdict']} "
                    f"(KL ratio {v['gm_ratio']:.3f}, 95 % interval {v['gm_low']:.3f}–{v['gm_high']:.3f}; lower on "
                    f"{v['wins']} of {v['n']} {v['unit']}s; the difference {holm} Holm's correction over the "
                    f"{len(verdicts)} comparisons, adjusted p = {v['p_holm']:.3g}).")
