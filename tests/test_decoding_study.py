@@ -251,3 +251,15 @@ def test_job_refuses_a_file_of_another_configuration(tmp_path, monkeypatch, caps
         DC.JOB.main(["--quick", "--out", str(out)])
     assert e.value.code == 2 and "another configuration" in capsys.readouterr().err
     assert out.read_text() == before
+
+
+def test_plain_kvpress_decodingpress_loses_the_sinks(tiny_llama, monkeypatch):
+    """Why the wrapper exists: kvpress 0.5.5's DecodingPress writes kept tokens in score order, and StreamingLLM
+    then protects whatever sits in the first slots (if kvpress changes this, this test says so)."""
+    import kvpress
+
+    import jacap_lib.measure.decoding_compare as M
+
+    monkeypatch.setattr(M, "positional_decoding_press", lambda base, **kw: kvpress.DecodingPress(base_press=base, **kw))
+    with pytest.raises(AssertionError):
+        test_streaming_llm_keeps_its_sinks_through_the_replay(tiny_llama)
