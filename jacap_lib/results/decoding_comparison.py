@@ -71,17 +71,20 @@ _PROMPTS = [
     "Write a travel guide for a three-day visit to a mountain village.",
 ]
 
-# Sizing (measured with `--quick` and one full-size generation here: one torch thread, the two cores shared
-# with another long job). One decode step of the 135M model costs S ~= 0.075-0.095 s under every method at these
-# cache sizes (the forward dominates; a compression every 16 steps adds a few %; Expected Attention ~1.3x);
-# sampling costs about the same per token. A generation = sampling + the uncompressed replay + M methods =
-# (M + 2) passes of n_new steps. Budget ~60 CPU-min = 3600 s over 24 prompts x 2 seeds = 48 generations:
-# 48 x (M + 2) x n_new x 0.08 <= 3600  ->  (M + 2) x n_new <= ~940. With the five methods below (M = 5) and
-# n_new = 128: 48 x 7 x 128 x 0.08 ~= 3440 s ~= 57 CPU-min (~29 min wall on 2 workers; about half that on idle
-# cores). KNorm and Expected Attention would need (9 x 128 x 48 x 0.08 ~= 74 CPU-min): over budget, left out
-# (add them to `methods` to run them; the job resumes per generation, so a new config means a new --out).
-# budget = 64 of ~45 prompt + 128 new tokens: the first compression comes after ~35 steps, so ~90 of the 128
-# steps are judged; 28 of the 64 slots are chosen by the score (4 sinks + 32 window protected).
+# Sizing, measured here (one torch thread; the two cores shared with another long job). `--quick` (3 generations
+# of 40 tokens, 5 methods, --workers 2): 87 CPU-s in all, ~24 s of them loading the model in 3 processes, so
+# ~0.075 CPU-s per decode step; per method 64-84 ms/step with one worker running, 130-200 ms with two (4
+# processes on 2 cores). Every method costs about the same per step at these cache sizes (the forward
+# dominates): Algorithm 2 ~1.15-1.3x the others (its per-step statistics), Expected Attention ~1.3x, sampling ~1x.
+# A generation = sampling + the uncompressed replay + M methods ~= (M + 2.5) step-equivalents x n_new.
+# Budget ~60 CPU-min = 3600 CPU-s over 24 prompts x 2 seeds = 48 generations:
+#     48 x (M + 2.5) x n_new x 0.075 <= 3600   ->   (M + 2.5) x n_new <= 1000.
+# M = 5 (alg2, alg2_flat, jacap, tova, streaming_llm) and n_new = 128: 48 x 7.5 x 128 x 0.075 ~= 3460 CPU-s
+# ~= 58 CPU-min (~30 min wall on 2 free cores, up to ~1 h while another job holds them). KNorm and Expected
+# Attention would bring it to ~75 CPU-min: over budget, left out (add them to `methods` to run them; a changed
+# config needs a new --out, since a file of another configuration is refused).
+# budget = 64 of ~41-46 prompt + 128 new tokens: every method first compresses about 32 steps in, so ~95 of the
+# 128 steps are judged; 28 of the 64 slots are chosen by the score (4 sinks + 32 window protected).
 CONFIG = {
     "prompts": _PROMPTS,
     "seeds": [0, 1],
