@@ -86,6 +86,7 @@ _EXPORTS = {
     "load_failures": "jacap_lib.results.loaders",
     "decoding_summary": "jacap_lib.results.decoding_comparison",
     "decoding_findings": "jacap_lib.results.decoding_comparison",
+    "decoding_verdicts": "jacap_lib.results.decoding_comparison",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -3,7 +3,7 @@
 ::
 
     jacap book build [--all] [--fresh]             build the book (executed on the bundled model)
-    jacap compare-decoding [--quick]               Algorithm 2 vs kvpress DecodingPress -> data/serving/
+    jacap compare-decoding [--quick] [--workers N] Algorithm 2 vs kvpress DecodingPress -> data/serving/
     jacap decompose [--only taylor diagonal ...]   error decomposition -> data/decomposition/*.json
     jacap diagnose mechanisms|query-stats          mechanism diagnostics -> data/diagnostics/*.json
     jacap evaluate tune|test|time|summary [--quick] the evaluation protocol -> data/results/eval/

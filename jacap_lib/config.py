@@ -20,7 +20,8 @@ parameter              default      meaning
 ``n_queries``          None         prompt statistics from the last ``n_queries`` queries (``None`` = all)
 ``beta``               0.9          prompt statistics: a float in [0, 1) = EMA over the prompt positions (chosen
                                     on tune text), ``None`` = flat mean/variance (the paper's)
-``decode_beta``        0.9          EMA factor of the decode-time statistics (Algorithm 2), in [0, 1)
+``decode_beta``        0.9          EMA factor of the decode-time statistics (Algorithm 2), in [0, 1), or
+                                    ``None`` = flat (cumulative) mean/variance of every query seen
 ``gqa``                ``"pool"``   a KV head shared by G query heads: ``"pool"`` (one Gaussian) or ``"mean"``
 ``eps``                1e-6         floor of the query variance :math:`\mathrm{diag}(\Lambda_Q)`
 ``backend``            ``"auto"``   scoring backend: ``"auto"``, ``"torch"`` or ``"triton"``
@@ -86,7 +87,7 @@ _RULES = {
     "window": _checks.nonneg_int,
     "n_queries": _optional(lambda name, v: _checks.int_at_least(name, v, 1)),
     "beta": _optional(_checks.unit_interval),
-    "decode_beta": _checks.unit_interval,
+    "decode_beta": _optional(_checks.unit_interval),
     "gqa": lambda name, v: _checks.choice(name, v, GQA_MODES),
     "eps": _checks.positive,
     "backend": lambda name, v: _checks.choice(name, v, BACKENDS),
@@ -111,7 +112,7 @@ class JacapConfig:
     window: int = 32
     n_queries: int | None = None
     beta: float | None = 0.9
-    decode_beta: float = 0.9
+    decode_beta: float | None = 0.9
     gqa: str = "pool"
     eps: float = 1e-6
     backend: str = "auto"

@@ -73,10 +73,14 @@ def ema_query_stats(q: torch.Tensor, beta: float, eps: float = DEFAULTS.eps) -> 
 
 class EMAQueryStats:
     """Streaming EMA statistics for decoding: ``update(q)`` with ``q (..., d)`` (one step) or
-    ``(..., T, d)`` (a chunk, folded in order). Leading dims (e.g. batch row, head) stay separate."""
+    ``(..., T, d)`` (a chunk, folded in order). Leading dims (e.g. batch row, head) stay separate.
 
-    def __init__(self, beta: float, eps: float = DEFAULTS.eps):
-        self.beta = _checks.unit_interval("beta", beta)
+    ``beta=None``: flat (cumulative) statistics instead of the EMA -- the running mean and second moment
+    of every query seen, each weighing ``1 / count`` (what :func:`flat_query_stats` gives on the whole
+    stream)."""
+
+    def __init__(self, beta: float | None, eps: float = DEFAULTS.eps):
+        self.beta = None if beta is None else _checks.unit_interval("beta", beta)
         self.eps = _checks.positive("eps", eps)
         self.reset()
 
@@ -96,8 +100,9 @@ class EMAQueryStats:
             else:
                 if qt.shape != self._mu.shape:
                     raise ValueError(f"`q` step shape {tuple(qt.shape)} differs from earlier steps {tuple(self._mu.shape)}")
-                self._mu = self.beta * self._mu + (1 - self.beta) * qt
-                self._m = self.beta * self._m + (1 - self.beta) * qt.square()
+                b = self.count / (self.count + 1) if self.beta is None else self.beta
+                self._mu = b * self._mu + (1 - b) * qt
+                self._m = b * self._m + (1 - b) * qt.square()
             self.count += 1
         return self
 

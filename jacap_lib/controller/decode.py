@@ -73,8 +73,10 @@ class JacapDecodeController:
         Slots kept after an eviction (``budget + interval <= high``).
     interval : int, default 16
         The controller looks every ``interval`` steps (K in the note), not every token.
-    beta : float, default 0.9
+    beta : float or None, default 0.9
         EMA factor of the query statistics: large = stable but lagging, small = responsive but noisy.
+        ``None``: flat (cumulative) statistics -- the mean and variance of every query seen so far, each
+        weighing the same (the ablation of the EMA; everything else unchanged).
     eps : float, default 1e-6
         Floor of the diagonal query variance.
     n_sink : int, default 4
@@ -109,7 +111,7 @@ class JacapDecodeController:
         ctrl.events, ctrl.trace
     """
 
-    def __init__(self, model, *, high: int, budget: int, interval: int = 16, beta: float = DEFAULTS.decode_beta,
+    def __init__(self, model, *, high: int, budget: int, interval: int = 16, beta: float | None = DEFAULTS.decode_beta,
                  eps: float = DEFAULTS.eps, n_sink: int = DEFAULTS.n_sink, prefix: int = 0,
                  window: int = DEFAULTS.window, tau: float = DEFAULTS.tau, noise: float | str = DEFAULTS.noise,
                  deff_frac: float = DEFAULTS.deff_frac, deadline_s: float | None = None, age_bins: int = 16,

@@ -5,8 +5,11 @@ compression, then replayed one token per forward through
 
 * ``alg2``: :class:`jacap_lib.controller.JacapDecodeController` (EMA statistics of post-RoPE queries,
   every layer evicted together, keeps ``budget`` slots, never more than ``budget + interval``);
+  ``alg2_flat`` = ``alg2[beta=none]``: the same controller with flat (cumulative) statistics, nothing else changed;
 * ``DecodingPress(<scorer>)``: kvpress's decoding wrapper (``compression_interval = interval``,
-  ``target_size = budget``) around a scorer (Jacap, TOVA, KNorm, Expected Attention, StreamingLLM).
+  ``target_size = budget``) around a registry scorer spec (``jacap``, ``tova``, ``streaming_llm[n_sink=1]``, ...),
+  as :func:`positional_decoding_press`: kept tokens written back in slot (= position) order, so that a scorer
+  that reads positions off slot indices (StreamingLLM) keeps its sinks after the first compression.
 
 Per method and step: the KL divergence of the next-token distribution from the uncompressed run's,
 top-1 agreement, the cache length (its peak), the wall time of the step and of the method's own work
@@ -27,21 +30,88 @@ import torch
 from .. import _checks
 from ..config import DEFAULTS
 
-__all__ = ["AGE_EDGES", "decoding_methods", "teacher_forced", "compare_decoding"]
+__all__ = ["AGE_EDGES", "ALG2_ALIASES", "parse_decoding_method", "decoding_methods", "positional_decoding_press",
+           "build_alg2", "build_decoding_press", "teacher_forced", "compare_decoding"]
 
 # age bins (tokens): recent ... old; the last edge is open-ended
 AGE_EDGES = [0, 16, 32, 64, 128, 256, 512, 1024, 1 << 30]
 
 
-def decoding_methods(names=("alg2", "jacap", "tova", "knorm", "expected_attention", "streaming_llm")) -> list[str]:
-    """Method names :func:`compare_decoding` understands: ``"alg2"`` and registry scorer names (in DecodingPress)."""
-    from ..presses.registry import list_methods
+ALG2_ALIASES = {"alg2": "alg2", "alg2_flat": "alg2[beta=none]"}
 
-    valid = {"alg2"} | set(list_methods())
-    bad = [n for n in names if n not in valid]
-    if bad:
-        raise ValueError(f"unknown decoding method(s) {bad}; valid: 'alg2' and the registry names {sorted(valid - {'alg2'})}")
+
+def parse_decoding_method(spec: str) -> tuple[str, dict]:
+    """``(name, options)`` of a decoding method spec: ``"alg2"`` / ``"alg2[beta=none]"`` (Algorithm 2; its one
+    option is ``beta``, ``None`` = flat statistics; ``"alg2_flat"`` is ``"alg2[beta=none]"``) or a registry
+    spec such as ``"streaming_llm[n_sink=1]"`` (that scorer inside :class:`PositionalDecodingPress`)."""
+    from ..presses.registry import list_methods, parse_method
+
+    name, opts = parse_method(ALG2_ALIASES.get(spec, spec))
+    if name == "alg2":
+        bad = sorted(set(opts) - {"beta"})
+        if bad:
+            raise ValueError(f"decoding method {spec!r}: Algorithm 2 takes only the option 'beta', got {bad}")
+        return name, opts
+    if name not in list_methods():
+        raise ValueError(f"unknown decoding method {spec!r}; valid: 'alg2', 'alg2_flat', 'alg2[beta=...]' and the "
+                         f"registry names {sorted(list_methods())}")
+    return name, opts
+
+
+def decoding_methods(names=("alg2", "jacap", "tova", "knorm", "expected_attention", "streaming_llm")) -> list[str]:
+    """Method specs :func:`compare_decoding` understands (see :func:`parse_decoding_method`), each checked
+    (a registry spec by building its press once)."""
+    from ..presses.registry import build_press
+
+    for n in names:
+        try:
+            name, opts = parse_decoding_method(n)
+        except ValueError as e:
+            raise ValueError(f"{e} (decoding methods: 'alg2' and the registry names)") from None
+        if name == "alg2":
+            if opts.get("beta") is not None:
+                from ..config import check
+
+                check("decode_beta", opts["beta"], name="beta")
+        else:
+            build_press(name, 0.0, **opts)
     return list(names)
+
+
+def positional_decoding_press(base_press, *, compression_interval: int, target_size: int, **kw):
+    """kvpress ``DecodingPress`` whose compressions write the kept tokens back **in their slot order**.
+
+    kvpress 0.5.5's ``ScorerPress.compress`` gathers the kept slots in ``topk`` (score) order, and
+    ``DecodingPress`` writes them back so; after the first compression a slot's index is no longer its position,
+    and a scorer that reads positions off slot indices (StreamingLLM: "the first ``n_sink`` slots") then
+    protects whatever tokens landed first. Here the kept indices are sorted before the gather, so slot order
+    stays position order for every scorer. Presses with their own ``compress`` (Jacap's, which already sorts)
+    are called unchanged. Nothing else of ``DecodingPress`` changes (buffer, interval, target size)."""
+    import kvpress
+    from kvpress.presses.scorer_press import ScorerPress
+    from kvpress.utils import compute_n_kept  # noqa: F401  (kvpress's own rounding)
+
+    class _Positional(kvpress.DecodingPress):
+        def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+            base = self.base_press
+            if type(base).compress is not ScorerPress.compress:
+                return super().compress(module, hidden_states, keys, values, attentions, kwargs)
+            k_len = keys.shape[2]
+            ratio = self._find_target_compression_ratio(k_len, self._resolve_target_size(kwargs))
+            if ratio == 0:
+                return keys, values
+            original, base.compression_ratio = base.compression_ratio, ratio
+            try:
+                scores = base.score(module, hidden_states, keys, values, attentions, kwargs)
+            finally:
+                base.compression_ratio = original
+            n_kept = compute_n_kept(k_len, ratio)
+            idx = scores.topk(n_kept, dim=-1).indices.sort(dim=-1).values
+            idx = idx.unsqueeze(-1).expand(-1, -1, -1, keys.shape[-1])
+            return keys.gather(2, idx).contiguous(), values.gather(2, idx).contiguous()
+
+    _Positional.__name__ = _Positional.__qualname__ = "PositionalDecodingPress"
+    return _Positional(base_press=base_press, compression_interval=compression_interval, target_size=target_size, **kw)
 
 
 class _Timer:
@@ -99,8 +169,36 @@ class _PressTracker:
         return [self._current(i, layer.keys.shape[1], layer.keys.shape[2], cur) for i, layer in enumerate(cache.layers)]
 
 
+def build_alg2(model, spec: str = "alg2", *, budget: int, interval: int, n_sink: int = DEFAULTS.n_sink,
+               window: int = DEFAULTS.window, beta: float | None = DEFAULTS.decode_beta):
+    """Algorithm 2 for an ``alg2`` spec: ``JacapDecodeController(high = budget + interval, budget, interval,
+    beta, n_sink, window)``, the spec's ``beta`` (``alg2_flat``: ``None``) replacing the run's."""
+    from ..controller import JacapDecodeController
+
+    name, opts = parse_decoding_method(spec)
+    if name != "alg2":
+        raise ValueError(f"`spec` {spec!r} is not an Algorithm 2 spec ('alg2', 'alg2_flat', 'alg2[beta=...]')")
+    return JacapDecodeController(model, high=budget + interval, budget=budget, interval=interval,
+                                 beta=opts.get("beta", beta), n_sink=n_sink, window=window)
+
+
+def build_decoding_press(spec: str, *, budget: int, interval: int, n_sink: int = DEFAULTS.n_sink,
+                         window: int = DEFAULTS.window):
+    """The press of a registry decoding-method spec: its scorer (options of the spec; for ``jacap*`` the run's
+    ``n_sink`` and ``window`` unless the spec sets them) inside :func:`positional_decoding_press`."""
+    from ..presses.registry import build_press
+
+    name, opts = parse_decoding_method(spec)
+    if name == "alg2":
+        raise ValueError("`spec` 'alg2' is Algorithm 2 (a controller), not a DecodingPress scorer")
+    if name.startswith("jacap"):
+        opts = {"n_sink": n_sink, "window": window, **opts}
+    return positional_decoding_press(build_press(name, 0.0, **opts), compression_interval=interval,
+                                     target_size=budget)
+
+
 def teacher_forced(model, seq: torch.Tensor, n_prompt: int, method: str | None, *, budget: int, interval: int,
-                   window: int = DEFAULTS.window, n_sink: int = DEFAULTS.n_sink, beta: float = DEFAULTS.decode_beta,
+                   window: int = DEFAULTS.window, n_sink: int = DEFAULTS.n_sink, beta: float | None = DEFAULTS.decode_beta,
                    age_edges=AGE_EDGES) -> dict:
     """Replay ``seq (1, T)`` (prompt in one forward, then one token per forward) under ``method``
     (``None`` = no compression). Returns ``logits (T - n_prompt, vocab)`` predicting tokens
@@ -109,28 +207,20 @@ def teacher_forced(model, seq: torch.Tensor, n_prompt: int, method: str | None, 
     tokens' age histogram."""
     from transformers import DynamicCache
 
-    from ..controller import JacapDecodeController
-
     _checks.nonneg_int("budget", budget)
     _checks.nonneg_int("interval", interval)
     T = seq.shape[1]
     if not 0 < n_prompt < T:
         raise ValueError(f"n_prompt must lie in [1, T-1 = {T - 1}], got {n_prompt}")
     timer, tracker, ctrl, ctx = _Timer(), None, None, nullcontext()
-    if method == "alg2":
-        ctrl = JacapDecodeController(model, high=budget + interval, budget=budget, interval=interval, beta=beta,
-                                     n_sink=n_sink, window=window)
-        ctrl._attn_pre = timer.wrap(ctrl._attn_pre)  # per-step EMA statistics (before attach: hooks bind these)
+    name, opts = parse_decoding_method(method) if method is not None else (None, {})
+    if name == "alg2":
+        ctrl = build_alg2(model, method, budget=budget, interval=interval, n_sink=n_sink, window=window, beta=beta)
+        ctrl._attn_pre = timer.wrap(ctrl._attn_pre)  # per-step statistics (before attach: hooks bind these)
         ctrl._keep_layer = timer.wrap(ctrl._keep_layer)  # scoring + selection of one layer
         ctx = ctrl
-    elif method is not None:
-        import kvpress
-
-        from ..presses.registry import build_press
-
-        opts = {"n_sink": n_sink, "window": window} if method.startswith("jacap") else {}
-        press = kvpress.DecodingPress(base_press=build_press(method, 0.0, **opts), compression_interval=interval,
-                                      target_size=budget)
+    elif name is not None:
+        press = build_decoding_press(method, budget=budget, interval=interval, n_sink=n_sink, window=window)
         tracker = _PressTracker(press)
         ctx = press(model)
     cache = DynamicCache(config=model.config)
@@ -165,9 +255,11 @@ def teacher_forced(model, seq: torch.Tensor, n_prompt: int, method: str | None, 
 
 
 def compare_decoding(model, seq: torch.Tensor, n_prompt: int, methods, *, budget: int, interval: int,
-                     window: int = DEFAULTS.window, n_sink: int = DEFAULTS.n_sink, beta: float = DEFAULTS.decode_beta,
+                     window: int = DEFAULTS.window, n_sink: int = DEFAULTS.n_sink, beta: float | None = DEFAULTS.decode_beta,
                      bins: int = 32, progress=None) -> dict:
     """Every method of ``methods`` on the tokens of ``seq``, judged against the uncompressed replay.
+
+    ``methods``: decoding-method specs (:func:`parse_decoding_method`), or ``{label: spec}`` (rows keyed by label).
 
     Returns ``{"reference": {...}, "methods": {name: row}}``; a row has the per-step ``kl`` (nats),
     ``mean_kl``, ``mean_kl_compressed`` (steps after the cache first reached the budget), ``p90_kl``,
@@ -176,14 +268,15 @@ def compare_decoding(model, seq: torch.Tensor, n_prompt: int, methods, *, budget
     """
     from .quality import kl_from_logits
 
-    methods = decoding_methods(methods)
+    specs = dict(methods) if isinstance(methods, dict) else {m: m for m in methods}
+    decoding_methods(list(specs.values()))
     ref = teacher_forced(model, seq, n_prompt, None, budget=budget, interval=interval)
     n_steps = ref["logits"].shape[0]
     rows = {}
-    for name in methods:
+    for name, spec in specs.items():
         if progress is not None:
             progress(name)
-        run = teacher_forced(model, seq, n_prompt, name, budget=budget, interval=interval, window=window,
+        run = teacher_forced(model, seq, n_prompt, spec, budget=budget, interval=interval, window=window,
                              n_sink=n_sink, beta=beta)
         kl = kl_from_logits(ref["logits"], run["logits"])
         agree = (run["logits"].argmax(-1) == ref["logits"].argmax(-1)).float()

@@ -9,7 +9,7 @@ from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 from .style import finish, method_style
 
-__all__ = ["decoding_findings_text", "cache_timeline", "age_histograms", "beta_tracking", "beta_tradeoff", "kl_timeline",
+__all__ = ["decoding_findings_text", "decoding_verdict_table", "decoding_verdict_sentences", "cache_timeline", "age_histograms", "beta_tracking", "beta_tradeoff", "kl_timeline",
            "decoding_comparison"]
 
 
@@ -134,27 +134,33 @@ def kl_timeline(runs: dict, *, title: str = "Next-token KL against the uncompres
     return finish(fig)
 
 
-DECODING_LABELS = {"alg2": "Algorithm 2 (Jacap, EMA)", "jacap": "DecodingPress(Jacap)", "tova": "DecodingPress(TOVA)",
+DECODING_LABELS = {"alg2": "Algorithm 2 (EMA)", "alg2_flat": "Algorithm 2 (flat statistics)",
+                   "jacap": "DecodingPress(Jacap)", "tova": "DecodingPress(TOVA)",
                    "knorm": "DecodingPress(KNorm)", "expected_attention": "DecodingPress(Expected Attention)",
                    "streaming_llm": "DecodingPress(StreamingLLM)"}
 
 
 def decoding_comparison(summary: dict, *, title: str = "Compression during decoding at the same cache budget") -> go.Figure:
     """Three panels from :func:`jacap_lib.results.decoding_comparison.decoding_summary`: the next-token KL along
-    the generation (mean over prompts, per step range), the mean KL per method (one dot per prompt), and
-    where the kept tokens sit (fraction of the final cache per age bin)."""
+    the generation (mean over generations, per step range), the per-generation KL after the first compression
+    (one dot per generation; the bar is the geometric mean with its bootstrap interval), and where the kept tokens
+    sit (fraction of the final cache per age bin)."""
     if not summary:
         raise ValueError("`summary` is empty: load data/serving/decoding_comparison.json and summarise it first")
     fig = make_subplots(rows=1, cols=3, column_widths=[0.42, 0.22, 0.36], horizontal_spacing=0.08,
-                        subplot_titles=("KL along the generation", "mean KL per prompt", "age of the kept tokens"))
+                        subplot_titles=("KL along the generation", "KL per generation", "age of the kept tokens"))
     for i, (name, s) in enumerate(summary.items()):
         color, label = method_style(name)["color"], DECODING_LABELS.get(name, name)
         edges = s["bin_edges"]
         mids = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])]
         fig.add_scatter(x=mids, y=s["kl_binned"], name=label, legendgroup=name, line=dict(color=color), row=1, col=1)
-        fig.add_scatter(x=[label] * len(s["per_prompt_kl"]), y=s["per_prompt_kl"], mode="markers", legendgroup=name,
-                        showlegend=False, marker=dict(color=color, size=8), row=1, col=2)
-        fig.add_scatter(x=[label], y=[s["mean_kl"]], mode="markers", legendgroup=name, showlegend=False,
+        fig.add_scatter(x=[label] * len(s["per_generation_kl"]), y=s["per_generation_kl"], mode="markers",
+                        legendgroup=name, showlegend=False, marker=dict(color=color, size=6, opacity=0.5), row=1, col=2)
+        err = None
+        if s["gm_low"] == s["gm_low"]:  # an interval (not NaN)
+            err = dict(type="data", symmetric=False, array=[s["gm_high"] - s["gm_kl"]],
+                       arrayminus=[s["gm_kl"] - s["gm_low"]], color=color, thickness=2)
+        fig.add_scatter(x=[label], y=[s["gm_kl"]], mode="markers", legendgroup=name, showlegend=False, error_y=err,
                         marker=dict(color=color, size=16, symbol="line-ew-open", line=dict(width=3)), row=1, col=2)
         a = s["age_edges"]
         bins = [f"{lo}-{hi - 1}" if j < len(a) - 2 else f">={lo}" for j, (lo, hi) in enumerate(zip(a[:-1], a[1:]))]
@@ -174,12 +180,37 @@ def decoding_findings_text(findings: dict) -> str:
     """:func:`jacap_lib.results.decoding_comparison.decoding_findings` as the serving chapter prints it
     (method names as :data:`DECODING_LABELS`)."""
     L = lambda m: DECODING_LABELS.get(m, m)  # noqa: E731
-    lines = ["ranking by mean KL: " + " < ".join(L(m) for m in findings["ranking"])]
-    for other, v in findings["versus"].items():
-        lines.append(f"{L(findings['reference']).split(' (')[0]} vs {L(other)}: mean KL {v['mean_kl']:.4f} vs "
-                     f"{v['other_mean_kl']:.4f} (ratio {v['ratio']:.2f}); lower on {v['wins']} of {v['n_prompts']} prompts")
+    lines = ["ranking by geometric-mean KL after the first compression: " + " < ".join(L(m) for m in findings["ranking"])]
     lines.append("mean age of the kept tokens: " + ", ".join(f"{L(m)} {a:.0f}" for m, a in findings["by_age"].items()))
     lines.append(f"fraction of the final cache older than {findings['old_after']} tokens (the sinks and the prompt): "
                  + str({L(m): round(v, 3) for m, v in findings["old_fraction"].items()}))
     lines.append("scoring share of the run time: " + str({L(m): f"{v:.1%}" for m, v in findings["scoring_share"].items()}))
     return "\n".join(lines)
+
+
+def decoding_verdict_table(verdicts: list):
+    """:func:`jacap_lib.results.decoding_comparison.decoding_verdicts` as a table (pandas ``DataFrame``), one row
+    per comparison: what it isolates, the geometric-mean ratio (first / second method; below 1 = the first is
+    better) with its BCa interval, wins of the units, Holm-adjusted p and the verdict sentence."""
+    import pandas as pd
+
+    L = lambda m: DECODING_LABELS.get(m, m)  # noqa: E731
+    return pd.DataFrame([{
+        "comparison": f"{L(v['method'])} vs {L(v['reference'])}", "isolates": v["isolates"],
+        "KL ratio": f"{v['gm_ratio']:.3f} [{v['gm_low']:.3f}, {v['gm_high']:.3f}]",
+        "wins": f"{v['wins']}/{v['n']} {v['unit']}s", "Holm p": f"{v['p_holm']:.3g}", "verdict": v["verdict"]}
+        for v in verdicts]).set_index("comparison")
+
+
+def decoding_verdict_sentences(verdicts: list) -> str:
+    """One sentence per comparison of :func:`~jacap_lib.results.decoding_comparison.decoding_verdicts`, every number
+    read from its row, each naming what the comparison isolates (the only cause a sentence may claim)."""
+    L = lambda m: DECODING_LABELS.get(m, m)  # noqa: E731
+    out = []
+    for v in verdicts:
+        holm = "survives" if v["holm_significant"] else "does not survive"
+        out.append(f"{L(v['method'])} against {L(v['reference'])} [isolates {v['isolates']}]: {v['verdict']} "
+                   f"(KL ratio {v['gm_ratio']:.3f}, 95 % interval {v['gm_low']:.3f}–{v['gm_high']:.3f}; lower on "
+                   f"{v['wins']} of {v['n']} {v['unit']}s; the difference {holm} Holm's correction over the "
+                   f"{len(verdicts)} comparisons, adjusted p = {v['p_holm']:.3g}).")
+    return "\n".join(out)

@@ -39,6 +39,7 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
     "jacap[tau=3,beta=0.9]": ("#7b241c", "star"),    # the configuration chosen on the tune segments
     "jacap_hybrid": ("#fb9a99", "star-diamond"),
     "alg2": ("#e6ab02", "hexagram"),                 # Algorithm 2: the decode-time Jacap controller
+    "alg2_flat": ("#a6761d", "hexagram-open"),       # Algorithm 2 with flat (cumulative) query statistics
     "capkv": ("#1f77b4", "square"),
     "snapkv": ("#2ca02c", "triangle-up"),
     "snapkv[window_size=32]": ("#006d2c", "triangle-down"),
