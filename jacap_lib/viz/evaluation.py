@@ -14,7 +14,8 @@ from plotly.subplots import make_subplots
 
 from .style import finish
 
-__all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "kl_figure", "cells_frame",
+__all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
+           "cells_frame",
            "needle_frame", "needle_verdict_frame"]
 
 
@@ -51,6 +52,21 @@ def pair_frame(rows: list[dict]) -> pd.DataFrame:
                           "mean-KL ratio [95% CI]": iv(r["mean_ratio"], r["mean_low"], r["mean_high"]),
                           "wins/losses": f"{r['wins']}/{r['losses']}", "Holm p": float(f"{r['p_holm']:.2g}"),
                           "verdict": r["verdict"]} for r in rows]).set_index(["prompt", "c"])
+
+
+def target_frame(status: list[dict]) -> pd.DataFrame:
+    """:func:`~jacap_lib.results.evaluation.target_status` rows as a table: per (prompt, c) what the target asks,
+    the best baseline, the geometric-mean ratio with its 95 % interval, the verdict, whether it is met, and by
+    how far the interval misses (in % of the baseline's KL)."""
+    def iv(r):
+        return "" if r["gm_ratio"] is None else f"{r['gm_ratio']:.3f} [{r['gm_low']:.3f}, {r['gm_high']:.3f}]"
+
+    return pd.DataFrame([{"prompt": r["length"], "c": r["ratio"], "target": r["requirement"],
+                          "best baseline (picked on tune)": r["baseline"] or "",
+                          "geometric-mean ratio [95% CI]": iv(r), "verdict": r["verdict"],
+                          "met": {True: "yes", False: "no", None: "not measured"}[r["met"]],
+                          "missed by": "" if not r["shortfall"] else f"{100 * r['shortfall']:.1f} %"}
+                         for r in status]).set_index(["c", "prompt"])
 
 
 def choices_frame(choices: dict) -> pd.DataFrame:
