@@ -67,7 +67,7 @@ COMMANDS = {
                     "verdicts -> data/results/eval/summary.json (needs test.jsonl and choices.json of one configuration)",
                     "jacap_lib.results.evaluation:SUMMARY"),
         "needle": ("needle retrieval with each method's tuned setting and the paper preset at prompts 512/1024/2048, "
-                   "c 0.5/0.75/0.9, 5 depths x 6 keys, plus the uncompressed answer -> data/results/eval/needle.jsonl "
+                   "c 0.5/0.75/0.9, 5 depths x 4 keys, plus the uncompressed answer -> data/results/eval/needle.jsonl "
                    "(needs the tune's choices.json)",
                    "jacap_lib.results.needle:NEEDLE"),
         "needle-summary": ("per cell, each setting's needle accuracy (and the uncompressed ceiling) and the default "

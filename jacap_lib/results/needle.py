@@ -3,7 +3,7 @@
 ``jacap evaluate needle``          every setting of :func:`~jacap_lib.results.evaluation.test_specs` of the tune
                                    choices (each method's choice, the paper preset) at prompts of 512/1024/2048
                                    tokens, c 0.5/0.75/0.9, a 5-digit key hidden at depths 0.1/0.3/0.5/0.7/0.9
-                                   x ``--trials`` keys per depth (default 6: 30 prompts per length), plus one
+                                   x ``--trials`` keys per depth (default 4: 20 prompts per length, what the CPU budget of the whole evaluation allows), plus one
                                    uncompressed answer per prompt -> ``data/results/eval/needle.jsonl``
 ``jacap evaluate needle-summary``  needle.jsonl + choices.json -> ``needle_summary.json``: per (length, ratio)
                                    cell the uncompressed accuracy (the ceiling) and each setting's accuracy with
@@ -57,7 +57,7 @@ __all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_DEPTHS", "DEFAULT_TRIAL
 DEFAULT_LENGTHS = (512, 1024, 2048)
 DEFAULT_RATIOS = (0.5, 0.75, 0.9)
 DEFAULT_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
-DEFAULT_TRIALS = 6
+DEFAULT_TRIALS = 4
 QUICK = {"lengths": (512,), "ratios": (0.75, 0.9), "depths": (0.5,), "trials": 2}
 FULL = "full"  # the method of the uncompressed answer (ratio 0)
 N_NEW = 8  # greedy tokens decoded after the question
@@ -472,7 +472,7 @@ def _summary_run(args):
 
 
 NEEDLE = J.Job("needle retrieval with each method's tuned setting and the paper preset at prompts 512/1024/2048, "
-               "c 0.5/0.75/0.9, 5 depths x 6 keys, plus the uncompressed answer -> data/results/eval/needle.jsonl "
+               "c 0.5/0.75/0.9, 5 depths x 4 keys, plus the uncompressed answer -> data/results/eval/needle.jsonl "
                "(needs the tune's choices.json)", add_arguments, _needle_run)
 NEEDLE_SUMMARY = J.Job("per cell, each setting's needle accuracy (and the uncompressed ceiling) and the default Jacap "
                        "setting against the best baseline by KL on tune and the paper preset, paired per prompt: "
