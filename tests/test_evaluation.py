@@ -380,7 +380,7 @@ def test_summary_verdicts_intervals_and_holm(tmp_path):
     assert better["verdict"].startswith("better by") and low < 20 < high
     assert (better["wins"], better["losses"]) == (8, 0)
     assert better["p_wilcoxon"] == pytest.approx(2 / 2 ** 8, rel=1e-3)  # exact: every one of 8 ratios below 1
-    assert same["verdict"].startswith("no detectable difference") and same["p_wilcoxon"] == 1.0
+    assert same["verdict"] == "no difference: identical on every document" and same["p_wilcoxon"] == 1.0
     # Holm over the family's two cells, by hand: the smaller p doubled, the larger max(that, itself)
     assert better["p_holm"] == pytest.approx(2 * 2 / 2 ** 8, rel=1e-3) and same["p_holm"] == 1.0
     # against snapkv (picked on test): 0.5 becomes a wash, 0.9 worse by 25 %
@@ -572,3 +572,16 @@ def test_identical_documents_counts_equal_kls_per_cell():
             for d, (ka, kb) in zip("xy", pairs) for m, kl in (("a", ka), ("b", kb))]
     rows.append({"method": "a", "length": 1024, "ratio": 0.5, "doc": "x", "kl": 0.1})  # no partner: no cell
     assert E.identical_documents(rows, "a", "b") == {(512, 0.5): (1, 2), (512, 0.95): (2, 2)}
+
+
+def test_target_frame_shows_each_cell_with_its_shortfall():
+    from jacap_lib.viz import evaluation as VE
+
+    status = [{"length": 512, "ratio": 0.9, "requirement": "better", "met": False, "baseline": "tova",
+               "gm_ratio": 1.0, "gm_low": 0.95, "gm_high": 1.05, "verdict": "no detectable difference", "shortfall": 0.05},
+              {"length": 1024, "ratio": 0.9, "requirement": "better", "met": None, "baseline": None, "gm_ratio": None,
+               "gm_low": None, "gm_high": None, "verdict": "not measured", "shortfall": None}]
+    f = VE.target_frame(status)
+    assert f.loc[(0.9, 512), "met"] == "no" and f.loc[(0.9, 512), "missed by"] == "5.0 %"
+    assert f.loc[(0.9, 512), "geometric-mean ratio [95% CI]"] == "1.000 [0.950, 1.050]"
+    assert f.loc[(0.9, 1024), "met"] == "not measured" and f.loc[(0.9, 1024), "missed by"] == ""

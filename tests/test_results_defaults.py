@@ -91,3 +91,13 @@ def test_top_level_shared_parameters_are_compared():
     assert [(d.option, d.where) for d in unexplained(data)] == [("window", "config")]
     data["config"][MARKER] = {"window": "a short demo"}
     assert unexplained(data) == []
+
+
+def test_deff_frac_counts_only_with_the_effective_dimension_rule():
+    other = DEFAULT.deff_frac * 2
+    fixed = {"config": {"jacap": {"noise": 1.0, "deff_frac": other, "tau": DEFAULT.tau}}, "rows": []}
+    assert unexplained(fixed) == []  # no effect with a fixed noise
+    rule = {"config": {"jacap": {"noise": "deff", "deff_frac": other, "tau": DEFAULT.tau}}, "rows": []}
+    devs = {d.option: d for d in unexplained(rule)}
+    assert set(devs) == {"noise", "deff_frac"}
+    assert (devs["deff_frac"].recorded, devs["deff_frac"].default) == (other, DEFAULT.deff_frac)

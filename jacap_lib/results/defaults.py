@@ -21,7 +21,8 @@ Where options are recorded (and what they are compared with):
 
 ``JacapPress()``'s defaults are :data:`jacap_lib.config.DEFAULTS`, so this follows the one place they live.
 
-``compression_ratio`` is a per-cell choice, not a default, and is never compared; neither is a class name
+``compression_ratio`` is a per-cell choice, not a default, and is never compared; nor is ``deff_frac`` where the
+record's noise is not ``"deff"`` (it has no effect there: :func:`jacap_lib.presses.registry.effective_options`); neither is a class name
 (a renamed class keeps its options); an option a file does not record is not compared either (an old file
 could not record an option added later).
 """
@@ -67,8 +68,11 @@ def _jacap_defaults() -> dict:
 
 
 def _compare(record: dict, current: dict, where: str, out: list) -> None:
+    noise = record.get("noise", current.get("noise"))
     for key, value in record.items():
         if key in _SKIP or key not in current:
+            continue
+        if key == "deff_frac" and noise != "deff":  # no effect without the effective-dimension rule
             continue
         now = current[key]
         if isinstance(value, dict) and isinstance(now, dict):
