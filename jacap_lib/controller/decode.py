@@ -86,7 +86,7 @@ class JacapDecodeController:
     window : int, default 32
         Most recent tokens always kept.
     tau, noise : float
-        Temperature and channel noise of :func:`jacap_lib.jacap_scores` (defaults 10 and 1).
+        Temperature and channel noise of :func:`jacap_lib.jacap_scores` (defaults: ``config.DEFAULTS``, tau 3 and 1).
         ``noise="deff"``: per layer and KV head, the :math:`\sigma^2` at which :math:`\sum_i r_i` equals
         ``deff_frac * min(budget, head_dim)`` (the effective-dimension rule, :func:`jacap_lib.scoring.deff_noise`).
     deff_frac : float, default 0.25

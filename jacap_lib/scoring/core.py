@@ -107,7 +107,7 @@ def jacap_scores(
     keys, values : (..., N, d) tensors (one row per cached token; any leading batch/head dims).
     mu : (..., d) mean future query :math:`\mu_Q` (broadcast over the keys' leading dims).
     lam : (..., d) diagonal of the query covariance :math:`\Lambda_Q` (must be >= 0).
-    tau : temperature of the centre softmax, default 10 (the paper's best value).
+    tau : temperature of the centre softmax, default ``config.DEFAULTS.tau`` (3, the evaluation's tune choice; the paper's is 10).
     noise : isotropic channel noise :math:`\sigma^2`; weights enter A and the score as ``w / noise``.
         ``"deff"``: per head, the :math:`\sigma^2` at which :math:`\sum_i r_i` equals ``deff_target``
         (the effective-dimension rule, :func:`deff_noise`).
