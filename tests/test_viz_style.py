@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import pytest
 from plotly.subplots import make_subplots
 
-from jacap_lib.viz import comparison, style
+from jacap_lib.viz import evaluation, style
 from jacap_lib.viz.style import METHOD_STYLES, clip_outliers, finish, log_ticks, method_style
 
 
@@ -17,8 +17,12 @@ def test_one_distinct_colour_per_method():
     for name, (colour, _) in METHOD_STYLES.items():
         colours.setdefault(colour, []).append(name)
     shared = {c: n for c, n in colours.items() if len(n) > 1}
-    # only aliases of one method (Jacap's torch reference) and the two references share a colour
-    assert shared == {METHOD_STYLES["jacap"][0]: ["jacap", "jacap_torch"], "#000000": ["full", "floor"]}, shared
+    # only aliases of one method (Jacap's torch reference; the tune choice, which JacapPress() now is) and the
+    # two references share a colour
+    assert shared == {METHOD_STYLES["jacap"][0]: ["jacap", "jacap_torch", "jacap[tau=3,beta=0.9]"],
+                      "#000000": ["full", "floor"]}, shared
+    from jacap_lib.presses.registry import method_options, press_from_spec
+    assert method_options(press_from_spec("jacap", 0.5)) == method_options(press_from_spec("jacap[tau=3,beta=0.9]", 0.5))
     assert method_style("jacap[window=0]") == {"color": "#ff7f0e", "symbol": "diamond"}
     assert method_style("jacap[tau=77]") == method_style("jacap[tau=77]")  # unknown names: fixed, by name
     with pytest.raises(ValueError, match="name"):
@@ -75,10 +79,11 @@ def test_legend_leaves_the_slider_and_long_titles_wrap():
 
 
 def test_book_figure_uses_the_mapping_on_every_panel():
-    rows = [{"task": "kl", "method": m, "length": L, "ratio": c, "segment": f"s{i}", "split": "test", "kl": kl}
-            for (L, c) in comparison.SETTINGS for i in range(3)
-            for m, kl in (("jacap", 0.1 + i), ("tova", 0.2 + i))]
-    fig = comparison.ratio_strip_figure(rows, ["jacap"], baseline="tova")
-    assert {fig.layout[f"yaxis{k if k > 1 else ''}"].type for k in range(1, 5)} == {"log"}
-    assert {t.marker.color for t in fig.data} == {METHOD_STYLES["jacap"][0]}
-    assert style.method_of(fig.data[0]) == "jacap"
+    cells = [{"method": m, "length": L, "ratio": c, "n_docs": 3, "kl_geomean": kl, "kl_low": kl / 2, "kl_high": kl * 2}
+             for L in (512, 1024) for c in (0.5, 0.9) for m, kl in (("jacap[tau=3,beta=0.9]", 0.1), ("tova", 0.2))]
+    fig = evaluation.kl_figure(cells)
+    assert {fig.layout[f"yaxis{k if k > 1 else ''}"].type for k in range(1, 3)} == {"log"}
+    jac = [t for t in fig.data if t.name.startswith("jacap")]
+    assert len(jac) == 2 and {t.marker.color for t in jac} == {METHOD_STYLES["jacap"][0]}
+    assert style.method_of(fig.data[0]) == "jacap[tau=3,beta=0.9]"  # the default Jacap: jacap's colour
+    assert {t.marker.color for t in fig.data if t.name == "tova"} == {METHOD_STYLES["tova"][0]}

@@ -36,7 +36,8 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
     "jacap_triton": ("#e7298a", "circle-open"),      # Jacap's Triton kernels
     "jacap_triton_async": ("#c51b7d", "circle-dot"),  # the same kernels, check=False (no synchronisation)
     "jacap[window=0]": ("#ff7f0e", "diamond"),
-    "jacap[tau=3,beta=0.9]": ("#7b241c", "star"),    # the configuration chosen on the tune segments
+    "jacap[tau=3,beta=0.9]": ("#d62728", "circle"),  # the tune choice = JacapPress()'s defaults: the same press as jacap
+    "jacap[tau=10,noise=1,beta=none]": ("#7b241c", "star"),  # the paper's exact settings (protocol.PAPER_PRESET)
     "jacap_hybrid": ("#fb9a99", "star-diamond"),
     "alg2": ("#e6ab02", "hexagram"),                 # Algorithm 2: the decode-time Jacap controller
     "alg2_flat": ("#a6761d", "hexagram-open"),       # Algorithm 2 with flat (cumulative) query statistics
