@@ -101,3 +101,16 @@ def test_deff_frac_counts_only_with_the_effective_dimension_rule():
     devs = {d.option: d for d in unexplained(rule)}
     assert set(devs) == {"noise", "deff_frac"}
     assert (devs["deff_frac"].recorded, devs["deff_frac"].default) == (other, DEFAULT.deff_frac)
+
+
+def test_the_evaluations_settings_mapping_is_compared_like_methods():
+    """The evaluation's sidecars record ``settings`` ({spec: press options}); a bare spec made under other defaults
+    is a deviation unless the run says why."""
+    from jacap_lib.presses.registry import method_options, press_from_spec
+
+    now = method_options(press_from_spec("jacap", 0.5))
+    run = {"settings": {"jacap": {**now, "tau": now["tau"] + 7.0}, "knorm": method_options(press_from_spec("knorm", 0.5))}}
+    (dev,) = unexplained({"runs": [run]})
+    assert (dev.option, dev.recorded) == ("tau", now["tau"] + 7.0) and "settings.jacap" in dev.where
+    run[MARKER] = {"tau": "made under the defaults of the day"}
+    assert unexplained({"runs": [run]}) == []

@@ -9,7 +9,8 @@ rows), ``{option: reason}``, e.g. ``{"window": "0: made before the default becam
 
 Where options are recorded (and what they are compared with):
 
-* a ``"methods"`` mapping ``{method spec: record}`` (the grids' configurations): each record is compared
+* a ``"methods"`` or ``"settings"`` mapping ``{method spec: record}`` (the grids' and the evaluation's
+  configurations): each record is compared
   with :func:`~jacap_lib.presses.registry.method_options` of the press the spec builds today
   (``press_from_spec(spec, ratio)``), recursively for wrapper presses; an option set in the spec
   (``jacap[window=0]``) is thereby the method's own and never a deviation;
@@ -103,7 +104,7 @@ def _walk(node, where: str, out: list, defaults: dict) -> None:
     if isinstance(node, dict):
         for key, value in node.items():
             here = f"{where}.{key}" if where else str(key)
-            if key == "methods" and isinstance(value, dict):
+            if key in ("methods", "settings") and isinstance(value, dict):
                 _methods(value, here, out)
             elif key in ("jacap", "options", "setup") and isinstance(value, dict) and "class" not in value:
                 _compare({k: v for k, v in value.items() if k in defaults}, defaults, here, out)
