@@ -118,7 +118,7 @@ QUICK = {**CONFIG, "prompts": _PROMPTS[:3], "seeds": [0], "n_new": 40, "budget":
 # the verdict family: (method, reference, what the pair isolates)
 COMPARISONS = [
     ("alg2", "alg2_flat", "the query statistics alone: EMA vs flat, same controller"),
-    ("alg2", "jacap", "two systems with the same score, sinks and window: statistics, buffering, RoPE averaging and "
+    ("alg2", "jacap", "no single cause: two systems with the same score, sinks and window: statistics, buffering, RoPE averaging and "
                       "per-layer compression differ at once"),
 ]
 
@@ -126,7 +126,7 @@ COMPARISONS = [
 def _family(methods) -> list[tuple[str, str, str]]:
     base = [m for m in methods if m not in ("alg2", "alg2_flat", "jacap")]
     fam = [c for c in COMPARISONS if c[0] in methods and c[1] in methods]
-    fam += [("alg2", b, "two systems: controller, statistics and score all differ") for b in base if "alg2" in methods]
+    fam += [("alg2", b, "no single cause: two systems whose controller, statistics and score all differ") for b in base if "alg2" in methods]
     fam += [("jacap", b, "the scorer alone: the same DecodingPress wrapper") for b in base if "jacap" in methods]
     return fam
 
