@@ -512,7 +512,7 @@ def test_resume_refuses_a_spec_whose_defaults_changed(tmp_path):
 
     out = tmp_path / "tune.jsonl"
     io.append_jsonl(out, {"method": "jacap"})
-    now = method_options(press_from_spec("jacap", 0.5))
+    now = method_options(P.protocol_press("jacap", 0.5))  # the pinned meaning of the protocol's bare jacap
     io.append_run(out, {"settings": {"jacap": now, "knorm": method_options(press_from_spec("knorm", 0.5))}})
     E.check_settings_unchanged(out, {"jacap": ("jacap",), "knorm": ("knorm",)})  # same options: fine
     io.append_run(out, {"settings": {"jacap": {**now, "tau": now["tau"] + 1.0}}})
@@ -527,7 +527,7 @@ def test_an_option_without_effect_does_not_block_a_resume(tmp_path):
     differs from today's is no other press (resume allowed, same_setting true); with noise="deff" it is."""
     from jacap_lib.presses.registry import effective_options, method_options, press_from_spec
 
-    now = method_options(press_from_spec("jacap", 0.5))
+    now = method_options(P.protocol_press("jacap", 0.5))
     assert now["noise"] != "deff" and "deff_frac" in now and "deff_frac" not in effective_options(now)
     wrapped = method_options(press_from_spec("jacap_adakv", 0.5))
     assert "deff_frac" not in str(effective_options(wrapped)) and "deff_frac" in str(wrapped)
@@ -585,3 +585,26 @@ def test_target_frame_shows_each_cell_with_its_shortfall():
     assert f.loc[(0.9, 512), "met"] == "no" and f.loc[(0.9, 512), "missed by"] == "5.0 %"
     assert f.loc[(0.9, 512), "geometric-mean ratio [95% CI]"] == "1.000 [0.950, 1.050]"
     assert f.loc[(0.9, 1024), "met"] == "not measured" and f.loc[(0.9, 1024), "missed by"] == ""
+
+
+def test_pins_keep_the_protocols_jacap_entries_meaning_what_was_measured():
+    """The tune rows of bare Jacap specs were made under the paper's defaults; each pin builds exactly the press
+    options that run recorded (so the committed tune resumes and a fresh one reproduces it), and no pin is the
+    tune's choice, which today's bare spec builds."""
+    from jacap_lib.presses.registry import effective_options, method_options, press_from_spec
+    from jacap_lib.results import loaders
+
+    run = loaders.load_eval_runs("tune")[0]
+    for spec, pin in P.PINS.items():
+        assert P.pinned(spec) == pin and spec in P.SEARCH_SPACE[P.method_of(spec)]
+        now = json.loads(json.dumps(method_options(P.protocol_press(spec, 0.5))))
+        then = run["settings"][spec]
+        strip = lambda d: {k: (strip(v) if isinstance(v, dict) else v) for k, v in d.items() if k != "compression_ratio"}  # noqa: E731
+        assert effective_options(strip(now)) == effective_options(strip(then)), spec
+        assert (now["tau"] if "tau" in now else now["press"]["tau"]) == 10.0
+    assert not P.same_setting(P.pinned("jacap"), "jacap")  # the bare spec now means the tune choice
+    assert P.same_setting("jacap", loaders.load_eval_choices()["chosen"]["jacap"])
+    assert P.pinned("snapkv[window_size=16]") == "snapkv[window_size=16]"
+    from jacap_lib.results.paths import data_path
+
+    E.check_settings_unchanged(data_path("results", "eval", "tune.jsonl"), P.SEARCH_SPACE)  # resumes

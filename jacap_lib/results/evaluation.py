@@ -147,7 +147,6 @@ def measure_group(model, tokenizer, group: Group, continuation: int, model_name:
     """One prefill captured (with its full-cache reference), every (spec, ratio) of ``group`` replayed on
     it (:func:`jacap_lib.measure.quality.next_token_kl` with ``capture``); one row each, in job order."""
     from ..measure.quality import capture_prefill, full_reference, next_token_kl, prompt_and_continuation
-    from ..presses.registry import press_from_spec
 
     d = group.doc
     prompt, cont = prompt_and_continuation(tokenizer, d["text"], group.length, continuation, name=f"document {d['id']}")
@@ -159,7 +158,7 @@ def measure_group(model, tokenizer, group: Group, continuation: int, model_name:
     rows = []
     for spec, c in group.jobs:
         w0, c0 = time.perf_counter(), time.process_time()
-        res = next_token_kl(model, None, prompt, cont, press_from_spec(spec, c), reference=ref, capture=cap)
+        res = next_token_kl(model, None, prompt, cont, P.protocol_press(spec, c), reference=ref, capture=cap)
         row = {"model": model_name, "doc": d["id"], "kind": d.get("kind"), "split": d["split"], "sha256": d["sha256"],
                "length": group.length, "continuation": int(continuation), "ratio": c, "method": spec,
                "family": P.method_of(spec), "kl": res.kl, "kl_max": float(res.kl_per_token.max()),
@@ -592,7 +591,6 @@ def time_methods(model, tokenizer, doc: dict, *, space: dict, lengths, ratio: fl
     from tqdm.auto import tqdm
 
     from ..measure.quality import capture_prefill, full_reference, next_token_kl, prompt_and_continuation
-    from ..presses.registry import press_from_spec
 
     specs = [s for v in space.values() for s in v]
     rows = []
@@ -605,7 +603,7 @@ def time_methods(model, tokenizer, doc: dict, *, space: dict, lengths, ratio: fl
         rows.append({"length": L, "what": "prefill", "seconds": time.perf_counter() - w, "cpu_seconds": time.process_time() - c})
         bar.update(1)
         for s in specs:
-            press = press_from_spec(s, ratio)
+            press = P.protocol_press(s, ratio)
             w, c = time.perf_counter(), time.process_time()
             next_token_kl(model, None, prompt, cont, press, reference=ref, capture=cap)
             rows.append({"length": L, "what": "replay", "method": s, "family": P.method_of(s),
@@ -766,7 +764,7 @@ def prepare(args, *, tokenizer=None) -> Plan:
 
 
 def _run_config(plan: Plan, model=None) -> dict:
-    from ..presses.registry import method_options, press_from_spec
+    from ..presses.registry import method_options
     from .provenance import provenance
 
     rec = provenance(model, model_name=plan.model_name, command=plan.extra.get("command"))
@@ -778,7 +776,8 @@ def _run_config(plan: Plan, model=None) -> dict:
                         "one captured prefill per (document, length); the continuation teacher-forced at its true "
                         "positions, never evicted; KL(full || compressed) of next-token distributions",
             "documents": [{k: d.get(k) for k in ("id", "kind", "split", "sha256", "source", "license")} for d in plan.docs],
-            "settings": {s: method_options(press_from_spec(s, plan.ratios[0])) for s in specs}}
+            "settings": {s: method_options(P.protocol_press(s, plan.ratios[0])) for s in specs},
+            "pins": {s: P.pinned(s) for s in specs if P.pinned(s) != s}}
 
 
 def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
@@ -819,7 +818,7 @@ def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(
     change (``JacapPress``'s defaults are the tune choice). Every earlier run of ``out`` recorded each
     setting's resolved options; a spec whose options differ today (the compression ratio aside) would mix two
     presses under one name, so this raises ``ValueError`` naming it and the fix (a new ``--dir``)."""
-    from ..presses.registry import effective_options, method_options, press_from_spec
+    from ..presses.registry import effective_options, method_options
 
     if not Path(out).is_file():
         return
@@ -830,7 +829,7 @@ def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(
             then = (run.get("settings") or {}).get(spec)
             if then is None:
                 continue
-            now = method_options(press_from_spec(spec, float(ratios[0])))
+            now = method_options(P.protocol_press(spec, float(ratios[0])))
             a = effective_options({k: v for k, v in then.items() if k not in drop})
             b = effective_options(json.loads(json.dumps({k: v for k, v in now.items() if k not in drop})))
             if a != b:

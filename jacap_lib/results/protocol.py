@@ -3,7 +3,8 @@
 Every method of the comparison — each kvpress baseline of the registry and Jacap (uniform per-head
 budgets, ``jacap``; kvpress AdaKV's head-adaptive budgets around Jacap's scores, ``jacap_adakv``) —
 gets a small grid of settings, written in one table, :data:`SEARCH_SPACE` (registry name -> method
-specs, the library default first). The budget is the same for everyone: a method whose press takes
+specs, the library default of the day first; Jacap's entries are measured as :data:`PINS` says, the paper's
+settings they meant when the table was fixed). The budget is the same for everyone: a method whose press takes
 options gets exactly :data:`CONFIGS_PER_METHOD` settings, a method without options its one setting
 (:func:`check_search_space` enforces it).
 
@@ -31,7 +32,7 @@ import math
 
 from ..presses.registry import BASELINES, parse_method, press_from_spec
 
-__all__ = ["SEARCH_SPACE", "PAPER_PRESET", "same_setting", "CONFIGS_PER_METHOD", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
+__all__ = ["SEARCH_SPACE", "PAPER_PRESET", "PINS", "pinned", "protocol_press", "same_setting", "CONFIGS_PER_METHOD", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
            "protocol_config", "fingerprint", "compare_configs", "quick_space"]
 
@@ -66,8 +67,31 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
 # written out so the spec keeps meaning them whatever the library defaults become. The test job runs it next to
 # the tuned default whenever the two differ (evaluation.test_specs), so both are in every table.
 PAPER_PRESET = "jacap[tau=10,noise=1,beta=none]"
+# The search space was fixed (and its fingerprint taken) while the library defaults were the paper's settings, so
+# its Jacap entries without tau / beta meant tau = 10 and flat statistics. The tune then chose tau = 3, beta = 0.9,
+# which became the defaults; a bare "jacap" would now build that choice again. PINS keeps each such entry meaning
+# what it was measured as (the same press options the tune run recorded), so `jacap evaluate tune` reproduces the
+# committed rows and its fingerprint is unchanged.
+PINS: dict[str, str] = {
+    "jacap": PAPER_PRESET,
+    "jacap_adakv": "jacap_adakv[tau=10,noise=1,beta=none]",
+    "jacap[noise=deff,deff_frac=0.25]": "jacap[noise=deff,deff_frac=0.25,tau=10,beta=none]",
+    "jacap_adakv[noise=deff,deff_frac=0.25]": "jacap_adakv[noise=deff,deff_frac=0.25,tau=10,beta=none]",
+}
 BASELINE_METHODS = tuple(m for m in SEARCH_SPACE if m in BASELINES)
 JACAP_METHODS = tuple(m for m in SEARCH_SPACE if m.startswith("jacap"))
+
+
+def pinned(spec: str) -> str:
+    """The method spec a setting of the protocol is measured as: :data:`PINS`' explicit spec for the Jacap
+    entries fixed under the paper's defaults, else ``spec`` itself."""
+    return PINS.get(spec, spec)
+
+
+def protocol_press(spec: str, compression_ratio: float):
+    """The press the evaluation jobs build for a setting of the protocol (``press_from_spec`` of
+    :func:`pinned`)."""
+    return press_from_spec(pinned(spec), compression_ratio)
 
 
 def method_of(spec: str) -> str:
