@@ -50,7 +50,7 @@ def pair_frame(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame([{"prompt": r["length"], "c": r["ratio"],
                           "geometric-mean ratio [95% CI]": iv(r["gm_ratio"], r["gm_low"], r["gm_high"]),
                           "mean-KL ratio [95% CI]": iv(r["mean_ratio"], r["mean_low"], r["mean_high"]),
-                          "wins/losses": f"{r['wins']}/{r['losses']}", "Holm p": float(f"{r['p_holm']:.2g}"),
+                          "wins/losses": f"{r['wins']}/{r['losses']}", "Holm p": f"{r['p_holm']:.2g}",
                           "verdict": r["verdict"]} for r in rows]).set_index(["prompt", "c"])
 
 
@@ -98,7 +98,7 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
                          "best baseline": r["baseline_spec"],
                          "geometric-mean ratio [95% CI]": iv(r["gm_ratio"], r["gm_low"], r["gm_high"]),
                          "mean-KL ratio [95% CI]": iv(r["mean_ratio"], r["mean_low"], r["mean_high"]),
-                         "wins/losses": f"{r['wins']}/{r['losses']}", "Holm p": float(f"{r['p_holm']:.2g}"),
+                         "wins/losses": f"{r['wins']}/{r['losses']}", "Holm p": f"{r['p_holm']:.2g}",
                          "verdict": r["verdict"]})
     if not rows:
         raise ValueError(f"summary has no family picked on {picked_on!r}" + (f" with role {role!r}" if role else ""))
@@ -185,8 +185,8 @@ def needle_verdict_frame(summary: dict) -> pd.DataFrame:
                          "reference": r["reference_spec"], "Jacap": f"{100 * r['accuracy']:.0f}%",
                          "reference accuracy": f"{100 * r['reference_accuracy']:.0f}%",
                          "difference, points [95% CI]": f"{r['diff_points']:+.1f} [{r['diff_low']:+.1f}, {r['diff_high']:+.1f}]",
-                         "wins/losses": f"{r['wins']}/{r['losses']}", "McNemar p": float(f"{r['p_mcnemar']:.2g}"),
-                         "Holm p": float(f"{r['p_holm']:.2g}"), "verdict": r["verdict"]})
+                         "wins/losses": f"{r['wins']}/{r['losses']}", "McNemar p": f"{r['p_mcnemar']:.2g}",
+                         "Holm p": f"{r['p_holm']:.2g}", "verdict": r["verdict"]})
     if not rows:
         raise ValueError("summary has no comparison rows; run the needle job and its summary")
     return pd.DataFrame(rows).set_index(["comparison", "prompt", "c"])
