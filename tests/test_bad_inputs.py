@@ -1,4 +1,4 @@
-"""Bad and edge inputs against the public API, one row per case (issue 11).
+"""Bad and edge inputs against the public API, one row per case.
 
 Each row is a call and what must come of it: either a ``ValueError`` whose message names the
 argument (and, for the CLIs, argparse's exit status 2 with the flag named on stderr and no file

@@ -1,4 +1,4 @@
-"""Chapters stay thin (issue 9 item 4): logic lives in jacap_lib, a chapter only calls it.
+"""Chapters stay thin: logic lives in jacap_lib, a chapter only calls it.
 
 Per chapter source (book/chapters/*.md): no ``def``/``class`` outside an exercise solution (a hidden
 code cell that calls ``exercises.check``), no code cell over MAX_LINES lines (blank lines, comments and

@@ -1,6 +1,6 @@
 """Quality under compression: next-token KL and attention-output error of a compressed prompt cache.
 
-The measurement (note §9–§10, issue 6 item 2):
+The measurement (note §9–§10):
 
 1. Prefill the *prompt* with a kvpress press active, so every layer's prompt cache is compressed
    right after that layer's attention ran (``with press(model): model(prompt_ids, past_key_values=cache)``).

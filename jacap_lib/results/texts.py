@@ -34,7 +34,7 @@ MAX_CHARS = 7000
 DOC_TOPICS = ["execmodel", "assignment", "import", "comparisons"]
 CODE_FILES = ["textwrap.py", "heapq.py", "fractions.py", "shlex.py"]
 PROSE = ["lighthouse.txt", "canals.txt", "letter.txt", "clockmaker.txt"]
-# the test/tune split used to choose a Jacap variant's settings (issue 6 item 5): one segment of each
+# the test/tune split used to choose a Jacap variant's settings: one segment of each
 # kind is used to tune, the other three are held out
 TUNE = {"prose/lighthouse", "docs/execmodel", "code/textwrap"}
 

@@ -21,7 +21,7 @@ import torch
 
 from .. import _checks
 
-__all__ = ["weighted_gram", "effective_dimension", "deff_noise", "resolve_noise", "check_deff_target", "per_head"]
+__all__ = ["weighted_gram", "effective_dimension", "deff_noise", "check_deff_target", "per_head"]
 
 
 def per_head(noise, like: torch.Tensor) -> torch.Tensor:
@@ -81,17 +81,6 @@ def deff_noise(eigenvalues: torch.Tensor, target, *, iters: int = 100) -> torch.
         hi = torch.where(too_small, hi, mid)
     out = (0.5 * (lo + hi)).exp()
     return torch.where(top > 0, out, torch.ones_like(out))
-
-
-def resolve_noise(u: torch.Tensor, weight: torch.Tensor, noise, deff_target):
-    """The ``noise`` argument of :func:`jacap_scores` as a number or a per-head ``(...)`` tensor.
-
-    ``noise="deff"`` solves the effective-dimension rule on the eigenvalues of ``weighted_gram(u, weight)``.
-    """
-    if isinstance(noise, str):
-        G = weighted_gram(u.to(torch.float64), weight.to(torch.float64))
-        return deff_noise(torch.linalg.eigvalsh(0.5 * (G + G.transpose(-1, -2))), deff_target).to(weight.dtype)
-    return noise
 
 
 def check_deff_target(noise, deff_target, *, values_now: bool = True) -> None:
