@@ -89,7 +89,8 @@ def positional_decoding_press(base_press, *, compression_interval: int, target_s
     are called unchanged. Nothing else of ``DecodingPress`` changes (buffer, interval, target size)."""
     import kvpress
     from kvpress.presses.scorer_press import ScorerPress
-    from kvpress.utils import compute_n_kept  # noqa: F401  (kvpress's own rounding)
+
+    from ..selection import n_kept as kept_of  # the one budget rule: kvpress's compute_n_kept
 
     class _Positional(kvpress.DecodingPress):
         def compress(self, module, hidden_states, keys, values, attentions, kwargs):
@@ -105,8 +106,7 @@ def positional_decoding_press(base_press, *, compression_interval: int, target_s
                 scores = base.score(module, hidden_states, keys, values, attentions, kwargs)
             finally:
                 base.compression_ratio = original
-            n_kept = compute_n_kept(k_len, ratio)
-            idx = scores.topk(n_kept, dim=-1).indices.sort(dim=-1).values
+            idx = scores.topk(kept_of(k_len, ratio), dim=-1).indices.sort(dim=-1).values
             idx = idx.unsqueeze(-1).expand(-1, -1, -1, keys.shape[-1])
             return keys.gather(2, idx).contiguous(), values.gather(2, idx).contiguous()
 
