@@ -192,12 +192,11 @@ def run_generation(model, tok, cfg: dict, p_idx: int, seed: int) -> list[dict]:
     return rows
 
 
-def _work(cfg, p_idx, seed):
-    """One generation in a spawned worker (model loaded once per worker by ``evaluation._init_worker``):
-    its rows and the worker's provenance record."""
-    from .evaluation import _WORKER
-
-    return run_generation(_WORKER["model"], _WORKER["tok"], cfg, p_idx, seed), provenance(_WORKER["model"])
+def _generation(model, tok, task):
+    """One generation ``task = (cfg, prompt index, seed)`` in a spawned worker
+    (:func:`~jacap_lib.results.evaluation.map_in_workers`): its rows and the worker's provenance record."""
+    cfg, p_idx, seed = task
+    return run_generation(model, tok, cfg, p_idx, seed), provenance(model)
 
 
 _VOLATILE = ("command", "provenance", "wall_seconds", "generations_done", "workers")
@@ -230,7 +229,7 @@ def run_decoding_comparison(model=None, tok=None, *, config: dict | None = None,
     one generation per task; else in this process with ``model``/``tok`` (loaded when not given)."""
     from tqdm.auto import tqdm
 
-    from .evaluation import _WORKER, _init_worker
+    from .evaluation import _WORKER, _init_worker, map_in_workers
 
     cfg = dict(CONFIG if config is None else config)
     out = Path(out or data_path("serving", "decoding_comparison.json", must_exist=False))
@@ -267,17 +266,11 @@ def run_decoding_comparison(model=None, tok=None, *, config: dict | None = None,
                 save()
                 bar.update(1)
         else:
-            import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
-                                     initargs=(None, cfg["torch_threads"], 0)) as pool:
-                futures = [pool.submit(_work, cfg, p, s) for p, s in todo]
-                for f in as_completed(futures):
-                    got, record = f.result()
-                    rows.extend(got)
-                    save()
-                    bar.update(1)
+            for got, record in map_in_workers(_generation, [(cfg, p, s) for p, s in todo], workers=workers,
+                                              threads=cfg["torch_threads"]):
+                rows.extend(got)
+                save()
+                bar.update(1)
         if not todo:
             save()
     finally:

@@ -42,7 +42,8 @@ from . import protocol as P
 __all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_CONTINUATION", "QUICK", "Plan", "row_key", "load_docs",
            "tune_groups", "test_groups", "run_groups", "measure_group", "write_choices", "read_choices",
            "best_baselines", "jacap_settings", "complete_cells", "test_specs", "cell_statistics", "compare_settings", "check_settings_unchanged", "summarize", "summary_table",
-           "TARGET", "target_status", "identical_documents", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
+           "TARGET", "target_status", "identical_documents", "check_ratios", "check_processes", "check_model_option",
+           "eval_dir", "map_in_workers", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
            "TIME", "SUMMARY"]
 
 DEFAULT_LENGTHS = (512, 1024, 2048)
@@ -105,6 +106,44 @@ def check_lengths(tokenizer, docs, lengths, continuation) -> dict:
                          f"continuation {continuation}): {dict(list(short.items())[:5])}; use shorter --lengths or "
                          "longer documents")
     return counts
+
+
+# --------------------------------------------------------------------------------------------- option checks
+# shared by the evaluation's jobs (this module and :mod:`.needle`): each raises ``ValueError`` naming the option
+def check_ratios(ratios) -> None:
+    """``--ratios``: every compression ratio in (0, 1)."""
+    for c in ratios:
+        if not 0 < c < 1:
+            raise ValueError(f"--ratios: every compression ratio must lie in (0, 1), got {c}")
+
+
+def check_processes(args, *, quick: bool) -> None:
+    """``--workers`` (unset: 1 with ``--quick``, else 2; set on ``args``) and ``--threads``, each >= 1."""
+    if getattr(args, "workers", 1) is None:
+        args.workers = 1 if quick else 2
+    for name in ("threads", "workers"):
+        if getattr(args, name, 1) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+
+
+def check_model_option(name) -> None:
+    """``--model``: a valid model name (:func:`jacap_lib.models.check_model_name`); loads nothing."""
+    from ..models import check_model_name
+
+    try:
+        check_model_name(name)
+    except ValueError as e:
+        raise ValueError(f"--model: {e}") from None
+
+
+def eval_dir(given, *, quick: bool) -> Path:
+    """``--dir``: the folder given, else ``data/results/eval`` (``.../eval/quick`` with ``--quick``); not a file."""
+    from .paths import data_path
+
+    out_dir = Path(given or data_path("results", "eval", *(("quick",) if quick else ()), must_exist=False))
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--dir {out_dir} is a file; give a folder")
+    return out_dir
 
 
 # --------------------------------------------------------------------------------------------- the grid
@@ -185,8 +224,22 @@ def _init_worker(model_name, threads, seed):
     _WORKER["model"], _WORKER["tok"] = load_model(model_name)
 
 
-def _work(measure, group):
-    return measure(_WORKER["model"], _WORKER["tok"], group)
+def _work(measure, task):
+    return measure(_WORKER["model"], _WORKER["tok"], task)
+
+
+def map_in_workers(measure, tasks, *, workers: int, model_name=None, threads: int = 1, seed: int = 0):
+    """``measure(model, tokenizer, task)`` for every task in ``workers`` spawned processes, each loading
+    ``model_name`` once (``torch`` with ``threads`` threads, seeded ``seed``); yields the results in the order
+    they finish. ``measure``: a module-level function or a ``functools.partial`` of one (workers unpickle it)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                             initargs=(model_name, threads, seed)) as pool:
+        futures = [pool.submit(_work, measure, t) for t in tasks]
+        for f in as_completed(futures):
+            yield f.result()
 
 
 def run_groups(groups: list, out: Path, *, continuation: int | None = None, model_label: str | None = None,
@@ -227,15 +280,10 @@ def run_groups(groups: list, out: Path, *, continuation: int | None = None, mode
             for g in groups:
                 measure(model, tokenizer, g, on_row=put)
         elif groups:
-            import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
-                                     initargs=(model_name, threads, seed)) as pool:
-                futures = [pool.submit(_work, measure, g) for g in groups]
-                for f in as_completed(futures):
-                    for row in f.result():
-                        put(row)
+            for rows in map_in_workers(measure, groups, workers=workers, model_name=model_name, threads=threads,
+                                       seed=seed):
+                for row in rows:
+                    put(row)
     finally:
         bar.close()
     return written
@@ -553,12 +601,9 @@ def _summary_add(parser):
 
 def _summary_run(args):
     from . import verdicts as V
-    from .paths import data_path
 
-    out_dir = Path(args.dir or data_path("results", "eval", *(("quick",) if args.quick else ()), must_exist=False))
     try:
-        if out_dir.exists() and not out_dir.is_dir():
-            raise ValueError(f"--dir {out_dir} is a file; give a folder")
+        out_dir = eval_dir(args.dir, quick=args.quick)
         test_rows, choices, runs = _summary_inputs(out_dir)
         summary = summarize(test_rows, choices, seed=args.seed)
     except (ValueError, FileNotFoundError, files.ResultsFileError) as e:
@@ -689,8 +734,7 @@ def prepare(args, *, tokenizer=None) -> Plan:
     """Check every option (``ValueError`` naming it) and build the :class:`Plan`; loads no model, writes nothing.
 
     ``tokenizer``: the one the documents' token counts are checked with (default: ``--model``'s)."""
-    from ..models import check_model_name, load_tokenizer
-    from .paths import data_path
+    from ..models import load_tokenizer
     from .provenance import model_record
 
     quick = bool(args.quick)
@@ -702,16 +746,10 @@ def prepare(args, *, tokenizer=None) -> Plan:
             raise ValueError(f"--lengths: every prompt length must be >= 16 tokens, got {L}")
     if len(set(lengths)) != len(lengths) or len(set(ratios)) != len(ratios):
         raise ValueError("--lengths / --ratios: list each value once")
-    for c in ratios:
-        if not 0 < c < 1:
-            raise ValueError(f"--ratios: every compression ratio must lie in (0, 1), got {c}")
+    check_ratios(ratios)
     if continuation < 1:
         raise ValueError(f"--continuation must be >= 1, got {continuation}")
-    if getattr(args, "workers", 1) is None:
-        args.workers = 1 if quick else 2
-    for name in ("threads", "workers"):
-        if getattr(args, name, 1) < 1:
-            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    check_processes(args, quick=quick)
     space = P.quick_space() if quick else dict(P.SEARCH_SPACE)
     if args.methods:
         unknown = sorted(set(args.methods) - set(space))
@@ -719,19 +757,14 @@ def prepare(args, *, tokenizer=None) -> Plan:
             raise ValueError(f"--methods: {unknown} not in the search space; choose among {list(space)}")
         space = {m: space[m] for m in args.methods}
     P.check_search_space(space, exact=not quick)
-    try:
-        check_model_name(args.model)
-    except ValueError as e:
-        raise ValueError(f"--model: {e}") from None
+    check_model_option(args.model)
     try:
         if args.tune_per_kind < 0:
             raise ValueError(f"--tune-per-kind must be >= 0, got {args.tune_per_kind}")
         docs = load_docs(args.manifest, quick=quick, tune_per_kind=args.tune_per_kind)
     except (ValueError, FileNotFoundError) as e:
         raise ValueError(f"--manifest: {e}") from None
-    out_dir = args.dir or data_path("results", "eval", *(("quick",) if quick else ()), must_exist=False)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"--dir {out_dir} is a file; give a folder")
+    out_dir = eval_dir(args.dir, quick=quick)
     tok = tokenizer if tokenizer is not None else load_tokenizer(args.model)
     extra = {}
     if args.job == "time":

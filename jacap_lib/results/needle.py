@@ -154,7 +154,6 @@ def measure_needle(model, tokenizer, group: NeedleGroup, *, model_name: str, n_n
     each, in job order."""
     from ..measure.passkey import passkey_prompt, passkey_trial
     from ..measure.quality import capture_prefill
-    from ..presses.registry import press_from_spec
 
     ctx, question = passkey_prompt(tokenizer, group.length, group.depth, group.key)
     w0 = time.perf_counter()
@@ -163,7 +162,7 @@ def measure_needle(model, tokenizer, group: NeedleGroup, *, model_name: str, n_n
     rows = []
     for spec, c in group.jobs:
         w0 = time.perf_counter()
-        press = None if spec == FULL else press_from_spec(spec, c)
+        press = None if spec == FULL else P.protocol_press(spec, c)
         text, kept = passkey_trial(model, tokenizer, cap, press, question, n_new=n_new)
         row = {"model": model_name, "length": group.length, "depth": group.depth, "trial": group.trial,
                "key": group.key, "method": spec, "family": FULL if spec == FULL else P.method_of(spec), "ratio": c,
@@ -312,7 +311,6 @@ class Plan:
 
 def prepare(args) -> Plan:
     """Check every option (``ValueError`` naming it) and build the :class:`Plan`; loads no model, writes nothing."""
-    from ..models import check_model_name
     from .paths import data_path
     from .provenance import model_record
 
@@ -325,9 +323,7 @@ def prepare(args) -> Plan:
         if L < MIN_LENGTH:
             raise ValueError(f"--lengths: every prompt length must be >= {MIN_LENGTH} tokens (the needle and its "
                              f"filler), got {L}")
-    for c in ratios:
-        if not 0 < c < 1:
-            raise ValueError(f"--ratios: every compression ratio must lie in (0, 1), got {c}")
+    E.check_ratios(ratios)
     for d in depths:
         if not 0 <= d <= 1:
             raise ValueError(f"--depths: every needle depth must lie in [0, 1], got {d}")
@@ -336,18 +332,9 @@ def prepare(args) -> Plan:
             raise ValueError(f"{name}: list each value once")
     if trials < 1:
         raise ValueError(f"--trials must be >= 1, got {trials}")
-    if args.workers is None:
-        args.workers = 1 if quick else 2
-    for name in ("threads", "workers"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
-    try:
-        check_model_name(args.model)
-    except ValueError as e:
-        raise ValueError(f"--model: {e}") from None
-    out_dir = args.dir or data_path("results", "eval", *(("quick",) if quick else ()), must_exist=False)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"--dir {out_dir} is a file; give a folder")
+    E.check_processes(args, quick=quick)
+    E.check_model_option(args.model)
+    out_dir = E.eval_dir(args.dir, quick=quick)
     choices_path = Path(args.choices or data_path("results", "eval", "choices.json", must_exist=False))
     record = model_record(args.model)
     choices = read_choices(choices_path, record, lengths, ratios)
@@ -362,7 +349,7 @@ def prepare(args) -> Plan:
 
 
 def _run_config(plan: Plan, model=None) -> dict:
-    from ..presses.registry import method_options, press_from_spec
+    from ..presses.registry import method_options
     from .provenance import provenance
 
     rec = provenance(model, model_name=plan.model_name, command=plan.command)
@@ -375,7 +362,7 @@ def _run_config(plan: Plan, model=None) -> dict:
             "measured": "the context (filler + needle, exactly `length` tokens) prefilled once per (length, depth, "
                         "trial); every (setting, ratio) replays its press's kvpress hook on that capture, then the "
                         f"question and {N_NEW} greedy tokens on the compressed cache; correct = the key in the answer",
-            "settings": {s: method_options(press_from_spec(s, plan.ratios[0])) for s in plan.specs}}
+            "settings": {s: method_options(P.protocol_press(s, plan.ratios[0])) for s in plan.specs}}
 
 
 def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
@@ -439,11 +426,9 @@ def _summary_run(args):
     from . import verdicts as V
     from .paths import data_path
 
-    out_dir = Path(args.dir or data_path("results", "eval", *(("quick",) if args.quick else ()), must_exist=False))
     choices_path = Path(args.choices or data_path("results", "eval", "choices.json", must_exist=False))
     try:
-        if out_dir.exists() and not out_dir.is_dir():
-            raise ValueError(f"--dir {out_dir} is a file; give a folder")
+        out_dir = E.eval_dir(args.dir, quick=args.quick)
         rows, choices, run = _summary_inputs(out_dir, choices_path)
         prompts = [tuple(p) for p in run["keys"]]
         summary = needle_summary(rows, choices, prompts=prompts, settings=list(run["settings"]), seed=args.seed)
