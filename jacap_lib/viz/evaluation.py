@@ -19,6 +19,19 @@ __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pai
            "needle_frame", "needle_verdict_frame"]
 
 
+def _interval(est, lo, hi) -> str:
+    """An estimate and its interval as table text: ``0.886 [0.834, 0.934]``."""
+    return f"{est:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def _setting_by_cell(table: dict) -> pd.DataFrame:
+    """``{setting: {"prompt / c": text}}`` as a table, one row per setting, one column per cell."""
+    frame = pd.DataFrame.from_dict(table, orient="index")
+    frame.index.name = "setting"
+    frame.columns.name = "prompt / c"
+    return frame
+
+
 def split_frame(split: dict) -> pd.DataFrame:
     """``{"prompt / c": JacapPress.budget_split(prompt)}`` as a table: kept slots, sinks, window, and how many
     the score chose (and that share of the budget)."""
@@ -44,12 +57,9 @@ def corpus_frame(documents: list[dict]) -> pd.DataFrame:
 def pair_frame(rows: list[dict]) -> pd.DataFrame:
     """:func:`~jacap_lib.results.evaluation.compare_settings` rows as a table: per (prompt, c) the
     geometric-mean and mean-KL ratios with 95 % intervals, wins/losses, Holm p, verdict."""
-    def iv(est, lo, hi):
-        return f"{est:.3f} [{lo:.3f}, {hi:.3f}]"
-
     return pd.DataFrame([{"prompt": r["length"], "c": r["ratio"],
-                          "geometric-mean ratio [95% CI]": iv(r["gm_ratio"], r["gm_low"], r["gm_high"]),
-                          "mean-KL ratio [95% CI]": iv(r["mean_ratio"], r["mean_low"], r["mean_high"]),
+                          "geometric-mean ratio [95% CI]": _interval(r["gm_ratio"], r["gm_low"], r["gm_high"]),
+                          "mean-KL ratio [95% CI]": _interval(r["mean_ratio"], r["mean_low"], r["mean_high"]),
                           "wins/losses": f"{r['wins']}/{r['losses']}", "Holm p": f"{r['p_holm']:.2g}",
                           "verdict": r["verdict"]} for r in rows]).set_index(["prompt", "c"])
 
@@ -58,12 +68,10 @@ def target_frame(status: list[dict]) -> pd.DataFrame:
     """:func:`~jacap_lib.results.evaluation.target_status` rows as a table: per (prompt, c) what the target asks,
     the best baseline, the geometric-mean ratio with its 95 % interval, the verdict, whether it is met, and by
     how far the interval misses (in % of the baseline's KL)."""
-    def iv(r):
-        return "" if r["gm_ratio"] is None else f"{r['gm_ratio']:.3f} [{r['gm_low']:.3f}, {r['gm_high']:.3f}]"
-
     return pd.DataFrame([{"prompt": r["length"], "c": r["ratio"], "target": r["requirement"],
                           "best baseline (picked on tune)": r["baseline"] or "",
-                          "geometric-mean ratio [95% CI]": iv(r), "verdict": r["verdict"],
+                          "geometric-mean ratio [95% CI]": "" if r["gm_ratio"] is None else
+                          _interval(r["gm_ratio"], r["gm_low"], r["gm_high"]), "verdict": r["verdict"],
                           "met": {True: "yes", False: "no", None: "not measured"}[r["met"]],
                           "missed by": "" if not r["shortfall"] else f"{100 * r['shortfall']:.1f} %"}
                          for r in status]).set_index(["c", "prompt"])
@@ -86,9 +94,6 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
     ("tune": the protocol's line; "test": the stricter one): the baseline, the geometric-mean and mean-KL
     ratios with their 95 % intervals, wins/losses over the test documents, Holm-adjusted Wilcoxon p, verdict.
     ``role``: only that Jacap setting's family ("default", "paper preset", ...)."""
-    def iv(est, lo, hi):
-        return f"{est:.3f} [{lo:.3f}, {hi:.3f}]"
-
     rows = []
     for fam in summary["families"]:
         if fam["picked_on"] != picked_on or (role is not None and fam["role"] != role):
@@ -96,8 +101,8 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
         for r in fam["rows"]:
             rows.append({"Jacap setting": f"{fam['setting']} ({fam['role']})", "prompt": r["length"], "c": r["ratio"],
                          "best baseline": r["baseline_spec"],
-                         "geometric-mean ratio [95% CI]": iv(r["gm_ratio"], r["gm_low"], r["gm_high"]),
-                         "mean-KL ratio [95% CI]": iv(r["mean_ratio"], r["mean_low"], r["mean_high"]),
+                         "geometric-mean ratio [95% CI]": _interval(r["gm_ratio"], r["gm_low"], r["gm_high"]),
+                         "mean-KL ratio [95% CI]": _interval(r["mean_ratio"], r["mean_low"], r["mean_high"]),
                          "wins/losses": f"{r['wins']}/{r['losses']}", "Holm p": f"{r['p_holm']:.2g}",
                          "verdict": r["verdict"]})
     if not rows:
@@ -111,13 +116,10 @@ def cells_frame(cells: list[dict], *, value: str = "kl_geomean") -> pd.DataFrame
     table: dict = {}
     for c in cells:
         col = f"{c['length']} / {c['ratio']}"
-        txt = (f"{c['kl_geomean']:.3f} [{c['kl_low']:.3f}, {c['kl_high']:.3f}]" if value == "kl_geomean"
+        txt = (_interval(c["kl_geomean"], c["kl_low"], c["kl_high"]) if value == "kl_geomean"
                else f"{c[value]:.3f}")
         table.setdefault(c["method"], {})[col] = txt
-    frame = pd.DataFrame.from_dict(table, orient="index")
-    frame.index.name = "setting"
-    frame.columns.name = "prompt / c"
-    return frame
+    return _setting_by_cell(table)
 
 
 def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
@@ -167,10 +169,7 @@ def needle_frame(summary: dict) -> pd.DataFrame:
             table.setdefault(a["spec"], {})[col] = _pct(a)
     if not table:
         raise ValueError("summary has no complete cell; run the needle job and its summary")
-    frame = pd.DataFrame.from_dict(table, orient="index")
-    frame.index.name = "setting"
-    frame.columns.name = "prompt / c"
-    return frame
+    return _setting_by_cell(table)
 
 
 def needle_verdict_frame(summary: dict) -> pd.DataFrame:
