@@ -23,7 +23,7 @@ from .. import _checks
 from ..config import DEFAULTS
 from .jacap import JacapPress
 
-__all__ = ["BASELINES", "list_methods", "build_press", "method_factory", "parse_method", "press_from_spec", "effective_options",
+__all__ = ["BASELINES", "list_methods", "build_press", "method_factory", "parse_method", "press_from_spec", "inert_options", "effective_options",
            "method_options", "expand_methods"]
 
 # name -> (press class, default options, one-line description)
@@ -222,16 +222,22 @@ def expand_methods(specs) -> list[str]:
     return out
 
 
+def inert_options(options: dict, *, noise=None) -> set[str]:
+    """The options of one press's record that cannot change what it does: Jacap's ``deff_frac`` unless the
+    record's ``noise`` (or, where the record has none, ``noise``) is ``"deff"`` -- it only sets the
+    effective-dimension rule's target."""
+    noise = options.get("noise", noise)
+    return {"deff_frac"} if "deff_frac" in options and noise is not None and noise != "deff" else set()
+
+
 def effective_options(record):
     """A :func:`method_options` record without the options that cannot change what the press does: Jacap's
     ``deff_frac`` wherever the same record's ``noise`` is not ``"deff"`` (it only sets the effective-dimension
     rule's target), recursively for wrapper presses. Two records build the same press exactly when their
     effective options agree (the compression ratio aside)."""
     if isinstance(record, dict):
-        out = {k: effective_options(v) for k, v in record.items()}
-        if "deff_frac" in out and "noise" in out and out["noise"] != "deff":
-            del out["deff_frac"]
-        return out
+        inert = inert_options(record)
+        return {k: effective_options(v) for k, v in record.items() if k not in inert}
     if isinstance(record, list):
         return [effective_options(v) for v in record]
     return record

@@ -69,11 +69,11 @@ def _jacap_defaults() -> dict:
 
 
 def _compare(record: dict, current: dict, where: str, out: list) -> None:
-    noise = record.get("noise", current.get("noise"))
+    from ..presses.registry import inert_options
+
+    skip = _SKIP | inert_options(record, noise=current.get("noise"))
     for key, value in record.items():
-        if key in _SKIP or key not in current:
-            continue
-        if key == "deff_frac" and noise != "deff":  # no effect without the effective-dimension rule
+        if key in skip or key not in current:
             continue
         now = current[key]
         if isinstance(value, dict) and isinstance(now, dict):
