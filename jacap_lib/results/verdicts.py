@@ -48,20 +48,25 @@ _METHODS = ("BCa", "percentile")
 
 
 @dataclass(frozen=True)
-class RatioInterval:
-    """A ratio (method / reference; below 1 = the method's KL is lower) and its bootstrap interval."""
-    statistic: str          # "geometric-mean ratio" or "mean-KL ratio"
+class _Interval:
+    """A paired statistic, its bootstrap interval and how it was computed."""
+    statistic: str          # e.g. "geometric-mean ratio", "mean-KL ratio", "accuracy difference (points)"
     estimate: float
     low: float
     high: float
     confidence: float
     method: str             # "BCa" or "percentile"
-    n: int                  # documents
+    n: int                  # documents (KL) or prompts (0/1 outcomes)
     n_resamples: int
     seed: int
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class RatioInterval(_Interval):
+    """A ratio (method / reference; below 1 = the method's KL is lower) and its bootstrap interval."""
 
 
 def _kl(name: str, x) -> np.ndarray:
@@ -286,21 +291,9 @@ def _paired_binary(method_correct, reference_correct) -> tuple[np.ndarray, np.nd
 
 
 @dataclass(frozen=True)
-class DifferenceInterval:
+class DifferenceInterval(_Interval):
     """An accuracy difference (method − reference, in percentage points; above 0 = the method is right more
     often) on the same prompts, and its paired bootstrap interval."""
-    statistic: str          # "accuracy difference (points)"
-    estimate: float
-    low: float
-    high: float
-    confidence: float
-    method: str             # "BCa" or "percentile"
-    n: int                  # prompts
-    n_resamples: int
-    seed: int
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 DIFFERENCE_METHOD = "percentile"  # BCa's acceleration is undefined / unstable on sparse 0/1 differences
