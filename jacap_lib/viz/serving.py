@@ -147,7 +147,7 @@ def decoding_comparison(summary: dict, *, title: str = "Compression during decod
     sit (fraction of the final cache per age bin)."""
     if not summary:
         raise ValueError("`summary` is empty: load data/serving/decoding_comparison.json and summarise it first")
-    fig = make_subplots(rows=1, cols=3, column_widths=[0.42, 0.22, 0.36], horizontal_spacing=0.08,
+    fig = make_subplots(rows=1, cols=3, column_widths=[0.40, 0.22, 0.38], horizontal_spacing=0.12,
                         subplot_titles=("KL along the generation", "KL per generation", "age of the kept tokens"))
     for i, (name, s) in enumerate(summary.items()):
         color, label = method_style(name)["color"], DECODING_LABELS.get(name, name)
@@ -172,7 +172,9 @@ def decoding_comparison(summary: dict, *, title: str = "Compression during decod
     fig.update_xaxes(showticklabels=False, row=1, col=2)
     fig.update_xaxes(title_text="age (tokens)", row=1, col=3)
     fig.update_yaxes(title_text="fraction of the cache", row=1, col=3)
-    fig.update_layout(title=title, barmode="group", height=430, legend=dict(orientation="h", y=-0.25))
+    # the legend above the panels: below them it would meet the rotated age-bin labels and their axis title
+    fig.update_layout(title=dict(text=title, y=0.98, yanchor="top"), barmode="group", height=520, margin=dict(t=175),
+                      legend=dict(orientation="h", x=0, y=1.14, yanchor="bottom"))
     return finish(fig)
 
 
