@@ -41,11 +41,59 @@ def test_finish_paints_methods_by_legendgroup_or_name():
     assert fig.data[3].marker.color == METHOD_STYLES["jacap"][0] and fig.data[3].marker.symbol == "line-ew-open"
 
 
+def _value(text: str) -> float:
+    return float(text.replace("\u2212", "-"))
+
+
 def test_log_ticks_decades_or_full_values():
     assert log_ticks([1e-5, 0.3])["dtick"] == 1 and log_ticks([1e-5, 0.3])["exponentformat"] == "e"
     assert log_ticks([1e-6, 1e6])["dtick"] == math.ceil(12 / 6)  # at most ~6 labelled decades
-    narrow = log_ticks([0.02, 0.09])
-    assert narrow["dtick"] == "D2" and narrow["tickformat"] == "~g"  # 0.02, 0.05: full values, no bare digits
+    # narrower than two decades: explicit round values written in full, never a single label
+    quality = log_ticks([0.0134, 0.703])  # the baselines chapter's KL axis: plotly showed only "0.1"
+    assert quality["tickvals"] == [0.02, 0.05, 0.1, 0.2, 0.5] and quality["ticktext"] == ["0.02", "0.05", "0.1", "0.2", "0.5"]
+    assert log_ticks([0.03, 0.1])["tickvals"] == [0.03, 0.05, 0.1]  # 1-2-5 gives two: 1-2-3-5 gives three
+    assert log_ticks([0.3, 0.45])["tickvals"] == [0.3, 0.4]  # finer sets would crowd: two labels
+    assert log_ticks([5, 5.3])["tickvals"] == [5, 5.1, 5.2, 5.3]
+    assert log_ticks([1.001, 1.002])["ticktext"] == ["1.001", "1.002"]  # no round value inside: the two ends
+    assert log_ticks([2e-5, 9e-4])["ticktext"] == ["2e\u22125", "5e\u22125", "0.0001", "0.0002", "0.0005"]
+    assert log_ticks([100, 5000])["ticktext"] == ["100", "200", "500", "1000", "2000", "5000"]
+
+
+@pytest.mark.parametrize("lo", [1.3e-4, 0.0134, 0.03, 0.31, 0.9, 7.0])
+@pytest.mark.parametrize("decades", [0.02, 0.1, 0.3, 0.7, 1.2, 1.72, 1.99, 2.0, 2.6, 5.0])
+def test_every_log_span_gets_two_to_eight_labels_that_state_their_value(lo, decades):
+    hi = lo * 10 ** decades
+    t = log_ticks([lo, hi])
+    if "tickvals" in t:
+        vals = t["tickvals"]
+        assert 2 <= len(vals) <= 8 and vals == sorted(vals)
+        assert all(lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9) for v in vals)  # inside the data's extent
+        assert [_value(x) for x in t["ticktext"]] == pytest.approx(vals, rel=1e-12)  # each label is its value
+    else:  # decades: at least two labelled powers of ten inside the span (every dtick-th one)
+        powers = [e for e in range(-20, 20) if lo <= 10.0 ** e <= hi]
+        assert len(powers[:: t["dtick"]]) >= 2
+
+
+def test_finish_labels_a_narrow_log_axis_from_its_data_or_its_range():
+    fig = go.Figure(go.Scatter(x=[0, 1, 2], y=[0.04, 0.1, 0.3], error_y={"array": [0.01, 0.02, 0.2]}))
+    fig.update_yaxes(type="log")
+    finish(fig)
+    assert list(fig.layout.yaxis.tickvals) == [0.05, 0.1, 0.2, 0.5]  # the extent 0.03-0.5 includes the error bars
+    fig = go.Figure(go.Scatter(x=[0, 1], y=[1e-4, 10.0]))
+    fig.update_yaxes(type="log", range=[math.log10(0.03), math.log10(0.5)])  # a set range decides, not the data
+    finish(fig)
+    assert list(fig.layout.yaxis.tickvals) == [0.05, 0.1, 0.2, 0.5]
+
+
+def test_setting_colours_are_distinct_and_ordered_shades_darken():
+    names = [f"setting {i}" for i in range(len(style.SETTING_COLOURS))]
+    colours = style.setting_colours(names + names[:3])  # repeats get their first colour
+    assert list(colours) == names and len(set(colours.values())) == len(names)
+    with pytest.raises(ValueError, match="names"):
+        style.setting_colours(names + ["one too many"])
+    shades = style.setting_colours(["0.5", "0.9", "0.99"], ordered=True)
+    lum = [sum(int(v) for v in c[4:-1].split(",")) for c in shades.values()]  # "rgb(r, g, b)": light to dark
+    assert len(set(shades.values())) == 3 and lum == sorted(lum, reverse=True)
 
 
 def test_matched_panels_get_one_axis_type_and_readable_ticks():
@@ -87,3 +135,68 @@ def test_book_figure_uses_the_mapping_on_every_panel():
     assert len(jac) == 2 and {t.marker.color for t in jac} == {METHOD_STYLES["jacap"][0]}
     assert style.method_of(fig.data[0]) == "jacap[tau=3,beta=0.9]"  # the default Jacap: jacap's colour
     assert {t.marker.color for t in fig.data if t.name == "tova"} == {METHOD_STYLES["tova"][0]}
+    # the ratios evenly spaced as categories (0.9 and 0.95 no longer bunch), said in the axis title
+    assert fig.layout.xaxis.type == "category" and list(fig.layout.xaxis2.categoryarray) == ["0.5", "0.9"]
+    assert "evenly spaced" in fig.layout.xaxis.title.text and list(fig.data[0].x) == ["0.5", "0.9"]
+    # the KL axis spans 0.05-0.4 (the intervals): several labelled round values, not one
+    assert list(fig.layout.yaxis.tickvals) == [0.05, 0.1, 0.2]
+
+
+def _demo(name, cases, reference):
+    keys = ("label", "compression_ratio", "answer_logprob", "answer_correct")
+    return {"name": name, "reference": dict(zip(keys[2:], reference)),
+            "cases": [dict(zip(keys, c)) for c in cases]}
+
+
+def test_failure_figure_one_colour_per_setting_marks_clear_of_the_bars():
+    from jacap_lib.viz import decomposition as VD
+
+    # the delayed-constraint shape: the protected prefix is capped at the budget at c = 0.9 (n_sink 25, not 26)
+    demo = _demo("delayed_constraint", [("sinks only (n_sink=4)", c, -7.0 - c, False) for c in (0.5, 0.75, 0.9)]
+                 + [("prefix protected (n_sink=26)", 0.5, -0.7, True), ("prefix protected (n_sink=26)", 0.75, -0.8, True),
+                    ("prefix protected (n_sink=25)", 0.9, -0.3, True)], (-1.0, True))
+    fig = VD.failure_figure(demo)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert [t.name for t in bars] == ["sinks only (n_sink=4)", "prefix protected (n_sink=26; n_sink=25 at c = 0.9)"]
+    assert list(bars[1].y) == [-0.7, -0.8, -0.3] and len({t.marker.color for t in bars}) == 2
+    # the reference: a black dotted line named in the legend, no text label on the plot
+    ref = [t for t in fig.data if t.type == "scatter"]
+    assert [t.name for t in ref] == ["full cache (-1)"] and ref[0].line.color == style.REFERENCE_COLOUR
+    assert [s.y0 for s in fig.layout.shapes] == [-1.0]
+    # one ✓/✗ per bar, above the plot area (paper y >= 1, so over no bar), at the centre of its bar:
+    # two bars share 0.8 of a category, centres at k - 0.2 and k + 0.2
+    marks = fig.layout.annotations
+    assert all(a.yref == "paper" and a.y >= 1 and a.yanchor == "bottom" for a in marks)
+    assert sorted((round(a.x, 9), a.text) for a in marks) == sorted(
+        [(round(k - 0.2, 9), "✗") for k in range(3)] + [(round(k + 0.2, 9), "✓") for k in range(3)])
+    for t in bars:  # each bar's own extent: [k + offset, k + offset + width]
+        assert all(w == pytest.approx(0.4) for w in t.width)
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+
+
+def test_failure_figure_seven_settings_at_one_ratio_get_seven_colours():
+    from jacap_lib.viz import decomposition as VD
+
+    labels = ["flat mean"] + [f"EMA beta={b}" for b in (0.5, 0.8, 0.9, 0.95, 0.99, 0.999)]
+    demo = _demo("phase_change", [(lab, 0.75, -1.0 - i, False) for i, lab in enumerate(labels)], (0.0, True))
+    fig = VD.failure_figure(demo)
+    bars = [t for t in fig.data if t.type == "bar"]
+    colours = [t.marker.color for t in bars]
+    assert [t.name for t in bars] == labels and len(set(colours)) == 7  # flat mean and β = 0.999 no longer share blue
+    assert colours == list(style.setting_colours(labels).values())
+    assert list(fig.layout.xaxis.categoryarray) == labels and fig.layout.xaxis.title.text == "setting"
+    assert sorted(a.x for a in fig.layout.annotations) == pytest.approx(list(range(7)))  # one bar: the centre
+
+
+def test_lag_figure_names_the_flat_mean_in_the_legend():
+    from jacap_lib.viz import decomposition as VD
+
+    lag = {"15": {"distance": {"0.5": 0.25, "0.9": 0.22, "0.999": 0.69, "flat": 0.34}},
+           "5": {"distance": {"0.5": 0.27, "0.9": 0.14, "0.999": 0.47, "flat": 0.30}}}
+    fig = VD.lag_figure(lag)
+    assert [t.name for t in fig.data] == ["layer 5: EMA", "layer 5: flat mean", "layer 15: EMA", "layer 15: flat mean"]
+    assert not fig.layout.annotations and not fig.layout.shapes  # no label drawn across the data lines
+    assert list(fig.data[1].y) == [0.30] * 3 and fig.data[1].line.dash == "dot"
+    assert fig.data[0].line.color == fig.data[1].line.color != fig.data[2].line.color
+    assert fig.layout.xaxis.type == "category" and list(fig.data[0].x) == ["0.5", "0.9", "0.999"]
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text

@@ -123,10 +123,14 @@ def cells_frame(cells: list[dict], *, value: str = "kl_geomean") -> pd.DataFrame
 
 
 def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
-    """Geometric-mean KL against c (log axis), one panel per prompt length, one line per setting, with
-    95 % bootstrap intervals over the documents (``cells``: :func:`~jacap_lib.results.evaluation.cell_statistics`)."""
+    """Geometric-mean KL (log axis) against c, one panel per prompt length, one line per setting, with
+    95 % bootstrap intervals over the documents (``cells``: :func:`~jacap_lib.results.evaluation.cell_statistics`).
+
+    The ratios are evenly spaced categories (``0.5, 0.75, 0.9, 0.95`` one step apart), so the high ratios, where
+    the methods separate, are as wide as the low ones instead of bunched at the right edge of a linear axis."""
     if not cells:
         raise ValueError("cells is empty; give cell_statistics rows of a finished run")
+    ratios = [f"{r:g}" for r in sorted({c["ratio"] for c in cells})]
     lengths = sorted({c["length"] for c in cells})
     methods = list(dict.fromkeys(c["method"] for c in cells))
     n_docs = sorted({c["n_docs"] for c in cells})
@@ -139,13 +143,14 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
                 continue
             jac = m.startswith("jacap")
             fig.add_trace(go.Scatter(
-                x=[c["ratio"] for c in cs], y=[c["kl_geomean"] for c in cs], name=m, legendgroup=m,
+                x=[f"{c['ratio']:g}" for c in cs], y=[c["kl_geomean"] for c in cs], name=m, legendgroup=m,
                 showlegend=j == 1, mode="lines+markers",
                 line={"width": 3.5 if jac else 1.5, "dash": "solid" if jac else "dot"},
                 error_y={"type": "data", "symmetric": False, "array": [c["kl_high"] - c["kl_geomean"] for c in cs],
                          "arrayminus": [c["kl_geomean"] - c["kl_low"] for c in cs]},
                 hovertemplate="c=%{x}<br>KL %{y:.3g}<extra>" + m + "</extra>"), row=1, col=j)
-        fig.update_xaxes(title_text="compression ratio c", row=1, col=j)
+        fig.update_xaxes(title_text="compression ratio c (evenly spaced)", type="category", categoryorder="array",
+                         categoryarray=ratios, row=1, col=j)
     fig.update_yaxes(type="log")  # every panel: the same quantity on the same axis type
     fig.update_yaxes(title_text="geometric-mean next-token KL (nats)", row=1, col=1)
     docs = "-".join(map(str, n_docs[:: max(1, len(n_docs) - 1)]))

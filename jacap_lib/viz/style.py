@@ -6,8 +6,9 @@ Every figure function of :mod:`jacap_lib.viz` ends with :func:`finish`, which
   :data:`METHOD_STYLES`) in that method's colour and marker, so a method looks the same on every page
   and its legend entry always matches its points;
 * gives every log axis readable ticks (:func:`log_ticks`: whole decades written ``1e−3, 0.01, 0.1, 1``
-  when the data span more than a decade and a half, otherwise full values like ``0.02, 0.05, 0.1``;
-  never plotly's bare ``2 3 … 9`` digits or SI suffixes such as ``1f`` or ``100μ``), and every linear
+  when the data span two decades or more, otherwise at least two — usually three to six — round values
+  written in full, like ``0.03, 0.05, 0.1, 0.2, 0.5``; never a single label, plotly's bare ``2 3 … 9``
+  digits or SI suffixes such as ``1f`` or ``100μ``), and every linear
   axis ``1e−4`` rather than ``100μ``;
 * gives panels that share an axis (``matches``) the same axis type;
 * keeps a legend clear of a slider (a legend below the plot moves to the right when the figure has a
@@ -24,9 +25,11 @@ import math
 import textwrap
 import zlib
 
+import plotly.colors
 import plotly.graph_objects as go
 
-__all__ = ["METHOD_STYLES", "method_style", "method_of", "finish", "log_ticks", "clip_outliers", "wrap_title"]
+__all__ = ["METHOD_STYLES", "SETTING_COLOURS", "SETTING_SCALE", "REFERENCE_COLOUR", "method_style", "method_of", "setting_colours",
+           "finish", "log_ticks", "clip_outliers", "wrap_title"]
 
 #: method name -> (colour, marker symbol): the one mapping of the book. Jacap and its configurations in
 #: warm colours, the kvpress baselines in cool and neutral ones.
@@ -60,6 +63,39 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
 # further Jacap configurations (not drawn in the book's figures today) get one of these, by name
 _JACAP_EXTRA = ("#a50f15", "#fc8d59", "#b35806", "#f768a1", "#ce1256", "#fdae61")
 _OTHER_EXTRA = ("#08519c", "#41ab5d", "#6a51a3", "#636363", "#0868ac", "#807dba")
+
+
+#: the colours of a figure's settings that are not methods of :data:`METHOD_STYLES` (the cases of one demo, the
+#: values of one knob, the layers of one model), handed out in order by :func:`setting_colours` so that no two
+#: settings of one figure share a colour: plotly's D3 palette
+SETTING_COLOURS: tuple[str, ...] = tuple(c.lower() for c in plotly.colors.qualitative.D3)
+
+#: the colour of a reference drawn in a figure (the full cache, an exact optimum): black, as ``full`` above
+REFERENCE_COLOUR = METHOD_STYLES["full"][0]
+
+
+#: the sequential scale (and the part of it used) for the ordered values of one knob of Jacap (β, τ, ...):
+#: warm like Jacap's colours, light to dark
+SETTING_SCALE = ("YlOrBr", 0.45, 0.95)
+
+
+def setting_colours(names, *, ordered: bool = False) -> dict[str, str]:
+    """``{name: colour}``: a distinct colour for each distinct name, in order of first appearance (the settings
+    one figure compares): :data:`SETTING_COLOURS` one by one, or with ``ordered=True`` (the values of one knob,
+    given in increasing order) evenly spaced shades of :data:`SETTING_SCALE`, light to dark. Raises
+    ``ValueError`` for more unordered settings than colours."""
+    names = list(dict.fromkeys(names))
+    if not all(isinstance(n, str) and n for n in names):
+        raise ValueError(f"names must be non-empty setting names, got {names!r}")
+    if ordered:
+        scale, lo, hi = SETTING_SCALE
+        shades = plotly.colors.sample_colorscale(scale, [lo + (hi - lo) * i / max(len(names) - 1, 1)
+                                                         for i in range(len(names))])
+        return dict(zip(names, shades))
+    if len(names) > len(SETTING_COLOURS):
+        raise ValueError(f"names has {len(names)} settings, more than the {len(SETTING_COLOURS)} distinct setting "
+                         "colours; split the figure or compare fewer settings")
+    return {n: SETTING_COLOURS[i] for i, n in enumerate(names)}
 
 
 def method_style(name: str) -> dict:
@@ -156,16 +192,65 @@ def _values_on(fig: go.Figure, axis: str) -> list[float]:
     return out
 
 
+#: mantissas of the labelled values on a log axis narrower than two decades, coarsest first: the first set that
+#: labels at least three values in the span is used (``0.02, 0.05, 0.1, 0.2, 0.5``; ``0.03, 0.05, 0.1``; ...)
+_MANTISSAS = ((1, 2, 5), (1, 2, 3, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9), tuple(round(1 + k / 10, 1) for k in range(90)))
+
+
+def _tick_text(v: float) -> str:
+    """A tick value as a full number (``0.05``, ``200``), or ``2e−5`` / ``3e6`` where that is shorter."""
+    s = f"{v:g}"
+    if "e" in s:
+        mant, exp = s.split("e")
+        s = f"{mant}e{int(exp)}"
+    return s.replace("-", "\u2212")
+
+
+def _nice_values(lo: float, hi: float, mantissas) -> list[float]:
+    out = []
+    for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
+        for m in mantissas:
+            v = float(f"{m}e{e}")  # exact decimal: 3e-2 is 0.03, not 0.030000000000000002
+            if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9):
+                out.append(v)
+    return out
+
+
 def log_ticks(values) -> dict:
-    """Tick settings for a log axis showing ``values``: whole decades (``1e−3, 0.01, 0.1, 1, 10``; every
-    k-th decade when more than 6 would show) when the positive values span at least 1.5 decades, else
-    1-2-5 ticks written as full numbers."""
-    pos = [v for v in values if v > 0]
-    span = math.log10(max(pos) / min(pos)) if pos else 0.0
-    if span >= 1.5:  # whole decades, every one labelled up to 6 labels, else every 2nd, 3rd, ...
+    """Tick settings for a log axis showing ``values`` (the data's extent, or the axis range): whole decades
+    (``1e−3, 0.01, 0.1, 1, 10``; every k-th decade when more than 6 would show) when the positive values span
+    at least two decades, so that at least two decades are labelled; otherwise explicit ticks at round values
+    written as full numbers (``0.03, 0.05, 0.1, 0.2, 0.5``: the coarsest of :data:`_MANTISSAS` that labels three
+    values, at least two), so a narrow log axis never shows a single label, bare ``2 3 … 9`` digits or SI
+    suffixes."""
+    pos = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+    if not pos:
+        return {"dtick": 1, "exponentformat": "e", "tickformat": None}
+    lo, hi = min(pos), max(pos)
+    span = math.log10(hi / lo)
+    if span >= 2:  # whole decades, every one labelled up to 6 labels, else every 2nd, 3rd, ...
         return {"dtick": max(1, math.ceil(span / 6)), "exponentformat": "e", "tickformat": None,
                 "minor": {"ticks": "inside", "ticklen": 3}}
-    return {"dtick": "D2", "tickformat": "~g", "exponentformat": "e"}
+    if span == 0:  # one value: that value and a round neighbour on each side
+        lo, hi = lo / 1.5, hi * 1.5
+    ticks: list[float] = []
+    for mantissas in _MANTISSAS:
+        found = _nice_values(lo, hi, mantissas)
+        if len(found) > 8 and len(ticks) >= 2:  # finer would crowd the axis: keep the two labels found
+            break
+        if len(found) >= 2:
+            ticks = found
+        if len(ticks) >= 3:
+            break
+    if len(ticks) < 2:  # a span too narrow for round values: its two ends, with digits enough to differ
+        digits = 3
+        while float(f"{lo:.{digits}g}") == float(f"{hi:.{digits}g}") and digits < 15:
+            digits += 1
+        ticks = [float(f"{lo:.{digits}g}"), float(f"{hi:.{digits}g}")]
+    if len(ticks) > 8:  # one set jumped from two labels to many: every k-th of them
+        ticks = ticks[::math.ceil(len(ticks) / 6)]
+    return {"tickmode": "array", "tickvals": ticks, "ticktext": [_tick_text(v) for v in ticks],
+            "exponentformat": "e", "tickformat": None}
 
 
 def clip_outliers(fig: go.Figure, axis: str = "yaxis", *, factor: float = 5.0, quantiles=(0.02, 0.98)):
@@ -223,7 +308,10 @@ def finish(fig: go.Figure, *, title_width: int = 72) -> go.Figure:
             ax = fig.layout[name]
             if ax.type == "log":
                 group = lambda n: fig.layout[n].matches or letter + n[5:]  # noqa: E731
-                vals = [v for n in names if group(n) == group(name) for v in _values_on(fig, n)]
+                if ax.range is not None and None not in ax.range:  # a set log range is in decades
+                    vals = [10 ** min(ax.range), 10 ** max(ax.range)]
+                else:
+                    vals = [v for n in names if group(n) == group(name) for v in _values_on(fig, n)]
                 settings = log_ticks(vals)
                 if ax.dtick is None and ax.tickvals is None:
                     ax.update(settings)
