@@ -8,11 +8,12 @@ Every function takes the tidy records of :mod:`jacap_lib.measure.decomposition` 
 from __future__ import annotations
 
 import math
+import re
 
 import plotly.graph_objects as go
 
 from ..results.loaders import load_decomposition
-from .style import clip_outliers, finish, method_style
+from .style import REFERENCE_COLOUR, clip_outliers, finish, method_style, setting_colours
 
 __all__ = [
     "load_records",
@@ -120,40 +121,99 @@ def loo_figure(records: list, *, tau: float = 1.0, saturated: float = 0.5, sensi
     return finish(fig)
 
 
+_PARAMETER = re.compile(r"^(?P<stem>.*?)\s*\((?P<param>[^()]*=[^()]*)\)$")  # "stem (name=value)"
+
+
+def _setting_names(cases: list) -> dict:
+    """``{label: legend name}``: cases whose labels differ only in a trailing ``(name=value)`` and never share a
+    ratio are one setting whose value depends on the ratio (the protected prefix is capped at the budget), drawn
+    as one trace named ``stem (value; other value at c = ...)``; every other label names itself."""
+    stems: dict = {}
+    for c in cases:
+        m = _PARAMETER.match(c["label"])
+        stems.setdefault(m["stem"] if m else c["label"], {}).setdefault(c["label"], []).append(c["compression_ratio"])
+    out = {}
+    for stem, labels in stems.items():
+        ratios = [r for rs in labels.values() for r in rs]
+        if len(labels) == 1 or len(set(ratios)) < len(ratios) or not all(_PARAMETER.match(lab) for lab in labels):
+            out.update({lab: lab for lab in labels})
+            continue
+        ordered = sorted(labels.items(), key=lambda kv: -len(kv[1]))  # the value at most ratios first
+        others = "; ".join(f"{_PARAMETER.match(lab)['param']} at c = {', '.join(f'{r:g}' for r in rs)}"
+                           for lab, rs in ordered[1:])
+        name = f"{stem} ({_PARAMETER.match(ordered[0][0])['param']}; {others})"
+        out.update({lab: name for lab in labels})
+    return out
+
+
 def failure_figure(demo: dict, *, metric: str = "answer_logprob") -> go.Figure:
-    """One failure demo (``FailureDemo.to_dict()``): ``metric`` per case, grouped by compression
-    ratio, with the full-cache reference as a dotted line."""
+    """One failure demo (``FailureDemo.to_dict()``): ``metric`` per case, grouped by compression ratio (or one
+    bar per case when the demo has one ratio), each setting in its own colour (:func:`~.style.setting_colours`),
+    the full-cache reference as a dotted black line named in the legend, and a ✓ (greedy answer correct) or ✗
+    above the plot over each bar, clear of the bars and of the reference line."""
     cases = demo["cases"]
-    labels = list(dict.fromkeys(c["label"] for c in cases))
+    names = _setting_names(cases)
+    colours = setting_colours(names.values())
+    several = len({c["compression_ratio"] for c in cases}) > 1
+    xcat = (lambda c: f"c = {c['compression_ratio']:g}") if several else (lambda c: names[c["label"]])
+    categories = list(dict.fromkeys(xcat(c) for c in cases))
+    # explicit bar positions (0.8 of each category, shared by its bars) so the ✓/✗ marks sit over their bars
+    slots: dict = {}
+    for c in cases:
+        slots.setdefault(xcat(c), []).append(names[c["label"]])
     fig = go.Figure()
-    for i, lab in enumerate(labels):
-        cs = [c for c in cases if c["label"] == lab]
-        x = [f"c = {c['compression_ratio']:g}" for c in cs] if len({c["compression_ratio"] for c in cases}) > 1 else [lab for c in cs]
-        fig.add_trace(go.Bar(x=x, y=[c[metric] for c in cs], name=lab, marker_color=_COLORS[i % len(_COLORS)],
-                             text=[("✓" if c["answer_correct"] else "✗") for c in cs], textposition="outside"))
+    marks = []
+    for name in colours:
+        cs = [c for c in cases if names[c["label"]] == name]
+        width = [0.8 / len(slots[xcat(c)]) for c in cs]
+        offset = [-0.4 + slots[xcat(c)].index(name) * w for c, w in zip(cs, width)]
+        fig.add_trace(go.Bar(x=[xcat(c) for c in cs], y=[c[metric] for c in cs], name=name, width=width,
+                             offset=offset, marker_color=colours[name],
+                             customdata=[[c["label"], "correct" if c["answer_correct"] else "wrong"] for c in cs],
+                             hovertemplate="%{customdata[0]}<br>%{x}: %{y:.3g}<br>greedy answer %{customdata[1]}"
+                                           "<extra></extra>"))
+        marks += [(categories.index(xcat(c)) + o + w / 2, "✓" if c["answer_correct"] else "✗", colours[name])
+                  for c, o, w in zip(cs, offset, width)]
+    for x, text, colour in marks:
+        fig.add_annotation(x=x, xref="x", y=1.0, yref="paper", yanchor="bottom", yshift=4, text=text, showarrow=False,
+                           font={"size": 15, "color": colour})
     ref = demo["reference"][metric]
     if ref is not None and math.isfinite(ref):
-        fig.add_hline(y=ref, line_dash="dot", annotation_text="full cache")
+        fig.add_hline(y=ref, line_dash="dot", line_color=REFERENCE_COLOUR)
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"full cache ({ref:.3g})",
+                                 line={"color": REFERENCE_COLOUR, "dash": "dot"}, hoverinfo="skip"))
     titles = {"answer_logprob": "log-probability of the answer", "kl": "next-token KL(full ‖ compressed)",
               "critical_kept": "fraction of (layer, KV head) keeping the critical tokens",
               "margin": "log p(answer) − log p(rival)"}
-    fig.update_layout(barmode="group", template="plotly_white", yaxis_title=titles.get(metric, metric),
-                      title=f"{demo['name'].replace('_', ' ')}: {titles.get(metric, metric)} (✓ = greedy answer correct)",
+    fig.update_layout(template="plotly_white", yaxis_title=titles.get(metric, metric),
+                      xaxis={"title": "compression ratio" if several else "setting", "type": "category",
+                             "categoryorder": "array", "categoryarray": categories},
+                      title=f"{demo['name'].replace('_', ' ')}: {titles.get(metric, metric)} "
+                            "(above each bar: ✓ greedy answer correct, ✗ wrong)",
                       legend=dict(orientation="h", y=-0.2))
     return finish(fig)
 
 
 def lag_figure(lag: dict) -> go.Figure:
-    """Phase change: distance of the EMA centre from the new phase's queries vs β, one line per layer
-    (``setup["lag"]`` of :func:`jacap_lib.measure.failures.phase_change`)."""
+    """Phase change: distance of the EMA centre from the new phase's queries vs β, one colour per layer
+    (:func:`~.style.setting_colours`), the EMA as a solid line and the flat mean as a dotted one, both named in
+    the legend (``setup["lag"]`` of :func:`jacap_lib.measure.failures.phase_change`). The β values are evenly
+    spaced categories, so the values near 1 (0.95, 0.99, 0.999), where the distance rises, do not bunch."""
+    layers = sorted(lag, key=int)
+    colours = setting_colours([f"layer {layer}" for layer in layers])
     fig = go.Figure()
-    for i, (layer, rec) in enumerate(sorted(lag.items(), key=lambda kv: int(kv[0]))):
+    for layer in layers:
+        rec, colour = lag[layer], colours[f"layer {layer}"]
         betas = [b for b in rec["distance"] if b != "flat"]
-        fig.add_trace(go.Scatter(x=[float(b) for b in betas], y=[rec["distance"][b] for b in betas],
-                                 mode="lines+markers", name=f"layer {layer}", marker_color=_COLORS[i % len(_COLORS)]))
-        fig.add_hline(y=rec["distance"]["flat"], line_dash="dot", line_color=_COLORS[i % len(_COLORS)],
-                      annotation_text=f"flat mean (layer {layer})")
-    fig.update_layout(template="plotly_white", xaxis_title="β (EMA decay)", yaxis_title="‖μ_β − mean future query‖ / ‖mean future query‖",
+        fig.add_trace(go.Scatter(x=[f"{float(b):g}" for b in betas], y=[rec["distance"][b] for b in betas],
+                                 mode="lines+markers", name=f"layer {layer}: EMA", legendgroup=f"layer {layer}",
+                                 line={"color": colour}, marker={"color": colour}))
+        fig.add_trace(go.Scatter(x=[f"{float(b):g}" for b in betas], y=[rec["distance"]["flat"]] * len(betas),
+                                 mode="lines", name=f"layer {layer}: flat mean", legendgroup=f"layer {layer}",
+                                 line={"color": colour, "dash": "dot"},
+                                 hovertemplate=f"layer {layer}: flat mean %{{y:.3f}}<extra></extra>"))
+    fig.update_layout(template="plotly_white", xaxis={"title": "β (EMA decay; values evenly spaced)", "type": "category"},
+                      yaxis_title="‖μ_β − mean future query‖ / ‖mean future query‖",
                       title="How far the query statistics lag behind a phase change")
     return finish(fig)
 
