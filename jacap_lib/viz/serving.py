@@ -5,9 +5,8 @@ returns a ``plotly.graph_objects.Figure``. Sliders are precomputed so they move 
 from __future__ import annotations
 
 import plotly.graph_objects as go
-from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
-from .style import finish, method_style
+from .style import REFERENCE_COLOUR, finish, method_style, setting_colours
 
 __all__ = ["decoding_findings_text", "decoding_verdict_table", "decoding_verdict_sentences", "cache_timeline", "age_histograms", "beta_tracking", "beta_tradeoff", "kl_timeline",
            "decoding_comparison"]
@@ -18,12 +17,14 @@ def _ev(e):
 
 
 def cache_timeline(trace, events, *, high: int, budget: int, title: str = "KV cache size during decoding") -> go.Figure:
-    """Cache slots per layer/head after every step against the high watermark and the budget,
-    with the true sequence length for comparison and a marker at every eviction."""
+    """Cache slots per layer/head after every step (Algorithm 2's colour) against the high watermark and the
+    budget (black reference lines, named with their values in the legend so no label sits on the data), with the
+    true sequence length for comparison and a marker at every eviction (in the colour of the method that chose
+    the kept tokens)."""
     steps = [t[0] for t in trace]
     fig = go.Figure()
     fig.add_scatter(x=steps, y=[t[1] for t in trace], name="tokens seen (true length)", line=dict(color="#bbb", dash="dot"))
-    fig.add_scatter(x=steps, y=[t[2] for t in trace], name="cache slots", line=dict(color="#1f77b4"))
+    fig.add_scatter(x=steps, y=[t[2] for t in trace], name="cache slots", legendgroup="alg2", mode="lines")
     evs = [_ev(e) for e in events]
     if evs:
         fig.add_scatter(x=[e["step"] for e in evs], y=[e["tokens_before"] for e in evs], mode="markers",
@@ -32,8 +33,10 @@ def cache_timeline(trace, events, *, high: int, budget: int, title: str = "KV ca
                         customdata=[[e["tokens_before"], e["tokens_after"], e["method"], 1e3 * e["seconds"]] for e in evs],
                         hovertemplate="step %{x}<br>%{customdata[0]} → %{customdata[1]} slots<br>%{customdata[2]}, "
                                       "%{customdata[3]:.0f} ms<extra></extra>")
-    fig.add_hline(y=high, line=dict(color="#d62728", dash="dash"), annotation_text="high watermark")
-    fig.add_hline(y=budget, line=dict(color="#2ca02c", dash="dash"), annotation_text="budget")
+    x_end = max(steps) if steps else 1
+    for value, name, dash in ((high, "high watermark", "dash"), (budget, "budget", "dashdot")):
+        fig.add_scatter(x=[0, x_end], y=[value, value], mode="lines", name=f"{name} ({value})",
+                        line=dict(color=REFERENCE_COLOUR, dash=dash, width=1.5), hoverinfo="name")
     fig.update_layout(title=title, xaxis_title="decode step (0 = prompt)", yaxis_title="tokens", height=380,
                       legend=dict(orientation="h", y=-0.25))
     return finish(fig)
@@ -118,17 +121,27 @@ def beta_tradeoff(tradeoff, runs: dict | None = None, *, title: str = "β: noise
 
 
 def kl_timeline(runs: dict, *, title: str = "Next-token KL against the uncompressed model, per step") -> go.Figure:
-    """KL(full ‖ evicted) of every replayed step for each run (β values and the sliding window),
-    with the eviction steps of each run marked on its curve."""
+    """KL(full ‖ evicted) of every replayed step for each run (β values in shades of one scale, light to dark,
+    and the sliding window). A step's KL comes from its forward pass, which runs before that step's eviction, so
+    up to and including a run's first eviction step the cache is the full one and the KL only float rounding
+    (1e−8 and below): those steps are left out (shaded, "no eviction yet") and the log axis starts where the
+    signal does."""
     fig = go.Figure()
-    jac = sorted(float(r["beta"]) for r in runs.values() if r["method"] != "window")
-    shades = sample_colorscale("YlOrBr", [0.45 + 0.5 * i / max(len(jac) - 1, 1) for i in range(len(jac))])
+    betas = sorted(float(r["beta"]) for r in runs.values() if r["method"] != "window")
+    shades = setting_colours([f"{b:g}" for b in betas], ordered=True)
+    first_any = None
     for name, r in runs.items():
         window = r["method"] == "window"
         label = "sliding window" if window else f"Jacap β = {r['beta']}"
-        kl = r["kl"]
+        steps = [_ev(e)["step"] for e in r.get("events") or ()]
+        first = min(steps) if steps else len(r["kl"])
+        first_any = first if first_any is None else min(first_any, first)
+        kl = [None if i <= first else v for i, v in enumerate(r["kl"])]
         fig.add_scatter(x=list(range(len(kl))), y=kl, name=label, mode="lines", legendgroup="window" if window else label,
-                        line=dict(dash="dash") if window else dict(color=shades[jac.index(float(r["beta"]))]))
+                        line=dict(dash="dash") if window else dict(color=shades[f"{float(r['beta']):g}"]))
+    if first_any:
+        fig.add_vrect(x0=0, x1=first_any, fillcolor="#969696", opacity=0.12, line_width=0,
+                      annotation_text="no eviction yet", annotation_position="top")
     fig.update_layout(title=title, xaxis_title="decode step", yaxis_title="KL (nats)", yaxis_type="log", height=400,
                       legend=dict(orientation="h", y=-0.3))
     return finish(fig)
@@ -144,11 +157,14 @@ def decoding_comparison(summary: dict, *, title: str = "Compression during decod
     """Three panels from :func:`jacap_lib.results.decoding_comparison.decoding_summary`: the next-token KL along
     the generation (mean over generations, per step range), the per-generation KL after the first compression
     (one dot per generation; the bar is the geometric mean with its bootstrap interval), and where the kept tokens
-    sit (fraction of the final cache per age bin)."""
+    sit (fraction of the final cache per age bin; the bins past the oldest kept token of every method, empty for
+    all, are left out)."""
     if not summary:
         raise ValueError("`summary` is empty: load data/serving/decoding_comparison.json and summarise it first")
     fig = make_subplots(rows=1, cols=3, column_widths=[0.40, 0.22, 0.38], horizontal_spacing=0.12,
                         subplot_titles=("KL along the generation", "KL per generation", "age of the kept tokens"))
+    # age bins past the oldest kept token of every method are empty for all of them: left out
+    n_age = max((j + 1 for s in summary.values() for j, f in enumerate(s["age_fraction"]) if f > 0), default=0)
     for i, (name, s) in enumerate(summary.items()):
         color, label = method_style(name)["color"], DECODING_LABELS.get(name, name)
         edges = s["bin_edges"]
@@ -164,12 +180,14 @@ def decoding_comparison(summary: dict, *, title: str = "Compression during decod
                         marker=dict(color=color, size=16, symbol="line-ew-open", line=dict(width=3)), row=1, col=2)
         a = s["age_edges"]
         bins = [f"{lo}-{hi - 1}" if j < len(a) - 2 else f">={lo}" for j, (lo, hi) in enumerate(zip(a[:-1], a[1:]))]
-        fig.add_bar(x=bins, y=s["age_fraction"], name=label, legendgroup=name, showlegend=False,
+        fig.add_bar(x=bins[:n_age], y=s["age_fraction"][:n_age], name=label, legendgroup=name, showlegend=False,
                     marker_color=color, row=1, col=3)
     fig.update_yaxes(type="log", title_text="KL (nats)", row=1, col=1)
-    fig.update_yaxes(type="log", row=1, col=2)
+    fig.update_yaxes(type="log", title_text="KL after the first compression (nats)", row=1, col=2)
     fig.update_xaxes(title_text="generated token", row=1, col=1)
-    fig.update_xaxes(showticklabels=False, row=1, col=2)
+    # one column per method (colours as in the legend): dots = generations, bar = geometric mean and 95 % interval
+    fig.update_xaxes(showticklabels=False, title_text="method: a dot per generation,<br>bar: geometric mean",
+                     row=1, col=2)
     fig.update_xaxes(title_text="age (tokens)", row=1, col=3)
     fig.update_yaxes(title_text="fraction of the cache", row=1, col=3)
     # the legend above the panels: below them it would meet the rotated age-bin labels and their axis title
