@@ -66,6 +66,9 @@ def test_kl_bars_groups_by_ratio():
     assert [t.name for t in fig.data] == ["jacap", "knorm"]  # one trace (and legend entry) per method
     assert list(fig.data[1].y) == [0.3, 2.0] and list(fig.data[0].x) == ["c = 0.5", "c = 0.9"]
     assert [t.marker.color for t in fig.data] == [METHOD_STYLES["jacap"][0], METHOD_STYLES["knorm"][0]]
+    # bars on a linear axis from 0: a bar's length is its KL (a log axis cut at 0.2 exaggerated small gaps)
+    assert fig.layout.yaxis.type == "linear" and fig.layout.yaxis.rangemode == "tozero"
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
 
 
 @pytest.mark.model

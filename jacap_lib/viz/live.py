@@ -4,7 +4,8 @@
   token; hover shows the token's Jacap components;
 * :func:`token_strip_slider` - the same strip for several inspections (e.g. compression ratios)
   behind a precomputed plotly slider, so it moves in the static site;
-* :func:`kl_bars` - next-token KL per compression ratio and method (log scale, the book's method colours).
+* :func:`kl_bars` - next-token KL per compression ratio and method (linear axis from 0, the book's method
+  colours).
 """
 from __future__ import annotations
 
@@ -101,7 +102,9 @@ def token_strip_slider(inspections: list, layer: int | None = None, head: int | 
 
 def kl_bars(rows: list[dict], title: str = "Next-token KL(full || compressed), lower is better") -> go.Figure:
     """Grouped bars: x = compression ratio, one bar (and legend entry) per method in the method's colour of
-    the book; rows have ``method, ratio, kl``."""
+    the book; rows have ``method, ratio, kl``. The KL axis is linear from 0, so a bar's length is its KL and
+    the ratio of two bars is the ratio of their KLs (a log axis cut above 0 would make small differences look
+    large)."""
     if not rows:
         raise ValueError("rows must be a non-empty list of {'method', 'ratio', 'kl'} dicts")
     methods = list(dict.fromkeys(r["method"] for r in rows))
@@ -111,7 +114,8 @@ def kl_bars(rows: list[dict], title: str = "Next-token KL(full || compressed), l
         by = {r["ratio"]: r["kl"] for r in rows if r["method"] == m}
         fig.add_bar(name=m, legendgroup=m, x=[f"c = {c:g}" for c in ratios], y=[by.get(c) for c in ratios],
                     hovertemplate="%{x}: KL %{y:.4g} nats<extra>" + m + "</extra>")
-    fig.update_yaxes(type="log", title="KL (nats)")
+    fig.update_yaxes(type="linear", rangemode="tozero", title="KL (nats)")
+    fig.update_xaxes(title="compression ratio")
     fig.update_layout(barmode="group", title=title, height=420)
     return finish(fig)
 
