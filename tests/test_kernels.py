@@ -321,6 +321,28 @@ def test_tf32_default_precision_on_gpu():
     assert_fields_close(got, want, rtol=5e-3, atol_rel=1e-4, fields=("alpha", "weight", "leverage", "score"))
 
 
+@needs_kernels
+@pytest.mark.parametrize("kw", [{}, {"noise": "deff", "deff_target": 3.0, "d_out": 48}], ids=["fixed", "deff-proj"])
+def test_inputs_that_require_grad_score_as_plain_ones(kw):
+    """A model run outside torch.no_grad() hands the scorer tensors that require grad: the Triton entries
+    (``triton_jacap_scores`` and ``jacap_scores(backend="triton")``) score them without autograd and return
+    exactly what they return for the same values without grad."""
+    kw = dict(kw)
+    keys, values, mu, lam = make_inputs(1, 2, 96, 32, torch.float32, seed=15)
+    d_out = kw.pop("d_out", None)
+    if d_out is not None:
+        kw["out_proj"] = torch.randn(d_out, 32, generator=torch.Generator().manual_seed(4)).to(DEVICE) / 6
+    tensors = {k: v for k, v in dict(keys=keys, values=values, mu=mu, lam=lam, **kw).items() if isinstance(v, torch.Tensor)}
+    graded = {k: v.clone().requires_grad_(True) for k, v in tensors.items()}
+    opts = {k: v for k, v in kw.items() if k not in tensors}
+    assert torch.is_grad_enabled()
+    for entry in (lambda **t: triton_jacap_scores(**t, dot_precision=PRECISION, **opts),
+                  lambda **t: jacap_scores(**t, backend="triton", **opts)):
+        plain, got = entry(**tensors), entry(**graded)
+        for f in FIELDS:
+            assert not getattr(got, f).requires_grad and torch.equal(getattr(got, f), getattr(plain, f)), f
+
+
 @pytest.mark.skipif(INTERPRETED or DEVICE == "cuda", reason="the cases already run in this process")
 def test_cases_under_interpreter_subprocess():
     """Run this file in a fresh process with TRITON_INTERPRET=1 set before triton is imported."""

@@ -153,3 +153,28 @@ def test_grid_table_reports_outcomes(tiny_llama):
     assert "ScorerPress" in rows[("ChunkPress", "jacap_adakv")]["detail"]
     assert rows[("DecodingPress", "expected_attention")]["outcome"] == "NaN scores"
     assert rows[("DecodingPress", "jacap")]["outcome"] == "works"
+
+
+def _grad_wrapper(i: int, name: str):
+    """The first wrapper from position ``i`` on (cyclically) that admits ``name``; None where none does
+    (``jacap_pyramid`` is itself a kvpress ``PerLayerCompressionPress``)."""
+    return next((w for w in WRAPPERS[i:] + WRAPPERS[:i] if known_refusal(w, name) is None), None)
+
+
+GRAD_CASES = [(name, _grad_wrapper(i, name)) for i, name in enumerate(list_methods("jacap"))]
+
+
+@pytest.mark.parametrize("name,wrapper", GRAD_CASES, ids=[f"{w}({n})" for n, w in GRAD_CASES])
+def test_jacap_presses_score_a_model_that_requires_grad(name, wrapper, tiny_llama, prompt_ids):
+    """kvpress's own tests run models outside torch.no_grad(): every Jacap press, inside a kvpress wrapper
+    (a different one per press), scores the keys/values/hidden states that then require grad, and keeps
+    the same tokens with the same scores as without autograd."""
+    assert all(p.requires_grad for p in tiny_llama.parameters())
+    plain = run_combo(tiny_llama, wrapper, name, prompt_ids)
+    graded = run_combo(tiny_llama, wrapper, name, prompt_ids, grad=True)
+    assert "refused" not in graded, graded.get("refused")
+    assert graded["finite_logits"] and graded["scores"]
+    assert graded["lengths"] == plain["lengths"] and graded["masked"] == plain["masked"]
+    assert len(graded["scores"]) == len(plain["scores"])
+    for a, b in zip(plain["scores"], graded["scores"]):  # equal but in the last bits (CAMPress merges values)
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)

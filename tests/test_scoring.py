@@ -221,3 +221,56 @@ def test_inputs_that_require_grad_are_scored_without_autograd():
     assert not s.score.requires_grad
     for f in FIELDS:
         torch.testing.assert_close(getattr(s, f).to(f64), ref[f], rtol=1e-5, atol=1e-9)
+
+
+def _lev_weight(k, m, l):
+    return scoring.jacap_weight(k.double(), m.double(), l.double(), 3.0)[3]
+
+
+# every public entry of jacap_lib.scoring that takes cache tensors (examples, diagnostics and the presses call
+# them): name -> (call on (keys, values, mu, lam, W), whether its result is a selection score without gradient)
+GRAD_ENTRIES = {
+    "jacap_scores": (lambda k, v, m, l, W: jacap_scores(k, v, m, l, backend="torch"), True),
+    "jacap_scores-deff-out_proj": (lambda k, v, m, l, W: jacap_scores(k, v, m, l, noise="deff", deff_target=3.0,
+                                                                      out_proj=W, backend="torch"), True),
+    "validated_scores": (lambda k, v, m, l, W: scoring.validated_scores(k, v, m, l, tau=2.0, noise=0.5), True),
+    "leverage": (lambda k, v, m, l, W: scoring.leverage(v.double(), _lev_weight(k, m, l), 0.5), True),
+    "leverage-per-head-noise": (lambda k, v, m, l, W: scoring.leverage(v, _lev_weight(k, m, l).float(), l[..., :1].squeeze(-1)), True),
+    "rank_one_corrected_scores": (lambda k, v, m, l, W: scoring.rank_one_corrected_scores(k, v, m, l), True),
+    "rank_one_corrected_scores-out_proj": (lambda k, v, m, l, W: scoring.rank_one_corrected_scores(
+        k, v, m, l, tau=10.0, noise=2.0, out_proj=W), True),
+    "jacap_weight": (lambda k, v, m, l, W: scoring.jacap_weight(k, m, l, 3.0), False),
+    "weighted_gram": (lambda k, v, m, l, W: scoring.weighted_gram(v, _lev_weight(k, m, l).float()), False),
+    # eigenvalues: lam stands in (>= 0, (1, 2, d)); eigvalsh itself differs in the last bit with grad on
+    "effective_dimension": (lambda k, v, m, l, W: scoring.effective_dimension(l.double() * 10, m[..., 0].abs()), False),
+    "deff_noise": (lambda k, v, m, l, W: scoring.deff_noise(l.double() * 10, 3.0), False),
+    "cholesky_with_jitter": (lambda k, v, m, l, W: scoring.cholesky_with_jitter(
+        torch.eye(32) + scoring.weighted_gram(v, _lev_weight(k, m, l).float())), False),
+}
+
+
+def _tensors(out):
+    if isinstance(out, JacapScores):
+        return list(out.to_dict().values())
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+@pytest.mark.parametrize("entry", list(GRAD_ENTRIES))
+def test_every_entry_takes_inputs_that_require_grad(entry):
+    """Outside torch.no_grad() a model hands the scorers tensors that require grad (kvpress's own tests do):
+    every public entry computes on them without raising (the blocked passes write into out= buffers, which
+    autograd refuses) and returns exactly what it returns for the same values without grad; the selection
+    scores carry no gradient."""
+    fn, detached = GRAD_ENTRIES[entry]
+    keys, values, mu, lam = inputs(shape=(1, 2, 129, 32), seed=4)
+    W = torch.randn(48, 32, generator=torch.Generator().manual_seed(5)) / 6
+    plain = _tensors(fn(keys, values, mu, lam, W))
+    assert torch.is_grad_enabled()
+    graded = [t.clone().requires_grad_(True) for t in (keys, values, mu, lam, W)]
+    got = _tensors(fn(*graded))
+    assert len(got) == len(plain)
+    for a, b in zip(plain, got):
+        assert not a.requires_grad and torch.isfinite(a).all()
+        assert torch.equal(a, b.detach()), entry
+        if detached:
+            assert not b.requires_grad, entry

@@ -66,6 +66,22 @@ def test_rank_one_dominant_token_loses_leverage_by_centring():
     assert r[3] < r.max() * 1e-3
 
 
+@pytest.mark.parametrize("arg", ["keys", "values"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_rank_one_nonfinite_cache_names_the_argument(arg, bad):
+    """NaN/Inf in the cache: the same ValueError naming the argument as jacap_scores (not the solve's
+    CholeskyFailure), and the valid cache still scores."""
+    from jacap_lib.scoring import rank_one_corrected_scores
+
+    k, v, mu, lam = _head(2)
+    tensors = {"keys": k, "values": v}
+    tensors[arg] = tensors[arg].clone()
+    tensors[arg][5, 3] = bad
+    with pytest.raises(ValueError, match=f"`{arg}` contains 1 NaN/Inf"):
+        rank_one_corrected_scores(tensors["keys"], tensors["values"], mu, lam)
+    assert torch.isfinite(rank_one_corrected_scores(k, v, mu, lam).score).all()
+
+
 def test_two_stage_equals_brute_force_rescoring():
     k, v, mu, lam = _head(2, n=40, dtype=torch.float32)
     ratio = 0.75

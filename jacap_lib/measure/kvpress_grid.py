@@ -58,9 +58,12 @@ def _scorer(name: str, ratio: float, small: bool):
     return build_press(name, ratio, **opts)
 
 
-def wrap(wrapper: str, name: str, n_layers: int, small: bool = True):
-    """kvpress ``wrapper`` around a fresh registry press ``name`` (kvpress asserts on a refusal)."""
+def wrap(wrapper: str | None, name: str, n_layers: int, small: bool = True):
+    """kvpress ``wrapper`` around a fresh registry press ``name`` (kvpress asserts on a refusal); ``None``: the
+    registry press alone (``jacap_adakv`` and ``jacap_pyramid`` are kvpress wrappers themselves)."""
     s = lambda r=RATIO: _scorer(name, r, small)  # noqa: E731
+    if wrapper is None:
+        return s()
     if wrapper == "DecodingPress":
         return kvpress.DecodingPress(base_press=s(0.0), compression_interval=INTERVAL, target_size=TARGET,
                                      hidden_states_buffer_size=BUFFER)
@@ -170,9 +173,17 @@ def masked_counts(model) -> list | None:
     return out
 
 
-@torch.no_grad()
-def run_combo(model, wrapper: str, name: str, prompt_ids: torch.Tensor, small: bool = True) -> dict:
-    """Prefill ``prompt_ids (1, P)`` under ``wrapper(name)``, decode STEPS greedy tokens; what happened."""
+def run_combo(model, wrapper: str | None, name: str, prompt_ids: torch.Tensor, small: bool = True, *,
+              grad: bool = False) -> dict:
+    """Prefill ``prompt_ids (1, P)`` under ``wrapper(name)``, decode STEPS greedy tokens; what happened.
+
+    ``grad=True`` runs the model with autograd on, as kvpress's own tests do (its parameters require grad),
+    so the press sees hidden states, keys and values that require grad."""
+    with torch.set_grad_enabled(grad):
+        return _run_combo(model, wrapper, name, prompt_ids, small)
+
+
+def _run_combo(model, wrapper, name, prompt_ids, small):
     n_layers = model.config.num_hidden_layers
     try:
         press = wrap(wrapper, name, n_layers, small)

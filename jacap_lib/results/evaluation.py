@@ -42,7 +42,7 @@ from . import protocol as P
 __all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_CONTINUATION", "QUICK", "Plan", "row_key", "load_docs",
            "tune_groups", "test_groups", "run_groups", "measure_group", "write_choices", "read_choices",
            "best_baselines", "jacap_settings", "complete_cells", "test_specs", "cell_statistics", "compare_settings", "check_settings_unchanged", "summarize", "summary_table",
-           "TARGET", "target_status", "identical_documents", "check_ratios", "check_processes", "check_model_option",
+           "TARGET", "target_status", "identical_documents", "check_ratios", "check_processes",
            "eval_dir", "map_in_workers", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
            "TIME", "SUMMARY"]
 
@@ -124,16 +124,6 @@ def check_processes(args, *, quick: bool) -> None:
     for name in ("threads", "workers"):
         if getattr(args, name, 1) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
-
-
-def check_model_option(name) -> None:
-    """``--model``: a valid model name (:func:`jacap_lib.models.check_model_name`); loads nothing."""
-    from ..models import check_model_name
-
-    try:
-        check_model_name(name)
-    except ValueError as e:
-        raise ValueError(f"--model: {e}") from None
 
 
 def eval_dir(given, *, quick: bool) -> Path:
@@ -757,7 +747,7 @@ def prepare(args, *, tokenizer=None) -> Plan:
             raise ValueError(f"--methods: {unknown} not in the search space; choose among {list(space)}")
         space = {m: space[m] for m in args.methods}
     P.check_search_space(space, exact=not quick)
-    check_model_option(args.model)
+    J.check_model(args.model)  # before the tokenizer loads: an unusable model is named as --model
     try:
         if args.tune_per_kind < 0:
             raise ValueError(f"--tune-per-kind must be >= 0, got {args.tune_per_kind}")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["BadArgument", "UnavailableModel", "Job", "check", "as_option", "check_ratios", "check_positive", "check_out_file", "check_methods",
+__all__ = ["BadArgument", "Job", "check", "as_option", "check_ratios", "check_positive", "check_out_file", "check_methods",
            "check_model", "load_model", "shared_options", "build_parser", "run_table", "DEFAULT_THREADS"]
 
 DEFAULT_THREADS = 1  # torch CPU threads: 1 is fastest and steadiest on a shared machine
@@ -27,12 +27,6 @@ DEFAULT_THREADS = 1  # torch CPU threads: 1 is fastest and steadiest on a shared
 class BadArgument(ValueError):
     """An invalid command-line argument: the command prints its usage and the message, exits with status 2
     and writes nothing. Raised only by a job's checks, which run before any work."""
-
-
-class UnavailableModel(BadArgument):
-    """``--model`` names a model that cannot be loaded here (not cached, and the Hub offline, unreachable or
-    without it): the command prints this one line - the call itself was right, its usage would not help -
-    exits with status 2 and writes nothing."""
 
 
 @dataclass(frozen=True)
@@ -95,13 +89,12 @@ def check_methods(specs, name: str = "--methods") -> list[str]:
 def check_model(name) -> None:
     """``--model``: a valid name, and for a Hugging Face id one that is cached or that the Hub knows
     (:func:`jacap_lib.models.check_model_available`: asked once, with a timeout, so an unusable id fails in
-    seconds, before any weights load)."""
-    from ..models import ModelUnavailableError, check_model_available
+    seconds, before any weights load and with no traceback). Every job checks ``--model`` with it; a model
+    that cannot be used here is a bad argument like any other (usage, status 2, nothing written)."""
+    from ..models import check_model_available
 
     try:
-        check_model_available(name)
-    except ModelUnavailableError as e:
-        raise UnavailableModel(f"--model: {e}") from None
+        check_model_available(name)  # ModelUnavailableError is a ValueError
     except ValueError as e:
         raise BadArgument(f"--model: {e}") from None
 
@@ -200,9 +193,6 @@ def _run(job: Job, parser, args, *, command: str, options: list[str]):
     args.command, args.argv = command, options  # what ran (recorded in results), and the job's own options
     try:
         return job.run(args)
-    except UnavailableModel as e:  # one line: the call was right, the model is not here
-        print(f"{parser.prog}: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
     except BadArgument as e:
         parser.error(str(e))  # the job's own usage, status 2; its checks ran before any work
 

@@ -333,7 +333,7 @@ def prepare(args) -> Plan:
     if trials < 1:
         raise ValueError(f"--trials must be >= 1, got {trials}")
     E.check_processes(args, quick=quick)
-    E.check_model_option(args.model)
+    J.check_model(args.model)
     out_dir = E.eval_dir(args.dir, quick=quick)
     choices_path = Path(args.choices or data_path("results", "eval", "choices.json", must_exist=False))
     record = model_record(args.model)

@@ -71,7 +71,8 @@ def leverage(u: torch.Tensor, weight: torch.Tensor, noise=1.0) -> torch.Tensor:
 
     ``noise`` is a number or a tensor of per-head values broadcasting against ``u``'s leading dims.
     ``A = L L^T`` is factorised once per head and the leverages are ``|L^{-1} u_i|^2``, one GEMM with the
-    ``m x m`` factor ``L^{-1}`` (:mod:`.factor`); ``A^{-1}`` itself is never formed.
+    ``m x m`` factor ``L^{-1}`` (:mod:`.factor`); ``A^{-1}`` itself is never formed. Inputs that require grad
+    are read, not differentiated: the leverages carry no gradient.
     """
     lead, (N, m) = tuple(u.shape[:-2]), u.shape[-2:]
     cdt = compute_dtype(u.dtype)
@@ -142,7 +143,7 @@ def validated_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out
 
         return validated_triton_scores(keys, values, mu, lam, tau=tau, noise=noise, deff_target=deff_target,
                                        out_proj=out_proj)
-    with torch.no_grad():  # the blocked kernels write into preallocated buffers (out=), which autograd refuses
+    with torch.no_grad():  # scores decide a selection: no autograd graph over the cache (the passes refuse one anyway)
         return _torch_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, deff_target=deff_target,
                                    out_proj=out_proj)
 

@@ -15,6 +15,11 @@ temporary is ever allocated, and fp16/bf16 caches are converted block by block.
 The sync-free variants (:func:`cholesky_jitter_ondevice`, :func:`deff_noise_ondevice`) decide on
 the device what the torch path decides on the host (which jitter a head needs, the bisection of the
 noise rule), so a CUDA scoring call never waits for the GPU.
+
+The three passes over the cache write into preallocated buffers (``out=``), which autograd refuses; they
+run under ``torch.no_grad()`` themselves, so every caller (Algorithm 1, :func:`~jacap_lib.scoring.leverage`,
+the rank-one variant, the diagnostics) can hand them tensors that require grad (a model run outside
+``torch.no_grad()``): the cache is read, not differentiated, and their results carry no gradient.
 """
 from __future__ import annotations
 
@@ -49,6 +54,7 @@ def _block(x3: torch.Tensor, s: int, e: int, cdt: torch.dtype, buf: torch.Tensor
     return buf[:, : e - s].copy_(blk)
 
 
+@torch.no_grad()  # out= buffers: see the module docstring
 def token_pass(k3: torch.Tensor, mu3: torch.Tensor, lam3: torch.Tensor, cdt: torch.dtype, rows: int):
     """One read of K: ``logits = k . mu`` and ``kappa = sum lam k^2`` for ``k3 (G, N, d)``, ``mu3, lam3
     (G, d, 1)`` in ``cdt``. Returns two ``(G, N)`` tensors.
@@ -74,6 +80,7 @@ def token_pass(k3: torch.Tensor, mu3: torch.Tensor, lam3: torch.Tensor, cdt: tor
     return logits, kappa.square_()
 
 
+@torch.no_grad()  # out= buffers: see the module docstring
 def gram_pass(v3: torch.Tensor, weight: torch.Tensor, cdt: torch.dtype, rows: int) -> torch.Tensor:
     r"""One read of V: :math:`\sum_j w_j v_j v_j^\top` for ``v3 (G, N, d)``, ``weight (G, N)``: ``(G, d, d)``,
     symmetrised."""
@@ -89,6 +96,7 @@ def gram_pass(v3: torch.Tensor, weight: torch.Tensor, cdt: torch.dtype, rows: in
     return 0.5 * (gram + gram.transpose(1, 2))
 
 
+@torch.no_grad()  # out= buffers: see the module docstring
 def leverage_pass(v3: torch.Tensor, Pt: torch.Tensor, cdt: torch.dtype, rows: int) -> torch.Tensor:
     r"""One more read of V: :math:`\ell_i = \lVert P v_i\rVert^2` for ``v3 (G, N, d)`` and ``Pt = P^T (G, d, m)``."""
     G, N, d = v3.shape

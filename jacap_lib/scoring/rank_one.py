@@ -8,12 +8,13 @@ import torch
 
 from .. import _checks
 from ..config import DEFAULTS, check
-from .contract import JacapScores, validate_inputs
+from .contract import JacapScores, diagnose_nonfinite, validate_inputs
 from .core import leverage
 
 __all__ = ["rank_one_corrected_scores"]
 
 
+@torch.no_grad()  # scores decide a selection: inputs that require grad are read, not differentiated
 def rank_one_corrected_scores(keys, values, mu, lam, *, tau: float = DEFAULTS.tau, noise: float = DEFAULTS.noise,
                               out_proj=None) -> JacapScores:
     r"""Algorithm 1 with the exact softmax Jacobian :math:`S=\mathrm{Diag}(\bar\alpha)-\bar\alpha\bar\alpha^\top`.
@@ -31,7 +32,9 @@ def rank_one_corrected_scores(keys, values, mu, lam, *, tau: float = DEFAULTS.ta
     (:math:`\bar\alpha(1-\bar\alpha)`, for reference), ``kappa``, ``weight`` (:math:`w_i'`),
     ``leverage`` (:math:`(u_i-\bar u)^\top A^{-1}(u_i-\bar u)` with
     :math:`A=I+\sum_j (w_j'/\sigma^2)(u_j-\bar u)(u_j-\bar u)^\top`) and ``score`` (:math:`w_i'/\sigma^2\cdot`leverage).
-    Shapes as in :func:`jacap_lib.jacap_scores`: keys/values ``(..., N, d)``, mu/lam ``(..., d)``.
+    Shapes as in :func:`jacap_lib.jacap_scores`: keys/values ``(..., N, d)``, mu/lam ``(..., d)``; the same
+    argument checks (a ValueError naming a non-finite input), and likewise no gradient: inputs that
+    require grad (a model run outside ``torch.no_grad()``) are read, not differentiated.
     """
     validate_inputs(keys, values, mu, lam, out_proj)
     tau = check("tau", tau)
@@ -43,9 +46,13 @@ def rank_one_corrected_scores(keys, values, mu, lam, *, tau: float = DEFAULTS.ta
     alpha = torch.softmax((k @ mu_.unsqueeze(-1)).squeeze(-1) / (tau * math.sqrt(d)), dim=-1)
     kappa = (k.square() * lam_.unsqueeze(-2)).sum(-1)
     weight = alpha.square() * kappa / d
+    if not bool(torch.isfinite(weight).all()):  # as jacap_scores: name the input before the solve fails on it
+        diagnose_nonfinite(keys=keys)
     u = v if out_proj is None else v @ out_proj.to(dt).transpose(-1, -2)
     ubar = (alpha.unsqueeze(-1) * u).sum(-2, keepdim=True)
     uc = u - ubar
+    if not bool(torch.isfinite(uc).all()):
+        diagnose_nonfinite(values=values)
     lev = leverage(uc, weight, noise)
     out = JacapScores(alpha=alpha, rho=alpha * (1 - alpha), kappa=kappa, weight=weight, leverage=lev,
                       score=weight / noise * lev)
