@@ -17,7 +17,8 @@ As a Sphinx extension (``_config.yml``: ``sphinx.extra_extensions: [jacap_lib.bo
   :func:`jacap_lib.viz.setup_notebook` emits static HTML figures and
   :func:`jacap_lib.widgets.show` builds no widgets;
 * copies the installed plotly's ``plotly.min.js`` into the site's ``_static`` and loads it on
-  every page (the figures' HTML calls the global ``Plotly``), so the site needs no CDN.
+  every page (the figures' HTML calls the global ``Plotly``), so the site needs no CDN;
+* has the kernels that execute the chapters started with CurveZMQ keys (:func:`encrypt_kernel_transport`).
 """
 from __future__ import annotations
 
@@ -68,8 +69,29 @@ def _dedupe_inline_scripts(app, pagename, templatename, context, doctree):
     context["script_files"] = kept
 
 
+def encrypt_kernel_transport() -> bool:
+    """Start this process's Jupyter kernels with manager-provisioned CurveZMQ keys; True if it could.
+
+    The build executes each chapter in a fresh ipykernel over TCP (myst-nb -> jupyter-cache -> nbclient),
+    and ipykernel >= 7 logs "Kernel is running over TCP without encryption" once per kernel started
+    without keys. jupyter_client provisions keys when the kernel manager's ``transport_encryption`` is
+    ``"auto"`` and the kernelspec declares ``supported_encryption: curve`` (ipykernel's does), but
+    nbclient builds its manager with an empty traitlets configuration that neither myst-nb nor
+    jupyter-cache lets a book set. So the default itself is set, here, in the build process only: the
+    kernels' traffic is encrypted instead of the warning hidden. Needs pyzmq with CurveZMQ (libsodium);
+    without it nothing changes (and the warning stays)."""
+    import zmq
+    from jupyter_client.manager import KernelManager
+
+    if not zmq.has("curve") or not hasattr(KernelManager, "transport_encryption"):  # older jupyter_client: no keys
+        return False
+    KernelManager.transport_encryption.default_value = "auto"  # the trait itself (also AsyncKernelManager's)
+    return True
+
+
 def setup(app):
     os.environ[BOOK_BUILD_ENV] = "1"
+    encrypt_kernel_transport()
     app.connect("config-inited", _config_inited)
     app.connect("html-page-context", _dedupe_inline_scripts)
     # plain <script> in <head>: loaded before the figures' inline Plotly.newPlot calls

@@ -110,6 +110,40 @@ def test_config_keeps_the_site_offline_and_strict():
     assert "jacap_lib.book" in cfg["sphinx"]["extra_extensions"]
 
 
+# executes a one-cell notebook as the build does (myst-nb's cache mode -> jupyter-cache -> nbclient), first with
+# jupyter_client's defaults, then after the book's Sphinx extension has set up the kernels' transport
+_EXECUTE_TWICE = """
+import nbformat
+from jupyter_cache.executors.utils import single_nb_execution
+from jacap_lib import book
+
+nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+for step in ("default", "book"):
+    if step == "book" and not book.encrypt_kernel_transport():
+        print("NO-CURVE", flush=True)
+        break
+    print("STEP", step, flush=True)
+    res = single_nb_execution(nbformat.from_dict(nb), cwd=None, timeout=120, allow_errors=False)
+    assert res.err is None and res.nb.cells[0].outputs[0]["text"] == "42\\n", res.err
+"""
+
+
+def test_the_builds_kernels_do_not_run_unencrypted_over_tcp():
+    """ipykernel warns once per executed chapter ("Kernel is running over TCP without encryption"); the
+    book's Sphinx extension has the kernels started with CurveZMQ keys, and the warning is gone."""
+    out = subprocess.run([sys.executable, "-c", _EXECUTE_TWICE], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=300, cwd=ROOT)  # one stream: the kernels' stderr in order with the steps
+    text = out.stdout
+    assert out.returncode == 0, text[-3000:]
+    if "NO-CURVE" in text:
+        pytest.skip("pyzmq here has no CurveZMQ (libsodium): the kernels cannot be given keys")
+    default, book = text.split("STEP book")
+    if "without encryption" not in default:
+        pytest.skip("this ipykernel does not warn about unencrypted TCP")
+    assert "without encryption" not in book
+
+
 def test_pages_workflow_publishes_the_configured_branch():
     wf = yaml.safe_load((ROOT / ".github/workflows/pages.yml").read_text())
     branch = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["branch"]

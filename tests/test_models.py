@@ -79,7 +79,7 @@ def test_invalid_id_and_local_names_need_no_hub(monkeypatch, tmp_path):
     monkeypatch.setattr("huggingface_hub.model_info", lambda *a, **k: pytest.fail("the Hub was asked"))
     with pytest.raises(ValueError, match="valid Hugging Face id") as err:
         models.check_model_available("two words")
-    assert not isinstance(err.value, models.ModelUnavailableError)  # a bad value (usage shown), not a missing model
+    assert not isinstance(err.value, models.ModelUnavailableError)  # a bad value, not a missing model
     models.check_model_available(None)  # the bundled model
     with pytest.raises(ValueError, match="not found"):
         models.check_model_available(str(tmp_path / "absent"))
