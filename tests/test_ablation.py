@@ -1,6 +1,5 @@
 """One-knob ablations of Algorithm 1 (jacap_lib.presses.jacap_ablation): the default is Jacap bit for bit, every
 knob against an independent float64 computation, every ONE_KNOB spec changes exactly one option and runs."""
-import copy
 import math
 
 import pytest
@@ -206,7 +205,7 @@ def test_head_budget_is_adakv_top_k_of_the_marginal():
     n, c = 64, 0.6
     ids = torch.randint(0, 96, (1, n), generator=torch.Generator().manual_seed(11))
     masks = {}
-    for spec in ("jacap_ablate[head_budget=logdet,window=8]", "jacap_adakv[alpha_safeguard=0,window=8]"):
+    for spec in ("jacap_ablate[budget=layer,window=8]", "jacap_adakv[alpha_safeguard=0,window=8]"):
         press = press_from_spec(spec, c)
         with torch.no_grad(), press(model):
             model.model(input_ids=ids, past_key_values=DynamicCache())
@@ -286,7 +285,8 @@ EXPECTED_CHANGE = {
     "sensitivity=rho": {"sensitivity"}, "sensitivity=alpha": {"sensitivity"}, "kappa=off": {"kappa"},
     "leverage=I": {"leverage"}, "u=W_O v": {"use_out_proj"},
     "selection=two-stage": {"class"},  # JacapTwoStagePress (expand at its default, 2)
-    "budget=heads": {"head_budget", "wrapper"},  # the AdaKV wrapper is how head_budget=logdet allocates
+    "budget=layer": {"budget", "wrapper"},  # the AdaKV wrapper is how budget=layer allocates
+    "budget=model": {"budget", "wrapper"},  # JacapGlobalBudgetPress
     "prior=isotropic": {"prior_iso"},
     "prior=3-centres": {"class"},  # JacapMultiCenterPress at its defaults, from jacap[beta=none]
 }
@@ -299,8 +299,9 @@ def test_every_ablation_changes_one_thing():
         changed = changed_options(spec, base_spec(label))
         assert set(changed) == EXPECTED_CHANGE[label], (label, changed)
     assert changed_options("jacap_ablate") == {}
-    assert changed_options("jacap_ablate[head_budget=logdet]")["wrapper"][1] == {"class": "AdaKVPress",
-                                                                                 "alpha_safeguard": 0.0}
+    assert changed_options("jacap_ablate[budget=layer]")["wrapper"][1] == {"class": "AdaKVPress",
+                                                                           "alpha_safeguard": 0.0}
+    assert changed_options("jacap_ablate[budget=model]")["wrapper"][1] == {"class": "JacapGlobalBudgetPress"}
     # the diff sees real changes, and options a subclass adds once they leave their default
     assert changed_options("jacap[tau=10]") == {"tau": (3.0, 10)}
     assert changed_options("jacap_two_stage[expand=3]") == {"class": ("JacapPress", "JacapTwoStagePress"),
@@ -333,7 +334,7 @@ def test_every_ablation_runs_on_a_tiny_model(label, dtype):
     """A 128-token prefill at c = 0.5 (64 kept: 4 sinks, 32 window, 28 by score) in float32 and bfloat16, outside
     torch.no_grad() (the cache tensors then require grad): every pruning spec keeps compute_n_kept keys per head,
     rows of the full cache; the AdaKV spec masks the layer's total."""
-    model = copy.deepcopy(tiny_model("llama")).to(dtype)
+    model = tiny_model("llama").to(dtype)
     n, c = 128, 0.5
     ids = torch.randint(0, 96, (1, n), generator=torch.Generator().manual_seed(14))
     full, cache = DynamicCache(), DynamicCache()
@@ -342,14 +343,56 @@ def test_every_ablation_runs_on_a_tiny_model(label, dtype):
     press = press_from_spec(ONE_KNOB[label][0], c)
     with press(model):
         model.model(input_ids=ids, past_key_values=cache)
+    masks = [layer.self_attn.masked_key_indices for layer in model.model.layers]
+    clear_masks(model)
+    if label.startswith("budget="):  # masking wrappers: the tensors keep every slot
+        counts = [int(m[0].numel()) for m in masks]
+        total = 2 * (n - compute_n_kept(n, c))  # per layer
+        assert counts == [total] * 2 if label == "budget=layer" else sum(counts) == 2 * total
+        return
     for i, layer in enumerate(cache.layers):
-        mask = model.model.layers[i].self_attn.masked_key_indices
-        if label == "budget=heads":
-            assert mask is not None and int(mask[0].numel()) == 2 * (n - compute_n_kept(n, c))
-            continue
+        mask = masks[i]
         assert mask is None
         kept, ref = layer.keys[0].detach(), full.layers[i].keys[0]
         assert kept.shape == (2, compute_n_kept(n, c), 16) and torch.isfinite(kept.float()).all()
         for h in range(2):
             assert torch.equal(kept[h, :4], ref[h, :4])  # sinks
             assert all(bool((ref[h] == row).all(-1).any()) for row in kept[h])  # every kept row is a cache row
+
+
+def test_model_budget_is_top_k_over_all_layers_and_heads():
+    """budget=model against a brute-force top-k of the per-layer marginal capacities (recorded from the scorer):
+    the masks cover exactly the model's total, the layers' shares differ, sinks and windows are never masked, and
+    decoding on the masked cache goes on."""
+    model = tiny_model("llama", layers=3)
+    n, c = 96, 0.7
+    ids = torch.randint(0, 96, (1, n), generator=torch.Generator().manual_seed(15))
+    press = press_from_spec("jacap_ablate[budget=model,window=8]", c)
+    recorded = {}
+    score = press.press.score
+
+    def record(module, *args):
+        recorded[module.layer_idx] = out = score(module, *args)
+        return out
+
+    press.press.score = record
+    cache = DynamicCache()
+    with torch.no_grad(), press(model):
+        model.model(input_ids=ids, past_key_values=cache)
+    masks = [layer.self_attn.masked_key_indices for layer in model.model.layers]
+    all_scores = torch.stack([recorded[i][0] for i in range(3)])  # (L, H, N)
+    n_pruned = 3 * 2 * (n - compute_n_kept(n, c))
+    order = sorted(((float(all_scores[l, h, t]), l, h, t) for l in range(3) for h in range(2) for t in range(n)))
+    expected = {(l, h, t) for _, l, h, t in order[:n_pruned]}
+    got = {(l, int(h), int(t)) for l, m in enumerate(masks) for h, t in zip(m[1], m[2])}
+    assert got == expected and len(got) == n_pruned
+    assert not any(t < 4 or t >= n - 8 for _, _, t in got)
+    per_layer = [int(m[0].numel()) for m in masks]
+    assert len(set(per_layer)) > 1  # the layers' budgets are not the uniform split
+    # the recorded scores are the marginal capacities of Algorithm 1 (then protected)
+    unprotected = all_scores[:, :, 4:n - 8]
+    assert float(unprotected.min()) >= 0 and float(unprotected.max()) < 50
+    with torch.no_grad():
+        logits = model(input_ids=ids[:, :1], past_key_values=cache, cache_position=torch.tensor([n])).logits
+    assert torch.isfinite(logits).all()
+    clear_masks(model)

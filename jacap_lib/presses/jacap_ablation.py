@@ -38,13 +38,13 @@ from . import utils
 from .jacap import JacapPress
 
 __all__ = ["JacapAblationPress", "ablation_components", "observed_attention", "marginal_capacity", "ONE_KNOB",
-           "BASE_OF", "base_spec", "CENTRES", "SENSITIVITIES", "KAPPAS", "LEVERAGES", "HEAD_BUDGETS"]
+           "BASE_OF", "base_spec", "CENTRES", "SENSITIVITIES", "KAPPAS", "LEVERAGES", "BUDGETS"]
 
 CENTRES = ("tempered", "ea", "observed")
 SENSITIVITIES = ("rho2", "rho", "alpha")
 KAPPAS = ("on", "mean")
 LEVERAGES = ("A", "identity")
-HEAD_BUDGETS = ("uniform", "logdet")
+BUDGETS = ("uniform", "layer", "model")
 
 
 def marginal_capacity(score: torch.Tensor) -> torch.Tensor:
@@ -191,13 +191,15 @@ class JacapAblationPress(JacapPress):
         Widen the query prior: :math:`\Lambda_Q \to \Lambda_Q + \lambda_\mathrm{iso} I` with
         :math:`\lambda_\mathrm{iso}` = ``prior_iso`` x the mean of :math:`\mathrm{diag}\,\Lambda_Q` (per head).
         Changes :math:`\Lambda_Q` only (:meth:`query_statistics`); :math:`\mu_Q` is untouched.
-    head_budget : {"uniform", "logdet"}, default="uniform"
-        ``"logdet"``: the press scores tokens by their marginal capacity :math:`-\tfrac12\log(1-r_i)`
-        (:func:`marginal_capacity`, nats, comparable across the heads of a layer since the objective adds over
-        heads), for kvpress ``AdaKVPress`` to allocate a layer's budget across its KV heads by top-k;
-        the registry's ``jacap_ablate[head_budget=logdet]`` builds that wrapper (``alpha_safeguard=0``: the
-        objective alone decides; sinks and windows stay protected in every head). Alone (no wrapper) it keeps
-        the same tokens as ``"uniform"`` (the transform is increasing).
+    budget : {"uniform", "layer", "model"}, default="uniform"
+        How the kept slots are spread. ``"uniform"``: ``n_kept`` per KV head (kvpress's top-k per head).
+        ``"layer"`` / ``"model"``: the press scores tokens by their marginal capacity :math:`-\tfrac12\log(1-r_i)`
+        (:func:`marginal_capacity`, nats; comparable across heads and layers because the objective adds over
+        them), and the registry's ``jacap_ablate[budget=layer]`` wraps it in kvpress ``AdaKVPress`` (a layer's
+        total split across its KV heads by top-k; ``alpha_safeguard=0``: the objective alone decides), while
+        ``jacap_ablate[budget=model]`` wraps it in :class:`~jacap_lib.presses.jacap_global_budget.JacapGlobalBudgetPress`
+        (the model's total split across every layer and head). Sinks and windows stay protected in every head.
+        The press alone (no wrapper) keeps the same tokens as ``"uniform"`` (the transform is increasing).
     (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`)
     """
 
@@ -209,7 +211,7 @@ class JacapAblationPress(JacapPress):
     kappa: str = "on"
     leverage: str = "A"
     prior_iso: float = 0.0
-    head_budget: str = "uniform"
+    budget: str = "uniform"
 
     def __post_init__(self):
         super().__post_init__()
@@ -217,7 +219,7 @@ class JacapAblationPress(JacapPress):
         _checks.choice("sensitivity", self.sensitivity, SENSITIVITIES)
         _checks.choice("kappa", self.kappa, KAPPAS)
         _checks.choice("leverage", self.leverage, LEVERAGES)
-        _checks.choice("head_budget", self.head_budget, HEAD_BUDGETS)
+        _checks.choice("budget", self.budget, BUDGETS)
         _checks.positive("prior_iso", self.prior_iso, allow_zero=True)
 
     @property
@@ -260,7 +262,7 @@ class JacapAblationPress(JacapPress):
         mu, lam = self.query_statistics(module, hidden_states, keys, kwargs)
         alpha = self.centre_attention(module, hidden_states, keys, kwargs)
         parts = self.components(keys, values, mu, lam, module, alpha)
-        scores = marginal_capacity(parts.score) if self.head_budget == "logdet" else parts.score
+        scores = parts.score if self.budget == "uniform" else marginal_capacity(parts.score)
         if self.trace is not None:
             self.trace[module.layer_idx] = {"mu": mu, "lam": lam, "score": scores, "parts": parts}
         return self.protect(scores, hidden_states, keys, kwargs)
@@ -292,9 +294,12 @@ ONE_KNOB: dict[str, tuple[str, str]] = {
     "selection=two-stage": ("jacap_two_stage",
                             "selection: top-2B candidates, then alpha-bar, w and A recomputed on them and rescored, "
                             "instead of one shot"),
-    "budget=heads": ("jacap_ablate[head_budget=logdet]",
+    "budget=layer": ("jacap_ablate[budget=layer]",
                      "budget: a layer's total split across its KV heads by top-k of the marginal capacity "
-                     "-1/2 log(1 - r_i) (AdaKV, no safeguard) instead of the same budget per head"),
+                     "-1/2 log(1 - r_i) (kvpress AdaKV, no safeguard) instead of the same budget per head"),
+    "budget=model": ("jacap_ablate[budget=model]",
+                     "budget: the model's total split across all layers and KV heads by top-k of the marginal "
+                     "capacity -1/2 log(1 - r_i) instead of the same budget per head"),
     "prior=isotropic": ("jacap_ablate[prior_iso=1]",
                         "query prior widened: Lambda_Q + mean(diag Lambda_Q) I (an isotropic part as large as "
                         "the mean variance)"),
