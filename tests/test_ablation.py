@@ -396,3 +396,56 @@ def test_model_budget_is_top_k_over_all_layers_and_heads():
         logits = model(input_ids=ids[:, :1], past_key_values=cache, cache_position=torch.tensor([n])).logits
     assert torch.isfinite(logits).all()
     clear_masks(model)
+
+
+def test_rope_average_off_is_the_next_positions_rotation(attn_module):
+    """What "rope-average=off" (n_future_positions=1) means: each query rotated by RoPE at the first future
+    position exactly (kvpress's average over [next, next + 1)), instead of the rotation averaged over 512."""
+    from jacap_lib.hf import apply_rope
+    from jacap_lib.presses import utils
+    from kvpress.utils import get_prerope_query_states
+
+    hs = torch.randn(1, 20, 64, generator=torch.Generator().manual_seed(16))
+    with torch.no_grad():
+        got = utils.future_query_states(attn_module, hs, n_future_positions=1)
+        cos, sin = attn_module.rotary_emb(hs, torch.tensor([[20]]))
+        expected = apply_rope(attn_module, get_prerope_query_states(attn_module, hs), cos, sin)
+        averaged = utils.future_query_states(attn_module, hs, n_future_positions=512)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(averaged, expected, atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    from jacap_lib import load_model
+
+    return load_model(device="cpu")
+
+
+@pytest.mark.model
+def test_every_ablation_runs_on_the_bundled_model(bundled):
+    """Every jacap_ablate spec of ONE_KNOB on SmolLM2-135M (30 layers, 3 KV heads; the other specs are registry
+    names or options test_variants runs there): a 64-token prefill at c = 0.5 keeps compute_n_kept(64, 0.5) slots
+    per head (pruning) or masks the budget's total (the budget ablations), and the next token's logits are finite."""
+    model, _ = bundled
+    n, c = 64, 0.5
+    ids = torch.randint(200, 20000, (1, n), generator=torch.Generator().manual_seed(17))
+    heads, layers = model.config.num_key_value_heads, model.config.num_hidden_layers
+    for label, (spec, _) in ONE_KNOB.items():
+        if not spec.startswith("jacap_ablate"):
+            continue
+        cache = DynamicCache()
+        with torch.no_grad():
+            with press_from_spec(spec, c)(model):
+                model.model(input_ids=ids, past_key_values=cache)
+            masks = [layer.self_attn.masked_key_indices for layer in model.model.layers]
+            logits = model(input_ids=ids[:, -1:], past_key_values=cache, cache_position=torch.tensor([n])).logits
+        clear_masks(model)
+        assert torch.isfinite(logits).all(), label
+        pruned = heads * (n - compute_n_kept(n, c))
+        if label.startswith("budget="):
+            counts = [int(m[0].numel()) for m in masks]
+            assert (counts == [pruned] * layers) if label == "budget=layer" else sum(counts) == layers * pruned, label
+        else:
+            assert all(m is None for m in masks), label
+            assert all(cache.layers[i].keys.shape[-2] == compute_n_kept(n, c) + 1 for i in range(layers)), label
