@@ -221,9 +221,11 @@ def test_head_budget_is_adakv_top_k_of_the_marginal():
         assert counts.sum() == 2 * (n - compute_n_kept(n, c))
 
 
-def test_centre_observed_is_the_models_own_attention():
+@pytest.mark.parametrize("n", [30, 250])
+def test_centre_observed_is_the_models_own_attention(n):
     """observed_attention against the attention weights of an eager forward of the layer (transformers'
-    output_attentions): rows at positions >= n_sink, EMA-weighted, pooled over the G query heads."""
+    output_attentions): rows at positions >= n_sink, EMA-weighted, pooled over the G query heads. At n = 250 the
+    EMA's oldest rows (weight < 1e-9 of the newest) are skipped; the brute force keeps them."""
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -233,14 +235,14 @@ def test_centre_observed_is_the_models_own_attention():
     module.rotary_emb = model.model.rotary_emb
     seen = {}
     module.register_forward_pre_hook(lambda m, a, kw: seen.update(hs=kw["hidden_states"]), with_kwargs=True)
-    ids = torch.randint(0, 50, (1, 30), generator=torch.Generator().manual_seed(12))
+    ids = torch.randint(0, 50, (1, n), generator=torch.Generator().manual_seed(12))
     cache = DynamicCache()
     with torch.no_grad():
         out = model.model(input_ids=ids, past_key_values=cache, output_attentions=True)
-    attn = out.attentions[0].double()  # (1, H_q, 30, 30)
+    attn = out.attentions[0].double()  # (1, H_q, n, n)
     keys = cache.layers[0].keys
     for beta, n_queries in ((0.9, None), (None, 10)):
-        rows = torch.arange(4, 30)[-n_queries:] if n_queries else torch.arange(4, 30)
+        rows = torch.arange(4, n)[-n_queries:] if n_queries else torch.arange(4, n)
         if beta is None:
             expected = attn[:, :, rows].mean(2)
         else:  # the EMA recursion of mu_Q, run on the attention rows: m = q_first, then m = beta m + (1 - beta) row
@@ -251,7 +253,7 @@ def test_centre_observed_is_the_models_own_attention():
                                  block=7)
         torch.testing.assert_close(got.double(), expected, rtol=1e-4, atol=1e-6)
         pooled = observed_attention(module, seen["hs"], keys, {}, n_queries=n_queries, skip=4, beta=beta, pooled=True)
-        torch.testing.assert_close(pooled.double(), expected.view(1, 2, 2, 30).mean(2), rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(pooled.double(), expected.view(1, 2, 2, n).mean(2), rtol=1e-4, atol=1e-6)
     # the press uses it as the centre, with no tau
     press = JacapAblationPress(0.5, centre="observed", tau=50.0)
     with torch.no_grad():
