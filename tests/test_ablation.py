@@ -451,3 +451,32 @@ def test_every_ablation_runs_on_the_bundled_model(bundled):
         else:
             assert all(m is None for m in masks), label
             assert all(cache.layers[i].keys.shape[-2] == compute_n_kept(n, c) + 1 for i in range(layers)), label
+
+
+@pytest.mark.parametrize("label", [k for k, (spec, _) in ONE_KNOB.items() if spec.startswith("jacap_ablate")])
+def test_replay_equals_the_kvpress_path(label):
+    """The evaluation's replay (the press's own hook called layer by layer on one captured prefill) leaves the same
+    cache and the same per-head masks as ``with press(model): model(prompt)``, for every jacap_ablate spec (the
+    model-wide budget decides at the last layer in both), and the continuation's log-probabilities agree."""
+    from jacap_lib.measure.quality import capture_prefill, compressed_forward, continue_from_cache, replay_press
+
+    model = tiny_model("llama", layers=3)
+    ids = torch.randint(0, 96, (1, 76), generator=torch.Generator().manual_seed(18))
+    prompt, cont = ids[:, :64], ids[:, 64:]
+    spec = ONE_KNOB[label][0].replace("]", ",window=8]")
+    real = DynamicCache()
+    with press_from_spec(spec, 0.6)(model), torch.inference_mode():
+        model(input_ids=prompt, past_key_values=real, use_cache=True)
+    real_masks = [layer.self_attn.masked_key_indices for layer in model.model.layers]
+    cache = replay_press(model, capture_prefill(model, prompt), press_from_spec(spec, 0.6))
+    masks = [layer.self_attn.masked_key_indices for layer in model.model.layers]
+    for a, b in zip(cache.layers, real.layers):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+    for m, r in zip(masks, real_masks):
+        assert (m is None) == (r is None) and (m is None or all(torch.equal(x, y) for x, y in zip(m, r)))
+    assert (masks[0] is not None) == label.startswith("budget=")
+    logq, _, kept = continue_from_cache(model, cache, 64, cont)
+    real_logq, _, real_kept = compressed_forward(model, prompt, cont, press=press_from_spec(spec, 0.6))
+    torch.testing.assert_close(logq, real_logq, rtol=1e-5, atol=1e-6)
+    assert kept == real_kept == compute_n_kept(64, 0.6)
+    clear_masks(model)
