@@ -480,3 +480,33 @@ def test_replay_equals_the_kvpress_path(label):
     torch.testing.assert_close(logq, real_logq, rtol=1e-5, atol=1e-6)
     assert kept == real_kept == compute_n_kept(64, 0.6)
     clear_masks(model)
+
+
+def test_generic_path_noise_deff_meets_its_target():
+    """noise="deff" on an ablated weight: sigma^2 is chosen so that sum_i r_i (the effective dimension of the
+    ablated weights' Gram) equals deff_frac * min(n_kept, d)."""
+    k, v, mu, lam = _head(19, n=40)
+    press = JacapAblationPress(0.5, noise="deff", deff_frac=0.5, sensitivity="rho", kappa="mean")
+    got = _press_scores(press, k, v, mu, lam)
+    target = 0.5 * min(compute_n_kept(40, 0.5), D)
+    torch.testing.assert_close(got.score.sum().double(), torch.tensor(target, dtype=torch.float64), rtol=1e-4, atol=0)
+    # and it is Algorithm 1's leverage of those weights at that sigma^2 (sigma^2 = w_i lev_i / r_i)
+    sigma2 = float((got.weight * got.leverage / got.score)[0, 0, 0])
+    expected, _ = _brute(k, v, mu, lam, alpha=_tempered(k, mu, 3.0), sens="rho", kappa="mean", noise=sigma2)
+    torch.testing.assert_close(got.score[0, 0].double(), expected, rtol=1e-4, atol=1e-12)
+
+
+def test_observed_centre_with_gqa_mean(attn_module):
+    """gqa="mean": the observed rows per query head, Algorithm 1 per query head, the group's mean."""
+    hs, keys, values = _cache(20)
+    press = JacapAblationPress(0.5, gqa="mean", centre="observed", window=8)
+    with torch.no_grad():
+        mu, lam = press.query_statistics(attn_module, hs, keys, {})
+        alpha = press.centre_attention(attn_module, hs, keys, {})  # (1, H_q, N)
+        got = press.components(keys, values, mu, lam, attn_module, alpha).score
+    assert alpha.shape == (1, 4, 40)
+    torch.testing.assert_close(alpha.sum(-1), torch.ones(1, 4))
+    for h in range(2):
+        per_q = [_brute(keys[0, h].double(), values[0, h].double(), mu[0, q].double(), lam[0, q].double(),
+                        alpha=alpha[0, q].double())[0] for q in (2 * h, 2 * h + 1)]
+        torch.testing.assert_close(got[0, h].double(), (per_q[0] + per_q[1]) / 2, rtol=1e-4, atol=1e-10)

@@ -283,8 +283,10 @@ ONE_KNOB: dict[str, tuple[str, str]] = {
     "rope-average=off": ("jacap[n_future_positions=1]",
                          "query statistics: queries rotated to the next position only, not RoPE-averaged over "
                          "512 future positions"),
-    "queries=32": ("jacap[n_queries=32]", "query statistics from the last 32 prompt queries instead of all"),
-    "queries=128": ("jacap[n_queries=128]", "query statistics from the last 128 prompt queries instead of all"),
+    "queries=32": ("jacap[n_queries=32]", "query statistics from the last 32 prompt queries instead of all (the "
+                                          "EMA, beta 0.9, gives the older ones 0.9^32 of the weight in all)"),
+    "queries=128": ("jacap[n_queries=128]", "query statistics from the last 128 prompt queries instead of all (the "
+                                            "EMA gives the older ones 0.9^128 of the weight in all)"),
     "stats=flat": ("jacap[beta=none]", "query statistics: flat mean/variance over the prompt's queries instead "
                                        "of the EMA (beta 0.9)"),
     "sensitivity=rho": ("jacap_ablate[sensitivity=rho]", "sensitivity factor rho instead of rho^2"),
