@@ -12,7 +12,6 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E4
 from jacap_lib import jacap_scores, theory  # noqa: E402
 from jacap_lib.hf import clear_masks  # noqa: E402
 from jacap_lib.measure.kvpress_grid import tiny_model  # noqa: E402
-from jacap_lib.presses.jacap import JacapPress  # noqa: E402
 from jacap_lib.presses.jacap_ablation import (ONE_KNOB, JacapAblationPress, ablation_components,  # noqa: E402
                                               base_spec, marginal_capacity, observed_attention)
 from jacap_lib.presses.registry import build_press, changed_options, press_from_spec  # noqa: E402
@@ -80,7 +79,8 @@ def attn_module():
 
 def _cache(seed, n=40):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(1, n, 64, generator=g), torch.randn(1, 2, n, 16, generator=g), torch.randn(1, 2, n, 16, generator=g)
+    hs = torch.randn(1, n, 64, generator=g)
+    return hs, torch.randn(1, 2, n, 16, generator=g), torch.randn(1, 2, n, 16, generator=g)
 
 
 @pytest.mark.parametrize("opts", [{}, {"gqa": "mean"}, {"beta": None, "n_queries": 16}, {"noise": "deff"}])

@@ -68,7 +68,8 @@ def observed_attention(module: nn.Module, hidden_states: torch.Tensor, keys: tor
     ``compute_window_attention`` does), attends causally (a key at a later position is masked; a cache whose
     positions the hook does not tell is taken in position order, the rows' own keys last) with the model's
     scaling (``module.scaling``, else :math:`1/\sqrt d`). With an EMA, rows whose weight is below 1e-9 of the
-    newest row's (at most 2e-9 of the total) are skipped: a long prompt costs about 200 rows at ``beta=0.9``. ``pooled``: the G query heads of a KV head averaged
+    newest row's (at most 2e-9 of the total) are skipped: a long prompt costs about 200 rows at ``beta=0.9``.
+    ``pooled``: the G query heads of a KV head averaged
     (``H = H_kv``), else per query head (``H = H_q``). Rows are processed ``block`` at a time.
     """
     query_pos, key_pos, next_pos = utils.hook_positions(hidden_states, keys, kwargs)
@@ -201,7 +202,8 @@ class JacapAblationPress(JacapPress):
         (:func:`marginal_capacity`, nats; comparable across heads and layers because the objective adds over
         them), and the registry's ``jacap_ablate[budget=layer]`` wraps it in kvpress ``AdaKVPress`` (a layer's
         total split across its KV heads by top-k; ``alpha_safeguard=0``: the objective alone decides), while
-        ``jacap_ablate[budget=model]`` wraps it in :class:`~jacap_lib.presses.jacap_global_budget.JacapGlobalBudgetPress`
+        ``jacap_ablate[budget=model]`` wraps it in
+        :class:`~jacap_lib.presses.jacap_global_budget.JacapGlobalBudgetPress`
         (the model's total split across every layer and head). Sinks and windows stay protected in every head.
         The press alone (no wrapper) keeps the same tokens as ``"uniform"`` (the transform is increasing).
     (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`)
@@ -242,7 +244,9 @@ class JacapAblationPress(JacapPress):
         """Algorithm 1's per-token quantities with this press's components (``alpha``: the observed centre)."""
         if self.algorithm1_scoring:
             return super().components(keys, values, mu, lam, module)
-        out_proj = utils.out_proj_factors(module, pooled=self.gqa == "pool").to(keys.device) if self.use_out_proj else None
+        out_proj = None
+        if self.use_out_proj:
+            out_proj = utils.out_proj_factors(module, pooled=self.gqa == "pool").to(keys.device)
         g = mu.shape[1] // keys.shape[1] if self.gqa == "mean" else 1
         if g > 1:
             keys, values = repeat_kv(keys, g), repeat_kv(values, g)

@@ -55,9 +55,10 @@ def jacap_pyramid(compression_ratio, slope=0.5, max_ratio=0.99, evict="mask", **
 
 
 def jacap_ablate(compression_ratio, alpha_safeguard=None, **opts):
-    """Jacap with one component of Algorithm 1 swapped (centre, sensitivity, kappa, leverage, prior_iso, budget; list: jacap_ablation.ONE_KNOB)
+    """Jacap with one component of Algorithm 1 swapped (centre, sensitivity, kappa, leverage, prior_iso, budget)
 
-    Returns a :class:`~jacap_lib.presses.jacap_ablation.JacapAblationPress`; with ``budget="layer"`` a kvpress
+    The one-knob ablations are listed in :data:`jacap_lib.presses.jacap_ablation.ONE_KNOB`. Returns a
+    :class:`~jacap_lib.presses.jacap_ablation.JacapAblationPress`; with ``budget="layer"`` a kvpress
     ``AdaKVPress`` around it (top-k of the marginal capacity across the KV heads of a layer; ``alpha_safeguard``
     defaults to 0, the objective alone), with ``budget="model"`` a
     :class:`~jacap_lib.presses.jacap_global_budget.JacapGlobalBudgetPress` (across all layers and heads). Both are
