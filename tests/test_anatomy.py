@@ -123,6 +123,7 @@ def test_swap_settings_change_one_knob_each():
     assert s["baseline_jacap_protection"]["protect"] == (4, 32)
     assert s["tau_1"]["spec"] == "jacap[tau=1,beta=0.9]" and s["tau_10"]["spec"] == "jacap[tau=10,beta=0.9]"
     assert s["flat_statistics"]["spec"] == "jacap[tau=3,beta=none]"
+    assert s["no_leverage"]["spec"] == "jacap[tau=3,beta=0.9,noise=1e+06]" and s["gqa_mean"]["spec"].endswith("gqa=mean]")
     # a baseline without sinks: its protection is no protection, listed once
     keys = [x["key"] for x in A.swap_settings("jacap[tau=3,beta=0.9]", "snapkv[window_size=16]")]
     assert "jacap_baseline_protection" not in keys and "jacap_no_protection" in keys
@@ -176,3 +177,21 @@ def test_bad_calls_are_refused_before_any_work(argv, msg, tmp_path, monkeypatch,
     err = capsys.readouterr().err
     assert e.value.code == 2 and msg in err and err.startswith("usage: jacap evaluate anatomy ")
     assert list(out.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_the_gap_splits_into_protection_and_score_that_multiply_to_it():
+    rng = np.random.default_rng(0)
+    docs = []
+    for i in range(6):
+        d, b, jb, bj = rng.uniform(0.01, 0.3, 4)
+        docs.append({"kind": "x", "kl": {"default": {"kl": d}, "baseline": {"kl": b},
+                                         "jacap_baseline_protection": {"kl": jb}, "baseline_jacap_protection": {"kl": bj}}})
+    parts = {p["part"]: p for p in A.decompose_gap(docs, n_resamples=999)}
+    total = parts["total"]["ratio"]
+    want = math.exp(np.mean([math.log(x["kl"]["default"]["kl"] / x["kl"]["baseline"]["kl"]) for x in docs]))
+    assert total == pytest.approx(want, rel=1e-12)
+    assert parts["protection (Jacap's score)"]["ratio"] * parts["score (the baseline's protection)"]["ratio"] \
+        == pytest.approx(total, rel=1e-12)
+    assert parts["score (Jacap's protection)"]["ratio"] * parts["protection (the baseline's score)"]["ratio"] \
+        == pytest.approx(total, rel=1e-12)
+    assert all(p["low"] <= p["ratio"] <= p["high"] and p["verdict"] for p in parts.values())

@@ -35,12 +35,13 @@ from . import job as J
 from . import protocol as P
 
 __all__ = ["losing_cells", "paired_values", "layer_ratios", "kind_ratios", "rows_part", "with_options",
-           "swap_settings", "pick_documents", "swap_ratios", "kept_summary", "add_arguments", "prepare", "execute",
+           "swap_settings", "pick_documents", "swap_ratios", "decompose_gap", "kept_summary", "add_arguments", "prepare", "execute",
            "JOB", "DEFAULT_LENGTH", "DEFAULT_RATIO", "DEFAULT_PER_KIND"]
 
 DEFAULT_LENGTH = 2048
 DEFAULT_RATIO = 0.5
 DEFAULT_PER_KIND = 3
+NO_LEVERAGE_NOISE = 1e6  # sigma^2 this large makes A = I + W / sigma^2 the identity to float32 precision
 
 
 # --------------------------------------------------------------------------------------------- 1: the rows
@@ -71,11 +72,14 @@ def paired_values(rows: list[dict], setting: str, reference: str, length: int, r
     return docs, [a[d] for d in docs], [b[d] for d in docs]
 
 
-def _interval(x, y, **opts) -> dict:
+def _interval(x, y, *, verdict: bool = False, **opts) -> dict:
     from . import verdicts as V
 
     iv = V.geometric_mean_ratio(x, y, **opts)
-    return {"ratio": iv.estimate, "low": iv.low, "high": iv.high, "n": iv.n}
+    out = {"ratio": iv.estimate, "low": iv.low, "high": iv.high, "n": iv.n}
+    if verdict:
+        out["verdict"] = V.verdict(iv)
+    return out
 
 
 def layer_ratios(rows: list[dict], setting: str, reference: str, length: int, ratio: float, *,
@@ -166,6 +170,14 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
         if t != tau:
             out.append({"key": f"tau_{t:g}", "spec": with_options(default, tau=t),
                         "changes": f"temperature tau = {t:g} (from {tau:g})", "protect": None})
+    if jp.get("noise", DEFAULTS.noise) != NO_LEVERAGE_NOISE:
+        out.append({"key": "no_leverage", "spec": with_options(default, noise=NO_LEVERAGE_NOISE),
+                    "changes": f"channel noise sigma^2 = {NO_LEVERAGE_NOISE:g}: A = I + W/sigma^2 is then ~ I, so the "
+                               "score ranks by w_i |v_i|^2 (no interaction between tokens through A)", "protect": None})
+    if jp.get("gqa", DEFAULTS.gqa) != "mean":
+        out.append({"key": "gqa_mean", "spec": with_options(default, gqa="mean"),
+                    "changes": "statistics and scores per query head, averaged over the KV head's group (Expected "
+                               "Attention's convention) instead of one pooled Gaussian per KV head", "protect": None})
     if jp.get("beta", DEFAULTS.beta) is not None:
         out.append({"key": "flat_statistics", "spec": with_options(default, beta=None),
                     "changes": "flat query statistics over the prompt (beta = none) instead of the EMA", "protect": None})
@@ -215,10 +227,36 @@ def swap_ratios(documents: list[dict], *, kind: str | None = None, **opts) -> li
     for k in keys:
         x = np.array([d["kl"][k]["kl"] for d in docs])
         if np.allclose(x, ref, rtol=1e-12, atol=0):
-            out.append({"key": k, "ratio": 1.0, "low": 1.0, "high": 1.0, "n": len(docs), "lower": 0})
+            out.append({"key": k, "ratio": 1.0, "low": 1.0, "high": 1.0, "n": len(docs), "lower": 0,
+                        "verdict": "identical on every document"})
             continue
-        out.append({"key": k, **_interval(x, ref, **opts), "lower": int((x < ref).sum())})
+        out.append({"key": k, **_interval(x, ref, verdict=True, **opts), "lower": int((x < ref).sum())})
     return out
+
+
+def decompose_gap(documents: list[dict], *, kind: str | None = None, **opts) -> list[dict]:
+    """The default's KL gap to the baseline split into protection and score, two ways, each part a paired
+    geometric-mean ratio with its interval (n = the documents, small):
+
+    * ``total``: default / baseline;
+    * ``protection (Jacap's score)``: default / Jacap's score under the baseline's protection, and
+      ``score (the baseline's protection)``: that / baseline — the two multiply to ``total`` on every document;
+    * ``score (Jacap's protection)``: default / the baseline's score under Jacap's protection, and
+      ``protection (the baseline's score)``: that / baseline — the other order, also multiplying to ``total``.
+
+    Needs the swap keys ``default``, ``baseline``, ``baseline_jacap_protection`` and ``jacap_baseline_protection``
+    (for a baseline without sinks, ``jacap_no_protection`` stands for the latter)."""
+    docs = [d for d in documents if kind is None or d["kind"] == kind]
+    if len(docs) < 3:
+        raise ValueError(f"decompose_gap: {len(docs)} documents{'' if kind is None else ' of kind ' + kind}; need >= 3")
+    jb = "jacap_baseline_protection" if "jacap_baseline_protection" in docs[0]["kl"] else "jacap_no_protection"
+    kl = {k: np.array([d["kl"][k]["kl"] for d in docs]) for k in ("default", "baseline", "baseline_jacap_protection", jb)}
+    parts = [("total", "default", "baseline"),
+             ("protection (Jacap's score)", "default", jb), ("score (the baseline's protection)", jb, "baseline"),
+             ("score (Jacap's protection)", "default", "baseline_jacap_protection"),
+             ("protection (the baseline's score)", "baseline_jacap_protection", "baseline")]
+    return [{"part": name, "numerator": a, "denominator": b, **_interval(kl[a], kl[b], verdict=True, **opts)}
+            for name, a, b in parts]
 
 
 def kept_summary(documents: list[dict], *, kind: str | None = None) -> dict:
