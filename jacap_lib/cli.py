@@ -71,16 +71,16 @@ COMMANDS = {
                    "c 0.5/0.75/0.9, 5 depths x 4 keys, plus the uncompressed answer -> data/results/eval/needle.jsonl "
                    "(needs the tune's choices.json)",
                    "jacap_lib.results.needle:NEEDLE"),
-        "anatomy": ("why the default Jacap setting loses: per-layer error ratios and KL by document kind in the "
-                    "losing cells (from the test rows), and on one cell's test documents the kept sets of the default "
-                    "and the best baseline and a one-knob swap of score and protection -> "
-                    "data/results/eval/anatomy.json",
-                    "jacap_lib.results.anatomy:JOB"),
         "needle-summary": ("per cell, each setting's needle accuracy (and the uncompressed ceiling) and the default "
                            "Jacap setting against the best baseline by KL on tune and the paper preset, paired per "
                            "prompt: accuracy difference intervals, McNemar and Holm p, verdicts -> "
                            "data/results/eval/needle_summary.json",
                            "jacap_lib.results.needle:NEEDLE_SUMMARY"),
+        "anatomy": ("why the default Jacap setting loses: per-layer error ratios and KL by document kind in the "
+                    "losing cells (from the test rows), and on one cell's test documents the kept sets of the default "
+                    "and the best baseline and a one-knob swap of score and protection -> "
+                    "data/results/eval/anatomy.json",
+                    "jacap_lib.results.anatomy:JOB"),
     }),
     "inspect": ("what one eviction keeps, per layer and KV head (--layer/--head: marked text, --html: the whole "
                 "model); --kl-table: the live chapter's KL table",
