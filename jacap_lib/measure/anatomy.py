@@ -39,6 +39,7 @@ _MARKUP = re.compile(r"^[\s\W_]+$")
 def kept_positions(model, capture, press) -> torch.Tensor:
     """LongTensor ``(L, H, B)``: ascending prompt positions each layer and KV head keeps under ``press``, replayed
     on ``capture`` (a press that masks keys per head instead of evicting them is refused)."""
+    from ..hf import decoder_layers_of
     from .eviction import kept_indices
     from .quality import replay_press
 
@@ -47,8 +48,6 @@ def kept_positions(model, capture, press) -> torch.Tensor:
     for i, rec in enumerate(capture.layers):
         full, kept = rec["keys"], cache.layers[i].keys
         out.append(kept_indices(full, kept)[0].cpu())
-    from ..hf import decoder_layers_of
-
     if any(getattr(layer.self_attn, "masked_key_indices", None) is not None for layer in decoder_layers_of(model)):
         for layer in decoder_layers_of(model):
             layer.self_attn.masked_key_indices = None
