@@ -195,3 +195,26 @@ def test_the_gap_splits_into_protection_and_score_that_multiply_to_it():
     assert parts["score (Jacap's protection)"]["ratio"] * parts["protection (the baseline's score)"]["ratio"] \
         == pytest.approx(total, rel=1e-12)
     assert all(p["low"] <= p["ratio"] <= p["high"] and p["verdict"] for p in parts.values())
+
+
+def test_kept_positions_read_back_from_the_cache_are_the_presses_top_k(tiny_llama):
+    """On a tiny model: the positions read back for KNorm are the budget smallest key norms of every layer and
+    head, computed from the captured keys; the baseline under Jacap's protection keeps the window too."""
+    from kvpress import KnormPress
+
+    from jacap_lib.measure.quality import capture_prefill
+    from jacap_lib.presses.protected import ProtectedPress
+
+    torch.manual_seed(1)
+    ids = torch.randint(0, 96, (1, 48))
+    cap = capture_prefill(tiny_llama, ids)
+    kept = M.kept_positions(tiny_llama, cap, KnormPress(compression_ratio=0.5))
+    assert kept.shape == (2, 2, 24)
+    for layer, rec in enumerate(cap.layers):
+        norms = rec["keys"][0].norm(dim=-1)  # (H, N)
+        want = norms.topk(24, dim=-1, largest=False).indices.sort(-1).values
+        assert torch.equal(kept[layer], want)
+    prot = M.kept_positions(tiny_llama, cap, ProtectedPress(press=KnormPress(compression_ratio=0.5),
+                                                            compression_ratio=0.5, n_sink=2, window=6))
+    mask = M.kept_mask(prot, 48)
+    assert bool(mask[..., :2].all()) and bool(mask[..., -6:].all()) and prot.shape == (2, 2, 24)
