@@ -136,6 +136,8 @@ def test_swap_ratios_are_paired_geometric_means_to_the_default():
     assert out["default"]["ratio"] == 1.0 and out["default"]["lower"] == 0
     assert out["x"]["ratio"] == pytest.approx((2 * 0.5 * 2 * 1) ** 0.25, rel=1e-12)
     assert out["x"]["lower"] == 1 and out["x"]["n"] == 4
+    back = {r["key"]: r for r in A.swap_ratios(docs, reference="x", n_resamples=999)}
+    assert back["default"]["ratio"] == pytest.approx(1 / out["x"]["ratio"], rel=1e-12)
 
 
 def test_figures_have_axis_titles_and_two_log_ticks():

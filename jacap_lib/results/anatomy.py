@@ -214,15 +214,17 @@ def pick_documents(docs: list[dict], per_kind: int, ids=None) -> list[dict]:
     return out
 
 
-def swap_ratios(documents: list[dict], *, kind: str | None = None, **opts) -> list[dict]:
+def swap_ratios(documents: list[dict], *, kind: str | None = None, reference: str = "default", **opts) -> list[dict]:
     """Per swap setting: the geometric mean over ``documents`` (the file's ``documents``; ``kind``: only that kind)
-    of its KL / the default's KL, with its bootstrap interval (n = the documents: small, the interval wide), and
-    the documents where it lowers the default's KL."""
+    of its KL / the ``reference`` setting's KL (default: the default Jacap setting), with its bootstrap interval
+    (n = the documents: small, the interval wide), and the documents where it is lower than the reference's."""
     docs = [d for d in documents if kind is None or d["kind"] == kind]
     if len(docs) < 3:
         raise ValueError(f"swap_ratios: {len(docs)} documents{'' if kind is None else ' of kind ' + kind}; need >= 3")
     keys = list(docs[0]["kl"])
-    ref = np.array([d["kl"]["default"]["kl"] for d in docs])
+    if reference not in keys:
+        raise ValueError(f"reference {reference!r} is not a swap setting; choose among {keys}")
+    ref = np.array([d["kl"][reference]["kl"] for d in docs])
     out = []
     for k in keys:
         x = np.array([d["kl"][k]["kl"] for d in docs])

@@ -119,12 +119,13 @@ def position_figure(data: dict, *, groups=None) -> go.Figure:
                                  ("a_only", cfg["default"], "kept by Jacap only")):
             fig.add_trace(go.Bar(x=labels[:last], y=s[side][:last], name=f"{what} ({spec})", legendgroup=spec,
                                  showlegend=i == 1, hovertemplate="%{x} from the end: %{y:.1%}"), row=1, col=i)
-        fig.update_xaxes(title_text="distance from the end of the prompt (tokens)", row=1, col=i)
+        fig.update_xaxes(title_text="distance from the end", tickangle=-60, row=1, col=i)
         fig.layout.annotations[i - 1].text = f"{title} ({s['n_docs']} documents)"
-    fig.update_yaxes(title_text="share of the tokens kept by one press only", tickformat=".0%", row=1, col=1)
+    fig.update_yaxes(title_text="share of the tokens kept by one only", tickformat=".0%", row=1, col=1)
     fig.update_layout(title=f"Where the two kept sets differ: prompt {cfg['length']}, c = {cfg['ratio']:g}",
-                      barmode="group", height=420, width=780, legend={"orientation": "h", "y": -0.35, "x": 0},
-                      margin={"b": 140})
+                      barmode="group", height=500, width=780,
+                      legend={"orientation": "h", "y": -0.42, "x": 0, "yanchor": "top"},
+                      margin={"b": 170, "t": 90})
     return finish(fig)
 
 
@@ -167,7 +168,7 @@ def swap_figure(data: dict) -> go.Figure:
 
     settings = [s for s in data["config"]["settings"] if s["key"] != "default"]
     groups = _groups_of(data["documents"])
-    fig = make_subplots(rows=1, cols=len(groups), shared_yaxes=True, horizontal_spacing=0.03,
+    fig = make_subplots(rows=len(groups), cols=1, shared_xaxes=True, vertical_spacing=0.12,
                         subplot_titles=[f"{g} ({sum(ks is None or d['kind'] in ks for d in data['documents'])} documents)"
                                         for g, ks in groups.items()])
     allv = []
@@ -183,20 +184,20 @@ def swap_figure(data: dict) -> go.Figure:
                                      error_x={"type": "data", "symmetric": False, "array": [r["high"] - r["ratio"]],
                                               "arrayminus": [r["ratio"] - r["low"]]},
                                      hovertemplate=f"{s['changes']}: %{{x:.2f}} [{r['low']:.2f}, {r['high']:.2f}]"),
-                          row=1, col=i)
-        fig.add_vline(x=1, line={"color": "black", "width": 1}, row=1, col=i)
-        fig.update_xaxes(title_text="KL / default's KL", row=1, col=i)
+                          row=i, col=1)
+        fig.add_vline(x=1, line={"color": "black", "width": 1}, row=i, col=1)
+        fig.update_xaxes(title_text="KL / default's KL", showticklabels=True, row=i, col=1)
     ticks = log_tickvals(allv + [1])
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
-    fig.update_yaxes(categoryorder="array", categoryarray=ylabels[::-1])
+    fig.update_yaxes(categoryorder="array", categoryarray=ylabels[::-1], title_text="setting")
     for tr in fig.data:  # method colours by spec
         st = method_style(tr.name)
         tr.marker.color = st["color"]
         tr.error_x.color = st["color"]
     cfg = data["config"]
-    fig.update_layout(title=f"One knob at a time: KL of each change relative to the default, prompt {cfg['length']}, "
-                            f"c = {cfg['ratio']:g} (geometric mean over documents, 95 % interval)",
-                      height=120 + 45 * len(settings), width=780, margin={"l": 260})
+    fig.update_layout(title=f"One knob at a time: KL relative to the default, prompt {cfg['length']}, "
+                            f"c = {cfg['ratio']:g}",
+                      height=150 + len(groups) * (60 + 26 * len(settings)), width=780, margin={"l": 300, "t": 90})
     return finish(fig)
 
 
