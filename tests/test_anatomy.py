@@ -220,3 +220,30 @@ def test_kept_positions_read_back_from_the_cache_are_the_presses_top_k(tiny_llam
                                                             compression_ratio=0.5, n_sink=2, window=6))
     mask = M.kept_mask(prot, 48)
     assert bool(mask[..., :2].all()) and bool(mask[..., -6:].all()) and prot.shape == (2, 2, 24)
+
+
+def test_observed_centre_is_the_models_own_attention_of_the_last_queries(tiny_llama):
+    """JacapObservedPress's centre equals the attention weights the model itself reports (eager attention) for the
+    last obs_window queries, averaged over them and over each KV head's query heads."""
+    import copy
+
+    from jacap_lib.hf import decoder_layers_of
+    from jacap_lib.measure.quality import capture_prefill
+    from jacap_lib.presses.jacap_observed import JacapObservedPress
+
+    torch.manual_seed(2)
+    ids = torch.randint(0, 96, (1, 40))
+    cap = capture_prefill(tiny_llama, ids)
+    press = JacapObservedPress(compression_ratio=0.5, obs_window=8, n_future_positions=64)
+    eager = copy.deepcopy(tiny_llama)
+    eager.set_attn_implementation("eager")
+    with torch.no_grad():
+        att = eager(ids, output_attentions=True).attentions
+        for layer, rec in enumerate(cap.layers):
+            mod = decoder_layers_of(tiny_llama)[layer].self_attn
+            got = press.observed_alpha(mod, rec["kwargs"]["hidden_states"], rec["keys"], rec["kwargs"])
+            want = att[layer][:, :, -8:, :].mean(2).view(1, 2, 2, 40).mean(2)
+            assert torch.allclose(got[..., :32], want[..., :32], atol=1e-6)
+            assert bool((got[..., 32:] == 0).all())  # the window's own keys: left out by kvpress, weight 0
+    with pytest.raises(ValueError, match="gqa"):
+        JacapObservedPress(compression_ratio=0.5, gqa="mean")

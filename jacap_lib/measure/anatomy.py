@@ -26,7 +26,7 @@ from collections import Counter
 import torch
 
 __all__ = ["DISTANCE_EDGES", "CATEGORIES", "kept_positions", "kept_mask", "jaccard_per_layer", "exclusive_histogram",
-           "token_categories", "category_counts", "top_tokens", "measure_document"]
+           "token_categories", "category_counts", "top_tokens", "document_kl", "measure_document"]
 
 #: bin edges of the distance from the end of the prompt (``N - 1 - position``; 0 = the last prompt token): the
 #: recent window of Jacap is the first two bins
@@ -153,13 +153,34 @@ def top_tokens(mask: torch.Tensor, tokens: list[str], k: int = 12) -> list[list]
 
 
 @torch.inference_mode()
+def document_kl(model, tokenizer, text: str, *, length: int, continuation: int, presses: dict,
+                name: str = "text", capture=None) -> dict:
+    """``{label: {kl, top1_agreement, attn_rel_error, kept_tokens}}`` of every press on one document (one
+    captured prefill and full reference shared by all; ``capture``: ``(capture, reference, prompt, continuation)``
+    already made)."""
+    from .quality import capture_prefill, full_reference, next_token_kl, prompt_and_continuation
+
+    if capture is None:
+        prompt, cont = prompt_and_continuation(tokenizer, text, length, continuation, name=name)
+        cap = capture_prefill(model, prompt)
+        capture = (cap, full_reference(model, None, prompt, cont, capture=cap), prompt, cont)
+    cap, ref, prompt, cont = capture
+    kl = {}
+    for label, press in presses.items():
+        res = next_token_kl(model, None, prompt, cont, press, reference=ref, capture=cap)
+        kl[label] = {"kl": res.kl, "top1_agreement": res.top1_agreement, "attn_rel_error": res.attn_rel_error,
+                     "kept_tokens": res.kept_tokens}
+    return kl
+
+
+@torch.inference_mode()
 def measure_document(model, tokenizer, text: str, *, length: int, continuation: int, presses: dict, pair: tuple,
                      name: str = "text") -> dict:
     """One document: KL of every press in ``presses`` (``{label: press}``) and the kept sets of the two presses
     named by ``pair = (a, b)`` (labels of ``presses``) compared. Returns ``{"kl": {label: {kl, top1_agreement,
     attn_rel_error}}, "jaccard": [per layer], "histogram": ..., "categories": {"a_only", "b_only", "prompt"},
     "top_tokens": {"a_only", "b_only"}, "budget": B, "seconds"}`` (``a_only``: kept by ``a``, not by ``b``)."""
-    from .quality import capture_prefill, full_reference, next_token_kl, prompt_and_continuation
+    from .quality import capture_prefill, full_reference, prompt_and_continuation
 
     a, b = pair
     for lab in pair:
@@ -169,11 +190,8 @@ def measure_document(model, tokenizer, text: str, *, length: int, continuation: 
     prompt, cont = prompt_and_continuation(tokenizer, text, length, continuation, name=name)
     cap = capture_prefill(model, prompt)
     ref = full_reference(model, None, prompt, cont, capture=cap)
-    kl = {}
-    for label, press in presses.items():
-        res = next_token_kl(model, None, prompt, cont, press, reference=ref, capture=cap)
-        kl[label] = {"kl": res.kl, "top1_agreement": res.top1_agreement, "attn_rel_error": res.attn_rel_error,
-                     "kept_tokens": res.kept_tokens}
+    kl = document_kl(model, tokenizer, text, length=length, continuation=continuation, presses=presses,
+                     capture=(cap, ref, prompt, cont))
     n = prompt.shape[1]
     ka, kb = kept_positions(model, cap, presses[a]), kept_positions(model, cap, presses[b])
     ma, mb = kept_mask(ka, n), kept_mask(kb, n)

@@ -41,6 +41,7 @@ __all__ = ["losing_cells", "paired_values", "layer_ratios", "kind_ratios", "rows
 DEFAULT_LENGTH = 2048
 DEFAULT_RATIO = 0.5
 DEFAULT_PER_KIND = 3
+OBS_WINDOW = 32  # the prompt queries whose attention replaces Jacap's centre (= Jacap's recent window)
 NO_LEVERAGE_NOISE = 1e6  # sigma^2 this large makes A = I + W / sigma^2 the identity to float32 precision
 
 
@@ -178,6 +179,10 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
         out.append({"key": "gqa_mean", "spec": with_options(default, gqa="mean"),
                     "changes": "statistics and scores per query head, averaged over the KV head's group (Expected "
                                "Attention's convention) instead of one pooled Gaussian per KV head", "protect": None})
+    out.append({"key": "observed_centre", "spec": f"{default}+observed[obs_window={OBS_WINDOW}]",
+                "changes": f"the centre alpha replaced by the attention the last {OBS_WINDOW} prompt queries paid "
+                           "(mean over them and the KV head's query heads); weight, leverage, protection Jacap's",
+                "protect": None, "observed": OBS_WINDOW})
     if jp.get("beta", DEFAULTS.beta) is not None:
         out.append({"key": "flat_statistics", "spec": with_options(default, beta=None),
                     "changes": "flat query statistics over the prompt (beta = none) instead of the EMA", "protect": None})
@@ -185,6 +190,11 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
 
 
 def _press(setting: dict, ratio: float):
+    if setting.get("observed"):
+        from ..presses.jacap_observed import JacapObservedPress
+
+        name, opts = P.parse_method(setting["spec"].split("+observed[", 1)[0])
+        return JacapObservedPress(compression_ratio=ratio, obs_window=int(setting["observed"]), **opts)
     if setting["protect"] is None:
         return P.protocol_press(setting["spec"], ratio)
     from ..presses.protected import ProtectedPress
@@ -294,6 +304,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--docs", nargs="+", default=None, help="test document ids instead of --per-kind")
     parser.add_argument("--dir", type=Path, default=None,
                         help="folder of test.jsonl, choices.json and summary.json (default data/results/eval)")
+    parser.add_argument("--extend", action="store_true",
+                        help="measure only the settings the existing --out file lacks, on its documents and cell, "
+                             "and add them (everything else in the file stays)")
 
 
 def prepare(args) -> dict:
@@ -332,13 +345,72 @@ def prepare(args) -> dict:
     settings = swap_settings(default, baseline)
     for s in settings:
         _press(s, float(args.ratio))  # a setting that cannot be built fails now
+    existing = None
+    if getattr(args, "extend", False):
+        J.check(out.is_file(), f"--extend: {out} does not exist; run without --extend first")
+        try:
+            existing = files.read_json(out, require=("config", "layers", "kinds", "documents"))
+        except ValueError as e:
+            raise J.BadArgument(f"--extend: {e}") from None
+        c = existing["config"]
+        same = (c.get("cell") == cell and c.get("default") == default and c.get("baseline") == baseline
+                and (not args.docs or [d["id"] for d in c["documents"]] == list(args.docs)))
+        J.check(same, f"--extend: {out} was made for cell {c.get('cell')}, {c.get('default')} vs {c.get('baseline')} "
+                      f"on other documents; extend it with its own cell and documents")
+        known = {d["id"]: d for d in load_docs()}
+        docs = [known[d["id"]] for d in c["documents"]]
     return {"folder": folder, "out": out, "choices": choices, "summary": summary, "test_rows": test_rows,
             "docs": docs, "length": int(args.length), "ratio": float(args.ratio), "cell": cell, "default": default,
-            "baseline": baseline, "settings": settings, "continuation": int(choices["config"]["continuation"])}
+            "baseline": baseline, "settings": settings, "continuation": int(choices["config"]["continuation"]),
+            "existing": existing}
+
+
+def _extend(plan: dict, args, model, tokenizer) -> Path:
+    """``--extend``: the settings the file lacks, measured on its documents and merged in."""
+    from tqdm.auto import tqdm
+
+    from ..measure.anatomy import document_kl
+    from ..presses.registry import method_options
+    from .provenance import provenance
+
+    data = plan["existing"]
+    have = set(data["documents"][0]["kl"]) if data["documents"] else set()
+    todo = [s for s in plan["settings"] if s["key"] not in have]
+    if not todo:
+        print(f"{plan['out']} already holds every setting; nothing to add")
+        return plan["out"]
+    t0 = time.perf_counter()
+    if model is None:
+        model, tokenizer = J.load_model(args)
+    presses = {s["key"]: _press(s, plan["ratio"]) for s in todo}
+    by_id = {d["id"]: d for d in plan["docs"]}
+    order = [s["key"] for s in plan["settings"]]
+    for rec in tqdm(data["documents"], desc="anatomy documents", disable=args.no_progress):
+        d = by_id[rec["doc"]]
+        kl = document_kl(model, tokenizer, d["text"], length=plan["length"], continuation=plan["continuation"],
+                         presses=presses, name=f"document {d['id']}")
+        merged = {**rec["kl"], **files.round_floats(kl)}
+        rec["kl"] = {k: merged[k] for k in order if k in merged}
+    cfg = data["config"]
+    done = {s["key"] for s in cfg["settings"]}
+    for s in todo:
+        if s["key"] not in done:
+            cfg["settings"].append({**{k: v for k, v in s.items() if k != "protect"},
+                                    "protect": list(s["protect"]) if s["protect"] else None,
+                                    "options": method_options(presses[s["key"]])})
+    cfg["settings"].sort(key=lambda s: order.index(s["key"]) if s["key"] in order else len(order))
+    rec = provenance(model, model_name=args.model, command=getattr(args, "command", None))
+    cfg.setdefault("extended", []).append({"settings": [s["key"] for s in todo], "git": rec["git"], "time": rec["time"],
+                                           "command": rec.get("command"), "versions": rec["versions"],
+                                           "seconds": round(time.perf_counter() - t0, 1)})
+    return files.write_json(plan["out"], data)
 
 
 def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
-    """Measurement 1 from the rows, then 2-3 on the model; writes the file (atomically) at the end."""
+    """Measurement 1 from the rows, then 2-3 on the model; writes the file (atomically) at the end
+    (``--extend``: only the settings the file lacks, merged into it)."""
+    if plan.get("existing") is not None:
+        return _extend(plan, args, model, tokenizer)
     from tqdm.auto import tqdm
 
     from ..measure.anatomy import measure_document
