@@ -161,6 +161,7 @@ def test_figures_have_axis_titles_and_two_log_ticks():
     (["--docs", "dialogue/nosuch"], "not test documents"),
     (["--out", "{tmp}/x.txt"], "must end in .json"),
     (["--dir", "{tmp}/empty"], "does not exist"),
+    (["--extend"], "run without --extend first"),
 ])
 def test_bad_calls_are_refused_before_any_work(argv, msg, tmp_path, monkeypatch, capsys):
     import jacap_lib.models
