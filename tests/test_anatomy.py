@@ -248,3 +248,20 @@ def test_observed_centre_is_the_models_own_attention_of_the_last_queries(tiny_ll
             assert bool((got[..., 32:] == 0).all())  # the window's own keys: left out by kvpress, weight 0
     with pytest.raises(ValueError, match="gqa"):
         JacapObservedPress(compression_ratio=0.5, gqa="mean")
+
+
+def test_the_committed_file_agrees_with_the_summary_and_its_configuration():
+    from jacap_lib.results import loaders
+
+    data, summary = loaders.load_anatomy(), loaders.load_eval_summary()
+    cfg = data["config"]
+    losing = {f"{r['length']}/{float(r['ratio'])}": r for r in A.losing_cells(summary)}
+    assert {e["cell"] for e in data["kinds"]} == set(losing) and cfg["cell"] in losing
+    for e in data["kinds"]:  # the all-document ratio is the summary's own geometric-mean ratio, recomputed
+        (all_docs,) = [k for k in e["kinds"] if k["kind"] == "all"]
+        assert all_docs["ratio"] == pytest.approx(losing[e["cell"]]["gm_ratio"], rel=1e-3)
+        assert all_docs["losses"] == losing[e["cell"]]["losses"]
+    keys = [s["key"] for s in cfg["settings"]]
+    assert [d["doc"] for d in data["documents"]] == [d["id"] for d in cfg["documents"]]
+    assert all(list(d["kl"]) == keys for d in data["documents"])
+    assert all(len(d["jaccard"]) == d["n_layers"] for d in data["documents"])
