@@ -8,6 +8,7 @@
     jacap diagnose mechanisms|query-stats          mechanism diagnostics -> data/diagnostics/*.json
     jacap evaluate tune|test|time|summary [--quick] the evaluation protocol -> data/results/eval/
     jacap evaluate needle|needle-summary [--quick] needle retrieval with the tuned methods -> data/results/eval/
+    jacap evaluate anatomy [--length 2048 --ratio 0.5] why the default loses a cell -> data/results/eval/anatomy.json
     jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token
     jacap inspect --layer 3 --head 1 [--text ...]  one head's text, kept/protected/evicted marked
     jacap inspect --html eviction.html             the whole model as a self-contained HTML page
@@ -75,6 +76,11 @@ COMMANDS = {
                            "prompt: accuracy difference intervals, McNemar and Holm p, verdicts -> "
                            "data/results/eval/needle_summary.json",
                            "jacap_lib.results.needle:NEEDLE_SUMMARY"),
+        "anatomy": ("why the default Jacap setting loses: per-layer error ratios and KL by document kind in the "
+                    "losing cells (from the test rows), and on one cell's test documents the kept sets of the default "
+                    "and the best baseline and a one-knob swap of score and protection -> "
+                    "data/results/eval/anatomy.json",
+                    "jacap_lib.results.anatomy:JOB"),
     }),
     "inspect": ("what one eviction keeps, per layer and KV head (--layer/--head: marked text, --html: the whole "
                 "model); --kl-table: the live chapter's KL table",

@@ -27,7 +27,7 @@ def test_the_table_names_every_job():
     assert SUBCOMMANDS == [["book", "build"], ["compare-decoding"], ["decompose"],
                            ["diagnose", "mechanisms"], ["diagnose", "query-stats"], ["evaluate", "tune"],
                            ["evaluate", "test"], ["evaluate", "time"], ["evaluate", "summary"], ["evaluate", "needle"],
-                           ["evaluate", "needle-summary"], ["inspect"], ["serve-run"],
+                           ["evaluate", "needle-summary"], ["evaluate", "anatomy"], ["inspect"], ["serve-run"],
                            ["texts"], ["time", "scoring"], ["time", "e2e"]]
 
 
@@ -180,6 +180,8 @@ BAD = [
     (["evaluate", "needle", "--dir", "{tmp}/e", "--trials", "0"], "--trials"),
     (["evaluate", "needle", "--dir", "{tmp}/e", "--lengths", "16"], "--lengths"),
     (["evaluate", "needle-summary", "--dir", "{tmp}/e"], "run `jacap evaluate needle`"),
+    (["evaluate", "anatomy", "--dir", "{tmp}/e"], "run `jacap evaluate test` first"),
+    (["evaluate", "anatomy", "--ratio", "0.6", "--out", "{tmp}/a.json"], "not a cell of the evaluation"),
     (["book", "build", "--root", "{tmp}"], "_config.yml"),
 ]
 

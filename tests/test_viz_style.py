@@ -17,11 +17,14 @@ def test_one_distinct_colour_per_method():
     for name, (colour, _) in METHOD_STYLES.items():
         colours.setdefault(colour, []).append(name)
     shared = {c: n for c, n in colours.items() if len(n) > 1}
+    from jacap_lib.presses.registry import method_options, press_from_spec
     # only aliases of one method (Jacap's torch reference; the tune choice, which JacapPress() now is) and the
     # two references share a colour
     assert shared == {METHOD_STYLES["jacap"][0]: ["jacap", "jacap_torch", "jacap[tau=3,beta=0.9]"],
+                      "#ff7f0e": ["jacap[window=0]", "jacap[tau=3,beta=0.9,n_sink=4,window=0]"],
                       "#000000": ["full", "floor"]}, shared
-    from jacap_lib.presses.registry import method_options, press_from_spec
+    assert method_options(press_from_spec("jacap[window=0]", 0.5)) == method_options(
+        press_from_spec("jacap[tau=3,beta=0.9,n_sink=4,window=0]", 0.5))  # the same press: one colour
     assert method_options(press_from_spec("jacap", 0.5)) == method_options(press_from_spec("jacap[tau=3,beta=0.9]", 0.5))
     assert method_style("jacap[window=0]") == {"color": "#ff7f0e", "symbol": "diamond"}
     assert method_style("jacap[tau=77]") == method_style("jacap[tau=77]")  # unknown names: fixed, by name

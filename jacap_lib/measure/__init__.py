@@ -3,4 +3,5 @@ quality under compression (:mod:`.quality`: compressed forward, next-token KL, o
 retrieval (:mod:`.passkey`), error decomposition (:mod:`.decomposition`), failure cases (:mod:`.failures`),
 eviction inspection (:mod:`.eviction`), teacher-forced decoding (:mod:`.replay`), Algorithm 2 on a generation
 (:mod:`.serving`), Algorithm 2 against
-kvpress ``DecodingPress`` (:mod:`.decoding_compare`), registry presses inside kvpress wrappers (:mod:`.kvpress_grid`)."""
+kvpress ``DecodingPress`` (:mod:`.decoding_compare`), registry presses inside kvpress wrappers (:mod:`.kvpress_grid`), two presses' kept sets compared
+(:mod:`.anatomy`)."""

@@ -17,6 +17,7 @@ loader                        file(s)                               written by
 :func:`load_eval_summary`     ``data/results/eval/summary.json``    ``jacap evaluate summary``
 :func:`load_needle_rows`      ``data/results/eval/needle.jsonl``    ``jacap evaluate needle``
 :func:`load_needle_summary`   ``.../eval/needle_summary.json``      ``jacap evaluate needle-summary``
+:func:`load_anatomy`          ``data/results/eval/anatomy.json``    ``jacap evaluate anatomy``
 ============================  ====================================  =================================
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ __all__ = ["load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
            "load_mechanisms", "load_query_stats", "load_decoding_comparison",
            "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary",
-           "load_needle_rows", "load_needle_runs", "load_needle_summary"]
+           "load_needle_rows", "load_needle_runs", "load_needle_summary", "load_anatomy"]
 
 DECOMPOSITION_PARTS = ("taylor", "diagonal", "selection", "loo")
 
@@ -159,3 +160,12 @@ def load_needle_summary(path=None) -> dict:
     paper preset, paired per prompt (``comparisons``); ``cells_measured`` / ``cells_missing``."""
     return files.read_json(path or data_path("results", "eval", "needle_summary.json", must_exist=False),
                            require=("config", "cells", "comparisons"), hint="jacap evaluate needle-summary")
+
+
+def load_anatomy(path=None) -> dict:
+    """``anatomy.json``: why the default Jacap setting loses — per losing cell the per-layer attention-output
+    error ratios (``layers``) and the KL ratio per document kind (``kinds``), from the test rows; on one cell's
+    test documents the kept sets of the default and the best baseline and the KL of a one-knob swap of score and
+    protection (``documents``); ``config`` says what ran."""
+    return files.read_json(path or data_path("results", "eval", "anatomy.json", must_exist=False),
+                           require=("config", "layers", "kinds", "documents"), hint="jacap evaluate anatomy")

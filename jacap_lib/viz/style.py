@@ -42,6 +42,16 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
     "jacap[tau=3,beta=0.9]": ("#d62728", "circle"),  # the tune choice = JacapPress()'s defaults: the same press as jacap
     "jacap[tau=10,noise=1,beta=none]": ("#7b241c", "star"),  # the paper's exact settings (protocol.PAPER_PRESET)
     "jacap_hybrid": ("#fb9a99", "star-diamond"),
+    # one-knob changes of the default (the critique's anatomy of the losing cells, jacap_lib.results.anatomy)
+    "jacap[tau=3,beta=0.9,n_sink=4,window=0]": ("#ff7f0e", "diamond"),  # no window: the same knob as jacap[window=0]
+    "jacap[tau=3,beta=0.9,n_sink=0,window=0]": ("#8c510a", "diamond-open"),
+    "jacap[tau=1,beta=0.9]": ("#f768a1", "triangle-up"),
+    "jacap[tau=10,beta=0.9]": ("#67000d", "triangle-down"),
+    "jacap[tau=3,beta=0.9,noise=1e+06]": ("#fdae61", "square"),
+    "jacap[tau=3,beta=0.9,gqa=mean]": ("#ce1256", "cross"),
+    "jacap[tau=3,beta=none]": ("#fc8d59", "star-open"),
+    "jacap[tau=3,beta=0.9]+observed[obs_window=32]": ("#54278f", "pentagon"),  # centre = observed attention
+    "expected_attention+protect[n_sink=4,window=32]": ("#08519c", "hexagon-open"),  # its score, Jacap's protection
     "alg2": ("#e6ab02", "hexagram"),                 # Algorithm 2: the decode-time Jacap controller
     "alg2_flat": ("#a6761d", "hexagram-open"),       # Algorithm 2 with flat (cumulative) query statistics
     "capkv": ("#1f77b4", "square"),

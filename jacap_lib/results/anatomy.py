@@ -1,0 +1,465 @@
+"""The anatomy of the cells where the default Jacap setting loses: ``jacap evaluate anatomy`` ->
+``data/results/eval/anatomy.json``.
+
+Three measurements, each isolating one thing:
+
+1. **Which layers** (from the committed test rows; no model run): per losing cell — the cells of ``summary.json``
+   whose 95 % interval of the geometric-mean KL ratio (default / best baseline picked on tune) lies above 1 —
+   and per document kind, the per-layer attention-output error of the default against the cell's best
+   baseline: the geometric mean over the documents of the per-document ratio, with its BCa bootstrap interval
+   (:func:`jacap_lib.results.verdicts.geometric_mean_ratio`), :func:`layer_ratios`; and the KL ratio per
+   document kind, :func:`kind_ratios`. The per-layer error is cumulative: layer ``l``'s output already carries
+   what earlier layers changed in the residual stream.
+2. **Which tokens** (a model run, one cell): on a few test documents, the kept sets of the default and of the
+   best baseline per layer and KV head, their overlap, where the tokens kept by only one of them lie and what
+   they are (:func:`jacap_lib.measure.anatomy.measure_document`).
+3. **The swap** (same run): KL of one-knob changes of the default and of the baseline (:func:`swap_settings`) —
+   Jacap's score under the baseline's protection, the baseline's score under Jacap's protection, Jacap with no
+   protection, Jacap's temperature and statistics — each as a paired ratio to the default
+   (:func:`swap_ratios`).
+
+The file: ``{"config", "layers", "kinds", "documents", "swap"}``; ``config`` records the model, the cell, the
+documents (id, kind, sha256), every setting's press options and the package versions
+(:func:`jacap_lib.results.provenance.provenance`).
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import files
+from . import job as J
+from . import protocol as P
+
+__all__ = ["losing_cells", "paired_values", "layer_ratios", "kind_ratios", "rows_part", "with_options",
+           "swap_settings", "pick_documents", "swap_ratios", "decompose_gap", "kept_summary", "add_arguments", "prepare", "execute",
+           "JOB", "DEFAULT_LENGTH", "DEFAULT_RATIO", "DEFAULT_PER_KIND"]
+
+DEFAULT_LENGTH = 2048
+DEFAULT_RATIO = 0.5
+DEFAULT_PER_KIND = 3
+OBS_WINDOW = 32  # the prompt queries whose attention replaces Jacap's centre (= Jacap's recent window)
+NO_LEVERAGE_NOISE = 1e6  # sigma^2 this large makes A = I + W / sigma^2 the identity to float32 precision
+
+
+# --------------------------------------------------------------------------------------------- 1: the rows
+def losing_cells(summary: dict) -> list[dict]:
+    """The rows of ``summary`` (``summary.json``'s content) for the default Jacap setting against the best
+    baseline picked on tune whose 95 % interval of the geometric-mean KL ratio lies wholly above 1."""
+    fam = next((f for f in summary["families"] if f["role"] == "default" and f["picked_on"] == "tune"), None)
+    if fam is None:
+        raise ValueError("summary has no family of the default Jacap setting against the baseline picked on tune; "
+                         "run `jacap evaluate summary`")
+    return [r for r in fam["rows"] if r["gm_low"] > 1]
+
+
+def paired_values(rows: list[dict], setting: str, reference: str, length: int, ratio: float, *, key: str = "kl",
+                  kind: str | None = None) -> tuple[list[str], list, list]:
+    """``(documents, values of setting, values of reference)`` of one (length, ratio) cell, paired per document
+    (documents holding both settings, sorted; ``kind``: only documents of that kind). ``key``: a row field."""
+    by: dict = {}
+    for r in rows:
+        if (r["method"] in (setting, reference) and int(r["length"]) == int(length)
+                and math.isclose(float(r["ratio"]), float(ratio)) and (kind is None or r.get("kind") == kind)):
+            by.setdefault(r["method"], {})[r["doc"]] = r[key]
+    a, b = by.get(setting, {}), by.get(reference, {})
+    docs = sorted(set(a) & set(b))
+    if len(docs) < 3:
+        raise ValueError(f"cell {length}/{ratio}{'' if kind is None else ' kind ' + kind}: {len(docs)} documents "
+                         f"hold both {setting!r} and {reference!r}; a paired interval needs at least 3")
+    return docs, [a[d] for d in docs], [b[d] for d in docs]
+
+
+def _interval(x, y, *, verdict: bool = False, **opts) -> dict:
+    from . import verdicts as V
+
+    iv = V.geometric_mean_ratio(x, y, **opts)
+    out = {"ratio": iv.estimate, "low": iv.low, "high": iv.high, "n": iv.n}
+    if verdict:
+        out["verdict"] = V.verdict(iv)
+    return out
+
+
+def layer_ratios(rows: list[dict], setting: str, reference: str, length: int, ratio: float, *,
+                 kind: str | None = None, **opts) -> list[dict]:
+    """Per layer ``l``: the geometric mean over the documents of ``err_l(setting) / err_l(reference)`` (the
+    attention-output relative error of layer ``l``, ``attn_rel_error_per_layer``) with its bootstrap interval,
+    ``[{"layer", "ratio", "low", "high", "n"}]``. ``opts``: :func:`~jacap_lib.results.verdicts.geometric_mean_ratio`'s."""
+    docs, a, b = paired_values(rows, setting, reference, length, ratio, key="attn_rel_error_per_layer", kind=kind)
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"attn_rel_error_per_layer must have one value per layer on every row, got shapes "
+                         f"{a.shape} and {b.shape}")
+    return [{"layer": layer, **_interval(a[:, layer], b[:, layer], **opts)} for layer in range(a.shape[1])]
+
+
+def kind_ratios(rows: list[dict], setting: str, reference: str, length: int, ratio: float, **opts) -> list[dict]:
+    """Per document kind (and ``"all"``): the geometric-mean KL ratio ``setting / reference`` with its interval,
+    and the documents lost (``setting``'s KL higher) and won."""
+    kinds = ["all"] + list(dict.fromkeys(r.get("kind") for r in rows if r.get("kind") is not None))
+    out = []
+    for k in kinds:
+        _, a, b = paired_values(rows, setting, reference, length, ratio, kind=None if k == "all" else k)
+        a, b = np.asarray(a, float), np.asarray(b, float)
+        out.append({"kind": k, **_interval(a, b, **opts), "losses": int((a > b).sum()), "wins": int((a < b).sum())})
+    return out
+
+
+def rows_part(test_rows: list[dict], choices: dict, summary: dict, **opts) -> tuple[list, list]:
+    """Measurement 1 on the committed files: ``(layers, kinds)``, one entry per losing cell (and per kind)."""
+    default = choices["chosen"]["jacap"]
+    layers, kinds = [], []
+    for cell in losing_cells(summary):
+        L, c, base = int(cell["length"]), float(cell["ratio"]), cell["baseline_spec"]
+        meta = {"cell": f"{L}/{c}", "length": L, "ratio": c, "setting": default, "baseline": base,
+                "kl_ratio": cell["gm_ratio"], "kl_low": cell["gm_low"], "kl_high": cell["gm_high"]}
+        kr = kind_ratios(test_rows, default, base, L, c, **opts)
+        kinds.append({**meta, "kinds": kr})
+        for k in [x["kind"] for x in kr]:
+            layers.append({**meta, "kind": k,
+                           "layers": layer_ratios(test_rows, default, base, L, c, kind=None if k == "all" else k,
+                                                  **opts)})
+    return layers, kinds
+
+
+# --------------------------------------------------------------------------------------------- 2-3: the swap
+def with_options(spec: str, **opts) -> str:
+    """``spec`` with ``opts`` set (added or replaced), written back as a method spec."""
+    name, have = P.parse_method(spec)
+    have.update(opts)
+    if not have:
+        return name
+
+    def fmt(v):
+        return "none" if v is None else str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
+
+    return f"{name}[{','.join(f'{k}={fmt(v)}' for k, v in have.items())}]"
+
+
+def swap_settings(default: str, baseline: str) -> list[dict]:
+    """The settings of the swap, each one knob away from the default (or from the baseline):
+    ``[{"key", "spec", "changes", "protect"}]``; ``protect``: ``(n_sink, window)`` for the baseline's score under
+    Jacap's protection (:class:`~jacap_lib.presses.protected.ProtectedPress`), else ``None``.
+
+    The baseline's own protection is its ``n_sink`` (Expected Attention: the first 4 positions) and no window;
+    Jacap's is ``n_sink`` sinks and a ``window`` of recent positions."""
+    from ..config import DEFAULTS
+
+    jp = P.parse_method(default)[1]
+    n_sink, window = jp.get("n_sink", DEFAULTS.n_sink), jp.get("window", DEFAULTS.window)
+    base_press = P.protocol_press(baseline, 0.5)
+    b_sink = int(getattr(base_press, "n_sink", 0))
+    tau = float(jp.get("tau", DEFAULTS.tau))
+    out = [
+        {"key": "default", "spec": default, "changes": "nothing: the default Jacap setting", "protect": None},
+        {"key": "baseline", "spec": baseline, "changes": "the cell's best baseline (picked on tune)", "protect": None},
+        {"key": "jacap_baseline_protection", "spec": with_options(default, n_sink=b_sink, window=0),
+         "changes": f"Jacap's protection replaced by the baseline's: {b_sink} sinks, no window "
+                    f"(from {n_sink} sinks + a {window}-token window)", "protect": None},
+        {"key": "jacap_no_protection", "spec": with_options(default, n_sink=0, window=0),
+         "changes": "no protection at all (n_sink=0 also lets the first queries into the statistics)", "protect": None},
+        {"key": "baseline_jacap_protection", "spec": f"{baseline}+protect[n_sink={n_sink},window={window}]",
+         "changes": f"the baseline's score under Jacap's protection ({n_sink} sinks + the last {window} positions "
+                    "always kept)", "protect": (int(n_sink), int(window))},
+    ]
+    if out[2]["spec"] == out[3]["spec"]:  # a baseline without sinks: its protection is no protection
+        out.pop(2)
+    for t in (1.0, 10.0):
+        if t != tau:
+            out.append({"key": f"tau_{t:g}", "spec": with_options(default, tau=t),
+                        "changes": f"temperature tau = {t:g} (from {tau:g})", "protect": None})
+    if jp.get("noise", DEFAULTS.noise) != NO_LEVERAGE_NOISE:
+        out.append({"key": "no_leverage", "spec": with_options(default, noise=NO_LEVERAGE_NOISE),
+                    "changes": f"channel noise sigma^2 = {NO_LEVERAGE_NOISE:g}: A = I + W/sigma^2 is then ~ I, so the "
+                               "score ranks by w_i |v_i|^2 (no interaction between tokens through A)", "protect": None})
+    if jp.get("gqa", DEFAULTS.gqa) != "mean":
+        out.append({"key": "gqa_mean", "spec": with_options(default, gqa="mean"),
+                    "changes": "statistics and scores per query head, averaged over the KV head's group (Expected "
+                               "Attention's convention) instead of one pooled Gaussian per KV head", "protect": None})
+    out.append({"key": "observed_centre", "spec": f"{default}+observed[obs_window={OBS_WINDOW}]",
+                "changes": f"the centre alpha replaced by the attention the last {OBS_WINDOW} prompt queries paid "
+                           "(mean over them and the KV head's query heads); weight, leverage, protection Jacap's",
+                "protect": None, "observed": OBS_WINDOW})
+    if jp.get("beta", DEFAULTS.beta) is not None:
+        out.append({"key": "flat_statistics", "spec": with_options(default, beta=None),
+                    "changes": "flat query statistics over the prompt (beta = none) instead of the EMA", "protect": None})
+    return out
+
+
+def _press(setting: dict, ratio: float):
+    if setting.get("observed"):
+        from ..presses.jacap_observed import JacapObservedPress
+
+        name, opts = P.parse_method(setting["spec"].split("+observed[", 1)[0])
+        return JacapObservedPress(compression_ratio=ratio, obs_window=int(setting["observed"]), **opts)
+    if setting["protect"] is None:
+        return P.protocol_press(setting["spec"], ratio)
+    from ..presses.protected import ProtectedPress
+
+    base = setting["spec"].split("+protect[", 1)[0]
+    n_sink, window = setting["protect"]
+    return ProtectedPress(press=P.protocol_press(base, ratio), compression_ratio=ratio, n_sink=n_sink, window=window)
+
+
+def pick_documents(docs: list[dict], per_kind: int, ids=None) -> list[dict]:
+    """The test documents measured: ``ids`` when given (each must be a test document), else the first
+    ``per_kind`` test documents of every kind in manifest order."""
+    test = [d for d in docs if d["split"] == "test"]
+    if ids:
+        known = {d["id"]: d for d in test}
+        bad = [i for i in ids if i not in known]
+        if bad:
+            raise ValueError(f"--docs: {bad} are not test documents; e.g. {list(known)[:4]}")
+        return [known[i] for i in ids]
+    if per_kind < 1:
+        raise ValueError(f"--per-kind must be >= 1, got {per_kind}")
+    out, seen = [], {}
+    for d in test:
+        seen[d["kind"]] = seen.get(d["kind"], 0) + 1
+        if seen[d["kind"]] <= per_kind:
+            out.append(d)
+    return out
+
+
+def swap_ratios(documents: list[dict], *, kind: str | None = None, reference: str = "default", **opts) -> list[dict]:
+    """Per swap setting: the geometric mean over ``documents`` (the file's ``documents``; ``kind``: only that kind)
+    of its KL / the ``reference`` setting's KL (default: the default Jacap setting), with its bootstrap interval
+    (n = the documents: small, the interval wide), and the documents where it is lower than the reference's."""
+    docs = [d for d in documents if kind is None or d["kind"] == kind]
+    if len(docs) < 3:
+        raise ValueError(f"swap_ratios: {len(docs)} documents{'' if kind is None else ' of kind ' + kind}; need >= 3")
+    keys = list(docs[0]["kl"])
+    if reference not in keys:
+        raise ValueError(f"reference {reference!r} is not a swap setting; choose among {keys}")
+    ref = np.array([d["kl"][reference]["kl"] for d in docs])
+    out = []
+    for k in keys:
+        x = np.array([d["kl"][k]["kl"] for d in docs])
+        if np.allclose(x, ref, rtol=1e-12, atol=0):
+            out.append({"key": k, "ratio": 1.0, "low": 1.0, "high": 1.0, "n": len(docs), "lower": 0,
+                        "verdict": "identical on every document"})
+            continue
+        out.append({"key": k, **_interval(x, ref, verdict=True, **opts), "lower": int((x < ref).sum())})
+    return out
+
+
+def decompose_gap(documents: list[dict], *, kind: str | None = None, **opts) -> list[dict]:
+    """The default's KL gap to the baseline split into protection and score, two ways, each part a paired
+    geometric-mean ratio with its interval (n = the documents, small):
+
+    * ``total``: default / baseline;
+    * ``protection (Jacap's score)``: default / Jacap's score under the baseline's protection, and
+      ``score (the baseline's protection)``: that / baseline — the two multiply to ``total`` on every document;
+    * ``score (Jacap's protection)``: default / the baseline's score under Jacap's protection, and
+      ``protection (the baseline's score)``: that / baseline — the other order, also multiplying to ``total``.
+
+    Needs the swap keys ``default``, ``baseline``, ``baseline_jacap_protection`` and ``jacap_baseline_protection``
+    (for a baseline without sinks, ``jacap_no_protection`` stands for the latter)."""
+    docs = [d for d in documents if kind is None or d["kind"] == kind]
+    if len(docs) < 3:
+        raise ValueError(f"decompose_gap: {len(docs)} documents{'' if kind is None else ' of kind ' + kind}; need >= 3")
+    jb = "jacap_baseline_protection" if "jacap_baseline_protection" in docs[0]["kl"] else "jacap_no_protection"
+    kl = {k: np.array([d["kl"][k]["kl"] for d in docs]) for k in ("default", "baseline", "baseline_jacap_protection", jb)}
+    parts = [("total", "default", "baseline"),
+             ("protection (Jacap's score)", "default", jb), ("score (the baseline's protection)", jb, "baseline"),
+             ("score (Jacap's protection)", "default", "baseline_jacap_protection"),
+             ("protection (the baseline's score)", "baseline_jacap_protection", "baseline")]
+    return [{"part": name, "numerator": a, "denominator": b, **_interval(kl[a], kl[b], verdict=True, **opts)}
+            for name, a, b in parts]
+
+
+def kept_summary(documents: list[dict], *, kind: str | None = None) -> dict:
+    """The kept-set comparison of measurement 2 over ``documents`` (``kind``: only that kind): the mean Jaccard
+    overlap per layer, the distance-from-end histograms of the tokens kept by one press only (summed over
+    documents and layers, as a fraction of all such tokens), and their categories against the prompt's."""
+    docs = [d for d in documents if kind is None or d["kind"] == kind]
+    if not docs:
+        raise ValueError(f"kept_summary: no documents{'' if kind is None else ' of kind ' + kind}")
+    jac = np.mean([d["jaccard"] for d in docs], axis=0)
+    out = {"n_docs": len(docs), "jaccard": jac.tolist(), "edges": docs[0]["histogram"]["edges"]}
+    for side in ("a_only", "b_only"):
+        h = np.sum([np.sum(d["histogram"][side], axis=0) for d in docs], axis=0).astype(float)
+        out[side] = (h / max(h.sum(), 1)).tolist()
+        out[side + "_per_head"] = float(h.sum() / sum(d["n_layers"] * d["n_heads"] for d in docs))
+        cats = {c: sum(d["categories"][side][c] for d in docs) for c in docs[0]["categories"][side]}
+        tot = max(sum(cats.values()), 1)
+        out[side + "_categories"] = {c: v / tot for c, v in cats.items()}
+    cats = {c: sum(d["categories"]["prompt"][c] for d in docs) for c in docs[0]["categories"]["prompt"]}
+    out["prompt_categories"] = {c: v / max(sum(cats.values()), 1) for c, v in cats.items()}
+    return out
+
+
+# --------------------------------------------------------------------------------------------- the job
+def add_arguments(parser) -> None:
+    J.shared_options(parser, out="output file (default data/results/eval/anatomy.json)")
+    parser.add_argument("--length", type=int, default=DEFAULT_LENGTH,
+                        help=f"prompt length of the cell measured on the model (default {DEFAULT_LENGTH})")
+    parser.add_argument("--ratio", type=float, default=DEFAULT_RATIO,
+                        help=f"compression ratio of that cell (default {DEFAULT_RATIO})")
+    parser.add_argument("--per-kind", type=int, default=DEFAULT_PER_KIND,
+                        help=f"test documents per kind, first in manifest order (default {DEFAULT_PER_KIND})")
+    parser.add_argument("--docs", nargs="+", default=None, help="test document ids instead of --per-kind")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="folder of test.jsonl, choices.json and summary.json (default data/results/eval)")
+    parser.add_argument("--extend", action="store_true",
+                        help="measure only the settings the existing --out file lacks, on its documents and cell, "
+                             "and add them (everything else in the file stays)")
+
+
+def prepare(args) -> dict:
+    """Check every option (``BadArgument`` naming it) and read the inputs; loads no model, writes nothing."""
+    from .evaluation import eval_dir, load_docs
+
+    J.check(not isinstance(args.length, bool) and args.length >= 16, f"--length must be >= 16 tokens, got {args.length}")
+    J.check(0 < args.ratio < 1, f"--ratio must lie in (0, 1), got {args.ratio}")
+    J.check(args.threads >= 1, f"--threads must be >= 1, got {args.threads}")
+    try:
+        folder = eval_dir(args.dir, quick=False)
+    except ValueError as e:
+        raise J.BadArgument(str(e)) from None
+    out = Path(args.out) if args.out is not None else folder / "anatomy.json"
+    J.check_out_file(out, ".json")
+    need = {name: folder / name for name in ("test.jsonl", "choices.json", "summary.json")}
+    for name, path in need.items():
+        J.check(path.is_file(), f"--dir: {path} does not exist; run `jacap evaluate "
+                                f"{ {'test.jsonl': 'test', 'choices.json': 'tune', 'summary.json': 'summary'}[name]}` first")
+    try:
+        choices = files.read_json(need["choices.json"], require=("config", "chosen", "best_baseline"))
+        summary = files.read_json(need["summary.json"], require=("config", "families"))
+        test_rows = files.read_jsonl(need["test.jsonl"])
+    except (ValueError, FileNotFoundError) as e:
+        raise J.BadArgument(f"--dir: {e}") from None
+    cell = f"{int(args.length)}/{float(args.ratio)}"
+    cells = choices["best_baseline"]["cells"]
+    J.check(cell in cells, f"--length/--ratio: cell {cell} is not a cell of the evaluation; choose among {list(cells)}")
+    J.check("jacap" in choices["chosen"], "--dir: choices.json has no Jacap choice")
+    try:
+        docs = pick_documents(load_docs(), args.per_kind, args.docs)
+    except ValueError as e:
+        raise J.BadArgument(str(e)) from None
+    J.check_model(args.model)
+    default, baseline = choices["chosen"]["jacap"], cells[cell]["spec"]
+    settings = swap_settings(default, baseline)
+    for s in settings:
+        _press(s, float(args.ratio))  # a setting that cannot be built fails now
+    existing = None
+    if getattr(args, "extend", False):
+        J.check(out.is_file(), f"--extend: {out} does not exist; run without --extend first")
+        try:
+            existing = files.read_json(out, require=("config", "layers", "kinds", "documents"))
+        except ValueError as e:
+            raise J.BadArgument(f"--extend: {e}") from None
+        c = existing["config"]
+        same = (c.get("cell") == cell and c.get("default") == default and c.get("baseline") == baseline
+                and (not args.docs or [d["id"] for d in c["documents"]] == list(args.docs)))
+        J.check(same, f"--extend: {out} was made for cell {c.get('cell')}, {c.get('default')} vs {c.get('baseline')} "
+                      f"on other documents; extend it with its own cell and documents")
+        known = {d["id"]: d for d in load_docs()}
+        docs = [known[d["id"]] for d in c["documents"]]
+    return {"folder": folder, "out": out, "choices": choices, "summary": summary, "test_rows": test_rows,
+            "docs": docs, "length": int(args.length), "ratio": float(args.ratio), "cell": cell, "default": default,
+            "baseline": baseline, "settings": settings, "continuation": int(choices["config"]["continuation"]),
+            "existing": existing}
+
+
+def _extend(plan: dict, args, model, tokenizer) -> Path:
+    """``--extend``: the settings the file lacks, measured on its documents and merged in."""
+    from tqdm.auto import tqdm
+
+    from ..measure.anatomy import document_kl
+    from ..presses.registry import method_options
+    from .provenance import provenance
+
+    data = plan["existing"]
+    have = set(data["documents"][0]["kl"]) if data["documents"] else set()
+    todo = [s for s in plan["settings"] if s["key"] not in have]
+    if not todo:
+        print(f"{plan['out']} already holds every setting; nothing to add")
+        return plan["out"]
+    t0 = time.perf_counter()
+    if model is None:
+        model, tokenizer = J.load_model(args)
+    presses = {s["key"]: _press(s, plan["ratio"]) for s in todo}
+    by_id = {d["id"]: d for d in plan["docs"]}
+    order = [s["key"] for s in plan["settings"]]
+    for rec in tqdm(data["documents"], desc="anatomy documents", disable=args.no_progress):
+        d = by_id[rec["doc"]]
+        kl = document_kl(model, tokenizer, d["text"], length=plan["length"], continuation=plan["continuation"],
+                         presses=presses, name=f"document {d['id']}")
+        merged = {**rec["kl"], **files.round_floats(kl)}
+        rec["kl"] = {k: merged[k] for k in order if k in merged}
+    cfg = data["config"]
+    done = {s["key"] for s in cfg["settings"]}
+    for s in todo:
+        if s["key"] not in done:
+            cfg["settings"].append({**{k: v for k, v in s.items() if k != "protect"},
+                                    "protect": list(s["protect"]) if s["protect"] else None,
+                                    "options": method_options(presses[s["key"]])})
+    cfg["settings"].sort(key=lambda s: order.index(s["key"]) if s["key"] in order else len(order))
+    rec = provenance(model, model_name=args.model, command=getattr(args, "command", None))
+    cfg.setdefault("extended", []).append({"settings": [s["key"] for s in todo], "git": rec["git"], "time": rec["time"],
+                                           "command": rec.get("command"), "versions": rec["versions"],
+                                           "seconds": round(time.perf_counter() - t0, 1)})
+    return files.write_json(plan["out"], data)
+
+
+def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
+    """Measurement 1 from the rows, then 2-3 on the model; writes the file (atomically) at the end
+    (``--extend``: only the settings the file lacks, merged into it)."""
+    if plan.get("existing") is not None:
+        return _extend(plan, args, model, tokenizer)
+    from tqdm.auto import tqdm
+
+    from ..measure.anatomy import measure_document
+    from ..presses.registry import method_options
+    from .provenance import provenance
+
+    t0 = time.perf_counter()
+    layers, kinds = rows_part(plan["test_rows"], plan["choices"], plan["summary"])
+    if model is None:
+        model, tokenizer = J.load_model(args)
+    presses = {s["key"]: _press(s, plan["ratio"]) for s in plan["settings"]}
+    documents = []
+    for d in tqdm(plan["docs"], desc="anatomy documents", disable=args.no_progress):
+        res = measure_document(model, tokenizer, d["text"], length=plan["length"], continuation=plan["continuation"],
+                               presses=presses, pair=("default", "baseline"), name=f"document {d['id']}")
+        documents.append({"doc": d["id"], "kind": d["kind"], "sha256": d["sha256"], **res})
+        partial = plan["out"].with_name(plan["out"].name + ".partial")  # what is done so far, if the run stops
+        files.write_json(partial, {"documents": files.round_floats(documents)})
+    config = {**provenance(model, model_name=args.model, command=getattr(args, "command", None)),
+              "cell": plan["cell"], "length": plan["length"], "ratio": plan["ratio"],
+              "continuation": plan["continuation"], "default": plan["default"], "baseline": plan["baseline"],
+              "pair": {"a": "default", "b": "baseline"},
+              "settings": [{**{k: v for k, v in s.items() if k != "protect"},
+                            "protect": list(s["protect"]) if s["protect"] else None,
+                            "options": method_options(presses[s["key"]])} for s in plan["settings"]],
+              "documents": [{k: d.get(k) for k in ("id", "kind", "split", "sha256")} for d in plan["docs"]],
+              "rows_from": ["test.jsonl", "choices.json", "summary.json"], "fingerprint": plan["choices"].get("fingerprint"),
+              "threads": args.threads, "seconds": round(time.perf_counter() - t0, 1),
+              "measured": "1: per-layer attention-output error ratios and KL ratios per kind from the committed test "
+                          "rows (losing cells of summary.json); 2-3: one captured prefill per document, every setting "
+                          "replayed with its own kvpress hook, KL(full || compressed) over the continuation; kept sets "
+                          "read back from the replayed caches",
+              "statistics": "geometric mean of paired per-document ratios, 95 % BCa bootstrap interval "
+                            "(verdicts.geometric_mean_ratio, 9999 resamples, seed 0)"}
+    path = files.write_json(plan["out"], {"config": config, "layers": files.round_floats(layers),
+                                          "kinds": files.round_floats(kinds),
+                                          "documents": files.round_floats(documents)})
+    plan["out"].with_name(plan["out"].name + ".partial").unlink(missing_ok=True)
+    return path
+
+
+def _run(args):
+    plan = prepare(args)
+    path = execute(plan, args)
+    print(f"wrote {path}")
+    return path
+
+
+JOB = J.Job("why the default Jacap setting loses: per-layer error ratios and KL by document kind in the losing "
+            "cells (from the test rows), and on one cell's test documents the kept sets of the default and the best "
+            "baseline and a one-knob swap of score and protection -> data/results/eval/anatomy.json",
+            add_arguments, _run)

@@ -1,0 +1,226 @@
+"""Figures and tables of the anatomy of the losing cells (``data/results/eval/anatomy.json``, read with
+:func:`jacap_lib.results.loaders.load_anatomy`; the statistics are :mod:`jacap_lib.results.anatomy`'s).
+
+* :func:`layer_ratio_figure` — per losing cell, the per-layer attention-output error ratio (default / best
+  baseline) with its 95 % interval, for all documents and one kind;
+* :func:`position_figure` — where the tokens kept by only one of the two presses lie (distance from the end of
+  the prompt), for all documents and per kind;
+* :func:`swap_figure` — the paired KL ratio of each one-knob swap to the default, with its interval;
+* :func:`kind_frame`, :func:`category_frame`, :func:`swap_frame` — the same numbers as tables.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .style import finish, method_style
+
+__all__ = ["layer_ratio_figure", "position_figure", "swap_figure", "kind_frame", "category_frame", "swap_frame",
+           "log_tickvals", "distance_labels"]
+
+_NICE = (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 20, 30, 50, 100)
+_KIND_DASH = {"all": "solid", "dialogue": "dash", "prose": "dot", "expository": "dashdot", "code": "longdash"}
+
+
+def log_tickvals(values) -> list[float]:
+    """Tick values for a log axis over ``values``: the 1-1.5-2-3-5-7 steps inside their range, at least two
+    (the nearest outside values are added when fewer fall inside)."""
+    pos = [v for v in values if v > 0 and math.isfinite(v)]
+    if not pos:
+        return [1, 2]
+    lo, hi = min(pos), max(pos)
+    ticks = [t for t in _NICE if lo <= t <= hi]
+    below = [t for t in _NICE if t < lo]
+    above = [t for t in _NICE if t > hi]
+    while len(ticks) < 2 and (below or above):
+        if below:
+            ticks.insert(0, below.pop())
+        if len(ticks) < 2 and above:
+            ticks.append(above.pop(0))
+    return ticks
+
+
+def distance_labels(edges) -> list[str]:
+    """``"0–7"``, ``"8–31"``, ... for the bins ``[edges[k], edges[k+1])`` of distance from the end."""
+    return [f"{a}–{b - 1}" for a, b in zip(edges[:-1], edges[1:])]
+
+
+def layer_ratio_figure(data: dict, *, kinds=("all", "dialogue"), cells=None) -> go.Figure:
+    """Per losing cell (one panel each), the geometric-mean ratio over the documents of the default's per-layer
+    attention-output error to the best baseline's, with its 95 % interval (band), for each kind of ``kinds``
+    (``"all"``: every document). Above 1: the default's error is larger in that layer."""
+    entries = [e for e in data["layers"] if e["kind"] in kinds and (cells is None or e["cell"] in cells)]
+    if not entries:
+        raise ValueError(f"no per-layer entries for kinds {kinds} and cells {cells}")
+    names = list(dict.fromkeys(e["cell"] for e in entries))
+    meta = {e["cell"]: e for e in entries}
+    ncol = 2 if len(names) > 1 else 1
+    nrow = math.ceil(len(names) / ncol)
+    titles = [f"prompt {meta[n]['length']}, c = {meta[n]['ratio']:g} vs {meta[n]['baseline']}" for n in names]
+    fig = make_subplots(rows=nrow, cols=ncol, subplot_titles=titles, shared_xaxes=True, shared_yaxes=True,
+                        vertical_spacing=0.09 if nrow > 2 else 0.15, horizontal_spacing=0.06)
+    setting = entries[0]["setting"]
+    color = method_style(setting)["color"]
+    allv = []
+    for i, name in enumerate(names):
+        row, col = i // ncol + 1, i % ncol + 1
+        for e in (x for x in entries if x["cell"] == name):
+            lay = [x["layer"] for x in e["layers"]]
+            est, lo, hi = ([x[k] for x in e["layers"]] for k in ("ratio", "low", "high"))
+            allv += lo + hi
+            dash = _KIND_DASH.get(e["kind"], "solid")
+            label = "all documents" if e["kind"] == "all" else e["kind"]
+            if e["kind"] == "all":
+                fig.add_trace(go.Scatter(x=lay + lay[::-1], y=hi + lo[::-1], fill="toself", mode="lines",
+                                         line={"width": 0}, fillcolor="rgba(214,39,40,0.15)", hoverinfo="skip",
+                                         showlegend=False), row=row, col=col)
+            fig.add_trace(go.Scatter(x=lay, y=est, mode="lines+markers", name=label, legendgroup=label,
+                                     showlegend=i == 0, line={"color": color, "dash": dash},
+                                     marker={"color": color, "size": 4},
+                                     customdata=list(zip(lo, hi)),
+                                     hovertemplate="layer %{x}: %{y:.2f} [%{customdata[0]:.2f}, %{customdata[1]:.2f}]"),
+                          row=row, col=col)
+        fig.add_hline(y=1, line={"color": "black", "width": 1}, row=row, col=col)
+    ticks = log_tickvals(allv + [1])
+    fig.update_yaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks], matches="y")
+    for i in range(len(names)):
+        row, col = i // ncol + 1, i % ncol + 1
+        fig.update_xaxes(title_text="layer", row=row, col=col, showticklabels=True)
+        fig.update_yaxes(title_text="error ratio", row=row, col=col)
+    fig.update_layout(title=f"Per-layer attention-output error: {setting} / best baseline",
+                      height=250 * nrow + 140, width=780, legend={"orientation": "h", "y": -0.06, "x": 0},
+                      margin={"l": 60, "r": 20, "b": 80, "t": 110})
+    return finish(fig)
+
+
+def position_figure(data: dict, *, groups=None) -> go.Figure:
+    """Where the tokens kept by only one press lie: the share of them in each bin of distance from the end of
+    the prompt, for the default Jacap setting ("kept by Jacap only") and the baseline ("kept by the baseline
+    only"); one panel per group of documents (default: all, dialogue, the other kinds)."""
+    from ..results.anatomy import kept_summary
+
+    docs = data["documents"]
+    if groups is None:
+        groups = {"all documents": None, "dialogue": ["dialogue"],
+                  "other kinds": sorted({d["kind"] for d in docs} - {"dialogue"})}
+    cfg = data["config"]
+    fig = make_subplots(rows=1, cols=len(groups), subplot_titles=list(groups), shared_yaxes=True,
+                        horizontal_spacing=0.04)
+    labels = None
+    for i, (title, kinds) in enumerate(groups.items(), 1):
+        sel = [d for d in docs if kinds is None or d["kind"] in kinds]
+        s = kept_summary(sel)
+        labels = distance_labels(s["edges"])
+        last = max(k for k in range(len(labels)) if s["a_only"][k] + s["b_only"][k] > 0) + 1
+        for side, spec, what in (("b_only", cfg["baseline"], "kept by the baseline only"),
+                                 ("a_only", cfg["default"], "kept by Jacap only")):
+            fig.add_trace(go.Bar(x=labels[:last], y=s[side][:last], name=f"{what} ({spec})", legendgroup=spec,
+                                 showlegend=i == 1, hovertemplate="%{x} from the end: %{y:.1%}"), row=1, col=i)
+        fig.update_xaxes(title_text="distance from the end", tickangle=-60, row=1, col=i)
+        fig.layout.annotations[i - 1].text = f"{title} ({s['n_docs']} documents)"
+    fig.update_yaxes(title_text="share of the tokens kept by one only", tickformat=".0%", row=1, col=1)
+    fig.update_layout(title=f"Where the two kept sets differ: prompt {cfg['length']}, c = {cfg['ratio']:g}",
+                      barmode="group", height=500, width=780,
+                      legend={"orientation": "h", "y": -0.42, "x": 0, "yanchor": "top"},
+                      margin={"b": 170, "t": 90})
+    return finish(fig)
+
+
+def _groups_of(docs):
+    kinds = sorted({d["kind"] for d in docs})
+    out = {"all documents": None}
+    for k in kinds:
+        if sum(d["kind"] == k for d in docs) >= 3:
+            out[k] = [k]
+    rest = [k for k in kinds if k not in out]
+    if rest and sum(d["kind"] in rest for d in docs) >= 3 and rest != kinds:
+        out["other kinds"] = rest
+    return out
+
+
+def swap_frame(data: dict, *, kinds=None) -> pd.DataFrame:
+    """Each swap setting's KL / the default's KL (geometric mean over the documents, 95 % interval, documents
+    where it is lower) per group of documents; ``kinds``: ``{label: [kinds] or None}``."""
+    from ..results.anatomy import swap_ratios
+
+    settings = {s["key"]: s for s in data["config"]["settings"]}
+    groups = kinds or _groups_of(data["documents"])
+    rows = []
+    for label, ks in groups.items():
+        sel = [d for d in data["documents"] if ks is None or d["kind"] in ks]
+        for r in swap_ratios(sel):
+            if r["key"] == "default":
+                continue
+            rows.append({"documents": f"{label} (n={r['n']})", "setting": settings[r["key"]]["spec"],
+                         "what changes": settings[r["key"]]["changes"],
+                         "KL / default [95% CI]": f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]",
+                         "lower than the default": f"{r['lower']}/{r['n']}"})
+    return pd.DataFrame(rows).set_index(["documents", "setting"])
+
+
+def swap_figure(data: dict) -> go.Figure:
+    """The paired KL ratio of each swap setting to the default (geometric mean over the documents, 95 % interval;
+    below 1: the change lowers the default's KL), for all documents and per group of kinds."""
+    from ..results.anatomy import swap_ratios
+
+    settings = [s for s in data["config"]["settings"] if s["key"] != "default"]
+    groups = _groups_of(data["documents"])
+    fig = make_subplots(rows=len(groups), cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=[f"{g} ({sum(ks is None or d['kind'] in ks for d in data['documents'])} documents)"
+                                        for g, ks in groups.items()])
+    allv = []
+    ylabels = [s["spec"] for s in settings]
+    for i, (g, ks) in enumerate(groups.items(), 1):
+        sel = [d for d in data["documents"] if ks is None or d["kind"] in ks]
+        by = {r["key"]: r for r in swap_ratios(sel)}
+        for s in settings:
+            r = by[s["key"]]
+            allv += [r["low"], r["high"]]
+            fig.add_trace(go.Scatter(x=[r["ratio"]], y=[s["spec"]], mode="markers", name=s["spec"],
+                                     legendgroup=s["spec"], showlegend=False, marker={"size": 9},
+                                     error_x={"type": "data", "symmetric": False, "array": [r["high"] - r["ratio"]],
+                                              "arrayminus": [r["ratio"] - r["low"]]},
+                                     hovertemplate=f"{s['changes']}: %{{x:.2f}} [{r['low']:.2f}, {r['high']:.2f}]"),
+                          row=i, col=1)
+        fig.add_vline(x=1, line={"color": "black", "width": 1}, row=i, col=1)
+        fig.update_xaxes(title_text="KL / default's KL", showticklabels=True, row=i, col=1)
+    ticks = log_tickvals(allv + [1])
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
+    fig.update_yaxes(categoryorder="array", categoryarray=ylabels[::-1], title_text="setting")
+    for tr in fig.data:  # method colours by spec
+        st = method_style(tr.name)
+        tr.marker.color = st["color"]
+        tr.error_x.color = st["color"]
+    cfg = data["config"]
+    fig.update_layout(title=f"One knob at a time: KL relative to the default, prompt {cfg['length']}, "
+                            f"c = {cfg['ratio']:g}",
+                      height=150 + len(groups) * (60 + 26 * len(settings)), width=780, margin={"l": 300, "t": 90})
+    return finish(fig)
+
+
+def kind_frame(data: dict) -> pd.DataFrame:
+    """Per losing cell and document kind: the default's KL ratio to the best baseline (geometric mean, 95 %
+    interval) and the documents lost / won."""
+    rows = []
+    for e in data["kinds"]:
+        for k in e["kinds"]:
+            rows.append({"prompt": e["length"], "c": e["ratio"], "baseline": e["baseline"], "kind": k["kind"],
+                         "KL ratio [95% CI]": f"{k['ratio']:.2f} [{k['low']:.2f}, {k['high']:.2f}]",
+                         "lost/won": f"{k['losses']}/{k['wins']}"})
+    return pd.DataFrame(rows).set_index(["prompt", "c", "kind"])
+
+
+def category_frame(data: dict, *, kinds=None) -> pd.DataFrame:
+    """What the tokens kept by one press only are: the share of each token category among the tokens kept by the
+    baseline only, by Jacap only, and among the prompt's tokens (``kinds``: only documents of these kinds)."""
+    from ..results.anatomy import kept_summary
+
+    docs = [d for d in data["documents"] if kinds is None or d["kind"] in kinds]
+    s = kept_summary(docs)
+    rows = [{"category": c, "kept by the baseline only": f"{s['b_only_categories'][c]:.1%}",
+             "kept by Jacap only": f"{s['a_only_categories'][c]:.1%}", "share of the prompt": f"{s['prompt_categories'][c]:.1%}"}
+            for c in s["prompt_categories"]]
+    return pd.DataFrame(rows).set_index("category")

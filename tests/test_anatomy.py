@@ -1,0 +1,267 @@
+"""The anatomy of the losing cells (jacap_lib.results.anatomy, jacap_lib.measure.anatomy, jacap_lib.viz.anatomy,
+jacap_lib.presses.protected): every statistic against a hand computation on hand-built inputs, and the job's
+bad calls refused before any work."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from jacap_lib import cli
+from jacap_lib.measure import anatomy as M
+from jacap_lib.results import anatomy as A
+
+
+def _rows(errs_a, errs_b, kls_a, kls_b, kinds, *, length=2048, ratio=0.5, a="jacap[tau=3,beta=0.9]",
+          b="expected_attention"):
+    rows = []
+    for i, (ea, eb, ka, kb, kind) in enumerate(zip(errs_a, errs_b, kls_a, kls_b, kinds)):
+        for spec, e, k in ((a, ea, ka), (b, eb, kb)):
+            rows.append({"method": spec, "doc": f"{kind}/d{i}", "kind": kind, "length": length, "ratio": ratio,
+                         "kl": k, "attn_rel_error_per_layer": list(e)})
+    return rows
+
+
+ERR_A = [[0.2, 0.5, 0.9], [0.1, 0.4, 0.3], [0.3, 0.6, 0.2], [0.25, 0.2, 0.5], [0.4, 0.3, 0.3], [0.3, 0.3, 0.3]]
+ERR_B = [[0.1, 0.5, 0.3], [0.1, 0.2, 0.6], [0.2, 0.3, 0.1], [0.5, 0.2, 0.25], [0.2, 0.6, 0.3], [0.3, 0.3, 0.3]]
+KL_A = [0.2, 0.1, 0.4, 0.05, 0.3, 0.1]
+KL_B = [0.1, 0.2, 0.1, 0.05, 0.1, 0.2]
+KINDS = ["dialogue", "dialogue", "dialogue", "prose", "prose", "prose"]
+
+
+def test_layer_ratio_is_the_geometric_mean_of_the_per_document_ratios():
+    rows = _rows(ERR_A, ERR_B, KL_A, KL_B, KINDS)
+    out = A.layer_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5, n_resamples=999)
+    assert [r["layer"] for r in out] == [0, 1, 2]
+    for layer, r in enumerate(out):
+        logs = [math.log(ERR_A[d][layer] / ERR_B[d][layer]) for d in range(6)]
+        want = math.exp(sum(logs) / 6)
+        assert r["ratio"] == pytest.approx(want, rel=1e-12) and r["n"] == 6
+        assert r["low"] <= r["ratio"] <= r["high"]
+    # layer 0: ratios 2, 1, 1.5, 0.5, 2, 1 -> product 3, geometric mean 3 ** (1/6)
+    assert out[0]["ratio"] == pytest.approx(3 ** (1 / 6), rel=1e-12)
+    # one kind: only its documents
+    dia = A.layer_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5, kind="dialogue",
+                         n_resamples=999)
+    assert dia[2]["ratio"] == pytest.approx((3 * 0.5 * 2) ** (1 / 3), rel=1e-12) and dia[2]["n"] == 3
+
+
+def test_kind_ratios_count_losses_and_wins_per_kind():
+    rows = _rows(ERR_A, ERR_B, KL_A, KL_B, KINDS)
+    out = {r["kind"]: r for r in A.kind_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5,
+                                                n_resamples=999)}
+    assert set(out) == {"all", "dialogue", "prose"}
+    assert (out["all"]["losses"], out["all"]["wins"]) == (3, 2)  # the tie (0.05 vs 0.05) is neither
+    assert out["dialogue"]["ratio"] == pytest.approx((2 * 0.5 * 4) ** (1 / 3), rel=1e-12)
+    with pytest.raises(ValueError, match="at least 3"):
+        A.kind_ratios(rows[:4], "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5)
+
+
+def test_losing_cells_are_those_whose_interval_lies_above_one():
+    summary = {"families": [
+        {"role": "default", "picked_on": "test", "rows": [{"gm_low": 2.0}]},
+        {"role": "default", "picked_on": "tune", "rows": [{"cell": "a", "gm_low": 1.01}, {"cell": "b", "gm_low": 1.0},
+                                                          {"cell": "c", "gm_low": 0.7}]}]}
+    assert [r["cell"] for r in A.losing_cells(summary)] == ["a"]
+
+
+def test_jaccard_and_exclusive_positions_on_hand_built_kept_sets():
+    n = 40
+    kept_a = torch.tensor([[[0, 1, 2, 39], [0, 1, 2, 3]], [[0, 5, 6, 7], [10, 11, 12, 13]]])
+    kept_b = torch.tensor([[[0, 1, 3, 38], [0, 1, 2, 3]], [[0, 5, 6, 7], [20, 21, 22, 23]]])
+    jac = M.jaccard_per_layer(kept_a, kept_b, n)
+    assert jac[0] == pytest.approx((2 / 6 + 1) / 2) and jac[1] == pytest.approx((1 + 0) / 2)
+    h = M.exclusive_histogram(kept_a, kept_b, n, edges=(0, 8, 32, 64))
+    # a only: layer 0 positions 2 (distance 37) and 39 (distance 0); layer 1 positions 10-13 (distances 29-26)
+    assert h["a_only"] == [[1, 0, 1], [0, 4, 0]]
+    # b only: layer 0 positions 3 (distance 36) and 38 (distance 1); layer 1 positions 20-23 (distances 19-16)
+    assert h["b_only"] == [[1, 0, 1], [0, 4, 0]]
+    assert h["a_only_first"] == [1, 0] and h["b_only_first"] == [1, 0]
+    with pytest.raises(ValueError, match="n_tokens"):
+        M.jaccard_per_layer(kept_a, kept_b, 30)
+
+
+def test_token_categories_and_counts():
+    tokens = ["**", "HAM", "LET", "**", "  \n", "Words", ",", " words", ".", "\n", " ", "42"]
+    cats = M.token_categories(tokens)
+    assert cats == ["markup/punctuation", "name line", "name line", "markup/punctuation", "line break", "word",
+                    "markup/punctuation", "word", "markup/punctuation", "line break", "space", "other"]
+    mask = torch.zeros(2, len(tokens), dtype=torch.bool)
+    mask[0, [1, 2, 4]] = True
+    mask[1, [1, 5]] = True
+    counts = M.category_counts(mask, cats)
+    assert counts["name line"] == 3 and counts["line break"] == 1 and counts["word"] == 1
+    assert M.top_tokens(mask, tokens, k=1) == [["HAM", 2]]
+
+
+def test_protected_press_keeps_the_score_and_forces_sinks_and_window():
+    from kvpress import KnormPress
+
+    from jacap_lib.presses.protected import ProtectedPress
+
+    torch.manual_seed(0)
+    keys = torch.randn(1, 2, 20, 8)
+    hidden = torch.randn(1, 20, 16)
+    inner = KnormPress(compression_ratio=0.5)
+    press = ProtectedPress(press=inner, compression_ratio=0.5, n_sink=2, window=3)
+    raw = inner.score(None, hidden, keys, keys, None, {})
+    got = press.score(None, hidden, keys, keys, None, {})
+    prot = torch.zeros(20, dtype=torch.bool)
+    prot[:2] = prot[-3:] = True
+    assert torch.equal(got[..., ~prot], raw[..., ~prot].float())
+    assert bool((got[..., prot] == torch.finfo(torch.float32).max).all())
+    with pytest.raises(ValueError, match="ScorerPress"):
+        ProtectedPress(press=None, compression_ratio=0.5)
+
+
+def test_swap_settings_change_one_knob_each():
+    s = {x["key"]: x for x in A.swap_settings("jacap[tau=3,beta=0.9]", "expected_attention")}
+    assert s["jacap_baseline_protection"]["spec"] == "jacap[tau=3,beta=0.9,n_sink=4,window=0]"
+    assert s["jacap_no_protection"]["spec"] == "jacap[tau=3,beta=0.9,n_sink=0,window=0]"
+    assert s["baseline_jacap_protection"]["protect"] == (4, 32)
+    assert s["tau_1"]["spec"] == "jacap[tau=1,beta=0.9]" and s["tau_10"]["spec"] == "jacap[tau=10,beta=0.9]"
+    assert s["flat_statistics"]["spec"] == "jacap[tau=3,beta=none]"
+    assert s["no_leverage"]["spec"] == "jacap[tau=3,beta=0.9,noise=1e+06]" and s["gqa_mean"]["spec"].endswith("gqa=mean]")
+    # a baseline without sinks: its protection is no protection, listed once
+    keys = [x["key"] for x in A.swap_settings("jacap[tau=3,beta=0.9]", "snapkv[window_size=16]")]
+    assert "jacap_baseline_protection" not in keys and "jacap_no_protection" in keys
+
+
+def test_swap_ratios_are_paired_geometric_means_to_the_default():
+    docs = [{"kind": k, "kl": {"default": {"kl": d}, "x": {"kl": x}}}
+            for k, d, x in (("a", 0.1, 0.2), ("a", 0.2, 0.1), ("b", 0.4, 0.8), ("b", 0.1, 0.1))]
+    out = {r["key"]: r for r in A.swap_ratios(docs, n_resamples=999)}
+    assert out["default"]["ratio"] == 1.0 and out["default"]["lower"] == 0
+    assert out["x"]["ratio"] == pytest.approx((2 * 0.5 * 2 * 1) ** 0.25, rel=1e-12)
+    assert out["x"]["lower"] == 1 and out["x"]["n"] == 4
+    back = {r["key"]: r for r in A.swap_ratios(docs, reference="x", n_resamples=999)}
+    assert back["default"]["ratio"] == pytest.approx(1 / out["x"]["ratio"], rel=1e-12)
+
+
+def test_figures_have_axis_titles_and_two_log_ticks():
+    from jacap_lib.viz import anatomy as V
+
+    rows = _rows(ERR_A, ERR_B, KL_A, KL_B, KINDS)
+    layers = [{"cell": "2048/0.5", "length": 2048, "ratio": 0.5, "setting": "jacap[tau=3,beta=0.9]",
+               "baseline": "expected_attention", "kind": k,
+               "layers": A.layer_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5,
+                                        kind=None if k == "all" else k, n_resamples=999)} for k in ("all", "dialogue")]
+    fig = V.layer_ratio_figure({"layers": layers})
+    ax = fig.layout.yaxis
+    assert ax.type == "log" and len(ax.tickvals) >= 2 and fig.layout.xaxis.title.text and ax.title.text
+    assert V.log_tickvals([1.02, 1.05]) == [1, 1.5] and V.distance_labels([0, 8, 32]) == ["0–7", "8–31"]
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--ratio", "1.5"], "--ratio"),
+    (["--length", "300"], "not a cell of the evaluation"),
+    (["--per-kind", "0"], "--per-kind"),
+    (["--docs", "dialogue/nosuch"], "not test documents"),
+    (["--out", "{tmp}/x.txt"], "must end in .json"),
+    (["--dir", "{tmp}/empty"], "does not exist"),
+    (["--extend"], "run without --extend first"),
+])
+def test_bad_calls_are_refused_before_any_work(argv, msg, tmp_path, monkeypatch, capsys):
+    import jacap_lib.models
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(jacap_lib.models, "load_model", boom)
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    if "--out" not in argv:
+        argv += ["--out", str(out / "a.json")]
+    with pytest.raises(SystemExit) as e:
+        cli.main(["evaluate", "anatomy", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and msg in err and err.startswith("usage: jacap evaluate anatomy ")
+    assert list(out.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_the_gap_splits_into_protection_and_score_that_multiply_to_it():
+    rng = np.random.default_rng(0)
+    docs = []
+    for i in range(6):
+        d, b, jb, bj = rng.uniform(0.01, 0.3, 4)
+        docs.append({"kind": "x", "kl": {"default": {"kl": d}, "baseline": {"kl": b},
+                                         "jacap_baseline_protection": {"kl": jb}, "baseline_jacap_protection": {"kl": bj}}})
+    parts = {p["part"]: p for p in A.decompose_gap(docs, n_resamples=999)}
+    total = parts["total"]["ratio"]
+    want = math.exp(np.mean([math.log(x["kl"]["default"]["kl"] / x["kl"]["baseline"]["kl"]) for x in docs]))
+    assert total == pytest.approx(want, rel=1e-12)
+    assert parts["protection (Jacap's score)"]["ratio"] * parts["score (the baseline's protection)"]["ratio"] \
+        == pytest.approx(total, rel=1e-12)
+    assert parts["score (Jacap's protection)"]["ratio"] * parts["protection (the baseline's score)"]["ratio"] \
+        == pytest.approx(total, rel=1e-12)
+    assert all(p["low"] <= p["ratio"] <= p["high"] and p["verdict"] for p in parts.values())
+
+
+def test_kept_positions_read_back_from_the_cache_are_the_presses_top_k(tiny_llama):
+    """On a tiny model: the positions read back for KNorm are the budget smallest key norms of every layer and
+    head, computed from the captured keys; the baseline under Jacap's protection keeps the window too."""
+    from kvpress import KnormPress
+
+    from jacap_lib.measure.quality import capture_prefill
+    from jacap_lib.presses.protected import ProtectedPress
+
+    torch.manual_seed(1)
+    ids = torch.randint(0, 96, (1, 48))
+    cap = capture_prefill(tiny_llama, ids)
+    kept = M.kept_positions(tiny_llama, cap, KnormPress(compression_ratio=0.5))
+    assert kept.shape == (2, 2, 24)
+    for layer, rec in enumerate(cap.layers):
+        norms = rec["keys"][0].norm(dim=-1)  # (H, N)
+        want = norms.topk(24, dim=-1, largest=False).indices.sort(-1).values
+        assert torch.equal(kept[layer], want)
+    prot = M.kept_positions(tiny_llama, cap, ProtectedPress(press=KnormPress(compression_ratio=0.5),
+                                                            compression_ratio=0.5, n_sink=2, window=6))
+    mask = M.kept_mask(prot, 48)
+    assert bool(mask[..., :2].all()) and bool(mask[..., -6:].all()) and prot.shape == (2, 2, 24)
+
+
+def test_observed_centre_is_the_models_own_attention_of_the_last_queries(tiny_llama):
+    """JacapObservedPress's centre equals the attention weights the model itself reports (eager attention) for the
+    last obs_window queries, averaged over them and over each KV head's query heads."""
+    import copy
+
+    from jacap_lib.hf import decoder_layers_of
+    from jacap_lib.measure.quality import capture_prefill
+    from jacap_lib.presses.jacap_observed import JacapObservedPress
+
+    torch.manual_seed(2)
+    ids = torch.randint(0, 96, (1, 40))
+    cap = capture_prefill(tiny_llama, ids)
+    press = JacapObservedPress(compression_ratio=0.5, obs_window=8, n_future_positions=64)
+    eager = copy.deepcopy(tiny_llama)
+    eager.set_attn_implementation("eager")
+    with torch.no_grad():
+        att = eager(ids, output_attentions=True).attentions
+        for layer, rec in enumerate(cap.layers):
+            mod = decoder_layers_of(tiny_llama)[layer].self_attn
+            got = press.observed_alpha(mod, rec["kwargs"]["hidden_states"], rec["keys"], rec["kwargs"])
+            want = att[layer][:, :, -8:, :].mean(2).view(1, 2, 2, 40).mean(2)
+            assert torch.allclose(got[..., :32], want[..., :32], atol=1e-6)
+            assert bool((got[..., 32:] == 0).all())  # the window's own keys: left out by kvpress, weight 0
+    with pytest.raises(ValueError, match="gqa"):
+        JacapObservedPress(compression_ratio=0.5, gqa="mean")
+
+
+def test_the_committed_file_agrees_with_the_summary_and_its_configuration():
+    from jacap_lib.results import loaders
+
+    data, summary = loaders.load_anatomy(), loaders.load_eval_summary()
+    cfg = data["config"]
+    losing = {f"{r['length']}/{float(r['ratio'])}": r for r in A.losing_cells(summary)}
+    assert {e["cell"] for e in data["kinds"]} == set(losing) and cfg["cell"] in losing
+    for e in data["kinds"]:  # the all-document ratio is the summary's own geometric-mean ratio, recomputed
+        (all_docs,) = [k for k in e["kinds"] if k["kind"] == "all"]
+        assert all_docs["ratio"] == pytest.approx(losing[e["cell"]]["gm_ratio"], rel=1e-3)
+        assert all_docs["losses"] == losing[e["cell"]]["losses"]
+    keys = [s["key"] for s in cfg["settings"]]
+    assert [d["doc"] for d in data["documents"]] == [d["id"] for d in cfg["documents"]]
+    assert all(list(d["kl"]) == keys for d in data["documents"])
+    assert all(len(d["jaccard"]) == d["n_layers"] for d in data["documents"])
