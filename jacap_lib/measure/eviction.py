@@ -313,8 +313,10 @@ def parse_view(marked: str) -> list[tuple[str, str]]:
     return runs
 
 
-def kept_indices(full_keys: torch.Tensor, kept_keys: torch.Tensor) -> torch.Tensor:
-    """Positions of the rows of ``kept_keys (B, H, n, d)`` inside ``full_keys (B, H, N, d)``, ascending.
+def kept_indices(full_keys: torch.Tensor, kept_keys: torch.Tensor, *, sort: bool = True) -> torch.Tensor:
+    """Positions of the rows of ``kept_keys (B, H, n, d)`` inside ``full_keys (B, H, N, d)``, ascending
+    (``sort=False``: slot by slot, the true position of each cache slot; kvpress writes the kept rows back
+    in score order, so a slot index is not a position).
 
     Raises ``RuntimeError`` unless every kept row equals (exactly) the full row it is matched to.
     """
@@ -326,10 +328,10 @@ def kept_indices(full_keys: torch.Tensor, kept_keys: torch.Tensor) -> torch.Tens
     gathered = full_keys.gather(2, idx.unsqueeze(-1).expand(*idx.shape, full_keys.shape[-1]))
     if not torch.equal(gathered, kept_keys):
         raise RuntimeError("compressed cache rows do not match rows of the uncompressed cache exactly")
-    idx = idx.sort(-1).values
-    if bool((idx[..., 1:] == idx[..., :-1]).any()):
+    ordered = idx.sort(-1).values
+    if bool((ordered[..., 1:] == ordered[..., :-1]).any()):
         raise RuntimeError("two kept rows matched the same position (duplicate keys in the cache)")
-    return idx
+    return ordered if sort else idx
 
 
 @contextmanager
