@@ -63,24 +63,23 @@ def needle_layout(tokenizer, length: int, depth: float, key: str) -> dict:
     ``{"needle": [start, end), "key": [positions of the key's digit tokens, both copies],
     "copies": [[positions of copy 1], [copy 2]], "other": [the needle's other positions]}``.
 
-    A token is a key token when its decoded characters overlap a copy of ``key`` in the needle's text; the
-    tokens are decoded one by one, so the tokenizer must decode the needle token by token back to its text
-    (``ValueError`` otherwise)."""
+    A token is a key token when its characters overlap a copy of ``key`` in the decoded needle; token ``i``'s
+    characters are those that decoding the needle's first ``i + 1`` tokens adds to decoding its first ``i``
+    (robust to tokenizers that drop a leading space when decoding one token alone). ``ValueError`` when the
+    decoded needle does not hold the key twice."""
     _, at, needle = _build(tokenizer, length, depth, key)
-    text = _needle_text(key)
-    pieces = [tokenizer.decode([int(t)]) for t in needle]
-    if "".join(pieces) != text:
-        raise ValueError("tokenizer: the needle's tokens, decoded one by one, do not spell the needle's text "
-                         f"({''.join(pieces)!r} vs {text!r}); cannot locate the key's tokens")
-    starts, pos = [], 0
-    for piece in pieces:
-        starts.append(pos)
-        pos += len(piece)
+    ids = [int(t) for t in needle]
+    ends = [len(tokenizer.decode(ids[: i + 1])) for i in range(len(ids))]
+    starts = [0] + ends[:-1]
+    text = tokenizer.decode(ids)
     copies, at_char = [], text.find(key)
     while at_char >= 0:
-        copies.append([at + i for i, (s0, p) in enumerate(zip(starts, pieces))
-                       if p and s0 < at_char + len(key) and s0 + len(p) > at_char])
+        copies.append([at + i for i, (s0, e0) in enumerate(zip(starts, ends))
+                       if e0 > s0 and s0 < at_char + len(key) and e0 > at_char])
         at_char = text.find(key, at_char + len(key))
+    if len(copies) != 2:
+        raise ValueError(f"tokenizer: the decoded needle {text!r} does not hold the key {key!r} twice; cannot "
+                         "locate the key's tokens")
     keys = sorted({i for c in copies for i in c})
     span = list(range(at, at + needle.numel()))
     return {"needle": [at, at + needle.numel()], "key": keys, "copies": copies,

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import random
 import time
@@ -65,7 +66,7 @@ from . import protocol as P
 
 __all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_DEPTHS", "DEFAULT_TRIALS", "QUICK", "PROBE", "PROBE_METHODS",
            "PROBE_FILE", "DEFAULT_MODE", "FULL", "N_NEW", "row_mode", "probe_specs", "survival_statistics",
-           "needle_probe_summary",
+           "needle_probe_summary", "pooled_survival", "SURVIVAL_BINS",
            "BASELINE_LABEL", "PAPER_LABEL", "NeedleGroup", "row_key", "needle_keys", "needle_specs", "read_choices",
            "needle_groups", "measure_needle", "prompts_of", "needle_summary", "summary_lines", "add_arguments",
            "prepare", "execute", "NEEDLE", "NEEDLE_SUMMARY"]
@@ -345,13 +346,47 @@ def survival_statistics(rows: list[dict], confidence: float | None = None) -> di
             "accuracy_all_kept": acc(every), "accuracy_not_all_kept": acc([r for r in rows if not r["key_all_kept"]])}
 
 
+SURVIVAL_BINS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def pooled_survival(rows: list[dict], bins=SURVIVAL_BINS) -> dict:
+    """Digit survival against the answer over compressed rows of every setting and cell (pooled; an
+    association across settings, not an effect of survival): the accuracy per bin of ``key_kept_frac``
+    (``[lo, hi)``, the last bin closed) with its Wilson interval, and per layer the mean fraction of key digits
+    kept (over KV heads) in the rows answered right and in those answered wrong."""
+    from . import verdicts as V
+
+    out = []
+    for i, (lo, hi) in enumerate(zip(bins[:-1], bins[1:])):
+        last = i == len(bins) - 2
+        sub = [r for r in rows if lo <= r["key_kept_frac"] < hi or (last and r["key_kept_frac"] == hi)]
+        entry = {"low_edge": lo, "high_edge": hi, "n": len(sub)}
+        if sub:
+            a, l, h = V.accuracy_interval([bool(r["correct"]) for r in sub])
+            entry.update(correct=sum(bool(r["correct"]) for r in sub), accuracy=a, low=l, high=h)
+        out.append(entry)
+
+    def by_layer(sub):
+        if not sub:
+            return None
+        n_layers = len(sub[0]["key_kept"])
+        return [sum(sum(r["key_kept"][i]) / len(r["key_kept"][i]) for r in sub) / len(sub) for i in range(n_layers)]
+
+    right = [r for r in rows if r["correct"]]
+    wrong = [r for r in rows if not r["correct"]]
+    return {"n": len(rows), "bins": out, "key_kept_by_layer_right": by_layer(right),
+            "key_kept_by_layer_wrong": by_layer(wrong), "n_right": len(right), "n_wrong": len(wrong)}
+
+
 def needle_probe_summary(rows: list[dict], choices: dict, *, prompts=None, settings=None, alpha: float = 0.05,
                          seed: int | None = None) -> dict:
     """The probe's statistics (pure), per mode present in ``rows``: the cells of :func:`needle_summary`
     (each setting's accuracy with its Wilson interval, the uncompressed ceiling); the default Jacap setting
     against every other setting, paired per prompt (exact McNemar p, Holm over ALL the comparisons of the mode:
     every other setting x every cell); each setting's :func:`survival_statistics` per cell. Then, per setting
-    and cell with both modes complete, ``inside`` against ``after`` paired per prompt (Holm over those).
+    and cell complete in both modes, ``inside`` against ``after`` paired on the prompts both modes hold (Holm
+    over those). ``prompts``: ``[(depth, trial, key)]``, or ``{mode: [...]}`` when the modes were run on
+    different prompt sets (a mode's run may cover a subset of the depths).
     Returns ``{"modes": {mode: {"cells", "comparisons", "survival", "cells_measured", "cells_missing"}},
     "mode_effect": [...]}``."""
     opts = {"seed": seed} if seed is not None else {}
@@ -362,13 +397,14 @@ def needle_probe_summary(rows: list[dict], choices: dict, *, prompts=None, setti
     out, outcome = {}, {}
     for mode in present:
         mine = [r for r in rows if row_mode(r) == mode]
+        mode_prompts = prompts.get(mode) if isinstance(prompts, dict) else prompts
         specs = list(settings) if settings is not None else list(dict.fromkeys(r["method"] for r in mine if r["method"] != FULL))
-        s = needle_summary(mine, choices, prompts=prompts, settings=specs, mode=mode, alpha=alpha, seed=seed,
+        s = needle_summary(mine, choices, prompts=mode_prompts, settings=specs, mode=mode, alpha=alpha, seed=seed,
                            references=[x for x in specs if x != default])
         _holm([r for f in s["comparisons"] for r in f["rows"]], alpha)
         for f in s["comparisons"]:
             f["holm_family"] = "every other setting x every cell of this mode"
-        ps = {(float(d), int(t), str(k)) for d, t, k in prompts} if prompts is not None else None
+        ps = {(float(d), int(t), str(k)) for d, t, k in mode_prompts} if mode_prompts is not None else None
         surv = []
         for cell in s["cells"]:
             L, c = cell["length"], cell["ratio"]
@@ -376,18 +412,23 @@ def needle_probe_summary(rows: list[dict], choices: dict, *, prompts=None, setti
                 sub = [r for r in mine if r["method"] == spec and int(r["length"]) == L and float(r["ratio"]) == c
                        and (ps is None or (float(r["depth"]), int(r["trial"]), str(r["key"])) in ps)]
                 sub.sort(key=lambda r: (float(r["depth"]), int(r["trial"])))
-                outcome[(mode, spec, L, c)] = [(float(r["depth"]), int(r["trial"]), bool(r["correct"])) for r in sub]
+                outcome[(mode, spec, L, c)] = {(float(r["depth"]), int(r["trial"]), str(r["key"])): bool(r["correct"])
+                                               for r in sub}
                 surv.append({"spec": spec, "family": P.method_of(spec), "length": L, "ratio": c,
                              **survival_statistics(sub)})
-        out[mode] = {**s, "survival": surv}
+        judged = {(c["length"], c["ratio"]) for c in s["cells"]}
+        kept_rows = [r for r in mine if r["method"] in specs and (int(r["length"]), float(r["ratio"])) in judged
+                     and (ps is None or (float(r["depth"]), int(r["trial"]), str(r["key"])) in ps)]
+        out[mode] = {**s, "survival": surv, "pooled": pooled_survival(kept_rows)}
     effect = []
     if len(present) == 2:
         for (mode, spec, L, c), ins in outcome.items():
             aft = outcome.get(("after", spec, L, c))
-            if mode != "inside" or aft is None or [x[:2] for x in aft] != [x[:2] for x in ins]:
+            both = sorted(set(ins) & set(aft or {}))
+            if mode != "inside" or not both:
                 continue
             effect.append({"spec": spec, "length": L, "ratio": c, "setting_mode": "inside", "reference_mode": "after",
-                           **_paired([x[2] for x in ins], [x[2] for x in aft], opts)})
+                           **_paired([ins[p] for p in both], [aft[p] for p in both], opts)})
         _holm(effect, alpha)
     return {"modes": out, "mode_effect": effect}
 
@@ -588,10 +629,11 @@ def _summary_inputs(out_dir: Path, choices_path: Path, name: str = "needle.jsonl
     if not mine:
         raise ValueError(f"--dir: {rows_path} holds no run in mode {mode!r}")
     last = mine[-1]
-    for other in {r.get("mode", DEFAULT_MODE): r for r in mine}.values():
-        if (other["keys"], list(other["settings"])) != (last["keys"], list(last["settings"])):
-            raise ValueError(f"--dir: {rows_path}'s modes were run on other prompts or settings; summarize "
-                             "runs of one configuration (a new --dir)")
+    if mode is None:  # every mode's latest run: its own prompts, the same settings
+        last = {r.get("mode", DEFAULT_MODE): r for r in mine}
+        if len({json.dumps(list(r["settings"])) for r in last.values()}) > 1:
+            raise ValueError(f"--dir: {rows_path}'s modes were run with other settings; summarize runs of one "
+                             "configuration (a new --dir)")
     return files.read_jsonl(rows_path), choices, last
 
 
@@ -637,10 +679,12 @@ def _statistics_config(seed, holm_family: str) -> dict:
 
 
 def _probe_summary_run(args, out_dir: Path, choices_path: Path):
-    rows, choices, run = _summary_inputs(out_dir, choices_path, PROBE_FILE, mode=None)
-    prompts = [tuple(p) for p in run["keys"]]
+    rows, choices, runs = _summary_inputs(out_dir, choices_path, PROBE_FILE, mode=None)
+    prompts = {m: [tuple(p) for p in r["keys"]] for m, r in runs.items()}
+    run = runs.get(DEFAULT_MODE) or next(iter(runs.values()))
     summary = needle_probe_summary(rows, choices, prompts=prompts, settings=list(run["settings"]), seed=args.seed)
-    modes = {r.get("mode", DEFAULT_MODE): r.get("command") for r in files.read_runs(out_dir / PROBE_FILE)}
+    modes = {m: {"command": r.get("command"), "lengths": r["lengths"], "ratios": r["ratios"], "depths": r["depths"],
+                 "trials": r["trials"], "n_prompts": len(r["keys"])} for m, r in runs.items()}
     stats = _statistics_config(args.seed, "per mode: the default Jacap setting against every other setting, over "
                                           "every (length, ratio) cell; mode effect: every setting x cell")
     config = {"choices_fingerprint": choices["fingerprint"], "chosen": choices["chosen"],
