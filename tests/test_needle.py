@@ -354,7 +354,8 @@ def test_digit_survival_equals_the_brute_force_intersection_at_true_positions():
     """A press with a known kept set per head, written back in score order: the recorded survival is the set
     intersection of the kept positions and the key's positions, computed by hand."""
     from jacap_lib.measure import passkey as PK
-    from jacap_lib.measure.quality import capture_prefill, kept_positions, replay_press
+    from jacap_lib.measure.eviction import kept_positions
+    from jacap_lib.measure.quality import capture_prefill, replay_press
 
     tok, model = SpellTokenizer(), tiny_model("llama", layers=2, seed=0)
     n, ratio = 128, 0.5
@@ -393,7 +394,8 @@ def test_digit_survival_equals_the_brute_force_intersection_at_true_positions():
 
 
 def test_kept_positions_drop_the_keys_a_head_wise_press_masked():
-    from jacap_lib.measure.quality import capture_prefill, kept_positions, replay_press
+    from jacap_lib.measure.eviction import kept_positions
+    from jacap_lib.measure.quality import capture_prefill, replay_press
 
     model = tiny_model("llama", layers=2, seed=0)
     cap = capture_prefill(model, torch.arange(40).unsqueeze(0))

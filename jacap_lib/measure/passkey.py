@@ -11,7 +11,7 @@ Two modes (:data:`MODES`, :func:`passkey_inputs`):
 
 :func:`needle_layout` locates the needle and the key's digit tokens in the context (true positions);
 :func:`digit_survival` says, per layer and KV head, which of them a compressed cache still holds
-(from :func:`jacap_lib.measure.quality.kept_positions`).
+(from :func:`jacap_lib.measure.eviction.kept_positions`).
 
 The evaluation's needle job (the tuned settings, ``data/results/eval/needle.jsonl``) is
 :mod:`jacap_lib.results.needle` (``jacap evaluate needle``).
@@ -104,7 +104,7 @@ def passkey_inputs(tokenizer, length: int, depth: float, key: str, mode: str = "
 
 def digit_survival(kept: torch.Tensor, layout: dict, digits: int = 4) -> dict:
     """What of the needle a compressed cache holds, from ``kept (L, H, P)`` (True = position kept, e.g.
-    :func:`jacap_lib.measure.quality.kept_positions`) and a :func:`needle_layout`:
+    :func:`jacap_lib.measure.eviction.kept_positions`) and a :func:`needle_layout`:
 
     * ``key_kept``: per layer, a list over KV heads of the fraction of the key's digit tokens kept;
     * ``needle_other_kept``: the same for the needle's other tokens;
@@ -164,7 +164,8 @@ def needle_trial(model, tokenizer, capture, press, decode_ids: torch.Tensor, lay
     ``decode_ids`` and ``n_new`` greedy tokens. Returns ``{"answer", "kept_tokens"}`` (the mean number of
     prompt tokens per layer and KV head the question could see, :func:`jacap_lib.measure.quality.kept_tokens`)
     and, with a ``layout``, the :func:`digit_survival` of the compressed cache."""
-    from .quality import kept_positions, kept_tokens, replay_press
+    from .eviction import kept_positions
+    from .quality import kept_tokens, replay_press
 
     cache = replay_press(model, capture, press)
     out = {"kept_tokens": kept_tokens(model, cache)}

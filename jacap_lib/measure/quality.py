@@ -50,7 +50,6 @@ __all__ = [
     "replay_press",
     "continue_from_cache",
     "kept_tokens",
-    "kept_positions",
     "FullReference",
     "QualityResult",
     "full_reference",
@@ -260,39 +259,6 @@ def kept_tokens(model, cache) -> float:
     (its length, less the keys a head-wise press masked in ``masked_key_indices``)."""
     heads = cache.layers[0].keys.shape[1]
     return _cache_kept(cache) - _masked_count(model) / (len(decoder_layers_of(model)) * heads)
-
-
-@torch.inference_mode()
-def kept_positions(model, capture: PrefillCapture, cache) -> torch.Tensor:
-    """BoolTensor ``(L, H_kv, P)``: which prompt positions each layer and KV head of ``cache`` (the
-    :func:`replay_press` of ``capture``) still lets a later query see, at their TRUE positions.
-
-    The cache rows are matched to the captured uncompressed keys
-    (:func:`jacap_lib.measure.eviction.kept_indices`, exact equality), so the score order in which kvpress
-    writes kept rows back does not matter; keys a head-wise press masked (``masked_key_indices``, cache
-    slots) count as evicted."""
-    from .eviction import kept_indices
-
-    layers = decoder_layers_of(model)
-    n = capture.prompt_len
-    out = []
-    for i, (layer, rec) in enumerate(zip(layers, capture.layers)):
-        full, keys = rec["keys"], cache.layers[i].keys
-        if keys.shape[2] > n:
-            raise ValueError(f"layer {i}'s cache holds {keys.shape[2]} rows for a prompt of {n}: call "
-                             "kept_positions right after replay_press, before decoding")
-        slots = kept_indices(full, keys, sort=False)[0]  # (H, n_kept): slot -> true position
-        live = torch.ones_like(slots, dtype=torch.bool)
-        masked = getattr(layer.self_attn, "masked_key_indices", None)
-        if masked is not None:
-            b, h, s = masked
-            sel = b == 0
-            live[h[sel].to(live.device), s[sel].to(live.device)] = False
-        mask = torch.zeros(slots.shape[0], n, dtype=torch.bool, device=slots.device)
-        rows = torch.arange(slots.shape[0], device=slots.device).unsqueeze(1).expand_as(slots)
-        mask[rows[live], slots[live]] = True
-        out.append(mask.cpu())
-    return torch.stack(out)
 
 
 @torch.inference_mode()
