@@ -9,6 +9,7 @@
     jacap evaluate tune|test|time|summary [--quick] the evaluation protocol -> data/results/eval/
     jacap evaluate needle|needle-summary [--quick] needle retrieval with the tuned methods -> data/results/eval/
     jacap evaluate anatomy [--length 2048 --ratio 0.5] why the default loses a cell -> data/results/eval/anatomy.json
+    jacap evaluate needle [--mode inside] --probe  digit survival per layer and KV head -> needle_probe.jsonl
     jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token
     jacap inspect --layer 3 --head 1 [--text ...]  one head's text, kept/protected/evicted marked
     jacap inspect --html eviction.html             the whole model as a self-contained HTML page

@@ -863,6 +863,7 @@ cli_bad("cli-evaluate-length-beyond-documents", ev_with(lengths=["512", "1000000
 cli_bad("cli-evaluate-test-without-choices", ["evaluate", "test", "--dir", "{d}/e", "--no-progress"], "choices.json")
 cli_bad("cli-evaluate-summary-missing", ["evaluate", "summary", "--dir", "{d}/e"], "--dir", "does not exist")
 cli_bad("cli-needle-trials-zero", ["evaluate", "needle", "--dir", "{d}/e", "--trials", "0"], "--trials")
+cli_bad("cli-needle-mode-unknown", ["evaluate", "needle", "--dir", "{d}/e", "--mode", "before"], "--mode", "inside")
 cli_bad("cli-inspect-ratio", ["inspect", "--ratio", "1.5"], "--ratio")
 cli_bad("cli-inspect-method", ["inspect", "--method", "nope"], "--method", "nope")
 cli_bad("cli-inspect-out-without-kl-table", ["inspect", "--out", "{d}/x.json"], "--out")

@@ -316,8 +316,8 @@ def test_job_writes_keyed_rows_and_resumes(tmp_path, monkeypatch):
     # a rerun decodes nothing; a dropped row is decoded again, with the same answer
     import jacap_lib.measure.passkey as PK
     calls = []
-    real = PK.passkey_trial
-    monkeypatch.setattr(PK, "passkey_trial", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = PK.needle_trial
+    monkeypatch.setattr(PK, "needle_trial", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert N.execute(N.prepare(_parse(argv)), model=model, tokenizer=tok)["rows_written"] == 0 and not calls
     (out / "needle.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:-1]))
     assert N.execute(N.prepare(_parse(argv)), model=model, tokenizer=tok)["rows_written"] == 1 and len(calls) == 1
@@ -339,3 +339,234 @@ def test_a_group_and_its_measure_travel_to_spawned_workers():
     g = N.needle_groups(["knorm"], (128,), (0.5,), N.needle_keys((0.5,), 1, 0), "m")[0]
     back = pickle.loads(pickle.dumps((plan_measure, g)))
     assert back[0].func is N.measure_needle and back[1].jobs == [("full", 0.0), ("knorm", 0.5)]
+
+
+# --------------------------------------------------------------------------------------------- digit survival, modes
+class SpellTokenizer:
+    """One token per printable character, id = ord(ch) - 32 (below the tiny model's 96), decoded back exactly."""
+
+    def __call__(self, text, return_tensors=None, add_special_tokens=False):
+        return type("Enc", (), {"input_ids": torch.tensor([[ord(ch) - 32 for ch in text]])})()
+
+    def decode(self, ids):
+        return "".join(chr(int(i) + 32) for i in ids)
+
+
+def _fixed_press(scores, ratio):
+    """A kvpress ScorerPress whose score is ``scores (H, N)`` whatever the layer: it keeps each head's top
+    ``n_kept`` positions and writes them back in score order (kvpress's gather), not in position order."""
+    from kvpress import ScorerPress
+
+    class Fixed(ScorerPress):
+        def score(self, module, hidden_states, keys, values, attentions, kwargs):
+            return scores.unsqueeze(0).to(keys.dtype)
+
+    return Fixed(compression_ratio=ratio)
+
+
+def test_needle_layout_finds_the_key_digits_at_their_positions():
+    from jacap_lib.measure.passkey import needle_layout, passkey_prompt
+
+    tok = SpellTokenizer()
+    for depth in (0.0, 0.37, 1.0):
+        ctx, _ = passkey_prompt(tok, 150, depth, "40917")
+        lay = needle_layout(tok, 150, depth, "40917")
+        text = tok.decode(ctx[0])
+        # brute force: the characters of every copy of the key in the context (one token per character)
+        start, copies = lay["needle"][0], []
+        at = text.find("40917", start)
+        while 0 <= at < lay["needle"][1]:
+            copies.append(list(range(at, at + 5)))
+            at = text.find("40917", at + 5)
+        assert lay["copies"] == copies and len(copies) == 2 and lay["key"] == copies[0] + copies[1]
+        assert text[lay["needle"][0]:lay["needle"][1]] == " The pass key is 40917. Remember it. 40917 is the pass key. "
+        assert sorted(lay["key"] + lay["other"]) == list(range(*lay["needle"]))
+
+
+def test_digit_survival_equals_the_brute_force_intersection_at_true_positions():
+    """A press with a known kept set per head, written back in score order: the recorded survival is the set
+    intersection of the kept positions and the key's positions, computed by hand."""
+    from jacap_lib.measure import passkey as PK
+    from jacap_lib.measure.eviction import kept_positions
+    from jacap_lib.measure.quality import capture_prefill, replay_press
+
+    tok, model = SpellTokenizer(), tiny_model("llama", layers=2, seed=0)
+    n, ratio = 128, 0.5
+    ids, question, lay = PK.passkey_inputs(tok, n, 0.5, "40917", "after")
+    gen = torch.Generator().manual_seed(3)
+    scores = torch.rand(2, n, generator=gen)  # 2 KV heads
+    scores[0, lay["key"][:3]] = 2.0  # head 0 surely keeps the first three digits, head 1 surely drops the key
+    scores[1, lay["key"]] = -1.0
+    cap = capture_prefill(model, ids)
+    cache = replay_press(model, cap, _fixed_press(scores, ratio))
+    n_kept = n - int(n * ratio)
+    kept_sets = [set(scores[h].topk(n_kept).indices.tolist()) for h in range(2)]
+    # the cache rows are in score order, so slot index != position: reading slots as positions would be wrong
+    slots_in_order = torch.equal(cache.layers[0].keys[0, 0], cap.layers[0]["keys"][0, 0, sorted(kept_sets[0])])
+    assert not slots_in_order
+    mask = kept_positions(model, cap, cache)
+    assert mask.shape == (2, 2, n)
+    for layer in range(2):
+        for h in range(2):
+            assert set(torch.nonzero(mask[layer, h]).flatten().tolist()) == kept_sets[h]
+    surv = PK.digit_survival(mask, lay)
+    key, other = set(lay["key"]), set(lay["other"])
+    by_hand = [len(kept_sets[h] & key) / len(key) for h in range(2)]
+    assert surv["key_kept"] == [[round(x, 4) for x in by_hand]] * 2 and by_hand[1] == 0.0 and by_hand[0] >= 0.3
+    assert surv["needle_other_kept"] == [[round(len(kept_sets[h] & other) / len(other), 4) for h in range(2)]] * 2
+    assert surv["key_kept_frac"] == round(sum(by_hand) / 2, 4) and surv["key_all_kept"] is False
+    span = set(range(*lay["needle"]))
+    assert surv["needle_kept_frac"] == round(sum(len(kept_sets[h] & span) for h in range(2)) / (2 * len(span)), 4)
+    whole = [any(set(c) <= kept_sets[h] for c in lay["copies"]) for h in range(2)]
+    assert surv["key_copy_kept"] == sum(whole) / 2
+    # a press that keeps the whole needle everywhere: all key digits survive
+    keep_all = torch.zeros(2, n)
+    keep_all[:, lay["needle"][0]:lay["needle"][1]] = 1.0
+    full = PK.digit_survival(kept_positions(model, cap, replay_press(model, cap, _fixed_press(keep_all, ratio))), lay)
+    assert full["key_all_kept"] is True and full["key_kept_frac"] == 1.0 and full["key_copy_kept"] == 1.0
+
+
+def test_kept_positions_drop_the_keys_a_head_wise_press_masked():
+    from jacap_lib.measure.eviction import kept_positions
+    from jacap_lib.measure.quality import capture_prefill, replay_press
+
+    model = tiny_model("llama", layers=2, seed=0)
+    cap = capture_prefill(model, torch.arange(40).unsqueeze(0))
+    cache = replay_press(model, cap, None)
+    attn = model.model.layers[1].self_attn
+    attn.masked_key_indices = (torch.tensor([0, 0, 0]), torch.tensor([0, 1, 1]), torch.tensor([5, 7, 39]))
+    try:
+        mask = kept_positions(model, cap, cache)
+    finally:
+        attn.masked_key_indices = None
+    assert mask[0].all()
+    assert {tuple(x) for x in torch.nonzero(~mask[1]).tolist()} == {(0, 5), (1, 7), (1, 39)}
+
+
+def test_inside_mode_compresses_the_question_and_matches_after_without_compression():
+    """``inside`` prefills the context and the question but its last token; uncompressed, both modes are the
+    same computation, so they give the same greedy answer."""
+    from jacap_lib.measure import passkey as PK
+    from jacap_lib.measure.quality import capture_prefill
+
+    tok, model = SpellTokenizer(), tiny_model("llama", layers=2, seed=1)
+    ctx, q, lay = PK.passkey_inputs(tok, 96, 0.3, "55555", "after")
+    pre, last, lay2 = PK.passkey_inputs(tok, 96, 0.3, "55555", "inside")
+    assert lay == lay2 and torch.equal(pre, torch.cat([ctx, q[:, :-1]], 1)) and torch.equal(last, q[:, -1:])
+    a = PK.needle_trial(model, tok, capture_prefill(model, ctx), None, q, lay, n_new=6)
+    b = PK.needle_trial(model, tok, capture_prefill(model, pre), None, last, lay, n_new=6)
+    assert a["answer"] == b["answer"] and a["kept_tokens"] == 96 and b["kept_tokens"] == 96 + q.shape[1] - 1
+    assert a["key_all_kept"] and b["key_all_kept"]
+    with pytest.raises(ValueError, match="mode"):
+        PK.passkey_inputs(tok, 96, 0.3, "55555", "before")
+
+
+def test_modes_are_keyed_apart_and_old_rows_read_as_after(tmp_path, monkeypatch):
+    choices, space = _choices(ratios=(0.5,))
+    monkeypatch.setattr(P, "SEARCH_SPACE", space)
+    path = _write(tmp_path, choices)
+    out = tmp_path / "e"
+    base = ["--dir", str(out), "--choices", str(path), "--lengths", "128", "--ratios", "0.5", "--depths", "0.5",
+            "--trials", "1", "--no-progress"]
+    model, tok = tiny_model("llama", layers=2, seed=0), SpellTokenizer()
+    n_after = N.execute(N.prepare(_parse(base)), model=model, tokenizer=tok)["rows_written"]
+    n_inside = N.execute(N.prepare(_parse(base + ["--mode", "inside"])), model=model, tokenizer=tok)["rows_written"]
+    rows = io.read_jsonl(out / "needle.jsonl")
+    assert n_after == n_inside == 1 + 4 and len(rows) == 10 and len({N.row_key(r) for r in rows}) == 10
+    assert [r["mode"] for r in rows] == ["after"] * 5 + ["inside"] * 5
+    assert [r["mode"] for r in io.read_runs(out / "needle.jsonl")] == ["after", "inside"]
+    assert all(len(r["key_kept"]) == 2 and len(r["key_kept"][0]) == 2 for r in rows)
+    # a row made before the option (no "mode") is an "after" row: resuming in "after" skips it
+    legacy = {k: v for k, v in rows[0].items() if k != "mode"}
+    assert N.row_key(legacy) == N.row_key(rows[0])
+    assert N.execute(N.prepare(_parse(base + ["--mode", "inside"])), model=model, tokenizer=tok)["rows_written"] == 0
+    # the protocol's summary reads one mode
+    s_after = N.needle_summary(rows, choices, settings=[DEF, BASE, P.PAPER_PRESET])
+    s_in = N.needle_summary(rows, choices, settings=[DEF, BASE, P.PAPER_PRESET], mode="inside")
+    assert [a["correct"] for a in s_after["cells"][0]["settings"]] == [int(r["correct"]) for r in rows[1:4]]
+    assert [a["correct"] for a in s_in["cells"][0]["settings"]] == [int(r["correct"]) for r in rows[6:9]]
+
+
+@pytest.mark.parametrize("extra,msg", [(["--mode", "before"], "--mode"), (["--probe", "--quick"], "--probe")])
+def test_bad_mode_or_probe_calls_exit_2(extra, msg, tmp_path, no_model, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["evaluate", "needle", "--dir", str(tmp_path / "e")] + extra)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and msg in err and err.startswith("usage: jacap evaluate needle ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_probe_summary_against_hand_values():
+    choices, _ = _choices(ratios=(0.5,))
+    specs = [DEF, BASE, P.PAPER_PRESET]
+    outcomes = {("full", 0.0): [1] * 10, (DEF, 0.5): A, (BASE, 0.5): B, (P.PAPER_PRESET, 0.5): [1] * 10}
+    rows = []
+    for mode, flip in (("after", False), ("inside", True)):
+        for r in _rows(outcomes):
+            r = dict(r, mode=mode)
+            if flip and r["method"] == DEF:
+                r["correct"] = True
+            # key survival: all digits kept on the even trials; per layer (2) x head (2) fractions
+            allk = r["trial"] % 2 == 0
+            r.update(key_kept=[[1.0, 1.0], [1.0, 1.0 if allk else 0.5]], key_kept_frac=1.0 if allk else 0.875,
+                     needle_kept_frac=0.9, key_all_kept=allk, key_copy_kept=1.0 if allk else 0.75)
+            rows.append(r)
+    s = N.needle_probe_summary(rows, choices, settings=specs)
+    after = s["modes"]["after"]
+    sv = {x["spec"]: x for x in after["survival"]}[DEF]
+    assert sv["key_kept_mean"] == pytest.approx((5 * 1.0 + 5 * 0.875) / 10) and sv["all_kept_fraction"] == 0.5
+    assert sv["key_kept_by_layer"] == pytest.approx([1.0, 0.875])
+    even, odd = A[0::2], A[1::2]  # trials 0, 2, ... have every digit
+    assert sv["accuracy_all_kept"]["accuracy"] == sum(even) / 5 and sv["accuracy_not_all_kept"]["accuracy"] == sum(odd) / 5
+    assert sv["accuracy_all_kept"]["low"] < sv["accuracy_all_kept"]["accuracy"] <= sv["accuracy_all_kept"]["high"]
+    # default against each other setting; Holm over the mode's two comparisons by hand
+    comp = {f["reference"]: f["rows"][0] for f in after["comparisons"]}
+    assert set(comp) == {BASE, P.PAPER_PRESET}
+    p_base, p_paper = V.mcnemar_p(A, B), V.mcnemar_p(A, [1] * 10)
+    lo, hi = sorted([p_base, p_paper])
+    holm = {lo: min(1, 2 * lo), hi: min(1, max(2 * lo, hi))}
+    assert comp[BASE]["p_holm"] == pytest.approx(holm[p_base]) and comp[P.PAPER_PRESET]["p_holm"] == pytest.approx(holm[p_paper])
+    # inside vs after, per setting: the default gains the prompts it missed, the others are identical
+    eff = {e["spec"]: e for e in s["mode_effect"]}
+    assert (eff[DEF]["wins"], eff[DEF]["losses"]) == (10 - sum(A), 0) and eff[BASE]["diff_points"] == 0.0
+    assert s["modes"]["inside"]["cells"][0]["settings"][0]["accuracy"] == 1.0
+    # pooled over the three settings (30 rows): the bins of key_kept_frac and the per-layer means, by hand
+    pooled = after["pooled"]
+    comp_rows = [r for r in rows if r["mode"] == "after" and r["method"] != "full"]
+    assert pooled["n"] == 30 and [b["n"] for b in pooled["bins"]] == [0, 0, 0, 30]
+    assert pooled["bins"][-1]["accuracy"] == pytest.approx(sum(r["correct"] for r in comp_rows) / 30)
+    wrong = [r for r in comp_rows if not r["correct"]]
+    assert pooled["n_wrong"] == len(wrong)
+    assert pooled["key_kept_by_layer_wrong"] == pytest.approx([1.0, sum(0.75 if r["trial"] % 2 else 1.0 for r in wrong) / len(wrong)])
+
+
+def test_survival_figure_and_tables_draw_the_summary():
+    from jacap_lib.viz.needle import mode_effect_frame, style_key, survival_figure, survival_frame
+    from jacap_lib.viz.style import METHOD_STYLES
+
+    choices, _ = _choices(ratios=(0.5, 0.75))
+    rows = []
+    for mode in ("after", "inside"):
+        for c in (0.5, 0.75):
+            for r in _rows({("full", 0.0): [1] * 4, (DEF, c): [1, 0, 1, 0], ("capkv[tau=10]", c): [1, 1, 1, 1]}):
+                if r["method"] == "full" and c == 0.75:
+                    continue
+                r.update(mode=mode, key_kept=[[1.0, 0.5], [0.0, 0.0], [1.0, 1.0]], key_kept_frac=0.5833,
+                         needle_kept_frac=0.6, key_all_kept=False, key_copy_kept=0.3)
+                rows.append(r)
+    s = N.needle_probe_summary(rows, choices, settings=[DEF, "capkv[tau=10]"])
+    fig = survival_figure(s, "after")
+    assert len(fig.data) == 2 * 2  # two settings x two panels
+    first = fig.data[0]
+    assert list(first.y) == pytest.approx([0.75, 0.0, 1.0]) and list(first.x) == [0, 1, 2]
+    assert first.name == f"{DEF}: accuracy 50%, 50%" and first.line.color == METHOD_STYLES["jacap"][0]
+    cap = [t for t in fig.data if t.name.startswith("capkv")][0]
+    assert style_key("capkv[tau=10]") == "capkv" and cap.line.color == METHOD_STYLES["capkv"][0]
+    assert fig.layout.xaxis.title.text == "layer" and fig.layout.xaxis2.title.text == "layer"
+    assert fig.layout.yaxis.title.text and fig.layout.yaxis2.title.text
+    f = survival_frame(s, "inside")
+    assert f.loc[(DEF, 128, 0.5), "accuracy, some digit lost"] == "50% (2/4)"
+    assert f.loc[(DEF, 128, 0.5), "accuracy, every digit kept"] == "–"
+    assert len(mode_effect_frame(s)) == 4
+    with pytest.raises(ValueError, match="mode"):
+        survival_figure(s, "before")

@@ -25,7 +25,7 @@ import torch
 from ..config import DEFAULT_RATIO  # its home is config: `jacap inspect` reads it before torch loads
 from ..hf import attention_modules
 
-__all__ = ["EvictionInspection", "inspect_eviction", "kept_indices", "capture_kept", "answer", "COMPONENTS",
+__all__ = ["EvictionInspection", "inspect_eviction", "kept_indices", "kept_positions", "capture_kept", "answer", "COMPONENTS",
            "STATUSES", "MARKS", "DEFAULT_RATIO", "parse_view",
            "DEMO_FACTS", "facts_stated", "phrase_kept"]
 
@@ -313,8 +313,10 @@ def parse_view(marked: str) -> list[tuple[str, str]]:
     return runs
 
 
-def kept_indices(full_keys: torch.Tensor, kept_keys: torch.Tensor) -> torch.Tensor:
-    """Positions of the rows of ``kept_keys (B, H, n, d)`` inside ``full_keys (B, H, N, d)``, ascending.
+def kept_indices(full_keys: torch.Tensor, kept_keys: torch.Tensor, *, sort: bool = True) -> torch.Tensor:
+    """Positions of the rows of ``kept_keys (B, H, n, d)`` inside ``full_keys (B, H, N, d)``, ascending
+    (``sort=False``: slot by slot, the true position of each cache slot; kvpress writes the kept rows back
+    in score order, so a slot index is not a position).
 
     Raises ``RuntimeError`` unless every kept row equals (exactly) the full row it is matched to.
     """
@@ -326,10 +328,43 @@ def kept_indices(full_keys: torch.Tensor, kept_keys: torch.Tensor) -> torch.Tens
     gathered = full_keys.gather(2, idx.unsqueeze(-1).expand(*idx.shape, full_keys.shape[-1]))
     if not torch.equal(gathered, kept_keys):
         raise RuntimeError("compressed cache rows do not match rows of the uncompressed cache exactly")
-    idx = idx.sort(-1).values
-    if bool((idx[..., 1:] == idx[..., :-1]).any()):
+    ordered = idx.sort(-1).values
+    if bool((ordered[..., 1:] == ordered[..., :-1]).any()):
         raise RuntimeError("two kept rows matched the same position (duplicate keys in the cache)")
-    return idx
+    return ordered if sort else idx
+
+
+@torch.inference_mode()
+def kept_positions(model, capture, cache) -> torch.Tensor:
+    """BoolTensor ``(L, H_kv, P)``: which prompt positions each layer and KV head of ``cache`` (the
+    :func:`jacap_lib.measure.quality.replay_press` of a
+    :class:`~jacap_lib.measure.quality.PrefillCapture`) still lets a later query see, at their TRUE positions.
+
+    The cache rows are matched to the captured uncompressed keys (:func:`kept_indices`, exact equality), so
+    the score order in which kvpress writes kept rows back does not matter; keys a head-wise press masked (``masked_key_indices``, cache
+    slots) count as evicted."""
+    from ..hf import decoder_layers_of
+
+    layers = decoder_layers_of(model)
+    n = capture.prompt_len
+    out = []
+    for i, (layer, rec) in enumerate(zip(layers, capture.layers)):
+        full, keys = rec["keys"], cache.layers[i].keys
+        if keys.shape[2] > n:
+            raise ValueError(f"layer {i}'s cache holds {keys.shape[2]} rows for a prompt of {n}: call "
+                             "kept_positions right after replay_press, before decoding")
+        slots = kept_indices(full, keys, sort=False)[0]  # (H, n_kept): slot -> true position
+        live = torch.ones_like(slots, dtype=torch.bool)
+        masked = getattr(layer.self_attn, "masked_key_indices", None)
+        if masked is not None:
+            b, h, s = masked
+            sel = b == 0
+            live[h[sel].to(live.device), s[sel].to(live.device)] = False
+        mask = torch.zeros(slots.shape[0], n, dtype=torch.bool, device=slots.device)
+        rows = torch.arange(slots.shape[0], device=slots.device).unsqueeze(1).expand_as(slots)
+        mask[rows[live], slots[live]] = True
+        out.append(mask.cpu())
+    return torch.stack(out)
 
 
 @contextmanager

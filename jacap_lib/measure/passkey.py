@@ -1,5 +1,17 @@
-"""Needle retrieval ("passkey"): a number hidden at a relative depth in filler text, asked for after
-the context's cache was compressed; greedy decoding on the compressed cache, as in kvpress's pipeline.
+"""Needle retrieval ("passkey"): a number hidden at a relative depth in filler text, asked for on a
+compressed cache; greedy decoding on the compressed cache, as in kvpress's pipeline.
+
+Two modes (:data:`MODES`, :func:`passkey_inputs`):
+
+* ``"after"`` - the context alone is compressed; the question is run afterwards on the compressed cache
+  (kvpress's pipeline: the press cannot know what will be asked);
+* ``"inside"`` - the question is part of the compressed prompt (query-aware compression: a press that
+  looks at the last queries sees the question); only the question's last token is run on the compressed
+  cache, so the first answer token, like every later one, is computed on the compressed cache.
+
+:func:`needle_layout` locates the needle and the key's digit tokens in the context (true positions);
+:func:`digit_survival` says, per layer and KV head, which of them a compressed cache still holds
+(from :func:`jacap_lib.measure.eviction.kept_positions`).
 
 The evaluation's needle job (the tuned settings, ``data/results/eval/needle.jsonl``) is
 :mod:`jacap_lib.results.needle` (``jacap evaluate needle``).
@@ -8,8 +20,10 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["FILLER", "QUESTION", "passkey_prompt", "greedy_answer", "passkey_answer", "passkey_trial"]
+__all__ = ["FILLER", "QUESTION", "MODES", "passkey_prompt", "needle_layout", "passkey_inputs", "digit_survival",
+           "greedy_answer", "needle_trial", "passkey_answer", "passkey_trial"]
 
+MODES = ("after", "inside")
 FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ")
 QUESTION = " What is the pass key? The pass key is"
 
@@ -18,23 +32,107 @@ def _tokens(tokenizer, text: str) -> torch.Tensor:
     return tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
 
 
-def passkey_prompt(tokenizer, length: int, depth: float, key: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(context_ids (1, length), question_ids)``: filler with the needle at relative ``depth`` in [0, 1].
+def _needle_text(key: str) -> str:
+    return f" The pass key is {key}. Remember it. {key} is the pass key. "
 
-    The context (filler + needle, exactly ``length`` tokens) is what gets compressed; the question
-    is run afterwards on the compressed cache, as in kvpress's pipeline.
-    """
+
+def _build(tokenizer, length: int, depth: float, key: str):
     if not 0.0 <= depth <= 1.0:
         raise ValueError(f"depth must be in [0, 1], got {depth}")
-    needle = _tokens(tokenizer, f" The pass key is {key}. Remember it. {key} is the pass key. ")[0]
+    needle = _tokens(tokenizer, _needle_text(key))[0]
     filler = _tokens(tokenizer, FILLER)[0]
     n_fill = length - needle.numel()
     if n_fill < 8:
         raise ValueError(f"length {length} is too short for the needle ({needle.numel()} tokens)")
     reps = filler.repeat(n_fill // filler.numel() + 1)[:n_fill]
     at = int(round(depth * n_fill))
-    ctx = torch.cat([reps[:at], needle, reps[at:]]).unsqueeze(0)
-    return ctx, _tokens(tokenizer, QUESTION)
+    return torch.cat([reps[:at], needle, reps[at:]]).unsqueeze(0), at, needle
+
+
+def passkey_prompt(tokenizer, length: int, depth: float, key: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(context_ids (1, length), question_ids)``: filler with the needle at relative ``depth`` in [0, 1].
+
+    The context (filler + needle, exactly ``length`` tokens) is what gets compressed; the question
+    is run afterwards on the compressed cache, as in kvpress's pipeline.
+    """
+    return _build(tokenizer, length, depth, key)[0], _tokens(tokenizer, QUESTION)
+
+
+def needle_layout(tokenizer, length: int, depth: float, key: str) -> dict:
+    """Where the needle of :func:`passkey_prompt` sits in its context, in true positions:
+    ``{"needle": [start, end), "key": [positions of the key's digit tokens, both copies],
+    "copies": [[positions of copy 1], [copy 2]], "other": [the needle's other positions]}``.
+
+    A token is a key token when its characters overlap a copy of ``key`` in the decoded needle; token ``i``'s
+    characters are those that decoding the needle's first ``i + 1`` tokens adds to decoding its first ``i``
+    (robust to tokenizers that drop a leading space when decoding one token alone). ``ValueError`` when the
+    decoded needle does not hold the key twice."""
+    _, at, needle = _build(tokenizer, length, depth, key)
+    ids = [int(t) for t in needle]
+    ends = [len(tokenizer.decode(ids[: i + 1])) for i in range(len(ids))]
+    starts = [0] + ends[:-1]
+    text = tokenizer.decode(ids)
+    copies, at_char = [], text.find(key)
+    while at_char >= 0:
+        copies.append([at + i for i, (s0, e0) in enumerate(zip(starts, ends))
+                       if e0 > s0 and s0 < at_char + len(key) and e0 > at_char])
+        at_char = text.find(key, at_char + len(key))
+    if len(copies) != 2:
+        raise ValueError(f"tokenizer: the decoded needle {text!r} does not hold the key {key!r} twice; cannot "
+                         "locate the key's tokens")
+    keys = sorted({i for c in copies for i in c})
+    span = list(range(at, at + needle.numel()))
+    return {"needle": [at, at + needle.numel()], "key": keys, "copies": copies,
+            "other": [i for i in span if i not in set(keys)]}
+
+
+def passkey_inputs(tokenizer, length: int, depth: float, key: str, mode: str = "after"):
+    """``(prefill_ids, decode_ids, layout)`` of one needle prompt in ``mode`` (:data:`MODES`): what is
+    prefilled and compressed, what is then run on the compressed cache before the answer's greedy tokens,
+    and :func:`needle_layout` (positions in the context, which opens the prefill in both modes).
+
+    ``"after"``: the context (``length`` tokens), then the question; ``"inside"``: the context and the
+    question but its last token (``length + len(question) - 1`` tokens compressed), then that last token."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    ctx, question = passkey_prompt(tokenizer, length, depth, key)
+    layout = needle_layout(tokenizer, length, depth, key)
+    if mode == "after":
+        return ctx, question, layout
+    return torch.cat([ctx, question[:, :-1]], dim=1), question[:, -1:], layout
+
+
+def digit_survival(kept: torch.Tensor, layout: dict, digits: int = 4) -> dict:
+    """What of the needle a compressed cache holds, from ``kept (L, H, P)`` (True = position kept, e.g.
+    :func:`jacap_lib.measure.eviction.kept_positions`) and a :func:`needle_layout`:
+
+    * ``key_kept``: per layer, a list over KV heads of the fraction of the key's digit tokens kept;
+    * ``needle_other_kept``: the same for the needle's other tokens;
+    * ``key_kept_frac`` / ``needle_kept_frac``: the fraction kept of the key's digit tokens / of all the
+      needle's tokens, over every layer and KV head;
+    * ``key_all_kept``: every key digit token kept in every layer and KV head;
+    * ``key_copy_kept``: the fraction of (layer, KV head) caches that hold at least one whole copy of the key.
+
+    Fractions are rounded to ``digits`` decimals."""
+    kept = torch.as_tensor(kept, dtype=torch.bool)
+    if kept.dim() != 3:
+        raise ValueError(f"kept must be (layers, KV heads, positions), got shape {tuple(kept.shape)}")
+    lo, hi = layout["needle"]
+    if hi > kept.shape[-1]:
+        raise ValueError(f"layout's needle ends at {hi}, after the {kept.shape[-1]} positions of kept")
+
+    def frac(pos):
+        return kept[..., torch.as_tensor(pos, dtype=torch.long)].float().mean(-1)
+
+    def grid(x):
+        return [[round(float(v), digits) for v in row] for row in x]
+
+    key = kept[..., torch.as_tensor(layout["key"], dtype=torch.long)]
+    whole = torch.stack([kept[..., torch.as_tensor(c, dtype=torch.long)].all(-1) for c in layout["copies"]]).any(0)
+    return {"key_kept": grid(frac(layout["key"])), "needle_other_kept": grid(frac(layout["other"])),
+            "key_kept_frac": round(float(key.float().mean()), digits),
+            "needle_kept_frac": round(float(kept[..., lo:hi].float().mean()), digits),
+            "key_all_kept": bool(key.all()), "key_copy_kept": round(float(whole.float().mean()), digits)}
 
 
 @torch.inference_mode()
@@ -59,16 +157,28 @@ def greedy_answer(model, cache, prompt_len: int, question: torch.Tensor, n_new: 
     return gen
 
 
-def passkey_trial(model, tokenizer, capture, press, question: torch.Tensor, *, n_new: int = 8) -> tuple[str, float]:
-    """``(answer, kept_tokens)``: the decoded answer after ``press`` (``None`` = uncompressed) was replayed on
-    a captured prefill (:func:`jacap_lib.measure.quality.capture_prefill` of the context), and the mean number
-    of context tokens per layer and KV head the question could see
-    (:func:`jacap_lib.measure.quality.kept_tokens`)."""
+def needle_trial(model, tokenizer, capture, press, decode_ids: torch.Tensor, layout: dict | None = None, *,
+                 n_new: int = 8) -> dict:
+    """One needle answer: ``press`` (``None`` = uncompressed) replayed on a captured prefill
+    (:func:`jacap_lib.measure.quality.capture_prefill` of the prefill of :func:`passkey_inputs`), then
+    ``decode_ids`` and ``n_new`` greedy tokens. Returns ``{"answer", "kept_tokens"}`` (the mean number of
+    prompt tokens per layer and KV head the question could see, :func:`jacap_lib.measure.quality.kept_tokens`)
+    and, with a ``layout``, the :func:`digit_survival` of the compressed cache."""
+    from .eviction import kept_positions
     from .quality import kept_tokens, replay_press
 
     cache = replay_press(model, capture, press)
-    kept = kept_tokens(model, cache)
-    return tokenizer.decode(greedy_answer(model, cache, capture.prompt_len, question, n_new=n_new)), kept
+    out = {"kept_tokens": kept_tokens(model, cache)}
+    if layout is not None:
+        out.update(digit_survival(kept_positions(model, capture, cache), layout))
+    out["answer"] = tokenizer.decode(greedy_answer(model, cache, capture.prompt_len, decode_ids, n_new=n_new))
+    return out
+
+
+def passkey_trial(model, tokenizer, capture, press, question: torch.Tensor, *, n_new: int = 8) -> tuple[str, float]:
+    """``(answer, kept_tokens)`` of :func:`needle_trial` (no digit survival)."""
+    res = needle_trial(model, tokenizer, capture, press, question, n_new=n_new)
+    return res["answer"], res["kept_tokens"]
 
 
 def passkey_answer(model, tokenizer, capture, press, question: torch.Tensor, *, n_new: int = 8) -> str:

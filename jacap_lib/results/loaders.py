@@ -18,6 +18,8 @@ loader                        file(s)                               written by
 :func:`load_needle_rows`      ``data/results/eval/needle.jsonl``    ``jacap evaluate needle``
 :func:`load_needle_summary`   ``.../eval/needle_summary.json``      ``jacap evaluate needle-summary``
 :func:`load_anatomy`          ``data/results/eval/anatomy.json``    ``jacap evaluate anatomy``
+:func:`load_needle_probe_rows` ``.../eval/needle_probe.jsonl``      ``jacap evaluate needle --probe``
+:func:`load_needle_probe_summary` ``.../needle_probe_summary.json`` ``jacap evaluate needle-summary --probe``
 ============================  ====================================  =================================
 """
 from __future__ import annotations
@@ -31,7 +33,8 @@ __all__ = ["load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
            "load_mechanisms", "load_query_stats", "load_decoding_comparison",
            "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary",
-           "load_needle_rows", "load_needle_runs", "load_needle_summary", "load_anatomy"]
+           "load_needle_rows", "load_needle_runs", "load_needle_summary", "load_needle_probe_rows",
+           "load_needle_probe_summary", "load_anatomy"]
 
 DECOMPOSITION_PARTS = ("taylor", "diagonal", "selection", "loo")
 
@@ -169,3 +172,22 @@ def load_anatomy(path=None) -> dict:
     protection (``documents``); ``config`` says what ran."""
     return files.read_json(path or data_path("results", "eval", "anatomy.json", must_exist=False),
                            require=("config", "layers", "kinds", "documents"), hint="jacap evaluate anatomy")
+
+
+def load_needle_probe_rows(path=None) -> list[dict]:
+    """The needle digit-survival probe's rows (``needle_probe.jsonl``): one per (mode, length, depth, trial,
+    setting, ratio), plus one uncompressed per (mode, prompt); each with ``mode`` ("after"/"inside"), ``correct``
+    and the digit survival (``key_kept`` per layer over KV heads, ``key_kept_frac``, ``needle_kept_frac``,
+    ``key_all_kept``, ``key_copy_kept``)."""
+    path = path or data_path("results", "eval", "needle_probe.jsonl", must_exist=False)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path} does not exist; run `jacap evaluate needle --probe`")
+    return files.read_jsonl(path)
+
+
+def load_needle_probe_summary(path=None) -> dict:
+    """``needle_probe_summary.json``: per mode the cells (accuracies with Wilson intervals), the default Jacap
+    setting against every other setting paired per prompt (McNemar, Holm over the mode), each setting's digit
+    survival per cell (``survival``); ``mode_effect``: inside against after per setting and cell."""
+    return files.read_json(path or data_path("results", "eval", "needle_probe_summary.json", must_exist=False),
+                           require=("config", "modes", "mode_effect"), hint="jacap evaluate needle-summary --probe")

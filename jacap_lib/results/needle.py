@@ -34,23 +34,40 @@ The sidecar ``needle.config.json`` records every invocation (command, provenance
 choices' fingerprint, lengths, ratios, depths, trials, seed, every setting's press options, workers, threads).
 ``--quick``: prompt 512, c 0.75/0.9, depth 0.5 x 2 keys, three settings (the default Jacap, the paper preset,
 the quick cells' best baseline), written under ``data/results/eval/quick/``.
+
+``--mode after|inside`` (:data:`~jacap_lib.measure.passkey.MODES`, default ``after``, the measurement above):
+``inside`` puts the question at the end of the compressed prompt (query-aware compression) and runs only its
+last token on the compressed cache. The mode is in every row, in the row key and in the run's configuration
+(rows without one were made ``after``), so a resume never mixes the two, and the summaries judge one mode at
+a time. Every row also records the needle's DIGIT SURVIVAL (:func:`~jacap_lib.measure.passkey.digit_survival`:
+per layer and KV head the fraction of the key's digit tokens kept, at their true positions, and of the needle's
+other tokens; overall fractions; whether every key digit survived everywhere).
+
+``--probe``: the digit-survival probe, written to ``needle_probe.jsonl`` (never ``needle.jsonl``): prompt
+1024, c 0.5/0.75, the default depths x keys, the :data:`PROBE_METHODS`' tuned settings and the paper preset;
+run it once per ``--mode``. ``jacap evaluate needle-summary --probe`` -> ``needle_probe_summary.json``
+(:func:`needle_probe_summary`).
 """
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..measure.passkey import MODES
 from . import evaluation as E
 from . import files
 from . import job as J
 from . import protocol as P
 
-__all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_DEPTHS", "DEFAULT_TRIALS", "QUICK", "FULL", "N_NEW",
+__all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_DEPTHS", "DEFAULT_TRIALS", "QUICK", "PROBE", "PROBE_METHODS",
+           "PROBE_FILE", "DEFAULT_MODE", "FULL", "N_NEW", "row_mode", "probe_specs", "survival_statistics",
+           "needle_probe_summary", "pooled_survival", "SURVIVAL_BINS",
            "BASELINE_LABEL", "PAPER_LABEL", "NeedleGroup", "row_key", "needle_keys", "needle_specs", "read_choices",
            "needle_groups", "measure_needle", "prompts_of", "needle_summary", "summary_lines", "add_arguments",
            "prepare", "execute", "NEEDLE", "NEEDLE_SUMMARY"]
@@ -60,6 +77,10 @@ DEFAULT_RATIOS = (0.5, 0.75, 0.9)
 DEFAULT_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
 DEFAULT_TRIALS = 4
 QUICK = {"lengths": (512,), "ratios": (0.75, 0.9), "depths": (0.5,), "trials": 2}
+PROBE = {"lengths": (1024,), "ratios": (0.5, 0.75)}  # the digit-survival probe's defaults (depths, trials: the job's)
+PROBE_METHODS = ("jacap", "capkv", "keydiff", "snapkv", "expected_attention", "tova")  # their tune choices + paper preset
+PROBE_FILE = "needle_probe.jsonl"
+DEFAULT_MODE = "after"
 FULL = "full"  # the method of the uncompressed answer (ratio 0)
 N_NEW = 8  # greedy tokens decoded after the question
 MIN_LENGTH = 64  # the needle and its question fit with filler to spare
@@ -67,9 +88,14 @@ BASELINE_LABEL = "best baseline by KL on tune"
 PAPER_LABEL = "paper preset"
 
 
+def row_mode(row: dict) -> str:
+    """The row's mode; rows made before the option existed were made ``after``."""
+    return row.get("mode", DEFAULT_MODE)
+
+
 def row_key(row: dict) -> tuple:
     return (row["model"], int(row["length"]), float(row["depth"]), int(row["trial"]), str(row["key"]),
-            row["method"], float(row["ratio"]))
+            row["method"], float(row["ratio"]), row_mode(row))
 
 
 def needle_keys(depths, trials: int, seed: int) -> dict:
@@ -123,6 +149,16 @@ def needle_specs(choices: dict, *, quick: bool = False, cells=()) -> list[str]:
     return list(dict.fromkeys([choices["chosen"]["jacap"], P.PAPER_PRESET, *base]))
 
 
+def probe_specs(choices: dict) -> list[str]:
+    """The probe's settings: the default Jacap setting, the paper preset, then the tune choice of every other
+    method of :data:`PROBE_METHODS`."""
+    chosen = choices["chosen"]
+    missing = [m for m in PROBE_METHODS if m not in chosen]
+    if missing:
+        raise ValueError(f"--choices: no tune choice for {missing}; the probe runs {list(PROBE_METHODS)}")
+    return list(dict.fromkeys([chosen["jacap"], P.PAPER_PRESET, *(chosen[m] for m in PROBE_METHODS[1:])]))
+
+
 # --------------------------------------------------------------------------------------------- the grid
 @dataclass
 class NeedleGroup:
@@ -134,40 +170,45 @@ class NeedleGroup:
     trial: int
     key: str
     jobs: list = field(default_factory=list)
+    mode: str = DEFAULT_MODE
 
 
-def needle_groups(specs, lengths, ratios, keys: dict, model_name: str, done=frozenset()) -> list[NeedleGroup]:
-    """Every (setting, ratio), and the uncompressed answer, on every (length, depth, trial) prompt, shortest
-    prompts first, minus the keys in ``done``."""
+def needle_groups(specs, lengths, ratios, keys: dict, model_name: str, done=frozenset(),
+                  mode: str = DEFAULT_MODE) -> list[NeedleGroup]:
+    """Every (setting, ratio), and the uncompressed answer, on every (length, depth, trial) prompt in
+    ``mode``, shortest prompts first, minus the keys (:func:`row_key`) in ``done``."""
     jobs = [(FULL, 0.0)] + [(s, float(c)) for s in specs for c in ratios]
     out = []
     for L in sorted(int(x) for x in lengths):
         for (d, t), key in keys.items():
-            todo = [(s, c) for s, c in jobs if (model_name, L, float(d), int(t), key, s, c) not in done]
+            todo = [(s, c) for s, c in jobs if (model_name, L, float(d), int(t), key, s, c, mode) not in done]
             if todo:
-                out.append(NeedleGroup(L, float(d), int(t), key, todo))
+                out.append(NeedleGroup(L, float(d), int(t), key, todo, mode))
     return out
 
 
 def measure_needle(model, tokenizer, group: NeedleGroup, *, model_name: str, n_new: int = N_NEW,
                    on_row=None) -> list[dict]:
-    """One prefill of the group's context captured, every (spec, ratio) replayed on it and answered; one row
-    each, in job order."""
-    from ..measure.passkey import passkey_prompt, passkey_trial
+    """One prefill of the group's prompt (in the group's mode, :func:`~jacap_lib.measure.passkey.passkey_inputs`)
+    captured, every (spec, ratio) replayed on it and answered, with its digit survival; one row each, in job
+    order."""
+    from ..measure import passkey as PK
     from ..measure.quality import capture_prefill
 
-    ctx, question = passkey_prompt(tokenizer, group.length, group.depth, group.key)
+    prefill_ids, decode_ids, layout = PK.passkey_inputs(tokenizer, group.length, group.depth, group.key, group.mode)
     w0 = time.perf_counter()
-    cap = capture_prefill(model, ctx)
+    cap = capture_prefill(model, prefill_ids)
     prefill = round(time.perf_counter() - w0, 3)
     rows = []
     for spec, c in group.jobs:
         w0 = time.perf_counter()
         press = None if spec == FULL else P.protocol_press(spec, c)
-        text, kept = passkey_trial(model, tokenizer, cap, press, question, n_new=n_new)
+        res = PK.needle_trial(model, tokenizer, cap, press, decode_ids, layout, n_new=n_new)
+        text = res.pop("answer")
         row = {"model": model_name, "length": group.length, "depth": group.depth, "trial": group.trial,
                "key": group.key, "method": spec, "family": FULL if spec == FULL else P.method_of(spec), "ratio": c,
-               "answer": text, "correct": group.key in text, "kept_tokens": kept,
+               "mode": group.mode, "answer": text, "correct": group.key in text, **res,
+               "key_positions": layout["key"], "needle_span": layout["needle"],
                "seconds": round(time.perf_counter() - w0, 3), "prefill_seconds": prefill}
         rows.append(row)
         if on_row is not None:
@@ -181,8 +222,30 @@ def prompts_of(depths, trials: int, seed: int) -> list[tuple]:
     return [(d, t, k) for (d, t), k in needle_keys(depths, trials, seed).items()]
 
 
+def _paired(a: list, b: list, opts: dict) -> dict:
+    """One paired comparison of 0/1 outcomes per prompt (``a`` the setting, ``b`` the reference): accuracies,
+    the difference in points with its paired bootstrap interval, wins/losses, exact McNemar p, verdict."""
+    from . import verdicts as V
+
+    diff = V.accuracy_difference(a, b, **opts)
+    return {"n": len(a), "accuracy": sum(a) / len(a), "reference_accuracy": sum(b) / len(b),
+            "diff_points": diff.estimate, "diff_low": diff.low, "diff_high": diff.high,
+            "wins": sum(x and not y for x, y in zip(a, b)), "losses": sum(y and not x for x, y in zip(a, b)),
+            "p_mcnemar": V.mcnemar_p(a, b)}
+
+
+def _holm(rows: list[dict], alpha: float) -> None:
+    from . import verdicts as V
+
+    for row, p in zip(rows, V.holm([r["p_mcnemar"] for r in rows])):
+        row["verdict"] = V.mcnemar_verdict(row["wins"], row["losses"], float(p), alpha=alpha)
+        row["p_holm"] = float(p)
+        row["holm_significant"] = bool(p <= alpha)
+
+
 def needle_summary(rows: list[dict], choices: dict, *, prompts=None, settings=None, alpha: float = 0.05,
-                   confidence: float | None = None, n_resamples: int | None = None, seed: int | None = None) -> dict:
+                   confidence: float | None = None, n_resamples: int | None = None, seed: int | None = None,
+                   mode: str = DEFAULT_MODE, references=None) -> dict:
     """The needle statistics (pure): per (length, ratio) cell with every setting and the uncompressed answer on
     every prompt, each one's accuracy with its 95 % Wilson interval; then the default Jacap setting
     (``choices["chosen"]["jacap"]``) against (a) the cell's best baseline by KL on tune and (b) the paper
@@ -193,12 +256,15 @@ def needle_summary(rows: list[dict], choices: dict, *, prompts=None, settings=No
 
     ``prompts``: ``[(depth, trial, key)]`` every cell must hold (default: the prompts of each length's
     uncompressed rows); ``settings``: the specs to report (default: the choices' test specs present in
-    ``rows``). Returns ``{"cells": [...], "comparisons": [...], "cells_measured", "cells_missing"}``."""
+    ``rows``). Only the rows of ``mode`` are read (rows without a mode were made ``after``). ``references``:
+    other specs to compare the default Jacap setting with, one comparison each (default: the protocol's two,
+    the best baseline and the paper preset); Holm runs over the cells of one comparison.
+    Returns ``{"cells": [...], "comparisons": [...], "cells_measured", "cells_missing"}``."""
     from . import verdicts as V
 
     opts = {k: v for k, v in (("confidence", confidence), ("n_resamples", n_resamples), ("seed", seed)) if v is not None}
     model = (choices.get("config") or {}).get("model", {}).get("name")
-    rows = [r for r in rows if model is None or r.get("model") == model]
+    rows = [r for r in rows if (model is None or r.get("model") == model) and row_mode(r) == mode]
     got = {(r["method"], int(r["length"]), float(r["ratio"]), (float(r["depth"]), int(r["trial"]), str(r["key"]))):
            bool(r["correct"]) for r in rows}
     if settings is None:
@@ -230,9 +296,13 @@ def needle_summary(rows: list[dict], choices: dict, *, prompts=None, settings=No
         raise ValueError("needle.jsonl has no complete (length, ratio) cell (every setting and the uncompressed "
                          "answer on every prompt); run or finish `jacap evaluate needle`")
     comparisons = []
-    refs = [("best baseline", BASELINE_LABEL, lambda cell: choices["best_baseline"]["cells"][f"{cell['length']}/{cell['ratio']}"]["spec"])]
-    if P.PAPER_PRESET in settings and not P.same_setting(P.PAPER_PRESET, default):
-        refs.append(("paper preset", PAPER_LABEL, lambda cell: P.PAPER_PRESET))
+    if references is not None:
+        refs = [(ref, ref, lambda cell, ref=ref: ref) for ref in references]
+    else:
+        refs = [("best baseline", BASELINE_LABEL,
+                 lambda cell: choices["best_baseline"]["cells"][f"{cell['length']}/{cell['ratio']}"]["spec"])]
+        if P.PAPER_PRESET in settings and not P.same_setting(P.PAPER_PRESET, default):
+            refs.append(("paper preset", PAPER_LABEL, lambda cell: P.PAPER_PRESET))
     if default not in settings:
         raise ValueError(f"needle.jsonl has no rows of the default Jacap setting {default!r}; run `jacap evaluate needle`")
     for role, label, ref_of in refs:
@@ -241,21 +311,129 @@ def needle_summary(rows: list[dict], choices: dict, *, prompts=None, settings=No
             L, c, ref = cell["length"], cell["ratio"], ref_of(cell)
             if ref not in settings:
                 raise ValueError(f"needle.jsonl has no rows of {ref!r} ({label}) in cell {L}/{c}")
-            a, b = outcome[(default, L, c)], outcome[(ref, L, c)]
-            diff = V.accuracy_difference(a, b, **opts)
-            wins = sum(x and not y for x, y in zip(a, b))
-            losses = sum(y and not x for x, y in zip(a, b))
-            out.append({"length": L, "ratio": c, "reference_spec": ref, "n": len(a),
-                        "accuracy": sum(a) / len(a), "reference_accuracy": sum(b) / len(b),
-                        "diff_points": diff.estimate, "diff_low": diff.low, "diff_high": diff.high,
-                        "wins": wins, "losses": losses, "p_mcnemar": V.mcnemar_p(a, b)})
-        for row, p in zip(out, V.holm([r["p_mcnemar"] for r in out])):
-            row["verdict"] = V.mcnemar_verdict(row["wins"], row["losses"], float(p), alpha=alpha)
-            row["p_holm"] = float(p)
-            row["holm_significant"] = bool(p <= alpha)
+            out.append({"length": L, "ratio": c, "reference_spec": ref,
+                        **_paired(outcome[(default, L, c)], outcome[(ref, L, c)], opts)})
+        _holm(out, alpha)
         comparisons.append({"setting": default, "reference": role, "label": label, "rows": out})
     return {"cells": cells, "comparisons": comparisons, "cells_measured": [f"{c['length']}/{c['ratio']}" for c in cells],
             "cells_missing": missing}
+
+
+def survival_statistics(rows: list[dict], confidence: float | None = None) -> dict:
+    """Digit survival of one setting's rows (one cell, one mode; rows of :func:`measure_needle`):
+    the mean fractions kept of the key's digit tokens, of the needle's tokens and of (layer, KV head) caches
+    holding a whole copy of the key; the per-layer mean fraction of key digits kept (over KV heads and
+    prompts); the fraction of prompts where every key digit survived in every layer and KV head; and the
+    accuracy on those prompts and on the others, each with its Wilson interval (``None`` when there are none)."""
+    from . import verdicts as V
+
+    if not rows or any("key_kept" not in r for r in rows):
+        raise ValueError("survival_statistics needs rows with digit survival (measured by `jacap evaluate needle` "
+                         "since the --mode option)")
+    n = len(rows)
+    kw = {"confidence": confidence} if confidence else {}
+
+    def acc(sub):
+        if not sub:
+            return {"n": 0, "correct": 0, "accuracy": None, "low": None, "high": None}
+        a, lo, hi = V.accuracy_interval([bool(r["correct"]) for r in sub], **kw)
+        return {"n": len(sub), "correct": sum(bool(r["correct"]) for r in sub), "accuracy": a, "low": lo, "high": hi}
+
+    n_layers = len(rows[0]["key_kept"])
+    by_layer = [sum(sum(r["key_kept"][i]) / len(r["key_kept"][i]) for r in rows) / n for i in range(n_layers)]
+    every = [r for r in rows if r["key_all_kept"]]
+    return {"n": n, "key_kept_mean": sum(r["key_kept_frac"] for r in rows) / n,
+            "needle_kept_mean": sum(r["needle_kept_frac"] for r in rows) / n,
+            "key_copy_kept_mean": sum(r["key_copy_kept"] for r in rows) / n,
+            "all_kept_fraction": len(every) / n, "key_kept_by_layer": by_layer,
+            "accuracy_all_kept": acc(every), "accuracy_not_all_kept": acc([r for r in rows if not r["key_all_kept"]])}
+
+
+SURVIVAL_BINS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def pooled_survival(rows: list[dict], bins=SURVIVAL_BINS) -> dict:
+    """Digit survival against the answer over compressed rows of every setting and cell (pooled; an
+    association across settings, not an effect of survival): the accuracy per bin of ``key_kept_frac``
+    (``[lo, hi)``, the last bin closed) with its Wilson interval, and per layer the mean fraction of key digits
+    kept (over KV heads) in the rows answered right and in those answered wrong."""
+    from . import verdicts as V
+
+    out = []
+    for i, (lo, hi) in enumerate(zip(bins[:-1], bins[1:])):
+        last = i == len(bins) - 2
+        sub = [r for r in rows if lo <= r["key_kept_frac"] < hi or (last and r["key_kept_frac"] == hi)]
+        entry = {"low_edge": lo, "high_edge": hi, "n": len(sub)}
+        if sub:
+            a, l, h = V.accuracy_interval([bool(r["correct"]) for r in sub])
+            entry.update(correct=sum(bool(r["correct"]) for r in sub), accuracy=a, low=l, high=h)
+        out.append(entry)
+
+    def by_layer(sub):
+        if not sub:
+            return None
+        n_layers = len(sub[0]["key_kept"])
+        return [sum(sum(r["key_kept"][i]) / len(r["key_kept"][i]) for r in sub) / len(sub) for i in range(n_layers)]
+
+    right = [r for r in rows if r["correct"]]
+    wrong = [r for r in rows if not r["correct"]]
+    return {"n": len(rows), "bins": out, "key_kept_by_layer_right": by_layer(right),
+            "key_kept_by_layer_wrong": by_layer(wrong), "n_right": len(right), "n_wrong": len(wrong)}
+
+
+def needle_probe_summary(rows: list[dict], choices: dict, *, prompts=None, settings=None, alpha: float = 0.05,
+                         seed: int | None = None) -> dict:
+    """The probe's statistics (pure), per mode present in ``rows``: the cells of :func:`needle_summary`
+    (each setting's accuracy with its Wilson interval, the uncompressed ceiling); the default Jacap setting
+    against every other setting, paired per prompt (exact McNemar p, Holm over ALL the comparisons of the mode:
+    every other setting x every cell); each setting's :func:`survival_statistics` per cell. Then, per setting
+    and cell complete in both modes, ``inside`` against ``after`` paired on the prompts both modes hold (Holm
+    over those). ``prompts``: ``[(depth, trial, key)]``, or ``{mode: [...]}`` when the modes were run on
+    different prompt sets (a mode's run may cover a subset of the depths).
+    Returns ``{"modes": {mode: {"cells", "comparisons", "survival", "cells_measured", "cells_missing"}},
+    "mode_effect": [...]}``."""
+    opts = {"seed": seed} if seed is not None else {}
+    default = choices["chosen"]["jacap"]
+    present = [m for m in MODES if any(row_mode(r) == m for r in rows)]
+    if not present:
+        raise ValueError("needle_probe.jsonl has no rows; run `jacap evaluate needle --probe`")
+    out, outcome = {}, {}
+    for mode in present:
+        mine = [r for r in rows if row_mode(r) == mode]
+        mode_prompts = prompts.get(mode) if isinstance(prompts, dict) else prompts
+        specs = list(settings) if settings is not None else list(dict.fromkeys(r["method"] for r in mine if r["method"] != FULL))
+        s = needle_summary(mine, choices, prompts=mode_prompts, settings=specs, mode=mode, alpha=alpha, seed=seed,
+                           references=[x for x in specs if x != default])
+        _holm([r for f in s["comparisons"] for r in f["rows"]], alpha)
+        for f in s["comparisons"]:
+            f["holm_family"] = "every other setting x every cell of this mode"
+        ps = {(float(d), int(t), str(k)) for d, t, k in mode_prompts} if mode_prompts is not None else None
+        surv = []
+        for cell in s["cells"]:
+            L, c = cell["length"], cell["ratio"]
+            for spec in specs:
+                sub = [r for r in mine if r["method"] == spec and int(r["length"]) == L and float(r["ratio"]) == c
+                       and (ps is None or (float(r["depth"]), int(r["trial"]), str(r["key"])) in ps)]
+                sub.sort(key=lambda r: (float(r["depth"]), int(r["trial"])))
+                outcome[(mode, spec, L, c)] = {(float(r["depth"]), int(r["trial"]), str(r["key"])): bool(r["correct"])
+                                               for r in sub}
+                surv.append({"spec": spec, "family": P.method_of(spec), "length": L, "ratio": c,
+                             **survival_statistics(sub)})
+        judged = {(c["length"], c["ratio"]) for c in s["cells"]}
+        kept_rows = [r for r in mine if r["method"] in specs and (int(r["length"]), float(r["ratio"])) in judged
+                     and (ps is None or (float(r["depth"]), int(r["trial"]), str(r["key"])) in ps)]
+        out[mode] = {**s, "survival": surv, "pooled": pooled_survival(kept_rows)}
+    effect = []
+    if len(present) == 2:
+        for (mode, spec, L, c), ins in outcome.items():
+            aft = outcome.get(("after", spec, L, c))
+            both = sorted(set(ins) & set(aft or {}))
+            if mode != "inside" or not both:
+                continue
+            effect.append({"spec": spec, "length": L, "ratio": c, "setting_mode": "inside", "reference_mode": "after",
+                           **_paired([ins[p] for p in both], [aft[p] for p in both], opts)})
+        _holm(effect, alpha)
+    return {"modes": out, "mode_effect": effect}
 
 
 def summary_lines(summary: dict) -> list[str]:
@@ -288,6 +466,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None,
                         help="processes, one prefill at a time each, --threads torch threads each (default 2, "
                              "for a 2-core machine; 1 with --quick)")
+    parser.add_argument("--mode", default=None,
+                        help=f"{' or '.join(MODES)} (default {DEFAULT_MODE}): ask for the key after the context was "
+                             "compressed, or put the question inside the compressed prompt (query-aware)")
+    parser.add_argument("--probe", action="store_true",
+                        help=f"the digit-survival probe -> {PROBE_FILE} (not needle.jsonl): prompt "
+                             f"{' '.join(map(str, PROBE['lengths']))}, c {'/'.join(map(str, PROBE['ratios']))}, the "
+                             f"tune choices of {', '.join(PROBE_METHODS)} and the paper preset; once per --mode")
 
 
 @dataclass
@@ -305,6 +490,8 @@ class Plan:
     depths: tuple
     trials: int
     seed: int = 0
+    mode: str = DEFAULT_MODE
+    probe: bool = False
     threads: int = 1
     workers: int = 1
     progress: bool = True
@@ -316,9 +503,15 @@ def prepare(args) -> Plan:
     from .paths import data_path
     from .provenance import model_record
 
-    quick = bool(args.quick)
-    lengths = tuple(args.lengths or (QUICK["lengths"] if quick else DEFAULT_LENGTHS))
-    ratios = tuple(float(c) for c in (args.ratios or (QUICK["ratios"] if quick else DEFAULT_RATIOS)))
+    quick, probe = bool(args.quick), bool(getattr(args, "probe", False))
+    mode = getattr(args, "mode", None) or DEFAULT_MODE
+    if mode not in MODES:
+        raise ValueError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if quick and probe:
+        raise ValueError("--probe and --quick: give one (the probe has its own file and defaults)")
+    preset = QUICK if quick else PROBE if probe else {}
+    lengths = tuple(args.lengths or preset.get("lengths", DEFAULT_LENGTHS))
+    ratios = tuple(float(c) for c in (args.ratios or preset.get("ratios", DEFAULT_RATIOS)))
     depths = tuple(float(d) for d in (args.depths or (QUICK["depths"] if quick else DEFAULT_DEPTHS)))
     trials = args.trials if args.trials is not None else (QUICK["trials"] if quick else DEFAULT_TRIALS)
     for L in lengths:
@@ -341,11 +534,12 @@ def prepare(args) -> Plan:
     record = model_record(args.model)
     choices = read_choices(choices_path, record, lengths, ratios)
     cells = [f"{int(L)}/{c}" for L in lengths for c in ratios]
-    specs = needle_specs(choices, quick=quick, cells=cells)
-    out = Path(out_dir) / "needle.jsonl"
+    specs = probe_specs(choices) if probe else needle_specs(choices, quick=quick, cells=cells)
+    out = Path(out_dir) / (PROBE_FILE if probe else "needle.jsonl")
     E.check_settings_unchanged(out, None, specs, ratios)
     return Plan(out=out, model_name=args.model, record=record, choices=choices, choices_path=choices_path,
                 specs=specs, lengths=lengths, ratios=ratios, depths=depths, trials=int(trials), seed=args.seed,
+                mode=mode, probe=probe,
                 threads=args.threads, workers=args.workers, progress=not args.no_progress,
                 command=getattr(args, "command", None))
 
@@ -358,12 +552,20 @@ def _run_config(plan: Plan, model=None) -> dict:
     return {**rec, "job": "needle", "choices": str(plan.choices_path.name), "choices_fingerprint": plan.choices["fingerprint"],
             "chosen": plan.choices["chosen"], "lengths": list(plan.lengths), "ratios": list(plan.ratios),
             "depths": list(plan.depths), "trials": plan.trials, "seed": plan.seed, "n_new": N_NEW,
+            "mode": plan.mode, "probe": plan.probe,
             "keys": [[d, t, k] for d, t, k in prompts_of(plan.depths, plan.trials, plan.seed)],
             "threads": plan.threads, "workers": plan.workers,
             "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-            "measured": "the context (filler + needle, exactly `length` tokens) prefilled once per (length, depth, "
-                        "trial); every (setting, ratio) replays its press's kvpress hook on that capture, then the "
-                        f"question and {N_NEW} greedy tokens on the compressed cache; correct = the key in the answer",
+            "measured": ("the context (filler + needle, exactly `length` tokens) prefilled once per (length, depth, "
+                         "trial); every (setting, ratio) replays its press's kvpress hook on that capture, then the "
+                         f"question and {N_NEW} greedy tokens on the compressed cache; correct = the key in the answer"
+                         if plan.mode == "after" else
+                         "the context (filler + needle, exactly `length` tokens) followed by the question but its "
+                         "last token prefilled once per (length, depth, trial); every (setting, ratio) replays its "
+                         "press's kvpress hook on that capture (the question is inside the compressed prompt), then "
+                         f"the question's last token and {N_NEW} greedy tokens on the compressed cache; correct = the "
+                         "key in the answer") + "; digit survival: per layer and KV head, the fraction of the key's "
+                        "digit tokens (both copies, true positions) and of the needle's other tokens kept",
             "settings": {s: method_options(P.protocol_press(s, plan.ratios[0])) for s in plan.specs}}
 
 
@@ -372,7 +574,7 @@ def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
     loading ``plan.model_name``). Returns ``{"rows_written", "file"}``."""
     done = {row_key(r) for r in files.read_jsonl(plan.out)}
     keys = needle_keys(plan.depths, plan.trials, plan.seed)
-    groups = needle_groups(plan.specs, plan.lengths, plan.ratios, keys, plan.record["name"], done)
+    groups = needle_groups(plan.specs, plan.lengths, plan.ratios, keys, plan.record["name"], done, mode=plan.mode)
     plan.out.parent.mkdir(parents=True, exist_ok=True)
     files.append_run(plan.out, _run_config(plan, model))
     measure = functools.partial(measure_needle, model_name=plan.record["name"])
@@ -390,6 +592,7 @@ def _needle_run(args):
         raise J.BadArgument(str(e)) from None
     res = execute(plan)
     where = f" --dir {args.dir}" if args.dir else " --quick" if args.quick else ""
+    where += " --probe" if plan.probe else ""
     where += f" --choices {args.choices}" if args.choices else ""
     print(f"wrote {res['rows_written']} new rows to {res['file']}; summarize with `jacap evaluate needle-summary{where}`")
     return res
@@ -403,15 +606,20 @@ def _summary_add(parser):
     parser.add_argument("--choices", type=Path, default=None,
                         help="the tune's choices.json (default data/results/eval/choices.json)")
     parser.add_argument("--quick", action="store_true", help="summarize the --quick run's folder")
+    parser.add_argument("--probe", action="store_true",
+                        help=f"summarize the digit-survival probe ({PROBE_FILE}, both modes) -> needle_probe_summary.json")
     parser.add_argument("--seed", type=int, default=None, help="bootstrap seed (default verdicts.SEED)")
 
 
-def _summary_inputs(out_dir: Path, choices_path: Path) -> tuple[list[dict], dict, dict]:
-    """needle rows, choices and the latest run's configuration; ``ValueError`` when a file is missing or the
+def _summary_inputs(out_dir: Path, choices_path: Path, name: str = "needle.jsonl",
+                    mode: str | None = DEFAULT_MODE) -> tuple[list[dict], dict, dict]:
+    """needle rows, choices and the latest run's configuration (of ``mode``; ``None``: of any mode, and every
+    mode's latest run must hold the same prompts and settings); ``ValueError`` when a file is missing or the
     runs were made with other choices or another prompt set."""
-    rows_path = out_dir / "needle.jsonl"
+    rows_path = out_dir / name
     if not rows_path.is_file() or not files.config_path(rows_path).is_file():
-        raise ValueError(f"--dir: {rows_path} (or its .config.json) does not exist; run `jacap evaluate needle` first")
+        hint = " --probe" if name == PROBE_FILE else ""
+        raise ValueError(f"--dir: {rows_path} (or its .config.json) does not exist; run `jacap evaluate needle{hint}` first")
     if not choices_path.is_file():
         raise ValueError(f"--choices: {choices_path} does not exist; run `jacap evaluate tune` first")
     choices = files.read_json(choices_path, require=("config", "fingerprint", "chosen", "best_baseline"))
@@ -420,17 +628,28 @@ def _summary_inputs(out_dir: Path, choices_path: Path) -> tuple[list[dict], dict
     if not runs or bad:
         raise ValueError(f"--choices: needle.jsonl was made with other tune choices (fingerprint {', '.join(bad)}...) "
                          f"than {choices_path}; give that choices.json or rerun `jacap evaluate needle` in a new --dir")
-    last = runs[-1]
+    mine = [r for r in runs if mode is None or r.get("mode", DEFAULT_MODE) == mode]
+    if not mine:
+        raise ValueError(f"--dir: {rows_path} holds no run in mode {mode!r}")
+    last = mine[-1]
+    if mode is None:  # every mode's latest run: its own prompts, the same settings
+        last = {r.get("mode", DEFAULT_MODE): r for r in mine}
+        if len({json.dumps(list(r["settings"])) for r in last.values()}) > 1:
+            raise ValueError(f"--dir: {rows_path}'s modes were run with other settings; summarize runs of one "
+                             "configuration (a new --dir)")
     return files.read_jsonl(rows_path), choices, last
 
 
 def _summary_run(args):
-    from . import verdicts as V
     from .paths import data_path
 
     choices_path = Path(args.choices or data_path("results", "eval", "choices.json", must_exist=False))
     try:
+        if args.quick and getattr(args, "probe", False):
+            raise ValueError("--probe and --quick: give one")
         out_dir = E.eval_dir(args.dir, quick=args.quick)
+        if getattr(args, "probe", False):
+            return _probe_summary_run(args, out_dir, choices_path)
         rows, choices, run = _summary_inputs(out_dir, choices_path)
         prompts = [tuple(p) for p in run["keys"]]
         summary = needle_summary(rows, choices, prompts=prompts, settings=list(run["settings"]), seed=args.seed)
@@ -440,16 +659,8 @@ def _summary_run(args):
               "inputs": ["needle.jsonl", choices_path.name], "needle_run": run.get("command"),
               "lengths": run["lengths"], "ratios": run["ratios"], "depths": run["depths"], "trials": run["trials"],
               "seed": run["seed"], "settings": list(run["settings"]), "command": getattr(args, "command", None),
-              "statistics": {"confidence": V.CONFIDENCE, "n_resamples": V.N_RESAMPLES, "method": V.DIFFERENCE_METHOD,
-                             "seed": V.SEED if args.seed is None else args.seed, "alpha": 0.05,
-                             "accuracy_interval": "Wilson score",
-                             "primary": "accuracy difference (default Jacap - reference), percentage points, paired "
-                                        "bootstrap over prompts",
-                             "test": "exact McNemar (two-sided binomial test on the discordant prompts)",
-                             "verdict": "from the Holm-adjusted exact McNemar p: better or worse (by the sign of "
-                                        "wins - losses) where it is at most alpha, else no detectable difference; "
-                                        "the bootstrap interval of the difference is descriptive",
-                             "holm_family": "all (length, ratio) cells of the default Jacap setting against one reference"}}
+              "statistics": _statistics_config(args.seed, "all (length, ratio) cells of the default Jacap setting "
+                                                          "against one reference")}
     path = out_dir / "needle_summary.json"
     files.write_json(path, {"config": config, **files.round_floats(summary)})
     print(f"wrote {path}")
@@ -458,6 +669,46 @@ def _summary_run(args):
               f"needle`, it resumes): {', '.join(summary['cells_missing'])}")
     for line in summary_lines(summary):
         print(line)
+    return path
+
+
+def _statistics_config(seed, holm_family: str) -> dict:
+    from . import verdicts as V
+
+    return {"confidence": V.CONFIDENCE, "n_resamples": V.N_RESAMPLES, "method": V.DIFFERENCE_METHOD,
+            "seed": V.SEED if seed is None else seed, "alpha": 0.05, "accuracy_interval": "Wilson score",
+            "primary": "accuracy difference (default Jacap - reference), percentage points, paired bootstrap over prompts",
+            "test": "exact McNemar (two-sided binomial test on the discordant prompts)",
+            "verdict": "from the Holm-adjusted exact McNemar p: better or worse (by the sign of wins - losses) where it "
+                       "is at most alpha, else no detectable difference; the bootstrap interval of the difference is "
+                       "descriptive",
+            "holm_family": holm_family}
+
+
+def _probe_summary_run(args, out_dir: Path, choices_path: Path):
+    rows, choices, runs = _summary_inputs(out_dir, choices_path, PROBE_FILE, mode=None)
+    prompts = {m: [tuple(p) for p in r["keys"]] for m, r in runs.items()}
+    run = runs.get(DEFAULT_MODE) or next(iter(runs.values()))
+    summary = needle_probe_summary(rows, choices, prompts=prompts, settings=list(run["settings"]), seed=args.seed)
+    modes = {m: {"command": r.get("command"), "lengths": r["lengths"], "ratios": r["ratios"], "depths": r["depths"],
+                 "trials": r["trials"], "n_prompts": len(r["keys"])} for m, r in runs.items()}
+    stats = _statistics_config(args.seed, "per mode: the default Jacap setting against every other setting, over "
+                                          "every (length, ratio) cell; mode effect: every setting x cell")
+    config = {"choices_fingerprint": choices["fingerprint"], "chosen": choices["chosen"],
+              "inputs": [PROBE_FILE, choices_path.name], "needle_runs": modes, "lengths": run["lengths"],
+              "ratios": run["ratios"], "depths": run["depths"], "trials": run["trials"], "seed": run["seed"],
+              "settings": list(run["settings"]), "command": getattr(args, "command", None),
+              "survival": "key digit tokens: the tokens overlapping either copy of the key in the needle, at their "
+                          "true positions; all_kept: every one of them kept in every layer and KV head",
+              "statistics": stats}
+    path = out_dir / "needle_probe_summary.json"
+    files.write_json(path, {"config": config, **files.round_floats(summary)})
+    print(f"wrote {path}")
+    for mode, s in summary["modes"].items():
+        if s["cells_missing"]:
+            print(f"  {mode}: not yet complete: {', '.join(s['cells_missing'])}")
+        for line in summary_lines(s):
+            print(f"  [{mode}]" + line)
     return path
 
 
