@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from . import files
-from .numbers import interval_text
+from .precision import interval_text
 
 __all__ = ["WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
            "kl_findings", "needle_findings", "findings_text", "write", "FILE"]
@@ -181,12 +181,15 @@ def findings_text(summary: dict, needle: dict | None = None) -> str:
     return "\n\n".join(paras) + "\n"
 
 
-def write(out_dir=None) -> Path:
+def write(out_dir=None) -> Path | None:
     """Rewrite ``findings.md`` in ``out_dir`` (default ``data/results/eval``) from the ``summary.json`` and (when
-    present) ``needle_summary.json`` there, as committed (rounded). Returns the path."""
+    present) ``needle_summary.json`` there, as written (rounded). Returns the path; ``None`` (nothing written)
+    when the folder has no ``summary.json`` yet."""
     from .paths import data_path
 
     d = Path(out_dir) if out_dir is not None else data_path("results", "eval", must_exist=False)
+    if not (d / "summary.json").exists():
+        return None
     summary = files.read_json(d / "summary.json", require=("config", "families"), hint="jacap evaluate summary")
     needle_path = d / "needle_summary.json"
     needle = (files.read_json(needle_path, require=("config", "cells", "comparisons"))

@@ -423,7 +423,7 @@ def _summary_inputs(out_dir: Path, choices_path: Path) -> tuple[list[dict], dict
 
 
 def _summary_run(args):
-    from . import verdicts as V
+    from . import findings, verdicts as V
     from .paths import data_path
 
     choices_path = Path(args.choices or data_path("results", "eval", "choices.json", must_exist=False))
@@ -447,7 +447,8 @@ def _summary_run(args):
                              "holm_family": "all (length, ratio) cells of the default Jacap setting against one reference"}}
     path = out_dir / "needle_summary.json"
     files.write_json(path, {"config": config, **files.round_floats(summary)})
-    print(f"wrote {path}")
+    written = findings.write(out_dir)  # None until the KL summary of this folder exists
+    print(f"wrote {path}" + (f" and {written}" if written else ""))
     if summary["cells_missing"]:
         print(f"  judged {len(summary['cells_measured'])} complete cells; not yet complete (finish `jacap evaluate "
               f"needle`, it resumes): {', '.join(summary['cells_missing'])}")

@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..results.numbers import interval_text
+from ..results.precision import interval_text
 from .style import finish
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
@@ -22,7 +22,7 @@ __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pai
 
 def _interval(est, lo, hi) -> str:
     """An estimate and its interval as table text at the precision the interval supports
-    (:func:`jacap_lib.results.numbers.interval_text`): ``1.19 [1.04, 1.40]``."""
+    (:func:`jacap_lib.results.precision.interval_text`): ``1.19 [1.04, 1.40]``."""
     return interval_text(est, lo, hi)
 
 

@@ -9,7 +9,7 @@ from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 from .style import finish, method_style
 
-__all__ = ["decoding_findings_text", "decoding_verdict_table", "decoding_verdict_sentences", "cache_timeline", "age_histograms", "beta_tracking", "beta_tradeoff", "kl_timeline",
+__all__ = ["DECODING_SHORT", "decoding_summary_table", "decoding_findings_text", "decoding_verdict_table", "decoding_verdict_sentences", "cache_timeline", "age_histograms", "beta_tracking", "beta_tradeoff", "kl_timeline",
            "decoding_comparison"]
 
 
@@ -190,18 +190,49 @@ def decoding_findings_text(findings: dict) -> str:
     return "\n".join(lines)
 
 
-def decoding_verdict_table(verdicts: list):
-    """:func:`jacap_lib.results.decoding_comparison.decoding_verdicts` as a table (pandas ``DataFrame``), one row
-    per comparison: what it isolates, the geometric-mean ratio (first / second method; below 1 = the first is
-    better) with its BCa interval, wins of the units, Holm-adjusted p and the verdict sentence."""
+#: short method names for narrow table rows (the key is printed under the tables: DP = kvpress's DecodingPress)
+DECODING_SHORT = {"alg2": "Alg. 2", "alg2_flat": "Alg. 2 flat", "jacap": "DP(Jacap)", "tova": "DP(TOVA)",
+                  "knorm": "DP(KNorm)", "expected_attention": "DP(Exp. Att.)", "streaming_llm": "DP(StreamingLLM)"}
+
+
+def decoding_summary_table(summary: dict):
+    """:func:`jacap_lib.results.decoding_comparison.decoding_summary` as a table (pandas ``DataFrame``), one row
+    per method (:data:`DECODING_SHORT` names): the geometric-mean KL after the first compression with its
+    interval (digits from the interval: :func:`jacap_lib.results.precision.interval_text`), top-1 agreement, peak
+    cache, scoring share of the run time, mean age of the kept tokens, milliseconds per step."""
     import pandas as pd
 
-    L = lambda m: DECODING_LABELS.get(m, m)  # noqa: E731
+    from ..results.precision import interval_text
+
     return pd.DataFrame([{
-        "comparison": f"{L(v['method'])} vs {L(v['reference'])}", "isolates": v["isolates"],
-        "KL ratio": f"{v['gm_ratio']:.3f} [{v['gm_low']:.3f}, {v['gm_high']:.3f}]",
-        "wins": f"{v['wins']}/{v['n']} {v['unit']}s", "Holm p": f"{v['p_holm']:.3g}", "verdict": v["verdict"]}
-        for v in verdicts]).set_index("comparison")
+        "method": DECODING_SHORT.get(m, m), "KL [95 % CI]": interval_text(s["gm_kl"], s["gm_low"], s["gm_high"]),
+        "top-1 agree": f"{s['top1_agree']:.3f}", "peak cache": f"{s['peak_cache']:.0f}",
+        "scoring share": f"{s['scoring_share']:.1%}", "mean age kept": f"{s['mean_age']:.0f}",
+        "ms / step": f"{1000 * s['seconds_per_step']:.0f}"} for m, s in summary.items()]).set_index("method")
+
+
+def decoding_verdict_table(verdicts: list, *, details: bool = False):
+    """:func:`jacap_lib.results.decoding_comparison.decoding_verdicts` as a table (pandas ``DataFrame``), one row
+    per comparison (:data:`DECODING_SHORT` names): the geometric-mean KL ratio (first / second method; below 1 =
+    the first is better) with its BCa interval and the verdict in short words. ``details=True``: what the
+    comparison isolates, the units won, the Holm-adjusted p."""
+    import pandas as pd
+
+    from ..results.precision import interval_text
+    from .evaluation import short_verdict
+
+    S = lambda m: DECODING_SHORT.get(m, m)  # noqa: E731
+    rows = []
+    for v in verdicts:
+        row = {"comparison": f"{S(v['method'])} vs {S(v['reference'])}"}
+        if details:
+            row.update({"won": f"{v['wins']}/{v['n']} {v['unit']}s", "Holm p": f"{v['p_holm']:.2g}",
+                        "isolates": v["isolates"].split(":")[0]})
+        else:
+            row.update({"KL ratio [95 % CI]": interval_text(v["gm_ratio"], v["gm_low"], v["gm_high"]),
+                        "verdict": short_verdict(v["verdict"])})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("comparison")
 
 
 def decoding_verdict_sentences(verdicts: list) -> str:

@@ -249,7 +249,7 @@ def _summary_add(parser):
 
 
 def _summary_run(args):
-    from .. import verdicts as V
+    from .. import findings, verdicts as V
 
     try:
         out_dir = eval_dir(args.dir, quick=args.quick)
@@ -267,7 +267,7 @@ def _summary_run(args):
                                             "best-baseline line"}}
     path = out_dir / "summary.json"
     files.write_json(path, {"config": config, **files.round_floats(summary)})
-    print(f"wrote {path}")
+    print(f"wrote {path} and {findings.write(out_dir)}")
     if summary["cells_missing"]:
         print(f"  judged {len(summary['cells_measured'])} complete cells; not yet measured on every test document "
               f"(finish `jacap evaluate test`, it resumes): {', '.join(summary['cells_missing'])}")
