@@ -488,8 +488,10 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     assert VE.pair_frame(list(pair.values()))["verdict"].tolist()[1] == "identical on every document"
     docs = [{"id": "a", "kind": "prose", "split": "tune", "license": "PD"},
             {"id": "b", "kind": "prose", "split": "test", "license": "MIT"}, {"id": "c", "kind": "code", "split": "test"}]
-    assert VE.corpus_frame(docs).to_dict("index") == {"prose": {"tune": 1, "test": 1, "licences": "MIT, PD"},
-                                                      "code": {"tune": 0, "test": 1, "licences": ""}}
+    assert VE.corpus_frame(docs).to_dict("index") == {"prose": {"tune": 1, "test": 1, "sources": 1},
+                                                      "code": {"tune": 0, "test": 1, "sources": 1}}
+    assert VE.corpus_frame(docs, details=True).to_dict("index") == {
+        ("prose", "?"): {"tune": 1, "test": 1, "licence": "MIT; PD"}, ("code", "?"): {"tune": 0, "test": 1, "licence": ""}}
     split = {"512 / 0.95": {"kept": 25, "sinks": 4, "window": 21, "scored": 0},
              "2048 / 0.9": {"kept": 204, "sinks": 4, "window": 32, "scored": 168}}
     frame = VE.split_frame(split)

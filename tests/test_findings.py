@@ -51,10 +51,13 @@ def test_counts_and_sentences_from_a_hand_built_summary():
 
 
 def test_adjusted_verdicts_are_said_to_be_adjusted():
-    rows = [dict(_row(512, 0.5, 0.95, 1.30), gm_low_unadjusted=1.02, gm_high_unadjusted=1.2,
-                 verdict_unadjusted=V.verdict((1.02, 1.2)))]
-    text = F.kl_findings(_summary(rows))[0]
-    assert "no detectable difference in 1 of 1 cells (intervals adjusted for the cells of the table)." in text
+    rows = [dict(_row(512, 0.5, 1.02, 1.2), gm_low_adjusted=0.95, gm_high_adjusted=1.30,
+                 verdict=V.verdict((0.95, 1.30)), verdict_unadjusted=V.verdict((1.02, 1.2))),
+            dict(_row(512, 0.75, 1.1, 1.5), gm_low_adjusted=1.05, gm_high_adjusted=1.7, verdict=V.verdict((1.05, 1.7)))]
+    text = " ".join(F.kl_findings(_summary(rows)))
+    assert ("is worse in 1 and no detectable difference in 1 of 2 cells (each verdict from an interval adjusted "
+            "for the number of cells") in text
+    assert "prompt 512, c = 0.75, worse by 5–70 % against snapkv[window_size=16] (KL ratio 1.28 [1.05, 1.70])" in text
 
 
 def test_needle_sentences_count_per_comparison():

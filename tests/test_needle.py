@@ -147,7 +147,7 @@ def test_needle_summary_against_hand_values_and_holm():
     assert [name for _, name in f.index] == ["uncompressed (ceiling)", "Jacap window = 4", "snapkv",
                                              "Jacap τ = 10, σ² = 1, flat query statistics"]
     assert f.loc[(128, "snapkv"), "c = 0.5"].startswith("40 [")
-    v = needle_verdict_frame(s, details=True)
+    v = needle_verdict_frame(s)
     assert len(v) == 4 and v.iloc[0]["won/lost"] == "5/1"
     assert needle_verdict_frame(s).loc[("paper's settings", "128 / 0.5"), "verdict"] == "identical on every prompt"
 

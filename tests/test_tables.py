@@ -56,9 +56,14 @@ def test_short_verdict_of_every_sentence_form(interval, scale, want):
     assert VE.short_verdict(V.verdict(interval, scale=scale)) == want
 
 
+def test_short_verdict_of_a_tests_bare_words():
+    assert [VE.short_verdict(w) for w in ("better", "worse", "no detectable difference")] == [
+        "better", "worse", "no det. diff."]
+
+
 # ------------------------------------------------------------------------------------------- hand-built summary
 def _row(L, c, lo, hi, **kw):
-    est = (lo * hi) ** 0.5
+    est = kw.pop("gm_ratio", (lo * hi) ** 0.5)
     return {"length": L, "ratio": c, "baseline": "snapkv", "baseline_spec": "snapkv[window_size=16]", "n": 48,
             "wins": 30, "losses": 18, "ties": 0, "gm_ratio": est, "gm_low": lo, "gm_high": hi, "mean_ratio": est,
             "mean_low": lo * 0.9, "mean_high": hi * 1.1, "p_wilcoxon": 0.01, "p_holm": 0.04,
@@ -96,11 +101,12 @@ def test_verdict_frame_headline_and_details_columns():
 
 
 def test_verdict_frame_shows_the_adjusted_interval_first_and_the_unadjusted_one_in_the_details():
-    r = _row(1024, 0.5, 1.02, 1.60, verdict=V.verdict((1.02, 1.60)), gm_low_unadjusted=1.10,
-             gm_high_unadjusted=1.45, verdict_unadjusted=V.verdict((1.10, 1.45)))
+    r = _row(1024, 0.5, 1.10, 1.45, gm_ratio=1.28, verdict=V.verdict((1.02, 1.60)), gm_low_adjusted=1.02,
+             gm_high_adjusted=1.60, verdict_unadjusted=V.verdict((1.10, 1.45)))
     head = VE.verdict_frame(_summary([r]))
     assert list(head.columns) == ["baseline", "KL ratio [adjusted CI]", "verdict"]
     assert head.iloc[0]["verdict"] == "worse 2–60 %"
+    assert head.iloc[0]["KL ratio [adjusted CI]"] == "1.28 [1.02, 1.60]"
     det = VE.verdict_frame(_summary([r]), details=True)
     assert det.iloc[0]["unadjusted 95 % CI"] == "1.28 [1.10, 1.45]"
     assert det.iloc[0]["unadjusted verdict"] == "worse 10–45 %"
@@ -153,10 +159,13 @@ def test_needle_frames_by_hand():
     assert list(f.columns) == ["c = 0.5"]
     assert f.loc[(512, "capkv"), "c = 0.5"] == "95 [75, 100]"
     v = VE.needle_verdict_frame(s)
-    assert list(v.columns) == ["reference", "Jacap %", "ref. %", "difference, pts [95 % CI]", "verdict"]
-    assert v.iloc[0].tolist() == ["paper's", "0", "65", "−65 [−85, −45]", "worse 45–85 pts"]
+    assert list(v.columns) == ["reference", "Jacap %", "ref. %", "won/lost", "Holm p", "verdict"]
+    assert v.iloc[0].tolist() == ["paper's", "0", "65", "0/13", "0.0012", "worse 45–85 pts"]
     d = VE.needle_verdict_frame(s, details=True)
-    assert list(d.columns) == ["reference setting", "won/lost", "McNemar p", "Holm p"]
+    assert list(d.columns) == ["reference setting", "difference, pts [95 % CI]", "McNemar p"]
+    assert d.iloc[0]["difference, pts [95 % CI]"] == "−65 [−85, −45]"
+    s["comparisons"][0]["rows"][0]["verdict"] = "worse"  # a test's verdict (Holm-adjusted McNemar)
+    assert VE.needle_verdict_frame(s).iloc[0]["verdict"] == "worse"
     for frame in (f, v, d):
         _no_cut_text(frame)
 

@@ -36,10 +36,10 @@ def verdict_word(sentence: str) -> str:
     if sentence.startswith("no detectable difference"):
         return "no detectable difference"
     for w in ("better", "worse"):
-        if sentence.startswith(w + " by"):
+        if sentence == w or sentence.startswith(w + " by"):  # a test's verdict is the bare word
             return w
-    raise ValueError(f"{sentence!r} is not a verdict sentence of jacap_lib.results.verdicts.verdict "
-                     "(better by / worse by / no detectable difference / no difference: identical)")
+    raise ValueError(f"{sentence!r} is not a verdict sentence of jacap_lib.results.verdicts "
+                     "(better [by] / worse [by] / no detectable difference / no difference: identical)")
 
 
 def verdict_counts(rows) -> dict[str, int]:
@@ -93,8 +93,16 @@ def _fam(summary: dict, role: str, picked_on: str) -> dict | None:
 
 
 def _adjusted(rows) -> bool:
-    """Whether the rows' verdicts come from multiplicity-adjusted intervals (the rows keep an unadjusted one)."""
-    return any(any("unadjusted" in k for k in r) for r in rows)
+    """Whether the rows' verdicts come from multiplicity-adjusted intervals (``gm_low_adjusted``/``gm_high_adjusted``;
+    ``gm_low``/``gm_high`` are then the unadjusted 95 % ones)."""
+    return any(r.get("gm_low_adjusted") is not None for r in rows)
+
+
+def _ends(r: dict) -> tuple[float, float]:
+    """The interval a row's verdict comes from: the adjusted one when the row has it."""
+    if r.get("gm_low_adjusted") is not None:
+        return r["gm_low_adjusted"], r["gm_high_adjusted"]
+    return r["gm_low"], r["gm_high"]
 
 
 def family_counts(summary: dict) -> list[str]:
@@ -110,7 +118,7 @@ def _cell(r: dict) -> str:
 def _largest(rows, word: str, k: int = 2) -> list[dict]:
     """The ``k`` rows of kind ``word`` farthest from the null (by the interval end nearest to it)."""
     sel = [r for r in rows if verdict_word(r["verdict"]) == word]
-    key = (lambda r: -r["gm_low"]) if word == "worse" else (lambda r: r["gm_high"])
+    key = (lambda r: -_ends(r)[0]) if word == "worse" else (lambda r: _ends(r)[1])
     return sorted(sel, key=key)[:k]
 
 
@@ -123,7 +131,8 @@ def kl_findings(summary: dict) -> list[str]:
         raise ValueError("summary has no family of the default Jacap setting against the baseline picked on tune; "
                          "run `jacap evaluate summary`")
     rows = main["rows"]
-    adj = " (intervals adjusted for the cells of the table)" if _adjusted(rows) else ""
+    adj = (" (each verdict from an interval adjusted for the number of cells, so that all hold at once with 95 % "
+           "probability)" if _adjusted(rows) else "")
     out = [f"Against the best tuned baseline of each cell, picked on tune documents and judged on held-out test "
            f"documents, the default Jacap setting ({setting_text(main['setting'])}) is "
            f"{counts_text(verdict_counts(rows))}{adj}."]
@@ -131,7 +140,7 @@ def kl_findings(summary: dict) -> list[str]:
     if worst:
         out.append("Its largest losses: " + "; ".join(
             f"{_cell(r)}, {r['verdict']} against {r['baseline_spec']} (KL ratio "
-            f"{interval_text(r['gm_ratio'], r['gm_low'], r['gm_high'])})" for r in worst) + ".")
+            f"{interval_text(r['gm_ratio'], *_ends(r))})" for r in worst) + ".")
     best = _largest(rows, "better")
     if best:
         out.append(("Its win: " if len(best) == 1 else "Its largest wins: ") + "; ".join(
@@ -151,8 +160,10 @@ def needle_findings(needle: dict) -> list[str]:
     """Sentences on the needle verdicts of ``needle_summary.json``: per comparison of the default Jacap setting
     (the best baseline by KL on tune, the paper's settings) the verdict counts over the cells, and the cells it
     loses."""
+    by_test = bool(needle.get("config", {}).get("statistics", {}).get("verdict"))
     out = []
     for fam in needle.get("comparisons", []):
+        test = " (by McNemar's exact test, Holm-adjusted over the cells)" if by_test and not out else ""
         rows = fam["rows"]
         if not rows:
             continue
@@ -161,7 +172,7 @@ def needle_findings(needle: dict) -> list[str]:
                if fam.get("reference") == "paper preset" else fam.get("label", fam.get("reference", "?")))
         head = (f"On the needle task (is a key hidden in the prompt still retrieved?), the default Jacap setting "
                 f"({setting_text(fam['setting'])}) against {ref} is" if not out else f"Against {ref} it is")
-        s = f"{head} {counts_text(verdict_counts(rows), identical_unit='prompt')}"
+        s = f"{head} {counts_text(verdict_counts(rows), identical_unit='prompt')}{test}"
         lost = [r for r in rows if verdict_word(r["verdict"]) == "worse"]
         if lost:
             s += "; it loses " + "; ".join(

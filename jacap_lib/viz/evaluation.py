@@ -32,6 +32,8 @@ def short_verdict(sentence: str) -> str:
     "no det. diff. (−11 to +4 %)", "no difference: identical on every document" -> "identical on every document";
     "points" -> "pts". Anything else comes back unchanged."""
     s = str(sentence)
+    if s == "no detectable difference":  # a test's verdict (no interval range to give)
+        return "no det. diff."
     if s.startswith("no difference: "):
         return s[len("no difference: "):]
     m = re.fullmatch(r"no detectable difference; the interval is (.*)", s)
@@ -55,17 +57,21 @@ def _cell(length, ratio) -> str:
     return f"{length} / {float(ratio):g}"
 
 
+def _headline(r: dict, stat: str = "gm") -> tuple[float, float, bool]:
+    """The interval a row's verdict comes from: ``(low, high, adjusted)`` — the multiplicity-adjusted one
+    (``gm_low_adjusted``/``gm_high_adjusted``) when the row has it, else its 95 % one (``gm_low``/``gm_high``)."""
+    if r.get(f"{stat}_low_adjusted") is not None:
+        return r[f"{stat}_low_adjusted"], r[f"{stat}_high_adjusted"], True
+    return r[f"{stat}_low"], r[f"{stat}_high"], False
+
+
 def _unadjusted(r: dict, stat: str = "gm") -> tuple | None:
-    """The unadjusted (per-cell 95 %) interval a row keeps beside a multiplicity-adjusted one, if it has one:
-    ``(low, high, verdict or None)``; ``None`` for rows whose interval is the unadjusted one."""
-    sub = r.get("unadjusted")
-    if isinstance(sub, dict) and f"{stat}_low" in sub:
-        return sub[f"{stat}_low"], sub[f"{stat}_high"], sub.get("verdict")
-    for lo_k, hi_k, v_k in ((f"{stat}_low_unadjusted", f"{stat}_high_unadjusted", "verdict_unadjusted"),
-                            (f"unadjusted_{stat}_low", f"unadjusted_{stat}_high", "unadjusted_verdict")):
-        if lo_k in r and hi_k in r:
-            return r[lo_k], r[hi_k], r.get(v_k)
-    return None
+    """The unadjusted (per-cell 95 %) interval and its verdict a row keeps beside an adjusted one:
+    ``(low, high, verdict or None)``; ``None`` for rows without an adjusted interval (their interval is the
+    95 % one)."""
+    if r.get(f"{stat}_low_adjusted") is None:
+        return None
+    return r[f"{stat}_low"], r[f"{stat}_high"], r.get("verdict_unadjusted")
 
 
 def _identical(r: dict) -> bool:
@@ -87,8 +93,8 @@ def _won_lost(r: dict) -> str:
 def _ratio_columns(r: dict, *, headline: str = "KL ratio") -> dict:
     """The headline columns of a ratio row: the geometric-mean ratio with its interval (the adjusted one when
     the row carries an unadjusted one beside it) and the short verdict."""
-    adj = _unadjusted(r) is not None
-    return {f"{headline} [{'adjusted' if adj else '95 %'} CI]": _interval(r["gm_ratio"], r["gm_low"], r["gm_high"]),
+    lo, hi, adj = _headline(r)
+    return {f"{headline} [{'adjusted' if adj else '95 %'} CI]": _interval(r["gm_ratio"], lo, hi),
             "verdict": "identical on every document" if _identical(r) else short_verdict(r["verdict"])}
 
 
@@ -113,18 +119,25 @@ def split_frame(split: dict) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("prompt / c")
 
 
-def corpus_frame(documents: list[dict]) -> pd.DataFrame:
+def corpus_frame(documents: list[dict], *, details: bool = False) -> pd.DataFrame:
     """Documents per kind and split (``documents``: a run's ``documents`` records: id, kind, split, source,
-    licence), with the licences met."""
+    licence) and the number of sources they come from. ``details=True``: one row per (kind, source package)
+    with its documents and licences."""
     rows: dict = {}
     for d in documents:
-        row = rows.setdefault(d.get("kind") or "?", {"tune": 0, "test": 0, "licences": set()})
+        src = (d.get("source") or {}).get("package") or "?"
+        key = (d.get("kind") or "?", src) if details else d.get("kind") or "?"
+        row = rows.setdefault(key, {"tune": 0, "test": 0, "sources": set(), "licences": set()})
         row[d["split"]] += 1
+        row["sources"].add(src)
         if d.get("license"):
             row["licences"].add(str(d["license"]))
-    frame = pd.DataFrame([{"kind": k, "tune": v["tune"], "test": v["test"], "licences": ", ".join(sorted(v["licences"]))}
-                          for k, v in rows.items()]).set_index("kind")
-    return frame
+    if details:
+        frame = pd.DataFrame([{"kind": k, "source": s, "tune": v["tune"], "test": v["test"],
+                               "licence": "; ".join(sorted(v["licences"]))} for (k, s), v in rows.items()])
+        return frame.set_index(["kind", "source"])
+    return pd.DataFrame([{"kind": k, "tune": v["tune"], "test": v["test"], "sources": len(v["sources"])}
+                         for k, v in rows.items()]).set_index("kind")
 
 
 def pair_frame(rows: list[dict], *, details: bool = False) -> pd.DataFrame:
@@ -138,14 +151,16 @@ def pair_frame(rows: list[dict], *, details: bool = False) -> pd.DataFrame:
 
 def target_frame(status: list[dict]) -> pd.DataFrame:
     """:func:`~jacap_lib.results.evaluation.target_status` rows as a table, one row per "prompt / c" (grouped by
-    c): what the target asks, the best baseline (picked on tune), the geometric-mean ratio with its interval,
-    whether the target is met, and by how far the interval misses (in % of the baseline's KL)."""
+    c): what the target asks, the best baseline (picked on tune), the geometric-mean ratio with the interval it
+    is judged on (the multiplicity-adjusted one when the rows have it), whether the target is met, and by how far
+    that interval misses (in % of the baseline's KL)."""
+    adjusted = any(r.get("gm_low_adjusted") is not None for r in status)
+    label = f"KL ratio [{'adjusted' if adjusted else '95 %'} CI]"
     rows = []
     for r in sorted(status, key=lambda r: (r["ratio"], r["length"])):
         rows.append({"prompt / c": _cell(r["length"], r["ratio"]), "target": r["requirement"],
                      "baseline": _short(r["baseline"]),
-                     "KL ratio [95 % CI]": "" if r["gm_ratio"] is None else _interval(r["gm_ratio"], r["gm_low"],
-                                                                                      r["gm_high"]),
+                     label: "" if r["gm_ratio"] is None else _interval(r["gm_ratio"], *_headline(r)[:2]),
                      "met": {True: "yes", False: "no", None: "not measured"}[r["met"]],
                      "missed by": "" if not r["shortfall"] else f"{100 * r['shortfall']:.1f} %"})
     return pd.DataFrame(rows).set_index("prompt / c")
@@ -283,10 +298,9 @@ _AGAINST = {"best baseline": "best baseline", "paper preset": "paper's settings"
 def needle_verdict_frame(summary: dict, *, details: bool = False) -> pd.DataFrame:
     """One row per (comparison, "prompt / c") of the needle summary: the default Jacap setting against the best
     baseline by KL on tune and against the paper preset, paired per prompt: the reference (its method), both
-    accuracies, the accuracy difference in points with its interval (the adjusted one when the summary has it)
-    and the verdict in short words (higher accuracy is better). ``details=True``: the reference's setting,
-    prompts won/lost, exact McNemar p and its Holm adjustment over the comparison's cells (and the unadjusted
-    interval with its verdict when the headline one is adjusted)."""
+    accuracies (%), the prompts only one of the two answered (won/lost), the Holm-adjusted exact McNemar p and the
+    verdict in short words (higher accuracy is better). ``details=True``: the reference's setting, the accuracy
+    difference in points with its paired bootstrap interval, the unadjusted McNemar p."""
     from ..results.protocol import PAPER_PRESET
 
     rows = []
@@ -294,20 +308,15 @@ def needle_verdict_frame(summary: dict, *, details: bool = False) -> pd.DataFram
         for r in fam["rows"]:
             head = {"against": _AGAINST.get(fam.get("reference"), fam["label"]),
                     "prompt / c": _cell(r["length"], r["ratio"])}
-            un = _unadjusted(r, "diff")
             if details:
-                row = {**head, "reference setting": r["reference_spec"], "won/lost": _won_lost(r),
-                       "McNemar p": f"{r['p_mcnemar']:.2g}", "Holm p": f"{r['p_holm']:.2g}"}
-                if un is not None:
-                    row["unadjusted 95 % CI"] = interval_text(r["diff_points"], un[0], un[1])
-                    if un[2]:
-                        row["unadjusted verdict"] = short_verdict(un[2])
+                row = {**head, "reference setting": r["reference_spec"],
+                       "difference, pts [95 % CI]": interval_text(r["diff_points"], r["diff_low"], r["diff_high"]),
+                       "McNemar p": f"{r['p_mcnemar']:.2g}"}
             else:
                 ref = r["reference_spec"]
                 row = {**head, "reference": "paper's" if ref == PAPER_PRESET else _short(ref),
                        "Jacap %": f"{100 * r['accuracy']:.0f}", "ref. %": f"{100 * r['reference_accuracy']:.0f}",
-                       f"difference, pts [{'adjusted' if un else '95 %'} CI]":
-                           interval_text(r["diff_points"], r["diff_low"], r["diff_high"]),
+                       "won/lost": f"{r['wins']}/{r['losses']}", "Holm p": f"{r['p_holm']:.2g}",
                        "verdict": short_verdict(r["verdict"])}
             rows.append(row)
     if not rows:

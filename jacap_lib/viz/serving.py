@@ -238,12 +238,14 @@ def decoding_verdict_table(verdicts: list, *, details: bool = False):
 def decoding_verdict_sentences(verdicts: list) -> str:
     """One sentence per comparison of :func:`~jacap_lib.results.decoding_comparison.decoding_verdicts`, every number
     read from its row, each naming what the comparison isolates (the only cause a sentence may claim)."""
+    from ..results.precision import interval_text
+
     L = lambda m: DECODING_LABELS.get(m, m)  # noqa: E731
     out = []
     for v in verdicts:
         holm = "survives" if v["holm_significant"] else "does not survive"
         out.append(f"{L(v['method'])} against {L(v['reference'])} [isolates {v['isolates']}]: {v['verdict']} "
-                   f"(KL ratio {v['gm_ratio']:.3f}, 95 % interval {v['gm_low']:.3f}–{v['gm_high']:.3f}; lower on "
+                   f"(KL ratio with its 95 % interval {interval_text(v['gm_ratio'], v['gm_low'], v['gm_high'])}; lower on "
                    f"{v['wins']} of {v['n']} {v['unit']}s; the difference {holm} Holm's correction over the "
                    f"{len(verdicts)} comparisons, adjusted p = {v['p_holm']:.3g}).")
     return "\n".join(out)
