@@ -40,8 +40,8 @@ def test_counts_and_sentences_from_a_hand_built_summary():
     assert ("the default Jacap setting (τ = 3, β = 0.9) is better in 1, worse in 2, no detectable difference in 1 "
             "and identical on every document in 1 of 5 cells.") in text
     # the largest loss first, with its interval at the precision the interval supports
-    assert ("Its largest losses: prompt 1024, c = 0.5, worse by 45–112 % against expected_attention (KL ratio "
-            "1.75 [1.45, 2.12]); prompt 512, c = 0.5, worse by 4–40 % against snapkv[window_size=16]") in text
+    assert ("Its largest losses: prompt 1024, c = 0.5, worse by 45–112 % against `expected_attention` (KL ratio "
+            "1.75 [1.45, 2.12]); prompt 512, c = 0.5, worse by 4–40 % against `snapkv[window_size=16]`") in text
     assert "Its win: prompt 512, c = 0.9, better by 7–17 %" in text
     # a changed summary changes the sentence
     rows[0] = _row(512, 0.5, 0.70, 0.90)
@@ -57,7 +57,7 @@ def test_adjusted_verdicts_are_said_to_be_adjusted():
     text = " ".join(F.kl_findings(_summary(rows)))
     assert ("is worse in 1 and no detectable difference in 1 of 2 cells (each verdict from an interval adjusted "
             "for the number of cells") in text
-    assert "prompt 512, c = 0.75, worse by 5–70 % against snapkv[window_size=16] (KL ratio 1.28 [1.05, 1.70])" in text
+    assert "prompt 512, c = 0.75, worse by 5–70 % against `snapkv[window_size=16]` (KL ratio 1.28 [1.05, 1.70])" in text
 
 
 def test_needle_sentences_count_per_comparison():

@@ -139,12 +139,12 @@ def kl_findings(summary: dict) -> list[str]:
     worst = _largest(rows, "worse")
     if worst:
         out.append("Its largest losses: " + "; ".join(
-            f"{_cell(r)}, {r['verdict']} against {r['baseline_spec']} (KL ratio "
+            f"{_cell(r)}, {r['verdict']} against `{r['baseline_spec']}` (KL ratio "
             f"{interval_text(r['gm_ratio'], *_ends(r))})" for r in worst) + ".")
     best = _largest(rows, "better")
     if best:
         out.append(("Its win: " if len(best) == 1 else "Its largest wins: ") + "; ".join(
-            f"{_cell(r)}, {r['verdict']} against {r['baseline_spec']}" for r in best) + ".")
+            f"{_cell(r)}, {r['verdict']} against `{r['baseline_spec']}`" for r in best) + ".")
     strict = _fam(summary, "default", "test")
     if strict is not None:
         out.append("Against the best baseline picked on the test documents themselves (a line that favours the "
