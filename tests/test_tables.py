@@ -178,6 +178,10 @@ def test_decoding_tables_by_hand():
     assert t.loc["DP(Jacap) vs DP(TOVA)"].tolist() == ["0.91 [0.75, 1.09]", "no det. diff. (−25 to +9 %)"]
     d = VS.decoding_verdict_table([v], details=True)
     assert d.iloc[0]["isolates"] == "the selection rule, same DecodingPress wrapper"
+    adj = dict(v, gm_low_adjusted=0.70, gm_high_adjusted=1.17, verdict=V.verdict((0.70, 1.17)))
+    assert VS.decoding_verdict_table([adj]).iloc[0].tolist() == ["0.91 [0.70, 1.17]", "no det. diff. (−30 to +17 %)"]
+    assert VS.decoding_verdict_table([adj], details=True).iloc[0]["95 % CI"] == "0.91 [0.75, 1.09]"
+    assert "with its adjusted interval 0.91 [0.70, 1.17]" in VS.decoding_verdict_sentences([dict(adj, holm_significant=False)])
     s = {"alg2": {"gm_kl": 0.0296, "gm_low": 0.0232, "gm_high": 0.0366, "top1_agree": 0.946, "peak_cache": 79,
                   "scoring_share": 0.171, "mean_age": 51.9, "seconds_per_step": 0.0806}}
     row = VS.decoding_summary_table(s).loc["Alg. 2"]

@@ -17,7 +17,7 @@ from ..results.precision import interval_text
 from .style import finish
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
-           "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label"]
+           "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval"]
 
 
 def _interval(est, lo, hi) -> str:
@@ -57,7 +57,7 @@ def _cell(length, ratio) -> str:
     return f"{length} / {float(ratio):g}"
 
 
-def _headline(r: dict, stat: str = "gm") -> tuple[float, float, bool]:
+def verdict_interval(r: dict, stat: str = "gm") -> tuple[float, float, bool]:
     """The interval a row's verdict comes from: ``(low, high, adjusted)`` — the multiplicity-adjusted one
     (``gm_low_adjusted``/``gm_high_adjusted``) when the row has it, else its 95 % one (``gm_low``/``gm_high``)."""
     if r.get(f"{stat}_low_adjusted") is not None:
@@ -93,7 +93,7 @@ def _won_lost(r: dict) -> str:
 def _ratio_columns(r: dict, *, headline: str = "KL ratio") -> dict:
     """The headline columns of a ratio row: the geometric-mean ratio with its interval (the adjusted one when
     the row carries an unadjusted one beside it) and the short verdict."""
-    lo, hi, adj = _headline(r)
+    lo, hi, adj = verdict_interval(r)
     return {f"{headline} [{'adjusted' if adj else '95 %'} CI]": _interval(r["gm_ratio"], lo, hi),
             "verdict": "identical on every document" if _identical(r) else short_verdict(r["verdict"])}
 
@@ -160,7 +160,7 @@ def target_frame(status: list[dict]) -> pd.DataFrame:
     for r in sorted(status, key=lambda r: (r["ratio"], r["length"])):
         rows.append({"prompt / c": _cell(r["length"], r["ratio"]), "target": r["requirement"],
                      "baseline": _short(r["baseline"]),
-                     label: "" if r["gm_ratio"] is None else _interval(r["gm_ratio"], *_headline(r)[:2]),
+                     label: "" if r["gm_ratio"] is None else _interval(r["gm_ratio"], *verdict_interval(r)[:2]),
                      "met": {True: "yes", False: "no", None: "not measured"}[r["met"]],
                      "missed by": "" if not r["shortfall"] else f"{100 * r['shortfall']:.1f} %"})
     return pd.DataFrame(rows).set_index("prompt / c")

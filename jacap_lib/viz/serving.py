@@ -214,22 +214,26 @@ def decoding_summary_table(summary: dict):
 def decoding_verdict_table(verdicts: list, *, details: bool = False):
     """:func:`jacap_lib.results.decoding_comparison.decoding_verdicts` as a table (pandas ``DataFrame``), one row
     per comparison (:data:`DECODING_SHORT` names): the geometric-mean KL ratio (first / second method; below 1 =
-    the first is better) with its BCa interval and the verdict in short words. ``details=True``: what the
-    comparison isolates, the units won, the Holm-adjusted p."""
+    the first is better) with the BCa interval its verdict comes from (adjusted for the comparisons judged
+    together when the rows have it) and the verdict in short words. ``details=True``: the units won, the
+    Holm-adjusted p, the unadjusted 95 % interval, what the comparison isolates."""
     import pandas as pd
 
     from ..results.precision import interval_text
-    from .evaluation import short_verdict
+    from .evaluation import short_verdict, verdict_interval
 
     S = lambda m: DECODING_SHORT.get(m, m)  # noqa: E731
     rows = []
     for v in verdicts:
         row = {"comparison": f"{S(v['method'])} vs {S(v['reference'])}"}
         if details:
-            row.update({"won": f"{v['wins']}/{v['n']} {v['unit']}s", "Holm p": f"{v['p_holm']:.2g}",
-                        "isolates": v["isolates"].split(":")[0]})
+            row.update({"won": f"{v['wins']}/{v['n']} {v['unit']}s", "Holm p": f"{v['p_holm']:.2g}"})
+            if v.get("gm_low_adjusted") is not None:
+                row["95 % CI"] = interval_text(v["gm_ratio"], v["gm_low"], v["gm_high"])
+            row["isolates"] = v["isolates"].split(":")[0]
         else:
-            row.update({"KL ratio [95 % CI]": interval_text(v["gm_ratio"], v["gm_low"], v["gm_high"]),
+            lo, hi, adj = verdict_interval(v)
+            row.update({f"KL ratio [{'adjusted' if adj else '95 %'} CI]": interval_text(v["gm_ratio"], lo, hi),
                         "verdict": short_verdict(v["verdict"])})
         rows.append(row)
     return pd.DataFrame(rows).set_index("comparison")
@@ -239,13 +243,15 @@ def decoding_verdict_sentences(verdicts: list) -> str:
     """One sentence per comparison of :func:`~jacap_lib.results.decoding_comparison.decoding_verdicts`, every number
     read from its row, each naming what the comparison isolates (the only cause a sentence may claim)."""
     from ..results.precision import interval_text
+    from .evaluation import verdict_interval
 
     L = lambda m: DECODING_LABELS.get(m, m)  # noqa: E731
     out = []
     for v in verdicts:
+        label = "adjusted" if verdict_interval(v)[2] else "95 %"
         holm = "survives" if v["holm_significant"] else "does not survive"
         out.append(f"{L(v['method'])} against {L(v['reference'])} [isolates {v['isolates']}]: {v['verdict']} "
-                   f"(KL ratio with its 95 % interval {interval_text(v['gm_ratio'], v['gm_low'], v['gm_high'])}; lower on "
+                   f"(KL ratio with its {label} interval {interval_text(v['gm_ratio'], *verdict_interval(v)[:2])}; lower on "
                    f"{v['wins']} of {v['n']} {v['unit']}s; the difference {holm} Holm's correction over the "
                    f"{len(verdicts)} comparisons, adjusted p = {v['p_holm']:.3g}).")
     return "\n".join(out)
