@@ -108,8 +108,9 @@ def test_verdict_frame_shows_the_adjusted_interval_first_and_the_unadjusted_one_
     assert head.iloc[0]["verdict"] == "worse 2–60 %"
     assert head.iloc[0]["KL ratio [adjusted CI]"] == "1.28 [1.02, 1.60]"
     det = VE.verdict_frame(_summary([r]), details=True)
-    assert det.iloc[0]["unadjusted 95 % CI"] == "1.28 [1.10, 1.45]"
-    assert det.iloc[0]["unadjusted verdict"] == "worse 10–45 %"
+    assert list(det.columns) == ["baseline setting", "KL ratio [95 % CI]", "mean-KL ratio [95 % CI]", "won/lost",
+                                 "Wilcoxon p", "Holm p"]
+    assert det.iloc[0]["KL ratio [95 % CI]"] == "1.28 [1.10, 1.45]"  # the cell's own interval
 
 
 def test_pair_target_cells_and_choices_frames():

@@ -99,15 +99,16 @@ def _ratio_columns(r: dict, *, headline: str = "KL ratio") -> dict:
 
 
 def _ratio_details(r: dict) -> dict:
-    """The supporting columns of a ratio row: mean-KL ratio, won/lost documents, Wilcoxon and Holm p, and the
-    unadjusted interval with its verdict when the headline interval is adjusted."""
-    out = {"mean-KL ratio [95 % CI]": _interval(r["mean_ratio"], r["mean_low"], r["mean_high"]),
-           "won/lost": _won_lost(r), "Wilcoxon p": f"{r['p_wilcoxon']:.2g}", "Holm p": f"{r['p_holm']:.2g}"}
+    """The supporting columns of a ratio row: the cell's own (unadjusted) 95 % interval of the geometric-mean
+    ratio when the headline one is adjusted, the mean-KL ratio, won/lost documents, Wilcoxon and Holm p. (The
+    verdict the unadjusted interval alone would give is ``verdict_unadjusted`` in the summary file: it reads
+    off the interval, and a column for it would not fit the text column.)"""
+    out = {}
     un = _unadjusted(r)
     if un is not None:
-        out["unadjusted 95 % CI"] = _interval(r["gm_ratio"], un[0], un[1])
-        if un[2]:
-            out["unadjusted verdict"] = short_verdict(un[2])
+        out["KL ratio [95 % CI]"] = _interval(r["gm_ratio"], un[0], un[1])
+    out.update({"mean-KL ratio [95 % CI]": _interval(r["mean_ratio"], r["mean_low"], r["mean_high"]),
+                "won/lost": _won_lost(r), "Wilcoxon p": f"{r['p_wilcoxon']:.2g}", "Holm p": f"{r['p_holm']:.2g}"})
     return out
 
 
@@ -192,7 +193,7 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
     protocol's line; "test": the stricter one): the best baseline (its method; the setting is in the details),
     the geometric-mean KL ratio with its interval (the multiplicity-adjusted one when the summary has it) and
     the verdict in short words. ``details=True``: the baseline's setting, the mean-KL ratio, documents won/lost,
-    Wilcoxon and Holm p (and the unadjusted interval with its verdict when the headline one is adjusted).
+    Wilcoxon and Holm p (and the cell's own 95 % interval when the headline one is adjusted).
     ``role``: only that Jacap setting's family ("default", "paper preset", ...)."""
     rows = []
     for fam in summary["families"]:
