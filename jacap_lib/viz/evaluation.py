@@ -107,7 +107,7 @@ def _ratio_details(r: dict) -> dict:
     un = _unadjusted(r)
     if un is not None:
         out["KL ratio [95 % CI]"] = _interval(r["gm_ratio"], un[0], un[1])
-    out.update({"mean-KL ratio [95 % CI]": _interval(r["mean_ratio"], r["mean_low"], r["mean_high"]),
+    out.update({"mean-KL [95 % CI]": _interval(r["mean_ratio"], r["mean_low"], r["mean_high"]),
                 "won/lost": _won_lost(r), "Wilcoxon p": f"{r['p_wilcoxon']:.2g}", "Holm p": f"{r['p_holm']:.2g}"})
     return out
 
