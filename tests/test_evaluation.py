@@ -495,11 +495,14 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     assert a["verdict_unadjusted"] == verdicts.verdict((a["gm_low"], a["gm_high"]))
     with pytest.raises(ValueError, match="no cell"):
         E.compare_settings(rows, "jacap", "tova")
-    assert VE.pair_frame(list(pair.values()))["wins/losses"].tolist() == ["8/0", "0/0"]
+    assert VE.pair_frame(list(pair.values()), details=True)["won/lost"].tolist() == ["8/0", "all tied"]
+    assert VE.pair_frame(list(pair.values()))["verdict"].tolist()[1] == "identical on every document"
     docs = [{"id": "a", "kind": "prose", "split": "tune", "license": "PD"},
             {"id": "b", "kind": "prose", "split": "test", "license": "MIT"}, {"id": "c", "kind": "code", "split": "test"}]
-    assert VE.corpus_frame(docs).to_dict("index") == {"prose": {"tune": 1, "test": 1, "licences": "MIT, PD"},
-                                                      "code": {"tune": 0, "test": 1, "licences": ""}}
+    assert VE.corpus_frame(docs).to_dict("index") == {"prose": {"tune": 1, "test": 1, "sources": 1},
+                                                      "code": {"tune": 0, "test": 1, "sources": 1}}
+    assert VE.corpus_frame(docs, details=True).to_dict("index") == {
+        ("prose", "?"): {"tune": 1, "test": 1, "licence": "MIT; PD"}, ("code", "?"): {"tune": 0, "test": 1, "licence": ""}}
     split = {"512 / 0.95": {"kept": 25, "sinks": 4, "window": 21, "scored": 0},
              "2048 / 0.9": {"kept": 204, "sinks": 4, "window": 32, "scored": 168}}
     frame = VE.split_frame(split)
@@ -510,8 +513,10 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     assert VE.cells_frame(cells).shape == (2, 2)
     assert cli.main(["evaluate", "summary", "--dir", str(out)]) == 0
     summ = json.loads((out / "summary.json").read_text())
-    frame = VE.verdict_frame(summ, picked_on="tune", role="default")
-    assert len(frame) == 2 and frame["wins/losses"].tolist() == ["8/0", "0/0"]
+    from jacap_lib.results import findings
+    assert (out / "findings.md").read_text(encoding="utf-8") == findings.findings_text(summ)  # the job rewrites it
+    frame = VE.verdict_frame(summ, picked_on="tune", role="default", details=True)
+    assert len(frame) == 2 and frame["won/lost"].tolist() == ["8/0", "all tied"]
     assert VE.choices_frame(json.loads((out / "choices.json").read_text())).shape[0] == 4
     with pytest.raises(ValueError, match="no family"):
         VE.verdict_frame(summ, picked_on="tune", role="no such role")
@@ -605,9 +610,9 @@ def test_target_frame_shows_each_cell_with_its_shortfall():
               {"length": 1024, "ratio": 0.9, "requirement": "better", "met": None, "baseline": None, "gm_ratio": None,
                "gm_low": None, "gm_high": None, "verdict": "not measured", "shortfall": None}]
     f = VE.target_frame(status)
-    assert f.loc[(0.9, 512), "met"] == "no" and f.loc[(0.9, 512), "missed by"] == "5.0 %"
-    assert f.loc[(0.9, 512), "geometric-mean ratio [95% CI]"] == "1.000 [0.950, 1.050]"
-    assert f.loc[(0.9, 1024), "met"] == "not measured" and f.loc[(0.9, 1024), "missed by"] == ""
+    assert f.loc["512 / 0.9", "met"] == "no" and f.loc["512 / 0.9", "missed by"] == "5.0 %"
+    assert f.loc["512 / 0.9", "KL ratio [95 % CI]"] == "1.00 [0.95, 1.05]"  # width 0.1: two decimals
+    assert f.loc["1024 / 0.9", "met"] == "not measured" and f.loc["1024 / 0.9", "missed by"] == ""
 
 
 def test_pins_keep_the_protocols_jacap_entries_meaning_what_was_measured():

@@ -146,10 +146,12 @@ def test_needle_summary_against_hand_values_and_holm():
     assert q075["p_holm"] == pytest.approx(2 * 2 / 2 ** 3) and q075["verdict"] == "no detectable difference"
     # the book's tables
     f = needle_frame(s)
-    assert list(f.index) == ["uncompressed (ceiling)", DEF, BASE, P.PAPER_PRESET]
-    assert f.loc[BASE, "128 / 0.5"].startswith("40% [")
+    assert [name for _, name in f.index] == ["uncompressed (ceiling)", "Jacap window = 4", "snapkv",
+                                             "Jacap τ = 10, σ² = 1, flat query statistics"]
+    assert f.loc[(128, "snapkv"), "c = 0.5"].startswith("40 [")
     v = needle_verdict_frame(s)
-    assert len(v) == 4 and v.iloc[0]["wins/losses"] == "5/1"
+    assert len(v) == 4 and v.iloc[0]["won/lost"] == "5/1"
+    assert needle_verdict_frame(s).loc[("paper's settings", "128 / 0.5"), "verdict"] == "identical on every prompt"
 
 
 def brute_mcnemar(wins, losses):

@@ -127,7 +127,8 @@ def _family(methods) -> list[tuple[str, str, str]]:
     base = [m for m in methods if m not in ("alg2", "alg2_flat", "jacap")]
     fam = [c for c in COMPARISONS if c[0] in methods and c[1] in methods]
     fam += [("alg2", b, "no single cause: two systems whose controller, statistics and score all differ") for b in base if "alg2" in methods]
-    fam += [("jacap", b, "the scorer alone: the same DecodingPress wrapper") for b in base if "jacap" in methods]
+    fam += [("jacap", b, "the selection rule, same DecodingPress wrapper: Jacap's score with its protected sinks and "
+                         "window against the baseline's own rule") for b in base if "jacap" in methods]
     return fam
 
 

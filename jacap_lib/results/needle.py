@@ -641,6 +641,7 @@ def _summary_inputs(out_dir: Path, choices_path: Path, name: str = "needle.jsonl
 
 
 def _summary_run(args):
+    from . import findings
     from .paths import data_path
 
     choices_path = Path(args.choices or data_path("results", "eval", "choices.json", must_exist=False))
@@ -663,7 +664,8 @@ def _summary_run(args):
                                                           "against one reference")}
     path = out_dir / "needle_summary.json"
     files.write_json(path, {"config": config, **files.round_floats(summary)})
-    print(f"wrote {path}")
+    written = findings.write(out_dir)  # None until the KL summary of this folder exists
+    print(f"wrote {path}" + (f" and {written}" if written else ""))
     if summary["cells_missing"]:
         print(f"  judged {len(summary['cells_measured'])} complete cells; not yet complete (finish `jacap evaluate "
               f"needle`, it resumes): {', '.join(summary['cells_missing'])}")

@@ -56,13 +56,16 @@ def _register_static_renderer():
 
 
 def setup_notebook(renderer: str | None = None) -> None:
-    """Choose the plotly renderer for this notebook (``plotly.io.renderers.default`` shows it).
+    """Choose the plotly renderer for this notebook (``plotly.io.renderers.default`` shows it) and let pandas
+    print every table cell whole (``display.max_colwidth = None``; the tables build short text themselves).
 
     ``renderer`` forces a plotly renderer name (for example ``"notebook"``); by default the
     choice follows the environment as described in the module docstring.
     """
+    import pandas as pd
     import plotly.io as pio
 
+    pd.set_option("display.max_colwidth", None)  # a table never cuts a cell's text to "..."
     _register_static_renderer()
     if renderer is None:
         if in_book_build():

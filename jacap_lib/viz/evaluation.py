@@ -7,29 +7,109 @@ Inputs come from :mod:`jacap_lib.results.loaders` (``load_eval_choices``, ``load
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..results.precision import interval_text
 from .style import finish
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
-           "cells_frame",
-           "needle_frame", "needle_verdict_frame"]
+           "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval"]
 
 
 def _interval(est, lo, hi) -> str:
-    """An estimate and its interval as table text: ``0.886 [0.834, 0.934]``."""
-    return f"{est:.3f} [{lo:.3f}, {hi:.3f}]"
+    """An estimate and its interval as table text at the precision the interval supports
+    (:func:`jacap_lib.results.precision.interval_text`): ``1.19 [1.04, 1.40]``."""
+    return interval_text(est, lo, hi)
 
 
-def _setting_by_cell(table: dict) -> pd.DataFrame:
-    """``{setting: {"prompt / c": text}}`` as a table, one row per setting, one column per cell."""
-    frame = pd.DataFrame.from_dict(table, orient="index")
-    frame.index.name = "setting"
-    frame.columns.name = "prompt / c"
-    return frame
+def short_verdict(sentence: str) -> str:
+    """A :func:`~jacap_lib.results.verdicts.verdict` sentence in a few words for a narrow table column:
+    "better by 7–17 %" -> "better 7–17 %", "no detectable difference; the interval is −11 % to +4 %" ->
+    "no det. diff. (−11 to +4 %)", "no difference: identical on every document" -> "identical on every document";
+    "points" -> "pts". Anything else comes back unchanged."""
+    s = str(sentence)
+    if s == "no detectable difference":  # a test's verdict (no interval range to give)
+        return "no det. diff."
+    if s.startswith("no difference: "):
+        return s[len("no difference: "):]
+    m = re.fullmatch(r"no detectable difference; the interval is (.*)", s)
+    if m:
+        rng = m.group(1).replace(" points", " pts")
+        rng = re.sub(r"^(−?\d[\d.]*) % to ", r"\1 to ", rng)  # one unit at the end: "−11 to +4 %"
+        return f"no det. diff. ({rng})"
+    m = re.fullmatch(r"(better|worse) by (.*)", s)
+    if m:
+        return f"{m.group(1)} {m.group(2).replace(' points', ' pts')}"
+    return s
+
+
+def _short(spec) -> str:
+    """A method spec's method name (``snapkv[window_size=16]`` -> ``snapkv``): the full spec is in the
+    table's details."""
+    return "" if not spec else str(spec).split("[", 1)[0]
+
+
+def _cell(length, ratio) -> str:
+    return f"{length} / {float(ratio):g}"
+
+
+def verdict_interval(r: dict, stat: str = "gm") -> tuple[float, float, bool]:
+    """The interval a row's verdict comes from: ``(low, high, adjusted)`` — the multiplicity-adjusted one
+    (``gm_low_adjusted``/``gm_high_adjusted``) when the row has it, else its 95 % one (``gm_low``/``gm_high``)."""
+    if r.get(f"{stat}_low_adjusted") is not None:
+        return r[f"{stat}_low_adjusted"], r[f"{stat}_high_adjusted"], True
+    return r[f"{stat}_low"], r[f"{stat}_high"], False
+
+
+def _unadjusted(r: dict, stat: str = "gm") -> tuple | None:
+    """The unadjusted (per-cell 95 %) interval and its verdict a row keeps beside an adjusted one:
+    ``(low, high, verdict or None)``; ``None`` for rows without an adjusted interval (their interval is the
+    95 % one)."""
+    if r.get(f"{stat}_low_adjusted") is None:
+        return None
+    return r[f"{stat}_low"], r[f"{stat}_high"], r.get("verdict_unadjusted")
+
+
+def _identical(r: dict) -> bool:
+    """Whether a ratio row compares two settings that gave the same KL on every document: its verdict says so,
+    or its interval is the point 1 (the ratio of every document 1 to rounding; the ``ptp <= 1e-12`` rule of
+    :func:`~jacap_lib.results.verdicts.geometric_mean_ratio`)."""
+    if str(r.get("verdict", "")).startswith("no difference: identical"):
+        return True
+    return "gm_low" in r and r["gm_low"] == r["gm_high"] and abs(r["gm_ratio"] - 1) <= 1e-9
+
+
+def _won_lost(r: dict) -> str:
+    if _identical(r):
+        return "all tied"
+    ties = r.get("ties", 0)
+    return f"{r['wins']}/{r['losses']}" + (f" ({ties} tied)" if ties else "")
+
+
+def _ratio_columns(r: dict, *, headline: str = "KL ratio") -> dict:
+    """The headline columns of a ratio row: the geometric-mean ratio with its interval (the adjusted one when
+    the row carries an unadjusted one beside it) and the short verdict."""
+    lo, hi, adj = verdict_interval(r)
+    return {f"{headline} [{'adjusted' if adj else '95 %'} CI]": _interval(r["gm_ratio"], lo, hi),
+            "verdict": "identical on every document" if _identical(r) else short_verdict(r["verdict"])}
+
+
+def _ratio_details(r: dict) -> dict:
+    """The supporting columns of a ratio row: the cell's own (unadjusted) 95 % interval of the geometric-mean
+    ratio when the headline one is adjusted, the mean-KL ratio, won/lost documents, Wilcoxon and Holm p. (The
+    verdict the unadjusted interval alone would give is ``verdict_unadjusted`` in the summary file: it reads
+    off the interval, and a column for it would not fit the text column.)"""
+    out = {}
+    un = _unadjusted(r)
+    if un is not None:
+        out["KL ratio [95 % CI]"] = _interval(r["gm_ratio"], un[0], un[1])
+    out.update({"mean-KL [95 % CI]": _interval(r["mean_ratio"], r["mean_low"], r["mean_high"]),
+                "won/lost": _won_lost(r), "Wilcoxon p": f"{r['p_wilcoxon']:.2g}", "Holm p": f"{r['p_holm']:.2g}"})
+    return out
 
 
 def split_frame(split: dict) -> pd.DataFrame:
@@ -40,86 +120,124 @@ def split_frame(split: dict) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("prompt / c")
 
 
-def corpus_frame(documents: list[dict]) -> pd.DataFrame:
+def corpus_frame(documents: list[dict], *, details: bool = False) -> pd.DataFrame:
     """Documents per kind and split (``documents``: a run's ``documents`` records: id, kind, split, source,
-    licence), with the licences met."""
+    licence) and the number of sources they come from. ``details=True``: one row per (kind, source package)
+    with its documents and licences."""
     rows: dict = {}
     for d in documents:
-        row = rows.setdefault(d.get("kind") or "?", {"tune": 0, "test": 0, "licences": set()})
+        src = (d.get("source") or {}).get("package") or "?"
+        key = (d.get("kind") or "?", src) if details else d.get("kind") or "?"
+        row = rows.setdefault(key, {"tune": 0, "test": 0, "sources": set(), "licences": set()})
         row[d["split"]] += 1
+        row["sources"].add(src)
         if d.get("license"):
             row["licences"].add(str(d["license"]))
-    frame = pd.DataFrame([{"kind": k, "tune": v["tune"], "test": v["test"], "licences": ", ".join(sorted(v["licences"]))}
-                          for k, v in rows.items()]).set_index("kind")
-    return frame
+    if details:
+        frame = pd.DataFrame([{"kind": k, "source": s, "tune": v["tune"], "test": v["test"],
+                               "licence": "; ".join(sorted(v["licences"]))} for (k, s), v in rows.items()])
+        return frame.set_index(["kind", "source"])
+    return pd.DataFrame([{"kind": k, "tune": v["tune"], "test": v["test"], "sources": len(v["sources"])}
+                         for k, v in rows.items()]).set_index("kind")
 
 
-def pair_frame(rows: list[dict]) -> pd.DataFrame:
-    """:func:`~jacap_lib.results.evaluation.compare_settings` rows as a table: per (prompt, c) the
-    geometric-mean and mean-KL ratios with 95 % intervals, wins/losses, Holm p, verdict."""
-    return pd.DataFrame([{"prompt": r["length"], "c": r["ratio"],
-                          "geometric-mean ratio [95% CI]": _interval(r["gm_ratio"], r["gm_low"], r["gm_high"]),
-                          "mean-KL ratio [95% CI]": _interval(r["mean_ratio"], r["mean_low"], r["mean_high"]),
-                          "wins/losses": f"{r['wins']}/{r['losses']}", "Holm p": f"{r['p_holm']:.2g}",
-                          "verdict": r["verdict"]} for r in rows]).set_index(["prompt", "c"])
+def pair_frame(rows: list[dict], *, details: bool = False) -> pd.DataFrame:
+    """:func:`~jacap_lib.results.evaluation.compare_settings` rows as a table, one row per "prompt / c": the
+    geometric-mean KL ratio with its interval and the verdict; ``details=True``: the supporting columns
+    (mean-KL ratio, documents won/lost, Wilcoxon and Holm p)."""
+    out = [{"prompt / c": _cell(r["length"], r["ratio"]), **(_ratio_details(r) if details else _ratio_columns(r))}
+           for r in rows]
+    return pd.DataFrame(out).set_index("prompt / c")
 
 
 def target_frame(status: list[dict]) -> pd.DataFrame:
-    """:func:`~jacap_lib.results.evaluation.target_status` rows as a table: per (prompt, c) what the target asks,
-    the best baseline, the geometric-mean ratio with its 95 % interval, the verdict, whether it is met, and by
-    how far the interval misses (in % of the baseline's KL)."""
-    return pd.DataFrame([{"prompt": r["length"], "c": r["ratio"], "target": r["requirement"],
-                          "best baseline (picked on tune)": r["baseline"] or "",
-                          "geometric-mean ratio [95% CI]": "" if r["gm_ratio"] is None else
-                          _interval(r["gm_ratio"], r["gm_low"], r["gm_high"]), "verdict": r["verdict"],
-                          "met": {True: "yes", False: "no", None: "not measured"}[r["met"]],
-                          "missed by": "" if not r["shortfall"] else f"{100 * r['shortfall']:.1f} %"}
-                         for r in status]).set_index(["c", "prompt"])
+    """:func:`~jacap_lib.results.evaluation.target_status` rows as a table, one row per "prompt / c" (grouped by
+    c): what the target asks, the best baseline (picked on tune), the geometric-mean ratio with the interval it
+    is judged on (the multiplicity-adjusted one when the rows have it), whether the target is met, and by how far
+    that interval misses (in % of the baseline's KL)."""
+    adjusted = any(r.get("gm_low_adjusted") is not None for r in status)
+    label = f"KL ratio [{'adjusted' if adjusted else '95 %'} CI]"
+    rows = []
+    for r in sorted(status, key=lambda r: (r["ratio"], r["length"])):
+        rows.append({"prompt / c": _cell(r["length"], r["ratio"]), "target": r["requirement"],
+                     "baseline": _short(r["baseline"]),
+                     label: "" if r["gm_ratio"] is None else _interval(r["gm_ratio"], *verdict_interval(r)[:2]),
+                     "met": {True: "yes", False: "no", None: "not measured"}[r["met"]],
+                     "missed by": "" if not r["shortfall"] else f"{100 * r['shortfall']:.1f} %"})
+    return pd.DataFrame(rows).set_index("prompt / c")
+
+
+def _spec_options(spec: str, method: str) -> str:
+    """The options part of a spec (``snapkv[window_size=16]`` -> ``window_size=16``), ``(default)`` without."""
+    return spec[len(method) + 1:-1] if spec.startswith(method + "[") else ("(default)" if spec == method else spec)
 
 
 def choices_frame(choices: dict) -> pd.DataFrame:
-    """One row per method: its candidate settings with the rule's score as a geometric-mean KL over every tune
-    (document, length, ratio) — ``exp(score)`` nats — the chosen one marked."""
+    """One row per (method, candidate setting): the rule's score as a geometric-mean KL over every tune
+    (document, length, ratio) — ``exp(score)`` nats, three significant digits — the chosen one marked."""
     rows = []
     for method, ch in choices["choices"].items():
         for cand in ch["candidates"]:
-            rows.append({"method": method, "setting": cand["spec"],
-                         "tune geometric-mean KL (nats)": round(math.exp(cand["score"]), 4),
+            rows.append({"method": method, "options": _spec_options(cand["spec"], method),
+                         "tune KL (nats)": f"{math.exp(cand['score']):.3g}",
                          "chosen": "yes" if cand["spec"] == ch["chosen"] else ""})
-    return pd.DataFrame(rows).set_index(["method", "setting"])
+    return pd.DataFrame(rows).set_index(["method", "options"])
 
 
-def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = None) -> pd.DataFrame:
-    """One row per (Jacap setting, length, ratio) of the summary's families picked on ``picked_on``
-    ("tune": the protocol's line; "test": the stricter one): the baseline, the geometric-mean and mean-KL
-    ratios with their 95 % intervals, wins/losses over the test documents, Holm-adjusted Wilcoxon p, verdict.
+_ROLE = {"default": "default", "paper preset": "paper"}
+
+
+def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = None,
+                  details: bool = False) -> pd.DataFrame:
+    """One row per (Jacap setting, "prompt / c") of the summary's families picked on ``picked_on`` ("tune": the
+    protocol's line; "test": the stricter one): the best baseline (its method; the setting is in the details),
+    the geometric-mean KL ratio with its interval (the multiplicity-adjusted one when the summary has it) and
+    the verdict in short words. ``details=True``: the baseline's setting, the mean-KL ratio, documents won/lost,
+    Wilcoxon and Holm p (and the cell's own 95 % interval when the headline one is adjusted).
     ``role``: only that Jacap setting's family ("default", "paper preset", ...)."""
     rows = []
     for fam in summary["families"]:
         if fam["picked_on"] != picked_on or (role is not None and fam["role"] != role):
             continue
         for r in fam["rows"]:
-            rows.append({"Jacap setting": f"{fam['setting']} ({fam['role']})", "prompt": r["length"], "c": r["ratio"],
-                         "best baseline": r["baseline_spec"],
-                         "geometric-mean ratio [95% CI]": _interval(r["gm_ratio"], r["gm_low"], r["gm_high"]),
-                         "mean-KL ratio [95% CI]": _interval(r["mean_ratio"], r["mean_low"], r["mean_high"]),
-                         "wins/losses": f"{r['wins']}/{r['losses']}", "Holm p": f"{r['p_holm']:.2g}",
-                         "verdict": r["verdict"]})
+            head = {"Jacap": _ROLE.get(fam["role"], fam["role"]), "prompt / c": _cell(r["length"], r["ratio"])}
+            if details:
+                rows.append({**head, "baseline setting": r["baseline_spec"], **_ratio_details(r)})
+            else:
+                rows.append({**head, "baseline": _short(r["baseline_spec"]), **_ratio_columns(r)})
     if not rows:
         raise ValueError(f"summary has no family picked on {picked_on!r}" + (f" with role {role!r}" if role else ""))
-    return pd.DataFrame(rows).set_index(["Jacap setting", "prompt", "c"])
+    return pd.DataFrame(rows).set_index(["Jacap", "prompt / c"])
 
 
-def cells_frame(cells: list[dict], *, value: str = "kl_geomean") -> pd.DataFrame:
-    """``cell_statistics`` rows as a table: one row per setting, one column per (prompt, c), ``value`` in each
-    ("kl_geomean" with its interval, "top1_agreement" or "attn_rel_error")."""
+def setting_label(spec: str) -> str:
+    """A setting's name in a table row: a Jacap spec by its values (``Jacap τ = 3, β = 0.9``), any other its
+    method name (the tuned options are in the choices table)."""
+    from ..results.findings import setting_text
+
+    if spec.startswith("jacap"):
+        name = spec.split("[", 1)[0]
+        return ("Jacap" if name == "jacap" else name) + ("" if name == spec else " " + setting_text(spec))
+    return _short(spec)
+
+
+def cells_frame(cells: list[dict], *, value: str = "kl_geomean", details: bool = False) -> pd.DataFrame:
+    """``cell_statistics`` rows as a table: one row per (prompt, setting), one column per c. ``value``:
+    "kl_geomean" (the geometric-mean KL in nats at the precision its interval supports; ``details=True``: its
+    95 % interval instead), "top1_agreement" or "attn_rel_error" (three decimals)."""
+    if value not in ("kl_geomean", "top1_agreement", "attn_rel_error"):
+        raise ValueError(f"value must be 'kl_geomean', 'top1_agreement' or 'attn_rel_error', got {value!r}")
     table: dict = {}
     for c in cells:
-        col = f"{c['length']} / {c['ratio']}"
-        txt = (_interval(c["kl_geomean"], c["kl_low"], c["kl_high"]) if value == "kl_geomean"
-               else f"{c[value]:.3f}")
-        table.setdefault(c["method"], {})[col] = txt
-    return _setting_by_cell(table)
+        if value == "kl_geomean":
+            est, iv = _interval(c["kl_geomean"], c["kl_low"], c["kl_high"]).split(" ", 1)
+            txt = iv if details else est
+        else:
+            txt = f"{c[value]:.3f}"
+        table.setdefault((c["length"], setting_label(c["method"])), {})[f"c = {float(c['ratio']):g}"] = txt
+    frame = pd.DataFrame.from_dict(table, orient="index")
+    frame.index = pd.MultiIndex.from_tuples(frame.index, names=["prompt", "setting"])
+    return frame
 
 
 def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
@@ -160,37 +278,53 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
 
 
 def _pct(a: dict) -> str:
-    return f"{100 * a['accuracy']:.0f}% [{100 * a['low']:.0f}, {100 * a['high']:.0f}]"
+    return f"{100 * a['accuracy']:.0f} [{100 * a['low']:.0f}, {100 * a['high']:.0f}]"
 
 
 def needle_frame(summary: dict) -> pd.DataFrame:
-    """The needle summary's accuracies as a table: one row per setting, the uncompressed answer (the ceiling)
-    first, one column per (prompt, c), each cell "accuracy [95% Wilson interval]" over its prompts."""
+    """The needle summary's accuracies as a table: one row per (prompt, setting), the uncompressed answer (the
+    ceiling) first, one column per c, each entry "accuracy [95 % Wilson interval]" in % of its prompts."""
     table: dict = {}
     for cell in summary["cells"]:
-        col = f"{cell['length']} / {cell['ratio']}"
-        table.setdefault("uncompressed (ceiling)", {})[col] = _pct(cell["full"])
+        col = f"c = {float(cell['ratio']):g}"
+        table.setdefault((cell["length"], "uncompressed (ceiling)"), {})[col] = _pct(cell["full"])
         for a in cell["settings"]:
-            table.setdefault(a["spec"], {})[col] = _pct(a)
+            table.setdefault((cell["length"], setting_label(a["spec"])), {})[col] = _pct(a)
     if not table:
         raise ValueError("summary has no complete cell; run the needle job and its summary")
-    return _setting_by_cell(table)
+    frame = pd.DataFrame.from_dict(table, orient="index")
+    frame.index = pd.MultiIndex.from_tuples(frame.index, names=["prompt", "setting"])
+    frame.columns.name = "accuracy, % [95 % CI]"
+    return frame
 
 
-def needle_verdict_frame(summary: dict) -> pd.DataFrame:
-    """One row per (comparison, prompt, c) of the needle summary: the default Jacap setting against the best
-    baseline by KL on tune and against the paper preset, paired per prompt: both accuracies, the accuracy
-    difference in points with its 95 % paired bootstrap interval, wins/losses, exact McNemar p, its Holm
-    adjustment over the comparison's cells, and the verdict (higher accuracy is better)."""
+_AGAINST = {"best baseline": "best baseline", "paper preset": "paper's settings"}
+
+
+def needle_verdict_frame(summary: dict, *, details: bool = False) -> pd.DataFrame:
+    """One row per (comparison, "prompt / c") of the needle summary: the default Jacap setting against the best
+    baseline by KL on tune and against the paper preset, paired per prompt: the reference (its method), both
+    accuracies (%), the prompts only one of the two answered (won/lost), the Holm-adjusted exact McNemar p and the
+    verdict in short words (higher accuracy is better). ``details=True``: the reference's setting, the accuracy
+    difference in points with its paired bootstrap interval, the unadjusted McNemar p."""
+    from ..results.protocol import PAPER_PRESET
+
     rows = []
     for fam in summary["comparisons"]:
         for r in fam["rows"]:
-            rows.append({"comparison": f"{fam['setting']} vs {fam['label']}", "prompt": r["length"], "c": r["ratio"],
-                         "reference": r["reference_spec"], "Jacap": f"{100 * r['accuracy']:.0f}%",
-                         "reference accuracy": f"{100 * r['reference_accuracy']:.0f}%",
-                         "difference, points [95% CI]": f"{r['diff_points']:+.1f} [{r['diff_low']:+.1f}, {r['diff_high']:+.1f}]",
-                         "wins/losses": f"{r['wins']}/{r['losses']}", "McNemar p": f"{r['p_mcnemar']:.2g}",
-                         "Holm p": f"{r['p_holm']:.2g}", "verdict": r["verdict"]})
+            head = {"against": _AGAINST.get(fam.get("reference"), fam["label"]),
+                    "prompt / c": _cell(r["length"], r["ratio"])}
+            if details:
+                row = {**head, "reference setting": r["reference_spec"],
+                       "difference, pts [95 % CI]": interval_text(r["diff_points"], r["diff_low"], r["diff_high"]),
+                       "McNemar p": f"{r['p_mcnemar']:.2g}"}
+            else:
+                ref = r["reference_spec"]
+                row = {**head, "reference": "paper's" if ref == PAPER_PRESET else _short(ref),
+                       "Jacap %": f"{100 * r['accuracy']:.0f}", "ref. %": f"{100 * r['reference_accuracy']:.0f}",
+                       "won/lost": f"{r['wins']}/{r['losses']}", "Holm p": f"{r['p_holm']:.2g}",
+                       "verdict": short_verdict(r["verdict"])}
+            rows.append(row)
     if not rows:
         raise ValueError("summary has no comparison rows; run the needle job and its summary")
-    return pd.DataFrame(rows).set_index(["comparison", "prompt", "c"])
+    return pd.DataFrame(rows).set_index(["against", "prompt / c"])

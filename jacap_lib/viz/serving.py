@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from .style import REFERENCE_COLOUR, finish, method_style, setting_colours
 
-__all__ = ["decoding_findings_text", "decoding_verdict_table", "decoding_verdict_sentences", "cache_timeline", "age_histograms", "beta_tracking", "beta_tradeoff", "kl_timeline",
+__all__ = ["DECODING_SHORT", "decoding_summary_table", "decoding_findings_text", "decoding_verdict_table", "decoding_verdict_sentences", "cache_timeline", "age_histograms", "beta_tracking", "beta_tradeoff", "kl_timeline",
            "decoding_comparison"]
 
 
@@ -208,29 +208,68 @@ def decoding_findings_text(findings: dict) -> str:
     return "\n".join(lines)
 
 
-def decoding_verdict_table(verdicts: list):
-    """:func:`jacap_lib.results.decoding_comparison.decoding_verdicts` as a table (pandas ``DataFrame``), one row
-    per comparison: what it isolates, the geometric-mean ratio (first / second method; below 1 = the first is
-    better) with its BCa interval, wins of the units, Holm-adjusted p and the verdict sentence."""
+#: short method names for narrow table rows (the key is printed under the tables: DP = kvpress's DecodingPress)
+DECODING_SHORT = {"alg2": "Alg. 2", "alg2_flat": "Alg. 2 flat", "jacap": "DP(Jacap)", "tova": "DP(TOVA)",
+                  "knorm": "DP(KNorm)", "expected_attention": "DP(Exp. Att.)", "streaming_llm": "DP(StreamingLLM)"}
+
+
+def decoding_summary_table(summary: dict):
+    """:func:`jacap_lib.results.decoding_comparison.decoding_summary` as a table (pandas ``DataFrame``), one row
+    per method (:data:`DECODING_SHORT` names): the geometric-mean KL after the first compression with its
+    interval (digits from the interval: :func:`jacap_lib.results.precision.interval_text`), top-1 agreement, peak
+    cache, scoring share of the run time, mean age of the kept tokens, milliseconds per step."""
     import pandas as pd
 
-    L = lambda m: DECODING_LABELS.get(m, m)  # noqa: E731
+    from ..results.precision import interval_text
+
     return pd.DataFrame([{
-        "comparison": f"{L(v['method'])} vs {L(v['reference'])}", "isolates": v["isolates"],
-        "KL ratio": f"{v['gm_ratio']:.3f} [{v['gm_low']:.3f}, {v['gm_high']:.3f}]",
-        "wins": f"{v['wins']}/{v['n']} {v['unit']}s", "Holm p": f"{v['p_holm']:.3g}", "verdict": v["verdict"]}
-        for v in verdicts]).set_index("comparison")
+        "method": DECODING_SHORT.get(m, m), "KL [95 % CI]": interval_text(s["gm_kl"], s["gm_low"], s["gm_high"]),
+        "top-1 agree": f"{s['top1_agree']:.3f}", "peak cache": f"{s['peak_cache']:.0f}",
+        "scoring share": f"{s['scoring_share']:.1%}", "mean age kept": f"{s['mean_age']:.0f}",
+        "ms / step": f"{1000 * s['seconds_per_step']:.0f}"} for m, s in summary.items()]).set_index("method")
+
+
+def decoding_verdict_table(verdicts: list, *, details: bool = False):
+    """:func:`jacap_lib.results.decoding_comparison.decoding_verdicts` as a table (pandas ``DataFrame``), one row
+    per comparison (:data:`DECODING_SHORT` names): the geometric-mean KL ratio (first / second method; below 1 =
+    the first is better) with the BCa interval its verdict comes from (adjusted for the comparisons judged
+    together when the rows have it) and the verdict in short words. ``details=True``: the units won, the
+    Holm-adjusted p, the unadjusted 95 % interval, what the comparison isolates."""
+    import pandas as pd
+
+    from ..results.precision import interval_text
+    from .evaluation import short_verdict, verdict_interval
+
+    S = lambda m: DECODING_SHORT.get(m, m)  # noqa: E731
+    rows = []
+    for v in verdicts:
+        row = {"comparison": f"{S(v['method'])} vs {S(v['reference'])}"}
+        if details:
+            row.update({"won": f"{v['wins']}/{v['n']} {v['unit']}s", "Holm p": f"{v['p_holm']:.2g}"})
+            if v.get("gm_low_adjusted") is not None:
+                row["95 % CI"] = interval_text(v["gm_ratio"], v["gm_low"], v["gm_high"])
+            row["isolates"] = v["isolates"].split(":")[0]
+        else:
+            lo, hi, adj = verdict_interval(v)
+            row.update({f"KL ratio [{'adjusted' if adj else '95 %'} CI]": interval_text(v["gm_ratio"], lo, hi),
+                        "verdict": short_verdict(v["verdict"])})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("comparison")
 
 
 def decoding_verdict_sentences(verdicts: list) -> str:
     """One sentence per comparison of :func:`~jacap_lib.results.decoding_comparison.decoding_verdicts`, every number
     read from its row, each naming what the comparison isolates (the only cause a sentence may claim)."""
+    from ..results.precision import interval_text
+    from .evaluation import verdict_interval
+
     L = lambda m: DECODING_LABELS.get(m, m)  # noqa: E731
     out = []
     for v in verdicts:
+        label = "adjusted" if verdict_interval(v)[2] else "95 %"
         holm = "survives" if v["holm_significant"] else "does not survive"
         out.append(f"{L(v['method'])} against {L(v['reference'])} [isolates {v['isolates']}]: {v['verdict']} "
-                   f"(KL ratio {v['gm_ratio']:.3f}, 95 % interval {v['gm_low']:.3f}–{v['gm_high']:.3f}; lower on "
+                   f"(KL ratio with its {label} interval {interval_text(v['gm_ratio'], *verdict_interval(v)[:2])}; lower on "
                    f"{v['wins']} of {v['n']} {v['unit']}s; the difference {holm} Holm's correction over the "
                    f"{len(verdicts)} comparisons, adjusted p = {v['p_holm']:.3g}).")
     return "\n".join(out)

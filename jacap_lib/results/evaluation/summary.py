@@ -266,7 +266,7 @@ def _summary_add(parser):
 
 
 def _summary_run(args):
-    from .. import verdicts as V
+    from .. import findings, verdicts as V
 
     try:
         out_dir = eval_dir(args.dir, quick=args.quick)
@@ -288,7 +288,7 @@ def _summary_run(args):
                              "verdict": "from the adjusted interval; verdict_unadjusted from the 95 % interval"}}
     path = out_dir / "summary.json"
     files.write_json(path, {"config": config, **files.round_floats(summary)})
-    print(f"wrote {path}")
+    print(f"wrote {path} and {findings.write(out_dir)}")
     if summary["cells_missing"]:
         print(f"  judged {len(summary['cells_measured'])} complete cells; not yet measured on every test document "
               f"(finish `jacap evaluate test`, it resumes): {', '.join(summary['cells_missing'])}")

@@ -1,0 +1,210 @@
+"""The evaluation's findings as sentences, generated from the summary files so they cannot drift from them.
+
+``summary.json`` (:mod:`jacap_lib.results.evaluation`, ``jacap evaluate summary``) and ``needle_summary.json``
+(:mod:`jacap_lib.results.needle`, ``jacap evaluate needle-summary``) hold one verdict per cell
+(:func:`jacap_lib.results.verdicts.verdict`: "better by …", "worse by …", "no detectable difference; …" or
+"no difference: identical on every document/prompt"). This module counts them (:func:`verdict_counts`, the one
+home of that count) and writes short sentences with the counts and the largest differences
+(:func:`kl_findings`, :func:`needle_findings`, :func:`findings_text`). Settings are named by their values
+(:func:`setting_text`: ``jacap[tau=3,beta=0.9]`` -> "τ = 3, β = 0.9").
+
+Both summary jobs call :func:`write` after writing their file; it rewrites ``findings.md`` (plain MyST text)
+next to them, which the book's front page includes; the chapters print the same sentences from a code cell.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from . import files
+from .precision import interval_text
+
+__all__ = ["WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
+           "kl_findings", "needle_findings", "findings_text", "write", "FILE"]
+
+FILE = "findings.md"
+#: the four verdict kinds, in the order the counts are printed
+WORDS = ("better", "worse", "no detectable difference", "identical")
+
+
+def verdict_word(sentence: str) -> str:
+    """The kind of a :func:`~jacap_lib.results.verdicts.verdict` sentence: one of :data:`WORDS`."""
+    if not isinstance(sentence, str):
+        raise ValueError(f"sentence must be a verdict sentence (str), got {sentence!r}")
+    if sentence.startswith("no difference: identical"):
+        return "identical"
+    if sentence.startswith("no detectable difference"):
+        return "no detectable difference"
+    for w in ("better", "worse"):
+        if sentence == w or sentence.startswith(w + " by"):  # a test's verdict is the bare word
+            return w
+    raise ValueError(f"{sentence!r} is not a verdict sentence of jacap_lib.results.verdicts "
+                     "(better [by] / worse [by] / no detectable difference / no difference: identical)")
+
+
+def verdict_counts(rows) -> dict[str, int]:
+    """``{kind: number of rows}`` over :data:`WORDS` (zeros included) from each row's ``verdict``."""
+    counts = dict.fromkeys(WORDS, 0)
+    for r in rows:
+        counts[verdict_word(r["verdict"])] += 1
+    return counts
+
+
+def counts_text(counts: dict, unit: str = "cells", *, identical_unit: str = "document") -> str:
+    """``"better in 1, worse in 7 and no detectable difference in 4 of 12 cells"`` (kinds with a zero count
+    left out; "identical on every document in k")."""
+    n = sum(counts.values())
+    names = {"identical": f"identical on every {identical_unit}"}
+    parts = [f"{names.get(k, k)} in {v}" for k, v in counts.items() if v]
+    if not parts:
+        return f"no {unit}"
+    body = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"{body} of {n} {unit}"
+
+
+_SYMBOLS = {"tau": "τ", "beta": "β", "noise": "σ²", "deff_frac": "deff_frac", "n_sink": "sinks", "window": "window"}
+
+
+def setting_text(spec: str) -> str:
+    """A method spec by its values: ``jacap[tau=3,beta=0.9]`` -> ``"τ = 3, β = 0.9"``;
+    ``jacap[tau=10,noise=1,beta=none]`` -> ``"τ = 10, σ² = 1, flat query statistics"``; a spec without options
+    -> its name."""
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"spec must be a method spec such as 'jacap[tau=3,beta=0.9]', got {spec!r}")
+    m = re.fullmatch(r"([^\[\]]+)(?:\[(.*)\])?", spec)
+    if m is None:
+        raise ValueError(f"spec {spec!r} is not of the form name[key=value,...]")
+    if not m.group(2):
+        return m.group(1)
+    out = []
+    for item in m.group(2).split(","):
+        k, _, v = item.partition("=")
+        if k == "beta" and v == "none":
+            out.append("flat query statistics")
+        elif k == "noise" and v == "deff":
+            out.append("σ² by the effective-dimension rule")
+        else:
+            out.append(f"{_SYMBOLS.get(k, k)} = {v}")
+    return ", ".join(out)
+
+
+def _fam(summary: dict, role: str, picked_on: str) -> dict | None:
+    return next((f for f in summary.get("families", []) if f["role"] == role and f["picked_on"] == picked_on), None)
+
+
+def _adjusted(rows) -> bool:
+    """Whether the rows' verdicts come from multiplicity-adjusted intervals (``gm_low_adjusted``/``gm_high_adjusted``;
+    ``gm_low``/``gm_high`` are then the unadjusted 95 % ones)."""
+    return any(r.get("gm_low_adjusted") is not None for r in rows)
+
+
+def _ends(r: dict) -> tuple[float, float]:
+    """The interval a row's verdict comes from: the adjusted one when the row has it."""
+    if r.get("gm_low_adjusted") is not None:
+        return r["gm_low_adjusted"], r["gm_high_adjusted"]
+    return r["gm_low"], r["gm_high"]
+
+
+def family_counts(summary: dict) -> list[str]:
+    """One line per family of ``summary.json``: the Jacap setting, the baseline line and its verdict counts."""
+    return [f"{f['setting']} ({f['role']}) against the best baseline {f['label']}: "
+            + counts_text(verdict_counts(f["rows"])) for f in summary["families"]]
+
+
+def _cell(r: dict) -> str:
+    return f"prompt {r['length']}, c = {r['ratio']:g}"
+
+
+def _largest(rows, word: str, k: int = 2) -> list[dict]:
+    """The ``k`` rows of kind ``word`` farthest from the null (by the interval end nearest to it)."""
+    sel = [r for r in rows if verdict_word(r["verdict"]) == word]
+    key = (lambda r: -_ends(r)[0]) if word == "worse" else (lambda r: _ends(r)[1])
+    return sorted(sel, key=key)[:k]
+
+
+def kl_findings(summary: dict) -> list[str]:
+    """Sentences on the KL verdicts of ``summary.json``: the default Jacap setting against the best baseline of
+    each cell picked on tune (the counts, the largest losses and wins), the stricter line picked on test, and
+    the paper's settings against the same baselines."""
+    main = _fam(summary, "default", "tune")
+    if main is None:
+        raise ValueError("summary has no family of the default Jacap setting against the baseline picked on tune; "
+                         "run `jacap evaluate summary`")
+    rows = main["rows"]
+    adj = (" (each verdict from an interval adjusted for the number of cells, so that all hold at once with 95 % "
+           "probability)" if _adjusted(rows) else "")
+    out = [f"Against the best tuned baseline of each cell, picked on tune documents and judged on held-out test "
+           f"documents, the default Jacap setting ({setting_text(main['setting'])}) is "
+           f"{counts_text(verdict_counts(rows))}{adj}."]
+    worst = _largest(rows, "worse")
+    if worst:
+        out.append("Its largest losses: " + "; ".join(
+            f"{_cell(r)}, {r['verdict']} against `{r['baseline_spec']}` (KL ratio "
+            f"{interval_text(r['gm_ratio'], *_ends(r))})" for r in worst) + ".")
+    best = _largest(rows, "better")
+    if best:
+        out.append(("Its win: " if len(best) == 1 else "Its largest wins: ") + "; ".join(
+            f"{_cell(r)}, {r['verdict']} against `{r['baseline_spec']}`" for r in best) + ".")
+    strict = _fam(summary, "default", "test")
+    if strict is not None:
+        out.append("Against the best baseline picked on the test documents themselves (a line that favours the "
+                   f"baselines) it is {counts_text(verdict_counts(strict['rows']))}.")
+    paper = _fam(summary, "paper preset", "tune")
+    if paper is not None:
+        out.append(f"The paper's settings ({setting_text(paper['setting'])}) against the same baselines are "
+                   f"{counts_text(verdict_counts(paper['rows']))}.")
+    return out
+
+
+def needle_findings(needle: dict) -> list[str]:
+    """Sentences on the needle verdicts of ``needle_summary.json``: per comparison of the default Jacap setting
+    (the best baseline by KL on tune, the paper's settings) the verdict counts over the cells, and the cells it
+    loses."""
+    by_test = bool(needle.get("config", {}).get("statistics", {}).get("verdict"))
+    out = []
+    for fam in needle.get("comparisons", []):
+        test = " (by McNemar's exact test, Holm-adjusted over the cells)" if by_test and not out else ""
+        rows = fam["rows"]
+        if not rows:
+            continue
+        ref = ("the best baseline by KL of each cell" if fam.get("reference") == "best baseline"
+               else f"the paper's settings ({setting_text(rows[0]['reference_spec'])})"
+               if fam.get("reference") == "paper preset" else fam.get("label", fam.get("reference", "?")))
+        head = (f"On the needle task (is a key hidden in the prompt still retrieved?), the default Jacap setting "
+                f"({setting_text(fam['setting'])}) against {ref} is" if not out else f"Against {ref} it is")
+        s = f"{head} {counts_text(verdict_counts(rows), identical_unit='prompt')}{test}"
+        lost = [r for r in rows if verdict_word(r["verdict"]) == "worse"]
+        if lost:
+            s += "; it loses " + "; ".join(
+                f"{_cell(r)} ({100 * r['accuracy']:.0f} % against {100 * r['reference_accuracy']:.0f} %)"
+                for r in lost)
+        out.append(s + ".")
+    return out
+
+
+def findings_text(summary: dict, needle: dict | None = None) -> str:
+    """The findings as one MyST paragraph per source (KL, then the needle when given)."""
+    paras = [" ".join(kl_findings(summary))]
+    if needle is not None:
+        n = needle_findings(needle)
+        if n:
+            paras.append(" ".join(n))
+    return "\n\n".join(paras) + "\n"
+
+
+def write(out_dir=None) -> Path | None:
+    """Rewrite ``findings.md`` in ``out_dir`` (default ``data/results/eval``) from the ``summary.json`` and (when
+    present) ``needle_summary.json`` there, as written (rounded). Returns the path; ``None`` (nothing written)
+    when the folder has no ``summary.json`` yet."""
+    from .paths import data_path
+
+    d = Path(out_dir) if out_dir is not None else data_path("results", "eval", must_exist=False)
+    if not (d / "summary.json").exists():
+        return None
+    summary = files.read_json(d / "summary.json", require=("config", "families"), hint="jacap evaluate summary")
+    needle_path = d / "needle_summary.json"
+    needle = (files.read_json(needle_path, require=("config", "cells", "comparisons"))
+              if needle_path.exists() else None)
+    path = d / FILE
+    path.write_text(findings_text(summary, needle), encoding="utf-8")
+    return path

@@ -1,0 +1,93 @@
+"""The findings sentences come from the summary files: the committed findings file is what the committed summaries
+give, a changed summary changes the sentence, and the counts are the verdicts'."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from jacap_lib.results import findings as F
+from jacap_lib.results import loaders as R
+from jacap_lib.results import verdicts as V
+from jacap_lib.results.paths import data_path
+
+
+def test_committed_findings_file_is_what_the_committed_summaries_give(tmp_path):
+    committed = data_path("results", "eval", F.FILE).read_text(encoding="utf-8")
+    assert F.findings_text(R.load_eval_summary(), R.load_needle_summary()) == committed
+    for name in ("summary.json", "needle_summary.json"):
+        shutil.copy(data_path("results", "eval", name), tmp_path / name)
+    assert F.write(tmp_path).read_text(encoding="utf-8") == committed
+    assert F.write(tmp_path / "empty") is None  # no summary there yet: nothing written
+
+
+def _row(L, c, lo, hi, spec="snapkv[window_size=16]"):
+    return {"length": L, "ratio": c, "baseline_spec": spec, "gm_ratio": (lo * hi) ** 0.5, "gm_low": lo,
+            "gm_high": hi, "verdict": V.verdict((lo, hi))}
+
+
+def _summary(rows):
+    return {"config": {}, "families": [{"setting": "jacap[tau=3,beta=0.9]", "role": "default", "picked_on": "tune",
+                                        "label": "picked on tune", "rows": rows}]}
+
+
+def test_counts_and_sentences_from_a_hand_built_summary():
+    rows = [_row(512, 0.5, 1.04, 1.40), _row(1024, 0.5, 1.45, 2.12, "expected_attention"),
+            _row(512, 0.9, 0.83, 0.93), _row(512, 0.75, 0.94, 1.10), _row(512, 0.95, 1.0, 1.0)]
+    assert F.verdict_counts(rows) == {"better": 1, "worse": 2, "no detectable difference": 1, "identical": 1}
+    text = " ".join(F.kl_findings(_summary(rows)))
+    assert ("the default Jacap setting (τ = 3, β = 0.9) is better in 1, worse in 2, no detectable difference in 1 "
+            "and identical on every document in 1 of 5 cells.") in text
+    # the largest loss first, with its interval at the precision the interval supports
+    assert ("Its largest losses: prompt 1024, c = 0.5, worse by 45–112 % against `expected_attention` (KL ratio "
+            "1.75 [1.45, 2.12]); prompt 512, c = 0.5, worse by 4–40 % against `snapkv[window_size=16]`") in text
+    assert "Its win: prompt 512, c = 0.9, better by 7–17 %" in text
+    # a changed summary changes the sentence
+    rows[0] = _row(512, 0.5, 0.70, 0.90)
+    changed = " ".join(F.kl_findings(_summary(rows)))
+    assert "is better in 2, worse in 1, no detectable difference in 1" in changed and changed != text
+    assert "Its largest wins: prompt 512, c = 0.5, better by 10–30 %" in changed
+
+
+def test_adjusted_verdicts_are_said_to_be_adjusted():
+    rows = [dict(_row(512, 0.5, 1.02, 1.2), gm_low_adjusted=0.95, gm_high_adjusted=1.30,
+                 verdict=V.verdict((0.95, 1.30)), verdict_unadjusted=V.verdict((1.02, 1.2))),
+            dict(_row(512, 0.75, 1.1, 1.5), gm_low_adjusted=1.05, gm_high_adjusted=1.7, verdict=V.verdict((1.05, 1.7)))]
+    text = " ".join(F.kl_findings(_summary(rows)))
+    assert ("is worse in 1 and no detectable difference in 1 of 2 cells (each verdict from an interval adjusted "
+            "for the number of cells") in text
+    assert "prompt 512, c = 0.75, worse by 5–70 % against `snapkv[window_size=16]` (KL ratio 1.28 [1.05, 1.70])" in text
+
+
+def test_needle_sentences_count_per_comparison():
+    def row(L, lo, hi, acc, ref):
+        return {"length": L, "ratio": 0.5, "reference_spec": "jacap[tau=10,noise=1,beta=none]", "accuracy": acc,
+                "reference_accuracy": ref, "diff_low": lo, "diff_high": hi,
+                "verdict": V.verdict((lo, hi), scale="points")}
+
+    needle = {"comparisons": [{"setting": "jacap[tau=3,beta=0.9]", "reference": "paper preset", "label": "paper",
+                               "rows": [row(512, -85.0, -45.0, 0.0, 0.65), row(1024, 0.0, 0.0, 0.0, 0.0)]}]}
+    (s,) = F.needle_findings(needle)
+    assert ("against the paper's settings (τ = 10, σ² = 1, flat query statistics) is worse in 1 and identical on "
+            "every prompt in 1 of 2 cells; it loses prompt 512, c = 0.5 (0 % against 65 %).") in s
+
+
+def test_setting_text_and_verdict_word():
+    assert F.setting_text("jacap[tau=3,beta=0.9]") == "τ = 3, β = 0.9"
+    assert F.setting_text("jacap[tau=10,noise=1,beta=none]") == "τ = 10, σ² = 1, flat query statistics"
+    assert F.setting_text("tova") == "tova"
+    assert F.verdict_word("no difference: identical on every prompt") == "identical"
+    with pytest.raises(ValueError, match="not a verdict sentence"):
+        F.verdict_word("fine")
+    with pytest.raises(ValueError, match="spec"):
+        F.setting_text("")
+
+
+def test_family_counts_is_one_line_per_family():
+    s = _summary([_row(512, 0.5, 1.04, 1.40), _row(512, 0.9, 0.83, 0.93)])
+    s["families"].append(dict(s["families"][0], picked_on="test", label="picked on test"))
+    assert F.family_counts(s) == [
+        "jacap[tau=3,beta=0.9] (default) against the best baseline picked on tune: better in 1 and worse in 1 of 2 cells",
+        "jacap[tau=3,beta=0.9] (default) against the best baseline picked on test: better in 1 and worse in 1 of 2 cells"]
+    assert json.dumps(F.verdict_counts([]))  # zeros for every kind
