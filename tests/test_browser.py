@@ -3,8 +3,10 @@
 For each page: every plotly figure drew (``svg.main-svg`` inside each ``.plotly-graph-div``), math
 was typeset by the vendored MathJax (``mjx-container``, no ``mjx-merror``), a slider step
 changes its figure, and nothing reported an error (``window.onerror``, unhandled rejections,
-``console.error``, failed script/style/image loads). A screenshot per page goes to
-``_build/screenshots/``.
+``console.error``, failed script/style/image loads), and nothing in :data:`CHECKS` misleads or hides
+something from a reader (a method off the book's colours, unreadable log ticks, a table column scrolled out of
+sight, pandas' ``...`` truncation, an untitled panel axis, an annotation over the data, ...). A screenshot per
+page goes to ``_build/screenshots/``.
 
 Every wait is for a condition (MathJax done, every figure drawn, the moved slider's figure changed) under one
 overall deadline per page; there are no fixed sleeps. The site is built with ``python -m jacap_lib.book build`` unless ``JACAP_BOOK_SITE`` names an
@@ -109,8 +111,123 @@ PROBE = """<script>
     var w = Math.min(a.right, b.right) - Math.max(a.left, b.left), h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
     return w > 1 && h > 1;
   }
+  function short(text, n) {  // a label's text on one line, without markup, cut to n characters
+    return String(text == null ? '' : text).replace(/<[^>]+>/g, ' ').replace(/\\s+/g, ' ').trim().slice(0, n || 40);
+  }
+  function inter(a, b) {  // the intersection of two client rects (more than 1 px each way), or null
+    var l = Math.max(a.left, b.left), r = Math.min(a.right, b.right), t = Math.max(a.top, b.top), u = Math.min(a.bottom, b.bottom);
+    return r - l > 1 && u - t > 1 ? {left: l, right: r, top: t, bottom: u} : null;
+  }
+  function tickLabels(gd, ax) {  // how many tick labels plotly drew for an axis (plotly.js 3+: g.x2tick; before: g.xtick in its main subplot)
+    var letter = ax._id.charAt(0), nodes = gd.querySelectorAll('g.' + ax._id + 'tick text'), n = 0;
+    if (!nodes.length && ax._mainSubplot)
+      nodes = gd.querySelectorAll('g.subplot.' + ax._mainSubplot + ' g.' + letter + 'axislayer-above g.' + letter + 'tick text');
+    Array.prototype.forEach.call(nodes, function (t) { if ((t.textContent || '').trim() && t.getBoundingClientRect().width > 0) n += 1; });
+    return n;
+  }
+  function drawnTitle(gd, ax) {  // the axis title a reader sees ('' when none was drawn)
+    var t = gd.querySelector('g.g-' + ax._id + 'title text');
+    return t && t.getBoundingClientRect().width > 0 ? (t.textContent || '').trim() : '';
+  }
+  function plotArea(sr, p) {  // a subplot's plot area in client coordinates (sr: the figure's main svg)
+    var xa = p.xaxis, ya = p.yaxis;
+    return {left: sr.left + xa._offset, right: sr.left + xa._offset + xa._length,
+            top: sr.top + ya._offset, bottom: sr.top + ya._offset + ya._length};
+  }
+  function polyline(path) {  // a drawn line's vertices in client coordinates, one list per connected run
+    var d = path.getAttribute('d') || '', m = path.getScreenCTM(), runs = [], run = null;
+    if (!d || !m) return runs;
+    function at(x, y) { return [m.a * x + m.c * y + m.e, m.b * x + m.d * y + m.f]; }
+    if (/[^MLHVZ\\d\\s,.eE+-]/.test(d)) {  // curves (spline, relative commands): points every 2 px along the path
+      var len = path.getTotalLength();
+      run = [];
+      for (var s = 0; s <= len; s += 2) { var q = path.getPointAtLength(s); run.push(at(q.x, q.y)); }
+      return [run];
+    }
+    var tok = d.match(/[MLHVZ]|[-+]?(?:\\d+\\.?\\d*|\\.\\d+)(?:e[-+]?\\d+)?/gi) || [], cmd = 'M', x = 0, y = 0, i = 0;
+    while (i < tok.length) {
+      if (/^[MLHVZ]$/i.test(tok[i])) {
+        cmd = tok[i++].toUpperCase();
+        if (cmd === 'Z' && run && run.length) { run.push(run[0]); run = null; }
+        continue;
+      }
+      if (cmd === 'H') { x = Number(tok[i++]); } else if (cmd === 'V') { y = Number(tok[i++]); }
+      else { x = Number(tok[i++]); y = Number(tok[i++]); }
+      if (cmd === 'M' || !run) { run = []; runs.push(run); if (cmd === 'M') cmd = 'L'; }
+      run.push(at(x, y));
+    }
+    return runs;
+  }
+  function crosses(p, q, r) {  // the segment p-q passes through the rect r (Liang-Barsky clipping)
+    var t0 = 0, t1 = 1, dx = q[0] - p[0], dy = q[1] - p[1];
+    var P = [-dx, dx, -dy, dy], Q = [p[0] - r.left, r.right - p[0], p[1] - r.top, r.bottom - p[1]];
+    for (var i = 0; i < 4; i++) {
+      if (P[i] === 0) { if (Q[i] < 0) return false; continue; }
+      var u = Q[i] / P[i];
+      if (P[i] < 0) { if (u > t1) return false; if (u > t0) t0 = u; } else { if (u < t0) return false; if (u < t1) t1 = u; }
+    }
+    return true;
+  }
+  function panelTitle(L, a) {  // a subplot title of make_subplots: centred on a panel, just above its top edge
+    if (a.xref !== 'paper' || a.yref !== 'paper' || a.showarrow) return false;
+    return Object.keys(L._plots || {}).some(function (k) {
+      var xd = L._plots[k].xaxis.domain, yd = L._plots[k].yaxis.domain;
+      return Math.abs(a.x - (xd[0] + xd[1]) / 2) < 0.01 && Math.abs(a.y - yd[1]) < 0.01 && a.yanchor === 'bottom';
+    });
+  }
+  function legendColours(gd, data, tag, out) {
+    // legend entries of different names never share a colour. Entries are joined when they carry the same
+    // name (one method drawn in several panels) or the same legendgroup; a trace hidden from the legend
+    // counts for the shown entry of its legendgroup (an interval band of that method) and is ignored when
+    // no shown entry has its group. Two of the book's methods are left to "colours" above (METHOD_STYLES
+    // gives the same press under two names one colour on purpose).
+    var parent = {};
+    function find(k) { while (parent[k] !== k) k = parent[k] = parent[parent[k]]; return k; }
+    function join(a, b) { a = find(a); b = find(b); if (a !== b) parent[b] = a; }
+    var shown = data.filter(function (t) { return t.visible !== false && t.showlegend && t.type !== 'heatmap'; });
+    var byName = {}, byGroup = {};
+    shown.forEach(function (t) {
+      var k = 't' + t.index; parent[k] = k;
+      var n = 'n' + (t.name || ''); if (byName[n]) join(byName[n], k); else byName[n] = k;
+      if (t.legendgroup) { var g = 'g' + t.legendgroup; if (byGroup[g]) join(byGroup[g], k); else byGroup[g] = k; }
+    });
+    var owner = {};  // colour -> the entry (its root) that first drew in it
+    function colours(t) {  // what a trace draws in: its line (if drawn, not transparent) and markers; bars' fill
+      var cs = [], mode = t.mode || '', scatter = t.type === 'scatter' || t.type === 'scattergl';
+      function add(c) { c = typeof c === 'string' ? canon(c) : null; if (c && !/,\\s*0\\)$/.test(c) && cs.indexOf(c) < 0) cs.push(c); }
+      if (scatter) {
+        if (mode.indexOf('lines') >= 0 && t.line && t.line.width > 0) add(t.line.color);
+        if (mode.indexOf('markers') >= 0 && t.marker) add(t.marker.color);
+      } else if (t.marker) { add(t.marker.color); }
+      return cs;
+    }
+    var entries = {}, keyOf = {};
+    data.forEach(function (t) {  // each drawn trace -> its legend entry (names and methods first, then colours)
+      if (t.visible === false || t.type === 'heatmap') return;
+      var k = t.showlegend ? find('t' + t.index) : (t.legendgroup && byGroup['g' + t.legendgroup] ? find(byGroup['g' + t.legendgroup]) : null);
+      if (!k) return;
+      keyOf[t.index] = k;
+      if (!entries[k]) entries[k] = {name: '', method: null};
+      if (t.showlegend && !entries[k].name) entries[k].name = t.name || '';
+      var m = STYLES[t.legendgroup] ? t.legendgroup : (STYLES[t.name] ? t.name : null);
+      if (m && !entries[k].method) entries[k].method = m;
+    });
+    data.forEach(function (t) {
+      var k = keyOf[t.index];
+      if (!k) return;
+      colours(t).forEach(function (c) {
+        var o = owner[c];
+        if (!o) { owner[c] = k; return; }
+        if (o === k) return;
+        if (entries[o].method && entries[k].method) return;  // two of the book's methods: "colours" above
+        var msg = tag + ': "' + short(entries[o].name, 30) + '" and "' + short(entries[k].name, 30) + '" share the colour ' + c;
+        if (out.legend_colours.indexOf(msg) < 0) out.legend_colours.push(msg);
+      });
+    });
+  }
   function figureChecks(figs, out) {
     out.colours = []; out.axis_types = []; out.log_ticks = []; out.legend_slider = []; out.clipped = []; out.outliers = [];
+    out.log_labels = []; out.legend_colours = []; out.annotation_overlaps = []; out.axis_titles = [];
     figs.forEach(function (gd, k) {
       var L = gd._fullLayout, data = gd._fullData || [];
       if (!L) return;
@@ -195,6 +312,90 @@ PROBE = """<script>
           });
         }
       }
+      if (svg) panelChecks(gd, L, data, svg.getBoundingClientRect(), tag, out);
+      legendColours(gd, data, tag, out);
+    });
+  }
+  function panelChecks(gd, L, data, sr, tag, out) {
+    var plots = L._plots || {}, used = [], areas = {};
+    data.forEach(function (t) {  // the panels that show data
+      var id = (t.xaxis || '') + (t.yaxis || '');
+      if (t.visible === true && plots[id] && used.indexOf(id) < 0) { used.push(id); areas[id] = plotArea(sr, plots[id]); }
+    });
+    if (!used.length) return;
+    var axes = [];
+    used.forEach(function (id) { [plots[id].xaxis, plots[id].yaxis].forEach(function (ax) { if (axes.indexOf(ax) < 0) axes.push(ax); }); });
+    // a log axis shows at least two labelled ticks (one label alone does not say the scale)
+    axes.forEach(function (ax) {
+      if (ax.type !== 'log' || ax.visible === false || ax.showticklabels === false) return;
+      var n = tickLabels(gd, ax);
+      if (n < 2) out.log_labels.push(tag + ': log axis ' + ax._id + ' has ' + n + ' labelled tick' + (n === 1 ? '' : 's'));
+    });
+    // rendered annotations (layout annotations and text traces' labels) with their boxes
+    var notes = [];
+    gd.querySelectorAll('g.annotation').forEach(function (g) {
+      var a = (L.annotations || [])[Number(g.getAttribute('data-index'))], t = g.querySelector('text');
+      if (!a || !t || !(t.textContent || '').trim()) return;
+      var box = t.getBoundingClientRect();
+      if (box.width > 0) notes.push({a: a, box: box, text: t.textContent, trace: -1});
+    });
+    // every panel axis that has tick labels has a title. Exempt: an axis linked (matches) to a titled axis of
+    // the same row (y) or column (x) -- shared_yaxes panels, stacked shared_xaxes panels -- and all x (y) axes
+    // when one annotation below (left of) every panel names them for the whole figure (make_subplots x_title,
+    // y_title). Axes without tick labels (shared, hidden) need none.
+    var all = used.map(function (id) { return areas[id]; });
+    var low = Math.max.apply(null, all.map(function (r) { return r.bottom; })), left = Math.min.apply(null, all.map(function (r) { return r.left; }));
+    var shared = {x: false, y: false};
+    notes.forEach(function (n) {
+      if (n.a.xref !== 'paper' || n.a.yref !== 'paper') return;
+      if (n.box.top >= low - 1) shared.x = true;
+      if (n.box.right <= left + 1) shared.y = true;
+    });
+    axes.forEach(function (ax) {
+      var letter = ax._id.charAt(0);
+      if (ax.visible === false || shared[letter] || drawnTitle(gd, ax) || !tickLabels(gd, ax)) return;
+      var partner = axes.some(function (b) {
+        if (b === ax || b._id.charAt(0) !== letter || !drawnTitle(gd, b)) return false;
+        var ma = matchOf(gd, ax), mb = matchOf(gd, b);
+        var linked = ma === b._id || mb === ax._id || (ma && ma === mb);
+        return linked && Math.abs(ax.domain[0] - b.domain[0]) < 0.01 && Math.abs(ax.domain[1] - b.domain[1]) < 0.01;
+      });
+      if (!partner) out.axis_titles.push(tag + ': ' + ax._id + ' has tick labels but no title');
+    });
+    // no annotation or text label over drawn data: bars, markers and line segments inside the plot areas
+    var drawn = [];
+    gd.querySelectorAll('g.trace').forEach(function (g) {
+      var cd = g.__data__, t = cd && cd[0] && cd[0].trace;
+      if (!t || t.visible !== true || !areas[(t.xaxis || '') + (t.yaxis || '')]) return;
+      var d = {trace: t.index, name: t.name || ('trace ' + t.index), area: areas[t.xaxis + t.yaxis], boxes: [], runs: []};
+      g.querySelectorAll('g.point > path, path.point').forEach(function (e) {
+        var r = e.getBoundingClientRect(); if (r.width > 0 || r.height > 0) d.boxes.push(r);
+      });
+      g.querySelectorAll('path.js-line').forEach(function (e) { d.runs = d.runs.concat(polyline(e)); });
+      drawn.push(d);
+      g.querySelectorAll('g.textpoint text').forEach(function (e) {
+        var r = e.getBoundingClientRect();
+        if (r.width > 0 && (e.textContent || '').trim()) notes.push({a: null, box: r, text: e.textContent, trace: t.index});
+      });
+    });
+    notes.forEach(function (n) {
+      if (n.a && panelTitle(L, n.a)) return;
+      for (var i = 0; i < drawn.length; i++) {
+        var d = drawn[i];
+        if (d.trace === n.trace) continue;
+        var r = inter(n.box, d.area);
+        if (!r) continue;
+        var hit = d.boxes.some(function (b) { return inter(b, r); });
+        var core = {left: r.left + 1, right: r.right - 1, top: r.top + 1, bottom: r.bottom - 1};
+        hit = hit || d.runs.some(function (run) {
+          for (var j = 1; j < run.length; j++) if (crosses(run[j - 1], run[j], core)) return true;
+          return run.length === 1 && crosses(run[0], run[0], core);
+        });
+        if (hit) {
+          out.annotation_overlaps.push(tag + ': ' + (n.a ? 'annotation' : 'text label') + ' "' + short(n.text, 30) + '" over "' + short(d.name, 30) + '"');
+          return;
+        }
+      }
     });
   }
   function tokenWraps(column) {  // a table cell whose text breaks inside a token (a number or a word)
@@ -218,6 +419,65 @@ PROBE = """<script>
       }
     });
     return found;
+  }
+  function articleTables(column) {  // the tables a reader reads (not code, math or figures)
+    return Array.prototype.filter.call(column.querySelectorAll('table'), function (t) {
+      return !t.closest('.cell_input, .highlight, .plotly-graph-div, mjx-container');
+    });
+  }
+  function hiddenColumns(column) {
+    // a table wider than the text column hides columns: a scrolling box around it keeps the page tidy, but a
+    // reader does not see what lies past its right edge (the verdict column). Reported: the table and the
+    // first column (a header of the deepest header row that names one) that starts or ends out of sight.
+    var found = [], cs = getComputedStyle(column);
+    var limit0 = column.getBoundingClientRect().right - parseFloat(cs.paddingRight || 0) - parseFloat(cs.borderRightWidth || 0);
+    articleTables(column).forEach(function (table, k) {
+      var box = scroller(table), limit = limit0, tr = table.getBoundingClientRect();
+      if (box) { var br = box.getBoundingClientRect(); limit = Math.min(limit, br.left + box.clientLeft + box.clientWidth); }
+      if (tr.width === 0 || tr.right <= limit + 2) return;
+      var rows = table.tHead && table.tHead.rows.length ? Array.prototype.slice.call(table.tHead.rows) : [table.rows[0]];
+      var hidden = null;
+      for (var i = rows.length - 1; i >= 0 && !hidden; i--) {
+        Array.prototype.forEach.call(rows[i] ? rows[i].cells : [], function (c) {
+          var r = c.getBoundingClientRect();
+          if (r.right > limit + 2 && (c.textContent || '').trim() && (!hidden || r.left < hidden.r.left)) hidden = {c: c, r: r};
+        });
+      }
+      var head = Array.prototype.map.call(rows[0] ? rows[0].cells : [], function (c) { return (c.textContent || '').trim(); })
+        .filter(Boolean).join(' ');
+      found.push('table ' + k + ' ("' + short(head, 30) + '") ' + Math.round(tr.right - limit) + ' px too wide: column "' +
+                 (hidden ? short(hidden.c.textContent, 30) : '?') + '" out of sight');
+    });
+    return found;
+  }
+  function ellipses(column) {
+    // text cut with an ellipsis: a table cell ending in "..." or "…" (pandas cuts long strings so, and fills a
+    // truncated frame's hidden rows and columns with "..."), and a printed output with such a line, a "..."
+    // placeholder (pandas, numpy) or a word cut with "..." in it. Prose may use "…"; it is not read here.
+    var found = [], cut = /(\\.\\.\\.|\\u2026)$/;
+    articleTables(column).forEach(function (table, k) {
+      var cells = table.querySelectorAll('td, th');
+      for (var i = 0; i < cells.length; i++) {
+        var s = (cells[i].textContent || '').trim();
+        if (cut.test(s)) { found.push('table ' + k + ' cell "' + short(s, 40) + '"'); return; }
+      }
+    });
+    column.querySelectorAll('div.cell_output pre, div.output pre').forEach(function (pre) {
+      if (pre.closest('.cell_input')) return;
+      var lines = (pre.textContent || '').split('\\n');
+      for (var i = 0; i < lines.length; i++) {
+        var s = lines[i].trim();
+        if (cut.test(s) || /(^|\\s)(\\.\\.\\.?|\\u2026)(\\s|$)/.test(s) || /\\w(\\.\\.\\.|\\u2026)\\s/.test(s)) {
+          found.push('output line "' + short(s, 50) + '"'); return;
+        }
+      }
+    });
+    return found;
+  }
+  function withToggles(column, fn) {  // run fn with every closed <details> (hidden cells, dropdowns) opened
+    var closed = Array.prototype.filter.call(column.querySelectorAll('details'), function (d) { return !d.open; });
+    closed.forEach(function (d) { d.open = true; });
+    try { return fn(); } finally { closed.forEach(function (d) { d.open = false; }); }
   }
   function localPaths() {  // absolute local paths anywhere in the page's text (figures included)
     var found = [], walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
@@ -289,6 +549,8 @@ PROBE = """<script>
     });
     figureChecks(figs, out);
     out.token_wraps = tokenWraps(column);
+    out.hidden_columns = withToggles(column, function () { return hiddenColumns(column); });
+    out.ellipses = ellipses(column);
     out.paths = localPaths();
     out.waited.ms = Date.now() - t0;
     } catch (e) { out.exception = String(e && e.stack || e); }
@@ -320,6 +582,12 @@ CHECKS = {
     "clipped": "a title or label cut at the figure's edge, or a figure title over another label",
     "token_wraps": "a table cell that breaks a number or a word across lines",
     "paths": "an absolute local path in the page text",
+    "hidden_columns": "a table wider than the text column (scrolling or not): a column out of a reader's sight",
+    "ellipses": "a table cell or printed output cut with '...' or '…' (pandas truncation)",
+    "log_labels": "a log axis with fewer than two labelled ticks",
+    "legend_colours": "two legend entries of different names drawn in one colour",
+    "annotation_overlaps": "an annotation or text label over a trace's line, markers or bars",
+    "axis_titles": "a panel axis with tick labels but no title (and none shared by the figure or a linked axis)",
 }
 
 
@@ -603,3 +871,136 @@ def test_probe_finds_misleading_figures_tables_and_paths(tmp_path):
     assert where("clipped") == {"clipped title"}, r["clipped"]
     assert r["token_wraps"] == ["0.1339/39127"], r["token_wraps"]
     assert r["paths"] == ["/work/runs/seed0/out.json"], r["paths"]
+
+
+def test_probe_finds_hidden_columns_cut_text_and_unreadable_panels(tmp_path):
+    """Each table and panel check can fail: a synthetic page with one fault per table or figure (a table whose
+    last column scrolls out of sight, one hidden in a closed toggle, pandas' cut string, its "..." rows and
+    columns, a log axis with one label, two legend entries in one colour, an annotation over a line, over bars,
+    over markers, a text label over another trace's line, a middle panel without an x title), plus tables and
+    figures that must pass every check (figures made by the book's styling helper, legend groups over several
+    panels, shared axis titles, stacked panels sharing x)."""
+    if _chromium() is None:
+        pytest.skip("no chromium binary on PATH (Debian: apt-get install -y chromium); browser test skipped")
+    import math
+
+    import pandas as pd
+    import plotly
+    import plotly.graph_objects as go
+    import plotly.io as pio
+    from plotly.subplots import make_subplots
+
+    from jacap_lib.viz.style import finish
+
+    def titled(fig, x="ratio", y="value"):
+        return fig.update_xaxes(title=x).update_yaxes(title=y)
+
+    figs = {}
+    figs["log one label"] = titled(go.Figure(go.Scatter(x=[1, 2, 3], y=[0.04, 0.1, 0.3], name="a"))).update_yaxes(
+        type="log", dtick=1, range=[math.log10(0.03), math.log10(0.5)])
+    figs["shared colour"] = titled(go.Figure([
+        go.Scatter(x=[0, 1], y=[1, 2], name="setting A", line={"color": "#444444"}),
+        go.Scatter(x=[0, 1], y=[2, 3], name="setting B", line={"color": "#444444"})]))
+    figs["annotation on line"] = titled(go.Figure(go.Scatter(x=[0, 10], y=[0, 10], mode="lines", name="a"))).add_annotation(
+        x=5, y=5, text="the middle of the line", showarrow=False)
+    figs["annotation on bars"] = titled(go.Figure(go.Bar(x=["p", "q", "r"], y=[3, 4, 5], name="a"))).add_annotation(
+        x="q", y=2, text="inside a bar", showarrow=False)
+    figs["annotation on markers"] = titled(go.Figure(go.Scatter(x=list(range(9)), y=[4] * 9, mode="markers", name="a"))
+                                           ).add_annotation(x=4, y=4, text="on the points", showarrow=False)
+    figs["text label on line"] = titled(go.Figure([
+        go.Scatter(x=[0, 10], y=[5, 5], mode="lines", name="a"),
+        go.Scatter(x=[5], y=[5], mode="text", text=["a label"], name="b", showlegend=False)]))
+    three = make_subplots(rows=1, cols=3, shared_yaxes=True, subplot_titles=["one", "two", "three"])
+    for col in (1, 2, 3):
+        three.add_trace(go.Scatter(x=[1, 2, 3], y=[1, 3, 2], name="a", legendgroup="a", showlegend=col == 1), row=1, col=col)
+    three.update_xaxes(title="ratio", row=1, col=1).update_xaxes(title="ratio", row=1, col=3)
+    figs["middle panel without x title"] = three.update_yaxes(title="value", row=1, col=1)
+    # figures that pass every check: the book's helper on methods over two panels with interval bands in their
+    # legend group, a log axis it labels, an annotation clear of the data ...
+    good = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=["one panel", "another"])
+    for col in (1, 2):
+        for m, ys in (("jacap", [1e-3, 0.02, 4.0]), ("tova", [2e-3, 0.05, 9.0])):
+            good.add_trace(go.Scatter(x=[0.5, 0.75, 0.9], y=ys, name=m, legendgroup=m, showlegend=col == 1), row=1, col=col)
+            good.add_trace(go.Scatter(x=[0.5, 0.75, 0.9, 0.9, 0.75, 0.5], y=[v * 1.3 for v in ys] + [v / 1.3 for v in ys[::-1]],
+                                      fill="toself", mode="lines", line={"width": 0}, name=m, legendgroup=m,
+                                      showlegend=False, fillcolor="rgba(0,0,0,0.1)"), row=1, col=col)
+    good.update_yaxes(type="log", title="error", row=1, col=1).update_xaxes(title="compression ratio")
+    good.add_annotation(x=0.55, y=math.log10(5.0), xref="x", yref="y", text="clear of the data", showarrow=False,
+                        xanchor="left")
+    good.update_layout(title="Made by the book's helper: passes every check")
+    figs["good"] = finish(good)
+    figs["good narrow log"] = finish(titled(go.Figure(go.Scatter(x=[1, 2, 3], y=[0.021, 0.05, 0.089], name="knorm")))
+                                     .update_yaxes(type="log"))
+    # ... one title for the whole grid (make_subplots x_title/y_title), and stacked panels sharing x
+    grid = make_subplots(rows=2, cols=2, x_title="compression ratio", y_title="error")
+    for i in range(4):
+        grid.add_trace(go.Bar(x=["a", "b"], y=[1 + i, 2], name="snapkv", legendgroup="snapkv", showlegend=i == 0),
+                       row=1 + i // 2, col=1 + i % 2)
+    figs["good grid"] = finish(grid)
+    stack = make_subplots(rows=2, cols=1, shared_xaxes=True)
+    stack.add_trace(go.Scatter(x=[1, 2, 3], y=[1, 2, 3], name="capkv"), row=1, col=1)
+    stack.add_trace(go.Scatter(x=[1, 2, 3], y=[3, 2, 1], name="capkv", showlegend=False), row=2, col=1)
+    stack.update_xaxes(title="prompt length", row=2, col=1).update_yaxes(title="error", row=1, col=1).update_yaxes(
+        title="time", row=2, col=1)
+    figs["good stack"] = finish(stack)
+    names = list(figs)
+    html = "".join(pio.to_html(f, include_plotlyjs=False, full_html=False, default_height=420)
+                   for f in figs.values())
+
+    def output(table_html):  # a notebook cell's HTML output box, which scrolls sideways (book/_static/jacap.css)
+        return ("<div class='cell_output'><div class='output text_html' style='overflow-x:auto;max-width:100%'>"
+                + table_html + "</div></div>")
+
+    verdicts = pd.DataFrame({"cell": ["4k, 50%"], "ratio": ["0.91"], "interval": ["[0.88, 0.95]"],
+                             "verdict": ["better by 5–12 %"]})
+    long_text = pd.DataFrame({"setting": ["quality–compression trade-off at a half budget"], "n": [3]})
+    long_frame = pd.DataFrame({"x": range(20), "y": range(20)})
+    wide_frame = pd.DataFrame({f"column {i}": [i] for i in range(30)})
+    with pd.option_context("display.max_colwidth", 12, "display.max_rows", 6, "display.min_rows", 4,
+                           "display.max_columns", 4, "display.width", 80):
+        tables = [
+            output(verdicts.to_html(classes="wide")),                        # 0: 'verdict' scrolls out of sight
+            output(verdicts[["cell", "ratio"]].to_html()),                  # 1: fits
+            output(long_text._repr_html_()),                                # 2: 'quality–co...'
+            output(long_frame._repr_html_()),                               # 3: a '...' row
+            "<details><summary>statistics</summary><table class='wide'><tr><th>a</th><th>b</th><th>c</th>"
+            "<th>d</th><th>hidden</th></tr><tr><td>1</td><td>2</td><td>3</td><td>4</td><td>5</td></tr></table>"
+            "</details>",  # 4: too wide
+        ]
+        printed = repr(wide_frame)                                          # 'column 0 column 1 ... column 29'
+    page_html = (
+        "<html><head><script src='plotly.min.js'></script><style>table.wide th, table.wide td {min-width: 170px}"
+        "</style></head><body><article class='bd-article' style='width:760px'>" + html + "".join(tables)
+        + "<div class='cell_output'><div class='output stream'><pre>" + printed + "</pre></div></div>"
+        "<div class='cell_output'><div class='output stream'><pre>done: 3 runs\nall written</pre></div></div>"
+        "<p>Budgets of 10 %, 20 %, … 90 % are compared in the tables…</p></article></body></html>")
+    shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", tmp_path / "plotly.min.js")
+    page = tmp_path / "panels.html"
+    page.write_text(page_html, encoding="utf-8")
+    r = _probe_page(page, timeout=90.0)
+    assert r["drawn"] == r["figures"] == len(figs), r
+    assert not r["errors"] and not r["exception"], r
+
+    def where(key):  # the synthetic figures a check reported
+        return {names[int(re.match(r"figure (\d+)", msg).group(1))] for msg in r[key]}
+
+    assert where("log_labels") == {"log one label"}, r["log_labels"]
+    assert r["log_labels"][0].endswith("log axis y has 1 labelled tick"), r["log_labels"]
+    assert where("legend_colours") == {"shared colour"}, r["legend_colours"]
+    assert '"setting A" and "setting B" share the colour rgb(68, 68, 68)' in r["legend_colours"][0], r["legend_colours"]
+    assert where("annotation_overlaps") == {"annotation on line", "annotation on bars", "annotation on markers",
+                                            "text label on line"}, r["annotation_overlaps"]
+    assert any('text label "a label" over "a"' in m for m in r["annotation_overlaps"]), r["annotation_overlaps"]
+    assert [m.split(": ", 1)[1] for m in r["axis_titles"]] == ["x2 has tick labels but no title"], r["axis_titles"]
+    assert where("axis_titles") == {"middle panel without x title"}, r["axis_titles"]
+    for key in [*CHECKS, "overflow", "nulls"]:  # the good figures pass every check
+        if key in ("hidden_columns", "ellipses", "token_wraps", "paths", "overflow"):
+            continue
+        assert not where(key) & {"good", "good narrow log", "good grid", "good stack"}, (key, r[key])
+    assert [re.sub(r"\d+ px", "N px", m) for m in r["hidden_columns"]] == [
+        'table 0 ("cell ratio interval verdict") N px too wide: column "verdict" out of sight',
+        'table 4 ("a b c d hidden") N px too wide: column "hidden" out of sight'], r["hidden_columns"]
+    assert len(r["ellipses"]) == 3, r["ellipses"]
+    assert r["ellipses"][0].startswith('table 2 cell "quality'), r["ellipses"]
+    assert r["ellipses"][1] == 'table 3 cell "..."', r["ellipses"]
+    assert r["ellipses"][2].startswith('output line "column 0') and "..." in r["ellipses"][2], r["ellipses"]
