@@ -182,9 +182,12 @@ def test_groups(docs, chosen: dict, lengths, ratios, continuation, model_name, d
                    model_name, done)
 
 
-def measure_group(model, tokenizer, group: Group, continuation: int, model_name: str, on_row=None) -> list[dict]:
+def measure_group(model, tokenizer, group: Group, continuation: int, model_name: str, on_row=None,
+                  build=None) -> list[dict]:
     """One prefill captured (with its full-cache reference), every (spec, ratio) of ``group`` replayed on
-    it (:func:`jacap_lib.measure.quality.next_token_kl` with ``capture``); one row each, in job order."""
+    it (:func:`jacap_lib.measure.quality.next_token_kl` with ``capture``); one row each, in job order.
+    ``build(spec, ratio)``: the press of a spec (default :func:`~jacap_lib.results.protocol.protocol_press`,
+    the protocol's pinned settings; the ablation job passes the registry's own ``press_from_spec``)."""
     from ..measure.quality import capture_prefill, full_reference, next_token_kl, prompt_and_continuation
 
     d = group.doc
@@ -197,7 +200,8 @@ def measure_group(model, tokenizer, group: Group, continuation: int, model_name:
     rows = []
     for spec, c in group.jobs:
         w0, c0 = time.perf_counter(), time.process_time()
-        res = next_token_kl(model, None, prompt, cont, P.protocol_press(spec, c), reference=ref, capture=cap)
+        press = (build or P.protocol_press)(spec, c)
+        res = next_token_kl(model, None, prompt, cont, press, reference=ref, capture=cap)
         row = {"model": model_name, "doc": d["id"], "kind": d.get("kind"), "split": d["split"], "sha256": d["sha256"],
                "length": group.length, "continuation": int(continuation), "ratio": c, "method": spec,
                "family": P.method_of(spec), "kl": res.kl, "kl_max": float(res.kl_per_token.max()),
@@ -470,11 +474,14 @@ def cell_statistics(rows: list[dict], specs=None, *, seed: int | None = None) ->
     return out
 
 
-def compare_settings(rows: list[dict], setting: str, reference: str, *, seed: int | None = None) -> list[dict]:
+def compare_settings(rows: list[dict], setting: str, reference: str, *, seed: int | None = None,
+                     confidence: float | None = None, n_resamples: int | None = None) -> list[dict]:
     """``setting`` against ``reference`` in every (length, ratio) cell where both have rows on the same
     documents: :func:`jacap_lib.results.verdicts.compare_cells` rows (ratio intervals, wins, Wilcoxon p,
     Holm over these cells, verdict) with ``length`` and ``ratio``. For comparisons outside the protocol's
-    primary one (e.g. Jacap against CapKV, the paper's headline)."""
+    primary one (e.g. Jacap against CapKV, the paper's headline). ``confidence`` / ``n_resamples``: the
+    intervals' level and bootstrap size (default ``verdicts.CONFIDENCE`` / ``N_RESAMPLES``; a simultaneous
+    interval over m comparisons is ``confidence = 1 - 0.05 / m``)."""
     from . import verdicts as V
 
     by: dict = {}
@@ -491,7 +498,8 @@ def compare_settings(rows: list[dict], setting: str, reference: str, *, seed: in
     if not cells:
         raise ValueError(f"no cell holds rows of both {setting!r} and {reference!r} on the same documents")
     return [{**meta[r["cell"]], **r, "losses": r["n"] - r["wins"] - r["ties"]}
-            for r in V.compare_cells(cells, **({} if seed is None else {"seed": seed}))]
+            for r in V.compare_cells(cells, **{k: v for k, v in (("seed", seed), ("confidence", confidence),
+                                                                 ("n_resamples", n_resamples)) if v is not None})]
 
 
 #: The evaluation's target for the default Jacap setting against the best baseline picked on tune: per
@@ -844,7 +852,7 @@ def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
     return res
 
 
-def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(0.5,)) -> None:
+def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(0.5,), build=None) -> None:
     """Refuse to resume ``out`` when a setting now builds another press than the rows were made with.
 
     A method spec without options (``"jacap"``) means the library's defaults, which the protocol itself may
@@ -862,7 +870,7 @@ def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(
             then = (run.get("settings") or {}).get(spec)
             if then is None:
                 continue
-            now = method_options(P.protocol_press(spec, float(ratios[0])))
+            now = method_options((build or P.protocol_press)(spec, float(ratios[0])))
             a = effective_options({k: v for k, v in then.items() if k not in drop})
             b = effective_options(json.loads(json.dumps({k: v for k, v in now.items() if k not in drop})))
             if a != b:

@@ -1,0 +1,64 @@
+"""Tables and figures of the one-knob ablations (``data/results/eval/ablation_summary.json``, written by
+``jacap evaluate ablate-summary``, :func:`jacap_lib.results.ablation.summarize_ablation`).
+
+:func:`ablation_frame`: one table per prompt length, a row per ablation, a column per compression ratio, each cell
+the geometric-mean KL ratio (ablation / default) with its simultaneous interval, compact enough for the text
+column. :func:`layer_figure`: per ablation and layer, the ratio of attention-output errors (pooled over the cells).
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from .style import finish
+
+__all__ = ["ablation_frame", "layer_figure"]
+
+_MARK = {"better": "▼", "worse": "▲"}  # the interval wholly below / above 1; nothing when it holds 1
+
+
+def _cell(r: dict) -> str:
+    """``0.93 [0.85, 1.02]``, two decimals, with ▼ / ▲ when the (simultaneous) interval excludes 1."""
+    mark = next((m for word, m in _MARK.items() if r["verdict"].startswith(word)), "")
+    return f"{r['gm_ratio']:.2f} [{r['gm_low']:.2f}, {r['gm_high']:.2f}]" + (f" {mark}" if mark else "")
+
+
+def ablation_frame(summary: dict) -> dict[int, pd.DataFrame]:
+    """``{prompt length: table}``: per ablation (rows, its short label) and compression ratio (columns ``c = …``)
+    the geometric-mean KL ratio to the default with its simultaneous interval (``summary["confidence"]``);
+    ▼: the ablation lowers the KL (interval below 1), ▲: raises it. Empty where a cell was not judged."""
+    lengths = sorted({r["length"] for a in summary["ablations"] for r in a["rows"]})
+    out = {}
+    for L in lengths:
+        table = {a["label"]: {f"c = {r['ratio']:g}": _cell(r) for r in a["rows"] if r["length"] == L}
+                 for a in summary["ablations"] if a["rows"]}
+        frame = pd.DataFrame.from_dict(table, orient="index").fillna("")
+        frame = frame[sorted(frame.columns, key=lambda k: float(k.split("=")[1]))]
+        frame.index.name = f"prompt {L}: ablation"
+        frame.columns.name = f"KL ratio to the default [{100 * summary['confidence']:.2f} % simultaneous interval]"
+        out[L] = frame
+    return out
+
+
+def layer_figure(summary: dict, *, cell: str = "all") -> go.Figure:
+    """Per ablation (rows) and layer (columns), the geometric-mean ratio of the attention-output relative error
+    (ablation / default) over the documents of ``cell`` (``"L/c"``, default ``"all"``: every cell judged), on a
+    log colour scale centred on 1 (blue: lower error than the default, red: higher)."""
+    ablations = [a for a in summary["ablations"] if a["layers"].get(cell)]
+    if not ablations:
+        raise ValueError(f"cell {cell!r}: no ablation has per-layer ratios there; give 'all' or one of "
+                         f"{summary.get('cells_measured')}")
+    z = [[math.log2(v) for v in a["layers"][cell]] for a in ablations]
+    span = max(1e-3, max(abs(v) for row in z for v in row))
+    ticks = [t for t in (-3, -2, -1, -0.5, 0, 0.5, 1, 2, 3) if abs(t) <= span] or [0]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(len(z[0]))), y=[a["label"] for a in ablations], zmin=-span, zmax=span, colorscale="RdBu_r",
+        customdata=[[2 ** v for v in row] for row in z],
+        hovertemplate="%{y}<br>layer %{x}: error ratio %{customdata:.3f}<extra></extra>",
+        colorbar={"title": "error ratio", "tickvals": ticks, "ticktext": [f"{2 ** t:g}" for t in ticks]}))
+    fig.update_layout(title="Attention-output error per layer: ablation / default"
+                            + ("" if cell == "all" else f" (prompt / c {cell})"),
+                      xaxis_title="layer", yaxis={"autorange": "reversed"}, height=120 + 28 * len(ablations))
+    return finish(fig)
