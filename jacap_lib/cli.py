@@ -71,7 +71,7 @@ COMMANDS = {
                    "data/results/eval/ablation.jsonl (resumable)",
                    "jacap_lib.results.ablation:ABLATE"),
         "ablate-summary": ("per ablation and cell, the paired geometric-mean KL ratio to the default with simultaneous "
-                           "(Bonferroni) and 95 % intervals, wins, Wilcoxon and Holm p, verdicts, and per-layer "
+                           "(Bonferroni) and unadjusted intervals, wins, Wilcoxon and Holm p, verdicts, and per-layer "
                            "attention-error ratios -> data/results/eval/ablation_summary.json",
                            "jacap_lib.results.ablation:ABLATE_SUMMARY"),
         "needle": ("needle retrieval with each method's tuned setting and the paper preset at prompts 512/1024/2048, "

@@ -351,5 +351,5 @@ def _summary_run(args):
 ABLATE = J.Job("the default Jacap press and each one-knob ablation of it on every tune document -> "
                "data/results/eval/ablation.jsonl (resumable)", _add_arguments, _ablate_run)
 ABLATE_SUMMARY = J.Job("per ablation and cell, the paired geometric-mean KL ratio to the default with simultaneous "
-                       "(Bonferroni) and 95 % intervals, wins, Wilcoxon and Holm p, verdicts, and per-layer "
+                       "(Bonferroni) and unadjusted intervals, wins, Wilcoxon and Holm p, verdicts, and per-layer "
                        "attention-error ratios -> data/results/eval/ablation_summary.json", _summary_add, _summary_run)
