@@ -1,194 +1,355 @@
-"""The one-knob ablation job (jacap_lib.results.ablation, `jacap evaluate ablate|ablate-summary`): rows on the tune
-documents only, paired with the default per document, resumable, refusing a spec that now builds another press;
-the summary's ratios, simultaneous intervals and per-layer ratios against hand computations on hand-built rows."""
-import argparse
-import hashlib
-import json
+"""One-knob ablations of Algorithm 1 (jacap_lib.presses.jacap_ablation): the default is Jacap bit for bit, every
+knob against an independent float64 computation, every ONE_KNOB spec changes exactly one option and runs."""
+import copy
 import math
 
-import numpy as np
 import pytest
 import torch
 
-kvpress = pytest.importorskip("kvpress")
+pytest.importorskip("kvpress")
+from kvpress.utils import compute_n_kept  # noqa: E402
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
+from jacap_lib import jacap_scores, theory  # noqa: E402
+from jacap_lib.hf import clear_masks  # noqa: E402
 from jacap_lib.measure.kvpress_grid import tiny_model  # noqa: E402
-from jacap_lib.results import ablation as A  # noqa: E402
-from jacap_lib.results import files as io  # noqa: E402
-from jacap_lib.results import verdicts as V  # noqa: E402
+from jacap_lib.presses.jacap import JacapPress  # noqa: E402
+from jacap_lib.presses.jacap_ablation import (ONE_KNOB, JacapAblationPress, ablation_components,  # noqa: E402
+                                              base_spec, marginal_capacity, observed_attention)
+from jacap_lib.presses.registry import build_press, changed_options, press_from_spec  # noqa: E402
 
-V_TINY = 96
+N, D = 24, 8
 
 
-class CharTokenizer:
-    """One token per character (ids below the tiny model's vocabulary)."""
+def _head(seed=0, n=N, d=D, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    k = torch.randn(n, d, generator=g, dtype=dtype) * 2.0
+    v = torch.randn(n, d, generator=g, dtype=dtype)
+    mu = torch.randn(d, generator=g, dtype=dtype) * 3.0
+    lam = torch.rand(d, generator=g, dtype=dtype) + 0.1
+    return k, v, mu, lam
 
-    def __call__(self, text, return_tensors=None, add_special_tokens=False):
-        return type("Enc", (), {"input_ids": torch.tensor([[ord(ch) % V_TINY for ch in text]])})()
+
+def _brute(k, v, mu, lam, *, alpha, sens="rho2", kappa="on", lev="A", noise=1.0):
+    """Dense float64 Algorithm 1 from a given centre: w = s kappa / d, A = I + sum w u u^T / noise, explicit solve."""
+    d = k.shape[-1]
+    rho = alpha * (1 - alpha)
+    s = {"rho2": rho ** 2, "rho": rho, "alpha": alpha}[sens]
+    kap = torch.einsum("id,de,ie->i", k, torch.diag(lam), k)
+    if kappa == "mean":
+        kap = torch.full_like(kap, float((s * kap).sum() / s.sum()))
+    w = s * kap / d
+    A = torch.eye(v.shape[-1], dtype=k.dtype) + (v.T * (w / noise)) @ v
+    ell = (v * torch.linalg.solve(A, v.T).T).sum(-1) if lev == "A" else v.square().sum(-1)
+    return w / noise * ell, w
+
+
+def _tempered(k, mu, tau):
+    return torch.softmax(k @ mu / (tau * math.sqrt(k.shape[-1])), -1)
+
+
+def _press_scores(press, k, v, mu, lam):
+    return press.components(k[None, None], v[None, None], mu[None, None], lam[None, None], module=None)
+
+
+# ----------------------------------------------------------------------------- the default is Jacap
+def test_generic_path_at_the_defaults_is_algorithm1():
+    """The dense ablation path with every component at Algorithm 1's choice reproduces jacap_scores (and the
+    theory module's explicit solve) in float32 and float64: the knobs below change only their component."""
+    for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-5)):
+        k, v, mu, lam = _head(1, dtype=dtype)
+        got = ablation_components(k, v, mu, lam, tau=3.0, noise=0.5)
+        ref = jacap_scores(k, v, mu, lam, tau=3.0, noise=0.5)
+        for f in ("alpha", "rho", "kappa", "weight", "leverage", "score"):
+            torch.testing.assert_close(getattr(got, f), getattr(ref, f), rtol=tol, atol=1e-12)
+    k, v, mu, lam = _head(1)
+    th = theory.algorithm1_scores(k, v.T, mu, lam, tau=3.0, noise=0.5)
+    torch.testing.assert_close(ablation_components(k, v, mu, lam, tau=3.0, noise=0.5).score.double(), th["score"],
+                               rtol=1e-6, atol=1e-12)
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    model = tiny_model("llama", layers=2, seed=0)
-    with torch.no_grad():  # sharpen the random attention so that eviction changes the output measurably
-        for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(8.0)
-    return model
+def attn_module():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = LlamaForCausalLM(cfg).eval()
+    module = model.model.layers[0].self_attn
+    module.rotary_emb = model.model.rotary_emb
+    return module
 
 
-@pytest.fixture
-def corpus(tmp_path):
-    """A manifest of 3 tune + 1 test documents of ~200 characters."""
-    docs = []
-    for i, split in enumerate(["tune", "tune", "test", "tune"]):
-        text = " ".join(f"word{(i * 7 + j * j) % 23}" for j in range(40))
-        f = tmp_path / f"d{i}.txt"
-        f.write_text(text)
-        docs.append({"id": f"kind/d{i}", "kind": "kind", "file": str(f), "source": "test", "license": "test",
-                     "sha256": hashlib.sha256(text.encode()).hexdigest(), "split": split})
-    (tmp_path / "manifest.json").write_text(json.dumps({"documents": docs}))
-    return tmp_path / "manifest.json"
+def _cache(seed, n=40):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(1, n, 64, generator=g), torch.randn(1, 2, n, 16, generator=g), torch.randn(1, 2, n, 16, generator=g)
 
 
-KNOBS = {"u = W_O v": ("jacap_wo[window=4]", "u = W_O v"), "flat": ("jacap[window=4,beta=none]", "flat statistics")}
+@pytest.mark.parametrize("opts", [{}, {"gqa": "mean"}, {"beta": None, "n_queries": 16}, {"noise": "deff"}])
+def test_no_option_is_jacap_bit_for_bit(attn_module, opts):
+    hs, keys, values = _cache(2)
+    a = build_press("jacap_ablate", 0.6, window=8, **opts)
+    b = build_press("jacap", 0.6, window=8, **opts)
+    assert type(a) is JacapAblationPress
+    with torch.no_grad():
+        sa = a.score(attn_module, hs, keys, values, None, {})
+        sb = b.score(attn_module, hs, keys, values, None, {})
+        assert torch.equal(sa, sb)
+        ka, _ = a.compress(attn_module, hs, keys, values, None, {})
+        kb, _ = b.compress(attn_module, hs, keys, values, None, {})
+    assert torch.equal(ka, kb)
 
 
-@pytest.fixture
-def knobs(monkeypatch):
-    monkeypatch.setattr(A, "knob_table", lambda: (dict(KNOBS), "test"))
-    monkeypatch.setattr(A, "DEFAULT_SPEC", "jacap[window=4]")
+def test_no_option_is_jacap_on_a_tiny_model():
+    model = tiny_model("llama")
+    ids = torch.randint(0, 96, (1, 64), generator=torch.Generator().manual_seed(3))
+    caches = []
+    for spec in ("jacap", "jacap_ablate"):
+        cache = DynamicCache()
+        with torch.no_grad(), press_from_spec(spec + "[window=8]", 0.5)(model):
+            model.model(input_ids=ids, past_key_values=cache)
+        caches.append(cache)
+    for la, lb in zip(caches[0].layers, caches[1].layers):
+        assert torch.equal(la.keys, lb.keys) and torch.equal(la.values, lb.values)
 
 
-def _args(corpus, out, *extra):
-    ap = argparse.ArgumentParser()
-    A._add_arguments(ap)
-    return ap.parse_args(["--manifest", str(corpus), "--dir", str(out), "--lengths", "80", "--ratios", "0.5", "0.75",
-                          "--continuation", "8", "--no-progress", "--workers", "1", *extra])
+# ----------------------------------------------------------------------------- each knob against brute force
+@pytest.mark.parametrize("noise", [1.0, 0.05])
+def test_centre_ea_is_the_log_normal_expectation(noise):
+    k, v, mu, lam = _head(3)
+    d = k.shape[-1]
+    alpha = torch.softmax(k @ mu / math.sqrt(d) + torch.diag(k @ torch.diag(lam) @ k.T) / (2 * d), -1)
+    expected, _ = _brute(k, v, mu, lam, alpha=alpha, noise=noise)
+    got = _press_scores(JacapAblationPress(0.5, centre="ea", noise=noise, tau=7.0), k, v, mu, lam)  # tau unused
+    torch.testing.assert_close(got.alpha[0, 0].double(), alpha, rtol=1e-6, atol=1e-12)
+    torch.testing.assert_close(got.score[0, 0].double(), expected, rtol=1e-5, atol=1e-12)
 
 
-def test_job_rows_pair_with_the_default_and_resume(tiny, corpus, tmp_path, monkeypatch, knobs):
-    tok = CharTokenizer()
-    out = tmp_path / "eval"
-    res = A.execute(A.prepare(_args(corpus, out), tokenizer=tok), model=tiny, tokenizer=tok)
-    rows = io.read_jsonl(out / A.FILE)
-    assert res["rows_written"] == len(rows) == 3 * 1 * 2 * 3  # tune docs x lengths x ratios x (default + 2)
-    assert {r["doc"] for r in rows} == {"kind/d0", "kind/d1", "kind/d3"} and {r["split"] for r in rows} == {"tune"}
-    assert {r["method"] for r in rows} == {"jacap[window=4]", "jacap_wo[window=4]", "jacap[window=4,beta=none]"}
-    assert all(len(r["attn_rel_error_per_layer"]) == 2 and r["kl"] >= 0 for r in rows)
-    cfg = io.read_runs(out / A.FILE)[0]
-    assert cfg["ablations"]["flat"] == {"spec": "jacap[window=4,beta=none]", "description": "flat statistics",
-                                        "options": cfg["settings"]["jacap[window=4,beta=none]"]}
-    assert cfg["settings"]["jacap_wo[window=4]"]["use_out_proj"] is True and cfg["versions"]["kvpress"]
-    assert cfg["grid_choice"] == "given by --lengths / --ratios" and cfg["lengths"] == [80]
-    # the summary pairs each ablation's row with the default's on the same document and cell
-    s = A.summarize_ablation(rows, io.read_runs(out / A.FILE), n_resamples=999)
-    kl = {(r["method"], r["ratio"], r["doc"]): r["kl"] for r in rows}
-    for a in s["ablations"]:
-        for r in a["rows"]:
-            logs = [math.log(kl[(a["spec"], r["ratio"], d)] / kl[("jacap[window=4]", r["ratio"], d)])
-                    for d in ("kind/d0", "kind/d1", "kind/d3")]
-            assert r["n"] == 3 and r["gm_ratio"] == pytest.approx(math.exp(sum(logs) / 3), rel=1e-9)
-    assert s["m"] == 4 and s["cells_measured"] == ["80/0.5", "80/0.75"]
-    # a rerun measures nothing; a dropped row is measured again, with the same value
-    calls = []
-    import jacap_lib.measure.quality as Q
-    real = Q.next_token_kl
-    monkeypatch.setattr(Q, "next_token_kl", lambda *a, **k: calls.append(1) or real(*a, **k))
-    assert A.execute(A.prepare(_args(corpus, out), tokenizer=tok), model=tiny, tokenizer=tok)["rows_written"] == 0
-    assert not calls
-    (out / A.FILE).write_text("".join(json.dumps(r) + "\n" for r in rows[:-1]))
-    assert A.execute(A.prepare(_args(corpus, out), tokenizer=tok), model=tiny, tokenizer=tok)["rows_written"] == 1
-    assert io.read_jsonl(out / A.FILE)[-1]["kl"] == pytest.approx(rows[-1]["kl"], rel=1e-6)
-    assert len(io.read_runs(out / A.FILE)) == 3
-    # a spec whose recorded options differ from what it builds today is refused before any work
-    runs = io.read_runs(out / A.FILE)
-    io.append_run(out / A.FILE, {**runs[-1], "settings": {**runs[-1]["settings"], "jacap_wo[window=4]": {
-        **runs[-1]["settings"]["jacap_wo[window=4]"], "tau": 99.0}}})
-    with pytest.raises(ValueError, match=r"jacap_wo\[window=4\].*tau.*new --dir"):
-        A.prepare(_args(corpus, out), tokenizer=tok)
+@pytest.mark.parametrize("sens", ["rho", "alpha"])
+def test_sensitivity_factor(sens):
+    k, v, mu, lam = _head(4)
+    alpha = _tempered(k, mu, 3.0)
+    expected, w = _brute(k, v, mu, lam, alpha=alpha, sens=sens)
+    got = _press_scores(JacapAblationPress(0.5, sensitivity=sens), k, v, mu, lam)
+    torch.testing.assert_close(got.weight[0, 0].double(), w, rtol=1e-6, atol=1e-12)
+    torch.testing.assert_close(got.score[0, 0].double(), expected, rtol=1e-5, atol=1e-12)
+    default = _press_scores(JacapAblationPress(0.5), k, v, mu, lam).weight[0, 0].double()
+    rho = alpha * (1 - alpha)
+    ratio = {"rho": 1 / rho, "alpha": alpha / rho ** 2}[sens]  # w_ablated / w_default, token by token
+    torch.testing.assert_close(got.weight[0, 0].double() / default, ratio, rtol=1e-5, atol=0)
 
 
-def test_bad_options_raise_before_work(corpus, tmp_path, knobs):
-    tok = CharTokenizer()
-    for extra, match in ((["--ratios", "1.0"], "ratios"), (["--lengths", "8"], "lengths"),
-                         (["--ablations", "nope"], "ablations"), (["--workers", "0"], "workers"),
-                         (["--continuation", "0"], "continuation"), (["--lengths", "500"], "tokens")):
-        with pytest.raises(ValueError, match=match):
-            A.prepare(_args(corpus, tmp_path / "x", *extra), tokenizer=tok)
-    assert not (tmp_path / "x").exists()
+def test_kappa_off_keeps_the_total_weight():
+    k, v, mu, lam = _head(5)
+    expected, w = _brute(k, v, mu, lam, alpha=_tempered(k, mu, 3.0), kappa="mean")
+    got = _press_scores(JacapAblationPress(0.5, kappa="mean"), k, v, mu, lam)
+    torch.testing.assert_close(got.score[0, 0].double(), expected, rtol=1e-5, atol=1e-12)
+    assert torch.unique(got.kappa).numel() == 1  # one kappa for the head
+    default = _press_scores(JacapAblationPress(0.5), k, v, mu, lam)
+    torch.testing.assert_close(got.weight.sum(), default.weight.sum(), rtol=1e-6, atol=0)
+    # the weights now follow rho^2 alone
+    torch.testing.assert_close(got.weight / got.weight.sum(), default.rho.square() / default.rho.square().sum(),
+                               rtol=1e-5, atol=1e-12)
 
 
-def _hand_rows(seed=0, docs=5, layers=3):
-    """Rows of a default and two ablations on ``docs`` documents in cells 512/0.5 and 512/0.9."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for spec in ("jacap", "a1", "a2"):
-        for c in (0.5, 0.9):
-            for d in range(docs):
-                rows.append({"model": "M", "doc": f"k/{d}", "split": "tune", "length": 512, "continuation": 8,
-                             "ratio": c, "method": spec, "kl": float(rng.lognormal(-3, 1)), "top1_agreement": 0.9,
-                             "attn_rel_error": 0.1,
-                             "attn_rel_error_per_layer": [float(x) for x in rng.uniform(0.01, 0.5, layers)]})
-    run = {"default": "jacap", "model": {"name": "M"}, "continuation": 8, "lengths": [512], "ratios": [0.5, 0.9],
-           "documents": [{"id": f"k/{d}", "split": "tune"} for d in range(docs)],
-           "ablations": {"one": {"spec": "a1", "description": "x"}, "two": {"spec": "a2", "description": "y"}}}
-    return rows, [run]
+@pytest.mark.parametrize("noise", [1.0, 0.01])
+def test_leverage_identity_is_weighted_norm(noise):
+    k, v, mu, lam = _head(6)
+    got = _press_scores(JacapAblationPress(0.5, leverage="identity", noise=noise), k, v, mu, lam)
+    default = _press_scores(JacapAblationPress(0.5, noise=noise), k, v, mu, lam)
+    torch.testing.assert_close(got.weight, default.weight)  # weights untouched
+    torch.testing.assert_close(got.score[0, 0].double(), default.weight[0, 0].double() * v.square().sum(-1) / noise,
+                               rtol=1e-5, atol=1e-12)
 
 
-def test_summary_ratios_intervals_and_layers_by_hand():
-    rows, runs = _hand_rows()
-    s = A.summarize_ablation(rows, runs, n_resamples=4999)
-    assert s["m"] == 4 and s["confidence"] == pytest.approx(1 - 0.05 / 4)
-    kl = {(r["method"], r["ratio"], r["doc"]): r["kl"] for r in rows}
-    err = {(r["method"], r["ratio"], r["doc"]): r["attn_rel_error_per_layer"] for r in rows}
-    docs = [f"k/{d}" for d in range(5)]
-    for a in s["ablations"]:
-        for r in a["rows"]:
-            x = np.array([kl[(a["spec"], r["ratio"], d)] for d in docs])
-            y = np.array([kl[("jacap", r["ratio"], d)] for d in docs])
-            assert r["gm_ratio"] == pytest.approx(float(np.exp(np.mean(np.log(x / y)))), rel=1e-12)
-            assert r["wins"] == int(np.sum(x < y)) and r["losses"] == int(np.sum(x > y))
-            assert r["gm_low"] <= r["gm_low_95"] <= r["gm_ratio"] <= r["gm_high_95"] <= r["gm_high"]
-            assert r["gm_low"] < r["gm_low_95"] or r["gm_high"] > r["gm_high_95"]  # strictly wider somewhere
-            assert r["verdict"] == V.verdict((r["gm_low"], r["gm_high"]))
-            assert r["p_holm_all"] >= r["p_holm"] >= r["p_wilcoxon"]
-        # per layer: geometric mean over documents of the error ratio, per cell and pooled
-        for c in (0.5, 0.9):
-            want = np.exp(np.mean([np.log(np.array(err[(a["spec"], c, d)]) / np.array(err[("jacap", c, d)]))
-                                   for d in docs], axis=0))
-            assert a["layers"][f"512/{c}"] == pytest.approx(want.tolist(), rel=1e-12)
-        pooled = np.exp(np.mean([np.log(np.array(err[(a["spec"], c, d)]) / np.array(err[("jacap", c, d)]))
-                                 for c in (0.5, 0.9) for d in docs], axis=0))
-        assert a["layers"]["all"] == pytest.approx(pooled.tolist(), rel=1e-12)
-    # the simultaneous level is Bonferroni's over every comparison judged
-    p = [r["p_wilcoxon"] for a in s["ablations"] for r in a["rows"]]
-    assert [r["p_holm_all"] for a in s["ablations"] for r in a["rows"]] == pytest.approx(V.holm(p).tolist())
+def test_leverage_identity_with_out_proj_uses_w_o_v(attn_module):
+    """u = W_O v with A = I: the score is w |W_O v|^2 summed over the KV head's G output slices."""
+    hs, keys, values = _cache(7)
+    press = JacapAblationPress(0.5, leverage="identity", use_out_proj=True)
+    with torch.no_grad():
+        mu, lam = press.query_statistics(attn_module, hs, keys, {})
+        got = press.components(keys, values, mu, lam, attn_module)
+    W = attn_module.o_proj.weight.detach().double()  # (hidden, H_q d)
+    for h in range(2):
+        Wg = torch.cat([W[:, q * 16:(q + 1) * 16] for q in (2 * h, 2 * h + 1)], 0)  # the G slices stacked
+        expected = got.weight[0, h].double() * (values[0, h].double() @ Wg.T).square().sum(-1)
+        torch.testing.assert_close(got.score[0, h].double(), expected, rtol=1e-4, atol=1e-10)
 
 
-def test_summary_judges_only_complete_cells():
-    rows, runs = _hand_rows()
-    rows = [r for r in rows if not (r["method"] == "a2" and r["ratio"] == 0.9 and r["doc"] == "k/3")]
-    s = A.summarize_ablation(rows, runs, n_resamples=999)
-    assert s["m"] == 3 and s["confidence"] == pytest.approx(1 - 0.05 / 3)
-    two = next(a for a in s["ablations"] if a["label"] == "two")
-    assert [r["ratio"] for r in two["rows"]] == [0.5] and set(two["layers"]) == {"512/0.5", "all"}
-    rows = [r for r in rows if r["method"] != "jacap" or r["ratio"] != 0.5]  # the default lacks a cell
-    s = A.summarize_ablation(rows, runs, n_resamples=999)
-    assert s["cells_missing"] == ["512/0.5"] and s["m"] == 1
-    with pytest.raises(ValueError, match="no .*cell"):
-        A.summarize_ablation([r for r in rows if r["method"] != "jacap"], runs)
+def test_prior_iso_changes_lambda_only(attn_module):
+    hs, keys, values = _cache(8)
+    base, wide = JacapAblationPress(0.5, window=8), JacapAblationPress(0.5, window=8, prior_iso=2.0)
+    with torch.no_grad():
+        mu0, lam0 = base.query_statistics(attn_module, hs, keys, {})
+        mu1, lam1 = wide.query_statistics(attn_module, hs, keys, {})
+        torch.testing.assert_close(mu1, mu0, rtol=0, atol=0)
+        torch.testing.assert_close(lam1, lam0 + 2.0 * lam0.mean(-1, keepdim=True))
+        # and the scores are Algorithm 1 with that Lambda
+        got = wide.score(attn_module, hs, keys, values, None, {})
+        ref = base.protect(base.token_scores(keys, values, mu0, lam1, attn_module), hs, keys, {})
+    assert torch.equal(got, ref)
 
 
-def test_ablation_frame_shows_each_cell():
-    from jacap_lib.viz.ablation import ablation_frame, layer_figure
+def test_marginal_capacity_is_half_the_exact_logdet_loss():
+    """-1/2 log(1 - r_i) against the theory module's brute-force determinants (float64)."""
+    for seed, tau, noise in ((9, 1.0, 1.0), (9, 10.0, 1e-3), (10, 30.0, 1e-3)):
+        k, v, mu, lam = _head(seed)
+        res = theory.algorithm1_scores(k, v.T, mu, lam, tau=tau, noise=noise)
+        exact = 0.5 * theory.removal_loss(v.T, res["weight"], noise)
+        torch.testing.assert_close(marginal_capacity(res["score"]).double(), exact, rtol=1e-5, atol=1e-9)
+    assert float(res["score"].max()) > 0.5  # the last case is far from the linear regime (-log(1-r) ~ r)
 
-    rows, runs = _hand_rows()
-    s = A.summarize_ablation(rows, runs, n_resamples=999)
-    frames = ablation_frame(s)
-    assert list(frames) == [512]
-    f = frames[512]
-    assert list(f.index) == ["one", "two"] and list(f.columns) == ["c = 0.5", "c = 0.9"]
-    r = s["ablations"][0]["rows"][0]
-    assert f.loc["one", "c = 0.5"].startswith(f"{r['gm_ratio']:.2f} [{r['gm_low']:.2f}, {r['gm_high']:.2f}]")
-    fig = layer_figure(s)
-    assert list(fig.data[0].y) == ["one", "two"] and len(fig.data[0].x) == 3
+
+def test_head_budget_is_adakv_top_k_of_the_marginal():
+    """The logdet allocation masks exactly the layer's total, keeps every head's sinks and window, and (the
+    transform being increasing) masks the same slots as AdaKV on the raw scores without a safeguard."""
+    model = tiny_model("llama")
+    n, c = 64, 0.6
+    ids = torch.randint(0, 96, (1, n), generator=torch.Generator().manual_seed(11))
+    masks = {}
+    for spec in ("jacap_ablate[head_budget=logdet,window=8]", "jacap_adakv[alpha_safeguard=0,window=8]"):
+        press = press_from_spec(spec, c)
+        with torch.no_grad(), press(model):
+            model.model(input_ids=ids, past_key_values=DynamicCache())
+        masks[spec] = [layer.self_attn.masked_key_indices for layer in model.model.layers]
+        clear_masks(model)
+    a, b = masks.values()
+    for ma, mb in zip(a, b):
+        assert int(ma[0].numel()) == 2 * (n - compute_n_kept(n, c))  # the layer's total budget
+        sa = set(zip(ma[1].tolist(), ma[2].tolist()))
+        assert sa == set(zip(mb[1].tolist(), mb[2].tolist()))
+        assert not any(s < 4 or s >= n - 8 for _, s in sa)  # sinks and window never masked
+        counts = torch.bincount(ma[1], minlength=2)
+        assert counts.sum() == 2 * (n - compute_n_kept(n, c))
+
+
+def test_centre_observed_is_the_models_own_attention():
+    """observed_attention against the attention weights of an eager forward of the layer (transformers'
+    output_attentions): rows at positions >= n_sink, EMA-weighted, pooled over the G query heads."""
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      attn_implementation="eager")
+    model = LlamaForCausalLM(cfg).eval()
+    module = model.model.layers[0].self_attn
+    module.rotary_emb = model.model.rotary_emb
+    seen = {}
+    module.register_forward_pre_hook(lambda m, a, kw: seen.update(hs=kw["hidden_states"]), with_kwargs=True)
+    ids = torch.randint(0, 50, (1, 30), generator=torch.Generator().manual_seed(12))
+    cache = DynamicCache()
+    with torch.no_grad():
+        out = model.model(input_ids=ids, past_key_values=cache, output_attentions=True)
+    attn = out.attentions[0].double()  # (1, H_q, 30, 30)
+    keys = cache.layers[0].keys
+    for beta, n_queries in ((0.9, None), (None, 10)):
+        rows = torch.arange(4, 30)[-n_queries:] if n_queries else torch.arange(4, 30)
+        if beta is None:
+            expected = attn[:, :, rows].mean(2)
+        else:  # the EMA recursion of mu_Q, run on the attention rows: m = q_first, then m = beta m + (1 - beta) row
+            expected = attn[:, :, rows[0]]
+            for r in rows[1:]:
+                expected = beta * expected + (1 - beta) * attn[:, :, r]
+        got = observed_attention(module, seen["hs"], keys, {}, n_queries=n_queries, skip=4, beta=beta, pooled=False,
+                                 block=7)
+        torch.testing.assert_close(got.double(), expected, rtol=1e-4, atol=1e-6)
+        pooled = observed_attention(module, seen["hs"], keys, {}, n_queries=n_queries, skip=4, beta=beta, pooled=True)
+        torch.testing.assert_close(pooled.double(), expected.view(1, 2, 2, 30).mean(2), rtol=1e-4, atol=1e-6)
+    # the press uses it as the centre, with no tau
+    press = JacapAblationPress(0.5, centre="observed", tau=50.0)
+    with torch.no_grad():
+        mu, lam = press.query_statistics(module, seen["hs"], keys, {})
+        alpha = press.centre_attention(module, seen["hs"], keys, {})
+        parts = press.components(keys, cache.layers[0].values, mu, lam, module, alpha)
+    torch.testing.assert_close(parts.alpha, alpha)
+    for h in range(2):
+        exp, _ = _brute(keys[0, h].double(), cache.layers[0].values[0, h].double(), mu[0, h].double(),
+                        lam[0, h].double(), alpha=alpha[0, h].double())
+        torch.testing.assert_close(parts.score[0, h].double(), exp, rtol=1e-4, atol=1e-10)
+
+
+def test_generic_path_gqa_mean_averages_query_heads(attn_module):
+    hs, keys, values = _cache(13)
+    press = JacapAblationPress(0.5, gqa="mean", sensitivity="rho")
+    with torch.no_grad():
+        mu, lam = press.query_statistics(attn_module, hs, keys, {})  # (1, H_q, d)
+        got = press.components(keys, values, mu, lam, attn_module).score
+    for h in range(2):
+        per_q = [_brute(keys[0, h].double(), values[0, h].double(), mu[0, q].double(), lam[0, q].double(),
+                        alpha=_tempered(keys[0, h].double(), mu[0, q].double(), 3.0), sens="rho")[0]
+                 for q in (2 * h, 2 * h + 1)]
+        torch.testing.assert_close(got[0, h].double(), (per_q[0] + per_q[1]) / 2, rtol=1e-4, atol=1e-10)
+
+
+# ----------------------------------------------------------------------------- the list of ablations
+EXPECTED_CHANGE = {
+    "centre=ea": {"centre"}, "centre=observed": {"centre"}, "rope-average=off": {"n_future_positions"},
+    "queries=32": {"n_queries"}, "queries=128": {"n_queries"}, "stats=flat": {"beta"},
+    "sensitivity=rho": {"sensitivity"}, "sensitivity=alpha": {"sensitivity"}, "kappa=off": {"kappa"},
+    "leverage=I": {"leverage"}, "u=W_O v": {"use_out_proj"},
+    "selection=two-stage": {"class"},  # JacapTwoStagePress (expand at its default, 2)
+    "budget=heads": {"head_budget", "wrapper"},  # the AdaKV wrapper is how head_budget=logdet allocates
+    "prior=isotropic": {"prior_iso"},
+    "prior=3-centres": {"class"},  # JacapMultiCenterPress at its defaults, from jacap[beta=none]
+}
+
+
+def test_every_ablation_changes_one_thing():
+    assert set(ONE_KNOB) == set(EXPECTED_CHANGE)
+    for label, (spec, what) in ONE_KNOB.items():
+        assert what and isinstance(what, str)
+        changed = changed_options(spec, base_spec(label))
+        assert set(changed) == EXPECTED_CHANGE[label], (label, changed)
+    assert changed_options("jacap_ablate") == {}
+    assert changed_options("jacap_ablate[head_budget=logdet]")["wrapper"][1] == {"class": "AdaKVPress",
+                                                                                 "alpha_safeguard": 0.0}
+    # the diff sees real changes, and options a subclass adds once they leave their default
+    assert changed_options("jacap[tau=10]") == {"tau": (3.0, 10)}
+    assert changed_options("jacap_two_stage[expand=3]") == {"class": ("JacapPress", "JacapTwoStagePress"),
+                                                            "expand": (None, 3)}
+    assert changed_options("jacap_ablate[centre=ea,noise=deff]") == {"centre": ("tempered", "ea"),
+                                                                     "noise": (1.0, "deff")}
+    assert changed_options("jacap_ablate", "jacap_ablate[deff_frac=0.5]") == {}  # inert without noise=deff
+
+
+def test_bad_ablation_options():
+    with pytest.raises(ValueError, match="centre"):
+        build_press("jacap_ablate", 0.5, centre="median")
+    with pytest.raises(ValueError, match="sensitivity"):
+        build_press("jacap_ablate", 0.5, sensitivity="rho3")
+    with pytest.raises(ValueError, match="kappa"):
+        build_press("jacap_ablate", 0.5, kappa="off")
+    with pytest.raises(ValueError, match="leverage"):
+        build_press("jacap_ablate", 0.5, leverage="I")
+    with pytest.raises(ValueError, match="prior_iso"):
+        build_press("jacap_ablate", 0.5, prior_iso=-1.0)
+    with pytest.raises(ValueError, match="alpha_safeguard"):
+        build_press("jacap_ablate", 0.5, alpha_safeguard=0.2)
+    with pytest.raises(ValueError, match="base_spec|unknown ablation"):
+        base_spec("centre=median")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("label", sorted(ONE_KNOB))
+def test_every_ablation_runs_on_a_tiny_model(label, dtype):
+    """A 128-token prefill at c = 0.5 (64 kept: 4 sinks, 32 window, 28 by score) in float32 and bfloat16, outside
+    torch.no_grad() (the cache tensors then require grad): every pruning spec keeps compute_n_kept keys per head,
+    rows of the full cache; the AdaKV spec masks the layer's total."""
+    model = copy.deepcopy(tiny_model("llama")).to(dtype)
+    n, c = 128, 0.5
+    ids = torch.randint(0, 96, (1, n), generator=torch.Generator().manual_seed(14))
+    full, cache = DynamicCache(), DynamicCache()
+    with torch.no_grad():
+        model.model(input_ids=ids, past_key_values=full)
+    press = press_from_spec(ONE_KNOB[label][0], c)
+    with press(model):
+        model.model(input_ids=ids, past_key_values=cache)
+    for i, layer in enumerate(cache.layers):
+        mask = model.model.layers[i].self_attn.masked_key_indices
+        if label == "budget=heads":
+            assert mask is not None and int(mask[0].numel()) == 2 * (n - compute_n_kept(n, c))
+            continue
+        assert mask is None
+        kept, ref = layer.keys[0].detach(), full.layers[i].keys[0]
+        assert kept.shape == (2, compute_n_kept(n, c), 16) and torch.isfinite(kept.float()).all()
+        for h in range(2):
+            assert torch.equal(kept[h, :4], ref[h, :4])  # sinks
+            assert all(bool((ref[h] == row).all(-1).any()) for row in kept[h])  # every kept row is a cache row

@@ -23,7 +23,7 @@ from .. import _checks
 from ..config import DEFAULTS
 from .jacap import JacapPress
 
-__all__ = ["BASELINES", "list_methods", "build_press", "method_factory", "parse_method", "press_from_spec", "inert_options", "effective_options",
+__all__ = ["BASELINES", "list_methods", "build_press", "method_factory", "parse_method", "press_from_spec", "inert_options", "effective_options", "changed_options",
            "method_options", "expand_methods"]
 
 # name -> (press class, default options, one-line description)
@@ -259,4 +259,46 @@ def method_options(press) -> dict:
         elif not isinstance(v, (int, float, str, bool, type(None), list, tuple, dict)):
             v = repr(v)
         out[f.name] = v
+    return out
+
+
+def _scorer_record(press) -> tuple[type, dict, dict | None]:
+    """``(scorer class, its effective options, the wrapper's options or None)`` of a registry press (the compression
+    ratio left out): a kvpress wrapper around one scorer (``press`` field) is split from it."""
+    wrapper = None
+    record = effective_options(method_options(press))
+    if dataclasses.is_dataclass(press) and dataclasses.is_dataclass(getattr(press, "press", None)):
+        wrapper = {k: v for k, v in record.items() if k not in ("press", "compression_ratio")}
+        press, record = press.press, record["press"]
+    return type(press), {k: v for k, v in record.items() if k not in ("compression_ratio", "class")}, wrapper
+
+
+def changed_options(spec: str, base: str = "jacap") -> dict:
+    """``{option: (value in base, value in spec)}`` for every option that differs between the presses two registry
+    specs build (read off the built presses, not the spec text; the compression ratio and inert options aside).
+
+    ``"class"`` is reported when the scorer classes differ, except for a subclass that declares itself its parent at
+    its field defaults (``same_as_parent_at_defaults``, e.g. ``JacapAblationPress``); options only one scorer has
+    count where they differ from that class's default (the side without them shows that default for a
+    ``same_as_parent_at_defaults`` class, else None); ``"wrapper"`` is a kvpress wrapper (its class and options)
+    around the scorer, or None.
+    """
+    (ca, a, wa), (cb, b, wb) = (_scorer_record(press_from_spec(s, 0.5)) for s in (base, spec))
+    out = {}
+    if ca is not cb:
+        sub, parent = (cb, ca) if issubclass(cb, ca) else (ca, cb) if issubclass(ca, cb) else (None, None)
+        if sub is None or not getattr(sub, "same_as_parent_at_defaults", False):
+            out["class"] = (ca.__name__, cb.__name__)
+    for key in sorted(set(a) | set(b)):
+        if key in a and key in b:
+            if a[key] != b[key]:
+                out[key] = (a[key], b[key])
+            continue
+        cls, value = (cb, b[key]) if key in b else (ca, a[key])
+        default = {f.name: f.default for f in dataclasses.fields(cls)}.get(key, dataclasses.MISSING)
+        if value != default:  # the side without the option: that default where the class is its parent at defaults
+            absent = default if getattr(cls, "same_as_parent_at_defaults", False) else None
+            out[key] = (a.get(key, absent), b.get(key, absent))
+    if wa != wb:
+        out["wrapper"] = (wa, wb)
     return out

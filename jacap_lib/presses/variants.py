@@ -13,6 +13,7 @@ from kvpress import AdaKVPress
 
 from .. import _checks
 from .jacap import JacapPress
+from .jacap_ablation import JacapAblationPress
 from .jacap_hybrid import JacapHybridPress
 from .jacap_multicenter import JacapMultiCenterPress
 from .jacap_pyramid import JacapPyramidPress
@@ -52,6 +53,27 @@ def jacap_pyramid(compression_ratio, slope=0.5, max_ratio=0.99, evict="mask", **
                              evict=evict)
 
 
+def jacap_ablate(compression_ratio, alpha_safeguard=None, **opts):
+    """Jacap with one component of Algorithm 1 swapped (centre, sensitivity, kappa, leverage, prior_iso, head_budget; list: jacap_ablation.ONE_KNOB)
+
+    Returns a :class:`~jacap_lib.presses.jacap_ablation.JacapAblationPress`; with ``head_budget="logdet"`` a kvpress
+    ``AdaKVPress`` around it (top-k of the marginal capacity across the KV heads of a layer), whose
+    ``alpha_safeguard`` defaults to 0 (the objective alone; sinks and windows stay protected per head).
+    """
+    press = JacapAblationPress(compression_ratio, **opts)
+    if press.head_budget == "uniform":
+        if alpha_safeguard is not None:
+            raise ValueError("alpha_safeguard only applies with head_budget='logdet' (the AdaKV allocation across "
+                             "heads); drop it or set head_budget=logdet")
+        return press
+    alpha_safeguard = 0.0 if alpha_safeguard is None else alpha_safeguard
+    _checks.unit_interval("alpha_safeguard", alpha_safeguard, closed_right=True)
+    return AdaKVPress(press=press, alpha_safeguard=alpha_safeguard)
+
+
+jacap_ablate.forwards_to = JacapAblationPress
+
+
 def _doc(cls):
     def factory(compression_ratio, **opts):
         return cls(compression_ratio, **opts)
@@ -70,4 +92,5 @@ VARIANTS: dict = {
     "jacap_wo": jacap_wo,
     "jacap_adakv": jacap_adakv,
     "jacap_pyramid": jacap_pyramid,
+    "jacap_ablate": jacap_ablate,
 }
