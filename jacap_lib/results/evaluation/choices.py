@@ -1,0 +1,89 @@
+"""The tune's choices: each method's setting and the best baseline per cell by the protocol's one rule
+(``choices.json``, written after the tune job, read by the test job with its configuration checked), the two
+best-baseline lines the summary compares with, and which settings the test job and the summary take."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import files
+from .. import protocol as P
+
+__all__ = ["TEST_LABEL", "write_choices", "read_choices", "best_baselines", "jacap_settings", "test_specs"]
+
+TEST_LABEL = "picked on test (stricter secondary line: favours the baselines, as it peeks at the test documents)"
+
+
+def write_choices(path: Path, tune_rows: list[dict], config: dict, space: dict, *, provenance: dict | None = None) -> dict:
+    """Apply the rule to the tune rows and write ``choices.json``: each method's setting, the best
+    baseline per (length, ratio) cell (picked on tune), the configuration and its fingerprint."""
+    rows = [r for r in tune_rows if r.get("split") == "tune"]
+    choices = P.choose_settings(rows, space, split="tune")
+    chosen = {m: v["chosen"] for m, v in choices.items()}
+    data = {"config": config, "fingerprint": P.fingerprint(config), "rule": P.RULE, "chosen": chosen,
+            "choices": choices}
+    if any(m in _baselines() for m in chosen):
+        data["best_baseline"] = {"picked_on": "tune", "cells": P.best_baseline_per_cell(rows, chosen, split="tune")}
+    if provenance is not None:
+        data["provenance"] = provenance
+    files.write_json(path, data)
+    return data
+
+
+def _baselines():
+    from ...presses.registry import BASELINES
+
+    return BASELINES
+
+
+def read_choices(path: Path, config: dict) -> dict:
+    """``choices.json`` if it exists and was made under ``config`` (same fingerprint); else ``ValueError``
+    saying what to run."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist: the test job needs the tune choices; run `jacap evaluate tune` "
+                         "(same options) first")
+    data = files.read_json(path, require=("config", "fingerprint", "chosen"))
+    if data["fingerprint"] != P.fingerprint(config):
+        diff = P.compare_configs(data["config"], config)
+        raise ValueError(f"{path} was made with a different configuration (differs in: {', '.join(diff) or 'fingerprint'}); "
+                         "rerun `jacap evaluate tune` with this run's options, or run the test job with the tune's options")
+    missing = sorted(set(config["search_space"]) - set(data["chosen"]))
+    if missing:
+        raise ValueError(f"{path} has no choice for {missing}; rerun `jacap evaluate tune`")
+    return data
+
+
+def best_baselines(choices: dict, test_rows: list[dict]) -> dict:
+    """The two best-baseline lines per (length, ratio) cell: ``"tune"`` (the protocol's, from
+    ``choices.json``) and ``"test"`` (the same rule applied to the test rows; labelled :data:`TEST_LABEL`)."""
+    return {"tune": {"label": "picked on tune (the protocol)", "cells": choices["best_baseline"]["cells"]},
+            "test": {"label": TEST_LABEL,
+                     "cells": P.best_baseline_per_cell(test_rows, choices["chosen"], split="test")}}
+
+
+def jacap_settings(choices: dict, test_rows: list[dict]) -> list[dict]:
+    """The Jacap settings the summary judges: the protocol's default Jacap setting (the tune choice of
+    ``jacap``) first, then the paper's exact settings preset when the search space has one
+    (``protocol.PAPER_PRESET``, a method spec) and the test rows hold it, else every other Jacap setting
+    (``jacap*`` method) the test rows hold. ``[{"spec", "role"}]``."""
+    have = list(dict.fromkeys(r["method"] for r in test_rows if P.method_of(r["method"]).startswith("jacap")))
+    default = choices["chosen"].get("jacap") or (have[0] if have else None)
+    if default is None or default not in have:
+        raise ValueError(f"test.jsonl has no rows of the chosen Jacap setting {default!r}; run `jacap evaluate test`")
+    out = [{"spec": default, "role": "default"}]
+    paper = getattr(P, "PAPER_PRESET", None)
+    if paper is not None and paper in have and not P.same_setting(paper, default):
+        out.append({"spec": paper, "role": "paper preset"})
+    elif paper is None or paper not in have:
+        out += [{"spec": s, "role": "tuned " + P.method_of(s)} for s in have if s != default]
+    return out
+
+
+def test_specs(chosen: dict) -> list[str]:
+    """The settings the test job runs: each method's tune choice, then the paper preset
+    (:data:`~jacap_lib.results.protocol.PAPER_PRESET`) when Jacap is among the methods and its choice
+    resolves to other options (so the default and the paper's settings are in every table)."""
+    specs = list(dict.fromkeys(chosen.values()))
+    if "jacap" in chosen and not P.same_setting(chosen["jacap"], P.PAPER_PRESET):
+        specs.append(P.PAPER_PRESET)
+    return specs

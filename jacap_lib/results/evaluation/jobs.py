@@ -1,0 +1,48 @@
+"""The command-line jobs ``jacap evaluate tune|test|time``: each checks its options (:func:`~.runs.prepare`),
+runs (:func:`~.runs.execute`) and prints what it wrote. ``jacap evaluate summary`` is :data:`~.summary.SUMMARY`."""
+from __future__ import annotations
+
+from .. import job as J
+from .runs import add_arguments, execute, prepare
+
+__all__ = ["report", "TUNE", "TEST", "TIME"]
+
+
+def report(res: dict) -> None:
+    """Print what :func:`execute` wrote."""
+    if "estimate" in res:
+        e = res["estimate"]
+        print(f"wrote {res['file']}; full grid: {e['cpu_seconds']['total'] / 3600:.2f} CPU-hours "
+              f"(tune {e['cpu_seconds']['tune'] / 3600:.2f}, test {e['cpu_seconds']['test'] / 3600:.2f}); "
+              f"{e['wall_seconds']['total'] / 3600:.2f} h at this run's load, one process")
+    else:
+        print(f"wrote {res['rows_written']} new rows to {res['file']}")
+        if "choices" in res:
+            print(f"wrote {res['choices']}: " + ", ".join(f"{m}: {s}" for m, s in res["chosen"].items()))
+
+
+def _job(job: str):
+    def add(parser):
+        add_arguments(parser, job)
+
+    def run(args):
+        args.job = job
+        try:
+            plan = prepare(args)
+        except J.BadArgument:
+            raise
+        except (ValueError, FileNotFoundError) as e:
+            raise J.BadArgument(str(e)) from None
+        res = execute(plan)
+        report(res)
+        return res
+
+    return add, run
+
+
+TUNE = J.Job("every setting of the search space on the tune documents -> data/results/eval/tune.jsonl, then "
+             "each method's choice and the best baseline per cell -> choices.json", *_job("tune"))
+TEST = J.Job("each method's tuned setting on the test documents -> data/results/eval/test.jsonl (needs the tune's "
+             "choices.json, made with the same options)", *_job("test"))
+TIME = J.Job("wall and CPU time of one prefill and one replay per setting on one document, and the extrapolated "
+             "time of the tune + test grid -> data/results/eval/timing.json", *_job("time"))

@@ -1,0 +1,403 @@
+"""The tune and test runs: their options and checks (:func:`prepare` -> :class:`Plan`, nothing loaded or
+written), the grid of prefills (:class:`Group`), one prefill's replays (:func:`measure_group`), the spawned
+worker pool (:func:`map_in_workers`, also used by :mod:`..needle` and :mod:`..decoding_comparison`), the rows
+appended as they finish (:func:`run_groups`, resumable by :func:`row_key`), and the refusal to resume a file
+whose settings now build other presses (:func:`check_settings_unchanged`). :func:`execute` hands the time job
+to :mod:`.timing`."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import files
+from .. import job as J
+from .. import protocol as P
+from . import timing as T
+from .choices import read_choices, test_specs, write_choices
+from .corpus import (DEFAULT_CONTINUATION, DEFAULT_LENGTHS, DEFAULT_RATIOS, QUICK, TUNE_DOCS_PER_KIND, check_lengths,
+                     load_docs)
+
+__all__ = ["row_key", "check_ratios", "check_processes", "check_model_option", "eval_dir", "Group", "tune_groups",
+           "test_groups", "measure_group", "map_in_workers", "run_groups", "add_arguments", "Plan", "prepare",
+           "execute", "check_settings_unchanged"]
+
+
+def row_key(row: dict) -> tuple:
+    return (row["model"], row["doc"], row["sha256"], int(row["length"]), int(row["continuation"]),
+            float(row["ratio"]), row["method"])
+
+
+# --------------------------------------------------------------------------------------------- option checks
+# shared by the evaluation's jobs (these modules and :mod:`..needle`): each raises ``ValueError`` naming the option
+def check_ratios(ratios) -> None:
+    """``--ratios``: every compression ratio in (0, 1)."""
+    for c in ratios:
+        if not 0 < c < 1:
+            raise ValueError(f"--ratios: every compression ratio must lie in (0, 1), got {c}")
+
+
+def check_processes(args, *, quick: bool) -> None:
+    """``--workers`` (unset: 1 with ``--quick``, else 2; set on ``args``) and ``--threads``, each >= 1."""
+    if getattr(args, "workers", 1) is None:
+        args.workers = 1 if quick else 2
+    for name in ("threads", "workers"):
+        if getattr(args, name, 1) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
+
+
+def check_model_option(name) -> None:
+    """``--model``: a valid model name (:func:`jacap_lib.models.check_model_name`); loads nothing."""
+    from ...models import check_model_name
+
+    try:
+        check_model_name(name)
+    except ValueError as e:
+        raise ValueError(f"--model: {e}") from None
+
+
+def eval_dir(given, *, quick: bool) -> Path:
+    """``--dir``: the folder given, else ``data/results/eval`` (``.../eval/quick`` with ``--quick``); not a file."""
+    from ..paths import data_path
+
+    out_dir = Path(given or data_path("results", "eval", *(("quick",) if quick else ()), must_exist=False))
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--dir {out_dir} is a file; give a folder")
+    return out_dir
+
+
+# --------------------------------------------------------------------------------------------- the grid
+@dataclass
+class Group:
+    """One prefill: a document at one prompt length, and the (spec, ratio) replays still to do on it."""
+
+    doc: dict
+    length: int
+    jobs: list = field(default_factory=list)
+
+
+def _groups(docs, lengths, ratios, specs_of, continuation, model_name, done) -> list[Group]:
+    out = []
+    for L in sorted(lengths):  # shortest first: an interrupted (resumable) run leaves the most complete cells
+        for d in docs:
+            jobs = [(s, float(c)) for s in specs_of(d) for c in ratios
+                    if (model_name, d["id"], d["sha256"], int(L), int(continuation), float(c), s) not in done]
+            if jobs:
+                out.append(Group(d, int(L), jobs))
+    return out
+
+
+def tune_groups(docs, space, lengths, ratios, continuation, model_name, done=frozenset()) -> list[Group]:
+    """Every setting of ``space`` on every tune document, minus the keys in ``done``."""
+    specs = [s for v in space.values() for s in v]
+    return _groups([d for d in docs if d["split"] == "tune"], lengths, ratios, lambda d: specs, continuation,
+                   model_name, done)
+
+
+def test_groups(docs, chosen: dict, lengths, ratios, continuation, model_name, done=frozenset()) -> list[Group]:
+    """Each method's chosen setting (and the paper preset, :func:`test_specs`) on every test document, minus
+    the keys in ``done``."""
+    specs = test_specs(chosen)
+    return _groups([d for d in docs if d["split"] == "test"], lengths, ratios, lambda d: specs, continuation,
+                   model_name, done)
+
+
+def measure_group(model, tokenizer, group: Group, continuation: int, model_name: str, on_row=None,
+                  build=None) -> list[dict]:
+    """One prefill captured (with its full-cache reference), every (spec, ratio) of ``group`` replayed on
+    it (:func:`jacap_lib.measure.quality.next_token_kl` with ``capture``); one row each, in job order.
+    ``build(spec, ratio)``: the press of a spec (default :func:`~jacap_lib.results.protocol.protocol_press`,
+    the protocol's pinned settings; the ablation job passes the registry's own ``press_from_spec``)."""
+    from ...measure.quality import capture_prefill, full_reference, next_token_kl, prompt_and_continuation
+
+    d = group.doc
+    prompt, cont = prompt_and_continuation(tokenizer, d["text"], group.length, continuation, name=f"document {d['id']}")
+    w0, c0 = time.perf_counter(), time.process_time()
+    cap = capture_prefill(model, prompt)
+    ref = full_reference(model, None, prompt, cont, capture=cap)
+    prefill = {"prefill_seconds": round(time.perf_counter() - w0, 3),
+               "prefill_cpu_seconds": round(time.process_time() - c0, 3)}
+    rows = []
+    for spec, c in group.jobs:
+        w0, c0 = time.perf_counter(), time.process_time()
+        press = (build or P.protocol_press)(spec, c)
+        res = next_token_kl(model, None, prompt, cont, press, reference=ref, capture=cap)
+        row = {"model": model_name, "doc": d["id"], "kind": d.get("kind"), "split": d["split"], "sha256": d["sha256"],
+               "length": group.length, "continuation": int(continuation), "ratio": c, "method": spec,
+               "family": P.method_of(spec), "kl": res.kl, "kl_max": float(res.kl_per_token.max()),
+               "top1_agreement": res.top1_agreement, "attn_rel_error": res.attn_rel_error,
+               "attn_rel_error_per_layer": [float(f"{x:.4g}") for x in res.attn_rel_error_per_layer.tolist()],
+               "kept_tokens": res.kept_tokens, "seconds": round(time.perf_counter() - w0, 3),
+               "cpu_seconds": round(time.process_time() - c0, 3), **prefill}
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    return rows
+
+
+_WORKER: dict = {}
+
+
+def _init_worker(model_name, threads, seed):
+    import torch
+
+    from ...models import load_model
+
+    torch.set_num_threads(int(threads))
+    torch.manual_seed(int(seed))
+    _WORKER["model"], _WORKER["tok"] = load_model(model_name)
+
+
+def _work(measure, task):
+    return measure(_WORKER["model"], _WORKER["tok"], task)
+
+
+def map_in_workers(measure, tasks, *, workers: int, model_name=None, threads: int = 1, seed: int = 0):
+    """``measure(model, tokenizer, task)`` for every task in ``workers`` spawned processes, each loading
+    ``model_name`` once (``torch`` with ``threads`` threads, seeded ``seed``); yields the results in the order
+    they finish. ``measure``: a module-level function or a ``functools.partial`` of one (workers unpickle it)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                             initargs=(model_name, threads, seed)) as pool:
+        futures = [pool.submit(_work, measure, t) for t in tasks]
+        for f in as_completed(futures):
+            yield f.result()
+
+
+def run_groups(groups: list, out: Path, *, continuation: int | None = None, model_label: str | None = None,
+               measure=None, model=None, tokenizer=None, model_name=None, workers: int = 1, threads: int = 1,
+               seed: int = 0, progress: bool = True) -> int:
+    """Measure every group and append its rows to ``out``; returns the rows written.
+
+    ``measure(model, tokenizer, group, on_row=None) -> rows``: what one group (one prefill) is (default:
+    :func:`measure_group` with ``continuation`` and ``model_label``); a module-level function or a
+    ``functools.partial`` of one, so spawned workers can unpickle it; ``group.jobs``: its rows to come.
+    ``workers == 1``: in this process with ``model``/``tokenizer`` (loaded from ``model_name`` when not
+    given); ``workers > 1``: that many spawned processes, each loading ``model_name``, the rows written
+    here as each prefill's replays finish."""
+    import functools
+
+    from tqdm.auto import tqdm
+
+    if measure is None:
+        measure = functools.partial(measure_group, continuation=continuation, model_name=model_label)
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    total = sum(len(g.jobs) for g in groups)
+    bar = tqdm(total=total, desc=f"{out.stem} rows", disable=not progress, smoothing=0.05)
+    written = 0
+
+    def put(row):
+        nonlocal written
+        files.append_jsonl(out, row)
+        written += 1
+        bar.update(1)
+
+    try:
+        if workers <= 1 or model is not None:
+            if model is None:
+                _init_worker(model_name, threads, seed)
+                model, tokenizer = _WORKER["model"], _WORKER["tok"]
+            for g in groups:
+                measure(model, tokenizer, g, on_row=put)
+        elif groups:
+            for rows in map_in_workers(measure, groups, workers=workers, model_name=model_name, threads=threads,
+                                       seed=seed):
+                for row in rows:
+                    put(row)
+    finally:
+        bar.close()
+    return written
+
+
+# --------------------------------------------------------------------------------------------- command line
+def add_arguments(parser: argparse.ArgumentParser, job: str = "tune") -> None:
+    """The options of ``jacap evaluate <job>`` (``job``: tune, test or time)."""
+    J.shared_options(parser, seed=True)
+    parser.add_argument("--lengths", nargs="+", type=int, default=None,
+                        help=f"prompt tokens (default {' '.join(map(str, DEFAULT_LENGTHS))})")
+    parser.add_argument("--ratios", nargs="+", type=float, default=None,
+                        help=f"compression ratios (default {' '.join(map(str, DEFAULT_RATIOS))})")
+    parser.add_argument("--continuation", type=int, default=None,
+                        help=f"continuation tokens scored (default {DEFAULT_CONTINUATION})")
+    parser.add_argument("--methods", nargs="+", default=None,
+                        help="registry names of the search space to run (default: every method of "
+                             "protocol.SEARCH_SPACE)")
+    parser.add_argument("--manifest", type=Path, default=None,
+                        help="document manifest (default: the evaluation corpus, data/texts/corpus/manifest.json)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="output folder (default data/results/eval; with --quick data/results/eval/quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke run: {QUICK['docs_per_split']} tune + {QUICK['docs_per_split']} test documents, "
+                             "prompt 512, c 0.75/0.9, 32-token continuation, knorm/snapkv/jacap with <= 2 settings")
+    parser.add_argument("--tune-per-kind", type=int, default=TUNE_DOCS_PER_KIND,
+                        help=f"tune documents used per kind, first in manifest order (default {TUNE_DOCS_PER_KIND}; "
+                             "0: every tune document)")
+    if job != "time":
+        parser.add_argument("--workers", type=int, default=None,
+                            help="processes, one prefill at a time each, --threads torch threads each (default 2, "
+                                 "for a 2-core machine; 1 with --quick)")
+    else:
+        parser.add_argument("--doc", default=None, help="document id (default: the first long enough)")
+        parser.add_argument("--ratio", type=float, default=0.9, help="the ratio the replays are timed at (default 0.9)")
+        parser.add_argument("--n-tune", type=int, default=None, help="tune documents to extrapolate to (default: the manifest's)")
+        parser.add_argument("--n-test", type=int, default=None, help="test documents to extrapolate to (default: the manifest's)")
+
+
+@dataclass
+class Plan:
+    """A checked invocation: everything :func:`execute` needs, nothing written yet."""
+
+    job: str
+    out_dir: Path
+    model_name: str | None
+    model_label: str
+    lengths: tuple
+    ratios: tuple
+    continuation: int
+    space: dict
+    docs: list
+    config: dict
+    record: dict
+    threads: int = 1
+    workers: int = 1
+    seed: int = 0
+    progress: bool = True
+    extra: dict = field(default_factory=dict)
+
+
+def prepare(args, *, tokenizer=None) -> Plan:
+    """Check every option (``ValueError`` naming it) and build the :class:`Plan`; loads no model, writes nothing.
+
+    ``tokenizer``: the one the documents' token counts are checked with (default: ``--model``'s)."""
+    from ...models import load_tokenizer
+    from ..provenance import model_record
+
+    quick = bool(args.quick)
+    lengths = tuple(args.lengths or (QUICK["lengths"] if quick else DEFAULT_LENGTHS))
+    ratios = tuple(args.ratios or (QUICK["ratios"] if quick else DEFAULT_RATIOS))
+    continuation = args.continuation if args.continuation is not None else (QUICK["continuation"] if quick else DEFAULT_CONTINUATION)
+    for L in lengths:
+        if isinstance(L, bool) or L < 16:
+            raise ValueError(f"--lengths: every prompt length must be >= 16 tokens, got {L}")
+    if len(set(lengths)) != len(lengths) or len(set(ratios)) != len(ratios):
+        raise ValueError("--lengths / --ratios: list each value once")
+    check_ratios(ratios)
+    if continuation < 1:
+        raise ValueError(f"--continuation must be >= 1, got {continuation}")
+    check_processes(args, quick=quick)
+    space = P.quick_space() if quick else dict(P.SEARCH_SPACE)
+    if args.methods:
+        unknown = sorted(set(args.methods) - set(space))
+        if unknown:
+            raise ValueError(f"--methods: {unknown} not in the search space; choose among {list(space)}")
+        space = {m: space[m] for m in args.methods}
+    P.check_search_space(space, exact=not quick)
+    check_model_option(args.model)
+    try:
+        if args.tune_per_kind < 0:
+            raise ValueError(f"--tune-per-kind must be >= 0, got {args.tune_per_kind}")
+        docs = load_docs(args.manifest, quick=quick, tune_per_kind=args.tune_per_kind)
+    except (ValueError, FileNotFoundError) as e:
+        raise ValueError(f"--manifest: {e}") from None
+    out_dir = eval_dir(args.dir, quick=quick)
+    tok = tokenizer if tokenizer is not None else load_tokenizer(args.model)
+    extra = {}
+    if args.job == "time":
+        extra = T.time_options(args, docs, tok, lengths, continuation)
+    else:
+        check_lengths(tok, docs, lengths, continuation)
+    record = model_record(args.model)
+    config = P.protocol_config(model=record, lengths=lengths, ratios=ratios, continuation=continuation, space=space,
+                               docs=docs)
+    plan = Plan(job=args.job, out_dir=Path(out_dir), model_name=args.model, model_label=record["name"], lengths=lengths,
+                ratios=ratios, continuation=int(continuation), space=space, docs=docs, config=config, record=record,
+                threads=args.threads, workers=getattr(args, "workers", 1), seed=args.seed,
+                progress=not args.no_progress, extra=extra)
+    plan.extra["command"] = getattr(args, "command", None)
+    if args.job == "test":
+        plan.extra["choices"] = read_choices(plan.out_dir / "choices.json", config)
+    return plan
+
+
+def _run_config(plan: Plan, model=None) -> dict:
+    from ...presses.registry import method_options
+    from ..provenance import provenance
+
+    rec = provenance(model, model_name=plan.model_name, command=plan.extra.get("command"))
+    specs = [s for v in plan.space.values() for s in v]
+    return {**rec, "job": plan.job, "protocol": plan.config, "fingerprint": P.fingerprint(plan.config),
+            "threads": plan.threads, "workers": plan.workers, "seed": plan.seed,
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+            "measured": "prompt KV of every layer and KV head compressed by the press's own kvpress hook, replayed on "
+                        "one captured prefill per (document, length); the continuation teacher-forced at its true "
+                        "positions, never evicted; KL(full || compressed) of next-token distributions",
+            "documents": [{k: d.get(k) for k in ("id", "kind", "split", "sha256", "source", "license")} for d in plan.docs],
+            "settings": {s: method_options(P.protocol_press(s, plan.ratios[0])) for s in specs},
+            "pins": {s: P.pinned(s) for s in specs if P.pinned(s) != s}}
+
+
+def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
+    """Run a :func:`prepare`d job (``model``/``tokenizer``: use these instead of loading ``plan.model_name``,
+    in this process). Returns a summary dict (rows written, files)."""
+    if plan.job == "time":
+        return T.execute_time(plan, model, tokenizer)
+    name = "tune.jsonl" if plan.job == "tune" else "test.jsonl"
+    out = plan.out_dir / name
+    done = {row_key(r) for r in files.read_jsonl(out)}
+    if plan.job == "tune":
+        groups = tune_groups(plan.docs, plan.space, plan.lengths, plan.ratios, plan.continuation, plan.model_label, done)
+    else:
+        chosen = plan.extra["choices"]["chosen"]
+        groups = test_groups(plan.docs, {m: chosen[m] for m in plan.space}, plan.lengths, plan.ratios,
+                             plan.continuation, plan.model_label, done)
+    check_settings_unchanged(out, plan.space if plan.job == "tune" else None,
+                             test_specs(plan.extra["choices"]["chosen"]) if plan.job == "test" else None, plan.ratios)
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    files.append_run(out, _run_config(plan, model))
+    n = run_groups(groups, out, continuation=plan.continuation, model_label=plan.model_label, model=model,
+                   tokenizer=tokenizer, model_name=plan.model_name, workers=plan.workers, threads=plan.threads,
+                   seed=plan.seed, progress=plan.progress)
+    res = {"rows_written": n, "file": str(out)}
+    if plan.job == "tune":
+        rows = [r for r in files.read_jsonl(out) if r["model"] == plan.model_label
+                and r["continuation"] == plan.continuation]
+        data = write_choices(plan.out_dir / "choices.json", rows, plan.config, plan.space,
+                             provenance={"tune_file": name, "command": plan.extra.get("command")})
+        res.update(choices=str(plan.out_dir / "choices.json"), chosen=data["chosen"])
+    return res
+
+
+def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(0.5,), build=None) -> None:
+    """Refuse to resume ``out`` when a setting now builds another press than the rows were made with.
+
+    A method spec without options (``"jacap"``) means the library's defaults, which the protocol itself may
+    change (``JacapPress``'s defaults are the tune choice). Every earlier run of ``out`` recorded each
+    setting's resolved options; a spec whose options differ today (the compression ratio aside) would mix two
+    presses under one name, so this raises ``ValueError`` naming it and the fix (a new ``--dir``)."""
+    from ...presses.registry import effective_options, method_options
+
+    if not Path(out).is_file():
+        return
+    specs = list(specs or []) + [s for v in (space or {}).values() for s in v]
+    drop = {"compression_ratio"}
+    for run in files.read_runs(out):
+        for spec in specs:
+            then = (run.get("settings") or {}).get(spec)
+            if then is None:
+                continue
+            now = method_options((build or P.protocol_press)(spec, float(ratios[0])))
+            a = effective_options({k: v for k, v in then.items() if k not in drop})
+            b = effective_options(json.loads(json.dumps({k: v for k, v in now.items() if k not in drop})))
+            if a != b:
+                diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+                raise ValueError(f"{out} holds rows of {spec!r} made with other options ({', '.join(diff)}: "
+                                 f"{[a.get(k) for k in diff]} then, {[b.get(k) for k in diff]} now; the library "
+                                 "defaults changed); resuming would mix two presses under one name. Give a new "
+                                 "--dir to measure today's settings")
