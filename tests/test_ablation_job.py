@@ -55,7 +55,7 @@ KNOBS = {"u = W_O v": ("jacap_wo[window=4]", "u = W_O v"), "flat": ("jacap[windo
 
 @pytest.fixture
 def knobs(monkeypatch):
-    monkeypatch.setattr(A, "knob_table", lambda: (dict(KNOBS), "test"))
+    monkeypatch.setattr(A, "knob_table", lambda: ({k: (s, d, "jacap[window=4]") for k, (s, d) in KNOBS.items()}, "test"))
     monkeypatch.setattr(A, "DEFAULT_SPEC", "jacap[window=4]")
 
 

@@ -38,15 +38,16 @@ DEFAULT_SPEC = "jacap"  # the library's default press: every ablation changes on
 FILE = "ablation.jsonl"
 SUMMARY_FILE = "ablation_summary.json"
 ALPHA = 0.05  # family-wise error level of the simultaneous intervals and of Holm
-#: The screening grid (the default of --lengths / --ratios) and why it is this one.
-LENGTHS = (512, 1024, 2048)
-RATIOS = (0.5, 0.75, 0.9)
-GRID_CHOICE = ("all three prompt lengths (512, 1024, 2048) and c 0.5/0.75/0.9: c 0.5 and prompt 2048 are the cells "
-               "where the default loses to the best baseline, c 0.9 where it wins, c 0.75 between. A timing of one "
-               "tune document (replays 0.8-1.0 CPU-s at prompt 512, 1.1-1.8 at 2048; prefill 1.8 CPU-s at 512, 8.1 "
-               "at 2048) put each ablation at ~200 CPU-s over the 18 tune documents and this grid, so 6 to 18 "
-               "settings fit the ~1 h 50 min available to 2 workers on 2 shared cores; c 0.95 (where the default "
-               "already wins) was left out to keep that margin")
+#: The screening grid (the default of --lengths / --ratios, measured in the order of LENGTHS) and why it is this one.
+LENGTHS = (2048, 512, 1024)
+RATIOS = (0.5, 0.9)
+GRID_CHOICE = ("prompt lengths 2048, 512, 1024, measured in that order (2048 first: it is where the default loses to "
+               "the best baseline, so an interrupted run still has it) and c 0.5 (where the default loses) and 0.9 "
+               "(where it wins). c 0.75 was dropped because the estimate said the grid with it would not fit: 16 "
+               "settings (default + 15 one-knob ablations) x 18 tune documents cost ~3.5 CPU-s per (setting, document, "
+               "ratio) over the three lengths (replays 0.8-1.0 CPU-s at 512, 1.1-1.8 at 2048, timed on one document) "
+               "plus prefills, ~3400 CPU-s with three ratios and ~2300 with two, while the first 13 minutes of the run "
+               "(nice 5, 2 workers, load average 13-15 on 2 shared cores) got ~0.2-0.4 of a core")
 #: One-knob changes of the default press that the registry already builds, used while
 #: ``jacap_lib.presses.jacap_ablation`` (the full table of knobs) does not exist.
 FALLBACK_KNOBS = {
@@ -60,13 +61,17 @@ FALLBACK_KNOBS = {
 
 
 def knob_table() -> tuple[dict, str]:
-    """``({label: (spec, description)}, source)``: :data:`jacap_lib.presses.jacap_ablation.ONE_KNOB` when that
-    module exists, else :data:`FALLBACK_KNOBS`; ``source`` names which."""
+    """``({label: (spec, description, base spec)}, source)``: :data:`jacap_lib.presses.jacap_ablation.ONE_KNOB`
+    with each ablation's base (``BASE_OF``; :data:`DEFAULT_SPEC` for the others) when that module exists, else
+    :data:`FALLBACK_KNOBS`; ``source`` names which."""
     try:
-        from ..presses.jacap_ablation import ONE_KNOB
+        from ..presses import jacap_ablation as JA
     except ImportError:
-        return dict(FALLBACK_KNOBS), "jacap_lib.results.ablation.FALLBACK_KNOBS"
-    return dict(ONE_KNOB), "jacap_lib.presses.jacap_ablation.ONE_KNOB"
+        return ({k: (s, d, DEFAULT_SPEC) for k, (s, d) in FALLBACK_KNOBS.items()},
+                "jacap_lib.results.ablation.FALLBACK_KNOBS")
+    base = getattr(JA, "BASE_OF", {})
+    return ({k: (s, d, base.get(k, DEFAULT_SPEC)) for k, (s, d) in JA.ONE_KNOB.items()},
+            "jacap_lib.presses.jacap_ablation.ONE_KNOB")
 
 
 def _build(spec: str, compression_ratio: float):
@@ -130,7 +135,9 @@ def prepare(args, *, tokenizer=None):
         table = {k: table[k] for k in args.ablations}
     elif quick:
         table = dict(list(table.items())[:2])
-    specs = [DEFAULT_SPEC] + [s for s, _ in table.values()]
+    specs = [DEFAULT_SPEC] + [v[0] for v in table.values()]
+    bases = [b for _, _, b in table.values() if b not in specs]  # a base that is no ablation of the table runs too
+    specs += list(dict.fromkeys(bases))
     dup = sorted({s for s in specs if specs.count(s) > 1})
     if dup:
         raise ValueError(f"--ablations: {dup} appear twice (an ablation must differ from the default and the others)")
@@ -150,13 +157,15 @@ def prepare(args, *, tokenizer=None):
     E.check_lengths(tok, docs, lengths, continuation)
     E.check_settings_unchanged(out_dir / FILE, None, specs, ratios, build=_build)
     record = model_record(args.model)
-    space = {"default": (DEFAULT_SPEC,), **{k: (s,) for k, (s, _) in table.items()}}
+    space = {"default": (DEFAULT_SPEC,), **{k: (s,) for k, (s, _, _) in table.items()},
+             **{f"base {b}": (b,) for b in dict.fromkeys(bases)}}
     given = args.lengths is not None or args.ratios is not None
     config = {"job": "ablate", "model": record, "lengths": list(lengths), "ratios": list(ratios),
               "continuation": int(continuation),
               "grid_choice": "given by --lengths / --ratios" if given else ("--quick" if quick else GRID_CHOICE),
               "default": DEFAULT_SPEC, "knob_table": source,
-              "ablations": {k: {"spec": s, "description": desc, "options": options[s]} for k, (s, desc) in table.items()},
+              "ablations": {k: {"spec": s, "description": desc, "base": b, "options": options[s]}
+                            for k, (s, desc, b) in table.items()},
               "settings": options,
               "documents": [{k: d.get(k) for k in ("id", "kind", "split", "sha256", "source", "license")} for d in docs]}
     plan = E.Plan(job="ablate", out_dir=Path(out_dir), model_name=args.model, model_label=record["name"],
@@ -175,6 +184,7 @@ def execute(plan, *, model=None, tokenizer=None) -> dict:
     out = plan.out_dir / FILE
     done = {E.row_key(r) for r in files.read_jsonl(out)}
     groups = E.tune_groups(plan.docs, plan.space, plan.lengths, plan.ratios, plan.continuation, plan.model_label, done)
+    groups.sort(key=lambda g: plan.lengths.index(g.length))  # in the order --lengths gives (stable: documents' order)
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     run = {**plan.config, **provenance(model, model_name=plan.model_name, command=plan.extra.get("command")),
            "threads": plan.threads, "workers": plan.workers, "seed": plan.seed,
@@ -251,10 +261,11 @@ def summarize_ablation(rows: list[dict], runs: list[dict], *, alpha: float = ALP
         raise ValueError("ablation.jsonl's runs name different default specs; summarize one at a time (--dir)")
     model, cont = last["model"]["name"], int(last["continuation"])
     docs = [d["id"] for d in last["documents"] if d["split"] == "tune"]
-    table: dict = {}
-    for run in runs:  # every ablation any run measured, first appearance first (a later description wins)
+    by_spec: dict = {}
+    for run in runs:  # every ablation spec any run measured, first appearance first (a later label wins)
         for label, a in run["ablations"].items():
-            table[label] = a
+            by_spec[a["spec"]] = (label, a)
+    table = {label: a for label, a in by_spec.values()}
     lengths = sorted({int(L) for run in runs for L in run["lengths"]})
     ratios = sorted({float(c) for run in runs for c in run["ratios"]})
     rows = [r for r in rows if r["model"] == model and int(r["continuation"]) == cont and r["doc"] in docs]
@@ -264,7 +275,8 @@ def summarize_ablation(rows: list[dict], runs: list[dict], *, alpha: float = ALP
         return all((spec, L, c, d) in have for d in docs)
 
     cells = [(L, c) for L in lengths for c in ratios if complete(default, L, c)]
-    judged = {label: [(L, c) for L, c in cells if complete(a["spec"], L, c)] for label, a in table.items()}
+    judged = {label: [(L, c) for L, c in cells if complete(a["spec"], L, c) and complete(a.get("base", default), L, c)]
+              for label, a in table.items()}
     m = sum(len(v) for v in judged.values())
     if m == 0:
         raise ValueError("ablation.jsonl has no (length, c) cell where the default and an ablation both have rows on "
@@ -273,15 +285,16 @@ def summarize_ablation(rows: list[dict], runs: list[dict], *, alpha: float = ALP
     nres = n_resamples or simultaneous_resamples(m, alpha)
     out = []
     for label, a in table.items():
-        spec = a["spec"]
+        spec, base = a["spec"], a.get("base", default)
+        head = {"label": label, "spec": spec, "base": base, "description": a.get("description")}
         if not judged[label]:
-            out.append({"label": label, "spec": spec, "description": a.get("description"), "rows": [], "layers": {}})
+            out.append({**head, "rows": [], "layers": {}})
             continue
         keep = set(judged[label])
-        sub = [r for r in rows if r["method"] in (spec, default) and (int(r["length"]), float(r["ratio"])) in keep]
-        adj = E.compare_settings(sub, spec, default, seed=seed, confidence=level, n_resamples=nres)
-        unadj = {(r["length"], r["ratio"]): r for r in E.compare_settings(sub, spec, default, seed=seed)}
-        same = E.identical_documents(sub, spec, default)
+        sub = [r for r in rows if r["method"] in (spec, base) and (int(r["length"]), float(r["ratio"])) in keep]
+        adj = E.compare_settings(sub, spec, base, seed=seed, confidence=level, n_resamples=nres)
+        unadj = {(r["length"], r["ratio"]): r for r in E.compare_settings(sub, spec, base, seed=seed)}
+        same = E.identical_documents(sub, spec, base)
         res = []
         for r in adj:
             u = unadj[(r["length"], r["ratio"])]
@@ -291,8 +304,7 @@ def summarize_ablation(rows: list[dict], runs: list[dict], *, alpha: float = ALP
                         "gm_high_95": u["gm_high"], "verdict_95": u["verdict"], "mean_ratio": r["mean_ratio"],
                         "mean_low": r["mean_low"], "mean_high": r["mean_high"], "p_wilcoxon": r["p_wilcoxon"],
                         "p_holm": r["p_holm"], "identical_docs": same[(r["length"], r["ratio"])][0]})
-        out.append({"label": label, "spec": spec, "description": a.get("description"), "rows": res,
-                    "layers": layer_ratios(rows, spec, default, docs, judged[label])})
+        out.append({**head, "rows": res, "layers": layer_ratios(rows, spec, base, docs, judged[label])})
     flat = [r for a in out for r in a["rows"]]
     for r, p in zip(flat, V.holm([r["p_wilcoxon"] for r in flat])):
         r["p_holm_all"] = float(p)
