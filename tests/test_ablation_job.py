@@ -77,6 +77,7 @@ def test_job_rows_pair_with_the_default_and_resume(tiny, corpus, tmp_path, monke
     assert all(len(r["attn_rel_error_per_layer"]) == 2 and r["kl"] >= 0 for r in rows)
     cfg = io.read_runs(out / A.FILE)[0]
     assert cfg["ablations"]["flat"] == {"spec": "jacap[window=4,beta=none]", "description": "flat statistics",
+                                        "base": "jacap[window=4]",
                                         "options": cfg["settings"]["jacap[window=4,beta=none]"]}
     assert cfg["settings"]["jacap_wo[window=4]"]["use_out_proj"] is True and cfg["versions"]["kvpress"]
     assert cfg["grid_choice"] == "given by --lengths / --ratios" and cfg["lengths"] == [80]
@@ -119,10 +120,11 @@ def test_bad_options_raise_before_work(corpus, tmp_path, knobs):
 
 
 def _hand_rows(seed=0, docs=5, layers=3):
-    """Rows of a default and two ablations on ``docs`` documents in cells 512/0.5 and 512/0.9."""
+    """Rows of a default and three ablations on ``docs`` documents in cells 512/0.5 and 512/0.9 (the third
+    ablation's base is the first)."""
     rng = np.random.default_rng(seed)
     rows = []
-    for spec in ("jacap", "a1", "a2"):
+    for spec in ("jacap", "a1", "a2", "a3"):
         for c in (0.5, 0.9):
             for d in range(docs):
                 rows.append({"model": "M", "doc": f"k/{d}", "split": "tune", "length": 512, "continuation": 8,
@@ -131,21 +133,23 @@ def _hand_rows(seed=0, docs=5, layers=3):
                              "attn_rel_error_per_layer": [float(x) for x in rng.uniform(0.01, 0.5, layers)]})
     run = {"default": "jacap", "model": {"name": "M"}, "continuation": 8, "lengths": [512], "ratios": [0.5, 0.9],
            "documents": [{"id": f"k/{d}", "split": "tune"} for d in range(docs)],
-           "ablations": {"one": {"spec": "a1", "description": "x"}, "two": {"spec": "a2", "description": "y"}}}
+           "ablations": {"one": {"spec": "a1", "description": "x"}, "two": {"spec": "a2", "description": "y"},
+                         "three": {"spec": "a3", "description": "z", "base": "a1"}}}
     return rows, [run]
 
 
 def test_summary_ratios_intervals_and_layers_by_hand():
     rows, runs = _hand_rows()
     s = A.summarize_ablation(rows, runs, n_resamples=4999)
-    assert s["m"] == 4 and s["confidence"] == pytest.approx(1 - 0.05 / 4)
+    assert s["m"] == 6 and s["confidence"] == pytest.approx(1 - 0.05 / 6)
+    assert [a["base"] for a in s["ablations"]] == ["jacap", "jacap", "a1"]
     kl = {(r["method"], r["ratio"], r["doc"]): r["kl"] for r in rows}
     err = {(r["method"], r["ratio"], r["doc"]): r["attn_rel_error_per_layer"] for r in rows}
     docs = [f"k/{d}" for d in range(5)]
     for a in s["ablations"]:
         for r in a["rows"]:
             x = np.array([kl[(a["spec"], r["ratio"], d)] for d in docs])
-            y = np.array([kl[("jacap", r["ratio"], d)] for d in docs])
+            y = np.array([kl[(a["base"], r["ratio"], d)] for d in docs])
             assert r["gm_ratio"] == pytest.approx(float(np.exp(np.mean(np.log(x / y)))), rel=1e-12)
             assert r["wins"] == int(np.sum(x < y)) and r["losses"] == int(np.sum(x > y))
             assert r["gm_low"] <= r["gm_low_95"] <= r["gm_ratio"] <= r["gm_high_95"] <= r["gm_high"]
@@ -154,10 +158,10 @@ def test_summary_ratios_intervals_and_layers_by_hand():
             assert r["p_holm_all"] >= r["p_holm"] >= r["p_wilcoxon"]
         # per layer: geometric mean over documents of the error ratio, per cell and pooled
         for c in (0.5, 0.9):
-            want = np.exp(np.mean([np.log(np.array(err[(a["spec"], c, d)]) / np.array(err[("jacap", c, d)]))
+            want = np.exp(np.mean([np.log(np.array(err[(a["spec"], c, d)]) / np.array(err[(a["base"], c, d)]))
                                    for d in docs], axis=0))
             assert a["layers"][f"512/{c}"] == pytest.approx(want.tolist(), rel=1e-12)
-        pooled = np.exp(np.mean([np.log(np.array(err[(a["spec"], c, d)]) / np.array(err[("jacap", c, d)]))
+        pooled = np.exp(np.mean([np.log(np.array(err[(a["spec"], c, d)]) / np.array(err[(a["base"], c, d)]))
                                  for c in (0.5, 0.9) for d in docs], axis=0))
         assert a["layers"]["all"] == pytest.approx(pooled.tolist(), rel=1e-12)
     # the simultaneous level is Bonferroni's over every comparison judged
@@ -169,12 +173,15 @@ def test_summary_judges_only_complete_cells():
     rows, runs = _hand_rows()
     rows = [r for r in rows if not (r["method"] == "a2" and r["ratio"] == 0.9 and r["doc"] == "k/3")]
     s = A.summarize_ablation(rows, runs, n_resamples=999)
-    assert s["m"] == 3 and s["confidence"] == pytest.approx(1 - 0.05 / 3)
+    assert s["m"] == 5 and s["confidence"] == pytest.approx(1 - 0.05 / 5)
     two = next(a for a in s["ablations"] if a["label"] == "two")
     assert [r["ratio"] for r in two["rows"]] == [0.5] and set(two["layers"]) == {"512/0.5", "all"}
     rows = [r for r in rows if r["method"] != "jacap" or r["ratio"] != 0.5]  # the default lacks a cell
     s = A.summarize_ablation(rows, runs, n_resamples=999)
-    assert s["cells_missing"] == ["512/0.5"] and s["m"] == 1
+    assert s["cells_missing"] == ["512/0.5"] and s["m"] == 2  # one and three at c 0.9 (two lacks a document)
+    # a spec recorded under two labels (an earlier run's) is judged once, under the latest label
+    runs2 = [{**runs[0], "ablations": {"old name": {"spec": "a1"}}}, runs[0]]
+    assert [a["label"] for a in A.summarize_ablation(rows, runs2, n_resamples=999)["ablations"]] == ["one", "two", "three"]
     with pytest.raises(ValueError, match="no .*cell"):
         A.summarize_ablation([r for r in rows if r["method"] != "jacap"], runs)
 
@@ -187,8 +194,8 @@ def test_ablation_frame_shows_each_cell():
     frames = ablation_frame(s)
     assert list(frames) == [512]
     f = frames[512]
-    assert list(f.index) == ["one", "two"] and list(f.columns) == ["c = 0.5", "c = 0.9"]
+    assert list(f.index) == ["one", "two", "three"] and list(f.columns) == ["c = 0.5", "c = 0.9"]
     r = s["ablations"][0]["rows"][0]
     assert f.loc["one", "c = 0.5"].startswith(f"{r['gm_ratio']:.2f} [{r['gm_low']:.2f}, {r['gm_high']:.2f}]")
     fig = layer_figure(s)
-    assert list(fig.data[0].y) == ["one", "two"] and len(fig.data[0].x) == 3
+    assert list(fig.data[0].y) == ["one", "two", "three"] and len(fig.data[0].x) == 3
