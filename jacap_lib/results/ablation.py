@@ -6,9 +6,10 @@
                             tune document (never a test document) -> ``data/results/eval/ablation.jsonl`` (the
                             evaluation's row format, resumable) with ``ablation.config.json``
 ``jacap evaluate ablate-summary``  ablation.jsonl -> ``ablation_summary.json``: per ablation and (prompt
-                            length, c) cell, the paired comparison with the default on the same documents
+                            length, c) cell, the paired comparison with its base (the default, or ONE_KNOB's
+                            ``BASE_OF``) on the same documents
                             (:func:`~jacap_lib.results.evaluation.compare_settings`): geometric-mean KL ratio
-                            (ablation / default) with a BCa interval *simultaneous* over every (ablation, cell)
+                            (ablation / base) with a BCa interval *simultaneous* over every (ablation, cell)
                             judged (Bonferroni: confidence 1 - alpha / m) and the unadjusted 95 % interval beside
                             it, wins/losses, Wilcoxon p, Holm p (over the ablation's cells, and over all m); plus
                             per ablation and layer the geometric-mean ratio of the attention-output relative error
@@ -40,14 +41,15 @@ SUMMARY_FILE = "ablation_summary.json"
 ALPHA = 0.05  # family-wise error level of the simultaneous intervals and of Holm
 #: The screening grid (the default of --lengths / --ratios, measured in the order of LENGTHS) and why it is this one.
 LENGTHS = (2048, 512, 1024)
-RATIOS = (0.5, 0.9)
-GRID_CHOICE = ("prompt lengths 2048, 512, 1024, measured in that order (2048 first: it is where the default loses to "
-               "the best baseline, so an interrupted run still has it) and c 0.5 (where the default loses) and 0.9 "
-               "(where it wins). c 0.75 was dropped because the estimate said the grid with it would not fit: 16 "
-               "settings (default + 15 one-knob ablations) x 18 tune documents cost ~3.5 CPU-s per (setting, document, "
-               "ratio) over the three lengths (replays 0.8-1.0 CPU-s at 512, 1.1-1.8 at 2048, timed on one document) "
-               "plus prefills, ~3400 CPU-s with three ratios and ~2300 with two, while the first 13 minutes of the run "
-               "(nice 5, 2 workers, load average 13-15 on 2 shared cores) got ~0.2-0.4 of a core")
+RATIOS = (0.5,)
+GRID_CHOICE = ("c 0.5 (where the default loses to the best baseline) at prompt lengths 2048, 512, 1024, measured in "
+               "that order (2048 first: where the default loses, so an interrupted run still has it). The estimate "
+               "said more would not fit: 16 settings (default + 15 one-knob ablations) x 18 tune documents cost "
+               "~3.5 CPU-s per (setting, document, ratio) over the three lengths (replays 0.8-1.0 CPU-s at 512, "
+               "1.1-1.8 at 2048, timed on one document) plus prefills (1.8 CPU-s at 512, 8.1 at 2048 per document), "
+               "~3400 CPU-s with c 0.5/0.75/0.9 and ~1100 with c 0.5 alone, while the run's workers (nice 5, load "
+               "average 13-15 on 2 shared cores) got ~0.1 of a core each: c 0.75 and then c 0.9 (where the default "
+               "wins) were dropped")
 #: One-knob changes of the default press that the registry already builds, used while
 #: ``jacap_lib.presses.jacap_ablation`` (the full table of knobs) does not exist.
 FALLBACK_KNOBS = {
@@ -244,9 +246,10 @@ def summarize_ablation(rows: list[dict], runs: list[dict], *, alpha: float = ALP
                        n_resamples: int | None = None) -> dict:
     """The ablation summary (pure): ``rows`` of ``ablation.jsonl``, ``runs`` its recorded configurations.
 
-    Judged: every ablation any run recorded, in every (length, c) cell where it and the default have rows on
-    every tune document of the latest run (same model, continuation). With m such (ablation, cell) pairs each
-    comparison (:func:`~jacap_lib.results.evaluation.compare_settings`, ablation / default) has its
+    Judged: every ablation spec any run recorded (under its latest label), in every (length, c) cell where the
+    default, the ablation and its base (``base``, default: the default) have rows on every tune document of the
+    latest run (same model, continuation). With m such (ablation, cell) pairs each comparison
+    (:func:`~jacap_lib.results.evaluation.compare_settings`, ablation / base) has its
     geometric-mean ratio with a BCa interval at confidence ``1 - alpha / m`` (simultaneous over all m:
     Bonferroni; ``gm_low``/``gm_high``, ``verdict``) and at 95 % (``gm_low_95``/``gm_high_95``, ``verdict_95``),
     wins/losses, Wilcoxon p, Holm p over the ablation's cells (``p_holm``) and over all m (``p_holm_all``)."""
@@ -340,7 +343,8 @@ def _summary_run(args):
     config = {"inputs": [FILE], "runs": [r.get("command") for r in runs], "command": getattr(args, "command", None),
               "model": runs[-1]["model"], "continuation": runs[-1]["continuation"],
               "documents": [d["id"] for d in runs[-1]["documents"]], "grid_choice": runs[-1].get("grid_choice"),
-              "statistics": {"primary": "geometric-mean KL ratio (ablation / default) over the tune documents, paired",
+              "statistics": {"primary": "geometric-mean KL ratio (ablation / its base: the default unless "
+                                        "the ablation names another) over the tune documents, paired",
                              "adjusted_confidence": summary["confidence"], "m": summary["m"],
                              "adjustment": f"Bonferroni: each interval at 1 - {ALPHA}/m, simultaneous over the m "
                                            "(ablation, cell) comparisons judged",
@@ -349,7 +353,7 @@ def _summary_run(args):
                              "method": V.METHOD, "seed": V.SEED if args.seed is None else args.seed, "alpha": ALPHA,
                              "holm": "p_holm over one ablation's cells; p_holm_all over all m comparisons",
                              "layers": "per layer, geometric mean over documents (and cells) of the ratio of "
-                                       "attention-output relative errors (ablation / default); no interval"}}
+                                       "attention-output relative errors (ablation / base); no interval"}}
     out = out_dir / SUMMARY_FILE
     files.write_json(out, {"config": config, **files.round_floats(summary)})
     print(f"wrote {out}: {summary['m']} comparisons, intervals at {summary['confidence']:.5f}")
