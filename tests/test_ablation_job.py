@@ -192,10 +192,10 @@ def test_ablation_frame_shows_each_cell():
     rows, runs = _hand_rows()
     s = A.summarize_ablation(rows, runs, n_resamples=999)
     frames = ablation_frame(s)
-    assert list(frames) == [512]
-    f = frames[512]
-    assert list(f.index) == ["one", "two", "three"] and list(f.columns) == ["c = 0.5", "c = 0.9"]
-    r = s["ablations"][0]["rows"][0]
-    assert f.loc["one", "c = 0.5"].startswith(f"{r['gm_ratio']:.2f} [{r['gm_low']:.2f}, {r['gm_high']:.2f}]")
+    assert list(frames) == [0.5, 0.9]
+    f = frames[0.9]
+    assert list(f.index) == ["one", "two", "three"] and list(f.columns) == ["prompt 512"]
+    r = next(r for r in s["ablations"][2]["rows"] if r["ratio"] == 0.9)
+    assert f.loc["three", "prompt 512"].startswith(f"{r['gm_ratio']:.2f} [{r['gm_low']:.2f}, {r['gm_high']:.2f}]")
     fig = layer_figure(s)
     assert list(fig.data[0].y) == ["one", "two", "three"] and len(fig.data[0].x) == 3

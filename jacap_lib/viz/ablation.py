@@ -1,8 +1,8 @@
 """Tables and figures of the one-knob ablations (``data/results/eval/ablation_summary.json``, written by
 ``jacap evaluate ablate-summary``, :func:`jacap_lib.results.ablation.summarize_ablation`).
 
-:func:`ablation_frame`: one table per prompt length, a row per ablation, a column per compression ratio, each cell
-the geometric-mean KL ratio (ablation / default) with its simultaneous interval, compact enough for the text
+:func:`ablation_frame`: one table per compression ratio, a row per ablation, a column per prompt length, each cell
+the geometric-mean KL ratio (ablation / its base) with its simultaneous interval, compact enough for the text
 column. :func:`layer_figure`: per ablation and layer, the ratio of attention-output errors (pooled over the cells).
 """
 from __future__ import annotations
@@ -25,20 +25,19 @@ def _cell(r: dict) -> str:
     return f"{r['gm_ratio']:.2f} [{r['gm_low']:.2f}, {r['gm_high']:.2f}]" + (f" {mark}" if mark else "")
 
 
-def ablation_frame(summary: dict) -> dict[int, pd.DataFrame]:
-    """``{prompt length: table}``: per ablation (rows, its short label) and compression ratio (columns ``c = …``)
-    the geometric-mean KL ratio to the default with its simultaneous interval (``summary["confidence"]``);
+def ablation_frame(summary: dict) -> dict[float, pd.DataFrame]:
+    """``{compression ratio: table}``: per ablation (rows, its short label) and prompt length (columns ``prompt …``)
+    the geometric-mean KL ratio to its base with the simultaneous interval (``summary["confidence"]``);
     ▼: the ablation lowers the KL (interval below 1), ▲: raises it. Empty where a cell was not judged."""
-    lengths = sorted({r["length"] for a in summary["ablations"] for r in a["rows"]})
+    ratios = sorted({r["ratio"] for a in summary["ablations"] for r in a["rows"]})
     out = {}
-    for L in lengths:
-        table = {a["label"]: {f"c = {r['ratio']:g}": _cell(r) for r in a["rows"] if r["length"] == L}
+    for c in ratios:
+        table = {a["label"]: {f"prompt {r['length']}": _cell(r) for r in a["rows"] if r["ratio"] == c}
                  for a in summary["ablations"] if a["rows"]}
         frame = pd.DataFrame.from_dict(table, orient="index").fillna("")
-        frame = frame[sorted(frame.columns, key=lambda k: float(k.split("=")[1]))]
-        frame.index.name = f"prompt {L}: ablation"
-        frame.columns.name = f"KL ratio to the default [{100 * summary['confidence']:.2f} % simultaneous interval]"
-        out[L] = frame
+        frame = frame[sorted(frame.columns, key=lambda k: int(k.split()[1]))]
+        frame.index.name = f"c = {c:g}"  # the level, summary["confidence"], belongs in the caption
+        out[c] = frame
     return out
 
 
@@ -52,13 +51,13 @@ def layer_figure(summary: dict, *, cell: str = "all") -> go.Figure:
                          f"{summary.get('cells_measured')}")
     z = [[math.log2(v) for v in a["layers"][cell]] for a in ablations]
     span = max(1e-3, max(abs(v) for row in z for v in row))
-    ticks = [t for t in (-3, -2, -1, -0.5, 0, 0.5, 1, 2, 3) if abs(t) <= span] or [0]
+    ticks = [v for v in (0.25, 0.5, 0.67, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2, 4) if abs(math.log2(v)) <= span]
     fig = go.Figure(go.Heatmap(
         z=z, x=list(range(len(z[0]))), y=[a["label"] for a in ablations], zmin=-span, zmax=span, colorscale="RdBu_r",
         customdata=[[2 ** v for v in row] for row in z],
         hovertemplate="%{y}<br>layer %{x}: error ratio %{customdata:.3f}<extra></extra>",
-        colorbar={"title": "error ratio", "tickvals": ticks, "ticktext": [f"{2 ** t:g}" for t in ticks]}))
-    fig.update_layout(title="Attention-output error per layer: ablation / default"
+        colorbar={"title": "error ratio", "tickvals": [math.log2(v) for v in ticks], "ticktext": [f"{v:g}" for v in ticks]}))
+    fig.update_layout(title="Attention-output error per layer: ablation / its base"
                             + ("" if cell == "all" else f" (prompt / c {cell})"),
                       xaxis_title="layer", yaxis={"autorange": "reversed"}, height=120 + 28 * len(ablations))
     return finish(fig)
