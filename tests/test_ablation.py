@@ -1,6 +1,5 @@
 """One-knob ablations of Algorithm 1 (jacap_lib.presses.jacap_ablation): the default is Jacap bit for bit, every
 knob against an independent float64 computation, every ONE_KNOB spec changes exactly one option and runs."""
-import copy
 import math
 
 import pytest
@@ -13,7 +12,6 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E4
 from jacap_lib import jacap_scores, theory  # noqa: E402
 from jacap_lib.hf import clear_masks  # noqa: E402
 from jacap_lib.measure.kvpress_grid import tiny_model  # noqa: E402
-from jacap_lib.presses.jacap import JacapPress  # noqa: E402
 from jacap_lib.presses.jacap_ablation import (ONE_KNOB, JacapAblationPress, ablation_components,  # noqa: E402
                                               base_spec, marginal_capacity, observed_attention)
 from jacap_lib.presses.registry import build_press, changed_options, press_from_spec  # noqa: E402
@@ -81,7 +79,8 @@ def attn_module():
 
 def _cache(seed, n=40):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(1, n, 64, generator=g), torch.randn(1, 2, n, 16, generator=g), torch.randn(1, 2, n, 16, generator=g)
+    hs = torch.randn(1, n, 64, generator=g)
+    return hs, torch.randn(1, 2, n, 16, generator=g), torch.randn(1, 2, n, 16, generator=g)
 
 
 @pytest.mark.parametrize("opts", [{}, {"gqa": "mean"}, {"beta": None, "n_queries": 16}, {"noise": "deff"}])
@@ -206,7 +205,7 @@ def test_head_budget_is_adakv_top_k_of_the_marginal():
     n, c = 64, 0.6
     ids = torch.randint(0, 96, (1, n), generator=torch.Generator().manual_seed(11))
     masks = {}
-    for spec in ("jacap_ablate[head_budget=logdet,window=8]", "jacap_adakv[alpha_safeguard=0,window=8]"):
+    for spec in ("jacap_ablate[budget=layer,window=8]", "jacap_adakv[alpha_safeguard=0,window=8]"):
         press = press_from_spec(spec, c)
         with torch.no_grad(), press(model):
             model.model(input_ids=ids, past_key_values=DynamicCache())
@@ -222,9 +221,11 @@ def test_head_budget_is_adakv_top_k_of_the_marginal():
         assert counts.sum() == 2 * (n - compute_n_kept(n, c))
 
 
-def test_centre_observed_is_the_models_own_attention():
+@pytest.mark.parametrize("n", [30, 250])
+def test_centre_observed_is_the_models_own_attention(n):
     """observed_attention against the attention weights of an eager forward of the layer (transformers'
-    output_attentions): rows at positions >= n_sink, EMA-weighted, pooled over the G query heads."""
+    output_attentions): rows at positions >= n_sink, EMA-weighted, pooled over the G query heads. At n = 250 the
+    EMA's oldest rows (weight < 1e-9 of the newest) are skipped; the brute force keeps them."""
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -234,14 +235,14 @@ def test_centre_observed_is_the_models_own_attention():
     module.rotary_emb = model.model.rotary_emb
     seen = {}
     module.register_forward_pre_hook(lambda m, a, kw: seen.update(hs=kw["hidden_states"]), with_kwargs=True)
-    ids = torch.randint(0, 50, (1, 30), generator=torch.Generator().manual_seed(12))
+    ids = torch.randint(0, 50, (1, n), generator=torch.Generator().manual_seed(12))
     cache = DynamicCache()
     with torch.no_grad():
         out = model.model(input_ids=ids, past_key_values=cache, output_attentions=True)
-    attn = out.attentions[0].double()  # (1, H_q, 30, 30)
+    attn = out.attentions[0].double()  # (1, H_q, n, n)
     keys = cache.layers[0].keys
     for beta, n_queries in ((0.9, None), (None, 10)):
-        rows = torch.arange(4, 30)[-n_queries:] if n_queries else torch.arange(4, 30)
+        rows = torch.arange(4, n)[-n_queries:] if n_queries else torch.arange(4, n)
         if beta is None:
             expected = attn[:, :, rows].mean(2)
         else:  # the EMA recursion of mu_Q, run on the attention rows: m = q_first, then m = beta m + (1 - beta) row
@@ -252,7 +253,7 @@ def test_centre_observed_is_the_models_own_attention():
                                  block=7)
         torch.testing.assert_close(got.double(), expected, rtol=1e-4, atol=1e-6)
         pooled = observed_attention(module, seen["hs"], keys, {}, n_queries=n_queries, skip=4, beta=beta, pooled=True)
-        torch.testing.assert_close(pooled.double(), expected.view(1, 2, 2, 30).mean(2), rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(pooled.double(), expected.view(1, 2, 2, n).mean(2), rtol=1e-4, atol=1e-6)
     # the press uses it as the centre, with no tau
     press = JacapAblationPress(0.5, centre="observed", tau=50.0)
     with torch.no_grad():
@@ -286,7 +287,8 @@ EXPECTED_CHANGE = {
     "sensitivity=rho": {"sensitivity"}, "sensitivity=alpha": {"sensitivity"}, "kappa=off": {"kappa"},
     "leverage=I": {"leverage"}, "u=W_O v": {"use_out_proj"},
     "selection=two-stage": {"class"},  # JacapTwoStagePress (expand at its default, 2)
-    "budget=heads": {"head_budget", "wrapper"},  # the AdaKV wrapper is how head_budget=logdet allocates
+    "budget=layer": {"budget", "wrapper"},  # the AdaKV wrapper is how budget=layer allocates
+    "budget=model": {"budget", "wrapper"},  # JacapGlobalBudgetPress
     "prior=isotropic": {"prior_iso"},
     "prior=3-centres": {"class"},  # JacapMultiCenterPress at its defaults, from jacap[beta=none]
 }
@@ -299,8 +301,9 @@ def test_every_ablation_changes_one_thing():
         changed = changed_options(spec, base_spec(label))
         assert set(changed) == EXPECTED_CHANGE[label], (label, changed)
     assert changed_options("jacap_ablate") == {}
-    assert changed_options("jacap_ablate[head_budget=logdet]")["wrapper"][1] == {"class": "AdaKVPress",
-                                                                                 "alpha_safeguard": 0.0}
+    assert changed_options("jacap_ablate[budget=layer]")["wrapper"][1] == {"class": "AdaKVPress",
+                                                                           "alpha_safeguard": 0.0}
+    assert changed_options("jacap_ablate[budget=model]")["wrapper"][1] == {"class": "JacapGlobalBudgetPress"}
     # the diff sees real changes, and options a subclass adds once they leave their default
     assert changed_options("jacap[tau=10]") == {"tau": (3.0, 10)}
     assert changed_options("jacap_two_stage[expand=3]") == {"class": ("JacapPress", "JacapTwoStagePress"),
@@ -333,7 +336,7 @@ def test_every_ablation_runs_on_a_tiny_model(label, dtype):
     """A 128-token prefill at c = 0.5 (64 kept: 4 sinks, 32 window, 28 by score) in float32 and bfloat16, outside
     torch.no_grad() (the cache tensors then require grad): every pruning spec keeps compute_n_kept keys per head,
     rows of the full cache; the AdaKV spec masks the layer's total."""
-    model = copy.deepcopy(tiny_model("llama")).to(dtype)
+    model = tiny_model("llama").to(dtype)
     n, c = 128, 0.5
     ids = torch.randint(0, 96, (1, n), generator=torch.Generator().manual_seed(14))
     full, cache = DynamicCache(), DynamicCache()
@@ -342,14 +345,168 @@ def test_every_ablation_runs_on_a_tiny_model(label, dtype):
     press = press_from_spec(ONE_KNOB[label][0], c)
     with press(model):
         model.model(input_ids=ids, past_key_values=cache)
+    masks = [layer.self_attn.masked_key_indices for layer in model.model.layers]
+    clear_masks(model)
+    if label.startswith("budget="):  # masking wrappers: the tensors keep every slot
+        counts = [int(m[0].numel()) for m in masks]
+        total = 2 * (n - compute_n_kept(n, c))  # per layer
+        assert counts == [total] * 2 if label == "budget=layer" else sum(counts) == 2 * total
+        return
     for i, layer in enumerate(cache.layers):
-        mask = model.model.layers[i].self_attn.masked_key_indices
-        if label == "budget=heads":
-            assert mask is not None and int(mask[0].numel()) == 2 * (n - compute_n_kept(n, c))
-            continue
+        mask = masks[i]
         assert mask is None
         kept, ref = layer.keys[0].detach(), full.layers[i].keys[0]
         assert kept.shape == (2, compute_n_kept(n, c), 16) and torch.isfinite(kept.float()).all()
         for h in range(2):
             assert torch.equal(kept[h, :4], ref[h, :4])  # sinks
             assert all(bool((ref[h] == row).all(-1).any()) for row in kept[h])  # every kept row is a cache row
+
+
+def test_model_budget_is_top_k_over_all_layers_and_heads():
+    """budget=model against a brute-force top-k of the per-layer marginal capacities (recorded from the scorer):
+    the masks cover exactly the model's total, the layers' shares differ, sinks and windows are never masked, and
+    decoding on the masked cache goes on."""
+    model = tiny_model("llama", layers=3)
+    n, c = 96, 0.7
+    ids = torch.randint(0, 96, (1, n), generator=torch.Generator().manual_seed(15))
+    press = press_from_spec("jacap_ablate[budget=model,window=8]", c)
+    recorded = {}
+    score = press.press.score
+
+    def record(module, *args):
+        recorded[module.layer_idx] = out = score(module, *args)
+        return out
+
+    press.press.score = record
+    cache = DynamicCache()
+    with torch.no_grad(), press(model):
+        model.model(input_ids=ids, past_key_values=cache)
+    masks = [layer.self_attn.masked_key_indices for layer in model.model.layers]
+    all_scores = torch.stack([recorded[i][0] for i in range(3)])  # (L, H, N)
+    n_pruned = 3 * 2 * (n - compute_n_kept(n, c))
+    order = sorted(((float(all_scores[l, h, t]), l, h, t) for l in range(3) for h in range(2) for t in range(n)))
+    expected = {(l, h, t) for _, l, h, t in order[:n_pruned]}
+    got = {(l, int(h), int(t)) for l, m in enumerate(masks) for h, t in zip(m[1], m[2])}
+    assert got == expected and len(got) == n_pruned
+    assert not any(t < 4 or t >= n - 8 for _, _, t in got)
+    per_layer = [int(m[0].numel()) for m in masks]
+    assert len(set(per_layer)) > 1  # the layers' budgets are not the uniform split
+    # the recorded scores are the marginal capacities of Algorithm 1 (then protected)
+    unprotected = all_scores[:, :, 4:n - 8]
+    assert float(unprotected.min()) >= 0 and float(unprotected.max()) < 50
+    with torch.no_grad():
+        logits = model(input_ids=ids[:, :1], past_key_values=cache, cache_position=torch.tensor([n])).logits
+    assert torch.isfinite(logits).all()
+    clear_masks(model)
+
+
+def test_rope_average_off_is_the_next_positions_rotation(attn_module):
+    """What "rope-average=off" (n_future_positions=1) means: each query rotated by RoPE at the first future
+    position exactly (kvpress's average over [next, next + 1)), instead of the rotation averaged over 512."""
+    from jacap_lib.hf import apply_rope
+    from jacap_lib.presses import utils
+    from kvpress.utils import get_prerope_query_states
+
+    hs = torch.randn(1, 20, 64, generator=torch.Generator().manual_seed(16))
+    with torch.no_grad():
+        got = utils.future_query_states(attn_module, hs, n_future_positions=1)
+        cos, sin = attn_module.rotary_emb(hs, torch.tensor([[20]]))
+        expected = apply_rope(attn_module, get_prerope_query_states(attn_module, hs), cos, sin)
+        averaged = utils.future_query_states(attn_module, hs, n_future_positions=512)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(averaged, expected, atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    from jacap_lib import load_model
+
+    return load_model(device="cpu")
+
+
+@pytest.mark.model
+def test_every_ablation_runs_on_the_bundled_model(bundled):
+    """Every jacap_ablate spec of ONE_KNOB on SmolLM2-135M (30 layers, 3 KV heads; the other specs are registry
+    names or options test_variants runs there): a 64-token prefill at c = 0.5 keeps compute_n_kept(64, 0.5) slots
+    per head (pruning) or masks the budget's total (the budget ablations), and the next token's logits are finite."""
+    model, _ = bundled
+    n, c = 64, 0.5
+    ids = torch.randint(200, 20000, (1, n), generator=torch.Generator().manual_seed(17))
+    heads, layers = model.config.num_key_value_heads, model.config.num_hidden_layers
+    for label, (spec, _) in ONE_KNOB.items():
+        if not spec.startswith("jacap_ablate"):
+            continue
+        cache = DynamicCache()
+        with torch.no_grad():
+            with press_from_spec(spec, c)(model):
+                model.model(input_ids=ids, past_key_values=cache)
+            masks = [layer.self_attn.masked_key_indices for layer in model.model.layers]
+            logits = model(input_ids=ids[:, -1:], past_key_values=cache, cache_position=torch.tensor([n])).logits
+        clear_masks(model)
+        assert torch.isfinite(logits).all(), label
+        pruned = heads * (n - compute_n_kept(n, c))
+        if label.startswith("budget="):
+            counts = [int(m[0].numel()) for m in masks]
+            assert (counts == [pruned] * layers) if label == "budget=layer" else sum(counts) == layers * pruned, label
+        else:
+            assert all(m is None for m in masks), label
+            assert all(cache.layers[i].keys.shape[-2] == compute_n_kept(n, c) + 1 for i in range(layers)), label
+
+
+@pytest.mark.parametrize("label", [k for k, (spec, _) in ONE_KNOB.items() if spec.startswith("jacap_ablate")])
+def test_replay_equals_the_kvpress_path(label):
+    """The evaluation's replay (the press's own hook called layer by layer on one captured prefill) leaves the same
+    cache and the same per-head masks as ``with press(model): model(prompt)``, for every jacap_ablate spec (the
+    model-wide budget decides at the last layer in both), and the continuation's log-probabilities agree."""
+    from jacap_lib.measure.quality import capture_prefill, compressed_forward, continue_from_cache, replay_press
+
+    model = tiny_model("llama", layers=3)
+    ids = torch.randint(0, 96, (1, 76), generator=torch.Generator().manual_seed(18))
+    prompt, cont = ids[:, :64], ids[:, 64:]
+    spec = ONE_KNOB[label][0].replace("]", ",window=8]")
+    real = DynamicCache()
+    with press_from_spec(spec, 0.6)(model), torch.inference_mode():
+        model(input_ids=prompt, past_key_values=real, use_cache=True)
+    real_masks = [layer.self_attn.masked_key_indices for layer in model.model.layers]
+    cache = replay_press(model, capture_prefill(model, prompt), press_from_spec(spec, 0.6))
+    masks = [layer.self_attn.masked_key_indices for layer in model.model.layers]
+    for a, b in zip(cache.layers, real.layers):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+    for m, r in zip(masks, real_masks):
+        assert (m is None) == (r is None) and (m is None or all(torch.equal(x, y) for x, y in zip(m, r)))
+    assert (masks[0] is not None) == label.startswith("budget=")
+    logq, _, kept = continue_from_cache(model, cache, 64, cont)
+    real_logq, _, real_kept = compressed_forward(model, prompt, cont, press=press_from_spec(spec, 0.6))
+    torch.testing.assert_close(logq, real_logq, rtol=1e-5, atol=1e-6)
+    assert kept == real_kept == compute_n_kept(64, 0.6)
+    clear_masks(model)
+
+
+def test_generic_path_noise_deff_meets_its_target():
+    """noise="deff" on an ablated weight: sigma^2 is chosen so that sum_i r_i (the effective dimension of the
+    ablated weights' Gram) equals deff_frac * min(n_kept, d)."""
+    k, v, mu, lam = _head(19, n=40)
+    press = JacapAblationPress(0.5, noise="deff", deff_frac=0.5, sensitivity="rho", kappa="mean")
+    got = _press_scores(press, k, v, mu, lam)
+    target = 0.5 * min(compute_n_kept(40, 0.5), D)
+    torch.testing.assert_close(got.score.sum().double(), torch.tensor(target, dtype=torch.float64), rtol=1e-4, atol=0)
+    # and it is Algorithm 1's leverage of those weights at that sigma^2 (sigma^2 = w_i lev_i / r_i)
+    sigma2 = float((got.weight * got.leverage / got.score)[0, 0, 0])
+    expected, _ = _brute(k, v, mu, lam, alpha=_tempered(k, mu, 3.0), sens="rho", kappa="mean", noise=sigma2)
+    torch.testing.assert_close(got.score[0, 0].double(), expected, rtol=1e-4, atol=1e-12)
+
+
+def test_observed_centre_with_gqa_mean(attn_module):
+    """gqa="mean": the observed rows per query head, Algorithm 1 per query head, the group's mean."""
+    hs, keys, values = _cache(20)
+    press = JacapAblationPress(0.5, gqa="mean", centre="observed", window=8)
+    with torch.no_grad():
+        mu, lam = press.query_statistics(attn_module, hs, keys, {})
+        alpha = press.centre_attention(attn_module, hs, keys, {})  # (1, H_q, N)
+        got = press.components(keys, values, mu, lam, attn_module, alpha).score
+    assert alpha.shape == (1, 4, 40)
+    torch.testing.assert_close(alpha.sum(-1), torch.ones(1, 4))
+    for h in range(2):
+        per_q = [_brute(keys[0, h].double(), values[0, h].double(), mu[0, q].double(), lam[0, q].double(),
+                        alpha=alpha[0, q].double())[0] for q in (2 * h, 2 * h + 1)]
+        torch.testing.assert_close(got[0, h].double(), (per_q[0] + per_q[1]) / 2, rtol=1e-4, atol=1e-10)

@@ -11,6 +11,7 @@ import re
 import pytest
 import torch
 
+from jacap_lib.presses.jacap_ablation import ONE_KNOB
 from jacap_lib.presses.registry import list_methods
 from jacap_lib.measure.kvpress_grid import (RATIO, WRAPPERS, expected_lengths, grid_table, known_refusal,
                                            nan_scores_expected, run_combo)
@@ -80,6 +81,16 @@ def prompt_ids():
 def test_tiny_grid(arch, wrapper, name, tiny_llama, tiny_qwen3, prompt_ids):
     model = tiny_llama if arch == "llama" else tiny_qwen3
     check(model, wrapper, name, prompt_ids)
+
+
+# the one-knob ablations that are scorers (the budget ones are masking wrappers, like jacap_adakv): llama only
+ABLATION_SCORERS = [spec for spec, _ in ONE_KNOB.values() if spec.startswith("jacap_ablate") and "budget=" not in spec]
+
+
+@pytest.mark.parametrize("spec", ABLATION_SCORERS)
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+def test_tiny_grid_ablations(wrapper, spec, tiny_llama, prompt_ids):
+    check(tiny_llama, wrapper, spec, prompt_ids)
 
 
 # ----------------------------------------------------------------------------- the bundled model

@@ -17,7 +17,7 @@ import torch
 from kvpress.utils import compute_n_kept
 from transformers import DynamicCache
 
-from jacap_lib.presses.registry import build_press
+from jacap_lib.presses.registry import build_press, parse_method
 
 WRAPPERS = ["DecodingPress", "PrefillDecodingPress", "CAMPress", "ChunkPress", "ChunkKVPress", "AdaKVPress",
             "CriticalKVPress", "CriticalAdaKVPress", "KeyRerotationPress", "PerLayerCompressionPress",
@@ -47,7 +47,9 @@ def tiny_model(arch: str = "llama", *, layers: int = 2, seed: int = 0):
     return model.eval()
 
 
-def _scorer(name: str, ratio: float, small: bool):
+def _scorer(spec: str, ratio: float, small: bool):
+    """A fresh press for a registry name or spec (``name[key=value]``; its options override the small-prompt ones)."""
+    name, given = parse_method(spec)
     opts = {}
     if name.startswith("jacap") and small:
         opts["n_future_positions"] = 64
@@ -55,11 +57,12 @@ def _scorer(name: str, ratio: float, small: bool):
         opts["window_size"] = 8  # kvpress default 64 is longer than the test prompts
     if name == "jacap_hybrid":
         opts["snap_window"] = 8
-    return build_press(name, ratio, **opts)
+    return build_press(name, ratio, **{**opts, **given})
 
 
 def wrap(wrapper: str, name: str, n_layers: int, small: bool = True):
-    """kvpress ``wrapper`` around a fresh registry press ``name`` (kvpress asserts on a refusal)."""
+    """kvpress ``wrapper`` around a fresh registry press ``name`` (a name or a spec ``name[key=value]``; kvpress
+    asserts on a refusal)."""
     s = lambda r=RATIO: _scorer(name, r, small)  # noqa: E731
     if wrapper == "DecodingPress":
         return kvpress.DecodingPress(base_press=s(0.0), compression_interval=INTERVAL, target_size=TARGET,

@@ -38,13 +38,13 @@ from . import utils
 from .jacap import JacapPress
 
 __all__ = ["JacapAblationPress", "ablation_components", "observed_attention", "marginal_capacity", "ONE_KNOB",
-           "BASE_OF", "base_spec", "CENTRES", "SENSITIVITIES", "KAPPAS", "LEVERAGES", "HEAD_BUDGETS"]
+           "BASE_OF", "base_spec", "CENTRES", "SENSITIVITIES", "KAPPAS", "LEVERAGES", "BUDGETS"]
 
 CENTRES = ("tempered", "ea", "observed")
 SENSITIVITIES = ("rho2", "rho", "alpha")
 KAPPAS = ("on", "mean")
 LEVERAGES = ("A", "identity")
-HEAD_BUDGETS = ("uniform", "logdet")
+BUDGETS = ("uniform", "layer", "model")
 
 
 def marginal_capacity(score: torch.Tensor) -> torch.Tensor:
@@ -67,7 +67,9 @@ def observed_attention(module: nn.Module, hidden_states: torch.Tensor, keys: tor
     ``None``). Each query is rotated by RoPE at its *own* position (as the model attended, as kvpress SnapKV's
     ``compute_window_attention`` does), attends causally (a key at a later position is masked; a cache whose
     positions the hook does not tell is taken in position order, the rows' own keys last) with the model's
-    scaling (``module.scaling``, else :math:`1/\sqrt d`). ``pooled``: the G query heads of a KV head averaged
+    scaling (``module.scaling``, else :math:`1/\sqrt d`). With an EMA, rows whose weight is below 1e-9 of the
+    newest row's (at most 2e-9 of the total) are skipped: a long prompt costs about 200 rows at ``beta=0.9``.
+    ``pooled``: the G query heads of a KV head averaged
     (``H = H_kv``), else per query head (``H = H_q``). Rows are processed ``block`` at a time.
     """
     query_pos, key_pos, next_pos = utils.hook_positions(hidden_states, keys, kwargs)
@@ -77,9 +79,12 @@ def observed_attention(module: nn.Module, hidden_states: torch.Tensor, keys: tor
         rows = torch.arange(t_all, device=hidden_states.device)
     if n_queries is not None:
         rows = rows[-n_queries:]
+    weights = (torch.full((rows.numel(),), 1.0 / rows.numel(), device=keys.device) if beta is None
+               else ema_weights(rows.numel(), beta, device=keys.device))
+    if beta is not None:  # rows the EMA has forgotten (weight < 1e-9 of the newest; < 2e-9 in all) are skipped
+        keep = weights >= 1e-9 * weights.max()
+        rows, weights = rows[keep.to(rows.device)], weights[keep]
     n_rows = rows.numel()
-    weights = (torch.full((n_rows,), 1.0 / n_rows, device=keys.device) if beta is None
-               else ema_weights(n_rows, beta, device=keys.device))
     b, h_kv, n, d = keys.shape
     g = module.config.num_attention_heads // h_kv
     scale = float(getattr(module, "scaling", 1.0 / math.sqrt(d)))
@@ -191,13 +196,16 @@ class JacapAblationPress(JacapPress):
         Widen the query prior: :math:`\Lambda_Q \to \Lambda_Q + \lambda_\mathrm{iso} I` with
         :math:`\lambda_\mathrm{iso}` = ``prior_iso`` x the mean of :math:`\mathrm{diag}\,\Lambda_Q` (per head).
         Changes :math:`\Lambda_Q` only (:meth:`query_statistics`); :math:`\mu_Q` is untouched.
-    head_budget : {"uniform", "logdet"}, default="uniform"
-        ``"logdet"``: the press scores tokens by their marginal capacity :math:`-\tfrac12\log(1-r_i)`
-        (:func:`marginal_capacity`, nats, comparable across the heads of a layer since the objective adds over
-        heads), for kvpress ``AdaKVPress`` to allocate a layer's budget across its KV heads by top-k;
-        the registry's ``jacap_ablate[head_budget=logdet]`` builds that wrapper (``alpha_safeguard=0``: the
-        objective alone decides; sinks and windows stay protected in every head). Alone (no wrapper) it keeps
-        the same tokens as ``"uniform"`` (the transform is increasing).
+    budget : {"uniform", "layer", "model"}, default="uniform"
+        How the kept slots are spread. ``"uniform"``: ``n_kept`` per KV head (kvpress's top-k per head).
+        ``"layer"`` / ``"model"``: the press scores tokens by their marginal capacity :math:`-\tfrac12\log(1-r_i)`
+        (:func:`marginal_capacity`, nats; comparable across heads and layers because the objective adds over
+        them), and the registry's ``jacap_ablate[budget=layer]`` wraps it in kvpress ``AdaKVPress`` (a layer's
+        total split across its KV heads by top-k; ``alpha_safeguard=0``: the objective alone decides), while
+        ``jacap_ablate[budget=model]`` wraps it in
+        :class:`~jacap_lib.presses.jacap_global_budget.JacapGlobalBudgetPress`
+        (the model's total split across every layer and head). Sinks and windows stay protected in every head.
+        The press alone (no wrapper) keeps the same tokens as ``"uniform"`` (the transform is increasing).
     (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`)
     """
 
@@ -209,7 +217,7 @@ class JacapAblationPress(JacapPress):
     kappa: str = "on"
     leverage: str = "A"
     prior_iso: float = 0.0
-    head_budget: str = "uniform"
+    budget: str = "uniform"
 
     def __post_init__(self):
         super().__post_init__()
@@ -217,7 +225,7 @@ class JacapAblationPress(JacapPress):
         _checks.choice("sensitivity", self.sensitivity, SENSITIVITIES)
         _checks.choice("kappa", self.kappa, KAPPAS)
         _checks.choice("leverage", self.leverage, LEVERAGES)
-        _checks.choice("head_budget", self.head_budget, HEAD_BUDGETS)
+        _checks.choice("budget", self.budget, BUDGETS)
         _checks.positive("prior_iso", self.prior_iso, allow_zero=True)
 
     @property
@@ -236,7 +244,9 @@ class JacapAblationPress(JacapPress):
         """Algorithm 1's per-token quantities with this press's components (``alpha``: the observed centre)."""
         if self.algorithm1_scoring:
             return super().components(keys, values, mu, lam, module)
-        out_proj = utils.out_proj_factors(module, pooled=self.gqa == "pool").to(keys.device) if self.use_out_proj else None
+        out_proj = None
+        if self.use_out_proj:
+            out_proj = utils.out_proj_factors(module, pooled=self.gqa == "pool").to(keys.device)
         g = mu.shape[1] // keys.shape[1] if self.gqa == "mean" else 1
         if g > 1:
             keys, values = repeat_kv(keys, g), repeat_kv(values, g)
@@ -260,7 +270,7 @@ class JacapAblationPress(JacapPress):
         mu, lam = self.query_statistics(module, hidden_states, keys, kwargs)
         alpha = self.centre_attention(module, hidden_states, keys, kwargs)
         parts = self.components(keys, values, mu, lam, module, alpha)
-        scores = marginal_capacity(parts.score) if self.head_budget == "logdet" else parts.score
+        scores = parts.score if self.budget == "uniform" else marginal_capacity(parts.score)
         if self.trace is not None:
             self.trace[module.layer_idx] = {"mu": mu, "lam": lam, "score": scores, "parts": parts}
         return self.protect(scores, hidden_states, keys, kwargs)
@@ -277,8 +287,10 @@ ONE_KNOB: dict[str, tuple[str, str]] = {
     "rope-average=off": ("jacap[n_future_positions=1]",
                          "query statistics: queries rotated to the next position only, not RoPE-averaged over "
                          "512 future positions"),
-    "queries=32": ("jacap[n_queries=32]", "query statistics from the last 32 prompt queries instead of all"),
-    "queries=128": ("jacap[n_queries=128]", "query statistics from the last 128 prompt queries instead of all"),
+    "queries=32": ("jacap[n_queries=32]", "query statistics from the last 32 prompt queries instead of all (the "
+                                          "EMA, beta 0.9, gives the older ones 0.9^32 of the weight in all)"),
+    "queries=128": ("jacap[n_queries=128]", "query statistics from the last 128 prompt queries instead of all (the "
+                                            "EMA gives the older ones 0.9^128 of the weight in all)"),
     "stats=flat": ("jacap[beta=none]", "query statistics: flat mean/variance over the prompt's queries instead "
                                        "of the EMA (beta 0.9)"),
     "sensitivity=rho": ("jacap_ablate[sensitivity=rho]", "sensitivity factor rho instead of rho^2"),
@@ -292,9 +304,12 @@ ONE_KNOB: dict[str, tuple[str, str]] = {
     "selection=two-stage": ("jacap_two_stage",
                             "selection: top-2B candidates, then alpha-bar, w and A recomputed on them and rescored, "
                             "instead of one shot"),
-    "budget=heads": ("jacap_ablate[head_budget=logdet]",
+    "budget=layer": ("jacap_ablate[budget=layer]",
                      "budget: a layer's total split across its KV heads by top-k of the marginal capacity "
-                     "-1/2 log(1 - r_i) (AdaKV, no safeguard) instead of the same budget per head"),
+                     "-1/2 log(1 - r_i) (kvpress AdaKV, no safeguard) instead of the same budget per head"),
+    "budget=model": ("jacap_ablate[budget=model]",
+                     "budget: the model's total split across all layers and KV heads by top-k of the marginal "
+                     "capacity -1/2 log(1 - r_i) instead of the same budget per head"),
     "prior=isotropic": ("jacap_ablate[prior_iso=1]",
                         "query prior widened: Lambda_Q + mean(diag Lambda_Q) I (an isotropic part as large as "
                         "the mean variance)"),

@@ -14,6 +14,7 @@ from kvpress import AdaKVPress
 from .. import _checks
 from .jacap import JacapPress
 from .jacap_ablation import JacapAblationPress
+from .jacap_global_budget import JacapGlobalBudgetPress
 from .jacap_hybrid import JacapHybridPress
 from .jacap_multicenter import JacapMultiCenterPress
 from .jacap_pyramid import JacapPyramidPress
@@ -54,18 +55,23 @@ def jacap_pyramid(compression_ratio, slope=0.5, max_ratio=0.99, evict="mask", **
 
 
 def jacap_ablate(compression_ratio, alpha_safeguard=None, **opts):
-    """Jacap with one component of Algorithm 1 swapped (centre, sensitivity, kappa, leverage, prior_iso, head_budget; list: jacap_ablation.ONE_KNOB)
+    """Jacap with one component of Algorithm 1 swapped (centre, sensitivity, kappa, leverage, prior_iso, budget)
 
-    Returns a :class:`~jacap_lib.presses.jacap_ablation.JacapAblationPress`; with ``head_budget="logdet"`` a kvpress
-    ``AdaKVPress`` around it (top-k of the marginal capacity across the KV heads of a layer), whose
-    ``alpha_safeguard`` defaults to 0 (the objective alone; sinks and windows stay protected per head).
+    The one-knob ablations are listed in :data:`jacap_lib.presses.jacap_ablation.ONE_KNOB`. Returns a
+    :class:`~jacap_lib.presses.jacap_ablation.JacapAblationPress`; with ``budget="layer"`` a kvpress
+    ``AdaKVPress`` around it (top-k of the marginal capacity across the KV heads of a layer; ``alpha_safeguard``
+    defaults to 0, the objective alone), with ``budget="model"`` a
+    :class:`~jacap_lib.presses.jacap_global_budget.JacapGlobalBudgetPress` (across all layers and heads). Both are
+    masking wrappers: wrap their ``.press`` where kvpress needs a scorer.
     """
     press = JacapAblationPress(compression_ratio, **opts)
-    if press.head_budget == "uniform":
-        if alpha_safeguard is not None:
-            raise ValueError("alpha_safeguard only applies with head_budget='logdet' (the AdaKV allocation across "
-                             "heads); drop it or set head_budget=logdet")
+    if alpha_safeguard is not None and press.budget != "layer":
+        raise ValueError("alpha_safeguard only applies with budget='layer' (AdaKV's allocation across a layer's "
+                         "heads); drop it or set budget=layer")
+    if press.budget == "uniform":
         return press
+    if press.budget == "model":
+        return JacapGlobalBudgetPress(press=press)
     alpha_safeguard = 0.0 if alpha_safeguard is None else alpha_safeguard
     _checks.unit_interval("alpha_safeguard", alpha_safeguard, closed_right=True)
     return AdaKVPress(press=press, alpha_safeguard=alpha_safeguard)
