@@ -730,6 +730,10 @@ def _bootstrap_closed(r, env):  # the same ratio on every document: the interval
 
 
 ok("bootstrap-constant", lambda env: V().geometric_mean_ratio([2.0, 5.0, 3.0], [1.0, 2.5, 1.5]), _bootstrap_closed)
+bad("simultaneous-confidence-m-zero", lambda env: V().simultaneous_confidence(0.95, 0), "m must")
+bad("simultaneous-confidence-level", lambda env: V().simultaneous_confidence(95, 3), "confidence")
+bad("mcnemar-verdict-negative-wins", lambda env: V().mcnemar_verdict(-1, 3, 0.5), "wins")
+bad("mcnemar-verdict-p-above-one", lambda env: V().mcnemar_verdict(1, 3, 2.0), "p_adjusted")
 
 
 def passkey_prompt(*a):

@@ -21,6 +21,7 @@ from jacap_lib.presses.registry import BASELINES, press_from_spec  # noqa: E402
 from jacap_lib.results import evaluation as E  # noqa: E402
 from jacap_lib.results import files as io  # noqa: E402
 from jacap_lib.results import protocol as P  # noqa: E402
+from jacap_lib.results import verdicts  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------- search space
@@ -376,8 +377,13 @@ def test_summary_verdicts_intervals_and_holm(tmp_path):
     better, same = tune[0.5], tune[0.9]
     assert better["gm_ratio"] == pytest.approx(0.8, rel=1e-4)  # the +-0.05 logs cancel
     assert better["gm_low"] < 0.8 < better["gm_high"] < 1
+    # two cells judged together: the verdict from the 97.5 % interval, which holds the 95 % one
+    assert better["cells_judged"] == 2 and better["confidence_adjusted"] == pytest.approx(0.975)
+    assert better["gm_low_adjusted"] <= better["gm_low"] and better["gm_high"] <= better["gm_high_adjusted"] < 1
     low, high = (float(x) for x in re.findall(r"[\d.]+", better["verdict"]))
     assert better["verdict"].startswith("better by") and low < 20 < high
+    assert high == pytest.approx(100 * (1 - better["gm_low_adjusted"]), abs=0.5)
+    assert better["verdict_unadjusted"] == verdicts.verdict((better["gm_low"], better["gm_high"]))
     assert (better["wins"], better["losses"]) == (8, 0)
     assert better["p_wilcoxon"] == pytest.approx(2 / 2 ** 8, rel=1e-3)  # exact: every one of 8 ratios below 1
     assert same["verdict"] == "no difference: identical on every document" and same["p_wilcoxon"] == 1.0
@@ -482,6 +488,11 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     pair = {r["ratio"]: r for r in E.compare_settings(rows, "jacap", "knorm", seed=0)}
     assert pair[0.5]["gm_ratio"] == pytest.approx(0.8, rel=1e-4) and (pair[0.5]["wins"], pair[0.5]["losses"]) == (8, 0)
     assert pair[0.9]["gm_ratio"] == pytest.approx(1.0) and pair[0.9]["ties"] == 8
+    # the two cells judged together: the verdict from the interval at 1 - 0.05/2, the 95 % one's beside it
+    a = pair[0.5]
+    assert a["cells_judged"] == 2 and a["gm_low_adjusted"] <= a["gm_low"] < a["gm_high"] <= a["gm_high_adjusted"]
+    assert a["verdict"] == verdicts.verdict((a["gm_low_adjusted"], a["gm_high_adjusted"]))
+    assert a["verdict_unadjusted"] == verdicts.verdict((a["gm_low"], a["gm_high"]))
     with pytest.raises(ValueError, match="no cell"):
         E.compare_settings(rows, "jacap", "tova")
     assert VE.pair_frame(list(pair.values()))["wins/losses"].tolist() == ["8/0", "0/0"]
@@ -544,21 +555,33 @@ def test_an_option_without_effect_does_not_block_a_resume(tmp_path):
 
 
 def test_target_status_judges_each_named_cell_by_hand():
-    def row(L, c, lo, hi):
+    """Judged on the adjusted (simultaneous) interval; the 95 % one gives ``met_unadjusted``."""
+    def row(L, c, lo, hi, alo, ahi):
         return {"length": L, "ratio": c, "gm_ratio": (lo + hi) / 2, "gm_low": lo, "gm_high": hi,
-                "baseline_spec": "snapkv[window_size=16]", "verdict": "v"}
+                "gm_low_adjusted": alo, "gm_high_adjusted": ahi, "baseline_spec": "snapkv[window_size=16]",
+                "verdict": "v", "verdict_unadjusted": "u"}
 
     summ = {"families": [
-        {"role": "paper preset", "picked_on": "tune", "rows": [row(512, 0.9, 0.1, 0.2)]},
-        {"role": "default", "picked_on": "test", "rows": [row(512, 0.9, 0.1, 0.2)]},
-        {"role": "default", "picked_on": "tune", "rows": [row(512, 0.9, 0.83, 0.93), row(512, 0.95, 0.97, 1.04),
-                                                          row(512, 0.75, 1.03, 1.32)]}],
+        {"role": "paper preset", "picked_on": "tune", "rows": [row(512, 0.9, 0.1, 0.2, 0.1, 0.2)]},
+        {"role": "default", "picked_on": "test", "rows": [row(512, 0.9, 0.1, 0.2, 0.1, 0.2)]},
+        {"role": "default", "picked_on": "tune", "rows": [row(512, 0.9, 0.83, 0.93, 0.80, 0.97),
+                                                          row(512, 0.95, 0.90, 0.98, 0.86, 1.04),
+                                                          row(512, 0.75, 1.03, 1.32, 0.98, 1.40)]}],
         "cells_missing": ["1024/0.9"]}
     got = {(r["length"], r["ratio"]): r for r in E.target_status(summ)}
     assert got[(512, 0.9)]["met"] is True and got[(512, 0.9)]["shortfall"] == 0.0
+    # better within its 95 % interval, not within the adjusted one: missed by its upper end 1.04
+    assert got[(512, 0.95)]["met_unadjusted"] is True
     assert got[(512, 0.95)]["met"] is False and got[(512, 0.95)]["shortfall"] == pytest.approx(0.04)
-    assert got[(512, 0.75)]["met"] is False and got[(512, 0.75)]["shortfall"] == pytest.approx(0.03)  # lower end 1.03
+    # worse within its 95 % interval (lower end 1.03), not detectably worse within the adjusted one (0.98)
+    assert got[(512, 0.75)]["met_unadjusted"] is False
+    assert got[(512, 0.75)]["met"] is True and got[(512, 0.75)]["shortfall"] == 0.0
+    assert (got[(512, 0.75)]["verdict"], got[(512, 0.75)]["verdict_unadjusted"]) == ("v", "u")
     assert got[(1024, 0.9)]["met"] is None and got[(1024, 0.75)]["verdict"] == "not measured"
+    old = {"families": [{**f, "rows": [{k: v for k, v in r.items() if "adjusted" not in k} for r in f["rows"]]}
+                        for f in summ["families"]]}
+    with pytest.raises(ValueError, match="rerun `jacap evaluate summary`"):
+        E.target_status(old)
     assert set(got) == {(L, c) for L in (512, 1024) for c in (0.9, 0.95, 0.75)}
     with pytest.raises(ValueError, match="default"):
         E.target_status({"families": summ["families"][:2]})

@@ -133,21 +133,54 @@ def test_needle_summary_against_hand_values_and_holm():
     # Holm by hand over the family's two cells: the smaller p times 2, then max(that, the larger p times 1)
     assert r075["p_holm"] == pytest.approx(2 * p075)
     assert r05["p_holm"] == pytest.approx(max(2 * p075, 2 * 7 / 64))
-    assert r075["verdict"].startswith("better by ") and r075["diff_low"] > 0
+    # the verdict is the Holm-adjusted exact test's: 2 p075 = 1/32 <= 0.05 -> better; 0.5 is not
+    assert r075["verdict"] == "better" and r075["diff_low"] > 0
+    assert r05["verdict"] == "no detectable difference" and r05["p_holm"] > 0.05
     # against the paper preset: equal at 0.5 (a point interval), worse by 30 points at 0.75
     q05, q075 = paper["rows"]
     assert (q05["diff_points"], q05["diff_low"], q05["diff_high"], q05["p_mcnemar"]) == (0.0, 0.0, 0.0, 1.0)
     assert q05["verdict"] == "no difference: identical on every prompt"
     assert q075["diff_points"] == pytest.approx(-30.0) and q075["losses"] == 3 and q075["wins"] == 0
-    # the resamples without a loss give 0: the percentile interval touches 0, so no detectable difference
+    # the resamples without a loss give 0: the percentile interval touches 0; McNemar p = 1/4, Holm 1/2
     assert q075["diff_high"] == 0.0 and q075["diff_low"] < -30.0
-    assert q075["verdict"] == f"no detectable difference; the interval is −{-q075['diff_low']:.0f} to 0 points"
+    assert q075["p_holm"] == pytest.approx(2 * 2 / 2 ** 3) and q075["verdict"] == "no detectable difference"
     # the book's tables
     f = needle_frame(s)
     assert list(f.index) == ["uncompressed (ceiling)", DEF, BASE, P.PAPER_PRESET]
     assert f.loc[BASE, "128 / 0.5"].startswith("40% [")
     v = needle_verdict_frame(s)
     assert len(v) == 4 and v.iloc[0]["wins/losses"] == "5/1"
+
+
+def brute_mcnemar(wins, losses):
+    """Exact two-sided binomial p by enumeration: the probability, under 1/2 per discordant prompt, of every
+    split of the n = wins + losses discordant prompts no more likely than the one seen."""
+    n = wins + losses
+    prob = [math.comb(n, k) / 2 ** n for k in range(n + 1)]
+    return min(1.0, sum(q for q in prob if q <= prob[wins] * (1 + 1e-9)))
+
+
+def test_needle_verdict_is_the_holm_adjusted_exact_mcnemar():
+    """Three cells, 10 prompts each: wins/losses 7/0, 6/1 and 0/6. Unadjusted, 7/0 (p 1/64) and 0/6 (p 1/32)
+    pass 0.05; Holm over the three keeps only 7/0 (3/64 = 0.047), 0/6 becomes 2/32 = 0.0625. The bootstrap
+    interval of 6/1 (+50 points) lies above 0 but its exact p (1/8) does not decide anything."""
+    choices, _ = _choices(ratios=(0.5, 0.75, 0.9))
+    rows = _rows({("full", 0.0): [1] * 10,
+                  (DEF, 0.5): [1] * 7 + [0] * 3, (BASE, 0.5): [0] * 10,
+                  (DEF, 0.75): [1] * 6 + [0] * 4, (BASE, 0.75): [0] * 6 + [1] + [0] * 3,
+                  (DEF, 0.9): [0] * 10, (BASE, 0.9): [1] * 6 + [0] * 4})
+    (comp,) = N.needle_summary(rows, choices, settings=[DEF, BASE])["comparisons"]
+    by = {r["ratio"]: r for r in comp["rows"]}
+    assert [(by[c]["wins"], by[c]["losses"]) for c in (0.5, 0.75, 0.9)] == [(7, 0), (6, 1), (0, 6)]
+    p = {c: brute_mcnemar(by[c]["wins"], by[c]["losses"]) for c in by}
+    assert p == pytest.approx({0.5: 1 / 64, 0.75: 1 / 8, 0.9: 1 / 32})
+    assert {c: by[c]["p_mcnemar"] for c in by} == pytest.approx(p)
+    # Holm by hand: 3 x 1/64, then max(that, 2 x 1/32), then max(that, 1 x 1/8)
+    holm = {0.5: 3 / 64, 0.9: max(3 / 64, 2 / 32), 0.75: max(3 / 64, 2 / 32, 1 / 8)}
+    assert {c: by[c]["p_holm"] for c in by} == pytest.approx(holm)
+    assert {c: by[c]["verdict"] for c in by} == {0.5: "better", 0.75: "no detectable difference",
+                                                 0.9: "no detectable difference"}
+    assert by[0.75]["diff_low"] > 0  # the descriptive interval alone would have said "better"
 
 
 def test_needle_summary_names_incomplete_cells():

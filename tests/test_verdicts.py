@@ -184,3 +184,84 @@ def test_an_interval_that_is_the_null_point_says_identical():
     assert verdict((0.0, 0.0), scale="points") == "no difference: identical on every prompt"
     assert verdict((1.0, 1.0 + 1e-9)).startswith("no detectable difference")  # touching is not identical
     assert verdict(geometric_mean_ratio([0.4, 1.0, 1.8], [0.2, 0.5, 0.9])) == "worse by 100 %"  # constant ratio 2
+
+
+# --------------------------------------------------------------------------------------------- the cells judged together
+def test_simultaneous_level_is_bonferronis():
+    from jacap_lib.results.verdicts import simultaneous_confidence
+
+    assert simultaneous_confidence(0.95, 1) == 0.95
+    assert simultaneous_confidence(0.95, 12) == pytest.approx(1 - 0.05 / 12, rel=1e-15)
+    assert simultaneous_confidence(0.9, 4) == pytest.approx(0.975, rel=1e-15)
+    for m in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="m must be"):
+            simultaneous_confidence(0.95, m)
+
+
+def test_adjusted_interval_holds_the_unadjusted_one_at_the_simultaneous_level():
+    cells = {"a": pair(n=30, shift=-0.1, seed=1), "b": pair(n=30, shift=0.0, seed=2), "c": pair(n=30, shift=0.15, seed=3)}
+    rows = compare_cells(cells, n_resamples=2000)
+    for row in rows:
+        assert row["cells_judged"] == 3 and row["confidence_adjusted"] == pytest.approx(1 - 0.05 / 3)
+        assert row["gm_low_adjusted"] < row["gm_low"] < row["gm_ratio"] < row["gm_high"] < row["gm_high_adjusted"]
+        one = geometric_mean_ratio(*cells[row["cell"]], n_resamples=2000, confidence=1 - 0.05 / 3)
+        assert (row["gm_low_adjusted"], row["gm_high_adjusted"]) == (one.low, one.high)
+        assert row["verdict"] == verdict((one.low, one.high))
+        assert row["verdict_unadjusted"] == verdict((row["gm_low"], row["gm_high"]))
+
+
+def test_adjusted_level_matches_a_brute_force_bootstrap():
+    """The adjusted interval is the percentile bootstrap at 1 - 0.05/m, by an independent numpy bootstrap."""
+    cells = {f"c{i}": pair(seed=i) for i in range(4)}
+    row = compare_cells(cells, method="percentile", n_resamples=20000, seed=7)[0]
+    lo, hi = brute_bootstrap(gm_stat, *cells["c0"], confidence=1 - 0.05 / 4)
+    width = hi - lo
+    assert abs(row["gm_low_adjusted"] - lo) < 0.06 * width and abs(row["gm_high_adjusted"] - hi) < 0.06 * width
+
+
+def test_one_cell_adjusted_and_unadjusted_coincide():
+    (row,) = compare_cells({"only": pair(n=30, shift=-0.1, seed=1)}, n_resamples=2000)
+    assert row["cells_judged"] == 1 and row["confidence_adjusted"] == 0.95
+    assert (row["gm_low_adjusted"], row["gm_high_adjusted"]) == (row["gm_low"], row["gm_high"])
+    assert row["verdict"] == row["verdict_unadjusted"]
+
+
+def test_better_alone_is_no_detectable_difference_among_twelve_cells():
+    """A hand-built cell: 12 documents whose log ratios are -0.08 + 0.12 u, u a fixed pattern of mean 0 and
+    standard deviation 1, so the mean log ratio is 0.08 / (0.12 / sqrt(12)) = 2.3 standard errors below 0: its
+    own 95 % interval (1.96 SE) lies below 1, the interval for 12 cells at once (1 - 0.05/12: 2.87 SE) does not.
+    The other 11 cells: ratios spread symmetrically around 1."""
+    u = np.linspace(-1, 1, 12)
+    u = (u - u.mean()) / u.std()
+    ref = np.linspace(0.05, 0.6, 12)
+    cells = {"judged": (ref * np.exp(-0.08 + 0.12 * u), ref)}
+    for i in range(11):
+        cells[f"null{i}"] = (ref * np.exp(0.1 * np.roll(u, i)), ref)
+    rows = {r["cell"]: r for r in compare_cells(cells)}
+    r = rows["judged"]
+    assert r["gm_ratio"] == pytest.approx(math.exp(-0.08))
+    assert r["gm_high"] < 1 < r["gm_high_adjusted"]
+    assert r["verdict_unadjusted"].startswith("better by")
+    assert r["verdict"].startswith("no detectable difference")
+    # alone (m = 1) the same cell keeps its 95 % verdict
+    (alone,) = compare_cells({"judged": cells["judged"]})
+    assert alone["verdict"] == r["verdict_unadjusted"]
+
+
+@pytest.mark.parametrize("wins, losses, p, want", [
+    (7, 0, 0.047, "better"), (0, 6, 0.03, "worse"), (0, 6, 0.0625, "no detectable difference"),
+    (3, 3, 0.01, "no detectable difference"), (0, 0, 1.0, "no difference: identical on every prompt"),
+    (5, 0, 0.05, "better"),  # at alpha: rejected, as holm_significant (p <= alpha)
+])
+def test_mcnemar_verdict_branches(wins, losses, p, want):
+    from jacap_lib.results.verdicts import mcnemar_verdict
+
+    assert mcnemar_verdict(wins, losses, p) == want
+
+
+@pytest.mark.parametrize("args, match", [((-1, 2, 0.5), "wins"), ((1, 2.5, 0.5), "losses"), ((1, 2, 1.5), "p_adjusted")])
+def test_mcnemar_verdict_bad_input(args, match):
+    from jacap_lib.results.verdicts import mcnemar_verdict
+
+    with pytest.raises(ValueError, match=match):
+        mcnemar_verdict(*args)

@@ -346,7 +346,8 @@ def decoding_verdicts(rows: list, *, unit: str = "prompt", floor: float = 1e-8, 
     per pair (method, reference) the per-unit KLs (``unit`` as in :func:`decoding_summary`: a prompt's value is the
     geometric mean of its seeds' mean KLs after the first compression), the geometric-mean and mean-KL ratios
     (method / reference; below 1 = the method is better) with BCa intervals, wins (units where the method's KL is
-    lower), the Wilcoxon p-value, Holm over the family, and the verdict sentence. ``family``: list of
+    lower), the Wilcoxon p-value, Holm over the family, and the verdict sentence (from the geometric-mean interval
+    adjusted for the family's comparisons, the 95 % one's in ``verdict_unadjusted``). ``family``: list of
     ``(method, reference, isolates)`` (default: alg2 vs alg2_flat, alg2 vs jacap, alg2 and jacap vs each
     baseline present). Each row adds ``method``, ``reference`` and ``isolates``."""
     from .verdicts import compare_cells

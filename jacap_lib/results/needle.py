@@ -10,7 +10,8 @@
                                    a 95 % Wilson interval; the default Jacap setting against the cell's best
                                    baseline by KL on tune and against the paper preset, paired per prompt
                                    (accuracy difference in points with a paired bootstrap interval, exact
-                                   McNemar p, Holm over the cells of one comparison, wins/losses, verdict).
+                                   McNemar p, Holm over the cells of one comparison, wins/losses, and the
+                                   verdict of the Holm-adjusted exact test).
                                    The needle job itself writes rows only; the summary is this separate leaf
                                    (it needs no model and can be rerun on a partial file).
 
@@ -186,8 +187,9 @@ def needle_summary(rows: list[dict], choices: dict, *, prompts=None, settings=No
     every prompt, each one's accuracy with its 95 % Wilson interval; then the default Jacap setting
     (``choices["chosen"]["jacap"]``) against (a) the cell's best baseline by KL on tune and (b) the paper
     preset, paired per prompt: accuracy difference (Jacap − reference, percentage points) with its paired
-    bootstrap interval, wins/losses (prompts only one gets right), exact McNemar p, Holm over the cells of one
-    comparison, and :func:`~jacap_lib.results.verdicts.verdict` on the points scale (higher is better).
+    bootstrap interval (descriptive), wins/losses (prompts only one gets right), exact McNemar p, Holm over the
+    cells of one comparison, and the verdict of the Holm-adjusted exact test
+    (:func:`~jacap_lib.results.verdicts.mcnemar_verdict`: "better"/"worse" only where it is at most ``alpha``).
 
     ``prompts``: ``[(depth, trial, key)]`` every cell must hold (default: the prompts of each length's
     uncompressed rows); ``settings``: the specs to report (default: the choices' test specs present in
@@ -246,9 +248,9 @@ def needle_summary(rows: list[dict], choices: dict, *, prompts=None, settings=No
             out.append({"length": L, "ratio": c, "reference_spec": ref, "n": len(a),
                         "accuracy": sum(a) / len(a), "reference_accuracy": sum(b) / len(b),
                         "diff_points": diff.estimate, "diff_low": diff.low, "diff_high": diff.high,
-                        "wins": wins, "losses": losses, "p_mcnemar": V.mcnemar_p(a, b),
-                        "verdict": V.verdict(diff, scale="points")})
+                        "wins": wins, "losses": losses, "p_mcnemar": V.mcnemar_p(a, b)})
         for row, p in zip(out, V.holm([r["p_mcnemar"] for r in out])):
+            row["verdict"] = V.mcnemar_verdict(row["wins"], row["losses"], float(p), alpha=alpha)
             row["p_holm"] = float(p)
             row["holm_significant"] = bool(p <= alpha)
         comparisons.append({"setting": default, "reference": role, "label": label, "rows": out})
@@ -444,6 +446,9 @@ def _summary_run(args):
                              "primary": "accuracy difference (default Jacap - reference), percentage points, paired "
                                         "bootstrap over prompts",
                              "test": "exact McNemar (two-sided binomial test on the discordant prompts)",
+                             "verdict": "from the Holm-adjusted exact McNemar p: better or worse (by the sign of "
+                                        "wins - losses) where it is at most alpha, else no detectable difference; "
+                                        "the bootstrap interval of the difference is descriptive",
                              "holm_family": "all (length, ratio) cells of the default Jacap setting against one reference"}}
     path = out_dir / "needle_summary.json"
     files.write_json(path, {"config": config, **files.round_floats(summary)})

@@ -17,17 +17,23 @@ replacement) and keeps each document's two values together.
 * :func:`wilcoxon_p` — two-sided Wilcoxon signed-rank p-value of the log ratios (``scipy.stats.wilcoxon``;
   exact for n ≤ 50 without ties or zeros).
 * :func:`holm` — Holm's step-down adjustment of a family of p-values (controls the family-wise error rate).
-* The family-wise correction of this book: over the cells of one comparison (one table), the Wilcoxon
-  p-values are Holm-adjusted; a cell's verdict sentence comes from its own 95 % interval
-  (:func:`verdict`), and :func:`compare_cells` records beside it whether the cell's difference survives
-  Holm at ``alpha`` (``holm_significant``), so a reader sees both.
+* The family-wise correction of this book: over the m cells of one comparison (one table), the Wilcoxon
+  p-values are Holm-adjusted, and each cell's geometric-mean interval is also computed at the simultaneous
+  (Bonferroni) level ``1 − (1 − confidence) / m`` (:func:`simultaneous_confidence`): all m such intervals
+  hold their true ratios at once with probability at least ``confidence``. :func:`compare_cells` writes the
+  cell's verdict sentence from that adjusted interval (``verdict``) and keeps the cell's own 95 % interval
+  and its sentence beside it (``gm_low``/``gm_high``, ``verdict_unadjusted``), with whether the Wilcoxon
+  difference survives Holm at ``alpha`` (``holm_significant``), so a reader sees all three. (Bonferroni,
+  not Holm-consistent intervals: simpler, and a little more conservative than Holm's test.)
 * :func:`verdict` — the one function that turns an interval into the sentence the chapters print: a ratio
   interval (``scale="ratio"``, lower is better) or a difference in percentage points (``scale="points"``,
   higher is better).
 * Paired 0/1 outcomes (the needle retrieval of :mod:`jacap_lib.results.needle`: right or wrong per prompt):
   :func:`accuracy_difference` (method − reference in points, paired bootstrap interval, prompts resampled),
   :func:`mcnemar_p` (exact McNemar test on the discordant prompts), :func:`accuracy_interval` (one setting's
-  accuracy with its Wilson interval).
+  accuracy with its Wilson interval). With 20 or so 0/1 outcomes a bootstrap interval of the difference is
+  too coarse to judge by, so their verdict is the exact test's (:func:`mcnemar_verdict`: "better" or "worse"
+  only where the Holm-adjusted McNemar p is at most ``alpha``); the interval stays as a description.
 """
 from __future__ import annotations
 
@@ -37,7 +43,8 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 __all__ = ["RatioInterval", "DifferenceInterval", "log_ratios", "geometric_mean_ratio", "geometric_mean", "mean_ratio", "wilcoxon_p", "holm",
-           "verdict", "compare_cells", "accuracy_difference", "mcnemar_p", "accuracy_interval",
+           "verdict", "simultaneous_confidence", "compare_cells", "accuracy_difference", "mcnemar_p",
+           "accuracy_interval", "mcnemar_verdict",
            "DIFFERENCE_METHOD", "N_RESAMPLES", "CONFIDENCE", "SEED", "METHOD"]
 
 N_RESAMPLES = 9999
@@ -345,16 +352,51 @@ def accuracy_interval(correct, *, confidence: float = CONFIDENCE) -> tuple[float
     return k / n, float(ci.low), float(ci.high)
 
 
+def mcnemar_verdict(wins: int, losses: int, p_adjusted: float, *, alpha: float = 0.05) -> str:
+    """The verdict of a paired test on 0/1 outcomes (e.g. :func:`mcnemar_p` Holm-adjusted over the cells of one
+    comparison): ``"better"`` (more prompts only the method gets right, ``wins > losses``) or ``"worse"``
+    (``losses > wins``) where ``p_adjusted <= alpha``; else ``"no detectable difference"``, or ``"no difference:
+    identical on every prompt"`` when no prompt is discordant (``wins == losses == 0``)."""
+    for name, v in (("wins", wins), ("losses", losses)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValueError(f"{name} must be a count >= 0 (discordant prompts), got {v!r}")
+    if not (isinstance(p_adjusted, (int, float)) and 0 <= p_adjusted <= 1):
+        raise ValueError(f"p_adjusted must be a p-value in [0, 1], got {p_adjusted!r}")
+    if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
+        raise ValueError(f"alpha must be in (0, 1), e.g. 0.05; got {alpha!r}")
+    if wins == losses == 0:
+        return "no difference: identical on every prompt"
+    if p_adjusted <= alpha and wins != losses:
+        return "better" if wins > losses else "worse"
+    return "no detectable difference"
+
+
+def simultaneous_confidence(confidence: float, m: int) -> float:
+    """Bonferroni's per-interval level for ``m`` intervals judged together: ``1 − (1 − confidence) / m``, so that
+    all ``m`` hold their true values at once with probability at least ``confidence`` (``confidence`` itself
+    when ``m == 1``)."""
+    if not (isinstance(confidence, (int, float)) and 0 < confidence < 1):
+        raise ValueError(f"confidence must be in (0, 1), e.g. 0.95; got {confidence!r}")
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise ValueError(f"m must be the number of intervals judged together, an integer >= 1; got {m!r}")
+    return float(confidence) if m == 1 else 1 - (1 - confidence) / int(m)
+
+
 def compare_cells(cells, *, confidence: float = CONFIDENCE, n_resamples: int = N_RESAMPLES, method: str = METHOD,
                   seed: int = SEED, alpha: float = 0.05) -> list[dict]:
     """One row per cell of ``cells`` (``{name: (method_kl, reference_kl)}``, each pair per document): the
-    geometric-mean ratio and the mean-KL ratio with their intervals, the number of documents where the method's
-    KL is lower (``wins``), the two-sided Wilcoxon p-value, its Holm adjustment over all the cells given, whether
-    that survives ``alpha`` (``holm_significant``), and the :func:`verdict` of the geometric-mean interval."""
+    geometric-mean ratio and the mean-KL ratio with their ``confidence`` intervals, the geometric-mean ratio's
+    simultaneous interval over the m cells given (``gm_low_adjusted``/``gm_high_adjusted``, at level
+    ``confidence_adjusted`` = :func:`simultaneous_confidence`; the same resamples, so it holds the unadjusted
+    one), the number of documents where the method's KL is lower (``wins``), the two-sided Wilcoxon p-value,
+    its Holm adjustment over the m cells, whether that survives ``alpha`` (``holm_significant``), the
+    :func:`verdict` of the adjusted interval (``verdict``) and of the unadjusted one (``verdict_unadjusted``)."""
     if not isinstance(cells, dict) or not cells:
         raise ValueError("cells must be a non-empty dict {cell name: (method_kl, reference_kl)}")
     if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
         raise ValueError(f"alpha must be in (0, 1), e.g. 0.05; got {alpha!r}")
+    _options(confidence, n_resamples, method)
+    level = simultaneous_confidence(confidence, len(cells))
     rows = []
     for name, pair in cells.items():
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
@@ -362,11 +404,13 @@ def compare_cells(cells, *, confidence: float = CONFIDENCE, n_resamples: int = N
         m, r = pair
         d = log_ratios(m, r)
         gm = geometric_mean_ratio(m, r, confidence=confidence, n_resamples=n_resamples, method=method, seed=seed)
+        adj = geometric_mean_ratio(m, r, confidence=level, n_resamples=n_resamples, method=method, seed=seed)
         mr = mean_ratio(m, r, confidence=confidence, n_resamples=n_resamples, method=method, seed=seed)
         rows.append({"cell": name, "n": gm.n, "wins": int(np.sum(d < 0)), "ties": int(np.sum(d == 0)),
                      "gm_ratio": gm.estimate, "gm_low": gm.low, "gm_high": gm.high,
-                     "mean_ratio": mr.estimate, "mean_low": mr.low, "mean_high": mr.high,
-                     "p_wilcoxon": wilcoxon_p(m, r), "verdict": verdict(gm)})
+                     "gm_low_adjusted": adj.low, "gm_high_adjusted": adj.high, "confidence_adjusted": level,
+                     "cells_judged": len(cells), "mean_ratio": mr.estimate, "mean_low": mr.low, "mean_high": mr.high,
+                     "p_wilcoxon": wilcoxon_p(m, r), "verdict": verdict(adj), "verdict_unadjusted": verdict(gm)})
     adjusted = holm([row["p_wilcoxon"] for row in rows])
     for row, p in zip(rows, adjusted):
         row["p_holm"] = float(p)

@@ -26,8 +26,10 @@ def summarize(test_rows: list[dict], choices: dict, *, confidence: float | None 
     best-baseline line of :func:`best_baselines` (picked on tune: the protocol; picked on test: stricter),
     one comparison family over the (length, ratio) cells, each cell a row of
     :func:`jacap_lib.results.verdicts.compare_cells` (paired per-document KLs: geometric-mean and mean-KL
-    ratio intervals, wins/losses, Wilcoxon p, Holm-adjusted p over the family's cells, verdict) plus the
-    cell's length, ratio and baseline. ``{"families": [{"setting", "role", "picked_on", "label", "rows"}]}``."""
+    ratio intervals, the geometric-mean interval adjusted for the family's cells (Bonferroni), wins/losses,
+    Wilcoxon p, Holm-adjusted p over the family's cells, the verdict from the adjusted interval and the
+    unadjusted one's beside it) plus the cell's length, ratio and baseline.
+    ``{"families": [{"setting", "role", "picked_on", "label", "rows"}]}``."""
     from .. import verdicts as V
 
     cfg = choices["config"]
@@ -122,11 +124,12 @@ def cell_statistics(rows: list[dict], specs=None, *, seed: int | None = None) ->
 def compare_settings(rows: list[dict], setting: str, reference: str, *, seed: int | None = None,
                      confidence: float | None = None, n_resamples: int | None = None) -> list[dict]:
     """``setting`` against ``reference`` in every (length, ratio) cell where both have rows on the same
-    documents: :func:`jacap_lib.results.verdicts.compare_cells` rows (ratio intervals, wins, Wilcoxon p,
-    Holm over these cells, verdict) with ``length`` and ``ratio``. For comparisons outside the protocol's
+    documents: :func:`jacap_lib.results.verdicts.compare_cells` rows (ratio intervals, the geometric-mean
+    interval adjusted for these cells, wins, Wilcoxon p, Holm over these cells, the verdict from the adjusted
+    interval, ``verdict_unadjusted``) with ``length`` and ``ratio``. For comparisons outside the protocol's
     primary one (e.g. Jacap against CapKV, the paper's headline). ``confidence`` / ``n_resamples``: the
-    intervals' level and bootstrap size (default ``verdicts.CONFIDENCE`` / ``N_RESAMPLES``; a simultaneous
-    interval over m comparisons is ``confidence = 1 - 0.05 / m``)."""
+    unadjusted intervals' level and bootstrap size (default ``verdicts.CONFIDENCE`` / ``N_RESAMPLES``; a family
+    wider than these cells passes its own simultaneous level, :func:`~jacap_lib.results.verdicts.simultaneous_confidence`)."""
     from .. import verdicts as V
 
     by: dict = {}
@@ -148,22 +151,29 @@ def compare_settings(rows: list[dict], setting: str, reference: str, *, seed: in
 
 
 #: The evaluation's target for the default Jacap setting against the best baseline picked on tune: per
-#: compression ratio, what the verdict of every prompt length must be ("better": the whole 95 % interval of
-#: the geometric-mean KL ratio below 1; "not worse": its lower end at most 1).
+#: compression ratio, what the verdict of every prompt length must be ("better": the whole interval of the
+#: geometric-mean KL ratio below 1; "not worse": its lower end at most 1), judged on the interval adjusted for
+#: the cells of the comparison (simultaneous, :func:`jacap_lib.results.verdicts.simultaneous_confidence`).
 TARGET = {0.9: "better", 0.95: "better", 0.75: "not worse"}
 
 
 def target_status(summary: dict, *, target: dict | None = None) -> list[dict]:
     """Each cell the target names, judged from ``summary`` (``summary.json``'s content): the default Jacap
     setting against the best baseline picked on tune. One row per (length, ratio) of the target's ratios:
-    ``requirement``, ``met``, the interval, the verdict, and ``shortfall`` — how far the interval's end is from
-    the requirement, as a fraction (``gm_high - 1`` for "better", ``gm_low - 1`` for "not worse"; 0 when met).
-    Cells the summary has not measured are rows with ``met = None``."""
+    ``requirement``, ``met``, the 95 % interval (``gm_low``/``gm_high``) and the one adjusted for the cells judged
+    together (``gm_low_adjusted``/``gm_high_adjusted``), the verdict, and ``shortfall`` — how far the adjusted
+    interval's end is from the requirement, as a fraction (``gm_high_adjusted - 1`` for "better",
+    ``gm_low_adjusted - 1`` for "not worse"; 0 when met). ``met``, ``verdict`` and ``shortfall`` come from the
+    adjusted interval; ``met_unadjusted`` and ``verdict_unadjusted`` from the 95 % one. Cells the summary has not
+    measured are rows with ``met = None``."""
     target = TARGET if target is None else target
     fam = next((f for f in summary["families"] if f["role"] == "default" and f["picked_on"] == "tune"), None)
     if fam is None:
         raise ValueError("summary has no family of the default Jacap setting against the baseline picked on tune; "
                          "run `jacap evaluate summary`")
+    if any("gm_low_adjusted" not in r for r in fam["rows"]):
+        raise ValueError("summary rows have no adjusted intervals (gm_low_adjusted); it was written before they "
+                         "were added: rerun `jacap evaluate summary`")
     by = {(int(r["length"]), float(r["ratio"])): r for r in fam["rows"]}
     lengths = sorted({L for L, _ in by} | {int(c.split("/")[0]) for c in summary.get("cells_missing", [])})
     out = []
@@ -174,14 +184,19 @@ def target_status(summary: dict, *, target: dict | None = None) -> list[dict]:
             r = by.get((L, float(c)))
             if r is None:
                 out.append({"length": L, "ratio": float(c), "requirement": need, "met": None, "baseline": None,
-                            "gm_ratio": None, "gm_low": None, "gm_high": None, "verdict": "not measured",
-                            "shortfall": None})
+                            "gm_ratio": None, "gm_low": None, "gm_high": None, "gm_low_adjusted": None,
+                            "gm_high_adjusted": None, "verdict": "not measured", "shortfall": None,
+                            "met_unadjusted": None, "verdict_unadjusted": "not measured"})
                 continue
-            met = r["gm_high"] < 1 if need == "better" else r["gm_low"] <= 1
-            gap = (r["gm_high"] - 1 if need == "better" else r["gm_low"] - 1) if not met else 0.0
+            lo, hi = r["gm_low_adjusted"], r["gm_high_adjusted"]
+            met = hi < 1 if need == "better" else lo <= 1
+            gap = (hi - 1 if need == "better" else lo - 1) if not met else 0.0
             out.append({"length": L, "ratio": float(c), "requirement": need, "met": bool(met),
                         "baseline": r["baseline_spec"], "gm_ratio": r["gm_ratio"], "gm_low": r["gm_low"],
-                        "gm_high": r["gm_high"], "verdict": r["verdict"], "shortfall": max(gap, 0.0)})
+                        "gm_high": r["gm_high"], "gm_low_adjusted": lo, "gm_high_adjusted": hi,
+                        "verdict": r["verdict"], "shortfall": max(gap, 0.0),
+                        "met_unadjusted": bool(r["gm_high"] < 1 if need == "better" else r["gm_low"] <= 1),
+                        "verdict_unadjusted": r["verdict_unadjusted"]})
     return out
 
 
@@ -205,7 +220,8 @@ def identical_documents(rows: list[dict], setting: str, other: str) -> dict:
 
 def summary_table(summary: dict) -> list[dict]:
     """The summary as table rows (pure; ``summary``: what :func:`summarize` returns or ``summary.json``
-    holds): one row per (Jacap setting, baseline line, cell), primary line (picked on tune) first."""
+    holds): one row per (Jacap setting, baseline line, cell), primary line (picked on tune) first; the verdict
+    from the simultaneous interval, the 95 % one's beside it."""
     def iv(est, lo, hi):
         return f"{est:.3f} [{lo:.3f}, {hi:.3f}]"
 
@@ -213,9 +229,10 @@ def summary_table(summary: dict) -> list[dict]:
     return [{"Jacap setting": f"{f['setting']} ({f['role']})", "best baseline": f["label"],
              "length": r["length"], "c": r["ratio"], "baseline": r["baseline_spec"],
              "geometric-mean ratio [95% CI]": iv(r["gm_ratio"], r["gm_low"], r["gm_high"]),
+             "geometric-mean ratio [simultaneous CI]": iv(r["gm_ratio"], r["gm_low_adjusted"], r["gm_high_adjusted"]),
              "mean-KL ratio [95% CI]": iv(r["mean_ratio"], r["mean_low"], r["mean_high"]),
              "wins/losses": f"{r['wins']}/{r['losses']}", "Wilcoxon p": r["p_wilcoxon"], "Holm p": r["p_holm"],
-             "verdict": r["verdict"]}
+             "verdict": r["verdict"], "verdict (95% CI)": r["verdict_unadjusted"]}
             for f in fams for r in f["rows"]]
 
 
@@ -268,7 +285,11 @@ def _summary_run(args):
               "statistics": {"confidence": V.CONFIDENCE, "n_resamples": V.N_RESAMPLES, "method": V.METHOD,
                              "seed": seed, "alpha": 0.05, "primary": "geometric-mean KL ratio (Jacap / baseline)",
                              "holm_family": "all (length, ratio) cells of one Jacap setting against one "
-                                            "best-baseline line"}}
+                                            "best-baseline line",
+                             "adjusted_interval": "simultaneous Bonferroni interval of the geometric-mean ratio over "
+                                                  "the Holm family's m cells: level 1 - (1 - confidence) / m, the same "
+                                                  "resamples (gm_low_adjusted, gm_high_adjusted, confidence_adjusted)",
+                             "verdict": "from the adjusted interval; verdict_unadjusted from the 95 % interval"}}
     path = out_dir / "summary.json"
     files.write_json(path, {"config": config, **files.round_floats(summary)})
     print(f"wrote {path}")
