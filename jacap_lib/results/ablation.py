@@ -284,7 +284,7 @@ def summarize_ablation(rows: list[dict], runs: list[dict], *, alpha: float = ALP
     if m == 0:
         raise ValueError("ablation.jsonl has no (length, c) cell where the default and an ablation both have rows on "
                          "every tune document; run or finish `jacap evaluate ablate` (it resumes)")
-    level = 1 - alpha / m
+    level = V.simultaneous_confidence(1 - alpha, m)
     nres = n_resamples or simultaneous_resamples(m, alpha)
     out = []
     for label, a in table.items():
@@ -295,16 +295,19 @@ def summarize_ablation(rows: list[dict], runs: list[dict], *, alpha: float = ALP
             continue
         keep = set(judged[label])
         sub = [r for r in rows if r["method"] in (spec, base) and (int(r["length"]), float(r["ratio"])) in keep]
+        # both levels from the same resamples (same seed and count), so the simultaneous interval holds the 95 % one
         adj = E.compare_settings(sub, spec, base, seed=seed, confidence=level, n_resamples=nres)
-        unadj = {(r["length"], r["ratio"]): r for r in E.compare_settings(sub, spec, base, seed=seed)}
+        unadj = {(r["length"], r["ratio"]): r for r in E.compare_settings(sub, spec, base, seed=seed,
+                                                                          confidence=1 - alpha, n_resamples=nres)}
         same = E.identical_documents(sub, spec, base)
         res = []
         for r in adj:
             u = unadj[(r["length"], r["ratio"])]
             res.append({"length": r["length"], "ratio": r["ratio"], "n": r["n"], "wins": r["wins"],
                         "losses": r["losses"], "ties": r["ties"], "gm_ratio": r["gm_ratio"], "gm_low": r["gm_low"],
-                        "gm_high": r["gm_high"], "verdict": r["verdict"], "gm_low_95": u["gm_low"],
-                        "gm_high_95": u["gm_high"], "verdict_95": u["verdict"], "mean_ratio": r["mean_ratio"],
+                        "gm_high": r["gm_high"], "verdict": V.verdict((r["gm_low"], r["gm_high"])),
+                        "gm_low_95": u["gm_low"], "gm_high_95": u["gm_high"],
+                        "verdict_95": V.verdict((u["gm_low"], u["gm_high"])), "mean_ratio": r["mean_ratio"],
                         "mean_low": r["mean_low"], "mean_high": r["mean_high"], "p_wilcoxon": r["p_wilcoxon"],
                         "p_holm": r["p_holm"], "identical_docs": same[(r["length"], r["ratio"])][0]})
         out.append({**head, "rows": res, "layers": layer_ratios(rows, spec, base, docs, judged[label])})
@@ -349,7 +352,8 @@ def _summary_run(args):
                              "adjustment": f"Bonferroni: each interval at 1 - {ALPHA}/m, simultaneous over the m "
                                            "(ablation, cell) comparisons judged",
                              "n_resamples_adjusted": summary["n_resamples_adjusted"],
-                             "unadjusted_confidence": V.CONFIDENCE, "n_resamples_unadjusted": V.N_RESAMPLES,
+                             "unadjusted_confidence": 1 - ALPHA,
+                             "resamples": "both levels from the same resamples (n_resamples_adjusted, one seed)",
                              "method": V.METHOD, "seed": V.SEED if args.seed is None else args.seed, "alpha": ALPHA,
                              "holm": "p_holm over one ablation's cells; p_holm_all over all m comparisons",
                              "layers": "per layer, geometric mean over documents (and cells) of the ratio of "
