@@ -51,7 +51,11 @@ def layer_figure(summary: dict, *, cell: str = "all") -> go.Figure:
                          f"{summary.get('cells_measured')}")
     z = [[math.log2(v) for v in a["layers"][cell]] for a in ablations]
     span = max(1e-3, max(abs(v) for row in z for v in row))
-    ticks = [v for v in (0.25, 0.5, 0.67, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2, 4) if abs(math.log2(v)) <= span]
+    ticks = []  # readable ratios, spaced at least a sixth of the half-range apart on the log scale
+    for v in sorted((0.125, 0.25, 0.5, 0.67, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2, 4, 8), key=lambda v: abs(math.log2(v))):
+        if abs(math.log2(v)) <= span and all(abs(math.log2(v / t)) >= span / 6 for t in ticks):
+            ticks.append(v)
+    ticks.sort()
     fig = go.Figure(go.Heatmap(
         z=z, x=list(range(len(z[0]))), y=[a["label"] for a in ablations], zmin=-span, zmax=span, colorscale="RdBu_r",
         customdata=[[2 ** v for v in row] for row in z],
