@@ -199,3 +199,26 @@ def test_ablation_frame_shows_each_cell():
     assert f.loc["three", "prompt 512"].startswith(f"{r['gm_ratio']:.2f} [{r['gm_low']:.2f}, {r['gm_high']:.2f}]")
     fig = layer_figure(s)
     assert list(fig.data[0].y) == ["one", "two", "three"] and len(fig.data[0].x) == 3
+
+
+def test_committed_summary_matches_its_rows():
+    """ablation_summary.json (when committed) against ablation.jsonl: every ratio by hand, the simultaneous level
+    from the number of comparisons, each simultaneous interval holding the 95 % one."""
+    from jacap_lib.results import paths
+    from jacap_lib.results.loaders import load_ablation_summary
+
+    path = paths.data_path("results", "eval", "ablation_summary.json", must_exist=False)
+    if not path.is_file():
+        pytest.skip("no committed ablation summary")
+    s = load_ablation_summary(path)
+    rows = io.read_jsonl(path.parent / A.FILE)
+    kl = {(r["method"], r["length"], r["ratio"], r["doc"]): r["kl"] for r in rows}
+    docs = s["config"]["documents"]
+    judged = [(a, r) for a in s["ablations"] for r in a["rows"]]
+    assert len(judged) == s["m"] and s["confidence"] == pytest.approx(1 - 0.05 / s["m"], rel=1e-4)
+    for a, r in judged:
+        logs = [math.log(kl[(a["spec"], r["length"], r["ratio"], d)] / kl[(a["base"], r["length"], r["ratio"], d)])
+                for d in docs]
+        assert r["n"] == len(docs) == 18
+        assert r["gm_ratio"] == pytest.approx(math.exp(sum(logs) / len(logs)), rel=1e-4)
+        assert r["gm_low"] <= r["gm_low_95"] and r["gm_high_95"] <= r["gm_high"]

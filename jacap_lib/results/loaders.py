@@ -30,7 +30,7 @@ __all__ = ["load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
            "load_mechanisms", "load_query_stats", "load_decoding_comparison",
            "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary",
-           "load_needle_rows", "load_needle_runs", "load_needle_summary"]
+           "load_needle_rows", "load_needle_runs", "load_needle_summary", "load_ablation_summary"]
 
 DECOMPOSITION_PARTS = ("taylor", "diagonal", "selection", "loo")
 
@@ -159,3 +159,12 @@ def load_needle_summary(path=None) -> dict:
     paper preset, paired per prompt (``comparisons``); ``cells_measured`` / ``cells_missing``."""
     return files.read_json(path or data_path("results", "eval", "needle_summary.json", must_exist=False),
                            require=("config", "cells", "comparisons"), hint="jacap evaluate needle-summary")
+
+
+def load_ablation_summary(path=None) -> dict:
+    """``ablation_summary.json``: per one-knob ablation of Jacap and (length, ratio) cell, the paired geometric-mean
+    KL ratio to its base on the tune documents with its simultaneous (Bonferroni) and 95 % intervals, wins/losses,
+    Wilcoxon and Holm p, verdicts, and per layer the attention-output error ratio (``ablations``); ``m``,
+    ``confidence``, ``cells_measured`` / ``cells_missing``. Tables: :func:`jacap_lib.viz.ablation.ablation_frame`."""
+    return files.read_json(path or data_path("results", "eval", "ablation_summary.json", must_exist=False),
+                           require=("config", "ablations", "m"), hint="jacap evaluate ablate-summary")
