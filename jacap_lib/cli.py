@@ -8,6 +8,7 @@
     jacap diagnose mechanisms|query-stats          mechanism diagnostics -> data/diagnostics/*.json
     jacap evaluate tune|test|time|summary [--quick] the evaluation protocol -> data/results/eval/
     jacap evaluate needle|needle-summary [--quick] needle retrieval with the tuned methods -> data/results/eval/
+    jacap evaluate ablate|ablate-summary [--quick] one-knob ablations of Jacap on the tune documents -> data/results/eval/
     jacap evaluate anatomy [--length 2048 --ratio 0.5] why the default loses a cell -> data/results/eval/anatomy.json
     jacap evaluate needle [--mode inside] --probe  digit survival per layer and KV head -> needle_probe.jsonl
     jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token
@@ -68,6 +69,13 @@ COMMANDS = {
                     "best baseline picked on tune and, stricter, on test: ratio intervals, wins, Wilcoxon and Holm p, "
                     "verdicts -> data/results/eval/summary.json (needs test.jsonl and choices.json of one configuration)",
                     "jacap_lib.results.evaluation:SUMMARY"),
+        "ablate": ("the default Jacap press and each one-knob ablation of it on every tune document -> "
+                   "data/results/eval/ablation.jsonl (resumable)",
+                   "jacap_lib.results.ablation:ABLATE"),
+        "ablate-summary": ("per ablation and cell, the paired geometric-mean KL ratio to the default with simultaneous "
+                           "(Bonferroni) and unadjusted intervals, wins, Wilcoxon and Holm p, verdicts, and per-layer "
+                           "attention-error ratios -> data/results/eval/ablation_summary.json",
+                           "jacap_lib.results.ablation:ABLATE_SUMMARY"),
         "needle": ("needle retrieval with each method's tuned setting and the paper preset at prompts 512/1024/2048, "
                    "c 0.5/0.75/0.9, 5 depths x 4 keys, plus the uncompressed answer -> data/results/eval/needle.jsonl "
                    "(needs the tune's choices.json)",

@@ -862,6 +862,15 @@ cli_bad("cli-evaluate-model-missing-folder", ev_with() + ["--model", "./no-such-
 cli_bad("cli-evaluate-length-beyond-documents", ev_with(lengths=["512", "1000000"]), "--lengths", needs="model")
 cli_bad("cli-evaluate-test-without-choices", ["evaluate", "test", "--dir", "{d}/e", "--no-progress"], "choices.json")
 cli_bad("cli-evaluate-summary-missing", ["evaluate", "summary", "--dir", "{d}/e"], "--dir", "does not exist")
+_AB = ["evaluate", "ablate", "--dir", "{d}/new/sub", "--lengths", "512", "--ratios", "0.5", "--continuation", "4",
+       "--no-progress"]
+cli_bad("cli-ablate-ratio-one", _AB[:6] + ["1.0"] + _AB[7:], "--ratios")
+cli_bad("cli-ablate-length-small", _AB[:4] + ["8"] + _AB[5:], "--lengths")
+cli_bad("cli-ablate-unknown-ablation", _AB + ["--ablations", "no-such-knob"], "--ablations", "no-such-knob")
+cli_bad("cli-ablate-workers-zero", _AB + ["--workers", "0"], "--workers")
+cli_bad("cli-ablate-continuation-zero", _AB[:8] + ["0"] + _AB[9:], "--continuation")
+cli_bad("cli-ablate-dir-is-file", _AB[:2] + ["--dir", "{d}/f.txt"] + _AB[4:], "--dir", setup=_inputs({"f.txt": "x"}))
+cli_bad("cli-ablate-summary-missing", ["evaluate", "ablate-summary", "--dir", "{d}/e"], "--dir", "does not exist")
 cli_bad("cli-needle-trials-zero", ["evaluate", "needle", "--dir", "{d}/e", "--trials", "0"], "--trials")
 cli_bad("cli-needle-mode-unknown", ["evaluate", "needle", "--dir", "{d}/e", "--mode", "before"], "--mode", "inside")
 cli_bad("cli-inspect-ratio", ["inspect", "--ratio", "1.5"], "--ratio")

@@ -34,7 +34,8 @@ __all__ = ["load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_mechanisms", "load_query_stats", "load_decoding_comparison",
            "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary",
            "load_needle_rows", "load_needle_runs", "load_needle_summary", "load_needle_probe_rows",
-           "load_needle_probe_summary", "load_anatomy"]
+           "load_needle_probe_summary", "load_anatomy",
+           "load_ablation_summary"]
 
 DECOMPOSITION_PARTS = ("taylor", "diagonal", "selection", "loo")
 
@@ -191,3 +192,12 @@ def load_needle_probe_summary(path=None) -> dict:
     survival per cell (``survival``); ``mode_effect``: inside against after per setting and cell."""
     return files.read_json(path or data_path("results", "eval", "needle_probe_summary.json", must_exist=False),
                            require=("config", "modes", "mode_effect"), hint="jacap evaluate needle-summary --probe")
+
+
+def load_ablation_summary(path=None) -> dict:
+    """``ablation_summary.json``: per one-knob ablation of Jacap and (length, ratio) cell, the paired geometric-mean
+    KL ratio to its base on the tune documents with its simultaneous (Bonferroni) and 95 % intervals, wins/losses,
+    Wilcoxon and Holm p, verdicts, and per layer the attention-output error ratio (``ablations``); ``m``,
+    ``confidence``, ``cells_measured`` / ``cells_missing``. Tables: :func:`jacap_lib.viz.ablation.ablation_frame`."""
+    return files.read_json(path or data_path("results", "eval", "ablation_summary.json", must_exist=False),
+                           require=("config", "ablations", "m"), hint="jacap evaluate ablate-summary")

@@ -95,9 +95,12 @@ def test_groups(docs, chosen: dict, lengths, ratios, continuation, model_name, d
                    model_name, done)
 
 
-def measure_group(model, tokenizer, group: Group, continuation: int, model_name: str, on_row=None) -> list[dict]:
+def measure_group(model, tokenizer, group: Group, continuation: int, model_name: str, on_row=None,
+                  build=None) -> list[dict]:
     """One prefill captured (with its full-cache reference), every (spec, ratio) of ``group`` replayed on
-    it (:func:`jacap_lib.measure.quality.next_token_kl` with ``capture``); one row each, in job order."""
+    it (:func:`jacap_lib.measure.quality.next_token_kl` with ``capture``); one row each, in job order.
+    ``build(spec, ratio)``: the press of a spec (default :func:`~jacap_lib.results.protocol.protocol_press`,
+    the protocol's pinned settings; the ablation job passes the registry's own ``press_from_spec``)."""
     from ...measure.quality import capture_prefill, full_reference, next_token_kl, prompt_and_continuation
 
     d = group.doc
@@ -110,7 +113,8 @@ def measure_group(model, tokenizer, group: Group, continuation: int, model_name:
     rows = []
     for spec, c in group.jobs:
         w0, c0 = time.perf_counter(), time.process_time()
-        res = next_token_kl(model, None, prompt, cont, P.protocol_press(spec, c), reference=ref, capture=cap)
+        press = (build or P.protocol_press)(spec, c)
+        res = next_token_kl(model, None, prompt, cont, press, reference=ref, capture=cap)
         row = {"model": model_name, "doc": d["id"], "kind": d.get("kind"), "split": d["split"], "sha256": d["sha256"],
                "length": group.length, "continuation": int(continuation), "ratio": c, "method": spec,
                "family": P.method_of(spec), "kl": res.kl, "kl_max": float(res.kl_per_token.max()),
@@ -360,7 +364,7 @@ def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
     return res
 
 
-def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(0.5,)) -> None:
+def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(0.5,), build=None) -> None:
     """Refuse to resume ``out`` when a setting now builds another press than the rows were made with.
 
     A method spec without options (``"jacap"``) means the library's defaults, which the protocol itself may
@@ -378,7 +382,7 @@ def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(
             then = (run.get("settings") or {}).get(spec)
             if then is None:
                 continue
-            now = method_options(P.protocol_press(spec, float(ratios[0])))
+            now = method_options((build or P.protocol_press)(spec, float(ratios[0])))
             a = effective_options({k: v for k, v in then.items() if k not in drop})
             b = effective_options(json.loads(json.dumps({k: v for k, v in now.items() if k not in drop})))
             if a != b:

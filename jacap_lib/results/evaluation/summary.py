@@ -121,12 +121,15 @@ def cell_statistics(rows: list[dict], specs=None, *, seed: int | None = None) ->
     return out
 
 
-def compare_settings(rows: list[dict], setting: str, reference: str, *, seed: int | None = None) -> list[dict]:
+def compare_settings(rows: list[dict], setting: str, reference: str, *, seed: int | None = None,
+                     confidence: float | None = None, n_resamples: int | None = None) -> list[dict]:
     """``setting`` against ``reference`` in every (length, ratio) cell where both have rows on the same
     documents: :func:`jacap_lib.results.verdicts.compare_cells` rows (ratio intervals, the geometric-mean
     interval adjusted for these cells, wins, Wilcoxon p, Holm over these cells, the verdict from the adjusted
     interval, ``verdict_unadjusted``) with ``length`` and ``ratio``. For comparisons outside the protocol's
-    primary one (e.g. Jacap against CapKV, the paper's headline)."""
+    primary one (e.g. Jacap against CapKV, the paper's headline). ``confidence`` / ``n_resamples``: the
+    unadjusted intervals' level and bootstrap size (default ``verdicts.CONFIDENCE`` / ``N_RESAMPLES``; a family
+    wider than these cells passes its own simultaneous level, :func:`~jacap_lib.results.verdicts.simultaneous_confidence`)."""
     from .. import verdicts as V
 
     by: dict = {}
@@ -143,7 +146,8 @@ def compare_settings(rows: list[dict], setting: str, reference: str, *, seed: in
     if not cells:
         raise ValueError(f"no cell holds rows of both {setting!r} and {reference!r} on the same documents")
     return [{**meta[r["cell"]], **r, "losses": r["n"] - r["wins"] - r["ties"]}
-            for r in V.compare_cells(cells, **({} if seed is None else {"seed": seed}))]
+            for r in V.compare_cells(cells, **{k: v for k, v in (("seed", seed), ("confidence", confidence),
+                                                                 ("n_resamples", n_resamples)) if v is not None})]
 
 
 #: The evaluation's target for the default Jacap setting against the best baseline picked on tune: per
