@@ -149,7 +149,7 @@ def prepare(args, *, tokenizer=None):
             options[s] = method_options(_build(s, ratios[0]))
         except ValueError as e:
             raise ValueError(f"--ablations: spec {s!r} does not build: {e}") from None
-    E.check_model_option(args.model)
+    J.check_model(args.model)  # before the tokenizer loads: an unusable model is named as --model
     try:
         docs = [d for d in E.load_docs(args.manifest, quick=quick) if d["split"] == "tune"]
     except (ValueError, FileNotFoundError) as e:
