@@ -265,3 +265,24 @@ def test_the_committed_file_agrees_with_the_summary_and_its_configuration():
     assert [d["doc"] for d in data["documents"]] == [d["id"] for d in cfg["documents"]]
     assert all(list(d["kl"]) == keys for d in data["documents"])
     assert all(len(d["jaccard"]) == d["n_layers"] for d in data["documents"])
+
+
+def test_layer_lines_count_layers_against_a_hand_built_anatomy():
+    """layer_lines counts, per losing cell of all documents, the layers whose interval lies above / below 1 and
+    how often layer 0 is above 1 and the largest: checked on a hand-built two-cell anatomy."""
+    from jacap_lib.results.anatomy import layer_lines
+
+    def lay(*triples):
+        return [{"layer": i, "ratio": r, "low": lo, "high": hi} for i, (r, lo, hi) in enumerate(triples)]
+
+    anatomy = {"layers": [
+        {"kind": "all", "length": 512, "ratio": 0.5, "baseline": "b",
+         "layers": lay((3.0, 2.0, 4.0), (1.5, 1.1, 2.0), (0.8, 0.7, 0.9))},
+        {"kind": "dialogue", "length": 512, "ratio": 0.5, "baseline": "b", "layers": lay((9.0, 8.0, 10.0))},
+        {"kind": "all", "length": 1024, "ratio": 0.5, "baseline": "b",
+         "layers": lay((1.0, 0.9, 1.1), (2.0, 1.5, 2.5), (1.2, 1.1, 1.3))}]}
+    lines = layer_lines(anatomy)
+    assert len(lines) == 3  # two cells of all documents, then the layer-0 line
+    assert "above 1 in 2 of 3 layers, below 1 in 1; layer 0: 3.00, largest: layer 0 (3.00), last layer: 0.80" in lines[0]
+    assert "above 1 in 2 of 3 layers, below 1 in 0; layer 0: 1.00, largest: layer 1 (2.00)" in lines[1]
+    assert lines[2].endswith("above 1 in 1 of 2 losing cells; it has the largest ratio of any layer in 1")

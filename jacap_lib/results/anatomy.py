@@ -34,7 +34,7 @@ from . import files
 from . import job as J
 from . import protocol as P
 
-__all__ = ["losing_cells", "paired_values", "layer_ratios", "kind_ratios", "rows_part", "with_options",
+__all__ = ["layer_lines", "swap_lines", "losing_cells", "paired_values", "layer_ratios", "kind_ratios", "rows_part", "with_options",
            "swap_settings", "pick_documents", "swap_ratios", "decompose_gap", "kept_summary", "add_arguments", "prepare", "execute",
            "JOB", "DEFAULT_LENGTH", "DEFAULT_RATIO", "DEFAULT_PER_KIND"]
 
@@ -463,3 +463,58 @@ JOB = J.Job("why the default Jacap setting loses: per-layer error ratios and KL 
             "cells (from the test rows), and on one cell's test documents the kept sets of the default and the best "
             "baseline and a one-knob swap of score and protection -> data/results/eval/anatomy.json",
             add_arguments, _run)
+
+
+def layer_lines(anatomy: dict) -> list[str]:
+    """Per losing cell (all documents), how many layers' error-ratio intervals lie above and below 1, layer 0's,
+    the largest and the last layer's ratio; then how often layer 0 lies above 1 and has the largest ratio."""
+    out, n_cells, layer0_largest, layer0_above = [], 0, 0, 0
+    for e in anatomy["layers"]:
+        if e["kind"] != "all":
+            continue
+        lay = e["layers"]
+        top = max(lay, key=lambda x: x["ratio"])
+        n_cells += 1
+        layer0_largest += top["layer"] == 0
+        layer0_above += lay[0]["low"] > 1
+        out.append(f"prompt {e['length']}, c={e['ratio']} vs {e['baseline']}: error ratio's interval above 1 in "
+                   f"{sum(x['low'] > 1 for x in lay)} of {len(lay)} layers, below 1 in {sum(x['high'] < 1 for x in lay)}; "
+                   f"layer 0: {lay[0]['ratio']:.2f}, largest: layer {top['layer']} ({top['ratio']:.2f}), last layer: "
+                   f"{lay[-1]['ratio']:.2f}")
+    out.append(f"layer 0: its interval lies above 1 in {layer0_above} of {n_cells} losing cells; it has the largest "
+               f"ratio of any layer in {layer0_largest}")
+    return out
+
+
+def swap_lines(docs: list[dict]) -> list[str]:
+    """The swap's findings as lines: the protection and score parts of the gap, then each one-knob setting against
+    the default (and, for the statistics and the centre, on dialogue and the other kinds against the baseline)."""
+    def say(r):
+        return f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}], {r['verdict']}"
+
+    def one(key, sel=None, reference=None):
+        kw = {} if reference is None else {"reference": reference}
+        return {r["key"]: r for r in swap_ratios(docs if sel is None else sel, **kw)}[key]
+
+    parts = {p["part"]: p for p in decompose_gap(docs)}
+    dialogue = [d for d in docs if d["kind"] == "dialogue"]
+    others = [d for d in docs if d["kind"] != "dialogue"]
+    return [
+        f"protection, on Jacap's score (Jacap with the baseline's protection / default): "
+        f"{say(one('jacap_baseline_protection'))}",
+        f"protection, on the baseline's score (baseline with Jacap's protection / baseline): "
+        f"{say(parts['protection (the baseline' + chr(39) + 's score)'])}",
+        f"score, under Jacap's protection (default / baseline with Jacap's protection): "
+        f"{say(parts['score (Jacap' + chr(39) + 's protection)'])}",
+        f"statistics: flat instead of EMA (/ default): {say(one('flat_statistics'))}",
+        f"  on dialogue (/ default): {say(one('flat_statistics', dialogue))}; against the baseline: "
+        f"{say(one('flat_statistics', dialogue, 'baseline'))}",
+        f"centre = observed attention of the last prompt queries (/ default): {say(one('observed_centre'))}",
+        f"  on dialogue (/ default): {say(one('observed_centre', dialogue))}; against the baseline: "
+        f"{say(one('observed_centre', dialogue, 'baseline'))}",
+        f"  on the other kinds (/ default): {say(one('observed_centre', others))}; against the baseline: "
+        f"{say(one('observed_centre', others, 'baseline'))}",
+        f"leverage interaction removed (/ default): {say(one('no_leverage'))}",
+        f"temperature 1 and 10 (/ default): {say(one('tau_1'))}; {say(one('tau_10'))}",
+        f"per-query-head scoring (/ default): {say(one('gqa_mean'))}",
+    ]

@@ -35,7 +35,7 @@ __all__ = ["load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary",
            "load_needle_rows", "load_needle_runs", "load_needle_summary", "load_needle_probe_rows",
            "load_needle_probe_summary", "load_anatomy",
-           "load_ablation_summary"]
+           "load_ablation_summary", "load_ablation_summaries"]
 
 DECOMPOSITION_PARTS = ("taylor", "diagonal", "selection", "loo")
 
@@ -201,3 +201,16 @@ def load_ablation_summary(path=None) -> dict:
     ``confidence``, ``cells_measured`` / ``cells_missing``. Tables: :func:`jacap_lib.viz.ablation.ablation_frame`."""
     return files.read_json(path or data_path("results", "eval", "ablation_summary.json", must_exist=False),
                            require=("config", "ablations", "m"), hint="jacap evaluate ablate-summary")
+
+
+def load_ablation_summaries() -> list[dict]:
+    """Every committed ablation summary, one per measured compression ratio, in ratio order: ``ablation_summary.json``
+    and those of the folders ``ablation-c<ratio>/`` beside it (each folder one run of ``jacap evaluate ablate
+    --ratios <ratio> --dir ...`` and its ``ablate-summary``; each summary judges its own cells, its ``m`` and
+    simultaneous level its own)."""
+    root = data_path("results", "eval", must_exist=False)
+    paths = [root / "ablation_summary.json"] + sorted(root.glob("ablation-c*/ablation_summary.json"))
+    found = [load_ablation_summary(p) for p in paths if p.is_file()]
+    if not found:
+        raise FileNotFoundError(f"no ablation summary under {root}; run `jacap evaluate ablate` and `ablate-summary`")
+    return sorted(found, key=lambda s: min(r["ratio"] for a in s["ablations"] for r in a["rows"]))

@@ -23,7 +23,7 @@ from .._lazy import lazy_attributes
 STATIC_RENDERER = "jacap_static_html"
 
 _SUBMODULES = ("style", "theory", "live", "serving", "kernels", "decomposition", "diagnostics", "eviction",
-               "evaluation", "anatomy", "needle")
+               "evaluation", "anatomy", "needle", "ablation")
 
 __all__ = ["setup_notebook", "in_book_build", "STATIC_RENDERER", "BOOK_BUILD_ENV", *_SUBMODULES]
 
