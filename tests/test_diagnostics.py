@@ -92,5 +92,9 @@ def test_defaults_note_reads_the_committed_file():
     assert f"{d['overlap']:.0%}" in html and "admonition" in html
     fig = VD.mechanism_figure(rows)
     assert fig.layout.yaxis.type == "log" and len(fig.data) > 0
+    legend = [t for t in fig.data if t.showlegend]  # one entry per (rule, tau), each its own colour
+    combos = {(r["rule"], r["tau"]) for r in rows if r["ratio"] == 0.9}
+    assert len(legend) == len(combos) == len({t.line.color for t in legend})
+    assert all(fig.layout[f"yaxis{k or ''}"].title.text for k in range(4))  # every panel's y axis is titled
     with pytest.raises(ValueError, match="topic"):
         VD.defaults_note("nope")

@@ -63,5 +63,5 @@ def layer_figure(summary: dict, *, cell: str = "all") -> go.Figure:
         colorbar={"title": "error ratio", "tickvals": [math.log2(v) for v in ticks], "ticktext": [f"{v:g}" for v in ticks]}))
     fig.update_layout(title="Attention-output error per layer: ablation / its base"
                             + ("" if cell == "all" else f" (prompt / c {cell})"),
-                      xaxis_title="layer", yaxis={"autorange": "reversed"}, height=120 + 28 * len(ablations))
+                      xaxis_title="layer", yaxis={"title": "ablation", "autorange": "reversed"}, height=120 + 28 * len(ablations))
     return finish(fig)

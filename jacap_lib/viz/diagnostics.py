@@ -7,18 +7,34 @@ from __future__ import annotations
 
 import statistics
 
+import plotly.colors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..config import PAPER
-from .style import finish
+from .style import finish, setting_colours
 
 __all__ = ["mechanism_figure", "query_stats_figure"]
 
-_PANELS = (("deff", "effective dimension Σ r_i", "log"), ("a_minus_i", "‖A − I‖₂", "log"),
-           ("overlap", "kept-set overlap with top w‖u‖²", "linear"), ("n_saturated", "tokens with ᾱ > ½", "linear"))
+_PANELS = (("deff", "effective dimension Σ r_i", "log", "Σ r_i"), ("a_minus_i", "‖A − I‖₂", "log", "‖A − I‖₂"),
+           ("overlap", "kept-set overlap with top w‖u‖²", "linear", "overlap"),
+           ("n_saturated", "tokens with ᾱ > ½", "linear", "tokens"))
 _DASH = {1.0: "dot", 3.0: "dash", 10.0: "solid"}
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
+
+
+def _rule_tau_colours(rules, taus) -> dict:
+    """``{(rule, tau): colour}``, one colour per legend entry: a colour per noise rule (``setting_colours``), lighter
+    for smaller tau (mixed with white: none at the largest tau, 60 % at the smallest), so no two entries share one."""
+    base = setting_colours(list(rules))
+    out = {}
+    for rule in rules:
+        rgb = plotly.colors.hex_to_rgb(base[rule])
+        for k, tau in enumerate(taus):
+            mix = 0.6 * (len(taus) - 1 - k) / max(len(taus) - 1, 1)
+            out[(rule, tau)] = plotly.colors.label_rgb(
+                plotly.colors.find_intermediate_color(rgb, (255, 255, 255), mix, colortype="tuple"))
+    return out
 
 
 def mechanism_figure(records: list[dict], *, ratio: float = 0.9) -> go.Figure:
@@ -39,9 +55,10 @@ def mechanism_figure(records: list[dict], *, ratio: float = 0.9) -> go.Figure:
     groups: dict = {}
     for r in recs:
         groups.setdefault((r["rule"], r["tau"], r["layer"]), []).append(r)
-    for i, (key, title, axis) in enumerate(_PANELS):
+    colours = _rule_tau_colours(rules, taus)
+    for i, (key, title, axis, short) in enumerate(_PANELS):
         row, col = divmod(i, 2)
-        for ci, rule in enumerate(rules):
+        for rule in rules:
             for tau in taus:
                 y = [statistics.median(r[key] for r in groups[(rule, tau, L)]) for L in layers]
                 if axis == "log":
@@ -49,10 +66,10 @@ def mechanism_figure(records: list[dict], *, ratio: float = 0.9) -> go.Figure:
                 name = f"σ² {rule}, τ={tau:g}"
                 fig.add_trace(go.Scatter(x=layers, y=y, mode="lines", name=name, legendgroup=name,
                                          showlegend=i == 0,
-                                         line={"color": _COLOURS[ci % len(_COLOURS)], "dash": _DASH.get(tau, "solid")},
+                                         line={"color": colours[(rule, tau)], "dash": _DASH.get(tau, "solid")},
                                          hovertemplate=name + "<br>layer %{x}<br>%{y:.3g}<extra></extra>"),
                               row=row + 1, col=col + 1)
-        fig.update_yaxes(type=axis, row=row + 1, col=col + 1)
+        fig.update_yaxes(type=axis, title_text=short, row=row + 1, col=col + 1)
         fig.update_xaxes(title_text="layer", row=row + 1, col=col + 1)
     fig.update_yaxes(range=[0, 1.02], row=2, col=1)
     fig.update_layout(height=640, title=f"Where Algorithm 1's mechanisms act (c = {ratio}; median over segments "
@@ -75,6 +92,7 @@ def query_stats_figure(records: list[dict]) -> go.Figure:
                                      line={"color": _COLOURS[i % len(_COLOURS)] if i < 5 else "#7f7f7f"},
                                      hovertemplate=e + "<br>layer %{x}<br>%{y:.3f}<extra></extra>"), row=1, col=j)
         fig.update_xaxes(title_text="layer", row=1, col=j)
+        fig.update_yaxes(title_text="relative error", row=1, col=j)
     fig.update_layout(height=380, title="How well prompt statistics predict the next queries (median over segments, KV heads)")
     return finish(fig)
 

@@ -64,7 +64,7 @@ def inverse_vs_solve_figure(rows: list[dict]) -> go.Figure:
                                  name="rounding A to float32 (median)", line=dict(color="#7f7f7f", dash="dash"),
                                  showlegend=col == 1), row=1, col=col)
     fig.update_xaxes(type="log", title="cond(A)")
-    fig.update_yaxes(type="log")
+    fig.update_yaxes(type="log", title="relative leverage error")
     fig.update_layout(height=420, title="Leverage in float32: explicit inverse vs Cholesky + triangular solve")
     return finish(fig)
 
@@ -132,6 +132,6 @@ def end_to_end_figure(data: dict) -> go.Figure:
     env = data.get("environment", {})
     where = env.get("gpu") or f"{env.get('cpu', 'CPU')}, {env.get('torch_threads', '?')} thread(s)"
     fig.update_layout(barmode="stack", height=120 + 28 * len(rows), xaxis_title="seconds",
-                      yaxis=dict(autorange="reversed"),
+                      yaxis=dict(title="prompt length, method", autorange="reversed"),
                       title=f"Prefill + scoring + decode, {data['config'].get('model', '')} ({where})")
     return finish(fig)

@@ -68,7 +68,7 @@ def kv_memory_figure(configs: dict, *, tokens: int = 131072, batch: int = 1, dty
     _add_slider(fig, frames, labels, prefix="compression c = ")
     top = max(MEM.kv_memory_table(configs, tokens=tokens, batch=batch, dtype=dtype)[i]["gib"] for i in range(len(configs)))
     fig.update_layout(title=f"KV cache at T = {tokens} tokens, batch {batch}, {dtype}",
-                      yaxis=dict(title="GiB", range=[0, top * 1.2]), height=460, margin=dict(t=60))
+                      xaxis_title="model", yaxis=dict(title="GiB", range=[0, top * 1.2]), height=460, margin=dict(t=60))
     return finish(fig)
 
 
@@ -87,7 +87,7 @@ def saturation_figure(taus=(0.5, 1.0, 2.0, 5.0, 10.0, 20.0), gap_max: float = 20
     _add_slider(fig, frames, [f"{t:g}" for t in taus], prefix="temperature τ = ", active=1)
     fig.add_hline(y=0.25, line_dash="dot", annotation_text="max 1/4 at α = 1/2")
     fig.update_layout(title="Saturation: sensitivity vanishes at both ends",
-                      xaxis_title="logit gap Δ = z₁ − z₂", yaxis=dict(range=[0, 1.05]), height=440)
+                      xaxis_title="logit gap Δ = z₁ − z₂", yaxis=dict(title="value", range=[0, 1.05]), height=440)
     return finish(fig)
 
 
@@ -104,7 +104,7 @@ def jacobian_heatmap_figure(logits, taus=(0.25, 0.5, 1.0, 2.0, 5.0, 10.0)) -> go
     fig = go.Figure()
     _add_slider(fig, frames, [f"{t:g}" for t in taus], prefix="temperature τ = ", active=2)
     fig.update_layout(title="Softmax Jacobian S: positive diagonal, negative competition off it",
-                      yaxis=dict(autorange="reversed"), height=480)
+                      xaxis_title="column j (token)", yaxis=dict(title="row i (token)", autorange="reversed"), height=480)
     return finish(fig)
 
 
@@ -182,7 +182,7 @@ def _leverage_layout(fig: go.Figure, title: str) -> go.Figure:
         title=title, height=460, barmode="group",
         xaxis=dict(domain=[0, 0.42], range=[-0.1, 1.2], title="first output coordinate"),
         yaxis=dict(range=[-0.1, 1.2], title="second coordinate"),
-        xaxis2=dict(domain=[0.55, 1.0], anchor="y2"), yaxis2=dict(anchor="x2", range=[0, 2.0], title="value"),
+        xaxis2=dict(domain=[0.55, 1.0], anchor="y2", title="token"), yaxis2=dict(anchor="x2", range=[0, 2.0], title="value"),
     )
     return finish(fig)
 
