@@ -286,3 +286,10 @@ def test_layer_lines_count_layers_against_a_hand_built_anatomy():
     assert "above 1 in 2 of 3 layers, below 1 in 1; layer 0: 3.00, largest: layer 0 (3.00), last layer: 0.80" in lines[0]
     assert "above 1 in 2 of 3 layers, below 1 in 0; layer 0: 1.00, largest: layer 1 (2.00)" in lines[1]
     assert lines[2].endswith("above 1 in 1 of 2 losing cells; it has the largest ratio of any layer in 1")
+
+
+def test_swap_setting_lines_are_the_key_to_the_swap_tables_settings():
+    from jacap_lib.viz import anatomy as V
+    data = {"config": {"settings": [{"key": "default", "spec": "jacap", "changes": "nothing"},
+                                    {"key": "tau_1", "spec": "jacap[tau=1]", "changes": "temperature 1"}]}}
+    assert V.swap_setting_lines(data) == ["tau_1 = jacap[tau=1]: temperature 1"]

@@ -6,7 +6,8 @@
 * :func:`position_figure` — where the tokens kept by only one of the two presses lie (distance from the end of
   the prompt), for all documents and per kind;
 * :func:`swap_figure` — the paired KL ratio of each one-knob swap to the default, with its interval;
-* :func:`kind_frame`, :func:`category_frame`, :func:`swap_frame` — the same numbers as tables.
+* :func:`kind_frame`, :func:`category_frame`, :func:`swap_frame` — the same numbers as tables
+  (:func:`swap_setting_lines`: the key to the swap's settings).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from plotly.subplots import make_subplots
 from .style import finish, method_style
 
 __all__ = ["layer_ratio_figure", "position_figure", "swap_figure", "kind_frame", "category_frame", "swap_frame",
+           "swap_setting_lines",
            "log_tickvals", "distance_labels"]
 
 _NICE = (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 20, 30, 50, 100)
@@ -154,11 +156,15 @@ def swap_frame(data: dict, *, kinds=None) -> pd.DataFrame:
         for r in swap_ratios(sel):
             if r["key"] == "default":
                 continue
-            rows.append({"documents": f"{label} (n={r['n']})", "setting": settings[r["key"]]["spec"],
-                         "what changes": settings[r["key"]]["changes"],
+            rows.append({"documents": f"{label} (n={r['n']})", "setting": r["key"],
                          "KL / default [95% CI]": f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]",
-                         "lower than the default": f"{r['lower']}/{r['n']}"})
+                         "lower": f"{r['lower']}/{r['n']}"})
     return pd.DataFrame(rows).set_index(["documents", "setting"])
+
+
+def swap_setting_lines(data: dict) -> list[str]:
+    """The key to :func:`swap_frame`'s ``setting`` column: each setting's key, press spec and what it changes."""
+    return [f"{s['key']} = {s['spec']}: {s['changes']}" for s in data["config"]["settings"] if s["key"] != "default"]
 
 
 def swap_figure(data: dict) -> go.Figure:

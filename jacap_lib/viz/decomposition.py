@@ -230,4 +230,4 @@ def failure_frame(demo: dict):
                      "correct": bool(r["answer_correct"]), "KL": round(r["kl"], 3),
                      "critical kept": round(r["critical_kept"], 2),
                      "margin": None if r["margin"] != r["margin"] else round(r["margin"], 2)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).set_index("c")

@@ -176,6 +176,6 @@ def noise_rule_example(targets=(0.25, 1.0, 1.5)):
     for label, s2 in [("sigma^2 = 1 (paper)", 1.0)] + [(f"d_eff = {t:g}", float(deff_noise(ev, t))) for t in targets]:
         r = w / s2 * leverage(U, w, s2)
         rows.append({"rule": label, "sigma^2": round(s2, 4), "d_eff": round(float(effective_dimension(ev, s2)), 4),
-                     "r1": round(float(r[0]), 4), "r2 (near-copy of u1)": round(float(r[1]), 4),
-                     "r3 (orthogonal)": round(float(r[2]), 4), "keeps (B = 2)": str(sorted((r.topk(2).indices + 1).tolist()))})
+                     "r1": round(float(r[0]), 4), "r2 (≈ u1)": round(float(r[1]), 4),
+                     "r3 (⊥ u1)": round(float(r[2]), 4), "keeps (B = 2)": str(sorted((r.topk(2).indices + 1).tolist()))})
     return pd.DataFrame(rows).set_index("rule")

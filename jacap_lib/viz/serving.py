@@ -217,15 +217,16 @@ def decoding_summary_table(summary: dict):
     """:func:`jacap_lib.results.decoding_comparison.decoding_summary` as a table (pandas ``DataFrame``), one row
     per method (:data:`DECODING_SHORT` names): the geometric-mean KL after the first compression with its
     interval (digits from the interval: :func:`jacap_lib.results.precision.interval_text`), top-1 agreement, peak
-    cache, scoring share of the run time, mean age of the kept tokens, milliseconds per step."""
+    cache, scoring share of the run time, mean age of the kept tokens, milliseconds per step (short headers:
+    ``top-1``, ``scoring``, ``mean age``)."""
     import pandas as pd
 
     from ..results.precision import interval_text
 
     return pd.DataFrame([{
         "method": DECODING_SHORT.get(m, m), "KL [95 % CI]": interval_text(s["gm_kl"], s["gm_low"], s["gm_high"]),
-        "top-1 agree": f"{s['top1_agree']:.3f}", "peak cache": f"{s['peak_cache']:.0f}",
-        "scoring share": f"{s['scoring_share']:.1%}", "mean age kept": f"{s['mean_age']:.0f}",
+        "top-1": f"{s['top1_agree']:.3f}", "peak cache": f"{s['peak_cache']:.0f}",
+        "scoring": f"{s['scoring_share']:.1%}", "mean age": f"{s['mean_age']:.0f}",
         "ms / step": f"{1000 * s['seconds_per_step']:.0f}"} for m, s in summary.items()]).set_index("method")
 
 
