@@ -597,16 +597,9 @@ CHECKS = {
 # settings in one colour, a printed line cut with '...'). They are listed, not hidden: the test fails on any fault
 # not listed here, on any other page or check, and warns when a listed one is gone so the entry is removed.
 KNOWN_FAULTS = {
-    ("00_preface_kv_memory", "axis_titles"), ("00_preface_kv_memory", "hidden_columns"),
-    ("01_softmax_jacobian", "axis_titles"),
-    ("03_leverage_2d", "axis_titles"), ("03_leverage_2d", "hidden_columns"),
-    ("05_algorithm1_gpu", "axis_titles"), ("05_algorithm1_gpu", "hidden_columns"),
-    ("07_serving", "hidden_columns"),
-    ("07b_kvpress", "ellipses"), ("07b_kvpress", "hidden_columns"),
-    ("08_error_decomposition", "ellipses"),
+    ("05_algorithm1_gpu", "hidden_columns"),
     ("09_baselines", "hidden_columns"),
-    ("10_critique", "axis_titles"), ("10_critique", "hidden_columns"), ("10_critique", "legend_colours"),
-    ("10b_failure_cases", "hidden_columns"),
+    ("10_critique", "hidden_columns"), ("10_critique", "legend_colours"),
 }
 
 
