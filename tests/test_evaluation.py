@@ -368,8 +368,12 @@ def test_summary_verdicts_intervals_and_holm(tmp_path):
     data = json.loads((out / "summary.json").read_text())
     assert data["config"]["fingerprint"] == json.loads((out / "choices.json").read_text())["fingerprint"]
     fams = {(f["setting"], f["picked_on"]): f for f in data["families"]}
-    assert set(fams) == {(s, p) for s in ("jacap", P.PAPER_PRESET) for p in ("tune", "test")}
+    # the default, the paper's settings, then every other Jacap method's tune choice the test rows hold
+    assert set(fams) == {(s, p) for s in ("jacap", P.PAPER_PRESET, "jacap_adakv") for p in ("tune", "test")}
+    assert [f["setting"] for f in data["families"]][::2] == ["jacap", P.PAPER_PRESET, "jacap_adakv"]
     assert fams[(P.PAPER_PRESET, "tune")]["role"] == "paper preset"
+    assert fams[("jacap_adakv", "tune")]["role"] == "tuned jacap_adakv"
+    assert {r["ratio"]: r["gm_ratio"] for r in fams[("jacap_adakv", "tune")]["rows"]} == pytest.approx({0.5: 1, 0.9: 1})
     assert fams[("jacap", "tune")]["role"] == "default"
     assert fams[("jacap", "test")]["label"] == "picked on test (stricter)"
     tune = {r["ratio"]: r for r in fams[("jacap", "tune")]["rows"]}
@@ -399,7 +403,7 @@ def test_summary_verdicts_intervals_and_holm(tmp_path):
     assert sorted([strict[0.5]["p_holm"], strict[0.9]["p_holm"]]) == pytest.approx(hand, rel=1e-3)
     # the table rows: primary line first, one per (setting, line, cell)
     table = E.summary_table(data)
-    assert len(table) == 8 and table[0]["best baseline"] == "picked on tune (the protocol)"
+    assert len(table) == 12 and table[0]["best baseline"] == "picked on tune (the protocol)"
     assert table[0]["wins/losses"] == "8/0" and table[0]["verdict"] == better["verdict"]
 
 
@@ -462,7 +466,19 @@ def test_summary_refuses_missing_or_foreign_inputs(tmp_path, capsys):
     (out / "choices.json").rename(out / "c.json")
     refused(out, "choices.json does not exist.*evaluate tune")
     (out / "c.json").rename(out / "choices.json")
+    # a test run made under another search space stays valid (a row measures one setting on one document; the
+    # summary reads the rows of today's choices); one made with another option (continuation, ...) does not
+    fewer = {**config, "search_space": {m: v for m, v in config["search_space"].items() if m != "jacap_adakv"}}
+    changed = {**config, "search_space": {**config["search_space"], "snapkv": ["snapkv", "snapkv[window_size=8]"]}}
+    assert P.same_measurements(fewer, config) and P.same_measurements(config, fewer)
+    assert P.same_measurements(changed, config) and not P.same_measurements(None, config)
+    io.append_run(out / "test.jsonl", {"fingerprint": P.fingerprint(fewer), "protocol": fewer})
+    io.append_run(out / "test.jsonl", {"fingerprint": P.fingerprint(changed), "protocol": changed})
+    assert cli.main(["evaluate", "summary", "--dir", str(out)]) == 0
+    (out / "summary.json").unlink()
+    capsys.readouterr()
     other = {**config, "continuation": 9}
+    assert not P.same_measurements(other, config) and not P.same_measurements({**other, "search_space": {}}, config)
     io.append_run(out / "test.jsonl", {"fingerprint": P.fingerprint(other), "protocol": other})
     refused(out, "different configurations.*continuation")
 

@@ -331,6 +331,17 @@ def test_job_writes_keyed_rows_and_resumes(tmp_path, monkeypatch):
     assert s["cells_measured"] == ["128/0.5", "128/0.75"] and s["config"]["trials"] == 2
     assert [c["n_prompts"] for c in s["cells"]] == [4, 4]
     assert [f["label"] for f in s["comparisons"]] == [N.BASELINE_LABEL, N.PAPER_LABEL]
+    # choices re-made with a method added (another fingerprint, the same choice for every method the runs used):
+    # the runs stay valid; a changed choice makes them foreign
+    cfg = {**choices["config"], "search_space": {**choices["config"]["search_space"], "jacap_obs": ["jacap_obs"]}}
+    added = {**choices, "config": cfg, "fingerprint": P.fingerprint(cfg),
+             "chosen": {**choices["chosen"], "jacap_obs": "jacap_obs"}}
+    assert added["fingerprint"] != choices["fingerprint"]
+    assert cli.main(["evaluate", "needle-summary", "--dir", str(out), "--choices", str(_write(tmp_path, added))]) == 0
+    moved = {**added, "chosen": {**added["chosen"], "knorm": "knorm[x=1]"}}
+    with pytest.raises(SystemExit) as e:
+        cli.main(["evaluate", "needle-summary", "--dir", str(out), "--choices", str(_write(tmp_path, moved))])
+    assert e.value.code == 2
 
 
 def test_a_group_and_its_measure_travel_to_spawned_workers():

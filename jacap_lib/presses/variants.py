@@ -80,6 +80,21 @@ def jacap_ablate(compression_ratio, alpha_safeguard=None, **opts):
 jacap_ablate.forwards_to = JacapAblationPress
 
 
+def jacap_obs(compression_ratio, centre="observed", **opts):
+    """Jacap linearised at the attention its recent queries actually paid (the observed centre), not a tempered softmax
+
+    The capacity objective and Algorithm 1's score are unchanged (sensitivity rho^2, response variance kappa,
+    leverage against A); only the centre alpha-bar at which the Jacobian is taken is the causal softmax of the
+    recent queries (each at its own RoPE position, EMA-weighted like mu_Q), so no temperature is involved. It is
+    ``jacap_ablate[centre=observed]`` under its own name, with every option of ``jacap_ablate`` (``budget=layer``:
+    the kept slots spread across a layer's KV heads by marginal capacity).
+    """
+    return jacap_ablate(compression_ratio, centre=centre, **opts)
+
+
+jacap_obs.forwards_to = JacapAblationPress
+
+
 def _doc(cls):
     def factory(compression_ratio, **opts):
         return cls(compression_ratio, **opts)
@@ -99,4 +114,5 @@ VARIANTS: dict = {
     "jacap_adakv": jacap_adakv,
     "jacap_pyramid": jacap_pyramid,
     "jacap_ablate": jacap_ablate,
+    "jacap_obs": jacap_obs,
 }

@@ -20,7 +20,7 @@ from . import files
 from .precision import interval_text
 
 __all__ = ["WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
-           "kl_findings", "needle_findings", "findings_text", "write", "FILE"]
+           "METHOD_WORDS", "accuracy_findings", "kl_findings", "needle_findings", "findings_text", "write", "FILE"]
 
 FILE = "findings.md"
 #: the four verdict kinds, in the order the counts are printed
@@ -153,7 +153,18 @@ def kl_findings(summary: dict) -> list[str]:
     if paper is not None:
         out.append(f"The paper's settings ({setting_text(paper['setting'])}) against the same baselines are "
                    f"{counts_text(verdict_counts(paper['rows']))}.")
+    for fam in summary.get("families", []):
+        if fam["picked_on"] == "tune" and fam["role"].startswith("tuned "):
+            method = fam["role"][len("tuned "):]
+            what = METHOD_WORDS.get(method, f"`{method}`")
+            out.append(f"{what[0].upper() + what[1:]} (`{fam['setting']}`, chosen on tune by the same rule) against "
+                       f"the same baselines is {counts_text(verdict_counts(fam['rows']))}.")
     return out
+
+
+#: How the findings name a Jacap method other than the default (registry name -> words).
+METHOD_WORDS = {"jacap_adakv": "Jacap's scores with kvpress AdaKV's head-adaptive budgets",
+                "jacap_obs": "the capacity press linearised at the observed attention"}
 
 
 def needle_findings(needle: dict) -> list[str]:
@@ -182,11 +193,30 @@ def needle_findings(needle: dict) -> list[str]:
     return out
 
 
+def accuracy_findings(needle: dict, spec: str, *, max_ratio: float = 0.75) -> str | None:
+    """One sentence: the needle accuracy of setting ``spec`` in every cell with c <= ``max_ratio``, beside the
+    uncompressed model's (``None`` when ``needle`` holds no such cell of ``spec``)."""
+    parts = []
+    for cell in needle.get("cells", []):
+        a = next((x for x in cell["settings"] if x["spec"] == spec), None)
+        if a is not None and float(cell["ratio"]) <= max_ratio:
+            parts.append(f"{_cell(cell)} {100 * a['accuracy']:.0f} % (uncompressed {100 * cell['full']['accuracy']:.0f} %)")
+    if not parts:
+        return None
+    return f"On the needle task `{spec}` answers " + "; ".join(parts) + "."
+
+
 def findings_text(summary: dict, needle: dict | None = None) -> str:
-    """The findings as one MyST paragraph per source (KL, then the needle when given)."""
+    """The findings as one MyST paragraph per source (KL, then the needle when given: the default's verdicts and
+    the accuracy of every other tuned Jacap method of the KL summary at c <= 0.75)."""
     paras = [" ".join(kl_findings(summary))]
     if needle is not None:
         n = needle_findings(needle)
+        for fam in summary.get("families", []):
+            if fam["picked_on"] == "tune" and fam["role"].startswith("tuned "):
+                line = accuracy_findings(needle, fam["setting"])
+                if line:
+                    n.append(line)
         if n:
             paras.append(" ".join(n))
     return "\n\n".join(paras) + "\n"

@@ -624,10 +624,8 @@ def _summary_inputs(out_dir: Path, choices_path: Path, name: str = "needle.jsonl
         raise ValueError(f"--choices: {choices_path} does not exist; run `jacap evaluate tune` first")
     choices = files.read_json(choices_path, require=("config", "fingerprint", "chosen", "best_baseline"))
     runs = files.read_runs(rows_path)
-    bad = sorted({str(r.get("choices_fingerprint"))[:12] for r in runs} - {choices["fingerprint"][:12]})
-    if not runs or bad:
-        raise ValueError(f"--choices: needle.jsonl was made with other tune choices (fingerprint {', '.join(bad)}...) "
-                         f"than {choices_path}; give that choices.json or rerun `jacap evaluate needle` in a new --dir")
+    if not runs:
+        raise ValueError(f"--dir: {rows_path} holds no run; run `jacap evaluate needle` first")
     mine = [r for r in runs if mode is None or r.get("mode", DEFAULT_MODE) == mode]
     if not mine:
         raise ValueError(f"--dir: {rows_path} holds no run in mode {mode!r}")
@@ -637,6 +635,17 @@ def _summary_inputs(out_dir: Path, choices_path: Path, name: str = "needle.jsonl
         if len({json.dumps(list(r["settings"])) for r in last.values()}) > 1:
             raise ValueError(f"--dir: {rows_path}'s modes were run with other settings; summarize runs of one "
                              "configuration (a new --dir)")
+    # the latest run names the settings read: it must have been made with these choices (the same fingerprint, or
+    # the same choice for every method it ran: a tune that only added methods). Earlier runs' rows are
+    # measurements of one setting each, read only where today's settings name them.
+    bad = sorted({str(r.get("choices_fingerprint"))[:12] for r in (last.values() if mode is None else [last])
+                  if r.get("choices_fingerprint") != choices["fingerprint"]
+                  and not (isinstance(r.get("chosen"), dict) and r["chosen"]
+                           and all(choices["chosen"].get(m) == s for m, s in r["chosen"].items()))})
+    if bad:
+        raise ValueError(f"--choices: the latest run of {rows_path.name} was made with other tune choices (fingerprint "
+                         f"{', '.join(bad)}...) than {choices_path}; give that choices.json or rerun `jacap evaluate "
+                         "needle` (it resumes, measuring only the settings not yet in the file)")
     return files.read_jsonl(rows_path), choices, last
 
 

@@ -34,7 +34,7 @@ from ..presses.registry import BASELINES, parse_method, press_from_spec
 
 __all__ = ["SEARCH_SPACE", "PAPER_PRESET", "PINS", "pinned", "protocol_press", "same_setting", "CONFIGS_PER_METHOD", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
-           "protocol_config", "fingerprint", "compare_configs", "quick_space"]
+           "protocol_config", "fingerprint", "compare_configs", "same_measurements", "quick_space"]
 
 CONFIGS_PER_METHOD = 3
 KL_FLOOR = 1e-8  # nats; a KL below it (a cache that changes nothing) counts as KL_FLOOR in the log
@@ -59,6 +59,9 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
     # Jacap: uniform per-head budgets, and AdaKV's head-adaptive budgets around Jacap's scores
     "jacap": ("jacap", "jacap[noise=deff,deff_frac=0.25]", "jacap[tau=3,beta=0.9]"),
     "jacap_adakv": ("jacap_adakv", "jacap_adakv[noise=deff,deff_frac=0.25]", "jacap_adakv[tau=3,beta=0.9]"),
+    # the capacity press built from the one-knob ablations' winners on tune (the observed centre; with the
+    # slots spread across a layer's heads by marginal capacity; with flat statistics), chosen by the same rule
+    "jacap_obs": ("jacap_obs", "jacap_obs[budget=layer]", "jacap_obs[beta=none]"),
 }
 # The budget fits the 3-hour grid (`jacap evaluate time`): with 4 settings per method the tune job alone
 # took ~2.7 CPU-hours on 12 tune documents; 3 each bring the whole grid to ~5.8 CPU-hours (2 workers).
@@ -281,3 +284,14 @@ def fingerprint(config: dict) -> str:
 def compare_configs(recorded: dict, current: dict) -> list[str]:
     """The top-level keys on which two :func:`protocol_config` records differ (``[]``: same protocol)."""
     return sorted(k for k in set(recorded) | set(current) if recorded.get(k) != current.get(k))
+
+
+def same_measurements(recorded: dict, current: dict) -> bool:
+    """Whether rows measured under ``recorded`` are measurements of ``current``'s protocol: the two differ at most
+    in the search space (model, lengths, ratios, continuation, rule, floor and documents equal). A row measures one
+    setting on one document, whichever settings the tune offered; which of them a job reads is up to today's
+    choices, and the jobs refuse to resume a file whose setting now builds another press
+    (:func:`jacap_lib.results.evaluation.check_settings_unchanged`)."""
+    if not isinstance(recorded, dict) or not isinstance(current, dict):
+        return False
+    return compare_configs(recorded, current) in ([], ["search_space"])

@@ -17,7 +17,8 @@ from ..results.precision import interval_text
 from .style import finish
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
-           "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval"]
+           "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval",
+           "kl_and_needle_frame"]
 
 
 def _interval(est, lo, hi) -> str:
@@ -328,3 +329,26 @@ def needle_verdict_frame(summary: dict, *, details: bool = False) -> pd.DataFram
     if not rows:
         raise ValueError("summary has no comparison rows; run the needle job and its summary")
     return pd.DataFrame(rows).set_index(["against", "prompt / c"])
+
+
+def kl_and_needle_frame(summary: dict, needle: dict, *, role: str) -> pd.DataFrame:
+    """One Jacap setting's two objectives side by side, one row per "prompt / c" of the KL summary: against the
+    best baseline of the cell picked on tune, the geometric-mean KL ratio with its adjusted interval and the short
+    verdict; then the share of needle prompts it answers (%, 95 % Wilson interval) beside the uncompressed model's
+    (``–`` where the needle task has no such cell). ``role``: the summary family (``"tuned jacap_obs"``, ...)."""
+    fam = next((f for f in summary["families"] if f["picked_on"] == "tune" and f["role"] == role), None)
+    if fam is None:
+        raise ValueError(f"summary has no family with role {role!r} picked on tune; choose among "
+                         f"{sorted({f['role'] for f in summary['families']})}")
+    acc = {}
+    for cell in needle.get("cells", []):
+        a = next((x for x in cell["settings"] if x["spec"] == fam["setting"]), None)
+        if a is not None:
+            acc[(int(cell["length"]), float(cell["ratio"]))] = (_pct(a), f"{100 * cell['full']['accuracy']:.0f}")
+    rows = []
+    for r in fam["rows"]:
+        kl = _ratio_columns(r)
+        needle_pct, full_pct = acc.get((int(r["length"]), float(r["ratio"])), ("–", "–"))
+        rows.append({"prompt / c": _cell(r["length"], r["ratio"]), "baseline": _short(r["baseline_spec"]), **kl,
+                     "needle % [95 % CI]": needle_pct, "uncompr. %": full_pct})
+    return pd.DataFrame(rows).set_index("prompt / c")

@@ -65,7 +65,8 @@ def jacap_settings(choices: dict, test_rows: list[dict]) -> list[dict]:
     """The Jacap settings the summary judges: the protocol's default Jacap setting (the tune choice of
     ``jacap``) first, then the paper's exact settings preset when the search space has one
     (``protocol.PAPER_PRESET``, a method spec) and the test rows hold it, else every other Jacap setting
-    (``jacap*`` method) the test rows hold. ``[{"spec", "role"}]``."""
+    (``jacap*`` method) the test rows hold; then the tune choice of every other Jacap method of the search space
+    (``jacap_adakv``, ``jacap_obs``, ...; role ``"tuned <method>"``) the test rows hold. ``[{"spec", "role"}]``."""
     have = list(dict.fromkeys(r["method"] for r in test_rows if P.method_of(r["method"]).startswith("jacap")))
     default = choices["chosen"].get("jacap") or (have[0] if have else None)
     if default is None or default not in have:
@@ -76,6 +77,9 @@ def jacap_settings(choices: dict, test_rows: list[dict]) -> list[dict]:
         out.append({"spec": paper, "role": "paper preset"})
     elif paper is None or paper not in have:
         out += [{"spec": s, "role": "tuned " + P.method_of(s)} for s in have if s != default]
+    for m, spec in choices["chosen"].items():
+        if m != "jacap" and m.startswith("jacap") and spec in have and all(o["spec"] != spec for o in out):
+            out.append({"spec": spec, "role": "tuned " + m})
     return out
 
 

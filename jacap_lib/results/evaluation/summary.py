@@ -252,7 +252,8 @@ def _summary_inputs(out_dir: Path) -> tuple[list[dict], dict, list[dict]]:
         raise ValueError(f"--dir: {files.config_path(test)} (test.jsonl's configuration) does not exist; rerun "
                          "`jacap evaluate test`")
     runs = files.read_runs(test)
-    bad = [r.get("fingerprint") for r in runs if r.get("fingerprint") != choices["fingerprint"]]
+    bad = [r.get("fingerprint") for r in runs if r.get("fingerprint") != choices["fingerprint"]
+           and not P.same_measurements(r.get("protocol"), choices["config"])]  # another search space: same rows
     if not runs or bad:
         diff = sorted({k for r in runs if isinstance(r.get("protocol"), dict)
                        for k in P.compare_configs(r["protocol"], choices["config"])})
