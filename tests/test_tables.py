@@ -22,6 +22,10 @@ from jacap_lib.viz import serving as VS
     (1.0, 1.0, 1.0, 2),         # a point: three significant digits of the estimate
     (0.0, 0.0, 0.0, 0),
     (1.0, 1.0 + 1e-12, 1.0, 2),  # rounding-width: a point
+    (0.9999991, 1.0000012, 1.0000003, 2),  # near-zero width: a point at three significant digits, not 6 decimals
+    (12.29, 12.31, 12.3, 1),    # ends equal at three significant digits: a point, 12.3
+    (12.2, 12.4, 12.3, 2),      # ends differ at three significant digits: the width rule
+    (-0.001, 0.002, 0.0, 4),    # an estimate of 0 does not make the interval a point
 ])
 def test_decimals_follow_the_interval_width(lo, hi, est, want):
     assert NUM.decimals(lo, hi, est) == want
@@ -34,6 +38,8 @@ def test_interval_text_by_hand():
     assert NUM.interval_text(-15.0, -30.0, 0.0) == "−15 [−30, 0]"
     assert NUM.interval_text(0.0, -0.0001, 0.0001, scale=100, unit=" %") == "0.000 [−0.010, 0.010] %"
     assert NUM.interval_text(1.0000000001, 1.0, 1.0000000002) == "1.00 [1.00, 1.00]"
+    assert NUM.interval_text(1.0000003, 0.9999991, 1.0000012) == "1.00 [1.00, 1.00]"  # not "1.000000 [...]"
+    assert NUM.interval_text(0.0312, 0.031195, 0.031204) == "0.0312 [0.0312, 0.0312]"
     with pytest.raises(ValueError, match="low .* above high"):
         NUM.decimals(2.0, 1.0)
     with pytest.raises(ValueError, match="finite"):
