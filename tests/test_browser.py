@@ -981,7 +981,8 @@ def test_probe_finds_hidden_columns_cut_text_and_unreadable_panels(tmp_path):
         printed = repr(wide_frame)                                          # 'column 0 column 1 ... column 29'
     page_html = (
         "<html><head><script src='plotly.min.js'></script><style>table.wide th, table.wide td {min-width: 170px}"
-        "</style></head><body><article class='bd-article' style='width:760px'>" + html + "".join(tables)
+        + (ROOT / "book" / "_static" / "jacap.css").read_text(encoding="utf-8")  # the book's: cells on one line
+        + "</style></head><body><article class='bd-article' style='width:760px'>" + html + "".join(tables)
         + "<div class='cell_output'><div class='output stream'><pre>" + printed + "</pre></div></div>"
         "<div class='cell_output'><div class='output stream'><pre>done: 3 runs\nall written</pre></div></div>"
         "<p>Budgets of 10 %, 20 %, … 90 % are compared in the tables…</p></article></body></html>")
