@@ -196,7 +196,8 @@ def test_ablation_frame_shows_each_cell():
     f = frames[0.9]
     assert list(f.index) == ["one", "two", "three"] and list(f.columns) == ["prompt 512"]
     r = next(r for r in s["ablations"][2]["rows"] if r["ratio"] == 0.9)
-    assert f.loc["three", "prompt 512"].startswith(f"{r['gm_ratio']:.2f} [{r['gm_low']:.2f}, {r['gm_high']:.2f}]")
+    from jacap_lib.results.precision import interval_text
+    assert f.loc["three", "prompt 512"].startswith(interval_text(r["gm_ratio"], r["gm_low"], r["gm_high"]))
     fig = layer_figure(s)
     assert list(fig.data[0].y) == ["one", "two", "three"] and len(fig.data[0].x) == 3
 

@@ -149,6 +149,8 @@ def test_figures_have_axis_titles_and_two_log_ticks():
                "layers": A.layer_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5,
                                         kind=None if k == "all" else k, n_resamples=999)} for k in ("all", "dialogue")]
     fig = V.layer_ratio_figure({"layers": layers})
+    shown = {t.name: t.line.color for t in fig.data if t.showlegend is not False}
+    assert set(shown) == {"all documents", "dialogue"} and len(set(shown.values())) == 2  # one colour per kind
     ax = fig.layout.yaxis
     assert ax.type == "log" and len(ax.tickvals) >= 2 and fig.layout.xaxis.title.text and ax.title.text
     assert V.log_tickvals([1.02, 1.05]) == [1, 1.5] and V.distance_labels([0, 8, 32]) == ["0–7", "8–31"]

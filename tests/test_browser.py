@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -592,17 +591,6 @@ CHECKS = {
 }
 
 
-# (page, check) pairs of CHECKS that the built book still fails, found by the checks when they were added: each is
-# a fault a reader sees (a table whose right columns are out of sight, a figure panel without an axis title, two
-# settings in one colour, a printed line cut with '...'). They are listed, not hidden: the test fails on any fault
-# not listed here, on any other page or check, and warns when a listed one is gone so the entry is removed.
-KNOWN_FAULTS = {
-    ("05_algorithm1_gpu", "hidden_columns"),
-    ("09_baselines", "hidden_columns"),
-    ("10_critique", "hidden_columns"), ("10_critique", "legend_colours"),
-}
-
-
 def _chromium() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
         path = shutil.which(name)
@@ -753,7 +741,7 @@ def test_every_page_renders_offline(site):
     names = {p.stem for p in pages}
     assert set(THEORY_PAGES) <= names, f"theory pages missing from the site: {set(THEORY_PAGES) - names}"
     shots = site.parent / "screenshots"
-    failures, sliders_moved, known_seen = [], 0, set()
+    failures, sliders_moved = [], 0
     for page in pages:
         shot = shots / f"{page.stem}.png"
         r = _probe_page(page, screenshot=shot)
@@ -775,9 +763,6 @@ def test_every_page_renders_offline(site):
             failures.append(f"{page.name}: 'null' in figure text: {r['nulls'][:3]}")
         for key, what in CHECKS.items():
             if r.get(key):
-                if (page.stem, key) in KNOWN_FAULTS:
-                    known_seen.add((page.stem, key))
-                    continue
                 failures.append(f"{page.name}: {what}: {r[key][:4]}")
         if r["slider"] is not None:
             if r["slider"]["changed"]:
@@ -791,9 +776,6 @@ def test_every_page_renders_offline(site):
                 failures.append(f"{page.name}: a theory page without rendered math")
     assert not failures, "\n".join(failures)
     assert sliders_moved >= len(THEORY_PAGES)
-    stale = sorted(KNOWN_FAULTS - known_seen)
-    if stale:  # fixed since the list was written: say so, so the entry is removed
-        warnings.warn(f"KNOWN_FAULTS entries no longer found (remove them): {stale}")
 
 
 def test_probe_finds_overflow_and_null_text(tmp_path):
@@ -897,7 +879,8 @@ def test_probe_finds_hidden_columns_cut_text_and_unreadable_panels(tmp_path):
     columns, a log axis with one label, two legend entries in one colour, an annotation over a line, over bars,
     over markers, a text label over another trace's line, a middle panel without an x title), plus tables and
     figures that must pass every check (figures made by the book's styling helper, legend groups over several
-    panels, shared axis titles, stacked panels sharing x)."""
+    panels, shared axis titles, stacked panels sharing x; a table made by ``viz.style.wrapped`` that would be far
+    wider than the column on one line and fits by wrapping between tokens)."""
     if _chromium() is None:
         pytest.skip("no chromium binary on PATH (Debian: apt-get install -y chromium); browser test skipped")
     import math
@@ -908,7 +891,7 @@ def test_probe_finds_hidden_columns_cut_text_and_unreadable_panels(tmp_path):
     import plotly.io as pio
     from plotly.subplots import make_subplots
 
-    from jacap_lib.viz.style import finish
+    from jacap_lib.viz.style import finish, wrapped
 
     def titled(fig, x="ratio", y="value"):
         return fig.update_xaxes(title=x).update_yaxes(title=y)
@@ -974,6 +957,15 @@ def test_probe_finds_hidden_columns_cut_text_and_unreadable_panels(tmp_path):
     long_text = pd.DataFrame({"setting": ["quality–compression trade-off at a half budget"], "n": [3]})
     long_frame = pd.DataFrame({"x": range(20), "y": range(20)})
     wide_frame = pd.DataFrame({f"column {i}": [i] for i in range(30)})
+    # a table far wider than the column on one line, made by the book's wrapped(): it wraps between tokens and fits
+    fitting = pd.DataFrame({"baseline setting": ["streaming_llm[n_sink=1]", "jacap[tau=10,noise=1,beta=none]"],
+                            "KL ratio [95 % CI]": ["1.19 [1.04, 1.40]", "0.0123 [0.0105, 0.0146]"],
+                            "verdict": ["no det. diff. (−11 to +4 %)", "better 7–17 %"],
+                            "licence": ["MIT (the R package); the novels (1811-1817) are in the public domain",
+                                        "Python Software Foundation License Version 2 (Python 3.11.7)"],
+                            "won/lost": ["19/29 (4 tied)", "all tied"], "Wilcoxon p": ["6.2e-07", "0.055"]},
+                           index=pd.Index(["Jacap τ = 10, σ² = 1, flat query statistics", "expected_attention"],
+                                          name="setting"))
     with pd.option_context("display.max_colwidth", 12, "display.max_rows", 6, "display.min_rows", 4,
                            "display.max_columns", 4, "display.width", 80):
         tables = [
@@ -984,11 +976,13 @@ def test_probe_finds_hidden_columns_cut_text_and_unreadable_panels(tmp_path):
             "<details><summary>statistics</summary><table class='wide'><tr><th>a</th><th>b</th><th>c</th>"
             "<th>d</th><th>hidden</th></tr><tr><td>1</td><td>2</td><td>3</td><td>4</td><td>5</td></tr></table>"
             "</details>",  # 4: too wide
+            output(wrapped(fitting, ["licence", "baseline setting", "setting"])._repr_html_()),  # 5: wraps, fits
         ]
         printed = repr(wide_frame)                                          # 'column 0 column 1 ... column 29'
     page_html = (
         "<html><head><script src='plotly.min.js'></script><style>table.wide th, table.wide td {min-width: 170px}"
-        "</style></head><body><article class='bd-article' style='width:760px'>" + html + "".join(tables)
+        + (ROOT / "book" / "_static" / "jacap.css").read_text(encoding="utf-8")  # the book's: cells on one line
+        + "</style></head><body><article class='bd-article' style='width:760px'>" + html + "".join(tables)
         + "<div class='cell_output'><div class='output stream'><pre>" + printed + "</pre></div></div>"
         "<div class='cell_output'><div class='output stream'><pre>done: 3 runs\nall written</pre></div></div>"
         "<p>Budgets of 10 %, 20 %, … 90 % are compared in the tables…</p></article></body></html>")
@@ -1018,6 +1012,7 @@ def test_probe_finds_hidden_columns_cut_text_and_unreadable_panels(tmp_path):
     assert [re.sub(r"\d+ px", "N px", m) for m in r["hidden_columns"]] == [
         'table 0 ("cell ratio interval verdict") N px too wide: column "verdict" out of sight',
         'table 4 ("a b c d hidden") N px too wide: column "hidden" out of sight'], r["hidden_columns"]
+    assert r["token_wraps"] == [], r["token_wraps"]  # table 5 wrapped between tokens only
     assert len(r["ellipses"]) == 3, r["ellipses"]
     assert r["ellipses"][0].startswith('table 2 cell "quality'), r["ellipses"]
     assert r["ellipses"][1] == 'table 3 cell "..."', r["ellipses"]

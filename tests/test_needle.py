@@ -577,9 +577,20 @@ def test_survival_figure_and_tables_draw_the_summary():
     assert style_key("capkv[tau=10]") == "capkv" and cap.line.color == METHOD_STYLES["capkv"][0]
     assert fig.layout.xaxis.title.text == "layer" and fig.layout.xaxis2.title.text == "layer"
     assert fig.layout.yaxis.title.text and fig.layout.yaxis2.title.text
-    f = survival_frame(s, "inside")
-    assert f.loc[(DEF, 128, 0.5), "accuracy, some digit lost"] == "50% (2/4)"
-    assert f.loc[(DEF, 128, 0.5), "accuracy, every digit kept"] == "–"
-    assert len(mode_effect_frame(s)) == 4
+    f = survival_frame(s, "inside")  # a narrow headline table; the supporting columns in its details
+    assert list(f.columns) == ["accuracy [95 % CI]", "key digits kept", "needle kept"]
+    assert f.loc[(DEF, 128, 0.5), "key digits kept"] == "58%" and f.loc[(DEF, 128, 0.5), "needle kept"] == "60%"
+    d = survival_frame(s, "inside", details=True)
+    assert list(d.columns) == ["caches with a whole copy", "every digit everywhere", "accuracy, every digit kept",
+                               "accuracy, some digit lost"]
+    assert d.loc[(DEF, 128, 0.5), "accuracy, some digit lost"] == "50% (2/4)"
+    assert d.loc[(DEF, 128, 0.5), "accuracy, every digit kept"] == "–"
+    assert d.loc[(DEF, 128, 0.5), "caches with a whole copy"] == "30%"
+    m = mode_effect_frame(s)
+    assert len(m) == 4 and list(m.columns) == ["inside", "after", "verdict"]
+    md = mode_effect_frame(s, details=True)
+    assert list(md.columns) == ["n", "difference, pts [95 % CI]", "wins/losses", "McNemar p", "Holm p"]
+    e = s["mode_effect"][0]
+    assert md.iloc[0]["difference, pts [95 % CI]"].split(" ", 1)[0] == f"{e['diff_points']:.0f}".replace("-", "−")
     with pytest.raises(ValueError, match="mode"):
         survival_figure(s, "before")

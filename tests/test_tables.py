@@ -22,6 +22,10 @@ from jacap_lib.viz import serving as VS
     (1.0, 1.0, 1.0, 2),         # a point: three significant digits of the estimate
     (0.0, 0.0, 0.0, 0),
     (1.0, 1.0 + 1e-12, 1.0, 2),  # rounding-width: a point
+    (0.9999991, 1.0000012, 1.0000003, 2),  # near-zero width: a point at three significant digits, not 6 decimals
+    (12.29, 12.31, 12.3, 1),    # ends equal at three significant digits: a point, 12.3
+    (12.2, 12.4, 12.3, 2),      # ends differ at three significant digits: the width rule
+    (-0.001, 0.002, 0.0, 4),    # an estimate of 0 does not make the interval a point
 ])
 def test_decimals_follow_the_interval_width(lo, hi, est, want):
     assert NUM.decimals(lo, hi, est) == want
@@ -34,6 +38,8 @@ def test_interval_text_by_hand():
     assert NUM.interval_text(-15.0, -30.0, 0.0) == "−15 [−30, 0]"
     assert NUM.interval_text(0.0, -0.0001, 0.0001, scale=100, unit=" %") == "0.000 [−0.010, 0.010] %"
     assert NUM.interval_text(1.0000000001, 1.0, 1.0000000002) == "1.00 [1.00, 1.00]"
+    assert NUM.interval_text(1.0000003, 0.9999991, 1.0000012) == "1.00 [1.00, 1.00]"  # not "1.000000 [...]"
+    assert NUM.interval_text(0.0312, 0.031195, 0.031204) == "0.0312 [0.0312, 0.0312]"
     with pytest.raises(ValueError, match="low .* above high"):
         NUM.decimals(2.0, 1.0)
     with pytest.raises(ValueError, match="finite"):
@@ -202,3 +208,41 @@ def test_committed_results_tables_cut_no_text():
     frames += [VE.needle_verdict_frame(needle, details=d) for d in (False, True)]
     for f in frames:
         _no_cut_text(f)
+
+
+# ------------------------------------------------------------------------------------- tables that fit the column
+def test_wrapped_frame_keeps_its_values_and_wraps_only_between_tokens():
+    from jacap_lib.viz.style import wrapped
+
+    frame = pd.DataFrame({"KL ratio [95 % CI]": ["1.19 [1.04, 1.40]"], "verdict": ["better 7–17 %"],
+                          "licence": ["MIT; the novels (1811-1817) are PD"], "baseline setting": ["streaming_llm[n_sink=1]"]},
+                         index=pd.Index(["Jacap τ = 3, β = 0.9"], name="setting"))
+    w = wrapped(frame, ["licence", "baseline setting", "setting"])
+    assert w.to_dict("index") == frame.to_dict("index")  # the values are the frame's own
+    html = w._repr_html_()
+    assert "white-space: normal" in html and "..." not in html
+    assert "[1.04,\u00a01.40]" in html and "7–\u206017\u00a0%" in html and "1811\u20111817" in html  # no break inside
+    assert "streaming_<wbr>llm[<wbr>n_<wbr>sink=1]" in html  # a spec wraps at <wbr>, copies as written
+    assert "τ\u00a0=\u00a03" in html and "[95\u00a0%\u00a0CI]" in html
+    with pytest.raises(ValueError, match="neither columns nor index levels"):
+        wrapped(frame, ["no such column"])
+
+
+def test_chapter_five_tables_by_hand():
+    from jacap_lib.viz import kernels as VK
+
+    f = {"jacap_over_capkv_scoring": {(2048, 0.6): 0.4123, (2048, 0.8): 1.5},
+         "jacap_over_capkv_decode": {(2048, 0.6): 1.1049, (2048, 0.8): 0.8}}
+    t = VK.press_ratio_table(f, decode_note="same kept tokens")
+    assert list(t.columns) == ["scoring: Jacap / CapPress", "decode (same kept tokens): Jacap / CapPress"]
+    assert list(t.index) == [(2048, "0.6"), (2048, "0.8")]  # never "0.600000"
+    assert t.iloc[0].tolist() == ["0.41", "1.10"] and t.iloc[1].tolist() == ["1.50", "0.80"]
+    with pytest.raises(ValueError, match="findings"):
+        VK.press_ratio_table({"jacap_over_capkv_scoring": {}, "jacap_over_capkv_decode": {}})
+    rows = [dict(prompt_tokens=2048, method="none", ratio=0.0, prefill_s=12.14, scoring_s=0.0, total_s=30.0,
+                 decode_ms_per_token=133.4, scoring_share_of_total=0.0),
+            dict(prompt_tokens=2048, method="jacap", ratio=0.6, prefill_s=14.3, scoring_s=1.2734, total_s=25.0,
+                 decode_ms_per_token=1091.6, scoring_share_of_total=0.0509)]
+    e = VK.end_to_end_table({"rows": rows})
+    assert e.loc[(2048, "jacap", "0.6")].tolist() == ["14.3", "1.27", "8.9%", "5.1%", "1092"]
+    assert e.loc[(2048, "none", "—"), "prefill (s)"] == "12.1"

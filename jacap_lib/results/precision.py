@@ -3,8 +3,10 @@
 An estimate is printed to the precision its interval supports: the interval's width shown with two
 significant digits (:func:`decimals`). A geometric-mean ratio with an interval of about ±10 %
 (``[0.90, 1.10]``, width 0.2) gets two decimals, ``1.00 [0.90, 1.10]``; a KL of about 0.01 nats known to
-±0.002 gets four, ``0.0123 [0.0105, 0.0146]``. An interval of zero width (every document gave the same
-value; a width below 1e-9 of the values is rounding and counts as zero) falls back to three significant digits of the estimate. Tables (:mod:`jacap_lib.viz.evaluation`) and
+±0.002 gets four, ``0.0123 [0.0105, 0.0146]``. A point-like interval -- one whose two ends print the same at
+three significant digits (every document gave the same value, or nearly: ``1.000000 [0.999999, 1.000001]``) --
+prints with three significant digits instead, ``1.00 [1.00, 1.00]``: digits beyond those would only show
+rounding noise. Tables (:mod:`jacap_lib.viz.evaluation`) and
 the generated findings (:mod:`jacap_lib.results.findings`) both use :func:`interval_text`.
 """
 from __future__ import annotations
@@ -26,20 +28,24 @@ def _finite(name: str, x) -> float:
     return v
 
 
+def _significant3(value: float) -> int:
+    """Decimals that show ``value`` with three significant digits (0 for 0)."""
+    return 2 - math.floor(math.log10(abs(value))) if value else 0
+
+
 def decimals(low, high, estimate=None) -> int:
     """Decimals that show the interval ``[low, high]`` with two significant digits of its width:
-    ``max(0, 1 - floor(log10(high - low)))`` (width 0.2 -> 2, 0.02 -> 3, 3.5 -> 1, 35 -> 0). A zero-width
-    interval (or one narrower than 1e-9 of its ends) takes three significant digits of ``estimate`` (of ``high`` without one); at most 6."""
+    ``max(0, 1 - floor(log10(high - low)))`` (width 0.2 -> 2, 0.02 -> 3, 3.5 -> 1, 35 -> 0). A point-like
+    interval -- its ends equal when printed with three significant digits of the largest of ``|estimate|``,
+    ``|low|``, ``|high|`` (a zero width included) -- takes those three significant digits instead; at most 6."""
     lo, hi = _finite("low", low), _finite("high", high)
     if lo > hi:
         raise ValueError(f"low {lo} is above high {hi}; pass the interval as (low, high)")
-    width = hi - lo
-    if width > 1e-9 * max(abs(lo), abs(hi)):  # narrower than that is rounding: a point
-        d = 1 - math.floor(math.log10(width))
-    else:
-        ref = abs(_finite("estimate", estimate) if estimate is not None else hi)
-        d = 2 - math.floor(math.log10(ref)) if ref > 0 else 0
-    return int(min(MAX_DECIMALS, max(0, d)))
+    ref = max(abs(lo), abs(hi), abs(_finite("estimate", estimate)) if estimate is not None else 0.0)
+    d3 = min(MAX_DECIMALS, max(0, _significant3(ref)))
+    if plain(lo, d3) == plain(hi, d3):  # a point at the precision three significant digits give
+        return int(d3)
+    return int(min(MAX_DECIMALS, max(0, 1 - math.floor(math.log10(hi - lo)))))
 
 
 def plain(x, digits: int) -> str:

@@ -12,7 +12,8 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
-from .style import finish
+from ..results.precision import interval_text
+from .style import finish, wrapped
 
 __all__ = ["ablation_frame", "layer_figure"]
 
@@ -20,9 +21,10 @@ _MARK = {"better": "▼", "worse": "▲"}  # the interval wholly below / above 1
 
 
 def _cell(r: dict) -> str:
-    """``0.93 [0.85, 1.02]``, two decimals, with ▼ / ▲ when the (simultaneous) interval excludes 1."""
+    """``0.93 [0.85, 1.02]`` at the precision the interval supports (:func:`~jacap_lib.results.precision.interval_text`),
+    with ▼ / ▲ when the (simultaneous) interval excludes 1."""
     mark = next((m for word, m in _MARK.items() if r["verdict"].startswith(word)), "")
-    return f"{r['gm_ratio']:.2f} [{r['gm_low']:.2f}, {r['gm_high']:.2f}]" + (f" {mark}" if mark else "")
+    return interval_text(r["gm_ratio"], r["gm_low"], r["gm_high"]) + (f" {mark}" if mark else "")
 
 
 def ablation_frame(summary: dict) -> dict[float, pd.DataFrame]:
@@ -37,7 +39,7 @@ def ablation_frame(summary: dict) -> dict[float, pd.DataFrame]:
         frame = pd.DataFrame.from_dict(table, orient="index").fillna("")
         frame = frame[sorted(frame.columns, key=lambda k: int(k.split()[1]))]
         frame.index.name = f"c = {c:g}"  # the level, summary["confidence"], belongs in the caption
-        out[c] = frame
+        out[c] = wrapped(frame, [frame.index.name])  # long ablation labels wrap
     return out
 
 

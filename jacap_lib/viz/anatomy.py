@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+import plotly.colors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .style import finish, method_style
+from .style import finish, method_style, setting_colours
 
 __all__ = ["layer_ratio_figure", "position_figure", "swap_figure", "kind_frame", "category_frame", "swap_frame",
            "swap_setting_lines",
@@ -65,7 +66,8 @@ def layer_ratio_figure(data: dict, *, kinds=("all", "dialogue"), cells=None) -> 
     fig = make_subplots(rows=nrow, cols=ncol, subplot_titles=titles, shared_xaxes=True, shared_yaxes=True,
                         vertical_spacing=0.09 if nrow > 2 else 0.15, horizontal_spacing=0.06)
     setting = entries[0]["setting"]
-    color = method_style(setting)["color"]
+    labels = {k: "all documents" if k == "all" else k for k in dict.fromkeys(e["kind"] for e in entries)}
+    colours = setting_colours(list(labels.values()))  # one colour per kind of documents (the style's one mapping)
     allv = []
     for i, name in enumerate(names):
         row, col = i // ncol + 1, i % ncol + 1
@@ -74,11 +76,14 @@ def layer_ratio_figure(data: dict, *, kinds=("all", "dialogue"), cells=None) -> 
             est, lo, hi = ([x[k] for x in e["layers"]] for k in ("ratio", "low", "high"))
             allv += lo + hi
             dash = _KIND_DASH.get(e["kind"], "solid")
-            label = "all documents" if e["kind"] == "all" else e["kind"]
+            label = labels[e["kind"]]
+            color = colours[label]
             if e["kind"] == "all":
+                rgb = plotly.colors.hex_to_rgb(color)
                 fig.add_trace(go.Scatter(x=lay + lay[::-1], y=hi + lo[::-1], fill="toself", mode="lines",
-                                         line={"width": 0}, fillcolor="rgba(214,39,40,0.15)", hoverinfo="skip",
-                                         showlegend=False), row=row, col=col)
+                                         line={"width": 0}, fillcolor=f"rgba({rgb[0]},{rgb[1]},{rgb[2]},0.15)",
+                                         hoverinfo="skip", name=label, legendgroup=label, showlegend=False),
+                              row=row, col=col)
             fig.add_trace(go.Scatter(x=lay, y=est, mode="lines+markers", name=label, legendgroup=label,
                                      showlegend=i == 0, line={"color": color, "dash": dash},
                                      marker={"color": color, "size": 4},

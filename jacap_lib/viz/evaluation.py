@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..results.precision import interval_text
-from .style import finish
+from .style import finish, wrapped
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
            "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval",
@@ -137,7 +137,7 @@ def corpus_frame(documents: list[dict], *, details: bool = False) -> pd.DataFram
     if details:
         frame = pd.DataFrame([{"kind": k, "source": s, "tune": v["tune"], "test": v["test"],
                                "licence": "; ".join(sorted(v["licences"]))} for (k, s), v in rows.items()])
-        return frame.set_index(["kind", "source"])
+        return wrapped(frame.set_index(["kind", "source"]), ["licence"])
     return pd.DataFrame([{"kind": k, "tune": v["tune"], "test": v["test"], "sources": len(v["sources"])}
                          for k, v in rows.items()]).set_index("kind")
 
@@ -148,7 +148,7 @@ def pair_frame(rows: list[dict], *, details: bool = False) -> pd.DataFrame:
     (mean-KL ratio, documents won/lost, Wilcoxon and Holm p)."""
     out = [{"prompt / c": _cell(r["length"], r["ratio"]), **(_ratio_details(r) if details else _ratio_columns(r))}
            for r in rows]
-    return pd.DataFrame(out).set_index("prompt / c")
+    return wrapped(pd.DataFrame(out).set_index("prompt / c"), [] if details else ["verdict"])
 
 
 def target_frame(status: list[dict]) -> pd.DataFrame:
@@ -165,7 +165,7 @@ def target_frame(status: list[dict]) -> pd.DataFrame:
                      label: "" if r["gm_ratio"] is None else _interval(r["gm_ratio"], *verdict_interval(r)[:2]),
                      "met": {True: "yes", False: "no", None: "not measured"}[r["met"]],
                      "missed by": "" if not r["shortfall"] else f"{100 * r['shortfall']:.1f} %"})
-    return pd.DataFrame(rows).set_index("prompt / c")
+    return wrapped(pd.DataFrame(rows).set_index("prompt / c"), ["baseline"])
 
 
 def _spec_options(spec: str, method: str) -> str:
@@ -182,7 +182,7 @@ def choices_frame(choices: dict) -> pd.DataFrame:
             rows.append({"method": method, "options": _spec_options(cand["spec"], method),
                          "tune KL (nats)": f"{math.exp(cand['score']):.3g}",
                          "chosen": "yes" if cand["spec"] == ch["chosen"] else ""})
-    return pd.DataFrame(rows).set_index(["method", "options"])
+    return wrapped(pd.DataFrame(rows).set_index(["method", "options"]), ["method", "options"])
 
 
 _ROLE = {"default": "default", "paper preset": "paper"}
@@ -208,7 +208,8 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
                 rows.append({**head, "baseline": _short(r["baseline_spec"]), **_ratio_columns(r)})
     if not rows:
         raise ValueError(f"summary has no family picked on {picked_on!r}" + (f" with role {role!r}" if role else ""))
-    return pd.DataFrame(rows).set_index(["Jacap", "prompt / c"])
+    frame = pd.DataFrame(rows).set_index(["Jacap", "prompt / c"])
+    return wrapped(frame, ["baseline setting"] if details else ["baseline", "verdict"])
 
 
 def setting_label(spec: str) -> str:
@@ -238,7 +239,7 @@ def cells_frame(cells: list[dict], *, value: str = "kl_geomean", details: bool =
         table.setdefault((c["length"], setting_label(c["method"])), {})[f"c = {float(c['ratio']):g}"] = txt
     frame = pd.DataFrame.from_dict(table, orient="index")
     frame.index = pd.MultiIndex.from_tuples(frame.index, names=["prompt", "setting"])
-    return frame
+    return wrapped(frame, ["setting"])
 
 
 def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
@@ -296,7 +297,7 @@ def needle_frame(summary: dict) -> pd.DataFrame:
     frame = pd.DataFrame.from_dict(table, orient="index")
     frame.index = pd.MultiIndex.from_tuples(frame.index, names=["prompt", "setting"])
     frame.columns.name = "accuracy, % [95 % CI]"
-    return frame
+    return wrapped(frame, ["setting"])
 
 
 _AGAINST = {"best baseline": "best baseline", "paper preset": "paper's settings"}
@@ -313,7 +314,9 @@ def needle_verdict_frame(summary: dict, *, details: bool = False) -> pd.DataFram
     rows = []
     for fam in summary["comparisons"]:
         for r in fam["rows"]:
-            head = {"against": _AGAINST.get(fam.get("reference"), fam["label"]),
+            ref_name = fam.get("reference")
+            against = _AGAINST.get(ref_name) or (_AGAINST["paper preset"] if ref_name == PAPER_PRESET else fam["label"])
+            head = {"against": against,
                     "prompt / c": _cell(r["length"], r["ratio"])}
             if details:
                 row = {**head, "reference setting": r["reference_spec"],
@@ -328,7 +331,8 @@ def needle_verdict_frame(summary: dict, *, details: bool = False) -> pd.DataFram
             rows.append(row)
     if not rows:
         raise ValueError("summary has no comparison rows; run the needle job and its summary")
-    return pd.DataFrame(rows).set_index(["against", "prompt / c"])
+    return wrapped(pd.DataFrame(rows).set_index(["against", "prompt / c"]),
+                   ["against", "reference setting"] if details else ["against", "reference", "verdict"])
 
 
 def kl_and_needle_frame(summary: dict, needle: dict, *, role: str) -> pd.DataFrame:
@@ -351,4 +355,4 @@ def kl_and_needle_frame(summary: dict, needle: dict, *, role: str) -> pd.DataFra
         needle_pct, full_pct = acc.get((int(r["length"]), float(r["ratio"])), ("–", "–"))
         rows.append({"prompt / c": _cell(r["length"], r["ratio"]), "baseline": _short(r["baseline_spec"]), **kl,
                      "needle % [95 % CI]": needle_pct, "uncompr. %": full_pct})
-    return pd.DataFrame(rows).set_index("prompt / c")
+    return wrapped(pd.DataFrame(rows).set_index("prompt / c"), ["baseline", "verdict"])

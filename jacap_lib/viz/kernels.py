@@ -1,4 +1,5 @@
-"""Figures of chapter 5 (Algorithm 1 and its GPU core); each function returns a ``go.Figure``.
+"""Figures and tables of chapter 5 (Algorithm 1 and its GPU core); each figure function returns a ``go.Figure``,
+each table function (``*_table``) a frame that fits the text column (:func:`~jacap_lib.viz.style.wrapped`).
 
 Inputs are plain data: :func:`jacap_lib.scoring.costs.step_costs`,
 :func:`~jacap_lib.scoring.costs.inverse_vs_solve` rows, and the committed benchmark JSON
@@ -6,16 +7,19 @@ Inputs are plain data: :func:`jacap_lib.scoring.costs.step_costs`,
 """
 from __future__ import annotations
 
+import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..scoring.costs import step_costs
+from ..scoring.costs import inverse_vs_solve_table, step_costs
+from ..results import bench
 from ..results.bench import METHOD_NAMES, end_to_end_rows
-from .style import finish
+from .style import finish, wrapped
 
 __all__ = [
     "step_cost_figure", "inverse_vs_solve_figure", "scoring_benchmark_figure", "scoring_table_figure",
-    "end_to_end_figure",
+    "end_to_end_figure", "inverse_vs_solve_styled", "scoring_table", "fixed_cost_table", "end_to_end_table",
+    "press_ratio_table",
 ]
 
 METHOD_LABELS = METHOD_NAMES  # one table of full names (results.bench), shared with the chapter's tables
@@ -135,3 +139,59 @@ def end_to_end_figure(data: dict) -> go.Figure:
                       yaxis=dict(title="prompt length, method", autorange="reversed"),
                       title=f"Prefill + scoring + decode, {data['config'].get('model', '')} ({where})")
     return finish(fig)
+
+
+# ------------------------------------------------------------------------------------------------------ tables
+def _sig3(v) -> str:
+    """A measured time or ratio with three significant digits, written in full (``11271`` not ``1.13e+04``)."""
+    v = float(v)
+    return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+
+
+def inverse_vs_solve_styled(rows):
+    """:func:`~jacap_lib.scoring.costs.inverse_vs_solve_table` as the chapter shows it: one column per cond(A)
+    (``1e+03``), relative errors with two significant digits, ``refused`` where float32 Cholesky refused an
+    indefinite A; the long row labels wrap (a ``pandas`` Styler)."""
+    table = pd.DataFrame(inverse_vs_solve_table(rows)).set_index("cond(A)").T
+    errs = [r for r in table.index if r.endswith(("median", "max", "(rel. error)"))]
+    return (table.style.format("{:.1e}", subset=pd.IndexSlice[errs, :], na_rep="refused")
+            .format_index("{:.0e}", axis=1)
+            .set_table_styles([{"selector": "th.row_heading", "props": "white-space: normal; min-width: 12em;"}]))
+
+
+def scoring_table(data: dict, d: int):
+    """:func:`jacap_lib.results.bench.scoring_frame` (one row per scorer, one column per cache length N, "median
+    ms (multiple of the floor)") with its scorer names and entries free to wrap, so six cache lengths fit."""
+    frame = bench.scoring_frame(data, d)
+    return wrapped(frame, [frame.index.name, *frame.columns])
+
+
+def fixed_cost_table(data: dict):
+    """:func:`jacap_lib.results.bench.fixed_cost_frame` without the fit's residual, three significant digits,
+    the method names free to wrap."""
+    frame = bench.fixed_cost_frame(data).drop(columns="worst residual").map(_sig3)
+    return wrapped(frame, ["method"])
+
+
+def end_to_end_table(data: dict):
+    """:func:`jacap_lib.results.bench.end_to_end_frame`: seconds and ms per token with three significant digits,
+    the scoring shares in percent with one decimal; the headers wrap."""
+    frame = bench.end_to_end_frame(data)
+    shares = ["scoring share of prefill", "scoring share of total"]
+    out = frame.drop(columns=shares).map(_sig3)
+    for col in shares:
+        out[col] = frame[col].map(lambda v: f"{100 * v:.1f}%")
+    return wrapped(out[list(frame.columns)], [])
+
+
+def press_ratio_table(findings: dict, *, decode_note: str = ""):
+    """Jacap's press against CapPress per (prompt tokens, c) from :func:`jacap_lib.results.bench.end_to_end_findings`:
+    the ratio of their scoring times and of their decode times per token (two decimals); ``decode_note`` is added
+    to the decode column's header (``"same kept tokens"``)."""
+    decode = "decode" + (f" ({decode_note})" if decode_note else "")
+    rows = [{"prompt tokens": L, "c": f"{float(c):g}", "scoring: Jacap / CapPress": f"{v:.2f}",
+             f"{decode}: Jacap / CapPress": f"{findings['jacap_over_capkv_decode'][(L, c)]:.2f}"}
+            for (L, c), v in findings["jacap_over_capkv_scoring"].items()]
+    if not rows:
+        raise ValueError("findings has no (prompt, c) with both Jacap and CapPress; give end_to_end_findings of a run with both")
+    return wrapped(pd.DataFrame(rows).set_index(["prompt tokens", "c"]), [])

@@ -8,7 +8,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .style import METHOD_STYLES, finish
+from ..results.precision import interval_text
+from .evaluation import short_verdict
+from .style import METHOD_STYLES, finish, wrapped
 
 __all__ = ["style_key", "survival_figure", "survival_frame", "mode_effect_frame"]
 
@@ -71,11 +73,12 @@ def survival_figure(summary: dict, mode: str = "after", *, title: str | None = N
     return finish(fig)
 
 
-def survival_frame(summary: dict, mode: str = "after") -> pd.DataFrame:
-    """One row per (setting, prompt, c) of ``mode``: needle accuracy [95 % Wilson interval], the mean fraction
-    kept of the key's digit tokens and of the needle's tokens, the mean share of (layer, KV head) caches holding
-    a whole copy of the key, the share of prompts where every key digit
-    survived in every layer and KV head, and the accuracy on those prompts and on the others (count right / n)."""
+def survival_frame(summary: dict, mode: str = "after", *, details: bool = False) -> pd.DataFrame:
+    """One row per (setting, prompt, c) of ``mode``: needle accuracy [95 % Wilson interval] and the mean fraction
+    kept of the key's digit tokens and of the needle's tokens. ``details=True``: the supporting columns instead --
+    the mean share of (layer, KV head) caches holding a whole copy of the key, the share of prompts where every
+    key digit survived in every layer and KV head, and the accuracy on those prompts and on the others (count
+    right / n)."""
     block = _mode(summary, mode)
     acc = _accuracy(block)
 
@@ -85,27 +88,39 @@ def survival_frame(summary: dict, mode: str = "after") -> pd.DataFrame:
     rows = []
     for s in block["survival"]:
         a = acc[(s["spec"], s["length"], s["ratio"])]
-        rows.append({"setting": s["spec"], "prompt": s["length"], "c": s["ratio"],
-                     "accuracy": f"{100 * a['accuracy']:.0f}% [{100 * a['low']:.0f}, {100 * a['high']:.0f}]",
-                     "key digits kept": f"{100 * s['key_kept_mean']:.0f}%",
-                     "needle kept": f"{100 * s['needle_kept_mean']:.0f}%",
-                     "caches with a whole copy": f"{100 * s['key_copy_kept_mean']:.0f}%",
-                     "every digit everywhere": f"{100 * s['all_kept_fraction']:.0f}%",
-                     "accuracy, every digit kept": cond(s["accuracy_all_kept"]),
-                     "accuracy, some digit lost": cond(s["accuracy_not_all_kept"])})
+        row = {"setting": s["spec"], "prompt": s["length"], "c": s["ratio"]}
+        if details:
+            row.update({"caches with a whole copy": f"{100 * s['key_copy_kept_mean']:.0f}%",
+                        "every digit everywhere": f"{100 * s['all_kept_fraction']:.0f}%",
+                        "accuracy, every digit kept": cond(s["accuracy_all_kept"]),
+                        "accuracy, some digit lost": cond(s["accuracy_not_all_kept"])})
+        else:
+            row.update({"accuracy [95 % CI]": f"{100 * a['accuracy']:.0f}% [{100 * a['low']:.0f}, {100 * a['high']:.0f}]",
+                        "key digits kept": f"{100 * s['key_kept_mean']:.0f}%",
+                        "needle kept": f"{100 * s['needle_kept_mean']:.0f}%"})
+        rows.append(row)
     if not rows:
         raise ValueError(f"the probe summary has no complete cell in mode {mode!r}")
-    return pd.DataFrame(rows).set_index(["setting", "prompt", "c"])
+    return wrapped(pd.DataFrame(rows).set_index(["setting", "prompt", "c"]), ["setting"])
 
 
-def mode_effect_frame(summary: dict) -> pd.DataFrame:
-    """Inside against after, per setting and cell, paired on the prompts both modes hold: both accuracies, the
-    difference in points with its 95 % paired bootstrap interval, wins/losses, exact McNemar p, Holm p, verdict."""
-    rows = [{"setting": e["spec"], "prompt": e["length"], "c": e["ratio"], "n": e["n"],
-             "inside": f"{100 * e['accuracy']:.0f}%", "after": f"{100 * e['reference_accuracy']:.0f}%",
-             "difference (points)": f"{e['diff_points']:+.0f} [{e['diff_low']:+.0f}, {e['diff_high']:+.0f}]",
-             "wins/losses": f"{e['wins']}/{e['losses']}", "Holm p": f"{e['p_holm']:.2g}", "verdict": e["verdict"]}
-            for e in summary.get("mode_effect", [])]
+def mode_effect_frame(summary: dict, *, details: bool = False) -> pd.DataFrame:
+    """Inside against after, per setting and cell, paired on the prompts both modes hold: both accuracies and
+    the verdict in short words. ``details=True``: the supporting columns instead -- the prompts paired, the
+    difference in points with its 95 % paired bootstrap interval, wins/losses, exact McNemar p, Holm p."""
+    rows = []
+    for e in summary.get("mode_effect", []):
+        row = {"setting": e["spec"], "prompt": e["length"], "c": e["ratio"]}
+        if details:
+            row.update({"n": e["n"], "difference, pts [95 % CI]": interval_text(e["diff_points"], e["diff_low"],
+                                                                                 e["diff_high"]),
+                        "wins/losses": f"{e['wins']}/{e['losses']}", "McNemar p": f"{e['p_mcnemar']:.2g}",
+                        "Holm p": f"{e['p_holm']:.2g}"})
+        else:
+            row.update({"inside": f"{100 * e['accuracy']:.0f}%", "after": f"{100 * e['reference_accuracy']:.0f}%",
+                        "verdict": short_verdict(e["verdict"])})
+        rows.append(row)
     if not rows:
         raise ValueError("the probe summary has no setting measured in both modes")
-    return pd.DataFrame(rows).set_index(["setting", "prompt", "c"])
+    return wrapped(pd.DataFrame(rows).set_index(["setting", "prompt", "c"]), ["setting"] if details else
+                   ["setting", "verdict"])

@@ -17,18 +17,24 @@ Every figure function of :mod:`jacap_lib.viz` ends with :func:`finish`, which
 :func:`clip_outliers` keeps a single extreme value from flattening a panel: the axis shows the bulk of
 the values and an annotation names what lies beyond it.
 
+Tables: :func:`wrapped` lets the free-text columns of a table (licences, method specs) wrap at spaces inside
+the text column, where the book's stylesheet keeps every other cell on one line.
+
 The browser test (``tests/test_browser.py``) reads :data:`METHOD_STYLES` and checks every page against it.
 """
 from __future__ import annotations
 
+import html
 import math
+import re
 import textwrap
 import zlib
 
+import pandas as pd
 import plotly.colors
 import plotly.graph_objects as go
 
-__all__ = ["METHOD_STYLES", "SETTING_COLOURS", "SETTING_SCALE", "REFERENCE_COLOUR", "method_style", "method_of", "setting_colours",
+__all__ = ["wrapped", "WrappedFrame", "METHOD_STYLES", "SETTING_COLOURS", "SETTING_SCALE", "REFERENCE_COLOUR", "method_style", "method_of", "setting_colours",
            "finish", "log_ticks", "clip_outliers", "wrap_title"]
 
 #: method name -> (colour, marker symbol): the one mapping of the book. Jacap and its configurations in
@@ -346,3 +352,68 @@ def finish(fig: go.Figure, *, title_width: int = 72) -> go.Figure:
         if legend.orientation == "h" or (legend.y is not None and legend.y < 0):
             fig.update_layout(legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top"})
     return fig
+
+
+# --------------------------------------------------------------------------------------------------- tables
+def _cell_html(value, *, breaks: bool = False) -> str:
+    """A table entry as HTML that wraps only at spaces (and after the slash of ``won/lost``) and never inside a
+    number, an interval or a unit: hyphens next to a digit are non-breaking (``1811-1817``, ``Apache-2.0``), so
+    are the spaces of ``τ = 3``, ``95 %`` and ``[0.83, 0.93]``. With ``breaks``, a method spec may also wrap
+    after its ``[``, each ``,`` and the ``_`` of a name (``<wbr>``: no character is added, the spec copies as
+    written)."""
+    text = html.escape(str(value))
+    text = re.sub(r"-(?=\d)|(?<=\d)-", "\u2011", text)
+    text = re.sub(r"(?<=\d)([–—])(?=[\d+−])", "\\1\u2060", text)  # "7–17": no break after the dash
+    text = text.replace(" = ", "\u00a0=\u00a0")
+    text = re.sub(r"(?<=\d) %", "\u00a0%", text)  # "95 %" stays whole
+    text = re.sub(r"\[[^\[\]]*\]", lambda m: m.group(0).replace(" ", "\u00a0"), text)  # an interval stays whole
+    text = re.sub(r"(?<=[A-Za-z])/(?=[A-Za-z])", "/<wbr>", text)  # "won/lost" may wrap after its slash
+    if breaks:  # a spec name[key=value,...] (no spaces) may wrap after its "[", each "," and a name's "_"
+        text = re.sub(r"\w\[[^\[\]\s]*\]", lambda m: m.group(0).replace("[", "[<wbr>").replace(",", ",<wbr>"), text)
+        text = re.sub(r"(?<=[A-Za-z])_(?=[A-Za-z])", "_<wbr>", text)
+    return text
+
+
+class WrappedFrame(pd.DataFrame):
+    """A :class:`pandas.DataFrame` whose HTML fits the text column: its headers and entries may wrap at spaces
+    (never inside a number, an interval ``[a, b]``, ``τ = 3`` or ``95 %``: :func:`_cell_html`), and so may the
+    index levels named in ``wrap_columns`` (free text: licences, method specs, setting names, verdicts), where a
+    spec may also wrap after its ``[`` and each ``,``. The book's stylesheet keeps the cells of other tables on one
+    line; the browser's table layout wraps only as far as the text column needs, and never narrows a column below
+    its longest word. The values are the frame's own; only the HTML differs. Made by :func:`wrapped`."""
+
+    _metadata = ["wrap_columns"]
+
+    @property
+    def _constructor(self):
+        return WrappedFrame
+
+    def _repr_html_(self) -> str:
+        names = list(getattr(self, "wrap_columns", None) or ())
+        cols = [c for c in names if c in self.columns]
+        levels = [k for k, n in enumerate(self.index.names) if n is not None and n in names]
+        sty = pd.DataFrame(self).style
+        sty = sty.format(_cell_html, escape=None).format_index(_cell_html, axis=1, escape=None)
+        sty = sty.format_index(_cell_html, axis=0, escape=None)
+        if levels:
+            sty = sty.format_index(lambda v: _cell_html(v, breaks=True), axis=0, escape=None, level=levels)
+        if cols:
+            sty = sty.format(lambda v: _cell_html(v, breaks=True), subset=cols, escape=None)
+        wrap = "white-space: normal;"
+        styles = [{"selector": "th.col_heading", "props": wrap}, {"selector": "td", "props": wrap}]
+        styles += [{"selector": f"th.row_heading.level{k}", "props": wrap} for k in levels]
+        return sty.set_table_styles(styles).to_html()
+
+
+def wrapped(frame, columns=()) -> WrappedFrame:
+    """``frame`` as a :class:`WrappedFrame`: its headers and entries, and the free-text ``columns`` or index levels
+    (names of either), wrap at spaces (a spec also after ``[`` and ``,``), so the table fits the text column.
+    Raises ``ValueError`` for a name that is neither a column nor an index level."""
+    names = set(frame.columns) | {n for n in frame.index.names if n is not None}
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise ValueError(f"columns {missing} are neither columns nor index levels of the frame "
+                         f"(its columns: {list(frame.columns)}, index levels: {list(frame.index.names)})")
+    out = WrappedFrame(frame)
+    out.wrap_columns = list(columns)
+    return out
