@@ -59,6 +59,7 @@ _EXPORTS = {
     "JacapPress": "jacap_lib.presses.jacap",
     "list_methods": "jacap_lib.presses.registry",
     "build_press": "jacap_lib.presses.registry",
+    "press_from_spec": "jacap_lib.presses.registry",
     "inspect_eviction": "jacap_lib.measure.eviction",
     "describe_model": "jacap_lib.models",
     "describe_method": "jacap_lib.presses.registry",
@@ -71,6 +72,7 @@ _EXPORTS = {
     "facts_stated": "jacap_lib.measure.eviction",
     "phrase_kept": "jacap_lib.measure.eviction",
     "load_kl_table": "jacap_lib.results.loaders",
+    "load_eval_summary": "jacap_lib.results.loaders",
     # quality under compression
     "next_token_kl": "jacap_lib.measure.quality",
     "full_reference": "jacap_lib.measure.quality",

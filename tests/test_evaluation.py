@@ -652,3 +652,21 @@ def test_pins_keep_the_protocols_jacap_entries_meaning_what_was_measured():
     from jacap_lib.results.paths import data_path
 
     E.check_settings_unchanged(data_path("results", "eval", "tune.jsonl"), P.SEARCH_SPACE)  # resumes
+
+
+def test_grid_edges_finds_a_choice_on_the_edge_of_its_grid():
+    """grid_edges: per method, the numeric options the space varies alone around the choice, the values tried
+    and whether the choice is the smallest or largest of three or more (hand-built choices)."""
+    space = {"snapkv": ["snapkv", "snapkv[window_size=32]", "snapkv[window_size=16]"], "knorm": ["knorm"],
+             "jacap": ["jacap", "jacap[tau=3,beta=0.9]", "jacap[tau=1,beta=0.9]", "jacap[tau=10,beta=0.9]"],
+             "capkv": ["capkv", "capkv[tau=2]"]}
+    choices = {"config": {"search_space": space},
+               "chosen": {"snapkv": "snapkv[window_size=16]", "knorm": "knorm", "jacap": "jacap[tau=3,beta=0.9]",
+                          "capkv": "capkv"}}
+    rows = {(r["method"], r["option"]): r for r in P.grid_edges(choices)}
+    # the pinned "jacap" (the paper's tau = 10 with flat statistics) differs in two options: not a tau neighbour
+    assert set(rows) == {("snapkv", "window_size"), ("jacap", "tau"), ("capkv", "tau")}
+    assert rows[("snapkv", "window_size")] == {"method": "snapkv", "option": "window_size", "chosen": 16,
+                                               "values": [16, 32, 64], "edge": True}
+    assert rows[("jacap", "tau")]["values"] == [1, 3, 10] and rows[("jacap", "tau")]["edge"] is False
+    assert rows[("capkv", "tau")]["values"] == [2, 5] and rows[("capkv", "tau")]["edge"] is None  # two values

@@ -34,9 +34,9 @@ from ..presses.registry import BASELINES, parse_method, press_from_spec
 
 __all__ = ["SEARCH_SPACE", "PAPER_PRESET", "PINS", "pinned", "protocol_press", "same_setting", "CONFIGS_PER_METHOD", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
-           "protocol_config", "fingerprint", "compare_configs", "same_measurements", "quick_space"]
+           "protocol_config", "fingerprint", "compare_configs", "same_measurements", "grid_edges", "quick_space"]
 
-CONFIGS_PER_METHOD = 3
+CONFIGS_PER_METHOD = 5
 KL_FLOOR = 1e-8  # nats; a KL below it (a cache that changes nothing) counts as KL_FLOOR in the log
 RULE = ("smallest mean over the tune documents, prompt lengths and compression ratios of log max(KL, 1e-8) "
         "(= log geometric-mean KL ratio to any common reference); ties (to 1e-12) go to the setting listed "
@@ -47,24 +47,35 @@ RULE = ("smallest mean over the tune documents, prompt lengths and compression r
 # get CONFIGS_PER_METHOD settings each; TOVA, KNorm and KeyDiff take none. `random` (no setting to tune,
 # a floor, never a best baseline) is left out; run it with --methods if wanted.
 SEARCH_SPACE: dict[str, tuple[str, ...]] = {
-    # kvpress baselines (kvpress defaults first)
-    "snapkv": ("snapkv", "snapkv[window_size=32]", "snapkv[window_size=16]"),
-    "streaming_llm": ("streaming_llm", "streaming_llm[n_sink=1]", "streaming_llm[n_sink=16]"),
+    # kvpress baselines (kvpress defaults first); each numeric knob a user of the method would set is given
+    # values on both sides of the earlier grid's choice, so a choice on the grid's edge shows as one
+    "snapkv": ("snapkv", "snapkv[window_size=32]", "snapkv[window_size=16]", "snapkv[window_size=8]",
+               "snapkv[window_size=4]"),
+    "streaming_llm": ("streaming_llm", "streaming_llm[n_sink=1]", "streaming_llm[n_sink=16]", "streaming_llm[n_sink=0]",
+                      "streaming_llm[n_sink=2]"),
     "expected_attention": ("expected_attention", "expected_attention[use_covariance=false]",
-                           "expected_attention[use_vnorm=false]"),
-    "capkv": ("capkv", "capkv[tau=2]", "capkv[tau=10]"),
+                           "expected_attention[use_vnorm=false]", "expected_attention[n_future_positions=128]",
+                           "expected_attention[n_future_positions=2048]"),
+    "capkv": ("capkv", "capkv[tau=2]", "capkv[tau=10]", "capkv[tau=20]", "capkv[tau=50]"),
     "tova": ("tova",),
     "knorm": ("knorm",),
     "keydiff": ("keydiff",),
-    # Jacap: uniform per-head budgets, and AdaKV's head-adaptive budgets around Jacap's scores
-    "jacap": ("jacap", "jacap[noise=deff,deff_frac=0.25]", "jacap[tau=3,beta=0.9]"),
-    "jacap_adakv": ("jacap_adakv", "jacap_adakv[noise=deff,deff_frac=0.25]", "jacap_adakv[tau=3,beta=0.9]"),
+    # Jacap: uniform per-head budgets, and AdaKV's head-adaptive budgets around Jacap's scores; tau from 1 to 10
+    # with the EMA statistics, the paper's settings and the effective-dimension noise rule
+    "jacap": ("jacap", "jacap[noise=deff,deff_frac=0.25]", "jacap[tau=3,beta=0.9]", "jacap[tau=1,beta=0.9]",
+              "jacap[tau=10,beta=0.9]"),
+    "jacap_adakv": ("jacap_adakv", "jacap_adakv[noise=deff,deff_frac=0.25]", "jacap_adakv[tau=3,beta=0.9]",
+                    "jacap_adakv[tau=1,beta=0.9]", "jacap_adakv[tau=10,beta=0.9]"),
     # the capacity press built from the one-knob ablations' winners on tune (the observed centre; with the
-    # slots spread across a layer's heads by marginal capacity; with flat statistics), chosen by the same rule
-    "jacap_obs": ("jacap_obs", "jacap_obs[budget=layer]", "jacap_obs[beta=none]"),
+    # slots spread across a layer's heads by marginal capacity; with flat statistics; the protected recent
+    # window halved and doubled), chosen by the same rule
+    "jacap_obs": ("jacap_obs", "jacap_obs[budget=layer]", "jacap_obs[beta=none]", "jacap_obs[window=16]",
+                  "jacap_obs[window=64]"),
 }
-# The budget fits the 3-hour grid (`jacap evaluate time`): with 4 settings per method the tune job alone
-# took ~2.7 CPU-hours on 12 tune documents; 3 each bring the whole grid to ~5.8 CPU-hours (2 workers).
+# The budget: 5 settings for every method with options (1 for TOVA, KNorm, KeyDiff). The first grid gave 3
+# each and three choices sat on its edge (SnapKV window 16, CapKV tau 10, StreamingLLM 1 sink); the two added
+# per method put a value beyond each edge (one tune replay costs ~1.3 CPU-s; the 14 added settings on the 12
+# tune documents ~50 CPU-minutes).
 # The paper's exact settings (Algorithm 1 as published: tau = 10 from its ablation, channel noise sigma^2 = 1,
 # flat prompt statistics),
 # written out so the spec keeps meaning them whatever the library defaults become. The test job runs it next to
@@ -295,3 +306,34 @@ def same_measurements(recorded: dict, current: dict) -> bool:
     if not isinstance(recorded, dict) or not isinstance(current, dict):
         return False
     return compare_configs(recorded, current) in ([], ["search_space"])
+
+
+def grid_edges(choices: dict) -> list[dict]:
+    """Where each method's tune choice sits in its grid, per numeric option: for every option of the chosen
+    setting whose value the search space varies *alone* (settings whose resolved press options differ from the
+    choice in that option only, protocol pins applied), the values tried and whether the choice is the smallest
+    or largest of three or more (``edge``; with two values every choice is an end, so ``edge`` is ``None``).
+    ``choices``: ``choices.json``'s content. ``[{"method", "option", "chosen", "values", "edge"}]``."""
+    from ..presses.registry import effective_options, method_options
+
+    def options(spec):
+        opts = effective_options(method_options(protocol_press(spec, 0.5)))
+        return {k: v for k, v in opts.items() if k != "compression_ratio"}
+
+    space = choices["config"]["search_space"]
+    out = []
+    for method, chosen in choices["chosen"].items():
+        base = options(chosen)
+        varied: dict = {}
+        for spec in space.get(method, ()):
+            other = options(spec)
+            diff = [k for k in set(base) | set(other) if base.get(k) != other.get(k)]
+            if len(diff) == 1 and isinstance(other.get(diff[0]), (int, float)) and not isinstance(other.get(diff[0]), bool):
+                varied.setdefault(diff[0], set()).add(other[diff[0]])
+        for k, vals in sorted(varied.items()):
+            if not isinstance(base.get(k), (int, float)):
+                continue
+            values = sorted(vals | {base[k]})
+            edge = None if len(values) < 3 else base[k] in (values[0], values[-1])
+            out.append({"method": method, "option": k, "chosen": base[k], "values": values, "edge": edge})
+    return out

@@ -18,7 +18,7 @@ from .style import finish, wrapped
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
            "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval",
-           "kl_and_needle_frame"]
+           "kl_and_needle_frame", "tuned_line"]
 
 
 def _interval(est, lo, hi) -> str:
@@ -356,3 +356,16 @@ def kl_and_needle_frame(summary: dict, needle: dict, *, role: str) -> pd.DataFra
         rows.append({"prompt / c": _cell(r["length"], r["ratio"]), "baseline": _short(r["baseline_spec"]), **kl,
                      "needle % [95 % CI]": needle_pct, "uncompr. %": full_pct})
     return wrapped(pd.DataFrame(rows).set_index("prompt / c"), ["baseline", "verdict"])
+
+
+def tuned_line(summary: dict, role: str) -> tuple[str, str]:
+    """``(sentence, spec)``: the verdict counts of one Jacap family of ``summary`` against the best baseline of
+    each cell picked on tune (``role``: ``"tuned jacap_obs"``, ...), and that family's setting."""
+    from ..results import findings as F
+
+    fam = next((f for f in summary["families"] if f["picked_on"] == "tune" and f["role"] == role), None)
+    if fam is None:
+        raise ValueError(f"summary has no family with role {role!r} picked on tune; choose among "
+                         f"{sorted({f['role'] for f in summary['families']})}")
+    return (f"{fam['setting']} against the best tuned baseline of each cell: "
+            f"{F.counts_text(F.verdict_counts(fam['rows']))}", fam["setting"])
