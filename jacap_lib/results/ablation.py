@@ -88,12 +88,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     from . import evaluation as E
 
     J.shared_options(parser, seed=True)
-    parser.add_argument("--lengths", nargs="+", type=int, default=None,
-                        help=f"prompt tokens (default {' '.join(map(str, LENGTHS))})")
-    parser.add_argument("--ratios", nargs="+", type=float, default=None,
-                        help=f"compression ratios (default {' '.join(map(str, RATIOS))})")
-    parser.add_argument("--continuation", type=int, default=None,
-                        help=f"continuation tokens scored (default {E.DEFAULT_CONTINUATION})")
+    J.grid_options(parser, lengths=LENGTHS, ratios=RATIOS, continuation=E.DEFAULT_CONTINUATION)
     parser.add_argument("--ablations", nargs="+", default=None,
                         help="labels of the one-knob table to run (default: every one); the default press always runs")
     parser.add_argument("--manifest", type=Path, default=None,
@@ -203,13 +198,7 @@ def execute(plan, *, model=None, tokenizer=None) -> dict:
 
 
 def _ablate_run(args):
-    try:
-        plan = prepare(args)
-    except J.BadArgument:
-        raise
-    except (ValueError, FileNotFoundError, files.ResultsFileError) as e:
-        raise J.BadArgument(str(e)) from None
-    res = execute(plan)
+    res = execute(J.prepared(prepare, args))
     print(f"wrote {res['rows_written']} new rows to {res['file']}")
     return res
 
@@ -323,26 +312,26 @@ def summarize_ablation(rows: list[dict], runs: list[dict], *, alpha: float = ALP
 
 
 def _summary_add(parser):
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="folder of ablation.jsonl, where ablation_summary.json is written (default "
-                             "data/results/eval; with --quick data/results/eval/quick)")
-    parser.add_argument("--quick", action="store_true", help="summarize the --quick run's folder")
-    parser.add_argument("--seed", type=int, default=None, help="bootstrap seed (default verdicts.SEED)")
+    J.summary_options(parser, "folder of ablation.jsonl, where ablation_summary.json is written (default "
+                              "data/results/eval; with --quick data/results/eval/quick)")
+
+
+def _summarize(args) -> tuple[Path, list[dict], dict]:
+    """The ``--dir`` folder, ablation.jsonl's runs and their summary; ``ValueError`` when a file is missing."""
+    from . import evaluation as E
+
+    out_dir = E.eval_dir(args.dir, quick=args.quick)
+    path = out_dir / FILE
+    if not path.is_file() or not files.config_path(path).is_file():
+        raise ValueError(f"--dir: {path} (or its configuration) does not exist; run `jacap evaluate ablate` first")
+    runs = files.read_runs(path)
+    return out_dir, runs, summarize_ablation(files.read_jsonl(path), runs, seed=args.seed)
 
 
 def _summary_run(args):
-    from . import evaluation as E
     from . import verdicts as V
 
-    try:
-        out_dir = E.eval_dir(args.dir, quick=args.quick)
-        path = out_dir / FILE
-        if not path.is_file() or not files.config_path(path).is_file():
-            raise ValueError(f"--dir: {path} (or its configuration) does not exist; run `jacap evaluate ablate` first")
-        runs = files.read_runs(path)
-        summary = summarize_ablation(files.read_jsonl(path), runs, seed=args.seed)
-    except (ValueError, FileNotFoundError, files.ResultsFileError) as e:
-        raise J.BadArgument(str(e)) from None
+    out_dir, runs, summary = J.prepared(_summarize, args)
     config = {"inputs": [FILE], "runs": [r.get("command") for r in runs], "command": getattr(args, "command", None),
               "model": runs[-1]["model"], "continuation": runs[-1]["continuation"],
               "documents": [d["id"] for d in runs[-1]["documents"]], "grid_choice": runs[-1].get("grid_choice"),

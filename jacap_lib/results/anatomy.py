@@ -453,7 +453,7 @@ def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
 
 
 def _run(args):
-    plan = prepare(args)
+    plan = J.prepared(prepare, args)
     path = execute(plan, args)
     print(f"wrote {path}")
     return path

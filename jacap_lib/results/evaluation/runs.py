@@ -210,12 +210,7 @@ def run_groups(groups: list, out: Path, *, continuation: int | None = None, mode
 def add_arguments(parser: argparse.ArgumentParser, job: str = "tune") -> None:
     """The options of ``jacap evaluate <job>`` (``job``: tune, test or time)."""
     J.shared_options(parser, seed=True)
-    parser.add_argument("--lengths", nargs="+", type=int, default=None,
-                        help=f"prompt tokens (default {' '.join(map(str, DEFAULT_LENGTHS))})")
-    parser.add_argument("--ratios", nargs="+", type=float, default=None,
-                        help=f"compression ratios (default {' '.join(map(str, DEFAULT_RATIOS))})")
-    parser.add_argument("--continuation", type=int, default=None,
-                        help=f"continuation tokens scored (default {DEFAULT_CONTINUATION})")
+    J.grid_options(parser, lengths=DEFAULT_LENGTHS, ratios=DEFAULT_RATIOS, continuation=DEFAULT_CONTINUATION)
     parser.add_argument("--methods", nargs="+", default=None,
                         help="registry names of the search space to run (default: every method of "
                              "protocol.SEARCH_SPACE)")
