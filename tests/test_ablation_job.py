@@ -66,6 +66,16 @@ def _args(corpus, out, *extra):
                           "--continuation", "8", "--no-progress", "--workers", "1", *extra])
 
 
+def test_knob_table_is_one_knob_with_each_base():
+    """The job's table is ONE_KNOB, in its order, each ablation with the spec it changes one knob of."""
+    from jacap_lib.presses.jacap_ablation import ONE_KNOB, base_spec
+
+    table, source = A.knob_table()
+    assert source == "jacap_lib.presses.jacap_ablation.ONE_KNOB" and list(table) == list(ONE_KNOB)
+    assert table == {k: (s, d, base_spec(k)) for k, (s, d) in ONE_KNOB.items()}
+    assert table["prior=3-centres"][2] == "jacap[beta=none]" and A.DEFAULT_SPEC == "jacap"
+
+
 def test_job_rows_pair_with_the_default_and_resume(tiny, corpus, tmp_path, monkeypatch, knobs):
     tok = CharTokenizer()
     out = tmp_path / "eval"

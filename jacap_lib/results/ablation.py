@@ -2,9 +2,9 @@
 
 ``jacap evaluate ablate``   the default press (``jacap``: the library's defaults) and every one-knob change of
                             it (:data:`jacap_lib.presses.jacap_ablation.ONE_KNOB`, label -> (registry spec,
-                            description); :data:`FALLBACK_KNOBS` while that table does not exist) on *every*
-                            tune document (never a test document) -> ``data/results/eval/ablation.jsonl`` (the
-                            evaluation's row format, resumable) with ``ablation.config.json``
+                            description)) on *every* tune document (never a test document) ->
+                            ``data/results/eval/ablation.jsonl`` (the evaluation's row format, resumable) with
+                            ``ablation.config.json``
 ``jacap evaluate ablate-summary``  ablation.jsonl -> ``ablation_summary.json``: per ablation and (prompt
                             length, c) cell, the paired comparison with its base (the default, or ONE_KNOB's
                             ``BASE_OF``) on the same documents
@@ -31,7 +31,7 @@ from pathlib import Path
 from . import files
 from . import job as J
 
-__all__ = ["DEFAULT_SPEC", "LENGTHS", "RATIOS", "GRID_CHOICE", "FALLBACK_KNOBS", "ALPHA", "FILE", "SUMMARY_FILE",
+__all__ = ["DEFAULT_SPEC", "LENGTHS", "RATIOS", "GRID_CHOICE", "ALPHA", "FILE", "SUMMARY_FILE",
            "knob_table", "prepare", "execute", "summarize_ablation", "layer_ratios", "simultaneous_resamples",
            "ABLATE", "ABLATE_SUMMARY"]
 
@@ -50,29 +50,15 @@ GRID_CHOICE = ("c 0.5 (where the default loses to the best baseline) and c 0.9 (
                "2048; prefills 1.8 CPU-s at 512, 8.1 at 2048), ~3400 CPU-s with c 0.5/0.75/0.9, while the first runs' "
                "workers (nice 5, load average 13-15 on 2 shared cores) got ~0.1 of a core each. c 0.5 was measured "
                "first at every length (a run with --ratios 0.5); c 0.9 was added by the next run when the load fell")
-#: One-knob changes of the default press that the registry already builds, used while
-#: ``jacap_lib.presses.jacap_ablation`` (the full table of knobs) does not exist.
-FALLBACK_KNOBS = {
-    "u = W_O v": ("jacap_wo", "u = W_O v (the head's slice of the output projection) instead of u = v"),
-    "last 32 queries": ("jacap[n_queries=32]", "query statistics from the last 32 prompt queries instead of all"),
-    "no RoPE averaging": ("jacap[n_future_positions=1]",
-                          "queries rotated to one future position instead of averaged over 512"),
-    "flat statistics": ("jacap[beta=none]", "flat mean / variance of the prompt's queries instead of the EMA (0.9)"),
-    "two-stage selection": ("jacap_two_stage", "score, keep the top 2B, rescore on them (instead of one shot)"),
-}
 
 
 def knob_table() -> tuple[dict, str]:
     """``({label: (spec, description, base spec)}, source)``: :data:`jacap_lib.presses.jacap_ablation.ONE_KNOB`
-    with each ablation's base (``BASE_OF``; :data:`DEFAULT_SPEC` for the others) when that module exists, else
-    :data:`FALLBACK_KNOBS`; ``source`` names which."""
-    try:
-        from ..presses import jacap_ablation as JA
-    except ImportError:
-        return ({k: (s, d, DEFAULT_SPEC) for k, (s, d) in FALLBACK_KNOBS.items()},
-                "jacap_lib.results.ablation.FALLBACK_KNOBS")
-    base = getattr(JA, "BASE_OF", {})
-    return ({k: (s, d, base.get(k, DEFAULT_SPEC)) for k, (s, d) in JA.ONE_KNOB.items()},
+    with each ablation's base (``BASE_OF``; :data:`DEFAULT_SPEC` for the others); ``source`` names that table
+    (recorded in the run's configuration)."""
+    from ..presses import jacap_ablation as JA
+
+    return ({k: (s, d, JA.BASE_OF.get(k, DEFAULT_SPEC)) for k, (s, d) in JA.ONE_KNOB.items()},
             "jacap_lib.presses.jacap_ablation.ONE_KNOB")
 
 

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["BadArgument", "Job", "check", "as_option", "prepared", "check_ratios", "check_positive", "check_out_file", "check_methods",
-           "check_model", "load_model", "shared_options", "grid_options", "summary_options", "build_parser", "run_table", "DEFAULT_THREADS"]
+__all__ = ["BadArgument", "Job", "check", "as_option", "prepared", "check_ratios", "check_positive",
+           "check_out_file", "check_methods", "check_model", "load_model", "shared_options", "grid_options",
+           "summary_options", "build_parser", "run_table", "DEFAULT_THREADS"]
 
 DEFAULT_THREADS = 1  # torch CPU threads: 1 is fastest and steadiest on a shared machine
 
