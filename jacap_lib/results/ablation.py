@@ -79,11 +79,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="labels of the one-knob table to run (default: every one); the default press always runs")
     parser.add_argument("--manifest", type=Path, default=None,
                         help="document manifest (default: the evaluation corpus); only its tune documents are used")
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="output folder (default data/results/eval; with --quick data/results/eval/quick)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"smoke run: {E.QUICK['docs_per_split']} tune documents, prompt 512, c 0.75/0.9, "
-                             "32-token continuation, the first two ablations")
+    E.folder_options(parser, quick=f"smoke run: {E.QUICK['docs_per_split']} tune documents, prompt 512, c 0.75/0.9, "
+                                   "32-token continuation, the first two ablations")
     parser.add_argument("--workers", type=int, default=None,
                         help="processes, one prefill at a time each (default 2; 1 with --quick)")
 
@@ -298,7 +295,9 @@ def summarize_ablation(rows: list[dict], runs: list[dict], *, alpha: float = ALP
 
 
 def _summary_add(parser):
-    J.summary_options(parser, "folder of ablation.jsonl, where ablation_summary.json is written (default "
+    from . import evaluation as E
+
+    E.summary_options(parser, "folder of ablation.jsonl, where ablation_summary.json is written (default "
                               "data/results/eval; with --quick data/results/eval/quick)")
 
 

@@ -4,11 +4,11 @@ A job is a :class:`Job`: ``add_arguments(parser)`` declares its options and ``ru
 *every* argument (raising :class:`BadArgument` before any model is loaded or any file is written; a job's
 ``prepare`` whose checks raise ``ValueError`` runs under :func:`prepared`), then does the work and returns
 what it made. The options every job shares are declared once, by :func:`shared_options` (``--model``,
-``--threads``, ``--out``, ``--no-progress``, ``--seed``, each with one default), a grid job's ``--lengths`` /
-``--ratios`` / ``--continuation`` by :func:`grid_options` and a summary job's ``--dir`` / ``--quick`` /
-``--seed`` by :func:`summary_options`. :func:`run_table` turns a nested table of jobs into a command line
-whose errors print the *subcommand's* usage and exit with status 2 (:mod:`jacap_lib.cli` is such a table;
-scripts call :meth:`Job.main`).
+``--threads``, ``--out``, ``--no-progress``, ``--seed``, each with one default) and a grid job's ``--lengths``
+/ ``--ratios`` / ``--continuation`` by :func:`grid_options` (the evaluation folder's ``--dir`` / ``--quick``:
+:func:`jacap_lib.results.evaluation.folder_options`). :func:`run_table` turns a nested table of jobs into a
+command line whose errors print the *subcommand's* usage and exit with status 2 (:mod:`jacap_lib.cli` is such
+a table; scripts call :meth:`Job.main`).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 __all__ = ["BadArgument", "Job", "check", "as_option", "prepared", "check_ratios", "check_positive",
            "check_out_file", "check_methods", "check_model", "load_model", "shared_options", "grid_options",
-           "summary_options", "build_parser", "run_table", "DEFAULT_THREADS"]
+           "build_parser", "run_table", "DEFAULT_THREADS"]
 
 DEFAULT_THREADS = 1  # torch CPU threads: 1 is fastest and steadiest on a shared machine
 
@@ -168,14 +168,6 @@ def grid_options(parser, *, lengths, ratios, continuation: int | None = None) ->
     if continuation is not None:
         parser.add_argument("--continuation", type=int, default=None,
                             help=f"continuation tokens scored (default {continuation})")
-
-
-def summary_options(parser, dir_help: str) -> None:
-    """Declare a summary job's ``--dir`` (``dir_help``: which files it reads and writes there), ``--quick`` and
-    ``--seed`` (the bootstrap's; None: ``verdicts.SEED``)."""
-    parser.add_argument("--dir", type=Path, default=None, help=dir_help)
-    parser.add_argument("--quick", action="store_true", help="summarize the --quick run's folder")
-    parser.add_argument("--seed", type=int, default=None, help="bootstrap seed (default verdicts.SEED)")
 
 
 # --------------------------------------------------------------------------------------------- the table

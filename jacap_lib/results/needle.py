@@ -455,11 +455,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"keys per depth (default {DEFAULT_TRIALS}; 5-digit keys from random.Random(--seed))")
     parser.add_argument("--choices", type=Path, default=None,
                         help="the tune's choices.json (default data/results/eval/choices.json, also with --quick)")
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="output folder (default data/results/eval; with --quick data/results/eval/quick)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: prompt 512, c 0.75/0.9, depth 0.5 x 2 keys, the default Jacap, the paper "
-                             "preset and the best baseline")
+    E.folder_options(parser, quick="smoke run: prompt 512, c 0.75/0.9, depth 0.5 x 2 keys, the default Jacap, the "
+                                   "paper preset and the best baseline")
     parser.add_argument("--workers", type=int, default=None,
                         help="processes, one prefill at a time each, --threads torch threads each (default 2, "
                              "for a 2-core machine; 1 with --quick)")
@@ -592,7 +589,7 @@ def _needle_run(args):
 
 # --------------------------------------------------------------------------------------------- summary leaf
 def _summary_add(parser):
-    J.summary_options(parser, "folder of needle.jsonl, where needle_summary.json is written (default "
+    E.summary_options(parser, "folder of needle.jsonl, where needle_summary.json is written (default "
                               "data/results/eval; with --quick data/results/eval/quick)")
     parser.add_argument("--choices", type=Path, default=None,
                         help="the tune's choices.json (default data/results/eval/choices.json)")

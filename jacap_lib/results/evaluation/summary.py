@@ -11,7 +11,7 @@ from .. import files
 from .. import job as J
 from .. import protocol as P
 from .choices import best_baselines, jacap_settings, test_specs
-from .runs import eval_dir
+from .runs import eval_dir, summary_options
 
 __all__ = ["TUNE_LABEL", "TEST_SHORT_LABEL", "summarize", "complete_cells", "cell_statistics", "compare_settings",
            "TARGET", "target_status", "identical_documents", "summary_table", "SUMMARY"]
@@ -263,7 +263,7 @@ def _summary_inputs(out_dir: Path) -> tuple[list[dict], dict, list[dict]]:
 
 
 def _summary_add(parser):
-    J.summary_options(parser, "folder of test.jsonl and choices.json, where summary.json is written (default "
+    summary_options(parser, "folder of test.jsonl and choices.json, where summary.json is written (default "
                               "data/results/eval; with --quick data/results/eval/quick)")
 
 
