@@ -64,15 +64,15 @@ def as_option(error: Exception) -> BadArgument:
     return BadArgument(re.sub(r"`(\w+)`", lambda m: "--" + m.group(1).replace("_", "-"), str(error)))
 
 
-def prepared(prepare: Callable, *args, errors: tuple = (), **kwargs):
+def prepared(prepare: Callable, *args, **kwargs):
     """``prepare(*args, **kwargs)`` -- a job's checks -- with a library ``ValueError`` (``files.ResultsFileError``
-    is one) or ``FileNotFoundError`` (and any of ``errors``) raised as :class:`BadArgument` with the same message:
-    the command prints its usage and exits with status 2, writing nothing."""
+    is one) or ``FileNotFoundError`` raised as :class:`BadArgument` with the same message: the command prints its
+    usage and exits with status 2, writing nothing."""
     try:
         return prepare(*args, **kwargs)
     except BadArgument:
         raise
-    except (ValueError, FileNotFoundError, *errors) as e:
+    except (ValueError, FileNotFoundError) as e:
         raise BadArgument(str(e)) from None
 
 
