@@ -15,17 +15,9 @@ from jacap_lib.measure.kvpress_grid import tiny_model  # noqa: E402
 from jacap_lib.presses.jacap_ablation import (ONE_KNOB, JacapAblationPress, ablation_components,  # noqa: E402
                                               base_spec, marginal_capacity, observed_attention)
 from jacap_lib.presses.registry import build_press, changed_options, press_from_spec  # noqa: E402
+from conftest import random_head as _head  # noqa: E402
 
-N, D = 24, 8
-
-
-def _head(seed=0, n=N, d=D, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    k = torch.randn(n, d, generator=g, dtype=dtype) * 2.0
-    v = torch.randn(n, d, generator=g, dtype=dtype)
-    mu = torch.randn(d, generator=g, dtype=dtype) * 3.0
-    lam = torch.rand(d, generator=g, dtype=dtype) + 0.1
-    return k, v, mu, lam
+N, D = 24, 8  # the token count and head dimension of conftest.random_head (_head here)
 
 
 def _brute(k, v, mu, lam, *, alpha, sens="rho2", kappa="on", lev="A", noise=1.0):
@@ -64,17 +56,6 @@ def test_generic_path_at_the_defaults_is_algorithm1():
     th = theory.algorithm1_scores(k, v.T, mu, lam, tau=3.0, noise=0.5)
     torch.testing.assert_close(ablation_components(k, v, mu, lam, tau=3.0, noise=0.5).score.double(), th["score"],
                                rtol=1e-6, atol=1e-12)
-
-
-@pytest.fixture(scope="module")
-def attn_module():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    model = LlamaForCausalLM(cfg).eval()
-    module = model.model.layers[0].self_attn
-    module.rotary_emb = model.model.rotary_emb
-    return module
 
 
 def _cache(seed, n=40):
@@ -415,13 +396,6 @@ def test_rope_average_off_is_the_next_positions_rotation(attn_module):
         averaged = utils.future_query_states(attn_module, hs, n_future_positions=512)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(averaged, expected, atol=1e-3)
-
-
-@pytest.fixture(scope="module")
-def bundled():
-    from jacap_lib import load_model
-
-    return load_model(device="cpu")
 
 
 @pytest.mark.model

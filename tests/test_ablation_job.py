@@ -2,52 +2,29 @@
 documents only, paired with the default per document, resumable, refusing a spec that now builds another press;
 the summary's ratios, simultaneous intervals and per-layer ratios against hand computations on hand-built rows."""
 import argparse
-import hashlib
 import json
 import math
 
 import numpy as np
 import pytest
-import torch
 
 kvpress = pytest.importorskip("kvpress")
 
-from jacap_lib.measure.kvpress_grid import tiny_model  # noqa: E402
 from jacap_lib.results import ablation as A  # noqa: E402
 from jacap_lib.results import files as io  # noqa: E402
 from jacap_lib.results import verdicts as V  # noqa: E402
-
-V_TINY = 96
-
-
-class CharTokenizer:
-    """One token per character (ids below the tiny model's vocabulary)."""
-
-    def __call__(self, text, return_tensors=None, add_special_tokens=False):
-        return type("Enc", (), {"input_ids": torch.tensor([[ord(ch) % V_TINY for ch in text]])})()
+from conftest import CharTokenizer, sharpened_tiny_llama, write_corpus  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    model = tiny_model("llama", layers=2, seed=0)
-    with torch.no_grad():  # sharpen the random attention so that eviction changes the output measurably
-        for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(8.0)
-    return model
+    return sharpened_tiny_llama()
 
 
 @pytest.fixture
 def corpus(tmp_path):
     """A manifest of 3 tune + 1 test documents of ~200 characters."""
-    docs = []
-    for i, split in enumerate(["tune", "tune", "test", "tune"]):
-        text = " ".join(f"word{(i * 7 + j * j) % 23}" for j in range(40))
-        f = tmp_path / f"d{i}.txt"
-        f.write_text(text)
-        docs.append({"id": f"kind/d{i}", "kind": "kind", "file": str(f), "source": "test", "license": "test",
-                     "sha256": hashlib.sha256(text.encode()).hexdigest(), "split": split})
-    (tmp_path / "manifest.json").write_text(json.dumps({"documents": docs}))
-    return tmp_path / "manifest.json"
+    return write_corpus(tmp_path, ["tune", "tune", "test", "tune"])
 
 
 KNOBS = {"u = W_O v": ("jacap_wo[window=4]", "u = W_O v"), "flat": ("jacap[window=4,beta=none]", "flat statistics")}
@@ -64,6 +41,16 @@ def _args(corpus, out, *extra):
     A._add_arguments(ap)
     return ap.parse_args(["--manifest", str(corpus), "--dir", str(out), "--lengths", "80", "--ratios", "0.5", "0.75",
                           "--continuation", "8", "--no-progress", "--workers", "1", *extra])
+
+
+def test_knob_table_is_one_knob_with_each_base():
+    """The job's table is ONE_KNOB, in its order, each ablation with the spec it changes one knob of."""
+    from jacap_lib.presses.jacap_ablation import ONE_KNOB, base_spec
+
+    table, source = A.knob_table()
+    assert source == "jacap_lib.presses.jacap_ablation.ONE_KNOB" and list(table) == list(ONE_KNOB)
+    assert table == {k: (s, d, base_spec(k)) for k, (s, d) in ONE_KNOB.items()}
+    assert table["prior=3-centres"][2] == "jacap[beta=none]" and A.DEFAULT_SPEC == "jacap"
 
 
 def test_job_rows_pair_with_the_default_and_resume(tiny, corpus, tmp_path, monkeypatch, knobs):

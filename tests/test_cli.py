@@ -139,6 +139,47 @@ def test_shared_options_have_one_default():
     assert seen == {"model": {"None"}, "threads": {"1"}, "no_progress": {"False"}, "out": {"None"}}
 
 
+def test_prepared_turns_a_checks_value_error_into_a_bad_argument():
+    """J.prepared: a ValueError (a ResultsFileError too) or FileNotFoundError of the checks becomes a BadArgument
+    with the same message; a BadArgument passes as it is; any other error is no bad argument and stays itself."""
+    from jacap_lib.results import files
+    from jacap_lib.results import job as J
+
+    def fail(error):
+        raise error
+
+    assert J.prepared(lambda a, *, b: (a, b), 1, b=2) == (1, 2)
+    for error in (ValueError("--x: bad"), FileNotFoundError("--x: bad"), files.ResultsFileError("--x: bad")):
+        with pytest.raises(J.BadArgument) as e:
+            J.prepared(fail, error)
+        assert str(e.value) == "--x: bad" and type(e.value) is J.BadArgument
+    own = J.BadArgument("--y: bad")
+    with pytest.raises(J.BadArgument) as e:
+        J.prepared(fail, own)
+    assert e.value is own
+    with pytest.raises(RuntimeError, match="not an argument"):
+        J.prepared(fail, RuntimeError("not an argument"))
+
+
+def test_grid_options_name_each_jobs_defaults():
+    """--lengths/--ratios/--continuation: default None (the job's own), which the help names."""
+    import argparse
+
+    from jacap_lib.results import job as J
+
+    ap = argparse.ArgumentParser()
+    J.grid_options(ap, lengths=(2048, 512), ratios=(0.5, 0.9), continuation=64)
+    helps = {a.dest: a.help for a in ap._actions if a.dest != "help"}
+    assert helps == {"lengths": "prompt tokens (default 2048 512)", "ratios": "compression ratios (default 0.5 0.9)",
+                     "continuation": "continuation tokens scored (default 64)"}
+    assert vars(ap.parse_args([])) == {"lengths": None, "ratios": None, "continuation": None}
+    assert vars(ap.parse_args(["--lengths", "80", "96", "--ratios", "0.75"])) == {
+        "lengths": [80, 96], "ratios": [0.75], "continuation": None}
+    ap = argparse.ArgumentParser()
+    J.grid_options(ap, lengths=(512,), ratios=(0.5,))  # no continuation: no --continuation
+    assert vars(ap.parse_args([])) == {"lengths": None, "ratios": None}
+
+
 BAD = [
     (["evaluate", "tune", "--dir", "{tmp}/e", "--ratios", "1.0"], "--ratios"),
     (["evaluate", "tune", "--dir", "{tmp}/e", "--methods", "nosuch"], "nosuch"),
@@ -182,6 +223,9 @@ BAD = [
     (["evaluate", "needle", "--dir", "{tmp}/e", "--lengths", "16"], "--lengths"),
     (["evaluate", "needle-summary", "--dir", "{tmp}/e"], "run `jacap evaluate needle`"),
     (["evaluate", "anatomy", "--dir", "{tmp}/e"], "run `jacap evaluate test` first"),
+    (["evaluate", "ablate", "--dir", "{tmp}/e", "--lengths", "8"], "--lengths"),
+    (["evaluate", "ablate", "--dir", "{tmp}/e", "--ablations", "nosuch"], "not in the one-knob table"),
+    (["evaluate", "ablate-summary", "--dir", "{tmp}/e"], "run `jacap evaluate ablate` first"),
     (["evaluate", "anatomy", "--ratio", "0.6", "--out", "{tmp}/a.json"], "not a cell of the evaluation"),
     (["book", "build", "--root", "{tmp}"], "_config.yml"),
 ]

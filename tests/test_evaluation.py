@@ -14,7 +14,6 @@ import torch
 kvpress = pytest.importorskip("kvpress")
 
 from jacap_lib import cli  # noqa: E402
-from jacap_lib.measure.kvpress_grid import tiny_model  # noqa: E402
 from jacap_lib.measure.quality import (  # noqa: E402
     capture_prefill, compressed_forward, continue_from_cache, replay_press)
 from jacap_lib.presses.registry import BASELINES, press_from_spec  # noqa: E402
@@ -22,6 +21,7 @@ from jacap_lib.results import evaluation as E  # noqa: E402
 from jacap_lib.results import files as io  # noqa: E402
 from jacap_lib.results import protocol as P  # noqa: E402
 from jacap_lib.results import verdicts  # noqa: E402
+from conftest import CharTokenizer, sharpened_tiny_llama, write_corpus  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------- search space
@@ -129,10 +129,7 @@ REPLAY_SPECS = ["jacap[window=4]", "jacap[window=4,noise=deff,deff_frac=0.25,tau
 
 @pytest.fixture(scope="module")
 def tiny():
-    model = tiny_model("llama", layers=2, seed=0)
-    with torch.no_grad():  # sharpen the random attention so that eviction changes the output measurably
-        for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(8.0)
+    model = sharpened_tiny_llama()
     ids = torch.randint(0, 96, (1, 48 + 12), generator=torch.Generator().manual_seed(3))
     return model, ids[:, :48], ids[:, 48:]
 
@@ -167,31 +164,13 @@ def test_replay_equals_the_kvpress_path(tiny, spec):
 
 
 # --------------------------------------------------------------------------------------------- the jobs
-V = 96
-
-
-class CharTokenizer:
-    """One token per character (ids below the tiny model's vocabulary)."""
-
-    def __call__(self, text, return_tensors=None, add_special_tokens=False):
-        return type("Enc", (), {"input_ids": torch.tensor([[ord(ch) % V for ch in text]])})()
-
-
 SPACE = {"knorm": ("knorm",), "snapkv": ("snapkv", "snapkv[window_size=8]"), "jacap": ("jacap", "jacap[tau=3]")}
 
 
 @pytest.fixture
 def corpus(tmp_path):
     """A manifest of 2 tune + 2 test documents of ~200 characters."""
-    docs = []
-    for i, split in enumerate(["tune", "tune", "test", "test"]):
-        text = " ".join(f"word{(i * 7 + j * j) % 23}" for j in range(40))
-        f = tmp_path / f"d{i}.txt"
-        f.write_text(text)
-        docs.append({"id": f"kind/d{i}", "kind": "kind", "file": str(f), "source": "test", "license": "test",
-                     "sha256": hashlib.sha256(text.encode()).hexdigest(), "split": split})
-    (tmp_path / "manifest.json").write_text(json.dumps({"documents": docs}))
-    return tmp_path / "manifest.json"
+    return write_corpus(tmp_path, ["tune", "tune", "test", "test"])
 
 
 def _parse(job, argv):
@@ -407,6 +386,15 @@ def test_summary_verdicts_intervals_and_holm(tmp_path):
     assert table[0]["wins/losses"] == "8/0" and table[0]["verdict"] == better["verdict"]
 
 
+def _rewrite_test_rows(out, rows, run):
+    """``out``'s test.jsonl replaced by ``rows``, with ``run`` its one recorded configuration."""
+    (out / "test.jsonl").unlink()
+    io.config_path(out / "test.jsonl").unlink()
+    for r in rows:
+        io.append_jsonl(out / "test.jsonl", r)
+    io.append_run(out / "test.jsonl", run)
+
+
 def test_summary_judges_complete_cells_of_an_unfinished_run(tmp_path, capsys):
     """One test document lacks its 512/0.9 row of snapkv: that cell is named missing, 512/0.5 is judged alone
     (a one-cell Holm family: adjusted p = raw p); with no complete cell the summary refuses."""
@@ -415,12 +403,7 @@ def test_summary_judges_complete_cells_of_an_unfinished_run(tmp_path, capsys):
     runs = io.read_runs(out / "test.jsonl")
     drop = lambda r: r["doc"] == "t3" and r["ratio"] == 0.9 and r["method"] == "snapkv"  # noqa: E731
     assert sum(map(drop, rows)) == 1
-    (out / "test.jsonl").unlink()
-    io.config_path(out / "test.jsonl").unlink()
-    for r in rows:
-        if not drop(r):
-            io.append_jsonl(out / "test.jsonl", r)
-    io.append_run(out / "test.jsonl", runs[0])
+    _rewrite_test_rows(out, [r for r in rows if not drop(r)], runs[0])
     assert cli.main(["evaluate", "summary", "--dir", str(out)]) == 0
     assert "512/0.9" in capsys.readouterr().out
     data = json.loads((out / "summary.json").read_text())
@@ -429,13 +412,7 @@ def test_summary_judges_complete_cells_of_an_unfinished_run(tmp_path, capsys):
         assert [r["ratio"] for r in fam["rows"]] == [0.5]
         assert fam["rows"][0]["p_holm"] == pytest.approx(fam["rows"][0]["p_wilcoxon"])
     (out / "summary.json").unlink()
-    drop = lambda r: r["doc"] == "t3" and r["method"] == "snapkv"  # noqa: E731
-    (out / "test.jsonl").unlink()
-    io.config_path(out / "test.jsonl").unlink()
-    for r in rows:
-        if not drop(r):
-            io.append_jsonl(out / "test.jsonl", r)
-    io.append_run(out / "test.jsonl", runs[0])
+    _rewrite_test_rows(out, [r for r in rows if not (r["doc"] == "t3" and r["method"] == "snapkv")], runs[0])
     with pytest.raises(SystemExit) as e:
         cli.main(["evaluate", "summary", "--dir", str(out)])
     assert e.value.code == 2 and "no complete" in capsys.readouterr().err and not (out / "summary.json").exists()

@@ -19,6 +19,7 @@ from jacap_lib.results import protocol as P  # noqa: E402
 from jacap_lib.results import verdicts as V  # noqa: E402
 from jacap_lib.results.provenance import model_record  # noqa: E402
 from jacap_lib.viz.evaluation import needle_frame, needle_verdict_frame  # noqa: E402
+from conftest import CharTokenizer  # noqa: E402
 
 # --------------------------------------------------------------------------------------------- statistics
 # 10 prompts: the method right on 8, the reference on 4; only the method right on 5, only the reference on 1
@@ -272,19 +273,6 @@ def test_the_committed_choices_are_accepted():
 
 
 # --------------------------------------------------------------------------------------------- the job, resumable
-V96 = 96
-
-
-class CharTokenizer:
-    """One token per character (ids below the tiny model's vocabulary); decodes ids back to characters."""
-
-    def __call__(self, text, return_tensors=None, add_special_tokens=False):
-        return type("Enc", (), {"input_ids": torch.tensor([[ord(ch) % V96 for ch in text]])})()
-
-    def decode(self, ids):
-        return "".join(chr(i) for i in ids)
-
-
 def _parse(argv):
     ap = argparse.ArgumentParser()
     N.add_arguments(ap)

@@ -6,7 +6,6 @@ import torch
 
 pytest.importorskip("kvpress")
 from kvpress.utils import compute_n_kept  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from jacap_lib import jacap_scores  # noqa: E402
 from jacap_lib.presses import utils  # noqa: E402
@@ -17,17 +16,9 @@ from jacap_lib.presses.jacap_rank1 import JacapRank1Press  # noqa: E402
 from jacap_lib.presses.jacap_two_stage import JacapTwoStagePress  # noqa: E402
 from jacap_lib.presses.registry import build_press, list_methods  # noqa: E402
 from jacap_lib.presses.variants import VARIANTS  # noqa: E402
+from conftest import random_head as _head  # noqa: E402
 
-N, D = 24, 8
-
-
-def _head(seed=0, n=N, d=D, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    k = torch.randn(n, d, generator=g, dtype=dtype) * 2.0
-    v = torch.randn(n, d, generator=g, dtype=dtype)
-    mu = torch.randn(d, generator=g, dtype=dtype) * 3.0
-    lam = torch.rand(d, generator=g, dtype=dtype) + 0.1
-    return k, v, mu, lam
+N, D = 24, 8  # the token count and head dimension of conftest.random_head (_head here)
 
 
 @pytest.mark.parametrize("tau,noise", [(1.0, 1.0), (10.0, 0.01), (0.3, 5.0)])
@@ -122,17 +113,6 @@ def test_kmeans_recovers_separated_clusters():
     assert (labels == truth).all() or (labels == 1 - truth).all()
 
 
-@pytest.fixture(scope="module")
-def attn_module():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    model = LlamaForCausalLM(cfg).eval()
-    module = model.model.layers[0].self_attn
-    module.rotary_emb = model.model.rotary_emb
-    return module
-
-
 def test_multicenter_one_center_equals_flat_jacap(attn_module):
     g = torch.Generator().manual_seed(5)
     hs = torch.randn(1, 32, 64, generator=g)
@@ -188,13 +168,6 @@ def test_registry_names_and_bad_options():
 
 
 # ----------------------------------------------------------------------------- every Jacap method on the bundled model
-@pytest.fixture(scope="module")
-def bundled():
-    from jacap_lib import load_model
-
-    return load_model(device="cpu")
-
-
 @pytest.mark.model
 @pytest.mark.parametrize("name", list_methods("jacap"))
 def test_every_jacap_method_runs_on_the_bundled_model(bundled, name):

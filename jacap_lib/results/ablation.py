@@ -2,9 +2,9 @@
 
 ``jacap evaluate ablate``   the default press (``jacap``: the library's defaults) and every one-knob change of
                             it (:data:`jacap_lib.presses.jacap_ablation.ONE_KNOB`, label -> (registry spec,
-                            description); :data:`FALLBACK_KNOBS` while that table does not exist) on *every*
-                            tune document (never a test document) -> ``data/results/eval/ablation.jsonl`` (the
-                            evaluation's row format, resumable) with ``ablation.config.json``
+                            description)) on *every* tune document (never a test document) ->
+                            ``data/results/eval/ablation.jsonl`` (the evaluation's row format, resumable) with
+                            ``ablation.config.json``
 ``jacap evaluate ablate-summary``  ablation.jsonl -> ``ablation_summary.json``: per ablation and (prompt
                             length, c) cell, the paired comparison with its base (the default, or ONE_KNOB's
                             ``BASE_OF``) on the same documents
@@ -31,7 +31,7 @@ from pathlib import Path
 from . import files
 from . import job as J
 
-__all__ = ["DEFAULT_SPEC", "LENGTHS", "RATIOS", "GRID_CHOICE", "FALLBACK_KNOBS", "ALPHA", "FILE", "SUMMARY_FILE",
+__all__ = ["DEFAULT_SPEC", "LENGTHS", "RATIOS", "GRID_CHOICE", "ALPHA", "FILE", "SUMMARY_FILE",
            "knob_table", "prepare", "execute", "summarize_ablation", "layer_ratios", "simultaneous_resamples",
            "ABLATE", "ABLATE_SUMMARY"]
 
@@ -50,29 +50,15 @@ GRID_CHOICE = ("c 0.5 (where the default loses to the best baseline) and c 0.9 (
                "2048; prefills 1.8 CPU-s at 512, 8.1 at 2048), ~3400 CPU-s with c 0.5/0.75/0.9, while the first runs' "
                "workers (nice 5, load average 13-15 on 2 shared cores) got ~0.1 of a core each. c 0.5 was measured "
                "first at every length (a run with --ratios 0.5); c 0.9 was added by the next run when the load fell")
-#: One-knob changes of the default press that the registry already builds, used while
-#: ``jacap_lib.presses.jacap_ablation`` (the full table of knobs) does not exist.
-FALLBACK_KNOBS = {
-    "u = W_O v": ("jacap_wo", "u = W_O v (the head's slice of the output projection) instead of u = v"),
-    "last 32 queries": ("jacap[n_queries=32]", "query statistics from the last 32 prompt queries instead of all"),
-    "no RoPE averaging": ("jacap[n_future_positions=1]",
-                          "queries rotated to one future position instead of averaged over 512"),
-    "flat statistics": ("jacap[beta=none]", "flat mean / variance of the prompt's queries instead of the EMA (0.9)"),
-    "two-stage selection": ("jacap_two_stage", "score, keep the top 2B, rescore on them (instead of one shot)"),
-}
 
 
 def knob_table() -> tuple[dict, str]:
     """``({label: (spec, description, base spec)}, source)``: :data:`jacap_lib.presses.jacap_ablation.ONE_KNOB`
-    with each ablation's base (``BASE_OF``; :data:`DEFAULT_SPEC` for the others) when that module exists, else
-    :data:`FALLBACK_KNOBS`; ``source`` names which."""
-    try:
-        from ..presses import jacap_ablation as JA
-    except ImportError:
-        return ({k: (s, d, DEFAULT_SPEC) for k, (s, d) in FALLBACK_KNOBS.items()},
-                "jacap_lib.results.ablation.FALLBACK_KNOBS")
-    base = getattr(JA, "BASE_OF", {})
-    return ({k: (s, d, base.get(k, DEFAULT_SPEC)) for k, (s, d) in JA.ONE_KNOB.items()},
+    with each ablation's base (``BASE_OF``; :data:`DEFAULT_SPEC` for the others); ``source`` names that table
+    (recorded in the run's configuration)."""
+    from ..presses import jacap_ablation as JA
+
+    return ({k: (s, d, JA.BASE_OF.get(k, DEFAULT_SPEC)) for k, (s, d) in JA.ONE_KNOB.items()},
             "jacap_lib.presses.jacap_ablation.ONE_KNOB")
 
 
@@ -88,21 +74,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     from . import evaluation as E
 
     J.shared_options(parser, seed=True)
-    parser.add_argument("--lengths", nargs="+", type=int, default=None,
-                        help=f"prompt tokens (default {' '.join(map(str, LENGTHS))})")
-    parser.add_argument("--ratios", nargs="+", type=float, default=None,
-                        help=f"compression ratios (default {' '.join(map(str, RATIOS))})")
-    parser.add_argument("--continuation", type=int, default=None,
-                        help=f"continuation tokens scored (default {E.DEFAULT_CONTINUATION})")
+    J.grid_options(parser, lengths=LENGTHS, ratios=RATIOS, continuation=E.DEFAULT_CONTINUATION)
     parser.add_argument("--ablations", nargs="+", default=None,
                         help="labels of the one-knob table to run (default: every one); the default press always runs")
     parser.add_argument("--manifest", type=Path, default=None,
                         help="document manifest (default: the evaluation corpus); only its tune documents are used")
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="output folder (default data/results/eval; with --quick data/results/eval/quick)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"smoke run: {E.QUICK['docs_per_split']} tune documents, prompt 512, c 0.75/0.9, "
-                             "32-token continuation, the first two ablations")
+    E.folder_options(parser, quick=f"smoke run: {E.QUICK['docs_per_split']} tune documents, prompt 512, c 0.75/0.9, "
+                                   "32-token continuation, the first two ablations")
     parser.add_argument("--workers", type=int, default=None,
                         help="processes, one prefill at a time each (default 2; 1 with --quick)")
 
@@ -203,13 +181,7 @@ def execute(plan, *, model=None, tokenizer=None) -> dict:
 
 
 def _ablate_run(args):
-    try:
-        plan = prepare(args)
-    except J.BadArgument:
-        raise
-    except (ValueError, FileNotFoundError, files.ResultsFileError) as e:
-        raise J.BadArgument(str(e)) from None
-    res = execute(plan)
+    res = execute(J.prepared(prepare, args))
     print(f"wrote {res['rows_written']} new rows to {res['file']}")
     return res
 
@@ -323,26 +295,28 @@ def summarize_ablation(rows: list[dict], runs: list[dict], *, alpha: float = ALP
 
 
 def _summary_add(parser):
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="folder of ablation.jsonl, where ablation_summary.json is written (default "
-                             "data/results/eval; with --quick data/results/eval/quick)")
-    parser.add_argument("--quick", action="store_true", help="summarize the --quick run's folder")
-    parser.add_argument("--seed", type=int, default=None, help="bootstrap seed (default verdicts.SEED)")
+    from . import evaluation as E
+
+    E.summary_options(parser, "folder of ablation.jsonl, where ablation_summary.json is written (default "
+                              "data/results/eval; with --quick data/results/eval/quick)")
+
+
+def _summarize(args) -> tuple[Path, list[dict], dict]:
+    """The ``--dir`` folder, ablation.jsonl's runs and their summary; ``ValueError`` when a file is missing."""
+    from . import evaluation as E
+
+    out_dir = E.eval_dir(args.dir, quick=args.quick)
+    path = out_dir / FILE
+    if not path.is_file() or not files.config_path(path).is_file():
+        raise ValueError(f"--dir: {path} (or its configuration) does not exist; run `jacap evaluate ablate` first")
+    runs = files.read_runs(path)
+    return out_dir, runs, summarize_ablation(files.read_jsonl(path), runs, seed=args.seed)
 
 
 def _summary_run(args):
-    from . import evaluation as E
     from . import verdicts as V
 
-    try:
-        out_dir = E.eval_dir(args.dir, quick=args.quick)
-        path = out_dir / FILE
-        if not path.is_file() or not files.config_path(path).is_file():
-            raise ValueError(f"--dir: {path} (or its configuration) does not exist; run `jacap evaluate ablate` first")
-        runs = files.read_runs(path)
-        summary = summarize_ablation(files.read_jsonl(path), runs, seed=args.seed)
-    except (ValueError, FileNotFoundError, files.ResultsFileError) as e:
-        raise J.BadArgument(str(e)) from None
+    out_dir, runs, summary = J.prepared(_summarize, args)
     config = {"inputs": [FILE], "runs": [r.get("command") for r in runs], "command": getattr(args, "command", None),
               "model": runs[-1]["model"], "continuation": runs[-1]["continuation"],
               "documents": [d["id"] for d in runs[-1]["documents"]], "grid_choice": runs[-1].get("grid_choice"),

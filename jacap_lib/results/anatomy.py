@@ -310,16 +310,14 @@ def add_arguments(parser) -> None:
 
 
 def prepare(args) -> dict:
-    """Check every option (``BadArgument`` naming it) and read the inputs; loads no model, writes nothing."""
+    """Check every option (``BadArgument`` or ``ValueError`` naming it; the job runs it under
+    :func:`~jacap_lib.results.job.prepared`) and read the inputs; loads no model, writes nothing."""
     from .evaluation import eval_dir, load_docs
 
     J.check(not isinstance(args.length, bool) and args.length >= 16, f"--length must be >= 16 tokens, got {args.length}")
     J.check(0 < args.ratio < 1, f"--ratio must lie in (0, 1), got {args.ratio}")
     J.check(args.threads >= 1, f"--threads must be >= 1, got {args.threads}")
-    try:
-        folder = eval_dir(args.dir, quick=False)
-    except ValueError as e:
-        raise J.BadArgument(str(e)) from None
+    folder = eval_dir(args.dir, quick=False)
     out = Path(args.out) if args.out is not None else folder / "anatomy.json"
     J.check_out_file(out, ".json")
     need = {name: folder / name for name in ("test.jsonl", "choices.json", "summary.json")}
@@ -336,10 +334,7 @@ def prepare(args) -> dict:
     cells = choices["best_baseline"]["cells"]
     J.check(cell in cells, f"--length/--ratio: cell {cell} is not a cell of the evaluation; choose among {list(cells)}")
     J.check("jacap" in choices["chosen"], "--dir: choices.json has no Jacap choice")
-    try:
-        docs = pick_documents(load_docs(), args.per_kind, args.docs)
-    except ValueError as e:
-        raise J.BadArgument(str(e)) from None
+    docs = pick_documents(load_docs(), args.per_kind, args.docs)
     J.check_model(args.model)
     default, baseline = choices["chosen"]["jacap"], cells[cell]["spec"]
     settings = swap_settings(default, baseline)
@@ -453,7 +448,7 @@ def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
 
 
 def _run(args):
-    plan = prepare(args)
+    plan = J.prepared(prepare, args)
     path = execute(plan, args)
     print(f"wrote {path}")
     return path

@@ -1,12 +1,14 @@
 """The one shape of a job — a command that writes results — and the table that runs jobs.
 
 A job is a :class:`Job`: ``add_arguments(parser)`` declares its options and ``run(args)`` first checks
-*every* argument (raising :class:`BadArgument` before any model is loaded or any file is written), then
-does the work and returns what it made. The options every job shares are declared once, by
-:func:`shared_options` (``--model``, ``--threads``, ``--out``, ``--no-progress``, ``--seed``, each with one
-default). :func:`run_table` turns a nested table of jobs into a command line whose errors print the
-*subcommand's* usage and exit with status 2 (:mod:`jacap_lib.cli` is such a table; scripts call
-:meth:`Job.main`).
+*every* argument (raising :class:`BadArgument` before any model is loaded or any file is written; a job's
+``prepare`` whose checks raise ``ValueError`` runs under :func:`prepared`), then does the work and returns
+what it made. The options every job shares are declared once, by :func:`shared_options` (``--model``,
+``--threads``, ``--out``, ``--no-progress``, ``--seed``, each with one default) and a grid job's ``--lengths``
+/ ``--ratios`` / ``--continuation`` by :func:`grid_options` (the evaluation folder's ``--dir`` / ``--quick``:
+:func:`jacap_lib.results.evaluation.folder_options`). :func:`run_table` turns a nested table of jobs into a
+command line whose errors print the *subcommand's* usage and exit with status 2 (:mod:`jacap_lib.cli` is such
+a table; scripts call :meth:`Job.main`).
 """
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["BadArgument", "Job", "check", "as_option", "check_ratios", "check_positive", "check_out_file", "check_methods",
-           "check_model", "load_model", "shared_options", "build_parser", "run_table", "DEFAULT_THREADS"]
+__all__ = ["BadArgument", "Job", "check", "as_option", "prepared", "check_ratios", "check_positive",
+           "check_out_file", "check_methods", "check_model", "load_model", "shared_options", "grid_options",
+           "build_parser", "run_table", "DEFAULT_THREADS"]
 
 DEFAULT_THREADS = 1  # torch CPU threads: 1 is fastest and steadiest on a shared machine
 
@@ -59,6 +62,18 @@ def as_option(error: Exception) -> BadArgument:
     import re
 
     return BadArgument(re.sub(r"`(\w+)`", lambda m: "--" + m.group(1).replace("_", "-"), str(error)))
+
+
+def prepared(prepare: Callable, *args, **kwargs):
+    """``prepare(*args, **kwargs)`` -- a job's checks -- with a library ``ValueError`` (``files.ResultsFileError``
+    is one) or ``FileNotFoundError`` raised as :class:`BadArgument` with the same message: the command prints its
+    usage and exits with status 2, writing nothing."""
+    try:
+        return prepare(*args, **kwargs)
+    except BadArgument:
+        raise
+    except (ValueError, FileNotFoundError) as e:
+        raise BadArgument(str(e)) from None
 
 
 def check_ratios(values, name: str = "--ratios") -> None:
@@ -141,6 +156,18 @@ def shared_options(parser, *, model: bool = True, threads: bool = True, progress
         parser.add_argument("--out", type=Path, default=None, required=out_required, help=out)
     if progress:
         parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def grid_options(parser, *, lengths, ratios, continuation: int | None = None) -> None:
+    """Declare a grid job's ``--lengths`` and ``--ratios`` (and, with ``continuation``, ``--continuation``), each
+    with default None (the job's own: ``lengths`` / ``ratios`` / ``continuation``, named in the help)."""
+    parser.add_argument("--lengths", nargs="+", type=int, default=None,
+                        help=f"prompt tokens (default {' '.join(map(str, lengths))})")
+    parser.add_argument("--ratios", nargs="+", type=float, default=None,
+                        help=f"compression ratios (default {' '.join(map(str, ratios))})")
+    if continuation is not None:
+        parser.add_argument("--continuation", type=int, default=None,
+                            help=f"continuation tokens scored (default {continuation})")
 
 
 # --------------------------------------------------------------------------------------------- the table

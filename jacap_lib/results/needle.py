@@ -448,21 +448,15 @@ def summary_lines(summary: dict) -> list[str]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``jacap evaluate needle``."""
     J.shared_options(parser, seed=True)
-    parser.add_argument("--lengths", nargs="+", type=int, default=None,
-                        help=f"prompt tokens (default {' '.join(map(str, DEFAULT_LENGTHS))})")
-    parser.add_argument("--ratios", nargs="+", type=float, default=None,
-                        help=f"compression ratios (default {' '.join(map(str, DEFAULT_RATIOS))})")
+    J.grid_options(parser, lengths=DEFAULT_LENGTHS, ratios=DEFAULT_RATIOS)
     parser.add_argument("--depths", nargs="+", type=float, default=None,
                         help=f"relative needle depths in [0, 1] (default {' '.join(map(str, DEFAULT_DEPTHS))})")
     parser.add_argument("--trials", type=int, default=None,
                         help=f"keys per depth (default {DEFAULT_TRIALS}; 5-digit keys from random.Random(--seed))")
     parser.add_argument("--choices", type=Path, default=None,
                         help="the tune's choices.json (default data/results/eval/choices.json, also with --quick)")
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="output folder (default data/results/eval; with --quick data/results/eval/quick)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: prompt 512, c 0.75/0.9, depth 0.5 x 2 keys, the default Jacap, the paper "
-                             "preset and the best baseline")
+    E.folder_options(parser, quick="smoke run: prompt 512, c 0.75/0.9, depth 0.5 x 2 keys, the default Jacap, the "
+                                   "paper preset and the best baseline")
     parser.add_argument("--workers", type=int, default=None,
                         help="processes, one prefill at a time each, --threads torch threads each (default 2, "
                              "for a 2-core machine; 1 with --quick)")
@@ -584,12 +578,7 @@ def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
 
 
 def _needle_run(args):
-    try:
-        plan = prepare(args)
-    except J.BadArgument:
-        raise
-    except (ValueError, FileNotFoundError) as e:
-        raise J.BadArgument(str(e)) from None
+    plan = J.prepared(prepare, args)
     res = execute(plan)
     where = f" --dir {args.dir}" if args.dir else " --quick" if args.quick else ""
     where += " --probe" if plan.probe else ""
@@ -600,15 +589,12 @@ def _needle_run(args):
 
 # --------------------------------------------------------------------------------------------- summary leaf
 def _summary_add(parser):
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="folder of needle.jsonl, where needle_summary.json is written (default data/results/eval; "
-                             "with --quick data/results/eval/quick)")
+    E.summary_options(parser, "folder of needle.jsonl, where needle_summary.json is written (default "
+                              "data/results/eval; with --quick data/results/eval/quick)")
     parser.add_argument("--choices", type=Path, default=None,
                         help="the tune's choices.json (default data/results/eval/choices.json)")
-    parser.add_argument("--quick", action="store_true", help="summarize the --quick run's folder")
     parser.add_argument("--probe", action="store_true",
                         help=f"summarize the digit-survival probe ({PROBE_FILE}, both modes) -> needle_probe_summary.json")
-    parser.add_argument("--seed", type=int, default=None, help="bootstrap seed (default verdicts.SEED)")
 
 
 def _summary_inputs(out_dir: Path, choices_path: Path, name: str = "needle.jsonl",

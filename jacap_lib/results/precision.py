@@ -13,19 +13,11 @@ from __future__ import annotations
 
 import math
 
+from .._checks import real
+
 __all__ = ["decimals", "interval_text", "plain"]
 
 MAX_DECIMALS = 6
-
-
-def _finite(name: str, x) -> float:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {x!r}") from None
-    if not math.isfinite(v):
-        raise ValueError(f"{name} must be finite, got {x!r}")
-    return v
 
 
 def _significant3(value: float) -> int:
@@ -38,10 +30,10 @@ def decimals(low, high, estimate=None) -> int:
     ``max(0, 1 - floor(log10(high - low)))`` (width 0.2 -> 2, 0.02 -> 3, 3.5 -> 1, 35 -> 0). A point-like
     interval -- its ends equal when printed with three significant digits of the largest of ``|estimate|``,
     ``|low|``, ``|high|`` (a zero width included) -- takes those three significant digits instead; at most 6."""
-    lo, hi = _finite("low", low), _finite("high", high)
+    lo, hi = real("low", low), real("high", high)
     if lo > hi:
         raise ValueError(f"low {lo} is above high {hi}; pass the interval as (low, high)")
-    ref = max(abs(lo), abs(hi), abs(_finite("estimate", estimate)) if estimate is not None else 0.0)
+    ref = max(abs(lo), abs(hi), abs(real("estimate", estimate)) if estimate is not None else 0.0)
     d3 = min(MAX_DECIMALS, max(0, _significant3(ref)))
     if plain(lo, d3) == plain(hi, d3):  # a point at the precision three significant digits give
         return int(d3)
@@ -50,7 +42,7 @@ def decimals(low, high, estimate=None) -> int:
 
 def plain(x, digits: int) -> str:
     """``x`` with ``digits`` decimals, a minus sign (−) for negatives and no ``-0``."""
-    s = f"{_finite('x', x):.{int(digits)}f}"
+    s = f"{real('x', x):.{int(digits)}f}"
     if float(s) == 0:
         s = s.lstrip("-")
     return s.replace("-", "−")
@@ -60,7 +52,7 @@ def interval_text(estimate, low, high, *, scale: float = 1.0, unit: str = "") ->
     """``"1.19 [1.04, 1.40]"``: the estimate and its interval, all at :func:`decimals` of the (scaled)
     interval. ``scale`` multiplies every value first (100 for percent); ``unit`` is appended after the
     bracket (``" %"``)."""
-    s = _finite("scale", scale)
-    est, lo, hi = (_finite(n, v) * s for n, v in (("estimate", estimate), ("low", low), ("high", high)))
+    s = real("scale", scale)
+    est, lo, hi = (real(n, v) * s for n, v in (("estimate", estimate), ("low", low), ("high", high)))
     d = decimals(lo, hi, est)
     return f"{plain(est, d)} [{plain(lo, d)}, {plain(hi, d)}]{unit}"

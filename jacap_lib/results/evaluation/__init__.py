@@ -39,9 +39,9 @@ from .choices import TEST_LABEL, best_baselines, jacap_settings, read_choices, t
 from .corpus import (DEFAULT_CONTINUATION, DEFAULT_LENGTHS, DEFAULT_RATIOS, QUICK, TUNE_DOCS_PER_KIND, check_lengths,
                      load_docs)  # noqa: F401
 from .jobs import TEST, TIME, TUNE, report
-from .runs import (_WORKER, _init_worker, Group, Plan, add_arguments, check_processes,
-                   check_ratios, check_settings_unchanged, eval_dir, execute, map_in_workers, measure_group, prepare,
-                   row_key, run_groups, test_groups, tune_groups)  # noqa: F401
+from .runs import (_WORKER, _init_worker, Group, Plan, add_arguments, check_processes, check_ratios,
+                   check_settings_unchanged, eval_dir, execute, folder_options, map_in_workers, measure_group,
+                   prepare, row_key, run_groups, summary_options, test_groups, tune_groups)  # noqa: F401
 from .summary import (SUMMARY, TARGET, TEST_SHORT_LABEL, TUNE_LABEL, cell_statistics, compare_settings, complete_cells,
                       identical_documents, summarize, summary_table, target_status)  # noqa: F401
 from .timing import estimate, time_methods
@@ -51,4 +51,4 @@ __all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_CONTINUATION", "QUICK",
            "best_baselines", "jacap_settings", "complete_cells", "test_specs", "cell_statistics", "compare_settings", "check_settings_unchanged", "summarize", "summary_table",
            "TARGET", "target_status", "identical_documents", "check_ratios", "check_processes",
            "eval_dir", "map_in_workers", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "TEST",
-           "TIME", "SUMMARY"]
+           "TIME", "SUMMARY", "folder_options", "summary_options"]

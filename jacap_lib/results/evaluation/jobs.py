@@ -27,13 +27,7 @@ def _job(job: str):
 
     def run(args):
         args.job = job
-        try:
-            plan = prepare(args)
-        except J.BadArgument:
-            raise
-        except (ValueError, FileNotFoundError) as e:
-            raise J.BadArgument(str(e)) from None
-        res = execute(plan)
+        res = execute(J.prepared(prepare, args))
         report(res)
         return res
 

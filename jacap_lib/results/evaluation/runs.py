@@ -59,6 +59,21 @@ def eval_dir(given, *, quick: bool) -> Path:
     return out_dir
 
 
+def folder_options(parser, *, quick: str,
+                   folder: str = "output folder (default data/results/eval; with --quick data/results/eval/quick)"):
+    """Declare ``--dir`` (the folder :func:`eval_dir` resolves; ``folder``: its help) and ``--quick`` (``quick``:
+    its help, what the smoke run is)."""
+    parser.add_argument("--dir", type=Path, default=None, help=folder)
+    parser.add_argument("--quick", action="store_true", help=quick)
+
+
+def summary_options(parser, folder: str) -> None:
+    """Declare a summary job's ``--dir`` (``folder``: its help, which files it reads and writes there),
+    ``--quick`` (the smoke run's folder) and ``--seed`` (the bootstrap's; None: ``verdicts.SEED``)."""
+    folder_options(parser, quick="summarize the --quick run's folder", folder=folder)
+    parser.add_argument("--seed", type=int, default=None, help="bootstrap seed (default verdicts.SEED)")
+
+
 # --------------------------------------------------------------------------------------------- the grid
 @dataclass
 class Group:
@@ -210,22 +225,15 @@ def run_groups(groups: list, out: Path, *, continuation: int | None = None, mode
 def add_arguments(parser: argparse.ArgumentParser, job: str = "tune") -> None:
     """The options of ``jacap evaluate <job>`` (``job``: tune, test or time)."""
     J.shared_options(parser, seed=True)
-    parser.add_argument("--lengths", nargs="+", type=int, default=None,
-                        help=f"prompt tokens (default {' '.join(map(str, DEFAULT_LENGTHS))})")
-    parser.add_argument("--ratios", nargs="+", type=float, default=None,
-                        help=f"compression ratios (default {' '.join(map(str, DEFAULT_RATIOS))})")
-    parser.add_argument("--continuation", type=int, default=None,
-                        help=f"continuation tokens scored (default {DEFAULT_CONTINUATION})")
+    J.grid_options(parser, lengths=DEFAULT_LENGTHS, ratios=DEFAULT_RATIOS, continuation=DEFAULT_CONTINUATION)
     parser.add_argument("--methods", nargs="+", default=None,
                         help="registry names of the search space to run (default: every method of "
                              "protocol.SEARCH_SPACE)")
     parser.add_argument("--manifest", type=Path, default=None,
                         help="document manifest (default: the evaluation corpus, data/texts/corpus/manifest.json)")
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="output folder (default data/results/eval; with --quick data/results/eval/quick)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"smoke run: {QUICK['docs_per_split']} tune + {QUICK['docs_per_split']} test documents, "
-                             "prompt 512, c 0.75/0.9, 32-token continuation, knorm/snapkv/jacap with <= 2 settings")
+    folder_options(parser, quick=f"smoke run: {QUICK['docs_per_split']} tune + {QUICK['docs_per_split']} test "
+                                 "documents, prompt 512, c 0.75/0.9, 32-token continuation, knorm/snapkv/jacap with "
+                                 "<= 2 settings")
     parser.add_argument("--tune-per-kind", type=int, default=TUNE_DOCS_PER_KIND,
                         help=f"tune documents used per kind, first in manifest order (default {TUNE_DOCS_PER_KIND}; "
                              "0: every tune document)")

@@ -11,7 +11,7 @@ from .. import files
 from .. import job as J
 from .. import protocol as P
 from .choices import best_baselines, jacap_settings, test_specs
-from .runs import eval_dir
+from .runs import eval_dir, summary_options
 
 __all__ = ["TUNE_LABEL", "TEST_SHORT_LABEL", "summarize", "complete_cells", "cell_statistics", "compare_settings",
            "TARGET", "target_status", "identical_documents", "summary_table", "SUMMARY"]
@@ -263,22 +263,21 @@ def _summary_inputs(out_dir: Path) -> tuple[list[dict], dict, list[dict]]:
 
 
 def _summary_add(parser):
-    parser.add_argument("--dir", type=Path, default=None,
-                        help="folder of test.jsonl and choices.json, where summary.json is written (default "
-                             "data/results/eval; with --quick data/results/eval/quick)")
-    parser.add_argument("--quick", action="store_true", help="summarize the --quick run's folder")
-    parser.add_argument("--seed", type=int, default=None, help="bootstrap seed (default verdicts.SEED)")
+    summary_options(parser, "folder of test.jsonl and choices.json, where summary.json is written (default "
+                              "data/results/eval; with --quick data/results/eval/quick)")
+
+
+def _summarize(args) -> tuple[Path, dict, list[dict], dict]:
+    """The ``--dir`` folder, its choices, test runs and summary; ``ValueError`` as :func:`_summary_inputs`."""
+    out_dir = eval_dir(args.dir, quick=args.quick)
+    test_rows, choices, runs = _summary_inputs(out_dir)
+    return out_dir, choices, runs, summarize(test_rows, choices, seed=args.seed)
 
 
 def _summary_run(args):
     from .. import findings, verdicts as V
 
-    try:
-        out_dir = eval_dir(args.dir, quick=args.quick)
-        test_rows, choices, runs = _summary_inputs(out_dir)
-        summary = summarize(test_rows, choices, seed=args.seed)
-    except (ValueError, FileNotFoundError, files.ResultsFileError) as e:
-        raise J.BadArgument(str(e)) from None
+    out_dir, choices, runs, summary = J.prepared(_summarize, args)
     seed = V.SEED if args.seed is None else args.seed
     config = {"protocol": choices["config"], "fingerprint": choices["fingerprint"], "chosen": choices["chosen"],
               "rule": choices.get("rule"), "inputs": ["test.jsonl", "choices.json"],
