@@ -36,8 +36,8 @@ def test_search_space_budgets_are_comparable():
 
 
 @pytest.mark.parametrize("change, match", [
-    (lambda s: s.update(jacap=s["jacap"] + ("jacap[tau=5]",)), "has 4 settings"),
-    (lambda s: s.update(snapkv=s["snapkv"][:2]), "exactly 3"),
+    (lambda s: s.update(jacap=s["jacap"] + ("jacap[tau=5]",)), "has 6 settings"),
+    (lambda s: s.update(snapkv=s["snapkv"][:2]), "exactly 5"),
     (lambda s: s.update(snapkv=("snapkv[window_size=32]", "snapkv", "snapkv[window_size=16]")), "library default"),
     (lambda s: s.update(jacap=("jacap", "jacap[tau=3,beta=0.9]", "jacap[beta=0.9,tau=3]")), "twice"),
     (lambda s: s.update(capkv=("capkv", "capkv[tau=2]", "snapkv[window_size=8]")), "names 'snapkv'"),
