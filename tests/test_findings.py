@@ -91,3 +91,52 @@ def test_family_counts_is_one_line_per_family():
         "jacap[tau=3,beta=0.9] (default) against the best baseline picked on tune: better in 1 and worse in 1 of 2 cells",
         "jacap[tau=3,beta=0.9] (default) against the best baseline picked on test: better in 1 and worse in 1 of 2 cells"]
     assert json.dumps(F.verdict_counts([]))  # zeros for every kind
+
+
+def _obs_summary():
+    row = {"length": 512, "ratio": 0.5, "baseline_spec": "snapkv[window_size=16]", "gm_ratio": 0.8, "gm_low": 0.7,
+           "gm_high": 0.9, "gm_low_adjusted": 0.65, "gm_high_adjusted": 0.95, "verdict": "better by 5–35 %",
+           "verdict_unadjusted": "better by 10–30 %", "n": 8, "wins": 8, "ties": 0, "losses": 0}
+    row2 = {**row, "ratio": 0.95, "gm_ratio": 1.1, "gm_low": 0.9, "gm_high": 1.3, "gm_low_adjusted": 0.85,
+            "gm_high_adjusted": 1.4, "verdict": "no detectable difference; the interval is −15 % to +40 %"}
+    return {"families": [{"setting": "jacap[tau=3,beta=0.9]", "role": "default", "picked_on": "tune",
+                          "label": "picked on tune (the protocol)", "rows": [row2]},
+                         {"setting": "jacap_obs", "role": "tuned jacap_obs", "picked_on": "tune",
+                          "label": "picked on tune (the protocol)", "rows": [row, row2]}]}
+
+
+def test_tuned_jacap_methods_get_their_findings_and_needle_accuracy():
+    """Every tuned Jacap method other than the default gets a verdict-count sentence; its needle accuracy at
+    c <= 0.75 is named beside the uncompressed model's, and cells above 0.75 or of other settings are not."""
+    summary = _obs_summary()
+    needle = {"cells": [{"length": 512, "ratio": r, "full": {"accuracy": 0.9},
+                         "settings": [{"spec": "jacap_obs", "accuracy": a}, {"spec": "knorm", "accuracy": 0.1}]}
+                        for r, a in ((0.5, 0.85), (0.75, 0.95), (0.9, 0.2))]}
+    kl = F.kl_findings(summary)
+    assert kl[-1] == ("The capacity press linearised at the observed attention (`jacap_obs`, chosen on tune by the "
+                      "same rule) against the same baselines is better in 1 and no detectable difference in 1 of "
+                      "2 cells.")
+    assert F.accuracy_findings(needle, "jacap_obs") == ("On the needle task `jacap_obs` answers prompt 512, c = 0.5 "
+                                                        "85 % (uncompressed 90 %); prompt 512, c = 0.75 95 % "
+                                                        "(uncompressed 90 %).")
+    assert F.accuracy_findings(needle, "tova") is None
+    assert F.accuracy_findings(needle, "jacap_obs") in F.findings_text(summary, needle)
+
+
+def test_kl_and_needle_frame_puts_both_objectives_side_by_side():
+    from jacap_lib.viz import evaluation as VE
+
+    summary = _obs_summary()
+    needle = {"cells": [{"length": 512, "ratio": 0.5, "full": {"accuracy": 1.0},
+                         "settings": [{"spec": "jacap_obs", "accuracy": 0.85, "low": 0.64, "high": 0.95}]}]}
+    frame = VE.kl_and_needle_frame(summary, needle, role="tuned jacap_obs")
+    assert list(frame.index) == ["512 / 0.5", "512 / 0.95"]
+    assert frame.loc["512 / 0.5", "KL ratio [adjusted CI]"] == "0.80 [0.65, 0.95]"
+    assert frame.loc["512 / 0.5", "needle % [95 % CI]"] == "85 [64, 95]"
+    assert frame.loc["512 / 0.5", "uncompr. %"] == "100"
+    assert frame.loc["512 / 0.95", "needle % [95 % CI]"] == "–"  # no needle cell at c = 0.95
+    assert frame.loc["512 / 0.5", "baseline"] == "snapkv"
+    line, spec = VE.tuned_line(summary, "tuned jacap_obs")
+    assert spec == "jacap_obs" and line.endswith("better in 1 and no detectable difference in 1 of 2 cells")
+    with pytest.raises(ValueError, match="tuned jacap_adakv"):
+        VE.kl_and_needle_frame(summary, needle, role="tuned jacap_adakv")
