@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..results.precision import interval_text
-from .style import finish, wrapped
+from .style import METHOD_STYLES, finish, wrapped
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
            "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval",
@@ -188,6 +188,12 @@ def choices_frame(choices: dict) -> pd.DataFrame:
 _ROLE = {"default": "default", "paper preset": "paper"}
 
 
+def role_label(role: str) -> str:
+    """A summary family's role in a narrow table column: ``"default"``, ``"paper"``, and a tuned Jacap method by
+    its registry name (``"tuned jacap_obs"`` -> ``"jacap_obs"``)."""
+    return _ROLE.get(role, role[len("tuned "):] if role.startswith("tuned ") else role)
+
+
 def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = None,
                   details: bool = False) -> pd.DataFrame:
     """One row per (Jacap setting, "prompt / c") of the summary's families picked on ``picked_on`` ("tune": the
@@ -201,7 +207,7 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
         if fam["picked_on"] != picked_on or (role is not None and fam["role"] != role):
             continue
         for r in fam["rows"]:
-            head = {"Jacap": _ROLE.get(fam["role"], fam["role"]), "prompt / c": _cell(r["length"], r["ratio"])}
+            head = {"Jacap": role_label(fam["role"]), "prompt / c": _cell(r["length"], r["ratio"])}
             if details:
                 rows.append({**head, "baseline setting": r["baseline_spec"], **_ratio_details(r)})
             else:
@@ -209,7 +215,7 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
     if not rows:
         raise ValueError(f"summary has no family picked on {picked_on!r}" + (f" with role {role!r}" if role else ""))
     frame = pd.DataFrame(rows).set_index(["Jacap", "prompt / c"])
-    return wrapped(frame, ["baseline setting"] if details else ["baseline", "verdict"])
+    return wrapped(frame, ["Jacap", "baseline setting"] if details else ["Jacap", "baseline", "verdict"])
 
 
 def setting_label(spec: str) -> str:
@@ -253,6 +259,11 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
     ratios = [f"{r:g}" for r in sorted({c["ratio"] for c in cells})]
     lengths = sorted({c["length"] for c in cells})
     methods = list(dict.fromkeys(c["method"] for c in cells))
+    family = {m: m.split("[", 1)[0] for m in methods}
+    # a setting's colour: its own where the book names it, else its method's when the figure shows one setting
+    # of that method (so each method keeps its colour whatever the tune chose), else one derived from the spec
+    group = {m: m if m in METHOD_STYLES or list(family.values()).count(family[m]) > 1 or family[m] not in METHOD_STYLES
+             else family[m] for m in methods}
     n_docs = sorted({c["n_docs"] for c in cells})
     fig = make_subplots(rows=1, cols=len(lengths), shared_yaxes=True,
                         subplot_titles=[f"prompt {L} tokens" for L in lengths])
@@ -263,7 +274,7 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
                 continue
             jac = m.startswith("jacap")
             fig.add_trace(go.Scatter(
-                x=[f"{c['ratio']:g}" for c in cs], y=[c["kl_geomean"] for c in cs], name=m, legendgroup=m,
+                x=[f"{c['ratio']:g}" for c in cs], y=[c["kl_geomean"] for c in cs], name=m, legendgroup=group[m],
                 showlegend=j == 1, mode="lines+markers",
                 line={"width": 3.5 if jac else 1.5, "dash": "solid" if jac else "dot"},
                 error_y={"type": "data", "symmetric": False, "array": [c["kl_high"] - c["kl_geomean"] for c in cs],
