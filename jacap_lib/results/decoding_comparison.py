@@ -15,8 +15,9 @@ The methods (:data:`CONFIG` ``methods``, label -> spec; ``method_specs`` in the 
 * ``alg2_flat``: the same controller with flat (cumulative) statistics (``beta=None``), nothing else
   changed -- the one comparison that isolates the query statistics;
 * ``jacap``: ``DecodingPress(JacapPress)`` with the library's default JacapPress (same sinks and window);
-* the baselines, each with its prefill-tune choice from ``data/results/eval/choices.json``
-  (``streaming_llm[n_sink=1]``; TOVA has no option).
+* the baselines: TOVA (no option) and StreamingLLM with 1 sink (``streaming_llm[n_sink=1]``), each a setting of
+  the evaluation's search space (the prefill tune on its 3-setting grid chose 1 sink; the widened grid chooses 2,
+  and this comparison has not been rerun with it).
 
 Every ``DecodingPress`` runs as :func:`jacap_lib.measure.decoding_compare.positional_decoding_press`:
 kvpress 0.5.5 writes the kept tokens back in score order, after which StreamingLLM (which scores by slot
