@@ -15,6 +15,7 @@ from jacap_lib.measure.kvpress_grid import tiny_model  # noqa: E402
 from jacap_lib.presses.jacap_ablation import (ONE_KNOB, JacapAblationPress, ablation_components,  # noqa: E402
                                               base_spec, marginal_capacity, observed_attention)
 from jacap_lib.presses.registry import build_press, changed_options, press_from_spec  # noqa: E402
+from jacap_lib.results import protocol as P  # noqa: E402
 from conftest import random_head as _head  # noqa: E402
 
 N, D = 24, 8  # the token count and head dimension of conftest.random_head (_head here)
@@ -109,10 +110,10 @@ def test_sensitivity_factor(sens):
     k, v, mu, lam = _head(4)
     alpha = _tempered(k, mu, 3.0)
     expected, w = _brute(k, v, mu, lam, alpha=alpha, sens=sens)
-    got = _press_scores(JacapAblationPress(0.5, sensitivity=sens), k, v, mu, lam)
+    got = _press_scores(JacapAblationPress(0.5, centre="tempered", sensitivity=sens), k, v, mu, lam)
     torch.testing.assert_close(got.weight[0, 0].double(), w, rtol=1e-6, atol=1e-12)
     torch.testing.assert_close(got.score[0, 0].double(), expected, rtol=1e-5, atol=1e-12)
-    default = _press_scores(JacapAblationPress(0.5), k, v, mu, lam).weight[0, 0].double()
+    default = _press_scores(JacapAblationPress(0.5, centre="tempered"), k, v, mu, lam).weight[0, 0].double()
     rho = alpha * (1 - alpha)
     ratio = {"rho": 1 / rho, "alpha": alpha / rho ** 2}[sens]  # w_ablated / w_default, token by token
     torch.testing.assert_close(got.weight[0, 0].double() / default, ratio, rtol=1e-5, atol=0)
@@ -121,10 +122,10 @@ def test_sensitivity_factor(sens):
 def test_kappa_off_keeps_the_total_weight():
     k, v, mu, lam = _head(5)
     expected, w = _brute(k, v, mu, lam, alpha=_tempered(k, mu, 3.0), kappa="mean")
-    got = _press_scores(JacapAblationPress(0.5, kappa="mean"), k, v, mu, lam)
+    got = _press_scores(JacapAblationPress(0.5, centre="tempered", kappa="mean"), k, v, mu, lam)
     torch.testing.assert_close(got.score[0, 0].double(), expected, rtol=1e-5, atol=1e-12)
     assert torch.unique(got.kappa).numel() == 1  # one kappa for the head
-    default = _press_scores(JacapAblationPress(0.5), k, v, mu, lam)
+    default = _press_scores(JacapAblationPress(0.5, centre="tempered"), k, v, mu, lam)
     torch.testing.assert_close(got.weight.sum(), default.weight.sum(), rtol=1e-6, atol=0)
     # the weights now follow rho^2 alone
     torch.testing.assert_close(got.weight / got.weight.sum(), default.rho.square() / default.rho.square().sum(),
@@ -134,8 +135,8 @@ def test_kappa_off_keeps_the_total_weight():
 @pytest.mark.parametrize("noise", [1.0, 0.01])
 def test_leverage_identity_is_weighted_norm(noise):
     k, v, mu, lam = _head(6)
-    got = _press_scores(JacapAblationPress(0.5, leverage="identity", noise=noise), k, v, mu, lam)
-    default = _press_scores(JacapAblationPress(0.5, noise=noise), k, v, mu, lam)
+    got = _press_scores(JacapAblationPress(0.5, centre="tempered", leverage="identity", noise=noise), k, v, mu, lam)
+    default = _press_scores(JacapAblationPress(0.5, centre="tempered", noise=noise), k, v, mu, lam)
     torch.testing.assert_close(got.weight, default.weight)  # weights untouched
     torch.testing.assert_close(got.score[0, 0].double(), default.weight[0, 0].double() * v.square().sum(-1) / noise,
                                rtol=1e-5, atol=1e-12)
@@ -144,7 +145,7 @@ def test_leverage_identity_is_weighted_norm(noise):
 def test_leverage_identity_with_out_proj_uses_w_o_v(attn_module):
     """u = W_O v with A = I: the score is w |W_O v|^2 summed over the KV head's G output slices."""
     hs, keys, values = _cache(7)
-    press = JacapAblationPress(0.5, leverage="identity", use_out_proj=True)
+    press = JacapAblationPress(0.5, centre="tempered", leverage="identity", use_out_proj=True)
     with torch.no_grad():
         mu, lam = press.query_statistics(attn_module, hs, keys, {})
         got = press.components(keys, values, mu, lam, attn_module)
@@ -157,7 +158,7 @@ def test_leverage_identity_with_out_proj_uses_w_o_v(attn_module):
 
 def test_prior_iso_changes_lambda_only(attn_module):
     hs, keys, values = _cache(8)
-    base, wide = JacapAblationPress(0.5, window=8), JacapAblationPress(0.5, window=8, prior_iso=2.0)
+    base, wide = JacapAblationPress(0.5, window=8, centre="tempered"), JacapAblationPress(0.5, window=8, prior_iso=2.0, centre="tempered")
     with torch.no_grad():
         mu0, lam0 = base.query_statistics(attn_module, hs, keys, {})
         mu1, lam1 = wide.query_statistics(attn_module, hs, keys, {})
@@ -250,7 +251,7 @@ def test_centre_observed_is_the_models_own_attention(n):
 
 def test_generic_path_gqa_mean_averages_query_heads(attn_module):
     hs, keys, values = _cache(13)
-    press = JacapAblationPress(0.5, gqa="mean", sensitivity="rho")
+    press = JacapAblationPress(0.5, centre="tempered", gqa="mean", sensitivity="rho")
     with torch.no_grad():
         mu, lam = press.query_statistics(attn_module, hs, keys, {})  # (1, H_q, d)
         got = press.components(keys, values, mu, lam, attn_module).score
@@ -279,18 +280,22 @@ def test_every_ablation_changes_one_thing():
     assert set(ONE_KNOB) == set(EXPECTED_CHANGE)
     for label, (spec, what) in ONE_KNOB.items():
         assert what and isinstance(what, str)
-        changed = changed_options(spec, base_spec(label))
+        # measured while the default was the tempered centre with a window of 32 (protocol.era_spec pins them)
+        changed = changed_options(P.era_spec(spec), P.era_spec(base_spec(label)))
         assert set(changed) == EXPECTED_CHANGE[label], (label, changed)
     assert changed_options("jacap_ablate") == {}
     assert changed_options("jacap_ablate[budget=layer]")["wrapper"][1] == {"class": "AdaKVPress",
                                                                            "alpha_safeguard": 0.0}
     assert changed_options("jacap_ablate[budget=model]")["wrapper"][1] == {"class": "JacapGlobalBudgetPress"}
     # the diff sees real changes, and options a subclass adds once they leave their default
-    assert changed_options("jacap[tau=10]") == {"tau": (3.0, 10)}
     assert changed_options("jacap_two_stage[expand=3]") == {"class": ("JacapPress", "JacapTwoStagePress"),
-                                                            "expand": (None, 3)}
-    assert changed_options("jacap_ablate[centre=ea,noise=deff]") == {"centre": ("tempered", "ea"),
+                                                            "centre": ("observed", "tempered"), "expand": (None, 3)}
+    assert changed_options("jacap_ablate[centre=ea,noise=deff]") == {"centre": ("observed", "ea"),
                                                                      "noise": (1.0, "deff")}
+    # the observed centre has no temperature: tau is inert there, and the default is jacap_obs at window 16
+    assert changed_options("jacap[tau=10]", "jacap[tau=1]") == {}
+    assert changed_options("jacap_obs[window=16]") == {}
+    assert changed_options("jacap[centre=tempered,tau=10]", "jacap[centre=tempered]") == {"tau": (3.0, 10)}
     assert changed_options("jacap_ablate", "jacap_ablate[deff_frac=0.5]") == {}  # inert without noise=deff
 
 
@@ -460,7 +465,7 @@ def test_generic_path_noise_deff_meets_its_target():
     """noise="deff" on an ablated weight: sigma^2 is chosen so that sum_i r_i (the effective dimension of the
     ablated weights' Gram) equals deff_frac * min(n_kept, d)."""
     k, v, mu, lam = _head(19, n=40)
-    press = JacapAblationPress(0.5, noise="deff", deff_frac=0.5, sensitivity="rho", kappa="mean")
+    press = JacapAblationPress(0.5, centre="tempered", noise="deff", deff_frac=0.5, sensitivity="rho", kappa="mean")
     got = _press_scores(press, k, v, mu, lam)
     target = 0.5 * min(compute_n_kept(40, 0.5), D)
     torch.testing.assert_close(got.score.sum().double(), torch.tensor(target, dtype=torch.float64), rtol=1e-4, atol=0)

@@ -91,8 +91,8 @@ def test_job_rows_pair_with_the_default_and_resume(tiny, corpus, tmp_path, monke
     # a spec whose recorded options differ from what it builds today is refused before any work
     runs = io.read_runs(out / A.FILE)
     io.append_run(out / A.FILE, {**runs[-1], "settings": {**runs[-1]["settings"], "jacap_wo[window=4]": {
-        **runs[-1]["settings"]["jacap_wo[window=4]"], "tau": 99.0}}})
-    with pytest.raises(ValueError, match=r"jacap_wo\[window=4\].*tau.*new --dir"):
+        **runs[-1]["settings"]["jacap_wo[window=4]"], "n_future_positions": 99}}})
+    with pytest.raises(ValueError, match=r"jacap_wo\[window=4\].*n_future_positions.*new --dir"):
         A.prepare(_args(corpus, out), tokenizer=tok)
 
 

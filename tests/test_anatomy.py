@@ -61,8 +61,8 @@ def test_kind_ratios_count_losses_and_wins_per_kind():
 
 def test_losing_cells_are_those_whose_interval_lies_above_one():
     summary = {"families": [
-        {"role": "default", "picked_on": "test", "rows": [{"gm_low": 2.0}]},
-        {"role": "default", "picked_on": "tune", "rows": [{"cell": "a", "gm_low": 1.01}, {"cell": "b", "gm_low": 1.0},
+        {"role": "algorithm 1", "picked_on": "test", "rows": [{"gm_low": 2.0}]},
+        {"role": "algorithm 1", "picked_on": "tune", "rows": [{"cell": "a", "gm_low": 1.01}, {"cell": "b", "gm_low": 1.0},
                                                           {"cell": "c", "gm_low": 0.7}]}]}
     assert [r["cell"] for r in A.losing_cells(summary)] == ["a"]
 

@@ -343,10 +343,10 @@ def test_inspect_layer_head_and_html_on_own_text(bundled, tmp_path, monkeypatch,
     assert out[-1] == f"wrote {html}"
     text = html.read_text()
     assert all(f'id="cell-{l}-{h}"' in text for l in range(30) for h in range(3))
-    # --file, --layer alone (all its heads); a text that leaves the score nothing says so
+    # --file, --layer alone (all its heads); a text that leaves the score nothing says so (a 32-token window)
     f = tmp_path / "t.txt"
     f.write_text(INSPECT_TEXT)
-    assert cli.main(["inspect", "--file", str(f), "--layer", "0"]) == 0
+    assert cli.main(["inspect", "--file", str(f), "--layer", "0", "--method", "jacap[window=32]"]) == 0
     out = capsys.readouterr().out
     assert all(f"layer 0, KV head {h}:" in out for h in range(3))
     assert "the window was shrunk to 17" in out and "the score chose nothing" in out

@@ -42,7 +42,7 @@ def controller_cls():
 
 def test_the_config_holds_the_documented_defaults():
     assert dataclasses.asdict(DEFAULTS) == {
-        "tau": 3.0, "noise": 1.0, "deff_frac": 0.25, "n_sink": 4, "window": 32, "n_queries": None, "beta": 0.9,
+        "tau": 3.0, "noise": 1.0, "deff_frac": 0.25, "n_sink": 4, "window": 16, "n_queries": None, "beta": 0.9,
         "decode_beta": 0.9, "gqa": "pool", "eps": 1e-6, "backend": "auto"}
     with pytest.raises(dataclasses.FrozenInstanceError):
         DEFAULTS.tau = 1.0

@@ -353,7 +353,7 @@ def test_summary_verdicts_intervals_and_holm(tmp_path):
     assert fams[(P.PAPER_PRESET, "tune")]["role"] == "paper preset"
     assert fams[("jacap_adakv", "tune")]["role"] == "tuned jacap_adakv"
     assert {r["ratio"]: r["gm_ratio"] for r in fams[("jacap_adakv", "tune")]["rows"]} == pytest.approx({0.5: 1, 0.9: 1})
-    assert fams[("jacap", "tune")]["role"] == "default"
+    assert fams[("jacap", "tune")]["role"] == "algorithm 1"
     assert fams[("jacap", "test")]["label"] == "picked on test (stricter)"
     tune = {r["ratio"]: r for r in fams[("jacap", "tune")]["rows"]}
     assert {r["baseline"] for r in tune.values()} == {"knorm"}
@@ -508,7 +508,7 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     summ = json.loads((out / "summary.json").read_text())
     from jacap_lib.results import findings
     assert (out / "findings.md").read_text(encoding="utf-8") == findings.findings_text(summ)  # the job rewrites it
-    frame = VE.verdict_frame(summ, picked_on="tune", role="default", details=True)
+    frame = VE.verdict_frame(summ, picked_on="tune", role="algorithm 1", details=True)
     assert len(frame) == 2 and frame["won/lost"].tolist() == ["8/0", "all tied"]
     assert VE.choices_frame(json.loads((out / "choices.json").read_text())).shape[0] == 4
     with pytest.raises(ValueError, match="no family"):
@@ -561,8 +561,8 @@ def test_target_status_judges_each_named_cell_by_hand():
 
     summ = {"families": [
         {"role": "paper preset", "picked_on": "tune", "rows": [row(512, 0.9, 0.1, 0.2, 0.1, 0.2)]},
-        {"role": "default", "picked_on": "test", "rows": [row(512, 0.9, 0.1, 0.2, 0.1, 0.2)]},
-        {"role": "default", "picked_on": "tune", "rows": [row(512, 0.9, 0.83, 0.93, 0.80, 0.97),
+        {"role": "algorithm 1", "picked_on": "test", "rows": [row(512, 0.9, 0.1, 0.2, 0.1, 0.2)]},
+        {"role": "algorithm 1", "picked_on": "tune", "rows": [row(512, 0.9, 0.83, 0.93, 0.80, 0.97),
                                                           row(512, 0.95, 0.90, 0.98, 0.86, 1.04),
                                                           row(512, 0.75, 1.03, 1.32, 0.98, 1.40)]}],
         "cells_missing": ["1024/0.9"]}
@@ -581,7 +581,7 @@ def test_target_status_judges_each_named_cell_by_hand():
     with pytest.raises(ValueError, match="rerun `jacap evaluate summary`"):
         E.target_status(old)
     assert set(got) == {(L, c) for L in (512, 1024) for c in (0.9, 0.95, 0.75)}
-    with pytest.raises(ValueError, match="default"):
+    with pytest.raises(ValueError, match="Algorithm 1"):
         E.target_status({"families": summ["families"][:2]})
     with pytest.raises(ValueError, match="requirement"):
         E.target_status(summ, target={0.9: "best"})
@@ -609,22 +609,36 @@ def test_target_frame_shows_each_cell_with_its_shortfall():
 
 
 def test_pins_keep_the_protocols_jacap_entries_meaning_what_was_measured():
-    """The tune rows of bare Jacap specs were made under the paper's defaults; each pin builds exactly the press
-    options that run recorded (so the committed tune resumes and a fresh one reproduces it), and no pin is the
-    tune's choice, which today's bare spec builds."""
-    from jacap_lib.presses.registry import effective_options, method_options, press_from_spec
+    """The tune rows of Jacap specs were made under earlier defaults (the paper's tau / beta for the bare entries; the
+    tempered centre and a window of 32 for all but jacap_obs's chosen window); each pin builds exactly the press
+    options the run that first measured it recorded (a record without ``centre`` meant the tempered one), so the
+    committed tune resumes and a fresh one reproduces it; today's ``JacapPress()`` is the tune's jacap_obs choice."""
+    from jacap_lib.presses.registry import effective_options, method_options, with_implied
     from jacap_lib.results import loaders
 
-    run = loaders.load_eval_runs("tune")[0]
+    runs = loaders.load_eval_runs("tune")
+    strip = lambda d: {k: (strip(v) if isinstance(v, dict) else v) for k, v in d.items() if k != "compression_ratio"}  # noqa: E731
+
+    searched = [s for m in P.JACAP_METHODS for s in P.SEARCH_SPACE[m]]
     for spec, pin in P.PINS.items():
-        assert P.pinned(spec) == pin and spec in P.SEARCH_SPACE[P.method_of(spec)]
-        now = json.loads(json.dumps(method_options(P.protocol_press(spec, 0.5))))
-        then = run["settings"][spec]
-        strip = lambda d: {k: (strip(v) if isinstance(v, dict) else v) for k, v in d.items() if k != "compression_ratio"}  # noqa: E731
-        assert effective_options(strip(now)) == effective_options(strip(then)), spec
-        assert (now["tau"] if "tau" in now else now["press"]["tau"]) == 10.0
-    assert not P.same_setting(P.pinned("jacap"), "jacap")  # the bare spec now means the tune choice
-    assert P.same_setting("jacap", loaders.load_eval_choices()["chosen"]["jacap"])
+        assert P.pinned(spec) == pin
+        now = strip(json.loads(json.dumps(method_options(P.protocol_press(spec, 0.5)))))
+        inner = now.get("press", now)
+        assert inner["window"] == (P.parse_method(spec)[1].get("window", 32))
+        assert inner["centre"] == ("observed" if P.method_of(spec) == "jacap_obs" or "centre=observed" in spec
+                                   else "ea" if "centre=ea" in spec else "tempered")
+        if spec in searched:
+            then = next(r["settings"][spec] for r in runs if spec in r.get("settings", {}))
+            assert effective_options(now) == effective_options(with_implied(strip(then), now)), spec
+    for spec in ("jacap", "jacap_adakv", "jacap[noise=deff,deff_frac=0.25]"):
+        now = method_options(P.protocol_press(spec, 0.5))
+        assert now.get("press", now)["tau"] == 10.0  # the paper's settings, as first measured
+    chosen = loaders.load_eval_choices()["chosen"]
+    assert not P.same_setting(P.pinned(chosen["jacap"]), "jacap")  # Algorithm 1's choice is no longer the default
+    assert P.same_setting(P.pinned(chosen["jacap_obs"]), "jacap_obs[window=16]")
+    from jacap_lib.presses.registry import changed_options
+
+    assert changed_options(P.pinned(chosen["jacap_obs"]), "jacap") == {}  # JacapPress() is the jacap_obs choice
     assert P.pinned("snapkv[window_size=16]") == "snapkv[window_size=16]"
     from jacap_lib.results.paths import data_path
 

@@ -50,7 +50,7 @@ def test_critique_by_grid_search_and_arithmetic():
     deff = (ev[None, :] / (ev[None, :] + grid[:, None])).sum(-1)
     s2 = float(grid[(deff - target).abs().argmin()])
     assert E.check("critique.1", s2)
-    assert E.check("critique.2", math.floor(512 * 0.1) - 4 - 32)
+    assert E.check("critique.2", math.floor(512 * 0.1) - 4 - 16)
     assert not E.check("critique.2", math.floor(512 * 0.1) - 4)
 
 

@@ -28,7 +28,7 @@ def _row(L, c, lo, hi, spec="snapkv[window_size=16]"):
 
 
 def _summary(rows):
-    return {"config": {}, "families": [{"setting": "jacap[tau=3,beta=0.9]", "role": "default", "picked_on": "tune",
+    return {"config": {}, "families": [{"setting": "jacap[tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune",
                                         "label": "picked on tune", "rows": rows}]}
 
 
@@ -37,7 +37,7 @@ def test_counts_and_sentences_from_a_hand_built_summary():
             _row(512, 0.9, 0.83, 0.93), _row(512, 0.75, 0.94, 1.10), _row(512, 0.95, 1.0, 1.0)]
     assert F.verdict_counts(rows) == {"better": 1, "worse": 2, "no detectable difference": 1, "identical": 1}
     text = " ".join(F.kl_findings(_summary(rows)))
-    assert ("the default Jacap setting (τ = 3, β = 0.9) is better in 1, worse in 2, no detectable difference in 1 "
+    assert ("Algorithm 1 at its tuned settings (the tempered centre, τ = 3, β = 0.9) is better in 1, worse in 2, no detectable difference in 1 "
             "and identical on every document in 1 of 5 cells.") in text
     # the largest loss first, with its interval at the precision the interval supports
     assert ("Its largest losses: prompt 1024, c = 0.5, worse by 45–112 % against `expected_attention` (KL ratio "
@@ -88,8 +88,8 @@ def test_family_counts_is_one_line_per_family():
     s = _summary([_row(512, 0.5, 1.04, 1.40), _row(512, 0.9, 0.83, 0.93)])
     s["families"].append(dict(s["families"][0], picked_on="test", label="picked on test"))
     assert F.family_counts(s) == [
-        "jacap[tau=3,beta=0.9] (default) against the best baseline picked on tune: better in 1 and worse in 1 of 2 cells",
-        "jacap[tau=3,beta=0.9] (default) against the best baseline picked on test: better in 1 and worse in 1 of 2 cells"]
+        "jacap[tau=3,beta=0.9] (algorithm 1) against the best baseline picked on tune: better in 1 and worse in 1 of 2 cells",
+        "jacap[tau=3,beta=0.9] (algorithm 1) against the best baseline picked on test: better in 1 and worse in 1 of 2 cells"]
     assert json.dumps(F.verdict_counts([]))  # zeros for every kind
 
 
@@ -99,14 +99,14 @@ def _obs_summary():
            "verdict_unadjusted": "better by 10–30 %", "n": 8, "wins": 8, "ties": 0, "losses": 0}
     row2 = {**row, "ratio": 0.95, "gm_ratio": 1.1, "gm_low": 0.9, "gm_high": 1.3, "gm_low_adjusted": 0.85,
             "gm_high_adjusted": 1.4, "verdict": "no detectable difference; the interval is −15 % to +40 %"}
-    return {"families": [{"setting": "jacap[tau=3,beta=0.9]", "role": "default", "picked_on": "tune",
+    return {"families": [{"setting": "jacap[tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune",
                           "label": "picked on tune (the protocol)", "rows": [row2]},
                          {"setting": "jacap_obs", "role": "tuned jacap_obs", "picked_on": "tune",
                           "label": "picked on tune (the protocol)", "rows": [row, row2]}]}
 
 
 def test_tuned_jacap_methods_get_their_findings_and_needle_accuracy():
-    """Every tuned Jacap method other than the default gets a verdict-count sentence; its needle accuracy at
+    """Every tuned Jacap method other than Algorithm 1's gets a verdict-count sentence; its needle accuracy at
     c <= 0.75 is named beside the uncompressed model's, and cells above 0.75 or of other settings are not."""
     summary = _obs_summary()
     needle = {"cells": [{"length": 512, "ratio": r, "full": {"accuracy": 0.9},
@@ -121,6 +121,10 @@ def test_tuned_jacap_methods_get_their_findings_and_needle_accuracy():
                                                         "(uncompressed 90 %).")
     assert F.accuracy_findings(needle, "tova") is None
     assert F.accuracy_findings(needle, "jacap_obs") in F.findings_text(summary, needle)
+    # the setting JacapPress() builds today is named as the default (the bare jacap_obs is pinned to a window of 32)
+    summary["families"][1]["setting"] = "jacap_obs[window=16]"
+    assert "(`jacap_obs[window=16]`, the press `JacapPress()` builds by default, chosen on tune" in F.kl_findings(summary)[-1]
+    assert not F.is_library_default("jacap_obs") and not F.is_library_default("jacap[tau=3,beta=0.9]")
 
 
 def test_kl_and_needle_frame_puts_both_objectives_side_by_side():

@@ -77,7 +77,7 @@ def test_budget_below_sinks_keeps_the_earliest_sinks_and_warns(tiny_llama):
 def test_deff_option_matches_brute_force_sigma2(tiny_llama):
     """Scores under noise='deff' equal jacap_scores at the sigma^2 a grid search finds for the target."""
     n, ratio, frac = 64, 0.75, 0.5
-    press = JacapPress(ratio, noise="deff", deff_frac=frac, n_sink=0)
+    press = JacapPress(ratio, noise="deff", deff_frac=frac, n_sink=0, centre="tempered")
     attn = tiny_llama.model.layers[0].self_attn
     attn.rotary_emb = tiny_llama.model.rotary_emb
     g = torch.Generator().manual_seed(1)

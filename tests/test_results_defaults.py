@@ -36,7 +36,7 @@ def test_committed_options_are_defaults_or_explained(path):
 
 def jacap_record(**over):
     rec = {"class": "JacapPress", "compression_ratio": 0.5, "tau": DEFAULT.tau, "noise": DEFAULT.noise,
-           "n_sink": DEFAULT.n_sink, "window": DEFAULT.window, "gqa": DEFAULT.gqa}
+           "n_sink": DEFAULT.n_sink, "window": DEFAULT.window, "gqa": DEFAULT.gqa, "centre": DEFAULT.centre}
     rec.update(over)
     return rec
 
@@ -57,8 +57,8 @@ def test_an_option_set_in_the_method_spec_is_the_methods_own():
     other = DEFAULT.window + 5
     data = {"config": {"methods": {f"jacap[window={other}]": jacap_record(window=other)}}}
     assert deviations(data) == []
-    data = {"config": {"methods": {f"jacap[window={other}]": jacap_record(window=other, tau=DEFAULT.tau * 2)}}}
-    assert [d.option for d in unexplained(data)] == ["tau"]
+    data = {"config": {"methods": {f"jacap[window={other}]": jacap_record(window=other, n_sink=DEFAULT.n_sink + 1)}}}
+    assert [d.option for d in unexplained(data)] == ["n_sink"]
 
 
 def test_wrapped_presses_sidecars_and_loose_option_mappings():
@@ -69,9 +69,13 @@ def test_wrapped_presses_sidecars_and_loose_option_mappings():
     assert [(d.where.split(".")[0], d.option, d.explained) for d in devs] == [
         ("runs[0]", "n_sink", None), ("runs[1]", "n_sink", "protects a prefix")]
     assert len(unexplained(sidecar)) == 1
-    loose = {"config": {"jacap": {"window": DEFAULT.window + 1, "tau": DEFAULT.tau}},
+    loose = {"config": {"jacap": {"window": DEFAULT.window + 1, "tau": DEFAULT.tau, "centre": DEFAULT.centre}},
              "rows": [{"cases": [{"options": {"n_sink": 26, "protection": "prefix"}}]}]}
     assert sorted(d.option for d in unexplained(loose)) == ["n_sink", "window"]
+    # a Jacap record made before `centre` existed meant the tempered centre (registry.IMPLIED_OPTIONS)
+    old = {"config": {"jacap": {"window": DEFAULT.window, "tau": DEFAULT.tau}}}
+    (dev,) = unexplained(old)
+    assert (dev.option, dev.recorded, dev.default) == ("centre", "tempered", "observed")
     # a baseline's record is compared with today's kvpress defaults too
     from jacap_lib.presses.registry import build_press, method_options
 
@@ -87,7 +91,8 @@ def test_bad_input():
 
 
 def test_top_level_shared_parameters_are_compared():
-    data = {"config": {"window": DEFAULT.window + 3, "tau": DEFAULT.tau, "budget": 56}, "rows": []}
+    data = {"config": {"window": DEFAULT.window + 3, "tau": DEFAULT.tau, "centre": DEFAULT.centre, "budget": 56},
+            "rows": []}
     assert [(d.option, d.where) for d in unexplained(data)] == [("window", "config")]
     data["config"][MARKER] = {"window": "a short demo"}
     assert unexplained(data) == []
@@ -95,9 +100,11 @@ def test_top_level_shared_parameters_are_compared():
 
 def test_deff_frac_counts_only_with_the_effective_dimension_rule():
     other = DEFAULT.deff_frac * 2
-    fixed = {"config": {"jacap": {"noise": 1.0, "deff_frac": other, "tau": DEFAULT.tau}}, "rows": []}
+    fixed = {"config": {"jacap": {"noise": 1.0, "deff_frac": other, "tau": DEFAULT.tau, "centre": DEFAULT.centre}},
+             "rows": []}
     assert unexplained(fixed) == []  # no effect with a fixed noise
-    rule = {"config": {"jacap": {"noise": "deff", "deff_frac": other, "tau": DEFAULT.tau}}, "rows": []}
+    rule = {"config": {"jacap": {"noise": "deff", "deff_frac": other, "tau": DEFAULT.tau, "centre": DEFAULT.centre}},
+            "rows": []}
     devs = {d.option: d for d in unexplained(rule)}
     assert set(devs) == {"noise", "deff_frac"}
     assert (devs["deff_frac"].recorded, devs["deff_frac"].default) == (other, DEFAULT.deff_frac)
@@ -109,8 +116,10 @@ def test_the_evaluations_settings_mapping_is_compared_like_methods():
     from jacap_lib.presses.registry import method_options, press_from_spec
 
     now = method_options(press_from_spec("jacap", 0.5))
-    run = {"settings": {"jacap": {**now, "tau": now["tau"] + 7.0}, "knorm": method_options(press_from_spec("knorm", 0.5))}}
+    run = {"settings": {"jacap": {**now, "beta": None}, "knorm": method_options(press_from_spec("knorm", 0.5))}}
     (dev,) = unexplained({"runs": [run]})
-    assert (dev.option, dev.recorded) == ("tau", now["tau"] + 7.0) and "settings.jacap" in dev.where
-    run[MARKER] = {"tau": "made under the defaults of the day"}
+    assert (dev.option, dev.recorded) == ("beta", None) and "settings.jacap" in dev.where
+    # tau has no effect at the default observed centre: a different tau is no deviation there
+    assert unexplained({"runs": [{"settings": {"jacap": {**now, "tau": now["tau"] + 7.0}}}]}) == []
+    run[MARKER] = {"beta": "made under the defaults of the day"}
     assert unexplained({"runs": [run]}) == []

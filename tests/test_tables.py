@@ -78,7 +78,7 @@ def _row(L, c, lo, hi, **kw):
 
 def _summary(rows, **fam):
     return {"config": {}, "cells_missing": [], "families": [
-        {"setting": "jacap[tau=3,beta=0.9]", "role": "default", "picked_on": "tune", "label": "picked on tune",
+        {"setting": "jacap[tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune", "label": "picked on tune",
          "rows": rows, **fam}]}
 
 
@@ -95,14 +95,14 @@ def test_verdict_frame_headline_and_details_columns():
     head = VE.verdict_frame(_summary(rows))
     assert list(head.columns) == ["baseline", "KL ratio [95 % CI]", "verdict"]
     assert head.index.names == ["Jacap", "prompt / c"]
-    assert head.loc[("default", "512 / 0.5"), "verdict"] == "better 7–17 %"
-    assert head.loc[("default", "512 / 0.5"), "KL ratio [95 % CI]"] == "0.88 [0.83, 0.93]"
-    assert head.loc[("default", "512 / 0.9"), "verdict"] == "identical on every document"
-    assert head.loc[("default", "512 / 0.5"), "baseline"] == "snapkv"
+    assert head.loc[("Algorithm 1", "512 / 0.5"), "verdict"] == "better 7–17 %"
+    assert head.loc[("Algorithm 1", "512 / 0.5"), "KL ratio [95 % CI]"] == "0.88 [0.83, 0.93]"
+    assert head.loc[("Algorithm 1", "512 / 0.9"), "verdict"] == "identical on every document"
+    assert head.loc[("Algorithm 1", "512 / 0.5"), "baseline"] == "snapkv"
     det = VE.verdict_frame(_summary(rows), details=True)
     assert list(det.columns) == ["baseline setting", "mean-KL [95 % CI]", "won/lost", "Wilcoxon p", "Holm p"]
-    assert det.loc[("default", "512 / 0.9"), "won/lost"] == "all tied"  # not "24/20" beside an identical cell
-    assert det.loc[("default", "512 / 0.5"), "baseline setting"] == "snapkv[window_size=16]"
+    assert det.loc[("Algorithm 1", "512 / 0.9"), "won/lost"] == "all tied"  # not "24/20" beside an identical cell
+    assert det.loc[("Algorithm 1", "512 / 0.5"), "baseline setting"] == "snapkv[window_size=16]"
     _no_cut_text(head), _no_cut_text(det)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from ..config import DEFAULTS
 from ._core import Exercise, integer, number
 
 CHAPTER = "critique"
@@ -37,7 +38,8 @@ EXERCISES = [
         number(rtol=1e-3, hint="d_eff falls monotonically in sigma^2: bisect between 1e-12 and sum(lambda) / 2."),
         data=_spectrum),
     Exercise(
-        "A 512-token prompt at c = 0.9 with JacapPress's defaults (n_sink = 4, window = 32): how many of the kept "
+        f"A 512-token prompt at c = 0.9 with JacapPress's defaults (n_sink = {DEFAULTS.n_sink}, window = "
+        f"{DEFAULTS.window}): how many of the kept "
         "slots are left for Algorithm 1's scores?",
         _scored_slots,
         integer(slips=[(lambda e: e + 1, "kvpress keeps floor(N (1 - c)) tokens, rounding down.")],

@@ -3,7 +3,10 @@ computed from :meth:`jacap_lib.presses.jacap.JacapPress.budget_split` and kvpres
 from __future__ import annotations
 
 from ..presses.jacap import JacapPress
+from ..selection import n_kept
 from ._core import Exercise, integer
+
+_PROTECTED = JacapPress().n_sink + JacapPress().window  # the default sinks + recent window
 
 CHAPTER = "kvpress-usage"
 
@@ -20,6 +23,11 @@ def _first_scored_length(ratio: float = 0.9) -> int:
     return n
 
 
+def _first_full_length(ratio: float = 0.9) -> int:
+    """The shortest prompt whose budget holds exactly the protected slots (the score still chooses none)."""
+    return next(n for n in range(1, 100_000) if n_kept(n, ratio) >= _PROTECTED)
+
+
 def _decoding_scored(target_size: int = 96) -> int:
     press = JacapPress()
     return target_size - press.n_sink - press.window
@@ -31,9 +39,9 @@ EXERCISES = [
         "default: how many of the kept tokens does Algorithm 1's score choose (not counting the protected sinks "
         "and recent window)?",
         _scored_1000,
-        integer(slips=[(lambda e: e + 36, "That is every kept token; subtract the sinks and the recent window."),
-                       (lambda e: e + 4, "Subtract the recent window too, not only the sinks."),
-                       (lambda e: e + 32, "Subtract the sinks too, not only the recent window.")],
+        integer(slips=[(lambda e: e + _PROTECTED, "That is every kept token; subtract the sinks and the recent window."),
+                       (lambda e: e + JacapPress().n_sink, "Subtract the recent window too, not only the sinks."),
+                       (lambda e: e + JacapPress().window, "Subtract the sinks too, not only the recent window.")],
                 hint="kvpress keeps int(N (1 - c)) tokens; the sinks and the window come out of that budget.")),
     Exercise(
         "JacapPress(compression_ratio=0.9) with its defaults: what is the shortest prompt (in tokens) for which "
@@ -42,14 +50,15 @@ EXERCISES = [
         _first_scored_length,
         integer(slips=[(lambda e: e - 1, "Off by one: 1 - 0.9 is slightly below 0.1 in floating point, so "
                                          "int(N * (1 - 0.9)) is one token short at that N."),
-                       (lambda e: e - 11, "At that length the budget holds at most the sinks and the window.")],
+                       (lambda e: _first_full_length(), "At that length the budget holds only the sinks and the "
+                                                         "window.")],
                 hint="Find the smallest N with int(N * (1 - 0.9)) > n_sink + window.")),
     Exercise(
         "kvpress.DecodingPress(base_press=JacapPress(), compression_interval=4, target_size=96) cuts the cache "
         "back to 96 slots every 4 generated tokens. How many of those 96 slots does Jacap's score choose?",
         _decoding_scored,
-        integer(slips=[(lambda e: e + 36, "That is every slot; the sinks and the recent window are protected."),
-                       (lambda e: e + 32, "The sinks count too.")],
+        integer(slips=[(lambda e: e + _PROTECTED, "That is every slot; the sinks and the recent window are protected."),
+                       (lambda e: e + JacapPress().window, "The sinks count too.")],
                 hint="JacapPress locates the sinks and the recent window by true position in a decoding buffer "
                      "too; they come out of the target size.")),
 ]

@@ -23,19 +23,16 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from kvpress.utils import get_prerope_query_states
-from torch import nn
 from transformers.models.llama.modeling_llama import repeat_kv
 
 from .. import _checks
-from ..hf import apply_rope
 from ..scoring import JacapScores
 from ..scoring.contract import compute_dtype, validate_inputs
 from ..scoring.core import leverage as leverage_of
 from ..scoring.noise import deff_noise, weighted_gram
-from ..stats import ema_weights
 from . import utils
 from .jacap import JacapPress
+from .utils import observed_attention  # noqa: F401  (re-exported: the observed centre's one home is utils)
 
 __all__ = ["JacapAblationPress", "ablation_components", "observed_attention", "marginal_capacity", "ONE_KNOB",
            "BASE_OF", "base_spec", "CENTRES", "SENSITIVITIES", "KAPPAS", "LEVERAGES", "BUDGETS"]
@@ -54,58 +51,6 @@ def marginal_capacity(score: torch.Tensor) -> torch.Tensor:
     Scores at or above 1 (rounding of a dominant token) are clamped just below 1."""
     r = score.float()
     return -0.5 * torch.log1p(-r.clamp(0.0, 1.0 - torch.finfo(r.dtype).eps))
-
-
-@torch.no_grad()
-def observed_attention(module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict, *,
-                       n_queries: int | None, skip: int, beta: float | None, pooled: bool,
-                       block: int = 256) -> torch.Tensor:
-    r"""The prompt's recent queries' actual attention rows, averaged: ``(B, H, N)`` float32, each row summing to 1.
-
-    The rows are those :func:`~jacap_lib.presses.utils.future_query_states` uses for :math:`\mu_Q` (positions
-    ``>= skip``, the last ``n_queries``), weighted as :math:`\mu_Q` weights them (EMA with ``beta``, flat for
-    ``None``). Each query is rotated by RoPE at its *own* position (as the model attended, as kvpress SnapKV's
-    ``compute_window_attention`` does), attends causally (a key at a later position is masked; a cache whose
-    positions the hook does not tell is taken in position order, the rows' own keys last) with the model's
-    scaling (``module.scaling``, else :math:`1/\sqrt d`). With an EMA, rows whose weight is below 1e-9 of the
-    newest row's (at most 2e-9 of the total) are skipped: a long prompt costs about 200 rows at ``beta=0.9``.
-    ``pooled``: the G query heads of a KV head averaged
-    (``H = H_kv``), else per query head (``H = H_q``). Rows are processed ``block`` at a time.
-    """
-    query_pos, key_pos, next_pos = utils.hook_positions(hidden_states, keys, kwargs)
-    t_all = hidden_states.shape[1]
-    rows = torch.nonzero(query_pos >= skip).flatten()
-    if rows.numel() == 0:
-        rows = torch.arange(t_all, device=hidden_states.device)
-    if n_queries is not None:
-        rows = rows[-n_queries:]
-    weights = (torch.full((rows.numel(),), 1.0 / rows.numel(), device=keys.device) if beta is None
-               else ema_weights(rows.numel(), beta, device=keys.device))
-    if beta is not None:  # rows the EMA has forgotten (weight < 1e-9 of the newest; < 2e-9 in all) are skipped
-        keep = weights >= 1e-9 * weights.max()
-        rows, weights = rows[keep.to(rows.device)], weights[keep]
-    n_rows = rows.numel()
-    b, h_kv, n, d = keys.shape
-    g = module.config.num_attention_heads // h_kv
-    scale = float(getattr(module, "scaling", 1.0 / math.sqrt(d)))
-    k = repeat_kv(keys, g).float()  # (B, H_q, N, d)
-    if key_pos is None:  # slots in position order, the hook's rows are the last t_all slots
-        slot_pos = torch.arange(n, device=keys.device) + (next_pos - n)
-    else:
-        slot_pos = key_pos.to(keys.device)
-    out = torch.zeros(b, k.shape[1], n, dtype=torch.float32, device=keys.device)
-    for s in range(0, n_rows, block):
-        r = rows[s: s + block]
-        pos = query_pos[r].to(keys.device)
-        cos, sin = module.rotary_emb(hidden_states, pos[None])
-        q = apply_rope(module, get_prerope_query_states(module, hidden_states[:, r]), cos, sin).float()
-        logits = (q @ k.transpose(-1, -2)) * scale  # (B, H_q, R, N)
-        logits = logits.masked_fill(slot_pos[None, :] > pos[:, None], float("-inf"))
-        attn = torch.softmax(logits, dim=-1)
-        out += torch.einsum("bhrn,r->bhn", attn, weights[s: s + block])
-    if pooled:
-        out = out.view(b, h_kv, g, n).mean(2)
-    return out
 
 
 def ablation_components(keys, values, mu, lam, *, tau: float, noise, centre: str = "tempered",
@@ -212,7 +157,7 @@ class JacapAblationPress(JacapPress):
     # at its field defaults this press is JacapPress (registry.changed_options reads it; a test checks it)
     same_as_parent_at_defaults: ClassVar[bool] = True
 
-    centre: str = "tempered"
+    centres: ClassVar[tuple] = CENTRES
     sensitivity: str = "rho2"
     kappa: str = "on"
     leverage: str = "A"
@@ -221,7 +166,6 @@ class JacapAblationPress(JacapPress):
 
     def __post_init__(self):
         super().__post_init__()
-        _checks.choice("centre", self.centre, CENTRES)
         _checks.choice("sensitivity", self.sensitivity, SENSITIVITIES)
         _checks.choice("kappa", self.kappa, KAPPAS)
         _checks.choice("leverage", self.leverage, LEVERAGES)
@@ -230,8 +174,9 @@ class JacapAblationPress(JacapPress):
 
     @property
     def algorithm1_scoring(self) -> bool:
-        """True when the scoring fields are Algorithm 1's (then :meth:`components` is JacapPress's own)."""
-        return (self.centre, self.sensitivity, self.kappa, self.leverage) == ("tempered", "rho2", "on", "A")
+        """True when the scoring fields are JacapPress's own (sensitivity, kappa, leverage at Algorithm 1's choice and
+        a centre JacapPress offers): then :meth:`components` is JacapPress's, the same code path and scores."""
+        return self.centre in JacapPress.centres and (self.sensitivity, self.kappa, self.leverage) == ("rho2", "on", "A")
 
     def query_statistics(self, module, hidden_states, keys, kwargs):
         """JacapPress's ``(mu, lam)``, with ``lam + prior_iso * mean(lam)`` when ``prior_iso > 0``."""
@@ -243,7 +188,7 @@ class JacapAblationPress(JacapPress):
     def components(self, keys, values, mu, lam, module, alpha: torch.Tensor | None = None) -> JacapScores:
         """Algorithm 1's per-token quantities with this press's components (``alpha``: the observed centre)."""
         if self.algorithm1_scoring:
-            return super().components(keys, values, mu, lam, module)
+            return super().components(keys, values, mu, lam, module, alpha)
         out_proj = None
         if self.use_out_proj:
             out_proj = utils.out_proj_factors(module, pooled=self.gqa == "pool").to(keys.device)
@@ -258,13 +203,6 @@ class JacapAblationPress(JacapPress):
             b, h, n = parts.score.shape
             parts = parts.map(lambda t: t.view(b, h // g, g, n).mean(2))
         return parts
-
-    def centre_attention(self, module, hidden_states, keys, kwargs) -> torch.Tensor | None:
-        """The observed centre (:func:`observed_attention`) for ``centre="observed"``, else None."""
-        if self.centre != "observed":
-            return None
-        return observed_attention(module, hidden_states, keys, kwargs or {}, n_queries=self.n_queries,
-                                  skip=self.n_sink, beta=self.beta, pooled=self.gqa == "pool")
 
     def score(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
         mu, lam = self.query_statistics(module, hidden_states, keys, kwargs)

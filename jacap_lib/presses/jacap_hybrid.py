@@ -12,6 +12,7 @@ with :math:`g` the attention the last prompt window paid to token i (kvpress Sna
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from kvpress import SnapKVPress
@@ -38,6 +39,11 @@ class JacapHybridPress(JacapPress):
         Observation window of the SnapKV score (capped at half the prompt).
     (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`)
     """
+
+    # a variant of Algorithm 1 as published: it rebuilds the tempered centre itself, so the observed centre of
+    # JacapPress (its default) is not offered here
+    centre: str = "tempered"
+    centres: ClassVar[tuple] = ("tempered",)
 
     lam_mix: float = 0.5
     global_score: str = "snapkv"

@@ -12,6 +12,7 @@ centres, deterministic initialisation at evenly spaced positions in time), fits
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -50,6 +51,11 @@ class JacapMultiCenterPress(JacapPress):
     kmeans_iters : int, default=10
     (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`; ``beta`` must be None)
     """
+
+    # a variant of Algorithm 1 as published: it rebuilds the tempered centre itself, so the observed centre of
+    # JacapPress (its default) is not offered here
+    centre: str = "tempered"
+    centres: ClassVar[tuple] = ("tempered",)
 
     beta: float | None = None  # the clusters replace the prompt EMA (JacapPress's default is an EMA)
     n_centers: int = 3

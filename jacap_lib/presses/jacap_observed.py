@@ -12,6 +12,7 @@ with ``window >= obs_window`` they are protected, so only their share of ``A`` c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from kvpress import SnapKVPress
@@ -27,6 +28,11 @@ __all__ = ["JacapObservedPress"]
 class JacapObservedPress(JacapPress):
     """Jacap's score with :math:`\\bar\\alpha` = the observed attention of the last ``obs_window`` prompt queries
     (``gqa="pool"`` and a numeric ``noise`` only)."""
+
+    # a variant of Algorithm 1 as published: it rebuilds the tempered centre itself, so the observed centre of
+    # JacapPress (its default) is not offered here
+    centre: str = "tempered"
+    centres: ClassVar[tuple] = ("tempered",)
 
     obs_window: int = 32
 

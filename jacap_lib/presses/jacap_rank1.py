@@ -20,6 +20,7 @@ file ``jacap_rank1.py``, class :class:`JacapRank1Press`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from transformers.models.llama.modeling_llama import repeat_kv
 
@@ -38,7 +39,12 @@ class JacapRank1Press(JacapPress):
     the centred scoring runs in torch).
     """
 
-    def components(self, keys, values, mu, lam, module):
+    # a variant of Algorithm 1 as published: it rebuilds the tempered centre itself, so the observed centre of
+    # JacapPress (its default) is not offered here
+    centre: str = "tempered"
+    centres: ClassVar[tuple] = ("tempered",)
+
+    def components(self, keys, values, mu, lam, module, alpha=None):  # alpha: the tempered centre is rebuilt here
         out_proj = utils.out_proj_factors(module, pooled=self.gqa == "pool").to(keys.device) if self.use_out_proj else None
         if self.gqa == "mean":
             g = mu.shape[1] // keys.shape[1]

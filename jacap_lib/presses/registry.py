@@ -225,9 +225,27 @@ def expand_methods(specs) -> list[str]:
 def inert_options(options: dict, *, noise=None) -> set[str]:
     """The options of one press's record that cannot change what it does: Jacap's ``deff_frac`` unless the
     record's ``noise`` (or, where the record has none, ``noise``) is ``"deff"`` -- it only sets the
-    effective-dimension rule's target."""
+    effective-dimension rule's target; and Jacap's ``tau`` where the record's ``centre`` is not the tempered
+    softmax (the observed or Expected Attention centre has no temperature)."""
     noise = options.get("noise", noise)
-    return {"deff_frac"} if "deff_frac" in options and noise is not None and noise != "deff" else set()
+    out = {"deff_frac"} if "deff_frac" in options and noise is not None and noise != "deff" else set()
+    if "tau" in options and options.get("centre", "tempered") != "tempered":
+        out.add("tau")
+    return out
+
+
+#: Options added to a press after results were recorded without them, with the value every press had before
+#: (a record without the option meant that value): JacapPress's ``centre`` was the tempered softmax.
+IMPLIED_OPTIONS: dict = {"centre": "tempered"}
+
+
+def with_implied(record: dict, like: dict) -> dict:
+    """``record`` with :data:`IMPLIED_OPTIONS` filled in where ``like`` (today's record of the same press) has the
+    option and ``record`` does not (an older record made before the option existed), recursively for a wrapped
+    press's record."""
+    out = {**{k: v for k, v in IMPLIED_OPTIONS.items() if k in like and k not in record}, **record}
+    return {k: (with_implied(v, like[k]) if isinstance(v, dict) and isinstance(like.get(k), dict) else v)
+            for k, v in out.items()}
 
 
 def effective_options(record):

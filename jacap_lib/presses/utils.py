@@ -2,6 +2,8 @@
 
 * :func:`future_query_states` - the prompt's pre-RoPE queries rotated by kvpress's averaged
   future-RoPE matrix, so that they live in the same (rotated) space as the cached keys;
+* :func:`observed_attention` - the attention rows those queries actually computed (own RoPE positions,
+  causal), averaged with the same weights: the observed centre of :class:`~jacap_lib.presses.jacap.JacapPress`;
 * :func:`group_query_heads` - GQA: the G query heads that share one KV head, pooled along time;
 * :func:`out_proj_factors` - a ``(d, d)`` stand-in for a head's slice of ``W_O`` that gives exactly
   the same leverages as ``u = W_O v`` (see the function);
@@ -10,14 +12,19 @@
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from kvpress.utils import get_prerope_query_states
 from torch import nn
+from transformers.models.llama.modeling_llama import repeat_kv
 
-from ..hf import averaged_rope, num_kv_groups, out_proj_factors
+from ..hf import apply_rope, averaged_rope, num_kv_groups, out_proj_factors
 from ..selection import protected_mask
+from ..stats import ema_weights
 
-__all__ = ["hook_positions", "future_query_states", "protected_slots", "averaged_rope", "group_query_heads", "out_proj_factors", "protect", "num_kv_groups"]
+__all__ = ["hook_positions", "future_query_states", "observed_attention", "protected_slots", "averaged_rope",
+           "group_query_heads", "out_proj_factors", "protect", "num_kv_groups"]
 
 
 def _current_positions(hidden_states: torch.Tensor, kwargs: dict) -> torch.Tensor:
@@ -168,3 +175,55 @@ def protect(scores: torch.Tensor, n_sink: int = 0, window: int = 0, *, key_posit
     mask = protected_slots(scores.shape[-1], n_sink, window, key_positions=key_positions,
                            next_position=next_position, device=scores.device)
     return scores.masked_fill(mask, torch.finfo(scores.dtype).max)
+
+
+@torch.no_grad()
+def observed_attention(module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict, *,
+                       n_queries: int | None, skip: int, beta: float | None, pooled: bool,
+                       block: int = 256) -> torch.Tensor:
+    r"""The prompt's recent queries' actual attention rows, averaged: ``(B, H, N)`` float32, each row summing to 1.
+
+    The rows are those :func:`~jacap_lib.presses.utils.future_query_states` uses for :math:`\mu_Q` (positions
+    ``>= skip``, the last ``n_queries``), weighted as :math:`\mu_Q` weights them (EMA with ``beta``, flat for
+    ``None``). Each query is rotated by RoPE at its *own* position (as the model attended, as kvpress SnapKV's
+    ``compute_window_attention`` does), attends causally (a key at a later position is masked; a cache whose
+    positions the hook does not tell is taken in position order, the rows' own keys last) with the model's
+    scaling (``module.scaling``, else :math:`1/\sqrt d`). With an EMA, rows whose weight is below 1e-9 of the
+    newest row's (at most 2e-9 of the total) are skipped: a long prompt costs about 200 rows at ``beta=0.9``.
+    ``pooled``: the G query heads of a KV head averaged
+    (``H = H_kv``), else per query head (``H = H_q``). Rows are processed ``block`` at a time.
+    """
+    query_pos, key_pos, next_pos = hook_positions(hidden_states, keys, kwargs)
+    t_all = hidden_states.shape[1]
+    rows = torch.nonzero(query_pos >= skip).flatten()
+    if rows.numel() == 0:
+        rows = torch.arange(t_all, device=hidden_states.device)
+    if n_queries is not None:
+        rows = rows[-n_queries:]
+    weights = (torch.full((rows.numel(),), 1.0 / rows.numel(), device=keys.device) if beta is None
+               else ema_weights(rows.numel(), beta, device=keys.device))
+    if beta is not None:  # rows the EMA has forgotten (weight < 1e-9 of the newest; < 2e-9 in all) are skipped
+        keep = weights >= 1e-9 * weights.max()
+        rows, weights = rows[keep.to(rows.device)], weights[keep]
+    n_rows = rows.numel()
+    b, h_kv, n, d = keys.shape
+    g = module.config.num_attention_heads // h_kv
+    scale = float(getattr(module, "scaling", 1.0 / math.sqrt(d)))
+    k = repeat_kv(keys, g).float()  # (B, H_q, N, d)
+    if key_pos is None:  # slots in position order, the hook's rows are the last t_all slots
+        slot_pos = torch.arange(n, device=keys.device) + (next_pos - n)
+    else:
+        slot_pos = key_pos.to(keys.device)
+    out = torch.zeros(b, k.shape[1], n, dtype=torch.float32, device=keys.device)
+    for s in range(0, n_rows, block):
+        r = rows[s: s + block]
+        pos = query_pos[r].to(keys.device)
+        cos, sin = module.rotary_emb(hidden_states, pos[None])
+        q = apply_rope(module, get_prerope_query_states(module, hidden_states[:, r]), cos, sin).float()
+        logits = (q @ k.transpose(-1, -2)) * scale  # (B, H_q, R, N)
+        logits = logits.masked_fill(slot_pos[None, :] > pos[:, None], float("-inf"))
+        attn = torch.softmax(logits, dim=-1)
+        out += torch.einsum("bhrn,r->bhn", attn, weights[s: s + block])
+    if pooled:
+        out = out.view(b, h_kv, g, n).mean(2)
+    return out

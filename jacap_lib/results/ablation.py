@@ -16,9 +16,12 @@
 
 The measurement is the evaluation's (:func:`~jacap_lib.results.evaluation.measure_group`: one captured prefill
 per (document, length), every (spec, c) replayed on it, a teacher-forced continuation), except that a spec
-means what the registry builds today (``press_from_spec``), not the protocol's pinned settings: ``jacap``
-here is the library's default press. A rerun skips the rows already there and refuses when a spec now
-builds another press than the rows were made with (``check_settings_unchanged``).
+means what the registry built when the ablations ran, not the protocol's paper-era pins: ``jacap`` here is
+Algorithm 1 as tuned (the tempered centre, tau 3, beta 0.9, a window of 32), the library default then. The
+library default moved to the observed centre with a window of 16 afterwards (the ablation ``centre=observed``
+led to it); :func:`jacap_lib.results.protocol.era_spec` keeps every spec of
+:data:`~jacap_lib.results.protocol.MEASURED_TEMPERED` at those values. A rerun skips the rows already there and
+refuses when a spec now builds another press than the rows were made with (``check_settings_unchanged``).
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ __all__ = ["DEFAULT_SPEC", "LENGTHS", "RATIOS", "GRID_CHOICE", "ALPHA", "FILE", 
            "knob_table", "prepare", "execute", "summarize_ablation", "layer_ratios", "simultaneous_resamples",
            "ABLATE", "ABLATE_SUMMARY"]
 
-DEFAULT_SPEC = "jacap"  # the library's default press: every ablation changes one knob of it
+DEFAULT_SPEC = "jacap"  # Algorithm 1 as tuned (the library default when they ran): every ablation changes one knob of it
 FILE = "ablation.jsonl"
 SUMMARY_FILE = "ablation_summary.json"
 ALPHA = 0.05  # family-wise error level of the simultaneous intervals and of Holm
@@ -63,10 +66,12 @@ def knob_table() -> tuple[dict, str]:
 
 
 def _build(spec: str, compression_ratio: float):
-    """The press a spec means here: the registry's, with today's library defaults (module level: workers pickle it)."""
+    """The press a spec means here: the registry's, at the tempered centre and window of 32 for the specs measured
+    under those defaults (:func:`~jacap_lib.results.protocol.era_spec`; module level: workers pickle it)."""
     from ..presses.registry import press_from_spec
+    from . import protocol as P
 
-    return press_from_spec(spec, compression_ratio)
+    return press_from_spec(P.era_spec(spec) if spec in P.MEASURED_TEMPERED else spec, compression_ratio)
 
 
 # --------------------------------------------------------------------------------------------- the job

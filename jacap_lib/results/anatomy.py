@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import files
+from . import files, findings
 from . import job as J
 from . import protocol as P
 
@@ -49,9 +49,9 @@ NO_LEVERAGE_NOISE = 1e6  # sigma^2 this large makes A = I + W / sigma^2 the iden
 def losing_cells(summary: dict) -> list[dict]:
     """The rows of ``summary`` (``summary.json``'s content) for the default Jacap setting against the best
     baseline picked on tune whose 95 % interval of the geometric-mean KL ratio lies wholly above 1."""
-    fam = next((f for f in summary["families"] if f["role"] == "default" and f["picked_on"] == "tune"), None)
+    fam = findings.family(summary, findings.ALGORITHM1, "tune")
     if fam is None:
-        raise ValueError("summary has no family of the default Jacap setting against the baseline picked on tune; "
+        raise ValueError("summary has no family of Algorithm 1's tuned setting against the baseline picked on tune; "
                          "run `jacap evaluate summary`")
     return [r for r in fam["rows"] if r["gm_low"] > 1]
 
@@ -146,13 +146,10 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
 
     The baseline's own protection is its ``n_sink`` (Expected Attention: the first 4 positions) and no window;
     Jacap's is ``n_sink`` sinks and a ``window`` of recent positions."""
-    from ..config import DEFAULTS
-
-    jp = P.parse_method(default)[1]
-    n_sink, window = jp.get("n_sink", DEFAULTS.n_sink), jp.get("window", DEFAULTS.window)
+    jacap = P.protocol_press(default, 0.5)  # as the protocol measures it (protocol.PINS)
+    n_sink, window, tau, noise = jacap.n_sink, jacap.window, float(jacap.tau), jacap.noise
     base_press = P.protocol_press(baseline, 0.5)
     b_sink = int(getattr(base_press, "n_sink", 0))
-    tau = float(jp.get("tau", DEFAULTS.tau))
     out = [
         {"key": "default", "spec": default, "changes": "nothing: the default Jacap setting", "protect": None},
         {"key": "baseline", "spec": baseline, "changes": "the cell's best baseline (picked on tune)", "protect": None},
@@ -171,11 +168,11 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
         if t != tau:
             out.append({"key": f"tau_{t:g}", "spec": with_options(default, tau=t),
                         "changes": f"temperature tau = {t:g} (from {tau:g})", "protect": None})
-    if jp.get("noise", DEFAULTS.noise) != NO_LEVERAGE_NOISE:
+    if noise != NO_LEVERAGE_NOISE:
         out.append({"key": "no_leverage", "spec": with_options(default, noise=NO_LEVERAGE_NOISE),
                     "changes": f"channel noise sigma^2 = {NO_LEVERAGE_NOISE:g}: A = I + W/sigma^2 is then ~ I, so the "
                                "score ranks by w_i |v_i|^2 (no interaction between tokens through A)", "protect": None})
-    if jp.get("gqa", DEFAULTS.gqa) != "mean":
+    if jacap.gqa != "mean":
         out.append({"key": "gqa_mean", "spec": with_options(default, gqa="mean"),
                     "changes": "statistics and scores per query head, averaged over the KV head's group (Expected "
                                "Attention's convention) instead of one pooled Gaussian per KV head", "protect": None})
@@ -183,7 +180,7 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
                 "changes": f"the centre alpha replaced by the attention the last {OBS_WINDOW} prompt queries paid "
                            "(mean over them and the KV head's query heads); weight, leverage, protection Jacap's",
                 "protect": None, "observed": OBS_WINDOW})
-    if jp.get("beta", DEFAULTS.beta) is not None:
+    if jacap.beta is not None:
         out.append({"key": "flat_statistics", "spec": with_options(default, beta=None),
                     "changes": "flat query statistics over the prompt (beta = none) instead of the EMA", "protect": None})
     return out

@@ -17,7 +17,7 @@ Where options are recorded (and what they are compared with):
 * a ``"jacap"`` mapping of options (the live chapter's KL table): compared with ``JacapPress()``;
 * ``"options"`` and ``"setup"`` mappings inside rows (the failure demos): their ``JacapPress`` fields
   compared with ``JacapPress()``;
-* the configuration's own top-level ``tau``, ``noise``, ``deff_frac``, ``n_sink``, ``window`` and ``eps``
+* the configuration's own top-level ``tau``, ``noise``, ``deff_frac``, ``n_sink``, ``window``, ``eps`` and ``centre``
   (Jacap's shared parameters, unambiguous wherever they appear: the decomposition, serving and speed runs).
 
 ``JacapPress()``'s defaults are :data:`jacap_lib.config.DEFAULTS`, so this follows the one place they live.
@@ -25,7 +25,8 @@ Where options are recorded (and what they are compared with):
 ``compression_ratio`` is a per-cell choice, not a default, and is never compared; nor is ``deff_frac`` where the
 record's noise is not ``"deff"`` (it has no effect there: :func:`jacap_lib.presses.registry.effective_options`); neither is a class name
 (a renamed class keeps its options); an option a file does not record is not compared either (an old file
-could not record an option added later).
+could not record an option added later), except an option whose earlier value every press had
+(:data:`jacap_lib.presses.registry.IMPLIED_OPTIONS`: a Jacap record without ``centre`` meant the tempered softmax).
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ __all__ = ["Deviation", "deviations", "unexplained", "MARKER"]
 
 MARKER = "non_default"
 _SKIP = {"compression_ratio", "class"}
-_TOP = ("tau", "noise", "deff_frac", "n_sink", "window", "eps")
+_TOP = ("tau", "noise", "deff_frac", "n_sink", "window", "eps", "centre")
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,10 @@ def _jacap_defaults() -> dict:
 
 
 def _compare(record: dict, current: dict, where: str, out: list) -> None:
-    from ..presses.registry import inert_options
+    from ..presses.registry import inert_options, with_implied
 
+    if "tau" in record:  # a Jacap record made before an option existed meant that option's earlier value
+        record = with_implied(record, current)
     skip = _SKIP | inert_options(record, noise=current.get("noise"))
     for key, value in record.items():
         if key in skip or key not in current:

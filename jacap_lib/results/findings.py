@@ -19,10 +19,13 @@ from pathlib import Path
 from . import files
 from .precision import interval_text
 
-__all__ = ["WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
+__all__ = ["ALGORITHM1", "family", "is_library_default", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
            "METHOD_WORDS", "accuracy_findings", "kl_findings", "needle_findings", "findings_text", "write", "FILE"]
 
 FILE = "findings.md"
+#: The role of the tune choice of the protocol's ``jacap`` method in ``summary.json``: Algorithm 1 with the tempered
+#: centre, at the settings the tune picked (the library default until the observed centre replaced it).
+ALGORITHM1 = "algorithm 1"
 #: the four verdict kinds, in the order the counts are printed
 WORDS = ("better", "worse", "no detectable difference", "identical")
 
@@ -88,8 +91,18 @@ def setting_text(spec: str) -> str:
     return ", ".join(out)
 
 
-def _fam(summary: dict, role: str, picked_on: str) -> dict | None:
+def family(summary: dict, role: str, picked_on: str = "tune") -> dict | None:
+    """The family of ``summary.json`` (its content) with that role (:data:`ALGORITHM1`, ``"paper preset"``,
+    ``"tuned <method>"``) and baseline line (``picked_on`` "tune" or "test"); ``None`` when it has none."""
     return next((f for f in summary.get("families", []) if f["role"] == role and f["picked_on"] == picked_on), None)
+
+
+def is_library_default(spec: str) -> bool:
+    """Whether the protocol measures ``spec`` as the press ``JacapPress()`` builds today (same options)."""
+    from ..presses.registry import changed_options
+    from . import protocol as P
+
+    return P.method_of(spec).startswith("jacap") and not changed_options(P.pinned(spec), "jacap")
 
 
 def _adjusted(rows) -> bool:
@@ -123,18 +136,19 @@ def _largest(rows, word: str, k: int = 2) -> list[dict]:
 
 
 def kl_findings(summary: dict) -> list[str]:
-    """Sentences on the KL verdicts of ``summary.json``: the default Jacap setting against the best baseline of
-    each cell picked on tune (the counts, the largest losses and wins), the stricter line picked on test, and
-    the paper's settings against the same baselines."""
-    main = _fam(summary, "default", "tune")
+    """Sentences on the KL verdicts of ``summary.json``: Algorithm 1 at its tuned settings against the best baseline
+    of each cell picked on tune (the counts, the largest losses and wins), the stricter line picked on test, the
+    paper's settings against the same baselines, and every other tuned Jacap method (saying which one
+    ``JacapPress()`` builds by default)."""
+    main = family(summary, ALGORITHM1, "tune")
     if main is None:
-        raise ValueError("summary has no family of the default Jacap setting against the baseline picked on tune; "
-                         "run `jacap evaluate summary`")
+        raise ValueError("summary has no family of Algorithm 1's tuned setting (role 'algorithm 1') against the "
+                         "baseline picked on tune; run `jacap evaluate summary`")
     rows = main["rows"]
     adj = (" (each verdict from an interval adjusted for the number of cells, so that all hold at once with 95 % "
            "probability)" if _adjusted(rows) else "")
     out = [f"Against the best tuned baseline of each cell, picked on tune documents and judged on held-out test "
-           f"documents, the default Jacap setting ({setting_text(main['setting'])}) is "
+           f"documents, Algorithm 1 at its tuned settings (the tempered centre, {setting_text(main['setting'])}) is "
            f"{counts_text(verdict_counts(rows))}{adj}."]
     worst = _largest(rows, "worse")
     if worst:
@@ -145,11 +159,11 @@ def kl_findings(summary: dict) -> list[str]:
     if best:
         out.append(("Its win: " if len(best) == 1 else "Its largest wins: ") + "; ".join(
             f"{_cell(r)}, {r['verdict']} against `{r['baseline_spec']}`" for r in best) + ".")
-    strict = _fam(summary, "default", "test")
+    strict = family(summary, ALGORITHM1, "test")
     if strict is not None:
         out.append("Against the best baseline picked on the test documents themselves (a line that favours the "
                    f"baselines) it is {counts_text(verdict_counts(strict['rows']))}.")
-    paper = _fam(summary, "paper preset", "tune")
+    paper = family(summary, "paper preset", "tune")
     if paper is not None:
         out.append(f"The paper's settings ({setting_text(paper['setting'])}) against the same baselines are "
                    f"{counts_text(verdict_counts(paper['rows']))}.")
@@ -157,18 +171,19 @@ def kl_findings(summary: dict) -> list[str]:
         if fam["picked_on"] == "tune" and fam["role"].startswith("tuned "):
             method = fam["role"][len("tuned "):]
             what = METHOD_WORDS.get(method, f"`{method}`")
-            out.append(f"{what[0].upper() + what[1:]} (`{fam['setting']}`, chosen on tune by the same rule) against "
-                       f"the same baselines is {counts_text(verdict_counts(fam['rows']))}.")
+            default = ", the press `JacapPress()` builds by default" if is_library_default(fam["setting"]) else ""
+            out.append(f"{what[0].upper() + what[1:]} (`{fam['setting']}`{default}, chosen on tune by the same rule) "
+                       f"against the same baselines is {counts_text(verdict_counts(fam['rows']))}.")
     return out
 
 
-#: How the findings name a Jacap method other than the default (registry name -> words).
+#: How the findings name a Jacap method other than Algorithm 1's ``jacap`` (registry name -> words).
 METHOD_WORDS = {"jacap_adakv": "Jacap's scores with kvpress AdaKV's head-adaptive budgets",
                 "jacap_obs": "the capacity press linearised at the observed attention"}
 
 
 def needle_findings(needle: dict) -> list[str]:
-    """Sentences on the needle verdicts of ``needle_summary.json``: per comparison of the default Jacap setting
+    """Sentences on the needle verdicts of ``needle_summary.json``: per comparison of Algorithm 1's tuned setting
     (the best baseline by KL on tune, the paper's settings) the verdict counts over the cells, and the cells it
     loses."""
     by_test = bool(needle.get("config", {}).get("statistics", {}).get("verdict"))
@@ -181,8 +196,8 @@ def needle_findings(needle: dict) -> list[str]:
         ref = ("the best baseline by KL of each cell" if fam.get("reference") == "best baseline"
                else f"the paper's settings ({setting_text(rows[0]['reference_spec'])})"
                if fam.get("reference") == "paper preset" else fam.get("label", fam.get("reference", "?")))
-        head = (f"On the needle task (is a key hidden in the prompt still retrieved?), the default Jacap setting "
-                f"({setting_text(fam['setting'])}) against {ref} is" if not out else f"Against {ref} it is")
+        head = (f"On the needle task (is a key hidden in the prompt still retrieved?), Algorithm 1 at its tuned "
+                f"settings ({setting_text(fam['setting'])}) against {ref} is" if not out else f"Against {ref} it is")
         s = f"{head} {counts_text(verdict_counts(rows), identical_unit='prompt')}{test}"
         lost = [r for r in rows if verdict_word(r["verdict"]) == "worse"]
         if lost:
@@ -207,7 +222,7 @@ def accuracy_findings(needle: dict, spec: str, *, max_ratio: float = 0.75) -> st
 
 
 def findings_text(summary: dict, needle: dict | None = None) -> str:
-    """The findings as one MyST paragraph per source (KL, then the needle when given: the default's verdicts and
+    """The findings as one MyST paragraph per source (KL, then the needle when given: Algorithm 1's verdicts and
     the accuracy of every other tuned Jacap method of the KL summary at c <= 0.75)."""
     paras = [" ".join(kl_findings(summary))]
     if needle is not None:

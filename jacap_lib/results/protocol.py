@@ -32,7 +32,7 @@ import math
 
 from ..presses.registry import BASELINES, parse_method, press_from_spec
 
-__all__ = ["SEARCH_SPACE", "PAPER_PRESET", "PINS", "pinned", "protocol_press", "same_setting", "CONFIGS_PER_METHOD", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
+__all__ = ["SEARCH_SPACE", "PAPER_PRESET", "PINS", "ERA_OPTIONS", "MEASURED_TEMPERED", "era_spec", "pinned", "protocol_press", "same_setting", "CONFIGS_PER_METHOD", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
            "protocol_config", "fingerprint", "compare_configs", "same_measurements", "grid_edges", "quick_space"]
 
@@ -89,19 +89,62 @@ PAPER_PRESET = "jacap[tau=10,noise=1,beta=none]"
 # which became the defaults; a bare "jacap" would now build that choice again. PINS keeps each such entry meaning
 # what it was measured as (the same press options the tune run recorded), so `jacap evaluate tune` reproduces the
 # committed rows and its fingerprint is unchanged.
-PINS: dict[str, str] = {
+_PAPER_ERA: dict[str, str] = {
     "jacap": PAPER_PRESET,
     "jacap_adakv": "jacap_adakv[tau=10,noise=1,beta=none]",
     "jacap[noise=deff,deff_frac=0.25]": "jacap[noise=deff,deff_frac=0.25,tau=10,beta=none]",
     "jacap_adakv[noise=deff,deff_frac=0.25]": "jacap_adakv[noise=deff,deff_frac=0.25,tau=10,beta=none]",
 }
+# Later the tune chose the observed centre with a recent window of 16 (jacap_obs[window=16]), which beat the tempered
+# centre on the test documents in every cell and became JacapPress()'s defaults (centre="observed", window=16). Every
+# Jacap spec measured before that (the search space, the one-knob ablations, the needle and anatomy runs) meant the
+# tempered centre and a window of 32; ERA_OPTIONS adds those values to each spec of MEASURED_TEMPERED that does not set
+# them itself (jacap_obs sets its own centre), so the specs keep meaning what the committed rows measured.
+ERA_OPTIONS: dict[str, object] = {"centre": "tempered", "window": 32}
+MEASURED_TEMPERED: tuple[str, ...] = (
+    # the search space's Jacap entries (jacap_obs's bare entry: the window only)
+    "jacap", "jacap[noise=deff,deff_frac=0.25]", "jacap[tau=3,beta=0.9]", "jacap[tau=1,beta=0.9]",
+    "jacap[tau=10,beta=0.9]", "jacap_adakv", "jacap_adakv[noise=deff,deff_frac=0.25]", "jacap_adakv[tau=3,beta=0.9]",
+    "jacap_adakv[tau=1,beta=0.9]", "jacap_adakv[tau=10,beta=0.9]", "jacap_obs", "jacap_obs[budget=layer]",
+    "jacap_obs[beta=none]", PAPER_PRESET,
+    # the one-knob ablations and their bases
+    "jacap[beta=none]", "jacap[n_future_positions=1]", "jacap[n_queries=32]", "jacap[n_queries=128]", "jacap_ablate",
+    "jacap_ablate[budget=layer]", "jacap_ablate[budget=model]", "jacap_ablate[centre=ea]",
+    "jacap_ablate[centre=observed]", "jacap_ablate[kappa=mean]", "jacap_ablate[leverage=identity]",
+    "jacap_ablate[prior_iso=1]", "jacap_ablate[sensitivity=alpha]", "jacap_ablate[sensitivity=rho]", "jacap_wo",
+    "jacap_two_stage", "jacap_multicenter",
+    # the anatomy of the losing cell
+    "jacap[tau=3,beta=0.9,gqa=mean]", "jacap[tau=3,beta=0.9,n_sink=0,window=0]",
+    "jacap[tau=3,beta=0.9,n_sink=4,window=0]", "jacap[tau=3,beta=0.9,noise=1e+06]", "jacap[tau=3,beta=none]",
+)
+
+
+def era_spec(spec: str) -> str:
+    """``spec`` with :data:`ERA_OPTIONS` added where it does not set them (nor its factory, for ``centre``)."""
+    import inspect
+
+    from ..presses.registry import method_factory
+
+    name, opts = parse_method(spec)
+    factory = method_factory(name)
+    own = set(inspect.signature(factory).parameters) if not isinstance(factory, type) else set()
+    extra = {k: v for k, v in ERA_OPTIONS.items() if k not in opts and k not in own}
+    if not extra:
+        return spec
+    body = ",".join([spec[spec.index("[") + 1:-1]] if "[" in spec else [])
+    body = ",".join(x for x in (body, ",".join(f"{k}={v}" for k, v in extra.items())) if x)
+    return f"{name}[{body}]"
+
+
+PINS: dict[str, str] = {s: era_spec(_PAPER_ERA.get(s, s)) for s in MEASURED_TEMPERED}
 BASELINE_METHODS = tuple(m for m in SEARCH_SPACE if m in BASELINES)
 JACAP_METHODS = tuple(m for m in SEARCH_SPACE if m.startswith("jacap"))
 
 
 def pinned(spec: str) -> str:
     """The method spec a setting of the protocol is measured as: :data:`PINS`' explicit spec for the Jacap
-    entries fixed under the paper's defaults, else ``spec`` itself."""
+    entries measured under earlier library defaults (the paper's tau / beta; the tempered centre and a window of
+    32), else ``spec`` itself."""
     return PINS.get(spec, spec)
 
 

@@ -130,11 +130,25 @@ def jacap_scores(
                             deff_target=deff_target, out_proj=out_proj, backend=check("backend", backend))
 
 
-def validated_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out_proj=None, backend="auto"):
+def validated_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out_proj=None, backend="auto",
+                     alpha=None):
     """:func:`jacap_scores` for ``tau``, ``noise`` and ``backend`` already validated where they entered (the
-    press, the decode-time controller, :func:`jacap_scores`; :mod:`jacap_lib.config`): checks the tensors only."""
+    press, the decode-time controller, :func:`jacap_scores`; :mod:`jacap_lib.config`): checks the tensors only.
+
+    ``alpha``: a given centre :math:`\\bar\\alpha` (``(..., N)``, e.g. the attention the recent queries observed,
+    :func:`jacap_lib.presses.utils.observed_attention`) in place of the tempered softmax (``tau`` then unused);
+    scored on the torch path (``backend="auto"``; ``"triton"`` computes the tempered centre in its kernels and
+    refuses it)."""
     validate_inputs(keys, values, mu, lam, out_proj)
     check_deff_target(noise, deff_target)
+    if alpha is not None:
+        if backend == "triton":
+            raise ValueError("backend='triton' computes the tempered centre inside its kernels and cannot take a given "
+                             "`alpha` (the observed centre); use backend='auto' or 'torch', or centre='tempered'")
+        if tuple(alpha.shape[-1:]) != tuple(keys.shape[-2:-1]):
+            raise ValueError(f"alpha must have one entry per cached token, shape (..., {keys.shape[-2]}); got "
+                             f"{tuple(alpha.shape)}")
+        backend = "torch"
     if backend == "auto":
         # the Triton kernels take fp32/fp16/bf16; float64 stays on the torch path
         backend = "triton" if keys.is_cuda and keys.dtype != torch.float64 and _triton_available() else "torch"
@@ -145,10 +159,10 @@ def validated_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out
                                        out_proj=out_proj)
     with torch.no_grad():  # scores decide a selection: no autograd graph over the cache (the passes refuse one anyway)
         return _torch_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, deff_target=deff_target,
-                                   out_proj=out_proj)
+                                   out_proj=out_proj, alpha=alpha)
 
 
-def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out_proj=None):
+def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out_proj=None, alpha=None):
     """The torch path: K read once, V twice, in cache-sized blocks of rows (:mod:`.factor`), float32
     accumulation (float64 for float64 inputs), no copy of the cache and no ``(N, d)`` temporary."""
     cdt = compute_dtype(keys.dtype)
@@ -159,7 +173,10 @@ def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, 
     mu3 = torch.broadcast_to(mu, lead + (d,)).reshape(G, d, 1).to(cdt)
     lam3 = torch.broadcast_to(lam, lead + (d,)).reshape(G, d, 1).to(cdt)
     logits, kappa = token_pass(k3, mu3, lam3, cdt, block_rows(G, d, N, keys.device))
-    alpha = torch.softmax(logits / (tau * math.sqrt(d)), dim=-1)
+    if alpha is None:
+        alpha = torch.softmax(logits / (tau * math.sqrt(d)), dim=-1)
+    else:  # a given centre (the observed attention), broadcast over the leading dims like mu
+        alpha = torch.broadcast_to(alpha.to(device=keys.device, dtype=cdt), lead + (N,)).reshape(G, N)
     rho = alpha * (1.0 - alpha)
     weight = rho.square() * kappa / d
     if not bool(torch.isfinite(weight).all()):

@@ -185,11 +185,12 @@ def choices_frame(choices: dict) -> pd.DataFrame:
     return wrapped(pd.DataFrame(rows).set_index(["method", "options"]), ["method", "options"])
 
 
-_ROLE = {"default": "default", "paper preset": "paper"}
+_ROLE = {"algorithm 1": "Algorithm 1", "paper preset": "paper"}
 
 
 def role_label(role: str) -> str:
-    """A summary family's role in a narrow table column: ``"default"``, ``"paper"``, and a tuned Jacap method by
+    """A summary family's role in a narrow table column: ``"Algorithm 1"`` (its tuned setting), ``"paper"``, and a
+    tuned Jacap method by
     its registry name (``"tuned jacap_obs"`` -> ``"jacap_obs"``)."""
     return _ROLE.get(role, role[len("tuned "):] if role.startswith("tuned ") else role)
 
@@ -201,7 +202,7 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
     the geometric-mean KL ratio with its interval (the multiplicity-adjusted one when the summary has it) and
     the verdict in short words. ``details=True``: the baseline's setting, the mean-KL ratio, documents won/lost,
     Wilcoxon and Holm p (and the cell's own 95 % interval when the headline one is adjusted).
-    ``role``: only that Jacap setting's family ("default", "paper preset", ...)."""
+    ``role``: only that Jacap setting's family ("algorithm 1", "paper preset", ...)."""
     rows = []
     for fam in summary["families"]:
         if fam["picked_on"] != picked_on or (role is not None and fam["role"] != role):

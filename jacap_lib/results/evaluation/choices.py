@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .. import files
 from .. import protocol as P
+from ..findings import ALGORITHM1
 
 __all__ = ["TEST_LABEL", "write_choices", "read_choices", "best_baselines", "jacap_settings", "test_specs"]
 
@@ -62,8 +63,8 @@ def best_baselines(choices: dict, test_rows: list[dict]) -> dict:
 
 
 def jacap_settings(choices: dict, test_rows: list[dict]) -> list[dict]:
-    """The Jacap settings the summary judges: the protocol's default Jacap setting (the tune choice of
-    ``jacap``) first, then the paper's exact settings preset when the search space has one
+    """The Jacap settings the summary judges: Algorithm 1's tuned setting (the tune choice of ``jacap``, the tempered
+    centre; role :data:`~jacap_lib.results.findings.ALGORITHM1`) first, then the paper's exact settings preset when the search space has one
     (``protocol.PAPER_PRESET``, a method spec) and the test rows hold it, else every other Jacap setting
     (``jacap*`` method) the test rows hold; then the tune choice of every other Jacap method of the search space
     (``jacap_adakv``, ``jacap_obs``, ...; role ``"tuned <method>"``) the test rows hold. ``[{"spec", "role"}]``."""
@@ -71,7 +72,7 @@ def jacap_settings(choices: dict, test_rows: list[dict]) -> list[dict]:
     default = choices["chosen"].get("jacap") or (have[0] if have else None)
     if default is None or default not in have:
         raise ValueError(f"test.jsonl has no rows of the chosen Jacap setting {default!r}; run `jacap evaluate test`")
-    out = [{"spec": default, "role": "default"}]
+    out = [{"spec": default, "role": ALGORITHM1}]
     paper = getattr(P, "PAPER_PRESET", None)
     if paper is not None and paper in have and not P.same_setting(paper, default):
         out.append({"spec": paper, "role": "paper preset"})

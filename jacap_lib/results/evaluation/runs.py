@@ -396,7 +396,7 @@ def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(
     change (``JacapPress``'s defaults are the tune choice). Every earlier run of ``out`` recorded each
     setting's resolved options; a spec whose options differ today (the compression ratio aside) would mix two
     presses under one name, so this raises ``ValueError`` naming it and the fix (a new ``--dir``)."""
-    from ...presses.registry import effective_options, method_options
+    from ...presses.registry import effective_options, method_options, with_implied
 
     if not Path(out).is_file():
         return
@@ -408,8 +408,9 @@ def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(
             if then is None:
                 continue
             now = method_options((build or P.protocol_press)(spec, float(ratios[0])))
-            a = effective_options({k: v for k, v in then.items() if k not in drop})
-            b = effective_options(json.loads(json.dumps({k: v for k, v in now.items() if k not in drop})))
+            now = json.loads(json.dumps({k: v for k, v in now.items() if k not in drop}))
+            a = effective_options(with_implied({k: v for k, v in then.items() if k not in drop}, now))
+            b = effective_options(now)
             if a != b:
                 diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
                 raise ValueError(f"{out} holds rows of {spec!r} made with other options ({', '.join(diff)}: "

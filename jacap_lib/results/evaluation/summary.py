@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import files
+from .. import files, findings
 from .. import job as J
 from .. import protocol as P
 from .choices import best_baselines, jacap_settings, test_specs
@@ -167,9 +167,9 @@ def target_status(summary: dict, *, target: dict | None = None) -> list[dict]:
     adjusted interval; ``met_unadjusted`` and ``verdict_unadjusted`` from the 95 % one. Cells the summary has not
     measured are rows with ``met = None``."""
     target = TARGET if target is None else target
-    fam = next((f for f in summary["families"] if f["role"] == "default" and f["picked_on"] == "tune"), None)
+    fam = findings.family(summary, findings.ALGORITHM1, "tune")
     if fam is None:
-        raise ValueError("summary has no family of the default Jacap setting against the baseline picked on tune; "
+        raise ValueError("summary has no family of Algorithm 1's tuned setting against the baseline picked on tune; "
                          "run `jacap evaluate summary`")
     if any("gm_low_adjusted" not in r for r in fam["rows"]):
         raise ValueError("summary rows have no adjusted intervals (gm_low_adjusted); it was written before they "
