@@ -27,6 +27,12 @@ def test_press_options_only_steer_jacap():
     assert W.press_options("jacap", 5, 0.9) == {"tau": 5.0, "beta": 0.9}
     assert W.press_options("jacap_two_stage", 5, None) == {"tau": 5.0, "beta": None}
     assert W.press_options("snapkv", 5, 0.9) == {}
+    # the centre goes to a press that offers it; a variant that rebuilds the tempered centre keeps its own
+    assert W.press_options("jacap", 5, 0.9, "tempered") == {"tau": 5.0, "beta": 0.9, "centre": "tempered"}
+    assert W.press_options("jacap_two_stage", 5, None, "observed") == {"tau": 5.0, "beta": None}
+    assert W.press_options("snapkv", 5, 0.9, "tempered") == {}
+    with pytest.raises(ValueError, match="centre"):
+        W.press_options("jacap", 5, 0.9, "ea")
     assert W.parse_choice("all") is None and W.parse_choice(3) == 3 and W.parse_choice("2") == 2
     with pytest.raises(ValueError):
         W.parse_choice("three")
@@ -83,13 +89,19 @@ def test_explorer_callbacks_on_the_bundled_model():
     assert ex.inspect("jacap", 0.5, 10.0, None) is insp  # memoised: moving layer/head costs nothing
     assert [list(row) for row in fig.data[0].z] == V.strip_data(insp, 3, None)["z"]
     assert ex.inspect("jacap", 0.5, 2.0, None).options["tau"] == 2.0
+    hot = ex.inspect("jacap", 0.5, 100.0, None, "tempered")  # tau acts on the tempered centre: flatter alpha
+    assert hot.options["centre"] == "tempered" and float(hot.alpha.std()) < float(ex.inspect("jacap", 0.5, 1.0, None, "tempered").alpha.std())
     got = ex.answers("knorm", 0.5)
     assert set(got) == {"full", "compressed"} and all(isinstance(v, str) for v in got.values())
 
     # the ipywidgets app: moving the layer control re-draws from the memoised inspection
     app = W.live_app(model, tok, context, "How much is a ticket?")
-    layer_control = app.children[1].children[1]
+    layer_control = app.children[1].children[2]
     assert layer_control.description == "layer"
+    centre_control, tau_control = app.children[0].children[2], app.children[1].children[0]
+    assert (centre_control.description, centre_control.value, tau_control.disabled) == ("centre", "observed", True)
+    centre_control.value = "tempered"  # the slider steers only the tempered centre
+    assert tau_control.disabled is False
     before = app.explorer.inspect.cache_info()
     layer_control.value = 7
     after = app.explorer.inspect.cache_info()

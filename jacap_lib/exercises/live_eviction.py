@@ -43,14 +43,14 @@ EXERCISES = [
                 hint="kvpress keeps max(1, floor(N (1 - c))) tokens per head."),
         given=("inspection",)),
     Exercise(
-        "With window=16 at c = 0.75, what fraction of all (layer, KV head) caches keep the last prompt token? "
+        "With window=8 at c = 0.75, what fraction of all (layer, KV head) caches keep the last prompt token? "
         "(inspection = that windowed inspection)",
         _last_token_kept,
-        number(rtol=0.0, atol=1e-6, hint="The window protects the last 16 prompt tokens in every cache."),
+        number(rtol=0.0, atol=1e-6, hint="The window protects the last 8 prompt tokens in every cache."),
         given=("inspection",)),
     Exercise(
-        "Raise tau from 10 to 100. Does alpha-bar get 'flatter' or 'sharper'? "
-        "(cool, hot = the inspections at tau = 10 and tau = 100)",
+        "With the tempered centre (centre='tempered'), raise tau from the default to 100. Does alpha-bar get "
+        "'flatter' or 'sharper'? (cool, hot = the tempered-centre inspections at the default tau and at tau = 100)",
         _flatter_or_sharper,
         custom(_grade_word, "exact word"),
         given=("cool", "hot")),
