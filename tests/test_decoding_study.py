@@ -112,10 +112,12 @@ def test_config_uses_the_prefill_tune_choices_and_fits():
 
     space = json.loads(data_path("results", "eval", "choices.json").read_text())["config"]["search_space"]
     specs = DC.CONFIG["methods"]
-    assert specs["alg2"] == "alg2" and specs["alg2_flat"] == "alg2[beta=none]" and specs["jacap"] == "jacap"
-    for label, spec in specs.items():  # each baseline a setting the evaluation's tune measured
+    assert specs["alg2"] == "alg2" and specs["alg2_flat"] == "alg2[beta=none]"
+    assert specs["jacap"] == "jacap[centre=tempered]"  # the controller's score inside kvpress's wrapper
+    chosen = json.loads(data_path("results", "eval", "choices.json").read_text())["chosen"]
+    for label, spec in specs.items():  # each baseline the evaluation's prefill tune choice
         if label not in ("alg2", "alg2_flat", "jacap"):
-            assert spec in space[label], label
+            assert spec in space[label] and spec == chosen[label], label
     assert len(DC.CONFIG["prompts"]) == 24 and len(set(DC.CONFIG["prompts"])) == 24 and DC.CONFIG["seeds"] == [0, 1]
     from jacap_lib.config import DEFAULTS
 

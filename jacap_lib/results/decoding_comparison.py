@@ -14,10 +14,11 @@ The methods (:data:`CONFIG` ``methods``, label -> spec; ``method_specs`` in the 
 * ``alg2``: :class:`jacap_lib.controller.JacapDecodeController` with EMA statistics (the default β);
 * ``alg2_flat``: the same controller with flat (cumulative) statistics (``beta=None``), nothing else
   changed -- the one comparison that isolates the query statistics;
-* ``jacap``: ``DecodingPress(JacapPress)`` with the library's default JacapPress (same sinks and window);
-* the baselines: TOVA (no option) and StreamingLLM with 1 sink (``streaming_llm[n_sink=1]``), each a setting of
-  the evaluation's search space (the prefill tune on its 3-setting grid chose 1 sink; the widened grid chooses 2,
-  and this comparison has not been rerun with it).
+* ``jacap``: ``DecodingPress(JacapPress(centre="tempered"))``: the same score as Algorithm 2's controller (the
+  tempered centre; the default observed centre is a prefill choice the controller does not make), the same sinks
+  and window, kvpress's wrapper instead of the controller;
+* the baselines: TOVA (no option) and StreamingLLM with 2 sinks (``streaming_llm[n_sink=2]``, the evaluation's
+  prefill tune choice).
 
 Every ``DecodingPress`` runs as :func:`jacap_lib.measure.decoding_compare.positional_decoding_press`:
 kvpress 0.5.5 writes the kept tokens back in score order, after which StreamingLLM (which scores by slot
@@ -97,12 +98,13 @@ CONFIG = {
     "window": DEFAULTS.window,
     "n_sink": DEFAULTS.n_sink,
     "beta": DEFAULTS.decode_beta,
-    "methods": {"alg2": "alg2", "alg2_flat": "alg2[beta=none]", "jacap": "jacap", "tova": "tova",
-                "streaming_llm": "streaming_llm[n_sink=1]"},
+    "methods": {"alg2": "alg2", "alg2_flat": "alg2[beta=none]", "jacap": "jacap[centre=tempered]", "tova": "tova",
+                "streaming_llm": "streaming_llm[n_sink=2]"},
     "method_notes": {
         "alg2": "JacapDecodeController(high=budget+interval, budget, interval, beta, n_sink, window)",
         "alg2_flat": "the same controller with beta=None (flat cumulative statistics); nothing else differs",
-        "jacap": "DecodingPress(JacapPress(n_sink, window)) (library defaults otherwise), compression_interval=interval, "
+        "jacap": "DecodingPress(JacapPress(n_sink, window, centre='tempered')) (library defaults otherwise: the score of "
+                 "Algorithm 2's controller), compression_interval=interval, "
                  "target_size=budget, hidden_states_buffer_size=256",
         "others": "DecodingPress(<registry press, its prefill-tune choice from data/results/eval/choices.json>, "
                   "compression_interval=interval, target_size=budget, hidden_states_buffer_size=256)",
