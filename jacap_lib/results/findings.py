@@ -19,7 +19,7 @@ from pathlib import Path
 from . import files
 from .precision import interval_text
 
-__all__ = ["ALGORITHM1", "family", "is_library_default", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
+__all__ = ["ALGORITHM1", "family", "tuned_families", "is_library_default", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
            "METHOD_WORDS", "accuracy_findings", "kl_findings", "needle_findings", "findings_text", "write", "FILE"]
 
 FILE = "findings.md"
@@ -135,6 +135,12 @@ def _largest(rows, word: str, k: int = 2) -> list[dict]:
     return sorted(sel, key=key)[:k]
 
 
+def tuned_families(summary: dict) -> list[dict]:
+    """The families of ``summary.json`` for the tune choice of every Jacap method other than ``jacap`` (role
+    ``"tuned <method>"``), against the best baseline picked on tune."""
+    return [f for f in summary.get("families", []) if f["picked_on"] == "tune" and f["role"].startswith("tuned ")]
+
+
 def kl_findings(summary: dict) -> list[str]:
     """Sentences on the KL verdicts of ``summary.json``: Algorithm 1 at its tuned settings against the best baseline
     of each cell picked on tune (the counts, the largest losses and wins), the stricter line picked on test, the
@@ -167,13 +173,12 @@ def kl_findings(summary: dict) -> list[str]:
     if paper is not None:
         out.append(f"The paper's settings ({setting_text(paper['setting'])}) against the same baselines are "
                    f"{counts_text(verdict_counts(paper['rows']))}.")
-    for fam in summary.get("families", []):
-        if fam["picked_on"] == "tune" and fam["role"].startswith("tuned "):
-            method = fam["role"][len("tuned "):]
-            what = METHOD_WORDS.get(method, f"`{method}`")
-            default = ", the press `JacapPress()` builds by default" if is_library_default(fam["setting"]) else ""
-            out.append(f"{what[0].upper() + what[1:]} (`{fam['setting']}`{default}, chosen on tune by the same rule) "
-                       f"against the same baselines is {counts_text(verdict_counts(fam['rows']))}.")
+    for fam in tuned_families(summary):
+        method = fam["role"][len("tuned "):]
+        what = METHOD_WORDS.get(method, f"`{method}`")
+        default = ", the press `JacapPress()` builds by default" if is_library_default(fam["setting"]) else ""
+        out.append(f"{what[0].upper() + what[1:]} (`{fam['setting']}`{default}, chosen on tune by the same rule) "
+                   f"against the same baselines is {counts_text(verdict_counts(fam['rows']))}.")
     return out
 
 
@@ -227,11 +232,10 @@ def findings_text(summary: dict, needle: dict | None = None) -> str:
     paras = [" ".join(kl_findings(summary))]
     if needle is not None:
         n = needle_findings(needle)
-        for fam in summary.get("families", []):
-            if fam["picked_on"] == "tune" and fam["role"].startswith("tuned "):
-                line = accuracy_findings(needle, fam["setting"])
-                if line:
-                    n.append(line)
+        for fam in tuned_families(summary):
+            line = accuracy_findings(needle, fam["setting"])
+            if line:
+                n.append(line)
         if n:
             paras.append(" ".join(n))
     return "\n\n".join(paras) + "\n"
