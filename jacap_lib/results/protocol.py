@@ -357,14 +357,23 @@ def same_measurements(recorded: dict, current: dict) -> bool:
 def grid_edges(choices: dict) -> list[dict]:
     """Where each method's tune choice sits in its grid, per numeric option: for every option of the chosen
     setting whose value the search space varies *alone* (settings whose resolved press options differ from the
-    choice in that option only, protocol pins applied), the values tried and whether the choice is the smallest
+    choice in that option only, protocol pins applied; a wrapped scorer's options as ``press.<option>``), the values
+    tried and whether the choice is the smallest
     or largest of three or more (``edge``; with two values every choice is an end, so ``edge`` is ``None``).
     ``choices``: ``choices.json``'s content. ``[{"method", "option", "chosen", "values", "edge"}]``."""
     from ..presses.registry import effective_options, method_options
 
+    def flat(record, prefix=""):  # a wrapper's scorer options under "press.<option>" (AdaKV around Jacap, ...)
+        out = {}
+        for k, v in record.items():
+            if isinstance(v, dict):
+                out.update(flat(v, f"{prefix}{k}."))
+            elif k not in ("compression_ratio", "class"):
+                out[prefix + k] = v
+        return out
+
     def options(spec):
-        opts = effective_options(method_options(protocol_press(spec, 0.5)))
-        return {k: v for k, v in opts.items() if k != "compression_ratio"}
+        return flat(effective_options(method_options(protocol_press(spec, 0.5))))
 
     space = choices["config"]["search_space"]
     out = []
