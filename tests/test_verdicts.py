@@ -110,8 +110,8 @@ def test_holm_by_hand(p, want):
     ((0.97, 1.05), "no detectable difference; the interval is −3 % to +5 %"),
     ((0.95, 1.0), "no detectable difference; the interval is −5 % to 0 %"),      # hi == 1: not better
     ((1.0, 1.04), "no detectable difference; the interval is 0 % to +4 %"),      # lo == 1: not worse
-    ((0.94, 0.9999), "better by 0.01–6.00 %"),                                    # just below 1
-    ((1.0001, 1.2), "worse by 0.01–20.00 %"),
+    ((0.94, 0.9999), "better by 0.01–6.0 %"),                                    # just below 1
+    ((1.0001, 1.2), "worse by 0.01–20 %"),
     ((0.995, 0.999), "better by 0.1–0.5 %"),                                      # decimals kept apart
     ((0.9, 0.9), "better by 10 %"),
     ((0.5, 2.0), "no detectable difference; the interval is −50 % to +100 %"),

@@ -196,13 +196,21 @@ def holm(p_values) -> np.ndarray:
 
 def _ends(a: float, b: float, exclude_zero: bool) -> tuple[str, str]:
     """``a`` and ``b`` (percent magnitudes) printed with the fewest decimals (0-3) that keep them apart and,
-    with ``exclude_zero``, keep a non-zero end from reading 0."""
+    with ``exclude_zero``, keep a non-zero end from reading 0 -- an end above 10 with no more decimals than two
+    significant digits need (``0.02–25 %``, not ``0.02–25.44 %``), unless the two would then read alike."""
     for d in range(4):
         sa, sb = f"{a:.{d}f}", f"{b:.{d}f}"
         zero = exclude_zero and (float(sa) == 0 and a != 0 or float(sb) == 0 and b != 0)
         if (sa != sb or a == b) and not zero:
-            return sa, sb
-    return sa, sb
+            break
+
+    def own(x: float) -> str:  # at most d decimals, and no more than two significant digits need
+        k = d if x == 0 else min(d, max(0, 1 - math.floor(math.log10(abs(x)))))
+        s = f"{x:.{k}f}"
+        return s if not (exclude_zero and float(s) == 0 and x != 0) else f"{x:.{d}f}"
+
+    oa, ob = own(a), own(b)
+    return (oa, ob) if float(oa) != float(ob) or a == b else (sa, sb)
 
 
 def verdict(interval, *, scale: str = "ratio", higher_is_better: bool | None = None) -> str:
