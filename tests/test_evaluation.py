@@ -30,8 +30,13 @@ def test_search_space_budgets_are_comparable():
     # every kvpress baseline of the registry is tuned (random: a floor with nothing to tune), and Jacap both ways
     assert set(BASELINES) - {"random"} <= set(counts) and {"jacap", "jacap_adakv"} <= set(counts)
     no_options = {"tova", "knorm", "keydiff"}
-    assert {m for m, n in counts.items() if n == 1} == no_options
-    assert {n for m, n in counts.items() if m not in no_options} == {P.CONFIGS_PER_METHOD}
+    from jacap_lib.presses.registry import ADAKV_BASELINES
+
+    # each baseline whose scores differ across heads gets one more setting: kvpress AdaKV around its earlier choice
+    adakv = {m: sum("adakv=true" in s for s in P.SEARCH_SPACE[m]) for m in counts}
+    assert {m for m, n in adakv.items() if n} == set(ADAKV_BASELINES) and set(adakv.values()) == {0, 1}
+    assert {m for m, n in counts.items() if n - adakv[m] == 1} == no_options
+    assert {n - adakv[m] for m, n in counts.items() if m not in no_options} == {P.CONFIGS_PER_METHOD}
     assert all(P.SEARCH_SPACE[m][0] == m for m in counts)  # the library default first
 
 
@@ -43,6 +48,9 @@ def test_search_space_budgets_are_comparable():
     (lambda s: s.update(capkv=("capkv", "capkv[tau=2]", "snapkv[window_size=8]")), "names 'snapkv'"),
     (lambda s: s.update(capkv=("capkv", "capkv[tau=2]", "capkv[bogus=1]")), "unknown option"),
     (lambda s: s.update(tova=("tova", "tova")), "twice"),
+    (lambda s: s.update(knorm=("knorm", "knorm[adakv=true]", "knorm[adakv=1]")), "must be True or False"),
+    (lambda s: s.update(snapkv=s["snapkv"] + ("snapkv[adakv=true]", "snapkv[adakv=true,window_size=8]")), "offered once"),
+    (lambda s: s.update(tova=("tova", "tova[adakv=true]")), "unknown option"),
 ])
 def test_search_space_check_fails_on_unequal_or_bad_budgets(change, match):
     space = dict(P.SEARCH_SPACE)

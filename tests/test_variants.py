@@ -213,3 +213,21 @@ def test_every_jacap_method_runs_on_the_bundled_model(bundled, name):
                 assert set(range(4)) <= set(pos.tolist()) and len(set(pos.tolist())) == pos.numel()
     finally:
         clear_masks(model)
+
+
+def test_adakv_option_wraps_the_baselines_whose_scores_differ_across_heads():
+    """``adakv=true`` puts a per-head baseline inside kvpress's AdaKVPress (its options still reach the scorer);
+    TOVA (one score repeated over the heads) and StreamingLLM (positions) refuse it, naming the option."""
+    from kvpress import AdaKVPress
+
+    from jacap_lib.presses.registry import ADAKV_BASELINES, method_options
+
+    p = build_press("snapkv", 0.6, adakv=True, window_size=16)
+    assert isinstance(p, AdaKVPress) and p.press.window_size == 16 and p.press.compression_ratio == 0.6
+    assert method_options(p)["press"]["window_size"] == 16 and method_options(p)["class"] == "AdaKVPress"
+    assert not isinstance(build_press("snapkv", 0.6, adakv=False), AdaKVPress)
+    for name in ADAKV_BASELINES:
+        assert isinstance(build_press(name, 0.5, adakv=True), AdaKVPress)
+    for name in ("tova", "streaming_llm"):
+        with pytest.raises(ValueError, match="adakv"):
+            build_press(name, 0.5, adakv=True)

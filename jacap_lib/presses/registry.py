@@ -23,7 +23,7 @@ from .. import _checks
 from ..config import DEFAULTS
 from .jacap import JacapPress
 
-__all__ = ["BASELINES", "list_methods", "build_press", "method_factory", "parse_method", "press_from_spec", "inert_options", "effective_options", "changed_options",
+__all__ = ["BASELINES", "ADAKV_BASELINES", "list_methods", "build_press", "method_factory", "parse_method", "press_from_spec", "inert_options", "effective_options", "changed_options",
            "method_options", "expand_methods"]
 
 # name -> (press class, default options, one-line description)
@@ -37,8 +37,15 @@ BASELINES: dict[str, tuple[type, dict, str]] = {
     "tova": (kvpress.TOVAPress, {}, "attention of the last prompt token (TOVA)"),
     "random": (kvpress.RandomPress, {"seed": 0}, "uniformly random tokens (seed 0)"),
 }
-JACAP_DESCRIPTION = (f"Jacap Algorithm 1: sensitivity-weighted leverage (tuned defaults: tau={DEFAULTS.tau:g}, "
-                     f"beta={DEFAULTS.beta}, u=v; the paper's: jacap[tau=10,noise=1,beta=none])")
+#: The baselines whose scores differ from KV head to KV head, so that kvpress's head-adaptive allocation (AdaKV: one
+#: top-k across the heads of a layer) can move slots between heads: option ``adakv=true`` wraps their press in
+#: ``kvpress.AdaKVPress`` (its default safeguard). TOVA repeats one score over every head and StreamingLLM scores by
+#: position, so AdaKV could only reproduce their uniform split; they do not take the option.
+ADAKV_BASELINES = ("snapkv", "knorm", "keydiff", "expected_attention", "capkv")
+JACAP_DESCRIPTION = (f"Jacap Algorithm 1: sensitivity-weighted leverage (defaults: linearised at the observed attention "
+                     f"of the recent queries, window={DEFAULTS.window}, beta={DEFAULTS.beta}, u=v; Algorithm 1 as "
+                     f"published: jacap[centre=tempered]; the paper's settings: jacap[tau=10,noise=1,beta=none,"
+                     f"centre=tempered])")
 
 
 def _variants() -> dict[str, Callable]:
@@ -82,11 +89,13 @@ def method_factory(name: str) -> Callable:
     if name in BASELINES:
         cls, defaults, _ = BASELINES[name]
 
-        def factory(compression_ratio, **opts):
-            return cls(compression_ratio=compression_ratio, **{**defaults, **opts})
+        def factory(compression_ratio, adakv=False, **opts):
+            press = cls(compression_ratio=compression_ratio, **{**defaults, **opts})
+            return kvpress.AdaKVPress(press=press) if adakv else press
 
         factory.__doc__ = f"kvpress {cls.__name__}"
         factory.press_class = cls
+        factory.extra_options = ("adakv",) if name in ADAKV_BASELINES else ()
         return factory
     variants = _variants()
     if name in variants:
@@ -113,7 +122,9 @@ def build_press(name: str, compression_ratio: float, **opts):
     if unknown:
         raise ValueError(f"unknown option(s) {unknown} for method {name!r}; valid options: {sorted(valid)}")
     if name in BASELINES:
-        _check_baseline_options(BASELINES[name][0], opts)
+        if "adakv" in opts:
+            _checks.boolean("adakv", opts["adakv"])
+        _check_baseline_options(BASELINES[name][0], {k: v for k, v in opts.items() if k != "adakv"})
     try:
         return factory(float(compression_ratio), **opts)
     except TypeError as err:  # e.g. an option the variant already sets itself ("multiple values for keyword ...")
@@ -130,7 +141,8 @@ def _valid_options(factory) -> set:
     forwards them to (``factory.forwards_to``, default :class:`JacapPress`)."""
     cls = factory if isinstance(factory, type) else getattr(factory, "press_class", None)
     if cls is not None and dataclasses.is_dataclass(cls):
-        return {f.name for f in dataclasses.fields(cls) if f.init} - {"compression_ratio"}
+        own = {f.name for f in dataclasses.fields(cls) if f.init} - {"compression_ratio"}
+        return own | set(getattr(factory, "extra_options", ()))
     params = inspect.signature(factory).parameters.values()
     valid = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     if any(p.kind == p.VAR_KEYWORD for p in params):

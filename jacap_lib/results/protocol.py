@@ -5,8 +5,10 @@ budgets, ``jacap``; kvpress AdaKV's head-adaptive budgets around Jacap's scores,
 gets a small grid of settings, written in one table, :data:`SEARCH_SPACE` (registry name -> method
 specs, the library default of the day first; Jacap's entries are measured as :data:`PINS` says, the paper's
 settings they meant when the table was fixed). The budget is the same for everyone: a method whose press takes
-options gets exactly :data:`CONFIGS_PER_METHOD` settings, a method without options its one setting
-(:func:`check_search_space` enforces it).
+options gets exactly :data:`CONFIGS_PER_METHOD` settings, a method without options its one setting, and every
+baseline whose scores differ across KV heads (``registry.ADAKV_BASELINES``) one more: its setting chosen on the
+first tune round under kvpress's head-adaptive allocation (``adakv=true``), as Jacap's scores get it in
+``jacap_adakv`` (:func:`check_search_space` enforces it).
 
 **The rule** (:data:`RULE`, used for every choice made on the *tune* documents):
 
@@ -50,16 +52,17 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
     # kvpress baselines (kvpress defaults first); each numeric knob a user of the method would set is given
     # values on both sides of the earlier grid's choice, so a choice on the grid's edge shows as one
     "snapkv": ("snapkv", "snapkv[window_size=32]", "snapkv[window_size=16]", "snapkv[window_size=8]",
-               "snapkv[window_size=4]"),
+               "snapkv[window_size=4]", "snapkv[adakv=true,window_size=16]"),
     "streaming_llm": ("streaming_llm", "streaming_llm[n_sink=1]", "streaming_llm[n_sink=16]", "streaming_llm[n_sink=0]",
                       "streaming_llm[n_sink=2]"),
     "expected_attention": ("expected_attention", "expected_attention[use_covariance=false]",
                            "expected_attention[use_vnorm=false]", "expected_attention[n_future_positions=32]",
-                           "expected_attention[n_future_positions=8]"),
-    "capkv": ("capkv", "capkv[tau=10]", "capkv[tau=20]", "capkv[tau=50]", "capkv[tau=200]"),
+                           "expected_attention[n_future_positions=8]",
+                           "expected_attention[adakv=true,n_future_positions=32]"),
+    "capkv": ("capkv", "capkv[tau=10]", "capkv[tau=20]", "capkv[tau=50]", "capkv[tau=200]", "capkv[adakv=true,tau=50]"),
     "tova": ("tova",),
-    "knorm": ("knorm",),
-    "keydiff": ("keydiff",),
+    "knorm": ("knorm", "knorm[adakv=true]"),
+    "keydiff": ("keydiff", "keydiff[adakv=true]"),
     # Jacap: uniform per-head budgets, and AdaKV's head-adaptive budgets around Jacap's scores; tau from 1 to 10
     # with the EMA statistics, the paper's settings and the effective-dimension noise rule
     "jacap": ("jacap", "jacap[noise=deff,deff_frac=0.25]", "jacap[tau=3,beta=0.9]", "jacap[tau=1,beta=0.9]",
@@ -72,7 +75,10 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
     "jacap_obs": ("jacap_obs", "jacap_obs[budget=layer]", "jacap_obs[beta=none]", "jacap_obs[window=16]",
                   "jacap_obs[window=8]"),
 }
-# The budget: 5 settings for every method with options (1 for TOVA, KNorm, KeyDiff). The first grid gave 3
+# The budget: 5 settings for every method with options (1 for TOVA, KNorm, KeyDiff), plus, for each baseline whose
+# scores differ across KV heads, its choice of the earlier rounds (on the first 12 tune documents) under kvpress's
+# head-adaptive allocation (adakv=true; Jacap's scores get it as the method jacap_adakv, jacap_obs as budget=layer).
+# The first grid gave 3
 # each and three choices sat on its edge (SnapKV window 16, CapKV tau 10, StreamingLLM 1 sink); the two added
 # per method put a value beyond each edge (one tune replay costs ~1.3 CPU-s; the 14 added settings on the 12
 # tune documents ~50 CPU-minutes). Where that second grid's choice was still on an edge (Expected Attention 128
@@ -170,9 +176,15 @@ def same_setting(a: str, b: str) -> bool:
 
 
 def _takes_options(name: str) -> bool:
+    """Whether the method has knobs of its own (the head-adaptive wrapper ``adakv`` is not one: it is offered
+    once, :func:`check_search_space`)."""
     from ..presses.registry import _valid_options, method_factory
 
-    return bool(_valid_options(method_factory(name)))
+    return bool(_valid_options(method_factory(name)) - {"adakv"})
+
+
+def _adakv_settings(specs) -> int:
+    return sum(bool(parse_method(s)[1].get("adakv")) for s in specs)
 
 
 def _canonical(spec: str) -> tuple:
@@ -214,10 +226,16 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
         if dup:
             raise ValueError(f"search space: method {name!r} lists the same setting twice: {dup}")
         want = configs_per_method if _takes_options(name) else 1
-        if (exact and len(specs) != want) or len(specs) > want:
-            raise ValueError(f"search space: method {name!r} has {len(specs)} settings; every method with options "
+        n_adakv = _adakv_settings(specs)
+        if n_adakv > 1:
+            raise ValueError(f"search space: method {name!r} has {n_adakv} settings with adakv=true; the head-adaptive "
+                             "allocation is offered once, around the method's choice")
+        own = len(specs) - n_adakv
+        if (exact and own != want) or own > want:
+            raise ValueError(f"search space: method {name!r} has {own} settings of its own; every method with options "
                              f"gets {'exactly' if exact else 'at most'} {configs_per_method} (one without options "
-                             f"gets 1), so the budgets stay comparable")
+                             f"gets 1), plus at most one with kvpress's head-adaptive allocation (adakv=true), so the "
+                             "budgets stay comparable")
         counts[name] = len(specs)
     return counts
 

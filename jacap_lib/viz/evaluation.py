@@ -50,9 +50,12 @@ def short_verdict(sentence: str) -> str:
 
 
 def _short(spec) -> str:
-    """A method spec's method name (``snapkv[window_size=16]`` -> ``snapkv``): the full spec is in the
-    table's details."""
-    return "" if not spec else str(spec).split("[", 1)[0]
+    """A method spec's method name (``snapkv[window_size=16]`` -> ``snapkv``; under kvpress's head-adaptive
+    allocation ``snapkv+AdaKV``): the full spec is in the table's details."""
+    if not spec:
+        return ""
+    name = str(spec).split("[", 1)[0]
+    return name + "+AdaKV" if "adakv=true" in str(spec).lower() else name
 
 
 def _cell(length, ratio) -> str:

@@ -235,7 +235,7 @@ def add_arguments(parser: argparse.ArgumentParser, job: str = "tune") -> None:
                                  "documents, prompt 512, c 0.75/0.9, 32-token continuation, knorm/snapkv/jacap with "
                                  "<= 2 settings")
     parser.add_argument("--tune-per-kind", type=int, default=TUNE_DOCS_PER_KIND,
-                        help=f"tune documents used per kind, first in manifest order (default {TUNE_DOCS_PER_KIND}; "
+                        help=f"tune documents used per kind, first in manifest order (default {TUNE_DOCS_PER_KIND or 'all'}; "
                              "0: every tune document)")
     if job != "time":
         parser.add_argument("--workers", type=int, default=None,
