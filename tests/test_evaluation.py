@@ -457,6 +457,10 @@ def test_summary_refuses_missing_or_foreign_inputs(tmp_path, capsys):
     changed = {**config, "search_space": {**config["search_space"], "snapkv": ["snapkv", "snapkv[window_size=8]"]}}
     assert P.same_measurements(fewer, config) and P.same_measurements(config, fewer)
     assert P.same_measurements(changed, config) and not P.same_measurements(None, config)
+    # a test row does not depend on how many tune documents chose the settings; it does on the test documents
+    tuned_on_fewer = {**changed, "tune_docs": config["tune_docs"][:1]}
+    assert P.same_measurements(tuned_on_fewer, config)
+    assert not P.same_measurements({**config, "test_docs": config["test_docs"][:1]}, config)
     io.append_run(out / "test.jsonl", {"fingerprint": P.fingerprint(fewer), "protocol": fewer})
     io.append_run(out / "test.jsonl", {"fingerprint": P.fingerprint(changed), "protocol": changed})
     assert cli.main(["evaluate", "summary", "--dir", str(out)]) == 0

@@ -17,8 +17,8 @@ The methods (:data:`CONFIG` ``methods``, label -> spec; ``method_specs`` in the 
 * ``jacap``: ``DecodingPress(JacapPress(centre="tempered"))``: the same score as Algorithm 2's controller (the
   tempered centre; the default observed centre is a prefill choice the controller does not make), the same sinks
   and window, kvpress's wrapper instead of the controller;
-* the baselines: TOVA (no option) and StreamingLLM with 2 sinks (``streaming_llm[n_sink=2]``, the evaluation's
-  prefill tune choice).
+* the baselines: TOVA (no option) and StreamingLLM with 1 sink (``streaming_llm[n_sink=1]``, the evaluation's
+  prefill tune choice on all 18 tune documents).
 
 Every ``DecodingPress`` runs as :func:`jacap_lib.measure.decoding_compare.positional_decoding_press`:
 kvpress 0.5.5 writes the kept tokens back in score order, after which StreamingLLM (which scores by slot
@@ -99,7 +99,7 @@ CONFIG = {
     "n_sink": DEFAULTS.n_sink,
     "beta": DEFAULTS.decode_beta,
     "methods": {"alg2": "alg2", "alg2_flat": "alg2[beta=none]", "jacap": "jacap[centre=tempered]", "tova": "tova",
-                "streaming_llm": "streaming_llm[n_sink=2]"},
+                "streaming_llm": "streaming_llm[n_sink=1]"},
     "method_notes": {
         "alg2": "JacapDecodeController(high=budget+interval, budget, interval, beta, n_sink, window)",
         "alg2_flat": "the same controller with beta=None (flat cumulative statistics); nothing else differs",

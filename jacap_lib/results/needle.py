@@ -560,7 +560,9 @@ def _run_config(plan: Plan, model=None) -> dict:
                          f"the question's last token and {N_NEW} greedy tokens on the compressed cache; correct = the "
                          "key in the answer") + "; digit survival: per layer and KV head, the fraction of the key's "
                         "digit tokens (both copies, true positions) and of the needle's other tokens kept",
-            "settings": {s: method_options(P.protocol_press(s, plan.ratios[0])) for s in plan.specs}}
+            "settings": {s: method_options(P.protocol_press(s, plan.ratios[0])) for s in plan.specs},
+            "pins": (pins := {s: P.pinned(s) for s in plan.specs if P.pinned(s) != s}),
+            **P.pin_reasons(pins, plan.ratios[0])}
 
 
 def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:

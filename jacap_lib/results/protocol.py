@@ -34,7 +34,7 @@ import math
 
 from ..presses.registry import BASELINES, parse_method, press_from_spec
 
-__all__ = ["SEARCH_SPACE", "PAPER_PRESET", "PINS", "ERA_OPTIONS", "MEASURED_TEMPERED", "era_spec", "pinned", "protocol_press", "same_setting", "CONFIGS_PER_METHOD", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
+__all__ = ["SEARCH_SPACE", "PAPER_PRESET", "PINS", "ERA_OPTIONS", "MEASURED_TEMPERED", "era_spec", "pinned", "pin_reasons", "protocol_press", "same_setting", "CONFIGS_PER_METHOD", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
            "protocol_config", "fingerprint", "compare_configs", "same_measurements", "grid_edges", "quick_space"]
 
@@ -160,6 +160,22 @@ def protocol_press(spec: str, compression_ratio: float):
     return press_from_spec(pinned(spec), compression_ratio)
 
 
+def pin_reasons(pins: dict, ratio: float = 0.5) -> dict:
+    """``{"non_default": {option: reason}}`` for the options the pinned specs ``pins`` (``{spec: pinned spec}``, see
+    :data:`~jacap_lib.results.protocol.PINS`) record away from today's library defaults (the check of
+    :mod:`jacap_lib.results.defaults`), else ``{}``."""
+    from ..presses.registry import method_options
+    from .defaults import deviations
+
+    if not pins:
+        return {}
+    devs = deviations({"runs": [{"settings": {s: method_options(protocol_press(s, ratio)) for s in pins}}]})
+    why = ("protocol.PINS: the specs " + ", ".join(sorted(pins)) + " are measured as the settings they meant when "
+           "they were first measured (" + "; ".join(f"{s} -> {p}" for s, p in sorted(pins.items())) + "), not as "
+           "today's library defaults (the paper's tau / beta once, the tempered centre and a window of 32 later)")
+    return {"non_default": {d.option: why for d in devs}} if devs else {}
+
+
 def method_of(spec: str) -> str:
     """The registry name of a method spec (``"snapkv[window_size=16]"`` -> ``"snapkv"``)."""
     return parse_method(spec)[0]
@@ -205,7 +221,8 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
     """
     if configs_per_method is None:
         configs_per_method = (CONFIGS_PER_METHOD if space is None or space is SEARCH_SPACE
-                              else max((len(v) for v in space.values()), default=1) if isinstance(space, dict) else 1)
+                              else max((len(v) - _adakv_settings(v) for v in space.values()), default=1)
+                              if isinstance(space, dict) else 1)
     space = SEARCH_SPACE if space is None else space
     if not isinstance(space, dict) or not space:
         raise ValueError("search space must be a non-empty dict {registry name: [method specs]}")
@@ -241,9 +258,10 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
 
 
 def quick_space(space: dict | None = None, *, methods=("knorm", "snapkv", "jacap"), per_method: int = 2) -> dict:
-    """A small search space for smoke runs: ``methods`` with their first ``per_method`` settings."""
+    """A small search space for smoke runs: ``methods`` with their first ``per_method`` settings of their own (the
+    head-adaptive ``adakv=true`` setting left out)."""
     space = SEARCH_SPACE if space is None else space
-    return {m: tuple(space[m][:per_method]) for m in methods}
+    return {m: tuple([s for s in space[m] if not _adakv_settings([s])][:per_method]) for m in methods}
 
 
 # --------------------------------------------------------------------------------------------- the rule
@@ -362,14 +380,15 @@ def compare_configs(recorded: dict, current: dict) -> list[str]:
 
 
 def same_measurements(recorded: dict, current: dict) -> bool:
-    """Whether rows measured under ``recorded`` are measurements of ``current``'s protocol: the two differ at most
-    in the search space (model, lengths, ratios, continuation, rule, floor and documents equal). A row measures one
-    setting on one document, whichever settings the tune offered; which of them a job reads is up to today's
-    choices, and the jobs refuse to resume a file whose setting now builds another press
+    """Whether test rows measured under ``recorded`` are measurements of ``current``'s protocol: the two differ at
+    most in the search space and the tune documents (model, lengths, ratios, continuation, rule, floor and test
+    documents equal). A test row measures one setting on one test document, whichever settings the tune offered and
+    on however many tune documents it chose; which rows a job reads is up to today's choices, and the jobs refuse to
+    resume a file whose setting now builds another press
     (:func:`jacap_lib.results.evaluation.check_settings_unchanged`)."""
     if not isinstance(recorded, dict) or not isinstance(current, dict):
         return False
-    return compare_configs(recorded, current) in ([], ["search_space"])
+    return set(compare_configs(recorded, current)) <= {"search_space", "tune_docs"}
 
 
 def grid_edges(choices: dict) -> list[dict]:

@@ -339,23 +339,7 @@ def _run_config(plan: Plan, model=None) -> dict:
             "documents": [{k: d.get(k) for k in ("id", "kind", "split", "sha256", "source", "license")} for d in plan.docs],
             "settings": {s: method_options(P.protocol_press(s, plan.ratios[0])) for s in specs},
             "pins": (pins := {s: P.pinned(s) for s in specs if P.pinned(s) != s}),
-            **_pin_reasons(pins, plan.ratios[0])}
-
-
-def _pin_reasons(pins: dict, ratio) -> dict:
-    """``{"non_default": {option: reason}}`` for the options the pinned specs ``pins`` (``{spec: pinned spec}``, see
-    :data:`~jacap_lib.results.protocol.PINS`) record away from today's library defaults (the check of
-    :mod:`jacap_lib.results.defaults`), else ``{}``."""
-    from ...presses.registry import method_options
-    from ..defaults import deviations
-
-    if not pins:
-        return {}
-    devs = deviations({"runs": [{"settings": {s: method_options(P.protocol_press(s, ratio)) for s in pins}}]})
-    why = ("protocol.PINS: the specs " + ", ".join(sorted(pins)) + " are measured as the settings they meant when "
-           "they were first measured (" + "; ".join(f"{s} -> {p}" for s, p in sorted(pins.items())) + "), not as "
-           "today's library defaults (the paper's tau / beta once, the tempered centre and a window of 32 later)")
-    return {"non_default": {d.option: why for d in devs}} if devs else {}
+            **P.pin_reasons(pins, plan.ratios[0])}
 
 
 def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
