@@ -274,3 +274,40 @@ def test_every_entry_takes_inputs_that_require_grad(entry):
         assert torch.equal(a, b.detach()), entry
         if detached:
             assert not b.requires_grad, entry
+
+
+def test_a_given_centre_replaces_the_tempered_softmax():
+    """``alpha=`` (the observed centre): the blocked torch path equals the dense one-knob implementation
+    (:func:`jacap_lib.presses.jacap_ablation.ablation_components`) and a hand computation of the weight; ``tau`` is
+    then unused; the Triton backend (which computes the tempered centre in its kernels) and a wrong shape are refused."""
+    from jacap_lib.presses.jacap_ablation import ablation_components
+    from jacap_lib.scoring.core import validated_scores
+
+    g = torch.Generator().manual_seed(11)
+    k, v = torch.randn(2, 3, 40, 16, generator=g), torch.randn(2, 3, 40, 16, generator=g)
+    mu, lam = torch.randn(2, 3, 16, generator=g), torch.rand(2, 3, 16, generator=g) + 0.1
+    alpha = torch.softmax(torch.randn(2, 3, 40, generator=g), -1)
+    got = validated_scores(k, v, mu, lam, tau=3.0, noise=0.5, alpha=alpha)
+    other_tau = validated_scores(k, v, mu, lam, tau=50.0, noise=0.5, alpha=alpha)
+    ref = ablation_components(k.double(), v.double(), mu.double(), lam.double(), tau=3.0, noise=0.5,
+                              centre="observed", alpha=alpha.double())
+    torch.testing.assert_close(got.alpha, alpha)
+    torch.testing.assert_close(got.score.double(), ref.score.double(), rtol=1e-4, atol=1e-10)
+    assert torch.equal(got.score, other_tau.score)
+    rho = alpha * (1 - alpha)
+    kappa = (k.square() * lam.unsqueeze(-2)).sum(-1)
+    torch.testing.assert_close(got.weight, rho.square() * kappa / 16, rtol=1e-5, atol=1e-12)
+    with pytest.raises(ValueError, match="triton"):
+        validated_scores(k, v, mu, lam, tau=3.0, noise=0.5, alpha=alpha, backend="triton")
+    with pytest.raises(ValueError, match="alpha"):
+        validated_scores(k, v, mu, lam, tau=3.0, noise=0.5, alpha=alpha[..., :-1])
+
+
+def test_the_press_refuses_triton_with_the_observed_centre():
+    from jacap_lib.presses.jacap import JacapPress
+
+    with pytest.raises(ValueError, match="backend='triton'"):
+        JacapPress(0.5, backend="triton")
+    assert JacapPress(0.5, backend="triton", centre="tempered").backend == "triton"
+    with pytest.raises(ValueError, match="centre"):
+        JacapPress(0.5, centre="ea")  # Expected Attention's centre is an ablation (jacap_ablate), not a press option
