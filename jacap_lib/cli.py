@@ -65,11 +65,11 @@ COMMANDS = {
         "time": ("wall and CPU time of one prefill and one replay per setting on one document, and the extrapolated "
                  "time of the tune + test grid -> data/results/eval/timing.json",
                  "jacap_lib.results.evaluation:TIME"),
-        "summary": ("per cell, the default Jacap setting (and the paper preset or the other Jacap settings) against the "
+        "summary": ("per cell, Algorithm 1's tuned Jacap setting (and the paper preset or the other Jacap settings) against the "
                     "best baseline picked on tune and, stricter, on test: ratio intervals, wins, Wilcoxon and Holm p, "
                     "verdicts -> data/results/eval/summary.json (needs test.jsonl and choices.json of one configuration)",
                     "jacap_lib.results.evaluation:SUMMARY"),
-        "ablate": ("the default Jacap press and each one-knob ablation of it on every tune document -> "
+        "ablate": ("Algorithm 1's tuned Jacap press and each one-knob ablation of it on every tune document -> "
                    "data/results/eval/ablation.jsonl (resumable)",
                    "jacap_lib.results.ablation:ABLATE"),
         "ablate-summary": ("per ablation and cell, the paired geometric-mean KL ratio to the default with simultaneous "
@@ -85,7 +85,7 @@ COMMANDS = {
                            "prompt: accuracy difference intervals, McNemar and Holm p, verdicts -> "
                            "data/results/eval/needle_summary.json",
                            "jacap_lib.results.needle:NEEDLE_SUMMARY"),
-        "anatomy": ("why the default Jacap setting loses: per-layer error ratios and KL by document kind in the "
+        "anatomy": ("why Algorithm 1's tuned Jacap setting loses: per-layer error ratios and KL by document kind in the "
                     "losing cells (from the test rows), and on one cell's test documents the kept sets of the default "
                     "and the best baseline and a one-knob swap of score and protection -> "
                     "data/results/eval/anatomy.json",

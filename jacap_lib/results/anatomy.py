@@ -1,4 +1,4 @@
-"""The anatomy of the cells where the default Jacap setting loses: ``jacap evaluate anatomy`` ->
+"""The anatomy of the cells where Algorithm 1's tuned Jacap setting loses: ``jacap evaluate anatomy`` ->
 ``data/results/eval/anatomy.json``.
 
 Three measurements, each isolating one thing:
@@ -47,7 +47,7 @@ NO_LEVERAGE_NOISE = 1e6  # sigma^2 this large makes A = I + W / sigma^2 the iden
 
 # --------------------------------------------------------------------------------------------- 1: the rows
 def losing_cells(summary: dict) -> list[dict]:
-    """The rows of ``summary`` (``summary.json``'s content) for the default Jacap setting against the best
+    """The rows of ``summary`` (``summary.json``'s content) for Algorithm 1's tuned Jacap setting against the best
     baseline picked on tune whose 95 % interval of the geometric-mean KL ratio lies wholly above 1."""
     fam = findings.family(summary, findings.ALGORITHM1, "tune")
     if fam is None:
@@ -151,7 +151,7 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
     base_press = P.protocol_press(baseline, 0.5)
     b_sink = int(getattr(base_press, "n_sink", 0))
     out = [
-        {"key": "default", "spec": default, "changes": "nothing: the default Jacap setting", "protect": None},
+        {"key": "default", "spec": default, "changes": "nothing: Algorithm 1's tuned Jacap setting", "protect": None},
         {"key": "baseline", "spec": baseline, "changes": "the cell's best baseline (picked on tune)", "protect": None},
         {"key": "jacap_baseline_protection", "spec": with_options(default, n_sink=b_sink, window=0),
          "changes": f"Jacap's protection replaced by the baseline's: {b_sink} sinks, no window "
@@ -223,7 +223,7 @@ def pick_documents(docs: list[dict], per_kind: int, ids=None) -> list[dict]:
 
 def swap_ratios(documents: list[dict], *, kind: str | None = None, reference: str = "default", **opts) -> list[dict]:
     """Per swap setting: the geometric mean over ``documents`` (the file's ``documents``; ``kind``: only that kind)
-    of its KL / the ``reference`` setting's KL (default: the default Jacap setting), with its bootstrap interval
+    of its KL / the ``reference`` setting's KL (default: Algorithm 1's tuned Jacap setting), with its bootstrap interval
     (n = the documents: small, the interval wide), and the documents where it is lower than the reference's."""
     docs = [d for d in documents if kind is None or d["kind"] == kind]
     if len(docs) < 3:
@@ -451,7 +451,7 @@ def _run(args):
     return path
 
 
-JOB = J.Job("why the default Jacap setting loses: per-layer error ratios and KL by document kind in the losing "
+JOB = J.Job("why Algorithm 1's tuned Jacap setting loses: per-layer error ratios and KL by document kind in the losing "
             "cells (from the test rows), and on one cell's test documents the kept sets of the default and the best "
             "baseline and a one-knob swap of score and protection -> data/results/eval/anatomy.json",
             add_arguments, _run)

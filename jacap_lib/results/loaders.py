@@ -160,14 +160,14 @@ def load_needle_runs(path=None) -> list[dict]:
 
 def load_needle_summary(path=None) -> dict:
     """``needle_summary.json``: per (length, ratio) cell the uncompressed accuracy and each setting's with its
-    Wilson interval (``cells``); the default Jacap setting against the best baseline by KL on tune and the
+    Wilson interval (``cells``); Algorithm 1's tuned Jacap setting against the best baseline by KL on tune and the
     paper preset, paired per prompt (``comparisons``); ``cells_measured`` / ``cells_missing``."""
     return files.read_json(path or data_path("results", "eval", "needle_summary.json", must_exist=False),
                            require=("config", "cells", "comparisons"), hint="jacap evaluate needle-summary")
 
 
 def load_anatomy(path=None) -> dict:
-    """``anatomy.json``: why the default Jacap setting loses — per losing cell the per-layer attention-output
+    """``anatomy.json``: why Algorithm 1's tuned Jacap setting loses — per losing cell the per-layer attention-output
     error ratios (``layers``) and the KL ratio per document kind (``kinds``), from the test rows; on one cell's
     test documents the kept sets of the default and the best baseline and the KL of a one-knob swap of score and
     protection (``documents``); ``config`` says what ran."""

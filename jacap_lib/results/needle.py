@@ -7,7 +7,7 @@
                                    uncompressed answer per prompt -> ``data/results/eval/needle.jsonl``
 ``jacap evaluate needle-summary``  needle.jsonl + choices.json -> ``needle_summary.json``: per (length, ratio)
                                    cell the uncompressed accuracy (the ceiling) and each setting's accuracy with
-                                   a 95 % Wilson interval; the default Jacap setting against the cell's best
+                                   a 95 % Wilson interval; Algorithm 1's tuned Jacap setting against the cell's best
                                    baseline by KL on tune and against the paper preset, paired per prompt
                                    (accuracy difference in points with a paired bootstrap interval, exact
                                    McNemar p, Holm over the cells of one comparison, wins/losses, and the
@@ -32,7 +32,7 @@ Rows are keyed by (model, length, depth, trial, key, setting, ratio); a rerun sk
 (default 2) runs N spawned processes, one prefill at a time each (:func:`~jacap_lib.results.evaluation.run_groups`).
 The sidecar ``needle.config.json`` records every invocation (command, provenance with the model's sha256, the
 choices' fingerprint, lengths, ratios, depths, trials, seed, every setting's press options, workers, threads).
-``--quick``: prompt 512, c 0.75/0.9, depth 0.5 x 2 keys, three settings (the default Jacap, the paper preset,
+``--quick``: prompt 512, c 0.75/0.9, depth 0.5 x 2 keys, three settings (Algorithm 1's tuned Jacap setting, the paper preset,
 the quick cells' best baseline), written under ``data/results/eval/quick/``.
 
 ``--mode after|inside`` (:data:`~jacap_lib.measure.passkey.MODES`, default ``after``, the measurement above):
@@ -140,7 +140,7 @@ def read_choices(path: Path, record: dict, lengths, ratios) -> dict:
 
 def needle_specs(choices: dict, *, quick: bool = False, cells=()) -> list[str]:
     """The settings the needle job runs: :func:`~jacap_lib.results.evaluation.test_specs` of the choices
-    (each method's choice, the paper preset when it differs); ``quick``: the default Jacap setting, the paper
+    (each method's choice, the paper preset when it differs); ``quick``: Algorithm 1's tuned Jacap setting, the paper
     preset and the best baseline(s) of ``cells`` (``"L/c"`` names) only."""
     specs = E.test_specs(choices["chosen"])
     if not quick:
@@ -150,7 +150,7 @@ def needle_specs(choices: dict, *, quick: bool = False, cells=()) -> list[str]:
 
 
 def probe_specs(choices: dict) -> list[str]:
-    """The probe's settings: the default Jacap setting, the paper preset, then the tune choice of every other
+    """The probe's settings: Algorithm 1's tuned Jacap setting, the paper preset, then the tune choice of every other
     method of :data:`PROBE_METHODS`."""
     chosen = choices["chosen"]
     missing = [m for m in PROBE_METHODS if m not in chosen]
@@ -247,7 +247,7 @@ def needle_summary(rows: list[dict], choices: dict, *, prompts=None, settings=No
                    confidence: float | None = None, n_resamples: int | None = None, seed: int | None = None,
                    mode: str = DEFAULT_MODE, references=None) -> dict:
     """The needle statistics (pure): per (length, ratio) cell with every setting and the uncompressed answer on
-    every prompt, each one's accuracy with its 95 % Wilson interval; then the default Jacap setting
+    every prompt, each one's accuracy with its 95 % Wilson interval; then Algorithm 1's tuned Jacap setting
     (``choices["chosen"]["jacap"]``) against (a) the cell's best baseline by KL on tune and (b) the paper
     preset, paired per prompt: accuracy difference (Jacap − reference, percentage points) with its paired
     bootstrap interval (descriptive), wins/losses (prompts only one gets right), exact McNemar p, Holm over the
@@ -257,7 +257,7 @@ def needle_summary(rows: list[dict], choices: dict, *, prompts=None, settings=No
     ``prompts``: ``[(depth, trial, key)]`` every cell must hold (default: the prompts of each length's
     uncompressed rows); ``settings``: the specs to report (default: the choices' test specs present in
     ``rows``). Only the rows of ``mode`` are read (rows without a mode were made ``after``). ``references``:
-    other specs to compare the default Jacap setting with, one comparison each (default: the protocol's two,
+    other specs to compare Algorithm 1's tuned Jacap setting with, one comparison each (default: the protocol's two,
     the best baseline and the paper preset); Holm runs over the cells of one comparison.
     Returns ``{"cells": [...], "comparisons": [...], "cells_measured", "cells_missing"}``."""
     from . import verdicts as V
@@ -304,7 +304,7 @@ def needle_summary(rows: list[dict], choices: dict, *, prompts=None, settings=No
         if P.PAPER_PRESET in settings and not P.same_setting(P.PAPER_PRESET, default):
             refs.append(("paper preset", PAPER_LABEL, lambda cell: P.PAPER_PRESET))
     if default not in settings:
-        raise ValueError(f"needle.jsonl has no rows of the default Jacap setting {default!r}; run `jacap evaluate needle`")
+        raise ValueError(f"needle.jsonl has no rows of Algorithm 1's tuned Jacap setting {default!r}; run `jacap evaluate needle`")
     for role, label, ref_of in refs:
         out = []
         for cell in cells:
@@ -384,7 +384,7 @@ def pooled_survival(rows: list[dict], bins=SURVIVAL_BINS) -> dict:
 def needle_probe_summary(rows: list[dict], choices: dict, *, prompts=None, settings=None, alpha: float = 0.05,
                          seed: int | None = None) -> dict:
     """The probe's statistics (pure), per mode present in ``rows``: the cells of :func:`needle_summary`
-    (each setting's accuracy with its Wilson interval, the uncompressed ceiling); the default Jacap setting
+    (each setting's accuracy with its Wilson interval, the uncompressed ceiling); Algorithm 1's tuned Jacap setting
     against every other setting, paired per prompt (exact McNemar p, Holm over ALL the comparisons of the mode:
     every other setting x every cell); each setting's :func:`survival_statistics` per cell. Then, per setting
     and cell complete in both modes, ``inside`` against ``after`` paired on the prompts both modes hold (Holm
@@ -455,7 +455,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"keys per depth (default {DEFAULT_TRIALS}; 5-digit keys from random.Random(--seed))")
     parser.add_argument("--choices", type=Path, default=None,
                         help="the tune's choices.json (default data/results/eval/choices.json, also with --quick)")
-    E.folder_options(parser, quick="smoke run: prompt 512, c 0.75/0.9, depth 0.5 x 2 keys, the default Jacap, the "
+    E.folder_options(parser, quick="smoke run: prompt 512, c 0.75/0.9, depth 0.5 x 2 keys, Algorithm 1's tuned Jacap setting, the "
                                    "paper preset and the best baseline")
     parser.add_argument("--workers", type=int, default=None,
                         help="processes, one prefill at a time each, --threads torch threads each (default 2, "
@@ -657,7 +657,7 @@ def _summary_run(args):
               "inputs": ["needle.jsonl", choices_path.name], "needle_run": run.get("command"),
               "lengths": run["lengths"], "ratios": run["ratios"], "depths": run["depths"], "trials": run["trials"],
               "seed": run["seed"], "settings": list(run["settings"]), "command": getattr(args, "command", None),
-              "statistics": _statistics_config(args.seed, "all (length, ratio) cells of the default Jacap setting "
+              "statistics": _statistics_config(args.seed, "all (length, ratio) cells of Algorithm 1's tuned Jacap setting "
                                                           "against one reference")}
     path = out_dir / "needle_summary.json"
     files.write_json(path, {"config": config, **files.round_floats(summary)})
@@ -691,7 +691,7 @@ def _probe_summary_run(args, out_dir: Path, choices_path: Path):
     summary = needle_probe_summary(rows, choices, prompts=prompts, settings=list(run["settings"]), seed=args.seed)
     modes = {m: {"command": r.get("command"), "lengths": r["lengths"], "ratios": r["ratios"], "depths": r["depths"],
                  "trials": r["trials"], "n_prompts": len(r["keys"])} for m, r in runs.items()}
-    stats = _statistics_config(args.seed, "per mode: the default Jacap setting against every other setting, over "
+    stats = _statistics_config(args.seed, "per mode: Algorithm 1's tuned Jacap setting against every other setting, over "
                                           "every (length, ratio) cell; mode effect: every setting x cell")
     config = {"choices_fingerprint": choices["fingerprint"], "chosen": choices["chosen"],
               "inputs": [PROBE_FILE, choices_path.name], "needle_runs": modes, "lengths": run["lengths"],

@@ -105,7 +105,7 @@ def layer_ratio_figure(data: dict, *, kinds=("all", "dialogue"), cells=None) -> 
 
 def position_figure(data: dict, *, groups=None) -> go.Figure:
     """Where the tokens kept by only one press lie: the share of them in each bin of distance from the end of
-    the prompt, for the default Jacap setting ("kept by Jacap only") and the baseline ("kept by the baseline
+    the prompt, for Algorithm 1's tuned Jacap setting ("kept by Jacap only") and the baseline ("kept by the baseline
     only"); one panel per group of documents (default: all, dialogue, the other kinds)."""
     from ..results.anatomy import kept_summary
 

@@ -320,7 +320,7 @@ _AGAINST = {"best baseline": "best baseline", "paper preset": "paper's settings"
 
 
 def needle_verdict_frame(summary: dict, *, details: bool = False) -> pd.DataFrame:
-    """One row per (comparison, "prompt / c") of the needle summary: the default Jacap setting against the best
+    """One row per (comparison, "prompt / c") of the needle summary: Algorithm 1's tuned Jacap setting against the best
     baseline by KL on tune and against the paper preset, paired per prompt: the reference (its method), both
     accuracies (%), the prompts only one of the two answered (won/lost), the Holm-adjusted exact McNemar p and the
     verdict in short words (higher accuracy is better). ``details=True``: the reference's setting, the accuracy

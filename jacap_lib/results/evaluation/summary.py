@@ -150,7 +150,7 @@ def compare_settings(rows: list[dict], setting: str, reference: str, *, seed: in
                                                                  ("n_resamples", n_resamples)) if v is not None})]
 
 
-#: The evaluation's target for the default Jacap setting against the best baseline picked on tune: per
+#: The evaluation's target for Algorithm 1's tuned Jacap setting against the best baseline picked on tune: per
 #: compression ratio, what the verdict of every prompt length must be ("better": the whole interval of the
 #: geometric-mean KL ratio below 1; "not worse": its lower end at most 1), judged on the interval adjusted for
 #: the cells of the comparison (simultaneous, :func:`jacap_lib.results.verdicts.simultaneous_confidence`).
@@ -302,7 +302,7 @@ def _summary_run(args):
     return path
 
 
-SUMMARY = J.Job("per cell, the default Jacap setting (and the paper preset or the other Jacap settings) against the best "
+SUMMARY = J.Job("per cell, Algorithm 1's tuned Jacap setting (and the paper preset or the other Jacap settings) against the best "
                 "baseline picked on tune and, stricter, on test: ratio intervals, wins, Wilcoxon and Holm p, verdicts "
                 "-> data/results/eval/summary.json (needs test.jsonl and choices.json of one configuration)",
                 _summary_add, _summary_run)
