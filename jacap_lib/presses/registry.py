@@ -23,7 +23,7 @@ from .. import _checks
 from ..config import DEFAULTS
 from .jacap import JacapPress
 
-__all__ = ["BASELINES", "ADAKV_BASELINES", "list_methods", "build_press", "method_factory", "parse_method", "press_from_spec", "inert_options", "effective_options", "changed_options",
+__all__ = ["BASELINES", "ADAKV_BASELINES", "list_methods", "build_press", "method_factory", "parse_method", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
            "method_options", "expand_methods"]
 
 # name -> (press class, default options, one-line description)
@@ -215,6 +215,20 @@ def parse_method(spec: str) -> tuple[str, dict]:
             k, v = item.split("=", 1)
             opts[k.strip()] = _parse_value(v.strip())
     return name, opts
+
+
+def with_options(spec: str, **opts) -> str:
+    """``spec`` with ``opts`` set (added or replaced), written back as a method spec (the inverse of
+    :func:`parse_method`)."""
+    name, have = parse_method(spec)
+    have.update(opts)
+    if not have:
+        return name
+
+    def fmt(v):
+        return "none" if v is None else str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
+
+    return f"{name}[{','.join(f'{k}={fmt(v)}' for k, v in have.items())}]"
 
 
 def press_from_spec(spec: str, compression_ratio: float):

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..presses.registry import with_options
 from . import files, findings
 from . import job as J
 from . import protocol as P
@@ -126,19 +127,6 @@ def rows_part(test_rows: list[dict], choices: dict, summary: dict, **opts) -> tu
 
 
 # --------------------------------------------------------------------------------------------- 2-3: the swap
-def with_options(spec: str, **opts) -> str:
-    """``spec`` with ``opts`` set (added or replaced), written back as a method spec."""
-    name, have = P.parse_method(spec)
-    have.update(opts)
-    if not have:
-        return name
-
-    def fmt(v):
-        return "none" if v is None else str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
-
-    return f"{name}[{','.join(f'{k}={fmt(v)}' for k, v in have.items())}]"
-
-
 def swap_settings(default: str, baseline: str) -> list[dict]:
     """The settings of the swap, each one knob away from the default (or from the baseline):
     ``[{"key", "spec", "changes", "protect"}]``; ``protect``: ``(n_sink, window)`` for the baseline's score under

@@ -129,17 +129,13 @@ def era_spec(spec: str) -> str:
     """``spec`` with :data:`ERA_OPTIONS` added where it does not set them (nor its factory, for ``centre``)."""
     import inspect
 
-    from ..presses.registry import method_factory
+    from ..presses.registry import method_factory, with_options
 
     name, opts = parse_method(spec)
     factory = method_factory(name)
     own = set(inspect.signature(factory).parameters) if not isinstance(factory, type) else set()
     extra = {k: v for k, v in ERA_OPTIONS.items() if k not in opts and k not in own}
-    if not extra:
-        return spec
-    body = ",".join([spec[spec.index("[") + 1:-1]] if "[" in spec else [])
-    body = ",".join(x for x in (body, ",".join(f"{k}={v}" for k, v in extra.items())) if x)
-    return f"{name}[{body}]"
+    return with_options(spec, **extra) if extra else spec
 
 
 PINS: dict[str, str] = {s: era_spec(_PAPER_ERA.get(s, s)) for s in MEASURED_TEMPERED}
