@@ -32,7 +32,7 @@ from ..selection import fit_protection, n_kept, protect_within
 from ..stats import ema_weights, moment_stats
 from . import utils
 
-__all__ = ["JacapPress", "CENTRES"]
+__all__ = ["JacapPress", "TemperedCentrePress", "CENTRES"]
 
 #: the centres the press linearises at (the ablation press adds Expected Attention's, "ea")
 CENTRES = ("observed", "tempered")
@@ -297,3 +297,14 @@ class JacapPress(ScorerPress):
         idx = scores.topk(budget, dim=-1).indices.sort(dim=-1).values
         idx = idx.unsqueeze(-1).expand(-1, -1, -1, keys.shape[-1])
         return keys.gather(2, idx).contiguous(), values.gather(2, idx).contiguous()
+
+
+@dataclass
+class TemperedCentrePress(JacapPress):
+    """Base of the variants that rebuild Algorithm 1's tempered centre themselves (two-stage, rank-one, multi-centre,
+    hybrid, the anatomy's observed-window press): ``centre="tempered"`` is their default and their only centre, since
+    JacapPress's observed centre (its default) would bypass what they change."""
+
+    centre: str = "tempered"
+    centres: ClassVar[tuple] = ("tempered",)
+

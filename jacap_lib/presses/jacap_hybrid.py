@@ -12,19 +12,18 @@ with :math:`g` the attention the last prompt window paid to token i (kvpress Sna
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from kvpress import SnapKVPress
 
 from . import utils
-from .jacap import JacapPress
+from .jacap import TemperedCentrePress
 
 __all__ = ["JacapHybridPress"]
 
 
 @dataclass
-class JacapHybridPress(JacapPress):
+class JacapHybridPress(TemperedCentrePress):
     """JacapPress mixed with a global-importance score.
 
     Parameters
@@ -39,11 +38,6 @@ class JacapHybridPress(JacapPress):
         Observation window of the SnapKV score (capped at half the prompt).
     (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`)
     """
-
-    # a variant of Algorithm 1 as published: it rebuilds the tempered centre itself, so the observed centre of
-    # JacapPress (its default) is not offered here
-    centre: str = "tempered"
-    centres: ClassVar[tuple] = ("tempered",)
 
     lam_mix: float = 0.5
     global_score: str = "snapkv"

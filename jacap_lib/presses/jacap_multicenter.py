@@ -12,13 +12,12 @@ centres, deterministic initialisation at evenly spaced positions in time), fits
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
 from ..stats import moment_stats
 from . import utils
-from .jacap import JacapPress
+from .jacap import TemperedCentrePress
 
 __all__ = ["JacapMultiCenterPress", "kmeans"]
 
@@ -41,7 +40,7 @@ def kmeans(x: torch.Tensor, n_centers: int, iters: int = 10) -> torch.Tensor:
 
 
 @dataclass
-class JacapMultiCenterPress(JacapPress):
+class JacapMultiCenterPress(TemperedCentrePress):
     """JacapPress with ``n_centers`` query centres per KV head (``gqa="pool"`` only).
 
     Parameters
@@ -51,11 +50,6 @@ class JacapMultiCenterPress(JacapPress):
     kmeans_iters : int, default=10
     (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`; ``beta`` must be None)
     """
-
-    # a variant of Algorithm 1 as published: it rebuilds the tempered centre itself, so the observed centre of
-    # JacapPress (its default) is not offered here
-    centre: str = "tempered"
-    centres: ClassVar[tuple] = ("tempered",)
 
     beta: float | None = None  # the clusters replace the prompt EMA (JacapPress's default is an EMA)
     n_centers: int = 3

@@ -12,27 +12,21 @@ with ``window >= obs_window`` they are protected, so only their share of ``A`` c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from kvpress import SnapKVPress
 
 from .. import _checks
 from ..scoring.core import leverage
-from .jacap import JacapPress
+from .jacap import TemperedCentrePress
 
 __all__ = ["JacapObservedPress"]
 
 
 @dataclass
-class JacapObservedPress(JacapPress):
+class JacapObservedPress(TemperedCentrePress):
     """Jacap's score with :math:`\\bar\\alpha` = the observed attention of the last ``obs_window`` prompt queries
     (``gqa="pool"`` and a numeric ``noise`` only)."""
-
-    # a variant of Algorithm 1 as published: it rebuilds the tempered centre itself, so the observed centre of
-    # JacapPress (its default) is not offered here
-    centre: str = "tempered"
-    centres: ClassVar[tuple] = ("tempered",)
 
     obs_window: int = 32
 

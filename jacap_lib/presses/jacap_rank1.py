@@ -20,29 +20,23 @@ file ``jacap_rank1.py``, class :class:`JacapRank1Press`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from transformers.models.llama.modeling_llama import repeat_kv
 
 from ..scoring.rank_one import rank_one_corrected_scores
 from . import utils
-from .jacap import JacapPress
+from .jacap import TemperedCentrePress
 
 __all__ = ["JacapRank1Press"]
 
 
 @dataclass
-class JacapRank1Press(JacapPress):
+class JacapRank1Press(TemperedCentrePress):
     """JacapPress scoring with the exact softmax Jacobian ``S = Diag(alpha) - alpha alpha^T``.
 
     Parameters: those of :class:`~jacap_lib.presses.jacap.JacapPress` (``backend`` is ignored:
     the centred scoring runs in torch).
     """
-
-    # a variant of Algorithm 1 as published: it rebuilds the tempered centre itself, so the observed centre of
-    # JacapPress (its default) is not offered here
-    centre: str = "tempered"
-    centres: ClassVar[tuple] = ("tempered",)
 
     def components(self, keys, values, mu, lam, module, alpha=None):  # alpha: the tempered centre is rebuilt here
         out_proj = utils.out_proj_factors(module, pooled=self.gqa == "pool").to(keys.device) if self.use_out_proj else None

@@ -9,19 +9,18 @@ candidates, recomputes :math:`\bar\alpha` (renormalised over the candidates only
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
 from ..selection import n_kept
 from . import utils
-from .jacap import JacapPress
+from .jacap import TemperedCentrePress
 
 __all__ = ["JacapTwoStagePress"]
 
 
 @dataclass
-class JacapTwoStagePress(JacapPress):
+class JacapTwoStagePress(TemperedCentrePress):
     """JacapPress with a second scoring pass on the top ``expand * B`` candidates.
 
     Parameters
@@ -30,11 +29,6 @@ class JacapTwoStagePress(JacapPress):
         Candidates kept by the first pass, as a multiple of the final budget B (capped at N).
     (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`)
     """
-
-    # a variant of Algorithm 1 as published: it rebuilds the tempered centre itself, so the observed centre of
-    # JacapPress (its default) is not offered here
-    centre: str = "tempered"
-    centres: ClassVar[tuple] = ("tempered",)
 
     expand: float = 2.0
 
