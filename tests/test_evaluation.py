@@ -36,12 +36,22 @@ def test_search_space_budgets_are_comparable():
     adakv = {m: sum("adakv=true" in s for s in P.SEARCH_SPACE[m]) for m in counts}
     assert {m for m, n in adakv.items() if n} == set(ADAKV_BASELINES) and set(adakv.values()) == {0, 1}
     assert {m for m, n in counts.items() if n - adakv[m] == 1} == no_options
-    assert {n - adakv[m] for m, n in counts.items() if m not in no_options} == {P.CONFIGS_PER_METHOD}
+    # the knobs around the choice: two settings each (one value below, one above), counted by hand from the specs
+    around = {m: sum(2 for _ in P.AROUND_CHOICE.get(m, ())) for m in counts}
+    assert around == {"snapkv": 2, "streaming_llm": 0, "expected_attention": 2, "capkv": 2, "tova": 0, "knorm": 0,
+                      "keydiff": 0, "jacap": 4, "jacap_adakv": 4, "jacap_obs": 2}
+    for m, knobs in P.AROUND_CHOICE.items():
+        for knob in knobs:
+            values = [s for s in P.SEARCH_SPACE[m] if f"{knob}=" in s and (knob != "window" or "n_sink=" not in s)]
+            assert len(values) == 2, (m, knob, values)
+    assert {n - adakv[m] - around[m] for m, n in counts.items() if m not in no_options} == {P.CONFIGS_PER_METHOD}
     assert all(P.SEARCH_SPACE[m][0] == m for m in counts)  # the library default first
 
 
 @pytest.mark.parametrize("change, match", [
     (lambda s: s.update(jacap=s["jacap"] + ("jacap[tau=5]",)), "has 6 settings"),
+    (lambda s: s.update(jacap_obs=s["jacap_obs"] + ("jacap_obs[n_sink=2,window=16]",)), "3 settings of 'n_sink'"),
+    (lambda s: s.update(snapkv=s["snapkv"][:-1]), "1 settings of 'kernel_size'"),
     (lambda s: s.update(snapkv=s["snapkv"][:2]), "exactly 5"),
     (lambda s: s.update(snapkv=("snapkv[window_size=32]", "snapkv", "snapkv[window_size=16]")), "library default"),
     (lambda s: s.update(jacap=("jacap", "jacap[tau=3,beta=0.9]", "jacap[beta=0.9,tau=3]")), "twice"),

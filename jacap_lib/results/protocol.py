@@ -5,7 +5,9 @@ budgets, ``jacap``; kvpress AdaKV's head-adaptive budgets around Jacap's scores,
 gets a small grid of settings, written in one table, :data:`SEARCH_SPACE` (registry name -> method
 specs, the library default of the day first; Jacap's entries are measured as :data:`PINS` says, the paper's
 settings they meant when the table was fixed). The budget is the same for everyone: a method whose press takes
-options gets exactly :data:`CONFIGS_PER_METHOD` settings, a method without options its one setting, and every
+options gets exactly :data:`CONFIGS_PER_METHOD` settings on its main knobs plus two for each knob of
+:data:`AROUND_CHOICE` (its protected sinks and recent window, SnapKV's pooling kernel: one value on each side of the
+choice), a method without options its one setting, and every
 baseline whose scores differ across KV heads (``registry.ADAKV_BASELINES``) one more: its setting chosen on the
 first tune round under kvpress's head-adaptive allocation (``adakv=true``), as Jacap's scores get it in
 ``jacap_adakv`` (:func:`check_search_space` enforces it).
@@ -34,11 +36,20 @@ import math
 
 from ..presses.registry import BASELINES, parse_method, press_from_spec
 
-__all__ = ["SEARCH_SPACE", "PAPER_PRESET", "PINS", "ERA_OPTIONS", "MEASURED_TEMPERED", "era_spec", "pinned", "pin_reasons", "protocol_press", "same_setting", "CONFIGS_PER_METHOD", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
+__all__ = ["SEARCH_SPACE", "PAPER_PRESET", "PINS", "ERA_OPTIONS", "MEASURED_TEMPERED", "era_spec", "pinned", "pin_reasons", "protocol_press", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
            "protocol_config", "fingerprint", "compare_configs", "same_measurements", "grid_edges", "quick_space"]
 
 CONFIGS_PER_METHOD = 5
+# method -> the knobs its first grids left at their defaults: the protected sinks and recent window, and SnapKV's
+# pooling kernel. Each gets one value below and one above the method's tune choice (its other knobs at the choice):
+# 2 more settings per knob, the same rule for every method (StreamingLLM's only knob, its sinks, is its main grid;
+# TOVA, KNorm and KeyDiff protect nothing in kvpress). Left at their defaults: Expected Attention's and CapKV's
+# epsilon (a constant added to every score before the value-norm rescaling) and CapKV's future positions.
+AROUND_CHOICE: dict[str, tuple[str, ...]] = {
+    "snapkv": ("kernel_size",), "expected_attention": ("n_sink",), "capkv": ("n_sink",),
+    "jacap": ("n_sink", "window"), "jacap_adakv": ("n_sink", "window"), "jacap_obs": ("n_sink",),
+}
 KL_FLOOR = 1e-8  # nats; a KL below it (a cache that changes nothing) counts as KL_FLOOR in the log
 RULE = ("smallest mean over the tune documents, prompt lengths and compression ratios of log max(KL, 1e-8) "
         "(= log geometric-mean KL ratio to any common reference); ties (to 1e-12) go to the setting listed "
@@ -52,28 +63,39 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
     # kvpress baselines (kvpress defaults first); each numeric knob a user of the method would set is given
     # values on both sides of the earlier grid's choice, so a choice on the grid's edge shows as one
     "snapkv": ("snapkv", "snapkv[window_size=32]", "snapkv[window_size=16]", "snapkv[window_size=8]",
-               "snapkv[window_size=4]", "snapkv[adakv=true,window_size=16]"),
+               "snapkv[window_size=4]", "snapkv[adakv=true,window_size=16]",
+               "snapkv[kernel_size=1,window_size=16]", "snapkv[kernel_size=9,window_size=16]"),
     "streaming_llm": ("streaming_llm", "streaming_llm[n_sink=1]", "streaming_llm[n_sink=16]", "streaming_llm[n_sink=0]",
                       "streaming_llm[n_sink=2]"),
     "expected_attention": ("expected_attention", "expected_attention[use_covariance=false]",
                            "expected_attention[use_vnorm=false]", "expected_attention[n_future_positions=32]",
                            "expected_attention[n_future_positions=8]",
-                           "expected_attention[adakv=true,n_future_positions=32]"),
-    "capkv": ("capkv", "capkv[tau=10]", "capkv[tau=20]", "capkv[tau=50]", "capkv[tau=200]", "capkv[adakv=true,tau=50]"),
+                           "expected_attention[adakv=true,n_future_positions=32]",
+                           "expected_attention[n_future_positions=32,n_sink=0]",
+                           "expected_attention[n_future_positions=32,n_sink=16]"),
+    "capkv": ("capkv", "capkv[tau=10]", "capkv[tau=20]", "capkv[tau=50]", "capkv[tau=200]", "capkv[adakv=true,tau=50]",
+              "capkv[n_sink=0,tau=50]", "capkv[n_sink=16,tau=50]"),
     "tova": ("tova",),
     "knorm": ("knorm", "knorm[adakv=true]"),
     "keydiff": ("keydiff", "keydiff[adakv=true]"),
     # Jacap: uniform per-head budgets, and AdaKV's head-adaptive budgets around Jacap's scores; tau from 1 to 10
-    # with the EMA statistics, the paper's settings and the effective-dimension noise rule
+    # with the EMA statistics, the paper's settings and the effective-dimension noise rule; then the protection
+    # around the choice (its centre and window written out: they are not today's defaults)
     "jacap": ("jacap", "jacap[noise=deff,deff_frac=0.25]", "jacap[tau=3,beta=0.9]", "jacap[tau=1,beta=0.9]",
-              "jacap[tau=10,beta=0.9]"),
+              "jacap[tau=10,beta=0.9]", "jacap[beta=0.9,centre=tempered,n_sink=0,tau=3,window=32]",
+              "jacap[beta=0.9,centre=tempered,n_sink=16,tau=3,window=32]",
+              "jacap[beta=0.9,centre=tempered,tau=3,window=16]", "jacap[beta=0.9,centre=tempered,tau=3,window=64]"),
     "jacap_adakv": ("jacap_adakv", "jacap_adakv[noise=deff,deff_frac=0.25]", "jacap_adakv[tau=3,beta=0.9]",
-                    "jacap_adakv[tau=1,beta=0.9]", "jacap_adakv[tau=10,beta=0.9]"),
+                    "jacap_adakv[tau=1,beta=0.9]", "jacap_adakv[tau=10,beta=0.9]",
+                    "jacap_adakv[beta=0.9,centre=tempered,n_sink=0,tau=3,window=32]",
+                    "jacap_adakv[beta=0.9,centre=tempered,n_sink=16,tau=3,window=32]",
+                    "jacap_adakv[beta=0.9,centre=tempered,tau=3,window=16]",
+                    "jacap_adakv[beta=0.9,centre=tempered,tau=3,window=64]"),
     # the capacity press built from the one-knob ablations' winners on tune (the observed centre; with the
     # slots spread across a layer's heads by marginal capacity; with flat statistics; the protected recent
-    # window halved and doubled), chosen by the same rule
+    # window halved and doubled), chosen by the same rule; then its sinks around the choice
     "jacap_obs": ("jacap_obs", "jacap_obs[budget=layer]", "jacap_obs[beta=none]", "jacap_obs[window=16]",
-                  "jacap_obs[window=8]"),
+                  "jacap_obs[window=8]", "jacap_obs[n_sink=0,window=16]", "jacap_obs[n_sink=16,window=16]"),
 }
 # The budget: 5 settings for every method with options (1 for TOVA, KNorm, KeyDiff), plus, for each baseline whose
 # scores differ across KV heads, its choice of the earlier rounds (on the first 12 tune documents) under kvpress's
@@ -84,7 +106,10 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
 # tune documents ~50 CPU-minutes). Where that second grid's choice was still on an edge (Expected Attention 128
 # future positions, CapKV tau 50, jacap_obs window 16), a value beyond it replaced the knob's worst setting on the
 # tune documents (2048 future positions, tau 2, window 64); Expected Attention then chose 32 future positions, the
-# new edge, and 8 replaced 128. Every choice is made on tune documents only; each round's rows stay in tune.jsonl.
+# new edge, and 8 replaced 128. A last round gave the knobs those grids left at their defaults (AROUND_CHOICE: the
+# protected sinks and recent window, SnapKV's pooling kernel) one value on each side of the method's choice, on all 18
+# tune documents (16 settings, ~1.5 CPU-hours). Every choice is made on tune documents only; each round's rows stay in
+# tune.jsonl.
 # The paper's exact settings (Algorithm 1 as published: tau = 10 from its ablation, channel noise sigma^2 = 1,
 # flat prompt statistics),
 # written out so the spec keeps meaning them whatever the library defaults become. The test job runs it next to
@@ -199,6 +224,21 @@ def _adakv_settings(specs) -> int:
     return sum(bool(parse_method(s)[1].get("adakv")) for s in specs)
 
 
+def _around_settings(name: str, specs) -> dict[str, int]:
+    """``{knob: number of settings around it}`` for the knobs of :data:`AROUND_CHOICE` of method ``name``; a setting
+    counts for the first of those knobs it sets (one that sets the sinks writes the choice's window out too)."""
+    knobs = AROUND_CHOICE.get(name, ())
+    first = [next((k for k in knobs if k in parse_method(s)[1]), None) for s in specs]
+    return {k: first.count(k) for k in knobs}
+
+
+def _own_settings(name: str, specs) -> int:
+    """A method's settings on its main knobs: neither the head-adaptive one nor those around the choice."""
+    specs = list(specs)
+    around = [s for s in specs if any(k in parse_method(s)[1] for k in AROUND_CHOICE.get(name, ()))]
+    return len(specs) - _adakv_settings(specs) - len(around)
+
+
 def _canonical(spec: str) -> tuple:
     name, opts = parse_method(spec)
     return name, tuple(sorted((k, json.dumps(v)) for k, v in opts.items()))
@@ -217,7 +257,7 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
     """
     if configs_per_method is None:
         configs_per_method = (CONFIGS_PER_METHOD if space is None or space is SEARCH_SPACE
-                              else max((len(v) - _adakv_settings(v) for v in space.values()), default=1)
+                              else max((_own_settings(m, v) for m, v in space.items()), default=1)
                               if isinstance(space, dict) else 1)
     space = SEARCH_SPACE if space is None else space
     if not isinstance(space, dict) or not space:
@@ -243,12 +283,17 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
         if n_adakv > 1:
             raise ValueError(f"search space: method {name!r} has {n_adakv} settings with adakv=true; the head-adaptive "
                              "allocation is offered once, around the method's choice")
-        own = len(specs) - n_adakv
+        own = _own_settings(name, specs)
         if (exact and own != want) or own > want:
             raise ValueError(f"search space: method {name!r} has {own} settings of its own; every method with options "
                              f"gets {'exactly' if exact else 'at most'} {configs_per_method} (one without options "
                              f"gets 1), plus at most one with kvpress's head-adaptive allocation (adakv=true), so the "
                              "budgets stay comparable")
+        for knob, n in _around_settings(name, specs).items():
+            if (exact and n != 2) or n > 2:
+                raise ValueError(f"search space: method {name!r} has {n} settings of {knob!r} (a knob around the "
+                                 f"choice, AROUND_CHOICE); give it {'exactly' if exact else 'at most'} 2, one value below "
+                                 "and one above the choice")
         counts[name] = len(specs)
     return counts
 
