@@ -67,6 +67,35 @@ def test_losing_cells_are_those_whose_interval_lies_above_one():
     assert [r["cell"] for r in A.losing_cells(summary)] == ["a"]
 
 
+def test_the_library_defaults_part_reads_its_own_family_and_cells():
+    """library_default_part measures the family whose setting JacapPress() builds today (the observed centre, window
+    16), on that family's own losing cells; Algorithm 1's family (the tempered centre) is not it."""
+    from jacap_lib.presses.registry import changed_options
+    from jacap_lib.results.protocol import pinned
+
+    obs = "jacap_obs[window=16]"  # Algorithm 1's spec is measured as the tempered centre with a window of 32
+    assert not changed_options(obs, "jacap") and changed_options(pinned("jacap[tau=3,beta=0.9]"), "jacap")
+    rows = _rows(ERR_A, ERR_B, KL_A, KL_B, KINDS, a=obs)
+    row = {"length": 2048, "ratio": 0.5, "baseline_spec": "expected_attention", "gm_ratio": 1.5, "gm_low": 1.1,
+           "gm_high": 2.0}
+    summary = {"families": [
+        {"role": "algorithm 1", "picked_on": "tune", "setting": "jacap[tau=3,beta=0.9]", "rows": []},
+        {"role": "tuned jacap_obs", "picked_on": "test", "setting": obs, "rows": []},
+        {"role": "tuned jacap_obs", "picked_on": "tune", "setting": obs,
+         "rows": [row, {**row, "ratio": 0.9, "gm_low": 0.9}]}]}
+    assert A.default_role(summary) == "tuned jacap_obs"
+    part = A.library_default_part(rows, {"chosen": {"jacap": "jacap[tau=3,beta=0.9]"}}, summary, n_resamples=999)
+    assert (part["role"], part["setting"]) == ("tuned jacap_obs", obs)
+    assert [e["cell"] for e in part["kinds"]] == ["2048/0.5"]  # only the cell whose interval lies above 1
+    (all_docs,) = [k for k in part["kinds"][0]["kinds"] if k["kind"] == "all"]
+    want = math.exp(sum(math.log(a / b) for a, b in zip(KL_A, KL_B)) / 6)
+    assert all_docs["ratio"] == pytest.approx(want, rel=1e-12) and part["kinds"][0]["setting"] == obs
+    assert {e["kind"] for e in part["layers"]} == {"all", "dialogue", "prose"}
+    # no part when the default is Algorithm 1's own family, or when no family measures it
+    summary["families"][1:] = []
+    assert A.default_role(summary) is None and A.library_default_part(rows, {}, summary) is None
+
+
 def test_jaccard_and_exclusive_positions_on_hand_built_kept_sets():
     n = 40
     kept_a = torch.tensor([[[0, 1, 2, 39], [0, 1, 2, 3]], [[0, 5, 6, 7], [10, 11, 12, 13]]])
@@ -266,6 +295,14 @@ def test_the_committed_file_agrees_with_the_summary_and_its_configuration():
         (all_docs,) = [k for k in e["kinds"] if k["kind"] == "all"]
         assert all_docs["ratio"] == pytest.approx(losing[e["cell"]]["gm_ratio"], rel=1e-3)
         assert all_docs["losses"] == losing[e["cell"]]["losses"]
+    part = data.get("library_default")
+    if A.default_role(summary) not in (None, "algorithm 1"):  # the press JacapPress() builds, on its own losing cells
+        assert part is not None and part["role"] == A.default_role(summary)
+        own = {f"{r['length']}/{float(r['ratio'])}": r for r in A.losing_cells(summary, part["role"])}
+        assert {e["cell"] for e in part["kinds"]} == set(own)
+        for e in part["kinds"]:
+            (all_docs,) = [k for k in e["kinds"] if k["kind"] == "all"]
+            assert all_docs["ratio"] == pytest.approx(own[e["cell"]]["gm_ratio"], rel=1e-3)
     keys = [s["key"] for s in cfg["settings"]]
     assert [d["doc"] for d in data["documents"]] == [d["id"] for d in cfg["documents"]]
     assert all(list(d["kl"]) == keys for d in data["documents"])

@@ -18,7 +18,10 @@ Three measurements, each isolating one thing:
    protection, Jacap's temperature and statistics — each as a paired ratio to the default
    (:func:`swap_ratios`).
 
-The file: ``{"config", "layers", "kinds", "documents", "swap"}``; ``config`` records the model, the cell, the
+Measurement 1 is also made for the press ``JacapPress()`` builds today when it is another tuned Jacap method
+(``library_default``: ``{"role", "setting", "layers", "kinds"}``, :func:`library_default_part`).
+
+The file: ``{"config", "layers", "kinds", "library_default", "documents", "swap"}``; ``config`` records the model, the cell, the
 documents (id, kind, sha256), every setting's press options and the package versions
 (:func:`jacap_lib.results.provenance.provenance`).
 """
@@ -35,7 +38,7 @@ from . import files, findings
 from . import job as J
 from . import protocol as P
 
-__all__ = ["layer_lines", "swap_lines", "losing_cells", "paired_values", "layer_ratios", "kind_ratios", "rows_part", "with_options",
+__all__ = ["layer_lines", "swap_lines", "losing_cells", "default_role", "library_default_part", "paired_values", "layer_ratios", "kind_ratios", "rows_part", "with_options",
            "swap_settings", "pick_documents", "swap_ratios", "decompose_gap", "kept_summary", "add_arguments", "prepare", "execute",
            "JOB", "DEFAULT_LENGTH", "DEFAULT_RATIO", "DEFAULT_PER_KIND"]
 
@@ -47,14 +50,22 @@ NO_LEVERAGE_NOISE = 1e6  # sigma^2 this large makes A = I + W / sigma^2 the iden
 
 
 # --------------------------------------------------------------------------------------------- 1: the rows
-def losing_cells(summary: dict) -> list[dict]:
-    """The rows of ``summary`` (``summary.json``'s content) for Algorithm 1's tuned Jacap setting against the best
-    baseline picked on tune whose 95 % interval of the geometric-mean KL ratio lies wholly above 1."""
-    fam = findings.family(summary, findings.ALGORITHM1, "tune")
+def losing_cells(summary: dict, role: str = findings.ALGORITHM1) -> list[dict]:
+    """The rows of ``summary`` (``summary.json``'s content) for the Jacap setting of ``role`` (default: Algorithm 1's
+    tuned setting) against the best baseline picked on tune whose 95 % interval of the geometric-mean KL ratio lies
+    wholly above 1."""
+    fam = findings.family(summary, role, "tune")
     if fam is None:
-        raise ValueError("summary has no family of Algorithm 1's tuned setting against the baseline picked on tune; "
-                         "run `jacap evaluate summary`")
+        raise ValueError(f"summary has no family {role!r} against the baseline picked on tune; run `jacap evaluate "
+                         "summary`")
     return [r for r in fam["rows"] if r["gm_low"] > 1]
+
+
+def default_role(summary: dict) -> str | None:
+    """The role of the summary family whose setting is the press ``JacapPress()`` builds today (picked on tune), or
+    ``None`` when no family measures it."""
+    return next((f["role"] for f in summary.get("families", [])
+                 if f["picked_on"] == "tune" and findings.is_library_default(f["setting"])), None)
 
 
 def paired_values(rows: list[dict], setting: str, reference: str, length: int, ratio: float, *, key: str = "kl",
@@ -109,11 +120,14 @@ def kind_ratios(rows: list[dict], setting: str, reference: str, length: int, rat
     return out
 
 
-def rows_part(test_rows: list[dict], choices: dict, summary: dict, **opts) -> tuple[list, list]:
-    """Measurement 1 on the committed files: ``(layers, kinds)``, one entry per losing cell (and per kind)."""
-    default = choices["chosen"]["jacap"]
+def rows_part(test_rows: list[dict], choices: dict, summary: dict, *, role: str = findings.ALGORITHM1,
+              **opts) -> tuple[list, list]:
+    """Measurement 1 on the committed files for the Jacap setting of ``role`` (default: Algorithm 1's tuned setting):
+    ``(layers, kinds)``, one entry per losing cell (and per kind)."""
+    fam = findings.family(summary, role, "tune")
+    default = fam["setting"] if fam is not None else choices["chosen"]["jacap"]
     layers, kinds = [], []
-    for cell in losing_cells(summary):
+    for cell in losing_cells(summary, role):
         L, c, base = int(cell["length"]), float(cell["ratio"]), cell["baseline_spec"]
         meta = {"cell": f"{L}/{c}", "length": L, "ratio": c, "setting": default, "baseline": base,
                 "kl_ratio": cell["gm_ratio"], "kl_low": cell["gm_low"], "kl_high": cell["gm_high"]}
@@ -124,6 +138,17 @@ def rows_part(test_rows: list[dict], choices: dict, summary: dict, **opts) -> tu
                            "layers": layer_ratios(test_rows, default, base, L, c, kind=None if k == "all" else k,
                                                   **opts)})
     return layers, kinds
+
+
+def library_default_part(test_rows: list[dict], choices: dict, summary: dict, **opts) -> dict | None:
+    """Measurement 1 for the press ``JacapPress()`` builds today, when the summary judges it and it is not Algorithm
+    1's tuned setting: ``{"role", "setting", "layers", "kinds"}`` (:func:`rows_part`), else ``None``."""
+    role = default_role(summary)
+    if role is None or role == findings.ALGORITHM1:
+        return None
+    layers, kinds = rows_part(test_rows, choices, summary, role=role, **opts)
+    return {"role": role, "setting": findings.family(summary, role, "tune")["setting"], "layers": layers,
+            "kinds": kinds}
 
 
 # --------------------------------------------------------------------------------------------- 2-3: the swap
@@ -399,6 +424,7 @@ def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
 
     t0 = time.perf_counter()
     layers, kinds = rows_part(plan["test_rows"], plan["choices"], plan["summary"])
+    library_default = library_default_part(plan["test_rows"], plan["choices"], plan["summary"])
     if model is None:
         model, tokenizer = J.load_model(args)
     presses = {s["key"]: _press(s, plan["ratio"]) for s in plan["settings"]}
@@ -427,6 +453,8 @@ def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
                             "(verdicts.geometric_mean_ratio, 9999 resamples, seed 0)"}
     path = files.write_json(plan["out"], {"config": config, "layers": files.round_floats(layers),
                                           "kinds": files.round_floats(kinds),
+                                          **({"library_default": files.round_floats(library_default)}
+                                             if library_default else {}),
                                           "documents": files.round_floats(documents)})
     plan["out"].with_name(plan["out"].name + ".partial").unlink(missing_ok=True)
     return path

@@ -539,7 +539,6 @@ def prepare(args) -> Plan:
 
 
 def _run_config(plan: Plan, model=None) -> dict:
-    from ..presses.registry import method_options
     from .provenance import provenance
 
     rec = provenance(model, model_name=plan.model_name, command=plan.command)
@@ -560,9 +559,7 @@ def _run_config(plan: Plan, model=None) -> dict:
                          f"the question's last token and {N_NEW} greedy tokens on the compressed cache; correct = the "
                          "key in the answer") + "; digit survival: per layer and KV head, the fraction of the key's "
                         "digit tokens (both copies, true positions) and of the needle's other tokens kept",
-            "settings": {s: method_options(P.protocol_press(s, plan.ratios[0])) for s in plan.specs},
-            "pins": (pins := {s: P.pinned(s) for s in plan.specs if P.pinned(s) != s}),
-            **P.pin_reasons(pins, plan.ratios[0])}
+            **P.settings_record(plan.specs, plan.ratios[0])}
 
 
 def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:

@@ -36,7 +36,7 @@ import math
 
 from ..presses.registry import BASELINES, parse_method, press_from_spec
 
-__all__ = ["SEARCH_SPACE", "PAPER_PRESET", "PINS", "ERA_OPTIONS", "MEASURED_TEMPERED", "era_spec", "pinned", "pin_reasons", "protocol_press", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
+__all__ = ["SEARCH_SPACE", "PAPER_PRESET", "PINS", "ERA_OPTIONS", "MEASURED_TEMPERED", "era_spec", "pinned", "pin_reasons", "settings_record", "protocol_press", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
            "protocol_config", "fingerprint", "compare_configs", "same_measurements", "grid_edges", "quick_space"]
 
@@ -197,6 +197,19 @@ def pin_reasons(pins: dict, ratio: float = 0.5) -> dict:
     return {"non_default": {d.option: why for d in devs}} if devs else {}
 
 
+def settings_record(specs, ratio: float) -> dict:
+    """What a job records of the settings it measures: ``{"settings": {spec: press options}, "pins": {spec: pinned
+    spec}}`` (the press options as :func:`protocol_press` builds them at ``ratio``; ``pins``: the specs measured as
+    :data:`PINS` says), plus :func:`pin_reasons`' ``non_default`` when a pin records options away from today's
+    defaults."""
+    from ..presses.registry import method_options
+
+    specs = list(specs)
+    pins = {s: pinned(s) for s in specs if pinned(s) != s}
+    return {"settings": {s: method_options(protocol_press(s, ratio)) for s in specs}, "pins": pins,
+            **pin_reasons(pins, ratio)}
+
+
 def method_of(spec: str) -> str:
     """The registry name of a method spec (``"snapkv[window_size=16]"`` -> ``"snapkv"``)."""
     return parse_method(spec)[0]
@@ -253,12 +266,14 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
     name (the library default). A method whose press takes options has ``configs_per_method`` settings
     (default: :data:`CONFIGS_PER_METHOD` for :data:`SEARCH_SPACE`, else the largest count in ``space``, so
     a reduced table stays equal for everyone; at most that many with ``exact=False``), one without options
-    exactly one. Raises ``ValueError`` naming the method and the fix.
+    exactly one; each knob of :data:`AROUND_CHOICE` exactly two more (a reduced table: none or two; at most two
+    with ``exact=False``). Raises ``ValueError`` naming the method and the fix.
     """
     if configs_per_method is None:
         configs_per_method = (CONFIGS_PER_METHOD if space is None or space is SEARCH_SPACE
                               else max((_own_settings(m, v) for m, v in space.items()), default=1)
                               if isinstance(space, dict) else 1)
+    full = space is None or space is SEARCH_SPACE  # every knob of AROUND_CHOICE must be searched there
     space = SEARCH_SPACE if space is None else space
     if not isinstance(space, dict) or not space:
         raise ValueError("search space must be a non-empty dict {registry name: [method specs]}")
@@ -290,10 +305,10 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
                              f"gets 1), plus at most one with kvpress's head-adaptive allocation (adakv=true), so the "
                              "budgets stay comparable")
         for knob, n in _around_settings(name, specs).items():
-            if (exact and n != 2) or n > 2:
+            if n > 2 or (exact and n != 2 and (full or n)):
                 raise ValueError(f"search space: method {name!r} has {n} settings of {knob!r} (a knob around the "
                                  f"choice, AROUND_CHOICE); give it {'exactly' if exact else 'at most'} 2, one value below "
-                                 "and one above the choice")
+                                 "and one above the choice" + ("" if full else " (or none, in a reduced table)"))
         counts[name] = len(specs)
     return counts
 

@@ -325,7 +325,6 @@ def prepare(args, *, tokenizer=None) -> Plan:
 
 
 def _run_config(plan: Plan, model=None) -> dict:
-    from ...presses.registry import method_options
     from ..provenance import provenance
 
     rec = provenance(model, model_name=plan.model_name, command=plan.extra.get("command"))
@@ -337,9 +336,7 @@ def _run_config(plan: Plan, model=None) -> dict:
                         "one captured prefill per (document, length); the continuation teacher-forced at its true "
                         "positions, never evicted; KL(full || compressed) of next-token distributions",
             "documents": [{k: d.get(k) for k in ("id", "kind", "split", "sha256", "source", "license")} for d in plan.docs],
-            "settings": {s: method_options(P.protocol_press(s, plan.ratios[0])) for s in specs},
-            "pins": (pins := {s: P.pinned(s) for s in specs if P.pinned(s) != s}),
-            **P.pin_reasons(pins, plan.ratios[0])}
+            **P.settings_record(specs, plan.ratios[0])}
 
 
 def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
