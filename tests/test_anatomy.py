@@ -335,3 +335,19 @@ def test_swap_setting_lines_are_the_key_to_the_swap_tables_settings():
     data = {"config": {"settings": [{"key": "default", "spec": "jacap", "changes": "nothing"},
                                     {"key": "tau_1", "spec": "jacap[tau=1]", "changes": "temperature 1"}]}}
     assert V.swap_setting_lines(data) == ["tau_1 = jacap[tau=1]: temperature 1"]
+
+
+def test_kind_lines_name_the_largest_kind_and_count_it():
+    """kind_lines: per cell the kind with the largest ratio and the kinds above 1, then the count for dialogue;
+    checked on a hand-built two-cell anatomy."""
+    def k(kind, ratio, low, losses=3, wins=1):
+        return {"kind": kind, "ratio": ratio, "low": low, "high": ratio * 2, "losses": losses, "wins": wins}
+
+    anatomy = {"kinds": [
+        {"length": 512, "ratio": 0.5, "kinds": [k("all", 1.5, 1.1), k("dialogue", 2.0, 1.2), k("prose", 1.1, 0.9)]},
+        {"length": 1024, "ratio": 0.5, "kinds": [k("all", 1.2, 1.01), k("dialogue", 1.1, 0.8), k("code", 1.3, 1.05, 2, 2)]}]}
+    lines = A.kind_lines(anatomy)
+    assert lines[0] == ("prompt 512, c=0.5: largest ratio on dialogue (2.00, 3/4 lost); kinds whose interval lies "
+                        "above 1: dialogue")
+    assert lines[1].startswith("prompt 1024, c=0.5: largest ratio on code (1.30, 2/4 lost)") and lines[1].endswith(": code")
+    assert lines[2] == "dialogue has the largest ratio in 1 of 2 losing cells; its interval lies above 1 in 1"

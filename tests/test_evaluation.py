@@ -680,6 +680,15 @@ def test_grid_edges_finds_a_choice_on_the_edge_of_its_grid():
     # the pinned "jacap" (the paper's tau = 10 with flat statistics) differs in two options: not a tau neighbour
     assert set(rows) == {("snapkv", "window_size"), ("jacap", "tau"), ("capkv", "tau")}
     assert rows[("snapkv", "window_size")] == {"method": "snapkv", "option": "window_size", "chosen": 16,
-                                               "values": [16, 32, 64], "edge": True}
+                                               "values": [16, 32, 64], "edge": True, "bound": False}
     assert rows[("jacap", "tau")]["values"] == [1, 3, 10] and rows[("jacap", "tau")]["edge"] is False
     assert rows[("capkv", "tau")]["values"] == [2, 5] and rows[("capkv", "tau")]["edge"] is None  # two values
+    assert not rows[("capkv", "tau")]["bound"]  # a float knob has no smallest value
+    # a choice at the smallest value its knob can take: an edge, and a bound (no sinks; a 1-token pooling kernel)
+    space = {"capkv": ["capkv", "capkv[n_sink=0]", "capkv[n_sink=16]"],
+             "snapkv": ["snapkv", "snapkv[kernel_size=1]", "snapkv[kernel_size=9]"]}
+    choices = {"config": {"search_space": space}, "chosen": {"capkv": "capkv[n_sink=0]", "snapkv": "snapkv[kernel_size=1]"}}
+    rows = {(r["method"], r["option"]): r for r in P.grid_edges(choices)}
+    assert rows[("capkv", "n_sink")]["values"] == [0, 4, 16] and rows[("capkv", "n_sink")]["edge"] is True
+    assert rows[("capkv", "n_sink")]["bound"] and rows[("snapkv", "kernel_size")]["bound"]
+    assert rows[("snapkv", "kernel_size")]["values"] == [1, 5, 9]

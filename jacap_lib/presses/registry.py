@@ -155,6 +155,12 @@ def _valid_options(factory) -> set:
 _BASELINE_INT_MIN = {"window_size": 1, "kernel_size": 1, "n_future_positions": 1}
 
 
+def smallest_value(option: str) -> int:
+    """The smallest value an integer press option takes (1 for window, kernel sizes and future positions of the
+    kvpress baselines, 0 for the others: sinks, Jacap's recent window)."""
+    return _BASELINE_INT_MIN.get(option, 0)
+
+
 def _check_baseline_options(cls, opts: dict) -> None:
     """Check kvpress baseline options by their declared type, so a bad value fails here and not at the
     first forward pass: bools are bools, ints are ints >= 0 (>= 1 for window/kernel sizes and future

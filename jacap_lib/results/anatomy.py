@@ -38,7 +38,7 @@ from . import files, findings
 from . import job as J
 from . import protocol as P
 
-__all__ = ["layer_lines", "swap_lines", "losing_cells", "default_role", "library_default_part", "paired_values", "layer_ratios", "kind_ratios", "rows_part", "with_options",
+__all__ = ["layer_lines", "kind_lines", "swap_lines", "losing_cells", "default_role", "library_default_part", "paired_values", "layer_ratios", "kind_ratios", "rows_part", "with_options",
            "swap_settings", "pick_documents", "swap_ratios", "decompose_gap", "kept_summary", "add_arguments", "prepare", "execute",
            "JOB", "DEFAULT_LENGTH", "DEFAULT_RATIO", "DEFAULT_PER_KIND"]
 
@@ -491,6 +491,24 @@ def layer_lines(anatomy: dict) -> list[str]:
                    f"{lay[-1]['ratio']:.2f}")
     out.append(f"layer 0: its interval lies above 1 in {layer0_above} of {n_cells} losing cells; it has the largest "
                f"ratio of any layer in {layer0_largest}")
+    return out
+
+
+def kind_lines(anatomy: dict, kind: str = "dialogue") -> list[str]:
+    """Per losing cell of ``anatomy`` (the file, or its ``library_default`` part): the document kind with the largest
+    KL ratio and the kinds whose interval lies above 1; then in how many cells ``kind`` has the largest ratio and
+    lies above 1."""
+    out, largest, above_n = [], 0, 0
+    for e in anatomy["kinds"]:
+        worst = max((k for k in e["kinds"] if k["kind"] != "all"), key=lambda k: k["ratio"])
+        above = [k["kind"] for k in e["kinds"] if k["kind"] != "all" and k["low"] > 1]
+        largest += worst["kind"] == kind
+        above_n += kind in above
+        out.append(f"prompt {e['length']}, c={e['ratio']}: largest ratio on {worst['kind']} ({worst['ratio']:.2f}, "
+                   f"{worst['losses']}/{worst['losses'] + worst['wins']} lost); kinds whose interval lies above 1: "
+                   f"{', '.join(above) or 'none'}")
+    out.append(f"{kind} has the largest ratio in {largest} of {len(anatomy['kinds'])} losing cells; its interval lies "
+               f"above 1 in {above_n}")
     return out
 
 

@@ -452,9 +452,10 @@ def grid_edges(choices: dict) -> list[dict]:
     setting whose value the search space varies *alone* (settings whose resolved press options differ from the
     choice in that option only, protocol pins applied; a wrapped scorer's options as ``press.<option>``), the values
     tried and whether the choice is the smallest
-    or largest of three or more (``edge``; with two values every choice is an end, so ``edge`` is ``None``).
-    ``choices``: ``choices.json``'s content. ``[{"method", "option", "chosen", "values", "edge"}]``."""
-    from ..presses.registry import effective_options, method_options
+    or largest of three or more (``edge``; with two values every choice is an end, so ``edge`` is ``None``), and
+    whether an integer choice is the smallest value the option can take (``bound``: an edge no grid can widen).
+    ``choices``: ``choices.json``'s content. ``[{"method", "option", "chosen", "values", "edge", "bound"}]``."""
+    from ..presses.registry import effective_options, method_options, smallest_value
 
     def flat(record, prefix=""):  # a wrapper's scorer options under "press.<option>" (AdaKV around Jacap, ...)
         out = {}
@@ -483,5 +484,7 @@ def grid_edges(choices: dict) -> list[dict]:
                 continue
             values = sorted(vals | {base[k]})
             edge = None if len(values) < 3 else base[k] in (values[0], values[-1])
-            out.append({"method": method, "option": k, "chosen": base[k], "values": values, "edge": edge})
+            bound = isinstance(base[k], int) and base[k] == smallest_value(k.rsplit(".", 1)[-1])
+            out.append({"method": method, "option": k, "chosen": base[k], "values": values, "edge": edge,
+                        "bound": bound})
     return out
