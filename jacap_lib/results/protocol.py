@@ -82,14 +82,14 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
     # with the EMA statistics, the paper's settings and the effective-dimension noise rule; then the protection
     # around the choice (its centre and window written out: they are not today's defaults)
     "jacap": ("jacap", "jacap[noise=deff,deff_frac=0.25]", "jacap[tau=3,beta=0.9]", "jacap[tau=1,beta=0.9]",
-              "jacap[tau=10,beta=0.9]", "jacap[beta=0.9,centre=tempered,n_sink=0,tau=3,window=32]",
-              "jacap[beta=0.9,centre=tempered,n_sink=16,tau=3,window=32]",
-              "jacap[beta=0.9,centre=tempered,tau=3,window=16]", "jacap[beta=0.9,centre=tempered,tau=3,window=64]"),
+              "jacap[tau=10,beta=0.9]", "jacap[beta=0.9,centre=tempered,n_sink=0,tau=3,window=64]",
+              "jacap[beta=0.9,centre=tempered,n_sink=16,tau=3,window=64]",
+              "jacap[beta=0.9,centre=tempered,tau=3,window=128]", "jacap[beta=0.9,centre=tempered,tau=3,window=64]"),
     "jacap_adakv": ("jacap_adakv", "jacap_adakv[noise=deff,deff_frac=0.25]", "jacap_adakv[tau=3,beta=0.9]",
                     "jacap_adakv[tau=1,beta=0.9]", "jacap_adakv[tau=10,beta=0.9]",
-                    "jacap_adakv[beta=0.9,centre=tempered,n_sink=0,tau=3,window=32]",
-                    "jacap_adakv[beta=0.9,centre=tempered,n_sink=16,tau=3,window=32]",
-                    "jacap_adakv[beta=0.9,centre=tempered,tau=3,window=16]",
+                    "jacap_adakv[beta=0.9,centre=tempered,n_sink=0,tau=3,window=64]",
+                    "jacap_adakv[beta=0.9,centre=tempered,n_sink=16,tau=3,window=64]",
+                    "jacap_adakv[beta=0.9,centre=tempered,tau=3,window=128]",
                     "jacap_adakv[beta=0.9,centre=tempered,tau=3,window=64]"),
     # the capacity press built from the one-knob ablations' winners on tune (the observed centre; with the
     # slots spread across a layer's heads by marginal capacity; with flat statistics; the protected recent
