@@ -682,6 +682,8 @@ def test_grid_edges_finds_a_choice_on_the_edge_of_its_grid():
     assert rows[("snapkv", "window_size")] == {"method": "snapkv", "option": "window_size", "chosen": 16,
                                                "values": [16, 32, 64], "edge": True, "bound": False}
     assert rows[("jacap", "tau")]["values"] == [1, 3, 10] and rows[("jacap", "tau")]["edge"] is False
+    assert P.neighbours(choices, "jacap") == {"tau": {1: "jacap[tau=1,beta=0.9]", 3: "jacap[tau=3,beta=0.9]",
+                                                      10: "jacap[tau=10,beta=0.9]"}}
     assert rows[("capkv", "tau")]["values"] == [2, 5] and rows[("capkv", "tau")]["edge"] is None  # two values
     assert not rows[("capkv", "tau")]["bound"]  # a float knob has no smallest value
     # a choice at the smallest value its knob can take: an edge, and a bound (no sinks; a 1-token pooling kernel)

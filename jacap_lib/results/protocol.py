@@ -38,7 +38,7 @@ from ..presses.registry import BASELINES, parse_method, press_from_spec
 
 __all__ = ["SEARCH_SPACE", "PAPER_PRESET", "PINS", "ERA_OPTIONS", "MEASURED_TEMPERED", "era_spec", "pinned", "pin_reasons", "settings_record", "protocol_press", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
-           "protocol_config", "fingerprint", "compare_configs", "same_measurements", "grid_edges", "quick_space"]
+           "protocol_config", "fingerprint", "compare_configs", "same_measurements", "neighbours", "grid_edges", "quick_space"]
 
 CONFIGS_PER_METHOD = 5
 # method -> the knobs its first grids left at their defaults: the protected sinks and recent window, and SnapKV's
@@ -82,15 +82,15 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
     # with the EMA statistics, the paper's settings and the effective-dimension noise rule; then the protection
     # around the choice (its centre and window written out: they are not today's defaults)
     "jacap": ("jacap", "jacap[noise=deff,deff_frac=0.25]", "jacap[tau=3,beta=0.9]", "jacap[tau=1,beta=0.9]",
-              "jacap[tau=10,beta=0.9]", "jacap[beta=0.9,centre=tempered,n_sink=0,tau=3,window=64]",
-              "jacap[beta=0.9,centre=tempered,n_sink=16,tau=3,window=64]",
-              "jacap[beta=0.9,centre=tempered,tau=3,window=128]", "jacap[beta=0.9,centre=tempered,tau=3,window=64]"),
+              "jacap[tau=10,beta=0.9]", "jacap[beta=0.9,centre=tempered,n_sink=0,tau=3,window=128]",
+              "jacap[beta=0.9,centre=tempered,n_sink=16,tau=3,window=128]",
+              "jacap[beta=0.9,centre=tempered,tau=3,window=128]", "jacap[beta=0.9,centre=tempered,tau=3,window=256]"),
     "jacap_adakv": ("jacap_adakv", "jacap_adakv[noise=deff,deff_frac=0.25]", "jacap_adakv[tau=3,beta=0.9]",
                     "jacap_adakv[tau=1,beta=0.9]", "jacap_adakv[tau=10,beta=0.9]",
-                    "jacap_adakv[beta=0.9,centre=tempered,n_sink=0,tau=3,window=64]",
-                    "jacap_adakv[beta=0.9,centre=tempered,n_sink=16,tau=3,window=64]",
+                    "jacap_adakv[beta=0.9,centre=tempered,n_sink=0,tau=3,window=128]",
+                    "jacap_adakv[beta=0.9,centre=tempered,n_sink=16,tau=3,window=128]",
                     "jacap_adakv[beta=0.9,centre=tempered,tau=3,window=128]",
-                    "jacap_adakv[beta=0.9,centre=tempered,tau=3,window=64]"),
+                    "jacap_adakv[beta=0.9,centre=tempered,tau=3,window=256]"),
     # the capacity press built from the one-knob ablations' winners on tune (the observed centre; with the
     # slots spread across a layer's heads by marginal capacity; with flat statistics; the protected recent
     # window halved and doubled), chosen by the same rule; then its sinks around the choice
@@ -106,10 +106,13 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
 # tune documents ~50 CPU-minutes). Where that second grid's choice was still on an edge (Expected Attention 128
 # future positions, CapKV tau 50, jacap_obs window 16), a value beyond it replaced the knob's worst setting on the
 # tune documents (2048 future positions, tau 2, window 64); Expected Attention then chose 32 future positions, the
-# new edge, and 8 replaced 128. A last round gave the knobs those grids left at their defaults (AROUND_CHOICE: the
-# protected sinks and recent window, SnapKV's pooling kernel) one value on each side of the method's choice, on all 18
-# tune documents (16 settings, ~1.5 CPU-hours). Every choice is made on tune documents only; each round's rows stay in
-# tune.jsonl.
+# new edge, and 8 replaced 128. Then the knobs those grids left at their defaults (AROUND_CHOICE: the protected sinks
+# and recent window, SnapKV's pooling kernel) got one value on each side of the method's choice, on all 18 tune
+# documents (16 settings, ~1.5 CPU-hours). Every baseline's choice stayed inside (CapKV moved to no sinks, the smallest
+# value the knob takes); Algorithm 1 and jacap_adakv chose the largest window tried, 64 of {16, 32, 64}, so the window
+# went on doubling (128, then 256), each time with the window's other value and the sinks re-centred on the new choice
+# (the settings they replaced stay in tune.jsonl). Every choice is made on tune documents only; each round's rows stay
+# in tune.jsonl.
 # The paper's exact settings (Algorithm 1 as published: tau = 10 from its ablation, channel noise sigma^2 = 1,
 # flat prompt statistics),
 # written out so the spec keeps meaning them whatever the library defaults become. The test job runs it next to
@@ -447,15 +450,9 @@ def same_measurements(recorded: dict, current: dict) -> bool:
     return set(compare_configs(recorded, current)) <= {"search_space", "tune_docs"}
 
 
-def grid_edges(choices: dict) -> list[dict]:
-    """Where each method's tune choice sits in its grid, per numeric option: for every option of the chosen
-    setting whose value the search space varies *alone* (settings whose resolved press options differ from the
-    choice in that option only, protocol pins applied; a wrapped scorer's options as ``press.<option>``), the values
-    tried and whether the choice is the smallest
-    or largest of three or more (``edge``; with two values every choice is an end, so ``edge`` is ``None``), and
-    whether an integer choice is the smallest value the option can take (``bound``: an edge no grid can widen).
-    ``choices``: ``choices.json``'s content. ``[{"method", "option", "chosen", "values", "edge", "bound"}]``."""
-    from ..presses.registry import effective_options, method_options, smallest_value
+def _flat_options(spec: str) -> dict:
+    """The resolved press options of a protocol setting (pins applied), a wrapped scorer's as ``press.<option>``."""
+    from ..presses.registry import effective_options, method_options
 
     def flat(record, prefix=""):  # a wrapper's scorer options under "press.<option>" (AdaKV around Jacap, ...)
         out = {}
@@ -466,23 +463,39 @@ def grid_edges(choices: dict) -> list[dict]:
                 out[prefix + k] = v
         return out
 
-    def options(spec):
-        return flat(effective_options(method_options(protocol_press(spec, 0.5))))
+    return flat(effective_options(method_options(protocol_press(spec, 0.5))))
 
-    space = choices["config"]["search_space"]
+
+def neighbours(choices: dict, method: str) -> dict[str, dict]:
+    """The settings of ``method``'s grid one numeric option away from its tune choice: ``{option: {value: spec}}``
+    (settings whose resolved press options, pins applied, differ from the choice's in that option only; the choice
+    itself under its own value). ``choices``: ``choices.json``'s content."""
+    chosen = choices["chosen"][method]
+    base = _flat_options(chosen)
+    out: dict = {}
+    for spec in choices["config"]["search_space"].get(method, ()):
+        other = _flat_options(spec)
+        diff = [k for k in set(base) | set(other) if base.get(k) != other.get(k)]
+        if len(diff) == 1 and isinstance(other.get(diff[0]), (int, float)) and not isinstance(other.get(diff[0]), bool):
+            if isinstance(base.get(diff[0]), (int, float)):
+                out.setdefault(diff[0], {base[diff[0]]: chosen})[other[diff[0]]] = spec
+    return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
+
+
+def grid_edges(choices: dict) -> list[dict]:
+    """Where each method's tune choice sits in its grid, per numeric option: for every option of the chosen
+    setting whose value the search space varies *alone* (:func:`neighbours`; a wrapped scorer's options as
+    ``press.<option>``), the values tried and whether the choice is the smallest
+    or largest of three or more (``edge``; with two values every choice is an end, so ``edge`` is ``None``), and
+    whether an integer choice is the smallest value the option can take (``bound``: an edge no grid can widen).
+    ``choices``: ``choices.json``'s content. ``[{"method", "option", "chosen", "values", "edge", "bound"}]``."""
+    from ..presses.registry import smallest_value
+
     out = []
     for method, chosen in choices["chosen"].items():
-        base = options(chosen)
-        varied: dict = {}
-        for spec in space.get(method, ()):
-            other = options(spec)
-            diff = [k for k in set(base) | set(other) if base.get(k) != other.get(k)]
-            if len(diff) == 1 and isinstance(other.get(diff[0]), (int, float)) and not isinstance(other.get(diff[0]), bool):
-                varied.setdefault(diff[0], set()).add(other[diff[0]])
-        for k, vals in sorted(varied.items()):
-            if not isinstance(base.get(k), (int, float)):
-                continue
-            values = sorted(vals | {base[k]})
+        base = _flat_options(chosen)
+        for k, by_value in neighbours(choices, method).items():
+            values = sorted(by_value)
             edge = None if len(values) < 3 else base[k] in (values[0], values[-1])
             bound = isinstance(base[k], int) and base[k] == smallest_value(k.rsplit(".", 1)[-1])
             out.append({"method": method, "option": k, "chosen": base[k], "values": values, "edge": edge,
