@@ -75,6 +75,8 @@ def test_needle_sentences_count_per_comparison():
 
 def test_setting_text_and_verdict_word():
     assert F.setting_text("jacap[tau=3,beta=0.9]") == "τ = 3, β = 0.9"
+    assert (F.setting_text("jacap[beta=0.9,centre=tempered,tau=3,window=128]")
+            == "β = 0.9, the tempered centre, τ = 3, window = 128")
     assert F.setting_text("jacap[tau=10,noise=1,beta=none]") == "τ = 10, σ² = 1, flat query statistics"
     assert F.setting_text("tova") == "tova"
     assert F.verdict_word("no difference: identical on every prompt") == "identical"

@@ -70,7 +70,8 @@ _SYMBOLS = {"tau": "τ", "beta": "β", "noise": "σ²", "deff_frac": "deff_frac"
 
 def setting_text(spec: str) -> str:
     """A method spec by its values: ``jacap[tau=3,beta=0.9]`` -> ``"τ = 3, β = 0.9"``;
-    ``jacap[tau=10,noise=1,beta=none]`` -> ``"τ = 10, σ² = 1, flat query statistics"``; a spec without options
+    ``jacap[tau=10,noise=1,beta=none]`` -> ``"τ = 10, σ² = 1, flat query statistics"``; ``centre=tempered`` -> ``"the
+    tempered centre"``; a spec without options
     -> its name."""
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"spec must be a method spec such as 'jacap[tau=3,beta=0.9]', got {spec!r}")
@@ -86,6 +87,8 @@ def setting_text(spec: str) -> str:
             out.append("flat query statistics")
         elif k == "noise" and v == "deff":
             out.append("σ² by the effective-dimension rule")
+        elif k == "centre":
+            out.append(f"the {v} centre")
         else:
             out.append(f"{_SYMBOLS.get(k, k)} = {v}")
     return ", ".join(out)
