@@ -582,3 +582,16 @@ def test_survival_figure_and_tables_draw_the_summary():
     assert md.iloc[0]["difference, pts [95 % CI]"].split(" ", 1)[0] == f"{e['diff_points']:.0f}".replace("-", "−")
     with pytest.raises(ValueError, match="mode"):
         survival_figure(s, "before")
+
+
+def test_probe_specs_are_algorithm1_the_paper_the_default_press_and_the_baselines():
+    from jacap_lib.results.protocol import PAPER_PRESET
+
+    chosen = {"jacap": "jacap[tau=3]", "jacap_obs": "jacap_obs[window=16]", "capkv": "capkv[tau=50]",
+              "keydiff": "keydiff", "snapkv": "snapkv[window_size=16]", "expected_attention": "expected_attention",
+              "tova": "tova", "knorm": "knorm"}
+    assert N.probe_specs({"chosen": chosen}) == ["jacap[tau=3]", PAPER_PRESET, "jacap_obs[window=16]", "capkv[tau=50]",
+                                                 "keydiff", "snapkv[window_size=16]", "expected_attention", "tova"]
+    del chosen["jacap_obs"]
+    with pytest.raises(ValueError, match="jacap_obs"):
+        N.probe_specs({"chosen": chosen})

@@ -78,7 +78,8 @@ DEFAULT_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
 DEFAULT_TRIALS = 4
 QUICK = {"lengths": (512,), "ratios": (0.75, 0.9), "depths": (0.5,), "trials": 2}
 PROBE = {"lengths": (1024,), "ratios": (0.5, 0.75)}  # the digit-survival probe's defaults (depths, trials: the job's)
-PROBE_METHODS = ("jacap", "capkv", "keydiff", "snapkv", "expected_attention", "tova")  # their tune choices + paper preset
+# their tune choices + the paper preset; jacap_obs's is the press JacapPress() builds
+PROBE_METHODS = ("jacap", "jacap_obs", "capkv", "keydiff", "snapkv", "expected_attention", "tova")
 PROBE_FILE = "needle_probe.jsonl"
 DEFAULT_MODE = "after"
 FULL = "full"  # the method of the uncompressed answer (ratio 0)
@@ -151,7 +152,7 @@ def needle_specs(choices: dict, *, quick: bool = False, cells=()) -> list[str]:
 
 def probe_specs(choices: dict) -> list[str]:
     """The probe's settings: Algorithm 1's tuned Jacap setting, the paper preset, then the tune choice of every other
-    method of :data:`PROBE_METHODS`."""
+    method of :data:`PROBE_METHODS` (the default press's, ``jacap_obs``, first)."""
     chosen = choices["chosen"]
     missing = [m for m in PROBE_METHODS if m not in chosen]
     if missing:
