@@ -351,3 +351,21 @@ def test_kind_lines_name_the_largest_kind_and_count_it():
                         "above 1: dialogue")
     assert lines[1].startswith("prompt 1024, c=0.5: largest ratio on code (1.30, 2/4 lost)") and lines[1].endswith(": code")
     assert lines[2] == "dialogue has the largest ratio in 1 of 2 losing cells; its interval lies above 1 in 1"
+
+
+def test_swap_lines_report_the_paired_geometric_means_of_the_committed_file():
+    """swap_lines' numbers are paired geometric means of the committed per-document KLs, recomputed by hand here
+    (the flat statistics on the kinds other than dialogue; the centre over all documents)."""
+    from jacap_lib.results import loaders
+
+    docs = loaders.load_anatomy()["documents"]
+    lines = A.swap_lines(docs)
+
+    def gm(key, sel):
+        return math.exp(np.mean([math.log(d["kl"][key]["kl"] / d["kl"]["default"]["kl"]) for d in sel]))
+
+    others = [d for d in docs if d["kind"] != "dialogue"]
+    (flat_others,) = [x for x in lines if x.startswith("  on the other kinds") and "against" not in x]
+    assert flat_others.startswith(f"  on the other kinds (/ default): {gm('flat_statistics', others):.2f} [")
+    (centre,) = [x for x in lines if x.startswith("centre = observed")]
+    assert f": {gm('observed_centre', docs):.2f} [" in centre

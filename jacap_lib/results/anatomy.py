@@ -535,6 +535,7 @@ def swap_lines(docs: list[dict]) -> list[str]:
         f"statistics: flat instead of EMA (/ default): {say(one('flat_statistics'))}",
         f"  on dialogue (/ default): {say(one('flat_statistics', dialogue))}; against the baseline: "
         f"{say(one('flat_statistics', dialogue, 'baseline'))}",
+        f"  on the other kinds (/ default): {say(one('flat_statistics', others))}",
         f"centre = observed attention of the last prompt queries (/ default): {say(one('observed_centre'))}",
         f"  on dialogue (/ default): {say(one('observed_centre', dialogue))}; against the baseline: "
         f"{say(one('observed_centre', dialogue, 'baseline'))}",
