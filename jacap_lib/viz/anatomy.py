@@ -18,7 +18,7 @@ import plotly.colors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .style import finish, method_style, setting_colours
+from .style import finish, method_style, setting_colours, wrap_title, wrapped
 
 __all__ = ["layer_ratio_figure", "position_figure", "swap_figure", "kind_frame", "category_frame", "swap_frame",
            "swap_setting_lines",
@@ -62,7 +62,9 @@ def layer_ratio_figure(data: dict, *, kinds=("all", "dialogue"), cells=None) -> 
     meta = {e["cell"]: e for e in entries}
     ncol = 2 if len(names) > 1 else 1
     nrow = math.ceil(len(names) / ncol)
-    titles = [f"prompt {meta[n]['length']}, c = {meta[n]['ratio']:g} vs {meta[n]['baseline']}" for n in names]
+    one_baseline = len({e["baseline"] for e in entries}) == 1  # then named once, in the figure's title
+    titles = [f"prompt {meta[n]['length']}, c = {meta[n]['ratio']:g}"
+              + ("" if one_baseline else f" vs {meta[n]['baseline']}") for n in names]
     fig = make_subplots(rows=nrow, cols=ncol, subplot_titles=titles, shared_xaxes=True, shared_yaxes=True,
                         vertical_spacing=0.09 if nrow > 2 else 0.15, horizontal_spacing=0.06)
     setting = entries[0]["setting"]
@@ -97,9 +99,12 @@ def layer_ratio_figure(data: dict, *, kinds=("all", "dialogue"), cells=None) -> 
         row, col = i // ncol + 1, i % ncol + 1
         fig.update_xaxes(title_text="layer", row=row, col=col, showticklabels=True)
         fig.update_yaxes(title_text="error ratio", row=row, col=col)
-    fig.update_layout(title=f"Per-layer attention-output error: {setting} / best baseline",
-                      height=250 * nrow + 140, width=780, legend={"orientation": "h", "y": -0.06, "x": 0},
-                      margin={"l": 60, "r": 20, "b": 80, "t": 110})
+    against = entries[0]["baseline"] if one_baseline else "best baseline"
+    title = wrap_title(f"Per-layer attention-output error ratio<br>{setting}<br>/ {against}", 56)
+    top = 60 + 26 * (title.count("<br>") + 1)  # the title's lines (centred in the top margin), then the panel titles
+    fig.update_layout(title=title,
+                      height=250 * nrow + 30 + top, width=780, legend={"orientation": "h", "y": -0.06, "x": 0},
+                      margin={"l": 60, "r": 20, "b": 80, "t": top})
     return finish(fig)
 
 
@@ -221,7 +226,7 @@ def kind_frame(data: dict) -> pd.DataFrame:
             rows.append({"prompt": e["length"], "c": e["ratio"], "baseline": e["baseline"], "kind": k["kind"],
                          "KL ratio [95% CI]": f"{k['ratio']:.2f} [{k['low']:.2f}, {k['high']:.2f}]",
                          "lost/won": f"{k['losses']}/{k['wins']}"})
-    return pd.DataFrame(rows).set_index(["prompt", "c", "kind"])
+    return wrapped(pd.DataFrame(rows).set_index(["prompt", "c", "kind"]), ["baseline"])
 
 
 def category_frame(data: dict, *, kinds=None) -> pd.DataFrame:
