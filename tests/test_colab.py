@@ -54,16 +54,20 @@ RUNNER = textwrap.dedent('''
             os.mkdir(os.path.join(claims, os.path.basename(path)))
         except FileExistsError:
             continue
-        nb = nbformat.read(path, as_version=4)
-        nb.cells.append(probe)
         start = time.time()
-        error = None
-        try:
-            NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False,
-                           resources={"metadata": {"path": os.getcwd()}}).execute()
-        except Exception as exc:  # report and go on with the next chapter
-            text = re.sub(r"\x1b\\[[0-9;]*m", "", str(exc))
-            error = f"{type(exc).__name__}: {text[-1500:]}"
+        for attempt in range(2):  # a kernel that dies while starting (before any cell ran) is started once more
+            nb = nbformat.read(path, as_version=4)
+            nb.cells.append(probe)
+            error = None
+            try:
+                NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False,
+                               resources={"metadata": {"path": os.getcwd()}}).execute()
+            except Exception as exc:  # report and go on with the next chapter
+                text = re.sub(r"\x1b\\[[0-9;]*m", "", str(exc))
+                error = f"{type(exc).__name__}: {text[-1500:]}"
+                if "before replying to kernel_info" in text and attempt == 0:
+                    continue
+            break
         out = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []) if o.get("name") == "stdout")
         probe_out = json.loads(out.split("PROBE", 1)[1]) if "PROBE" in out else None
         print(json.dumps({"notebook": os.path.basename(path), "seconds": round(time.time() - start, 1),
