@@ -43,6 +43,12 @@ def test_counts_and_sentences_from_a_hand_built_summary():
     assert ("Its largest losses: prompt 1024, c = 0.5, worse by 45–112 % against `expected_attention` (KL ratio "
             "1.75 [1.45, 2.12]); prompt 512, c = 0.5, worse by 4–40 % against `snapkv[window_size=16]`") in text
     assert "Its win: prompt 512, c = 0.9, better by 7–17 %" in text
+    # a spec that names its centre: the tempered centre said once, first
+    named = _summary(rows)
+    named["families"][0]["setting"] = "jacap[beta=0.9,centre=tempered,tau=3,window=128]"
+    text = " ".join(F.kl_findings(named))
+    assert "Algorithm 1 at its tuned settings (the tempered centre, β = 0.9, τ = 3, window = 128) is" in text
+    assert text.count("the tempered centre") == 1
     # a changed summary changes the sentence
     rows[0] = _row(512, 0.5, 0.70, 0.90)
     changed = " ".join(F.kl_findings(_summary(rows)))

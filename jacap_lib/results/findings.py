@@ -144,6 +144,13 @@ def tuned_families(summary: dict) -> list[dict]:
     return [f for f in summary.get("families", []) if f["picked_on"] == "tune" and f["role"].startswith("tuned ")]
 
 
+def _tempered_text(spec: str) -> str:
+    """:func:`setting_text` of an Algorithm 1 spec, saying "the tempered centre" once, first (a spec measured before
+    the centre was an option does not name it)."""
+    parts = [p for p in setting_text(spec).split(", ") if p != "the tempered centre"]
+    return ", ".join(["the tempered centre", *parts])
+
+
 def kl_findings(summary: dict) -> list[str]:
     """Sentences on the KL verdicts of ``summary.json``: Algorithm 1 at its tuned settings against the best baseline
     of each cell picked on tune (the counts, the largest losses and wins), the stricter line picked on test, the
@@ -157,7 +164,7 @@ def kl_findings(summary: dict) -> list[str]:
     adj = (" (each verdict from an interval adjusted for the number of cells, so that all hold at once with 95 % "
            "probability)" if _adjusted(rows) else "")
     out = [f"Against the best tuned baseline of each cell, picked on tune documents and judged on held-out test "
-           f"documents, Algorithm 1 at its tuned settings (the tempered centre, {setting_text(main['setting'])}) is "
+           f"documents, Algorithm 1 at its tuned settings ({_tempered_text(main['setting'])}) is "
            f"{counts_text(verdict_counts(rows))}{adj}."]
     worst = _largest(rows, "worse")
     if worst:
@@ -205,7 +212,7 @@ def needle_findings(needle: dict) -> list[str]:
                else f"the paper's settings ({setting_text(rows[0]['reference_spec'])})"
                if fam.get("reference") == "paper preset" else fam.get("label", fam.get("reference", "?")))
         head = (f"On the needle task (is a key hidden in the prompt still retrieved?), Algorithm 1 at its tuned "
-                f"settings ({setting_text(fam['setting'])}) against {ref} is" if not out else f"Against {ref} it is")
+                f"settings ({_tempered_text(fam['setting'])}) against {ref} is" if not out else f"Against {ref} it is")
         s = f"{head} {counts_text(verdict_counts(rows), identical_unit='prompt')}{test}"
         lost = [r for r in rows if verdict_word(r["verdict"]) == "worse"]
         if lost:
