@@ -84,7 +84,7 @@ def test_the_library_defaults_part_reads_its_own_family_and_cells():
         {"role": "tuned jacap_obs", "picked_on": "tune", "setting": obs,
          "rows": [row, {**row, "ratio": 0.9, "gm_low": 0.9}]}]}
     assert A.default_role(summary) == "tuned jacap_obs"
-    part = A.library_default_part(rows, {"chosen": {"jacap": "jacap[tau=3,beta=0.9]"}}, summary, n_resamples=999)
+    part = A.library_default_part(rows, summary, n_resamples=999)
     assert (part["role"], part["setting"]) == ("tuned jacap_obs", obs)
     assert [e["cell"] for e in part["kinds"]] == ["2048/0.5"]  # only the cell whose interval lies above 1
     (all_docs,) = [k for k in part["kinds"][0]["kinds"] if k["kind"] == "all"]
@@ -93,7 +93,7 @@ def test_the_library_defaults_part_reads_its_own_family_and_cells():
     assert {e["kind"] for e in part["layers"]} == {"all", "dialogue", "prose"}
     # no part when the default is Algorithm 1's own family, or when no family measures it
     summary["families"][1:] = []
-    assert A.default_role(summary) is None and A.library_default_part(rows, {}, summary) is None
+    assert A.default_role(summary) is None and A.library_default_part(rows, summary) is None
 
 
 def test_jaccard_and_exclusive_positions_on_hand_built_kept_sets():

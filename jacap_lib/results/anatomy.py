@@ -120,14 +120,14 @@ def kind_ratios(rows: list[dict], setting: str, reference: str, length: int, rat
     return out
 
 
-def rows_part(test_rows: list[dict], choices: dict, summary: dict, *, role: str = findings.ALGORITHM1,
+def rows_part(test_rows: list[dict], summary: dict, *, role: str = findings.ALGORITHM1,
               **opts) -> tuple[list, list]:
     """Measurement 1 on the committed files for the Jacap setting of ``role`` (default: Algorithm 1's tuned setting):
     ``(layers, kinds)``, one entry per losing cell (and per kind)."""
-    fam = findings.family(summary, role, "tune")
-    default = fam["setting"] if fam is not None else choices["chosen"]["jacap"]
+    cells = losing_cells(summary, role)  # raises when the summary has no such family
+    default = findings.family(summary, role, "tune")["setting"]
     layers, kinds = [], []
-    for cell in losing_cells(summary, role):
+    for cell in cells:
         L, c, base = int(cell["length"]), float(cell["ratio"]), cell["baseline_spec"]
         meta = {"cell": f"{L}/{c}", "length": L, "ratio": c, "setting": default, "baseline": base,
                 "kl_ratio": cell["gm_ratio"], "kl_low": cell["gm_low"], "kl_high": cell["gm_high"]}
@@ -140,13 +140,13 @@ def rows_part(test_rows: list[dict], choices: dict, summary: dict, *, role: str 
     return layers, kinds
 
 
-def library_default_part(test_rows: list[dict], choices: dict, summary: dict, **opts) -> dict | None:
+def library_default_part(test_rows: list[dict], summary: dict, **opts) -> dict | None:
     """Measurement 1 for the press ``JacapPress()`` builds today, when the summary judges it and it is not Algorithm
     1's tuned setting: ``{"role", "setting", "layers", "kinds"}`` (:func:`rows_part`), else ``None``."""
     role = default_role(summary)
     if role is None or role == findings.ALGORITHM1:
         return None
-    layers, kinds = rows_part(test_rows, choices, summary, role=role, **opts)
+    layers, kinds = rows_part(test_rows, summary, role=role, **opts)
     return {"role": role, "setting": findings.family(summary, role, "tune")["setting"], "layers": layers,
             "kinds": kinds}
 
@@ -423,8 +423,8 @@ def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
     from .provenance import provenance
 
     t0 = time.perf_counter()
-    layers, kinds = rows_part(plan["test_rows"], plan["choices"], plan["summary"])
-    library_default = library_default_part(plan["test_rows"], plan["choices"], plan["summary"])
+    layers, kinds = rows_part(plan["test_rows"], plan["summary"])
+    library_default = library_default_part(plan["test_rows"], plan["summary"])
     if model is None:
         model, tokenizer = J.load_model(args)
     presses = {s["key"]: _press(s, plan["ratio"]) for s in plan["settings"]}

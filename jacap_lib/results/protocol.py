@@ -251,8 +251,7 @@ def _around_settings(name: str, specs) -> dict[str, int]:
 def _own_settings(name: str, specs) -> int:
     """A method's settings on its main knobs: neither the head-adaptive one nor those around the choice."""
     specs = list(specs)
-    around = [s for s in specs if any(k in parse_method(s)[1] for k in AROUND_CHOICE.get(name, ()))]
-    return len(specs) - _adakv_settings(specs) - len(around)
+    return len(specs) - _adakv_settings(specs) - sum(_around_settings(name, specs).values())
 
 
 def _canonical(spec: str) -> tuple:
@@ -493,11 +492,11 @@ def grid_edges(choices: dict) -> list[dict]:
 
     out = []
     for method, chosen in choices["chosen"].items():
-        base = _flat_options(chosen)
         for k, by_value in neighbours(choices, method).items():
             values = sorted(by_value)
-            edge = None if len(values) < 3 else base[k] in (values[0], values[-1])
-            bound = isinstance(base[k], int) and base[k] == smallest_value(k.rsplit(".", 1)[-1])
-            out.append({"method": method, "option": k, "chosen": base[k], "values": values, "edge": edge,
+            value = next(v for v, spec in by_value.items() if spec == chosen)  # neighbours lists the choice too
+            edge = None if len(values) < 3 else value in (values[0], values[-1])
+            bound = isinstance(value, int) and value == smallest_value(k.rsplit(".", 1)[-1])
+            out.append({"method": method, "option": k, "chosen": value, "values": values, "edge": edge,
                         "bound": bound})
     return out
