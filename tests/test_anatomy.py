@@ -12,6 +12,7 @@ import torch
 from jacap_lib import cli
 from jacap_lib.measure import anatomy as M
 from jacap_lib.results import anatomy as A
+from conftest import CharTokenizer
 
 
 def _rows(errs_a, errs_b, kls_a, kls_b, kinds, *, length=2048, ratio=0.5, a="jacap[tau=3,beta=0.9]",
@@ -153,6 +154,20 @@ def test_swap_settings_change_one_knob_each():
     assert s["tau_1"]["spec"] == "jacap[tau=1,beta=0.9]" and s["tau_10"]["spec"] == "jacap[tau=10,beta=0.9]"
     assert s["flat_statistics"]["spec"] == "jacap[tau=3,beta=none]"
     assert s["no_leverage"]["spec"] == "jacap[tau=3,beta=0.9,noise=1e+06]" and s["gqa_mean"]["spec"].endswith("gqa=mean]")
+    # the weight's form one factor at a time, and the oracle statistics: each differs from the default in one option
+    from jacap_lib.presses.registry import parse_method
+
+    # the spec as the protocol measured it: the tempered centre and a 32-token window (protocol.PINS)
+    base = {"tau": 3, "beta": 0.9, "centre": "tempered", "window": 32}
+    for key, option in (("sensitivity_alpha", {"sensitivity": "alpha"}), ("kappa_mean", {"kappa": "mean"}),
+                        ("ea_centre", {"centre": "ea"})):
+        name, opts = parse_method(s[key]["spec"])
+        assert name == "jacap_ablate" and opts == base | option
+    assert s["oracle_statistics"]["oracle"] and s["oracle_statistics"]["spec"] == "jacap[tau=3,beta=0.9]+oracle"
+    # under the observed centre there is no tempered centre to replace by Expected Attention's
+    t = {x["key"]: x for x in A.swap_settings("jacap[window=16]", "expected_attention")}
+    assert "ea_centre" not in t and parse_method(t["kappa_mean"]["spec"])[1] == {"window": 16, "centre": "observed",
+                                                                               "kappa": "mean"}
     # a baseline without sinks: its protection is no protection, listed once
     keys = [x["key"] for x in A.swap_settings("jacap[tau=3,beta=0.9]", "snapkv[window_size=16]")]
     assert "jacap_baseline_protection" not in keys and "jacap_no_protection" in keys
@@ -369,3 +384,72 @@ def test_swap_lines_report_the_paired_geometric_means_of_the_committed_file():
     assert flat_others.startswith(f"  on the other kinds (/ default): {gm('flat_statistics', others):.2f} [")
     (centre,) = [x for x in lines if x.startswith("centre = observed")]
     assert f": {gm('observed_centre', docs):.2f} [" in centre
+
+
+def test_future_statistics_are_the_moments_of_the_continuations_own_queries(tiny_llama):
+    """future_statistics = the flat mean and variance of the queries the model computes on the continuation, at their
+    own positions (recomputed here from an independent capture of the whole sequence), pooled per KV head."""
+    from jacap_lib.hf import capture_heads
+
+    torch.manual_seed(3)
+    prompt, cont = torch.randint(0, 96, (1, 30)), torch.randint(0, 96, (1, 10))
+    got = M.future_statistics(tiny_llama, prompt, cont, eps=1e-9)
+    per_head = M.future_statistics(tiny_llama, prompt, cont, group=False, eps=1e-9)
+    caps = capture_heads(tiny_llama, torch.cat([prompt, cont], dim=-1))
+    for layer, cap in caps.items():
+        q = cap.queries[:, 30:].double()  # (H_q = 4, 10, d)
+        mu_h, var_h = q.mean(1), q.var(1, unbiased=False)
+        assert torch.allclose(per_head[layer][0].double(), mu_h, atol=1e-5)
+        assert torch.allclose(per_head[layer][1].double(), var_h.clamp_min(1e-9), atol=1e-5)
+        # pooled: the equal mixture of the two query heads of each KV head
+        mu = mu_h.view(2, 2, -1).mean(1)
+        var = (var_h + mu_h.square()).view(2, 2, -1).mean(1) - mu.square()
+        assert torch.allclose(got[layer][0].double(), mu, atol=1e-5)
+        assert torch.allclose(got[layer][1].double(), var.clamp_min(1e-9), atol=1e-5)
+    with pytest.raises(ValueError, match="continuation_ids"):
+        M.future_statistics(tiny_llama, prompt, cont[:, :0])
+
+
+def test_given_statistics_press_scores_as_jacap_with_those_statistics(tiny_llama):
+    """Handed the very statistics JacapPress estimates from the prompt, the given-statistics press keeps the same
+    tokens; handed the continuation's (the oracle), it scores what Jacap's own components give at those moments."""
+    from jacap_lib.hf import decoder_layers_of
+    from jacap_lib.measure.quality import capture_prefill
+    from jacap_lib.presses.jacap import JacapPress
+    from jacap_lib.presses.jacap_given_stats import JacapGivenStatisticsPress
+
+    torch.manual_seed(4)
+    ids = torch.randint(0, 96, (1, 40))
+    cap = capture_prefill(tiny_llama, ids)
+    opts = dict(compression_ratio=0.5, centre="tempered", tau=3.0, beta=0.9, n_sink=2, window=4)
+    jacap = JacapPress(**opts)
+    mods = [layer.self_attn for layer in decoder_layers_of(tiny_llama)]
+    inputs = [(m, r["kwargs"]["hidden_states"], r["keys"], r["values"], r["kwargs"]) for m, r in zip(mods, cap.layers)]
+    with torch.inference_mode():  # the captured hidden states are inference tensors
+        own = {i: tuple(x[0] for x in jacap.query_statistics(m, h, k, kw)) for i, (m, h, k, v, kw) in enumerate(inputs)}
+        given = JacapGivenStatisticsPress(**opts, statistics=own)
+        assert torch.equal(M.kept_positions(tiny_llama, cap, given), M.kept_positions(tiny_llama, cap, jacap))
+        oracle = M.future_statistics(tiny_llama, ids, torch.randint(0, 96, (1, 12)))
+        given.set_statistics(oracle)
+        for i, (m, h, k, v, kw) in enumerate(inputs):
+            mu, lam = (x.unsqueeze(0) for x in oracle[i])
+            want = jacap.protect(jacap.components(k, v, mu, lam, m).score, h, k, kw)
+            assert torch.allclose(given.score(m, h, k, v, None, kw), want)
+        with pytest.raises(ValueError, match="no entry for layer 1"):
+            JacapGivenStatisticsPress(**opts, statistics={0: oracle[0]}).score(*inputs[1][:4], None, inputs[1][4])
+    with pytest.raises(ValueError, match="statistics"):
+        given.set_statistics({})
+
+
+def test_document_kl_hands_the_oracle_press_the_documents_continuation_statistics(tiny_llama, monkeypatch):
+    from jacap_lib.presses.jacap_given_stats import JacapGivenStatisticsPress
+
+    seen = []
+    real = M.future_statistics
+    monkeypatch.setattr(M, "future_statistics", lambda *a, **k: seen.append((a[1].shape[-1], a[2].shape[-1]))
+                        or real(*a, **k))
+
+    press = JacapGivenStatisticsPress(compression_ratio=0.5, centre="tempered", window=4)
+    text = "".join(chr(33 + (i * 7) % 90) for i in range(80))
+    out = M.document_kl(tiny_llama, CharTokenizer(), text, length=40, continuation=8, presses={"oracle": press})
+    assert seen == [(40, 8)] and math.isfinite(out["oracle"]["kl"]) and set(press.statistics) == {0, 1}

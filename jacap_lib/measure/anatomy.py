@@ -11,6 +11,9 @@ On one document at one prompt length and compression ratio, one uncompressed pre
   the end of the prompt, per layer, summed over KV heads;
 * :func:`token_categories` / :func:`category_counts` — what those tokens are (line breaks, names on a line of
   their own — the speaker lines of a play — markup and punctuation, words);
+* :func:`future_statistics` — the mean and variance of the queries that come *after* the prompt (the continuation
+  whose KL is scored), per layer and KV head: the oracle statistics a
+  :class:`~jacap_lib.presses.jacap_given_stats.JacapGivenStatisticsPress` is handed in :func:`document_kl`;
 * :func:`measure_document` — all of it for a pair of presses, plus the next-token KL of every press given
   (:func:`jacap_lib.measure.quality.next_token_kl` on the same capture and full reference).
 
@@ -25,8 +28,10 @@ from collections import Counter
 
 import torch
 
+from ..presses.jacap_given_stats import JacapGivenStatisticsPress
+
 __all__ = ["DISTANCE_EDGES", "CATEGORIES", "kept_positions", "kept_mask", "jaccard_per_layer", "exclusive_histogram",
-           "token_categories", "category_counts", "top_tokens", "document_kl", "measure_document"]
+           "token_categories", "category_counts", "top_tokens", "future_statistics", "document_kl", "measure_document"]
 
 #: bin edges of the distance from the end of the prompt (``N - 1 - position``; 0 = the last prompt token): the
 #: recent window of Jacap is the first two bins
@@ -152,12 +157,36 @@ def top_tokens(mask: torch.Tensor, tokens: list[str], k: int = 12) -> list[list]
     return [[t, n] for t, n in c.most_common(k)]
 
 
+@torch.no_grad()
+def future_statistics(model, prompt_ids: torch.Tensor, continuation_ids: torch.Tensor, *, group: bool = True,
+                      eps: float = 1e-6) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """``{layer: (mu, lam)}``: the flat mean and variance (floored at ``eps``) of the continuation's queries — the
+    queries the model computes at positions ``N .. N + T - 1`` when it reads ``continuation_ids`` after
+    ``prompt_ids`` (post-RoPE, at their true positions; :func:`jacap_lib.hf.capture_heads`), float32. ``group``:
+    the query heads of each KV head pooled into one Gaussian (``(H_kv, d)``, Jacap's ``gqa="pool"``), else per
+    query head ``(H_q, d)``."""
+    from ..hf import capture_heads
+    from ..stats import moment_stats
+
+    prompt_ids, continuation_ids = (x if x.dim() == 2 else x.unsqueeze(0) for x in (prompt_ids, continuation_ids))
+    if continuation_ids.shape[-1] < 1:
+        raise ValueError("`continuation_ids` is empty: the future queries' statistics need at least one query")
+    n = prompt_ids.shape[-1]
+    caps = capture_heads(model, torch.cat([prompt_ids, continuation_ids], dim=-1).cpu())
+    out = {}
+    for layer, cap in caps.items():
+        q = cap.queries[:, n:].float()  # (H_q, T, d)
+        out[layer] = moment_stats(q.mean(-2), q.square().mean(-2), eps, group=cap.group if group else 1)
+    return out
+
+
 @torch.inference_mode()
 def document_kl(model, tokenizer, text: str, *, length: int, continuation: int, presses: dict,
                 name: str = "text", capture=None) -> dict:
     """``{label: {kl, top1_agreement, attn_rel_error, kept_tokens}}`` of every press on one document (one
     captured prefill and full reference shared by all; ``capture``: ``(capture, reference, prompt, continuation)``
-    already made)."""
+    already made). A :class:`~jacap_lib.presses.jacap_given_stats.JacapGivenStatisticsPress` is first handed this
+    document's :func:`future_statistics` (the oracle)."""
     from .quality import capture_prefill, full_reference, next_token_kl, prompt_and_continuation
 
     if capture is None:
@@ -165,6 +194,12 @@ def document_kl(model, tokenizer, text: str, *, length: int, continuation: int, 
         cap = capture_prefill(model, prompt)
         capture = (cap, full_reference(model, None, prompt, cont, capture=cap), prompt, cont)
     cap, ref, prompt, cont = capture
+    given = [p for p in presses.values() if isinstance(p, JacapGivenStatisticsPress)]
+    if given:  # the oracle statistics: the continuation's own queries, once per document
+        stats = {g: future_statistics(model, prompt, cont, group=g == "pool", eps=given[0].eps)
+                 for g in {p.gqa for p in given}}
+        for p in given:
+            p.set_statistics(stats[p.gqa])
     kl = {}
     for label, press in presses.items():
         res = next_token_kl(model, None, prompt, cont, press, reference=ref, capture=cap)

@@ -33,12 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..presses.registry import with_options
+from ..presses.registry import parse_method, with_options
 from . import files, findings
 from . import job as J
 from . import protocol as P
 
-__all__ = ["layer_lines", "kind_lines", "swap_lines", "losing_cells", "default_role", "library_default_part", "paired_values", "layer_ratios", "kind_ratios", "rows_part", "with_options",
+__all__ = ["layer_lines", "kind_lines", "swap_lines", "losing_cells", "default_role", "library_default_part", "paired_values", "layer_ratios", "kind_ratios", "rows_part",
            "swap_settings", "pick_documents", "swap_ratios", "decompose_gap", "kept_summary", "add_arguments", "prepare", "execute",
            "JOB", "DEFAULT_LENGTH", "DEFAULT_RATIO", "DEFAULT_PER_KIND"]
 
@@ -193,6 +193,26 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
                 "changes": f"the centre alpha replaced by the attention the last {OBS_WINDOW} prompt queries paid "
                            "(mean over them and the KV head's query heads); weight, leverage, protection Jacap's",
                 "protect": None, "observed": OBS_WINDOW})
+    out.append({"key": "oracle_statistics", "spec": f"{default}+oracle",
+                "changes": "the query statistics (mu, Lambda) of the queries that actually follow the prompt (its "
+                           "continuation) instead of the prompt's recent queries; centre rule, weight, leverage, "
+                           "protection Jacap's", "protect": None, "oracle": True})
+    name, opts = parse_method(P.pinned(default))
+    if name == "jacap":  # the weight's form, one factor at a time (JacapAblationPress = JacapPress at its defaults)
+        base = {**opts, "centre": jacap.centre}
+        for key, option, text in (
+                ("sensitivity_alpha", {"sensitivity": "alpha"},
+                 "the sensitivity factor alpha-bar instead of rho^2 = [alpha-bar (1 - alpha-bar)]^2 (Expected "
+                 "Attention's weight is the attention itself)"),
+                ("kappa_mean", {"kappa": "mean"},
+                 "the response variance k_i^T Lambda k_i replaced by the head's weighted mean (no token-to-token "
+                 "variation; total weight unchanged)"),
+                ("ea_centre", {"centre": "ea"},
+                 "the centre: Expected Attention's log-normal expectation softmax(K mu/sqrt d + diag(K Lambda K^T)/2d) "
+                 "instead of the tempered softmax")):
+            if not (jacap.centre != "tempered" and key == "ea_centre"):
+                out.append({"key": key, "spec": with_options("jacap_ablate", **{**base, **option}), "changes": text,
+                            "protect": None})
     if jacap.beta is not None:
         out.append({"key": "flat_statistics", "spec": with_options(default, beta=None),
                     "changes": "flat query statistics over the prompt (beta = none) instead of the EMA", "protect": None})
@@ -200,6 +220,11 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
 
 
 def _press(setting: dict, ratio: float):
+    if setting.get("oracle"):
+        from ..presses.jacap_given_stats import JacapGivenStatisticsPress
+
+        name, opts = parse_method(P.pinned(setting["spec"].split("+oracle", 1)[0]))
+        return JacapGivenStatisticsPress(compression_ratio=ratio, **opts)
     if setting.get("observed"):
         from ..presses.jacap_observed import JacapObservedPress
 
@@ -512,6 +537,30 @@ def kind_lines(anatomy: dict, kind: str = "dialogue") -> list[str]:
     return out
 
 
+_OPTIONAL_SWAPS = (  # key -> what it names in swap_lines (settings a file measured before them lacks)
+    ("oracle_statistics", "statistics of the queries that follow the prompt (oracle)"),
+    ("sensitivity_alpha", "sensitivity factor alpha-bar instead of rho^2"),
+    ("kappa_mean", "response variance k^T Lambda k flattened to its mean"),
+    ("ea_centre", "centre = Expected Attention's log-normal expectation"),
+)
+
+
+def _optional_lines(docs, dialogue, others, one, say) -> list[str]:
+    """swap_lines' lines for the settings of :data:`_OPTIONAL_SWAPS` the file holds: each against the default, on
+    all documents, on dialogue and on the other kinds, and against the baseline on dialogue and the other kinds."""
+    have = set(docs[0]["kl"])
+    out = []
+    for key, text in _OPTIONAL_SWAPS:
+        if key not in have:
+            continue
+        out += [f"{text} (/ default): {say(one(key))}",
+                f"  on dialogue (/ default): {say(one(key, dialogue))}; against the baseline: "
+                f"{say(one(key, dialogue, 'baseline'))}",
+                f"  on the other kinds (/ default): {say(one(key, others))}; against the baseline: "
+                f"{say(one(key, others, 'baseline'))}"]
+    return out
+
+
 def swap_lines(docs: list[dict]) -> list[str]:
     """The swap's findings as lines: the protection and score parts of the gap, then each one-knob setting against
     the default (and, for the statistics and the centre, on dialogue and the other kinds against the baseline)."""
@@ -541,6 +590,7 @@ def swap_lines(docs: list[dict]) -> list[str]:
         f"{say(one('observed_centre', dialogue, 'baseline'))}",
         f"  on the other kinds (/ default): {say(one('observed_centre', others))}; against the baseline: "
         f"{say(one('observed_centre', others, 'baseline'))}",
+        *_optional_lines(docs, dialogue, others, one, say),
         f"leverage interaction removed (/ default): {say(one('no_leverage'))}",
         f"temperature 1 and 10 (/ default): {say(one('tau_1'))}; {say(one('tau_10'))}",
         f"per-query-head scoring (/ default): {say(one('gqa_mean'))}",

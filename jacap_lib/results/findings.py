@@ -147,8 +147,12 @@ def tuned_families(summary: dict) -> list[dict]:
 def _tempered_text(spec: str) -> str:
     """:func:`setting_text` of an Algorithm 1 spec, saying "the tempered centre" once, first (a spec measured before
     the centre was an option does not name it)."""
-    parts = [p for p in setting_text(spec).split(", ") if p != "the tempered centre"]
-    return ", ".join(["the tempered centre", *parts])
+    from ..presses.registry import parse_method, with_options
+
+    name, opts = parse_method(spec)
+    opts.pop("centre", None)
+    rest = setting_text(with_options(name, **opts))
+    return "the tempered centre" + (f", {rest}" if opts else "")
 
 
 def kl_findings(summary: dict) -> list[str]:
