@@ -42,7 +42,10 @@ def test_search_space_budgets_are_comparable():
                       "keydiff": 0, "jacap": 4, "jacap_adakv": 4, "jacap_obs": 2}
     for m, knobs in P.AROUND_CHOICE.items():
         for knob in knobs:
-            values = [s for s in P.SEARCH_SPACE[m] if f"{knob}=" in s and (knob != "window" or "n_sink=" not in s)]
+            # a window setting moves the window alone: the sinks' settings and tau's (at the choice's window) move
+            # another knob
+            values = [s for s in P.SEARCH_SPACE[m] if f"{knob}=" in s
+                      and (knob != "window" or ("n_sink=" not in s and "tau=3," in s))]
             assert len(values) == 2, (m, knob, values)
     assert {n - adakv[m] - around[m] for m, n in counts.items() if m not in no_options} == {P.CONFIGS_PER_METHOD}
     assert all(P.SEARCH_SPACE[m][0] == m for m in counts)  # the library default first
@@ -50,6 +53,10 @@ def test_search_space_budgets_are_comparable():
 
 @pytest.mark.parametrize("change, match", [
     (lambda s: s.update(jacap=s["jacap"] + ("jacap[tau=5]",)), "has 6 settings"),
+    # tau moved at the choice's window is a main-grid setting, not one around the window
+    (lambda s: s.update(jacap=s["jacap"] + ("jacap[beta=0.9,centre=tempered,tau=5,window=128]",)), "has 6 settings"),
+    (lambda s: s.update(jacap=s["jacap"] + ("jacap[beta=0.9,centre=tempered,tau=3,window=64]",)),
+     "3 settings of 'window'"),
     (lambda s: s.update(jacap_obs=s["jacap_obs"] + ("jacap_obs[n_sink=2,window=16]",)), "3 settings of 'n_sink'"),
     (lambda s: s.update(snapkv=s["snapkv"][:-1]), "1 settings of 'kernel_size'"),
     (lambda s: s.update(snapkv=s["snapkv"][:2]), "exactly 5"),

@@ -81,12 +81,14 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
     # Jacap: uniform per-head budgets, and AdaKV's head-adaptive budgets around Jacap's scores; tau from 1 to 10
     # with the EMA statistics, the paper's settings and the effective-dimension noise rule; then the protection
     # around the choice (its centre and window written out: they are not today's defaults)
-    "jacap": ("jacap", "jacap[noise=deff,deff_frac=0.25]", "jacap[tau=3,beta=0.9]", "jacap[tau=1,beta=0.9]",
-              "jacap[tau=10,beta=0.9]", "jacap[beta=0.9,centre=tempered,n_sink=0,tau=3,window=128]",
+    "jacap": ("jacap", "jacap[noise=deff,deff_frac=0.25]", "jacap[tau=3,beta=0.9]",
+              "jacap[beta=0.9,centre=tempered,tau=1,window=128]", "jacap[beta=0.9,centre=tempered,tau=10,window=128]",
+              "jacap[beta=0.9,centre=tempered,n_sink=0,tau=3,window=128]",
               "jacap[beta=0.9,centre=tempered,n_sink=16,tau=3,window=128]",
               "jacap[beta=0.9,centre=tempered,tau=3,window=128]", "jacap[beta=0.9,centre=tempered,tau=3,window=256]"),
     "jacap_adakv": ("jacap_adakv", "jacap_adakv[noise=deff,deff_frac=0.25]", "jacap_adakv[tau=3,beta=0.9]",
-                    "jacap_adakv[tau=1,beta=0.9]", "jacap_adakv[tau=10,beta=0.9]",
+                    "jacap_adakv[beta=0.9,centre=tempered,tau=1,window=128]",
+                    "jacap_adakv[beta=0.9,centre=tempered,tau=10,window=128]",
                     "jacap_adakv[beta=0.9,centre=tempered,n_sink=0,tau=3,window=128]",
                     "jacap_adakv[beta=0.9,centre=tempered,n_sink=16,tau=3,window=128]",
                     "jacap_adakv[beta=0.9,centre=tempered,tau=3,window=128]",
@@ -111,8 +113,10 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
 # documents (16 settings, ~1.5 CPU-hours). Every baseline's choice stayed inside (CapKV moved to no sinks, the smallest
 # value the knob takes); Algorithm 1 and jacap_adakv chose the largest window tried, 64 of {16, 32, 64}, so the window
 # went on doubling (128, then 256), each time with the window's other value and the sinks re-centred on the new choice
-# (the settings they replaced stay in tune.jsonl). Every choice is made on tune documents only; each round's rows stay
-# in tune.jsonl.
+# (the settings they replaced stay in tune.jsonl). Last, the temperature of Algorithm 1 and jacap_adakv, tried only at
+# the first window (32) until then, was tried again around the chosen window: tau 1 and 10 at window 128 replaced tau 1
+# and 10 at window 32 (main-grid settings: they differ from the choice in tau alone, _around_settings). Every choice is
+# made on tune documents only; each round's rows stay in tune.jsonl.
 # The paper's exact settings (Algorithm 1 as published: tau = 10 from its ablation, channel noise sigma^2 = 1,
 # flat prompt statistics),
 # written out so the spec keeps meaning them whatever the library defaults become. The test job runs it next to
@@ -241,11 +245,29 @@ def _adakv_settings(specs) -> int:
 
 
 def _around_settings(name: str, specs) -> dict[str, int]:
-    """``{knob: number of settings around it}`` for the knobs of :data:`AROUND_CHOICE` of method ``name``; a setting
-    counts for the first of those knobs it sets (one that sets the sinks writes the choice's window out too)."""
+    """``{knob: number of settings around it}`` for the knobs of :data:`AROUND_CHOICE` of method ``name``. A setting
+    counts for knob ``k`` when it sets ``k`` itself and another setting of the list differs from it in ``k`` alone
+    (resolved press options, pins applied; a wrapped scorer's ``press.k`` too): one value beside the setting it is
+    around. A setting that writes the choice's protection out while moving a main knob (``tau`` at the choice's
+    window) differs from its neighbours in that main knob, so it counts as a main-grid setting."""
     knobs = AROUND_CHOICE.get(name, ())
-    first = [next((k for k in knobs if k in parse_method(s)[1]), None) for s in specs]
-    return {k: first.count(k) for k in knobs}
+    specs = list(specs)
+    if not knobs:
+        return {}
+    flat = [_flat_options(s) for s in specs]
+
+    def knob_alone(i: int, j: int) -> str | None:  # the one option in which settings i and j differ, if it is a knob
+        diff = [k for k in set(flat[i]) | set(flat[j]) if flat[i].get(k) != flat[j].get(k)]
+        return diff[0].rsplit(".", 1)[-1] if len(diff) == 1 and diff[0].rsplit(".", 1)[-1] in knobs else None
+
+    counts = dict.fromkeys(knobs, 0)
+    for i, spec in enumerate(specs):
+        own = parse_method(spec)[1]
+        found = {knob_alone(i, j) for j in range(len(specs)) if j != i} - {None}
+        knob = next((k for k in knobs if k in found and k in own), None)
+        if knob is not None:
+            counts[knob] += 1
+    return counts
 
 
 def _own_settings(name: str, specs) -> int:
