@@ -453,3 +453,24 @@ def test_document_kl_hands_the_oracle_press_the_documents_continuation_statistic
     text = "".join(chr(33 + (i * 7) % 90) for i in range(80))
     out = M.document_kl(tiny_llama, CharTokenizer(), text, length=40, continuation=8, presses={"oracle": press})
     assert seen == [(40, 8)] and math.isfinite(out["oracle"]["kl"]) and set(press.statistics) == {0, 1}
+
+
+def test_the_ladder_steps_multiply_to_the_whole_ladder_and_each_is_paired_to_the_step_before():
+    rng = np.random.default_rng(5)
+    docs = [{"doc": f"d{i}", "kind": "dialogue" if i < 4 else "prose",
+             "kl": {k: {"kl": float(rng.uniform(0.01, 1.0))} for k in A.LADDER}} for i in range(8)]
+    steps = A.ladder_ratios(docs)
+    assert [(r["previous"], r["key"]) for r in steps] == list(zip(A.LADDER, A.LADDER[1:]))
+    for r in steps:  # each step: the geometric mean of its per-document ratios to the step before
+        a = np.array([d["kl"][r["key"]]["kl"] / d["kl"][r["previous"]]["kl"] for d in docs])
+        assert r["ratio"] == pytest.approx(math.exp(np.log(a).mean())) and r["lower"] == int((a < 1).sum())
+        assert r["low"] <= r["ratio"] <= r["high"]
+    whole = np.array([d["kl"][A.LADDER[-1]]["kl"] / d["kl"]["default"]["kl"] for d in docs])
+    assert math.prod(r["ratio"] for r in steps) == pytest.approx(math.exp(np.log(whole).mean()))
+    assert len(A.ladder_ratios(docs, kind="dialogue")) == len(steps) and A.ladder_ratios(docs, kind="dialogue")[0]["n"] == 4
+    lines = A.ladder_lines(docs)
+    assert lines[1] == "all documents (8):" and "dialogue (4):" in lines and "the other kinds (4):" in lines
+    for d in docs:
+        del d["kl"]["ea_alpha"]
+    with pytest.raises(ValueError, match="--extend"):
+        A.ladder_ratios(docs)

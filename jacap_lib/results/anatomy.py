@@ -39,7 +39,7 @@ from . import job as J
 from . import protocol as P
 
 __all__ = ["layer_lines", "kind_lines", "swap_lines", "losing_cells", "default_role", "library_default_part", "paired_values", "layer_ratios", "kind_ratios", "rows_part",
-           "swap_settings", "pick_documents", "swap_ratios", "decompose_gap", "kept_summary", "add_arguments", "prepare", "execute",
+           "swap_settings", "pick_documents", "swap_ratios", "ladder_ratios", "ladder_lines", "LADDER", "LADDER_ONLY", "decompose_gap", "kept_summary", "add_arguments", "prepare", "execute",
            "JOB", "DEFAULT_LENGTH", "DEFAULT_RATIO", "DEFAULT_PER_KIND"]
 
 DEFAULT_LENGTH = 2048
@@ -152,6 +152,24 @@ def library_default_part(test_rows: list[dict], summary: dict, **opts) -> dict |
 
 
 # --------------------------------------------------------------------------------------------- 2-3: the swap
+#: The ladder: from Algorithm 1's score to Expected Attention's, one knob per step, each step measured against the
+#: step before it (:func:`ladder_ratios`); its first step is the swap ``ea_centre``, its last rung is the baseline's
+#: score under Jacap's protection (``baseline_jacap_protection``).
+_LADDER_STEPS = (
+    ("ea_alpha", {"sensitivity": "alpha"},
+     "ea_centre, then the sensitivity factor alpha-bar instead of rho^2 (the weight is the expected attention times "
+     "k^T Lambda k / d)"),
+    ("ea_alpha_kappa", {"kappa": "mean"},
+     "ea_alpha, then k^T Lambda k flattened to the head's mean (the weight is the expected attention)"),
+    ("ea_alpha_kappa_identity", {"leverage": "identity"},
+     "ea_alpha_kappa, then A := I: the score is the expected attention times |v|^2 (Expected Attention's score "
+     "is the expected attention times |v|, from its own statistics)"),
+)
+LADDER = ("default", "ea_centre", *(k for k, _, _ in _LADDER_STEPS), "baseline_jacap_protection")
+#: the rungs that change more than one knob from the default (shown by the ladder, not among the one-knob swaps)
+LADDER_ONLY = tuple(k for k, _, _ in _LADDER_STEPS)
+
+
 def swap_settings(default: str, baseline: str) -> list[dict]:
     """The settings of the swap, each one knob away from the default (or from the baseline):
     ``[{"key", "spec", "changes", "protect"}]``; ``protect``: ``(n_sink, window)`` for the baseline's score under
@@ -212,6 +230,12 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
                  "instead of the tempered softmax")):
             if not (jacap.centre != "tempered" and key == "ea_centre"):
                 out.append({"key": key, "spec": with_options("jacap_ablate", **{**base, **option}), "changes": text,
+                            "protect": None})
+        if jacap.centre == "tempered":  # the ladder from Jacap's score towards Expected Attention's (LADDER)
+            step = {**base, "centre": "ea"}
+            for key, option, text in _LADDER_STEPS:
+                step = {**step, **option}
+                out.append({"key": key, "spec": with_options("jacap_ablate", **step), "changes": text,
                             "protect": None})
     if jacap.beta is not None:
         out.append({"key": "flat_statistics", "spec": with_options(default, beta=None),
@@ -279,6 +303,22 @@ def swap_ratios(documents: list[dict], *, kind: str | None = None, reference: st
             continue
         out.append({"key": k, **_interval(x, ref, verdict=True, **opts), "lower": int((x < ref).sum())})
     return out
+
+
+def ladder_ratios(documents: list[dict], *, kind: str | None = None, **opts) -> list[dict]:
+    """The ladder (:data:`LADDER`) from Algorithm 1's tuned setting to the baseline's score under Jacap's protection:
+    per step, the paired geometric-mean KL ratio of the step to the step before it, with its interval and the
+    documents where the step lowered the KL (``[{"key", "previous", "ratio", "low", "high", "verdict", "lower",
+    "n"}]``). The ratios multiply to the last rung / the default on every document. Needs every rung in the file."""
+    docs = [d for d in documents if kind is None or d["kind"] == kind]
+    if len(docs) < 3:
+        raise ValueError(f"ladder_ratios: {len(docs)} documents{'' if kind is None else ' of kind ' + kind}; need >= 3")
+    missing = [k for k in LADDER if k not in docs[0]["kl"]]
+    if missing:
+        raise ValueError(f"ladder_ratios: the file lacks {missing}; run `jacap evaluate anatomy --extend`")
+    kl = {k: np.array([d["kl"][k]["kl"] for d in docs]) for k in LADDER}
+    return [{"key": b, "previous": a, **_interval(kl[b], kl[a], verdict=True, **opts), "lower": int((kl[b] < kl[a]).sum())}
+            for a, b in zip(LADDER, LADDER[1:])]
 
 
 def decompose_gap(documents: list[dict], *, kind: str | None = None, **opts) -> list[dict]:
@@ -595,3 +635,20 @@ def swap_lines(docs: list[dict]) -> list[str]:
         f"temperature 1 and 10 (/ default): {say(one('tau_1'))}; {say(one('tau_10'))}",
         f"per-query-head scoring (/ default): {say(one('gqa_mean'))}",
     ]
+
+
+def ladder_lines(docs: list[dict]) -> list[str]:
+    """The ladder (:func:`ladder_ratios`) as lines: per group of documents (all, dialogue, the other kinds), each
+    step's KL / the step before it, and the whole ladder (the last rung / the default)."""
+    groups = (("all documents", docs), ("dialogue", [d for d in docs if d["kind"] == "dialogue"]),
+              ("the other kinds", [d for d in docs if d["kind"] != "dialogue"]))
+    m = len(LADDER) - 1
+    out = [f"each step: KL ratio to the step before, 95 % interval; verdict adjusted for the {m} steps of a group "
+           f"(Bonferroni, {100 * (1 - 0.05 / m):.0f} % interval)"]
+    for label, sel in groups:
+        out.append(f"{label} ({len(sel)}):")
+        for r, a in zip(ladder_ratios(sel), ladder_ratios(sel, confidence=1 - 0.05 / m)):
+            out.append(f"  {r['key']} / {r['previous']}: {r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}], "
+                       f"adjusted: {a['verdict']} (lower on {r['lower']} of {r['n']})")
+    return out
+

@@ -18,6 +18,7 @@ import plotly.colors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..results.anatomy import LADDER_ONLY
 from .style import finish, method_style, setting_colours, wrap_title, wrapped
 
 __all__ = ["layer_ratio_figure", "position_figure", "swap_figure", "kind_frame", "category_frame", "swap_frame",
@@ -164,7 +165,7 @@ def swap_frame(data: dict, *, kinds=None) -> pd.DataFrame:
     for label, ks in groups.items():
         sel = [d for d in data["documents"] if ks is None or d["kind"] in ks]
         for r in swap_ratios(sel):
-            if r["key"] == "default":
+            if r["key"] == "default" or r["key"] in LADDER_ONLY:
                 continue
             rows.append({"documents": f"{label} (n={r['n']})", "setting": r["key"],
                          "KL / default [95% CI]": f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]",
@@ -174,7 +175,8 @@ def swap_frame(data: dict, *, kinds=None) -> pd.DataFrame:
 
 def swap_setting_lines(data: dict) -> list[str]:
     """The key to :func:`swap_frame`'s ``setting`` column: each setting's key, press spec and what it changes."""
-    return [f"{s['key']} = {s['spec']}: {s['changes']}" for s in data["config"]["settings"] if s["key"] != "default"]
+    return [f"{s['key']} = {s['spec']}: {s['changes']}" for s in data["config"]["settings"]
+            if s["key"] != "default" and s["key"] not in LADDER_ONLY]
 
 
 def swap_figure(data: dict) -> go.Figure:
@@ -182,7 +184,7 @@ def swap_figure(data: dict) -> go.Figure:
     below 1: the change lowers the default's KL), for all documents and per group of kinds."""
     from ..results.anatomy import swap_ratios
 
-    settings = [s for s in data["config"]["settings"] if s["key"] != "default"]
+    settings = [s for s in data["config"]["settings"] if s["key"] != "default" and s["key"] not in LADDER_ONLY]
     groups = _groups_of(data["documents"])
     fig = make_subplots(rows=len(groups), cols=1, shared_xaxes=True, vertical_spacing=0.12,
                         subplot_titles=[f"{g} ({sum(ks is None or d['kind'] in ks for d in data['documents'])} documents)"
