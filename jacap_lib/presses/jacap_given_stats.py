@@ -27,7 +27,8 @@ class JacapGivenStatisticsPress(JacapPress):
     (``gqa="pool"``) or ``(H_q, d)`` (``gqa="mean"``), or with a leading batch dimension. Every layer the press
     compresses must be there; set the field (or :meth:`set_statistics`) before each prompt."""
 
-    statistics: dict = field(default_factory=dict, repr=False)
+    statistics: dict = field(default_factory=dict, repr=False,
+                             metadata={"record": "(mu, lam) per layer, handed in per prompt"})
 
     def set_statistics(self, statistics: dict) -> None:
         """Replace the statistics (``{layer: (mu, lam)}``; checked per layer when it is used)."""

@@ -302,7 +302,9 @@ def method_options(press) -> dict:
         if not f.init:
             continue
         v = getattr(press, f.name)
-        if dataclasses.is_dataclass(v):
+        if isinstance(f.metadata.get("record"), str):  # a field that is data, not configuration: what it holds
+            v = f.metadata["record"]
+        elif dataclasses.is_dataclass(v):
             v = method_options(v)
         elif isinstance(v, torch.Tensor):
             v = f"tensor{tuple(v.shape)}"

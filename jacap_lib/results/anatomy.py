@@ -476,6 +476,20 @@ def _extend(plan: dict, args, model, tokenizer) -> Path:
     return files.write_json(plan["out"], data)
 
 
+def _resumable(partial: Path, docs: list[dict]) -> dict[str, dict]:
+    """``{doc id: record}`` of the documents a stopped run left in ``partial`` that are still to be measured, with
+    the same text (sha256); ``{}`` when there is no such file. A resumed document keeps its kept-set comparison and
+    KLs and is measured only for the settings it lacks."""
+    if not partial.is_file():
+        return {}
+    try:
+        recs = files.read_json(partial, require=("documents",))["documents"]
+    except ValueError:
+        return {}
+    want = {d["id"]: d["sha256"] for d in docs}
+    return {r["doc"]: r for r in recs if want.get(r.get("doc")) == r.get("sha256") and isinstance(r.get("kl"), dict)}
+
+
 def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
     """Measurement 1 from the rows, then 2-3 on the model; writes the file (atomically) at the end
     (``--extend``: only the settings the file lacks, merged into it)."""
@@ -483,7 +497,7 @@ def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
         return _extend(plan, args, model, tokenizer)
     from tqdm.auto import tqdm
 
-    from ..measure.anatomy import measure_document
+    from ..measure.anatomy import document_kl, measure_document
     from ..presses.registry import method_options
     from .provenance import provenance
 
@@ -493,12 +507,23 @@ def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
     if model is None:
         model, tokenizer = J.load_model(args)
     presses = {s["key"]: _press(s, plan["ratio"]) for s in plan["settings"]}
+    order = [s["key"] for s in plan["settings"]]
+    partial = plan["out"].with_name(plan["out"].name + ".partial")  # what is done so far, if the run stops
+    done = _resumable(partial, plan["docs"])
     documents = []
     for d in tqdm(plan["docs"], desc="anatomy documents", disable=args.no_progress):
-        res = measure_document(model, tokenizer, d["text"], length=plan["length"], continuation=plan["continuation"],
-                               presses=presses, pair=("default", "baseline"), name=f"document {d['id']}")
+        old = done.get(d["id"])
+        if old is None:
+            res = measure_document(model, tokenizer, d["text"], length=plan["length"],
+                                   continuation=plan["continuation"], presses=presses, pair=("default", "baseline"),
+                                   name=f"document {d['id']}")
+        else:  # measured by a run that stopped: only the settings it lacks
+            todo = {k: p for k, p in presses.items() if k not in old["kl"]}
+            kl = document_kl(model, tokenizer, d["text"], length=plan["length"], continuation=plan["continuation"],
+                             presses=todo, name=f"document {d['id']}") if todo else {}
+            res = {**{k: v for k, v in old.items() if k not in ("doc", "kind", "sha256")}, "kl": {**old["kl"], **kl}}
+        res["kl"] = {k: res["kl"][k] for k in order}
         documents.append({"doc": d["id"], "kind": d["kind"], "sha256": d["sha256"], **res})
-        partial = plan["out"].with_name(plan["out"].name + ".partial")  # what is done so far, if the run stops
         files.write_json(partial, {"documents": files.round_floats(documents)})
     config = {**provenance(model, model_name=args.model, command=getattr(args, "command", None)),
               "cell": plan["cell"], "length": plan["length"], "ratio": plan["ratio"],
