@@ -474,3 +474,30 @@ def test_the_ladder_steps_multiply_to_the_whole_ladder_and_each_is_paired_to_the
         del d["kl"]["ea_alpha"]
     with pytest.raises(ValueError, match="--extend"):
         A.ladder_ratios(docs)
+
+
+def test_a_stopped_run_resumes_the_documents_of_its_partial_file_with_the_same_text(tmp_path):
+    from jacap_lib.results import files
+
+    partial = tmp_path / "anatomy.json.partial"
+    assert A._resumable(partial, [{"id": "a", "sha256": "1"}]) == {}  # no file: nothing to resume
+    recs = [{"doc": "a", "kind": "prose", "sha256": "1", "kl": {"default": {"kl": 0.1}}},
+            {"doc": "b", "kind": "prose", "sha256": "2", "kl": {"default": {"kl": 0.2}}},
+            {"doc": "c", "kind": "prose", "sha256": "3", "kl": {"default": {"kl": 0.3}}}]
+    files.write_json(partial, {"documents": recs})
+    docs = [{"id": "a", "sha256": "1"}, {"id": "b", "sha256": "changed"}, {"id": "d", "sha256": "4"}]
+    assert A._resumable(partial, docs) == {"a": recs[0]}  # b's text changed, c is not asked for
+    partial.write_text("{not json")
+    assert A._resumable(partial, docs) == {}
+
+
+def test_a_press_field_holding_data_is_recorded_by_what_it_holds():
+    import json
+
+    from jacap_lib.presses.jacap_given_stats import JacapGivenStatisticsPress
+    from jacap_lib.presses.registry import method_options
+
+    press = JacapGivenStatisticsPress(compression_ratio=0.5, statistics={0: (torch.zeros(2, 4), torch.ones(2, 4))})
+    rec = method_options(press)
+    assert rec["statistics"] == "(mu, lam) per layer, handed in per prompt" and rec["window"] == press.window
+    json.dumps(rec)  # JSON-safe: the run's configuration can be written
