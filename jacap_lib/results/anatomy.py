@@ -524,7 +524,8 @@ def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
             res = {**{k: v for k, v in old.items() if k not in ("doc", "kind", "sha256")}, "kl": {**old["kl"], **kl}}
         res["kl"] = {k: res["kl"][k] for k in order}
         documents.append({"doc": d["id"], "kind": d["kind"], "sha256": d["sha256"], **res})
-        files.write_json(partial, {"documents": files.round_floats(documents)})
+        later = [r for i, r in done.items() if i not in {x["doc"] for x in documents}]  # kept if this run stops too
+        files.write_json(partial, {"documents": files.round_floats(documents + later)})
     config = {**provenance(model, model_name=args.model, command=getattr(args, "command", None)),
               "cell": plan["cell"], "length": plan["length"], "ratio": plan["ratio"],
               "continuation": plan["continuation"], "default": plan["default"], "baseline": plan["baseline"],
