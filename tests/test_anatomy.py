@@ -164,6 +164,16 @@ def test_swap_settings_change_one_knob_each():
         name, opts = parse_method(s[key]["spec"])
         assert name == "jacap_ablate" and opts == base | option
     assert s["oracle_statistics"]["oracle"] and s["oracle_statistics"]["spec"] == "jacap[tau=3,beta=0.9]+oracle"
+    # the RoPE horizon: the baseline's number of future positions, alone, and as the ladder's last step before it
+    u = {x["key"]: x for x in A.swap_settings("jacap[tau=3,beta=0.9]", "expected_attention[n_future_positions=32]")}
+    assert u["future_positions"]["spec"] == "jacap[tau=3,beta=0.9,n_future_positions=32]"
+    assert "future_positions" not in s  # kvpress's default horizon is Jacap's: nothing to swap
+    rungs = [parse_method(u[k]["spec"])[1] for k in A.LADDER[1:-1]]
+    assert rungs[0] == base | {"centre": "ea"} and rungs[-1] == base | {"centre": "ea", "sensitivity": "alpha",
+                                                                         "kappa": "mean", "leverage": "identity",
+                                                                         "n_future_positions": 32}
+    for a, b in zip(rungs, rungs[1:]):  # one option more per step
+        assert set(b.items()) - set(a.items()) and len(set(b.items()) - set(a.items())) == 1
     # under the observed centre there is no tempered centre to replace by Expected Attention's
     t = {x["key"]: x for x in A.swap_settings("jacap[window=16]", "expected_attention")}
     assert "ea_centre" not in t and parse_method(t["kappa_mean"]["spec"])[1] == {"window": 16, "centre": "observed",

@@ -164,6 +164,10 @@ _LADDER_STEPS = (
     ("ea_alpha_kappa_identity", {"leverage": "identity"},
      "ea_alpha_kappa, then A := I: the score is the expected attention times |v|^2 (Expected Attention's score "
      "is the expected attention times |v|, from its own statistics)"),
+    ("ea_alpha_kappa_identity_horizon", {},
+     "ea_alpha_kappa_identity, then the baseline's RoPE horizon: the future queries averaged over its number of "
+     "future positions (what is left to the last rung: the baseline's estimate of the query statistics, |v| "
+     "instead of |v|^2, its epsilon)"),
 )
 LADDER = ("default", "ea_centre", *(k for k, _, _ in _LADDER_STEPS), "baseline_jacap_protection")
 #: the rungs that change more than one knob from the default (shown by the ladder, not among the one-knob swaps)
@@ -231,9 +235,15 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
             if not (jacap.centre != "tempered" and key == "ea_centre"):
                 out.append({"key": key, "spec": with_options("jacap_ablate", **{**base, **option}), "changes": text,
                             "protect": None})
-        if jacap.centre == "tempered":  # the ladder from Jacap's score towards Expected Attention's (LADDER)
+        horizon = getattr(base_press, "n_future_positions", None)
+        if horizon is not None and horizon != jacap.n_future_positions:
+            out.append({"key": "future_positions", "spec": with_options(default, n_future_positions=int(horizon)),
+                        "changes": f"the RoPE average of the future queries over the next {int(horizon)} positions (the "
+                                   f"baseline's) instead of {jacap.n_future_positions}", "protect": None})
+        if jacap.centre == "tempered" and horizon is not None:  # the ladder towards Expected Attention's score
             step = {**base, "centre": "ea"}
             for key, option, text in _LADDER_STEPS:
+                option = {"n_future_positions": int(horizon)} if key == "ea_alpha_kappa_identity_horizon" else option
                 step = {**step, **option}
                 out.append({"key": key, "spec": with_options("jacap_ablate", **step), "changes": text,
                             "protect": None})
@@ -608,6 +618,7 @@ _OPTIONAL_SWAPS = (  # key -> what it names in swap_lines (settings a file measu
     ("sensitivity_alpha", "sensitivity factor alpha-bar instead of rho^2"),
     ("kappa_mean", "response variance k^T Lambda k flattened to its mean"),
     ("ea_centre", "centre = Expected Attention's log-normal expectation"),
+    ("future_positions", "RoPE horizon of the future queries = the baseline's"),
 )
 
 
