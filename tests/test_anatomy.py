@@ -171,7 +171,7 @@ def test_swap_settings_change_one_knob_each():
     rungs = [parse_method(u[k]["spec"])[1] for k in A.LADDER[1:-1]]
     assert rungs[0] == base | {"centre": "ea"} and rungs[-1] == base | {"centre": "ea", "sensitivity": "alpha",
                                                                          "kappa": "mean", "leverage": "identity",
-                                                                         "n_future_positions": 32}
+                                                                         "n_future_positions": 32, "beta": None}
     for a, b in zip(rungs, rungs[1:]):  # one option more per step
         assert set(b.items()) - set(a.items()) and len(set(b.items()) - set(a.items())) == 1
     # under the observed centre there is no tempered centre to replace by Expected Attention's

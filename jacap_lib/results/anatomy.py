@@ -166,8 +166,11 @@ _LADDER_STEPS = (
      "is the expected attention times |v|, from its own statistics)"),
     ("ea_alpha_kappa_identity_horizon", {},
      "ea_alpha_kappa_identity, then the baseline's RoPE horizon: the future queries averaged over its number of "
-     "future positions (what is left to the last rung: the baseline's estimate of the query statistics, |v| "
-     "instead of |v|^2, its epsilon)"),
+     "future positions"),
+    ("ea_alpha_kappa_identity_horizon_flat", {"beta": None},
+     "ea_alpha_kappa_identity_horizon, then flat statistics over the prompt instead of the EMA (what is left to the "
+     "last rung: the baseline's full query covariance per query head instead of a diagonal one pooled per KV head, "
+     "|v| instead of |v|^2, its epsilon)"),
 )
 LADDER = ("default", "ea_centre", *(k for k, _, _ in _LADDER_STEPS), "baseline_jacap_protection")
 #: the rungs that change more than one knob from the default (shown by the ladder, not among the one-knob swaps)
