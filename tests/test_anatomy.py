@@ -479,7 +479,14 @@ def test_the_ladder_steps_multiply_to_the_whole_ladder_and_each_is_paired_to_the
     assert math.prod(r["ratio"] for r in steps) == pytest.approx(math.exp(np.log(whole).mean()))
     assert len(A.ladder_ratios(docs, kind="dialogue")) == len(steps) and A.ladder_ratios(docs, kind="dialogue")[0]["n"] == 4
     lines = A.ladder_lines(docs)
-    assert lines[1] == "all documents (8):" and "dialogue (4):" in lines and "the other kinds (4):" in lines
+    assert lines[2] == "all documents (8):" and "dialogue (4):" in lines and "the other kinds (4):" in lines
+    assert lines[3].startswith(f"  ea_centre: {steps[0]['ratio']:.2f} [") and lines[4].startswith("      adjusted: ")
+    # the rungs as lines: each names the option it adds to the rung before
+    cfg = {"settings": [{"key": x["key"], "spec": x["spec"], "changes": x["changes"]} for x in A.swap_settings(
+        "jacap[beta=0.9,centre=tempered,tau=3,window=128]", "expected_attention[n_future_positions=32]")]}
+    rungs = A.ladder_setting_lines(cfg)
+    assert rungs[0] == "ea_centre (+ centre=ea)" and "ea_alpha_kappa_identity_horizon_flat (+ beta=none)" in rungs
+    assert all(len(line) <= 96 for line in rungs if line.startswith("    "))
     for d in docs:
         del d["kl"]["ea_alpha"]
     with pytest.raises(ValueError, match="--extend"):

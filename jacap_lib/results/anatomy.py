@@ -39,7 +39,7 @@ from . import job as J
 from . import protocol as P
 
 __all__ = ["layer_lines", "kind_lines", "swap_lines", "losing_cells", "default_role", "library_default_part", "paired_values", "layer_ratios", "kind_ratios", "rows_part",
-           "swap_settings", "pick_documents", "swap_ratios", "ladder_ratios", "ladder_lines", "LADDER", "LADDER_ONLY", "decompose_gap", "kept_summary", "add_arguments", "prepare", "execute",
+           "swap_settings", "pick_documents", "swap_ratios", "ladder_ratios", "ladder_lines", "ladder_setting_lines", "LADDER", "LADDER_ONLY", "decompose_gap", "kept_summary", "add_arguments", "prepare", "execute",
            "JOB", "DEFAULT_LENGTH", "DEFAULT_RATIO", "DEFAULT_PER_KIND"]
 
 DEFAULT_LENGTH = 2048
@@ -677,18 +677,37 @@ def swap_lines(docs: list[dict]) -> list[str]:
     ]
 
 
+def ladder_setting_lines(config: dict, width: int = 96) -> list[str]:
+    """The ladder's rungs as short lines, from the file's ``config``: each rung's key, the option(s) it sets on top
+    of the rung before it (``+ option=value``), and what it changes, wrapped at ``width`` characters."""
+    import textwrap
+
+    settings = {s["key"]: s for s in config["settings"]}
+    missing = [k for k in LADDER if k not in settings]
+    if missing:
+        raise ValueError(f"ladder_setting_lines: the file lacks {missing}; run `jacap evaluate anatomy --extend`")
+    out = []
+    for a, b in zip(LADDER, LADDER[1:]):
+        pa, pb = (parse_method(settings[k]["spec"].split("+", 1)[0])[1] for k in (a, b))
+        added = ", ".join(f"{k}={'none' if v is None else v}" for k, v in pb.items() if pa.get(k, object()) != v)
+        out.append(f"{b}" + (f" (+ {added})" if added and b in LADDER_ONLY + ("ea_centre",) else ""))
+        out += textwrap.wrap(settings[b]["changes"], width, initial_indent="    ", subsequent_indent="    ")
+    return out
+
+
 def ladder_lines(docs: list[dict]) -> list[str]:
     """The ladder (:func:`ladder_ratios`) as lines: per group of documents (all, dialogue, the other kinds), each
     step's KL / the step before it, and the whole ladder (the last rung / the default)."""
     groups = (("all documents", docs), ("dialogue", [d for d in docs if d["kind"] == "dialogue"]),
               ("the other kinds", [d for d in docs if d["kind"] != "dialogue"]))
     m = len(LADDER) - 1
-    out = [f"each step: KL ratio to the step before, 95 % interval; verdict adjusted for the {m} steps of a group "
-           f"(Bonferroni, {100 * (1 - 0.05 / m):.0f} % interval)"]
+    out = ["each step: its KL / the KL of the step before (95 % interval),",
+           f"verdict adjusted for the {m} steps of a group (Bonferroni, {100 * (1 - 0.05 / m):.0f} % interval)"]
     for label, sel in groups:
         out.append(f"{label} ({len(sel)}):")
         for r, a in zip(ladder_ratios(sel), ladder_ratios(sel, confidence=1 - 0.05 / m)):
-            out.append(f"  {r['key']} / {r['previous']}: {r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}], "
-                       f"adjusted: {a['verdict']} (lower on {r['lower']} of {r['n']})")
+            out.append(f"  {r['key']}: {r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}], lower on {r['lower']} of "
+                       f"{r['n']}")
+            out.append(f"      adjusted: {a['verdict']}")
     return out
 
