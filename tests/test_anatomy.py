@@ -330,6 +330,9 @@ def test_the_committed_file_agrees_with_the_summary_and_its_configuration():
             assert all_docs["ratio"] == pytest.approx(own[e["cell"]]["gm_ratio"], rel=1e-3)
     keys = [s["key"] for s in cfg["settings"]]
     assert [d["doc"] for d in data["documents"]] == [d["id"] for d in cfg["documents"]]
+    from jacap_lib.results.evaluation import load_docs  # the job's default documents are the file's
+
+    assert [d["id"] for d in cfg["documents"]] == [d["id"] for d in A.pick_documents(load_docs(), A.DEFAULT_PER_KIND)]
     assert all(list(d["kl"]) == keys for d in data["documents"])
     assert all(len(d["jaccard"]) == d["n_layers"] for d in data["documents"])
 

@@ -44,7 +44,7 @@ __all__ = ["layer_lines", "kind_lines", "swap_lines", "losing_cells", "default_r
 
 DEFAULT_LENGTH = 2048
 DEFAULT_RATIO = 0.5
-DEFAULT_PER_KIND = 3
+DEFAULT_PER_KIND = 6  # the committed file: 24 test documents (3 per kind left each kind's interval too wide to read)
 OBS_WINDOW = 32  # the prompt queries whose attention replaces Jacap's centre (= Jacap's recent window)
 NO_LEVERAGE_NOISE = 1e6  # sigma^2 this large makes A = I + W / sigma^2 the identity to float32 precision
 
