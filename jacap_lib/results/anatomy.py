@@ -643,18 +643,28 @@ def _optional_lines(docs, dialogue, others, one, say) -> list[str]:
 
 def swap_lines(docs: list[dict]) -> list[str]:
     """The swap's findings as lines: the protection and score parts of the gap, then each one-knob setting against
-    the default (and, for the statistics and the centre, on dialogue and the other kinds against the baseline)."""
+    the default (and, for the statistics and the centre, on dialogue and the other kinds against the baseline); each
+    with its 95 % interval and the verdict of the interval adjusted for the one-knob settings of the file
+    (Bonferroni)."""
+    m = sum(k != "default" and k not in LADDER_ONLY for k in docs[0]["kl"])  # the one-knob settings judged together
+    conf = 1 - 0.05 / m
+
     def say(r):
-        return f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}], {r['verdict']}"
+        return f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}], adjusted: {r['adjusted']}"
 
     def one(key, sel=None, reference=None):
         kw = {} if reference is None else {"reference": reference}
-        return {r["key"]: r for r in swap_ratios(docs if sel is None else sel, **kw)}[key]
+        sel = docs if sel is None else sel
+        adj = {r["key"]: r for r in swap_ratios(sel, confidence=conf, **kw)}[key]
+        return {**{r["key"]: r for r in swap_ratios(sel, **kw)}[key], "adjusted": adj["verdict"]}
 
-    parts = {p["part"]: p for p in decompose_gap(docs)}
+    adjusted = {p["part"]: p["verdict"] for p in decompose_gap(docs, confidence=conf)}
+    parts = {p["part"]: {**p, "adjusted": adjusted[p["part"]]} for p in decompose_gap(docs)}
     dialogue = [d for d in docs if d["kind"] == "dialogue"]
     others = [d for d in docs if d["kind"] != "dialogue"]
     return [
+        f"each line: KL ratio, 95 % interval; verdict adjusted for the {m} one-knob settings judged together "
+        f"(Bonferroni, {100 * conf:.1f} % interval)",
         f"protection, on Jacap's score (Jacap with the baseline's protection / default): "
         f"{say(one('jacap_baseline_protection'))}",
         f"protection, on the baseline's score (baseline with Jacap's protection / baseline): "
