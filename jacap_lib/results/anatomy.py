@@ -155,6 +155,7 @@ def library_default_part(test_rows: list[dict], summary: dict, **opts) -> dict |
 #: The ladder: from Algorithm 1's score to Expected Attention's, one knob per step, each step measured against the
 #: step before it (:func:`ladder_ratios`); its first step is the swap ``ea_centre``, its last rung is the baseline's
 #: score under Jacap's protection (``baseline_jacap_protection``).
+BASELINE_HORIZON = "the baseline's"  # an option value a ladder step takes from the baseline's press (its horizon)
 _LADDER_STEPS = (
     ("ea_alpha", {"sensitivity": "alpha"},
      "ea_centre, then the sensitivity factor alpha-bar instead of rho^2 (the weight is the expected attention times "
@@ -164,7 +165,7 @@ _LADDER_STEPS = (
     ("ea_alpha_kappa_identity", {"leverage": "identity"},
      "ea_alpha_kappa, then A := I: the score is the expected attention times |v|^2 (Expected Attention's score "
      "is the expected attention times |v|, from its own statistics)"),
-    ("ea_alpha_kappa_identity_horizon", {},
+    ("ea_alpha_kappa_identity_horizon", {"n_future_positions": BASELINE_HORIZON},
      "ea_alpha_kappa_identity, then the baseline's RoPE horizon: the future queries averaged over its number of "
      "future positions"),
     ("ea_alpha_kappa_identity_horizon_flat", {"beta": None},
@@ -246,8 +247,7 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
         if jacap.centre == "tempered" and horizon is not None:  # the ladder towards Expected Attention's score
             step = {**base, "centre": "ea"}
             for key, option, text in _LADDER_STEPS:
-                option = {"n_future_positions": int(horizon)} if key == "ea_alpha_kappa_identity_horizon" else option
-                step = {**step, **option}
+                step = {**step, **{k: int(horizon) if v == BASELINE_HORIZON else v for k, v in option.items()}}
                 out.append({"key": key, "spec": with_options("jacap_ablate", **step), "changes": text,
                             "protect": None})
     if jacap.beta is not None:
@@ -448,12 +448,30 @@ def prepare(args) -> dict:
             "existing": existing}
 
 
+def _setting_record(setting: dict, press) -> dict:
+    """A swap setting as the file's config records it: its fields, ``protect`` as a list, the press's options."""
+    from ..presses.registry import method_options
+
+    return {**{k: v for k, v in setting.items() if k != "protect"},
+            "protect": list(setting["protect"]) if setting["protect"] else None, "options": method_options(press)}
+
+
+def _with_missing(model, tokenizer, plan: dict, doc: dict, kl: dict, presses: dict) -> dict:
+    """``kl`` (one document's ``{key: record}``) with the settings of ``presses`` it lacks measured on ``doc``: the
+    plan's settings, in its order (a key the plan no longer lists is dropped)."""
+    from ..measure.anatomy import document_kl
+
+    todo = {k: p for k, p in presses.items() if k not in kl}
+    new = document_kl(model, tokenizer, doc["text"], length=plan["length"], continuation=plan["continuation"],
+                      presses=todo, name=f"document {doc['id']}") if todo else {}
+    merged = {**kl, **files.round_floats(new)}
+    return {s["key"]: merged[s["key"]] for s in plan["settings"] if s["key"] in merged}
+
+
 def _extend(plan: dict, args, model, tokenizer) -> Path:
     """``--extend``: the settings the file lacks, measured on its documents and merged in."""
     from tqdm.auto import tqdm
 
-    from ..measure.anatomy import document_kl
-    from ..presses.registry import method_options
     from .provenance import provenance
 
     data = plan["existing"]
@@ -469,18 +487,10 @@ def _extend(plan: dict, args, model, tokenizer) -> Path:
     by_id = {d["id"]: d for d in plan["docs"]}
     order = [s["key"] for s in plan["settings"]]
     for rec in tqdm(data["documents"], desc="anatomy documents", disable=args.no_progress):
-        d = by_id[rec["doc"]]
-        kl = document_kl(model, tokenizer, d["text"], length=plan["length"], continuation=plan["continuation"],
-                         presses=presses, name=f"document {d['id']}")
-        merged = {**rec["kl"], **files.round_floats(kl)}
-        rec["kl"] = {k: merged[k] for k in order if k in merged}
+        rec["kl"] = _with_missing(model, tokenizer, plan, by_id[rec["doc"]], rec["kl"], presses)
     cfg = data["config"]
     done = {s["key"] for s in cfg["settings"]}
-    for s in todo:
-        if s["key"] not in done:
-            cfg["settings"].append({**{k: v for k, v in s.items() if k != "protect"},
-                                    "protect": list(s["protect"]) if s["protect"] else None,
-                                    "options": method_options(presses[s["key"]])})
+    cfg["settings"] += [_setting_record(s, presses[s["key"]]) for s in todo if s["key"] not in done]
     cfg["settings"].sort(key=lambda s: order.index(s["key"]) if s["key"] in order else len(order))
     rec = provenance(model, model_name=args.model, command=getattr(args, "command", None))
     cfg.setdefault("extended", []).append({"settings": [s["key"] for s in todo], "git": rec["git"], "time": rec["time"],
@@ -510,8 +520,7 @@ def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
         return _extend(plan, args, model, tokenizer)
     from tqdm.auto import tqdm
 
-    from ..measure.anatomy import document_kl, measure_document
-    from ..presses.registry import method_options
+    from ..measure.anatomy import measure_document
     from .provenance import provenance
 
     t0 = time.perf_counter()
@@ -525,27 +534,23 @@ def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
     done = _resumable(partial, plan["docs"])
     documents = []
     for d in tqdm(plan["docs"], desc="anatomy documents", disable=args.no_progress):
-        old = done.get(d["id"])
+        old = done.pop(d["id"], None)
         if old is None:
             res = measure_document(model, tokenizer, d["text"], length=plan["length"],
                                    continuation=plan["continuation"], presses=presses, pair=("default", "baseline"),
                                    name=f"document {d['id']}")
         else:  # measured by a run that stopped: only the settings it lacks
-            todo = {k: p for k, p in presses.items() if k not in old["kl"]}
-            kl = document_kl(model, tokenizer, d["text"], length=plan["length"], continuation=plan["continuation"],
-                             presses=todo, name=f"document {d['id']}") if todo else {}
-            res = {**{k: v for k, v in old.items() if k not in ("doc", "kind", "sha256")}, "kl": {**old["kl"], **kl}}
+            res = {**{k: v for k, v in old.items() if k not in ("doc", "kind", "sha256")},
+                   "kl": _with_missing(model, tokenizer, plan, d, old["kl"], presses)}
         res["kl"] = {k: res["kl"][k] for k in order}
         documents.append({"doc": d["id"], "kind": d["kind"], "sha256": d["sha256"], **res})
-        later = [r for i, r in done.items() if i not in {x["doc"] for x in documents}]  # kept if this run stops too
-        files.write_json(partial, {"documents": files.round_floats(documents + later)})
+        # the documents not reached yet stay in the partial file, kept if this run stops too
+        files.write_json(partial, {"documents": files.round_floats(documents + list(done.values()))})
     config = {**provenance(model, model_name=args.model, command=getattr(args, "command", None)),
               "cell": plan["cell"], "length": plan["length"], "ratio": plan["ratio"],
               "continuation": plan["continuation"], "default": plan["default"], "baseline": plan["baseline"],
               "pair": {"a": "default", "b": "baseline"},
-              "settings": [{**{k: v for k, v in s.items() if k != "protect"},
-                            "protect": list(s["protect"]) if s["protect"] else None,
-                            "options": method_options(presses[s["key"]])} for s in plan["settings"]],
+              "settings": [_setting_record(s, presses[s["key"]]) for s in plan["settings"]],
               "documents": [{k: d.get(k) for k in ("id", "kind", "split", "sha256")} for d in plan["docs"]],
               "rows_from": ["test.jsonl", "choices.json", "summary.json"], "fingerprint": plan["choices"].get("fingerprint"),
               "threads": args.threads, "seconds": round(time.perf_counter() - t0, 1),
@@ -652,11 +657,18 @@ def swap_lines(docs: list[dict]) -> list[str]:
     def say(r):
         return f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}], adjusted: {r['adjusted']}"
 
+    tables: dict = {}  # (selection, reference, confidence; None: the default) -> {key: row}: one pass each
+
+    def table(sel, reference, confidence):
+        at = (tuple(d["doc"] for d in sel), reference, confidence)
+        if at not in tables:
+            kw = {k: v for k, v in (("reference", reference), ("confidence", confidence)) if v is not None}
+            tables[at] = {r["key"]: r for r in swap_ratios(sel, **kw)}
+        return tables[at]
+
     def one(key, sel=None, reference=None):
-        kw = {} if reference is None else {"reference": reference}
         sel = docs if sel is None else sel
-        adj = {r["key"]: r for r in swap_ratios(sel, confidence=conf, **kw)}[key]
-        return {**{r["key"]: r for r in swap_ratios(sel, **kw)}[key], "adjusted": adj["verdict"]}
+        return {**table(sel, reference, None)[key], "adjusted": table(sel, reference, conf)[key]["verdict"]}
 
     adjusted = {p["part"]: p["verdict"] for p in decompose_gap(docs, confidence=conf)}
     parts = {p["part"]: {**p, "adjusted": adjusted[p["part"]]} for p in decompose_gap(docs)}

@@ -257,7 +257,7 @@ def _around_settings(name: str, specs) -> dict[str, int]:
     flat = [_flat_options(s) for s in specs]
 
     def knob_alone(i: int, j: int) -> str | None:  # the one option in which settings i and j differ, if it is a knob
-        diff = [k for k in set(flat[i]) | set(flat[j]) if flat[i].get(k) != flat[j].get(k)]
+        diff = _differing_options(flat[i], flat[j])
         return diff[0].rsplit(".", 1)[-1] if len(diff) == 1 and diff[0].rsplit(".", 1)[-1] in knobs else None
 
     counts = dict.fromkeys(knobs, 0)
@@ -270,10 +270,11 @@ def _around_settings(name: str, specs) -> dict[str, int]:
     return counts
 
 
-def _own_settings(name: str, specs) -> int:
-    """A method's settings on its main knobs: neither the head-adaptive one nor those around the choice."""
+def _own_settings(specs, around: dict[str, int]) -> int:
+    """A method's settings on its main knobs: neither the head-adaptive one nor those around the choice (``around``:
+    :func:`_around_settings` of the same specs)."""
     specs = list(specs)
-    return len(specs) - _adakv_settings(specs) - sum(_around_settings(name, specs).values())
+    return len(specs) - _adakv_settings(specs) - sum(around.values())
 
 
 def _canonical(spec: str) -> tuple:
@@ -293,9 +294,16 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
     exactly one; each knob of :data:`AROUND_CHOICE` exactly two more (a reduced table: none or two; at most two
     with ``exact=False``). Raises ``ValueError`` naming the method and the fix.
     """
+    around_of: dict = {}  # method -> _around_settings of its specs, computed once
+
+    def around(name, specs):
+        if name not in around_of:
+            around_of[name] = _around_settings(name, specs)
+        return around_of[name]
+
     if configs_per_method is None:
         configs_per_method = (CONFIGS_PER_METHOD if space is None or space is SEARCH_SPACE
-                              else max((_own_settings(m, v) for m, v in space.items()), default=1)
+                              else max((_own_settings(v, around(m, v)) for m, v in space.items()), default=1)
                               if isinstance(space, dict) else 1)
     full = space is None or space is SEARCH_SPACE  # every knob of AROUND_CHOICE must be searched there
     space = SEARCH_SPACE if space is None else space
@@ -322,13 +330,13 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
         if n_adakv > 1:
             raise ValueError(f"search space: method {name!r} has {n_adakv} settings with adakv=true; the head-adaptive "
                              "allocation is offered once, around the method's choice")
-        own = _own_settings(name, specs)
+        own = _own_settings(specs, around(name, specs))
         if (exact and own != want) or own > want:
             raise ValueError(f"search space: method {name!r} has {own} settings of its own; every method with options "
                              f"gets {'exactly' if exact else 'at most'} {configs_per_method} (one without options "
                              f"gets 1), plus at most one with kvpress's head-adaptive allocation (adakv=true), so the "
                              "budgets stay comparable")
-        for knob, n in _around_settings(name, specs).items():
+        for knob, n in around(name, specs).items():
             if n > 2 or (exact and n != 2 and (full or n)):
                 raise ValueError(f"search space: method {name!r} has {n} settings of {knob!r} (a knob around the "
                                  f"choice, AROUND_CHOICE); give it {'exactly' if exact else 'at most'} 2, one value below "
@@ -487,6 +495,11 @@ def _flat_options(spec: str) -> dict:
     return flat(effective_options(method_options(protocol_press(spec, 0.5))))
 
 
+def _differing_options(a: dict, b: dict) -> list[str]:
+    """The options (of two :func:`_flat_options` records) whose values differ, an option one record lacks too."""
+    return [k for k in set(a) | set(b) if a.get(k) != b.get(k)]
+
+
 def neighbours(choices: dict, method: str) -> dict[str, dict]:
     """The settings of ``method``'s grid one numeric option away from its tune choice: ``{option: {value: spec}}``
     (settings whose resolved press options, pins applied, differ from the choice's in that option only; the choice
@@ -496,7 +509,7 @@ def neighbours(choices: dict, method: str) -> dict[str, dict]:
     out: dict = {}
     for spec in choices["config"]["search_space"].get(method, ()):
         other = _flat_options(spec)
-        diff = [k for k in set(base) | set(other) if base.get(k) != other.get(k)]
+        diff = _differing_options(base, other)
         if len(diff) == 1 and isinstance(other.get(diff[0]), (int, float)) and not isinstance(other.get(diff[0]), bool):
             if isinstance(base.get(diff[0]), (int, float)):
                 out.setdefault(diff[0], {base[diff[0]]: chosen})[other[diff[0]]] = spec
