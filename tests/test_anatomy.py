@@ -393,10 +393,17 @@ def test_swap_lines_report_the_paired_geometric_means_of_the_committed_file():
         return math.exp(np.mean([math.log(d["kl"][key]["kl"] / d["kl"]["default"]["kl"]) for d in sel]))
 
     others = [d for d in docs if d["kind"] != "dialogue"]
-    (flat_others,) = [x for x in lines if x.startswith("  on the other kinds") and "against" not in x]
-    assert flat_others.startswith(f"  on the other kinds (/ default): {gm('flat_statistics', others):.2f} [")
-    (centre,) = [x for x in lines if x.startswith("centre = observed")]
-    assert f": {gm('observed_centre', docs):.2f} [" in centre
+    assert max(map(len, lines)) <= 96  # short enough for the book's text column
+
+    def numbers(label):  # the indented line under the first line naming `label`
+        return lines[lines.index(label) + 1]
+
+    flat = lines.index("statistics: flat instead of EMA (/ default):")
+    flat_others = lines[flat:].index("  on the other kinds (/ default):") + flat
+    assert lines[flat_others + 1].startswith(f"      {gm('flat_statistics', others):.2f} [")
+    centre = numbers("centre = observed attention of the last prompt queries (/ default):")
+    assert centre.startswith(f"    {gm('observed_centre', docs):.2f} [")
+    assert numbers("temperature 10 (/ default):").startswith(f"    {gm('tau_10', docs):.2f} [")
 
 
 def test_future_statistics_are_the_moments_of_the_continuations_own_queries(tiny_llama):

@@ -630,33 +630,28 @@ _OPTIONAL_SWAPS = (  # key -> what it names in swap_lines (settings a file measu
 )
 
 
-def _optional_lines(docs, dialogue, others, one, say) -> list[str]:
-    """swap_lines' lines for the settings of :data:`_OPTIONAL_SWAPS` the file holds: each against the default, on
+def _optional_entries(docs, dialogue, others, one) -> list[tuple[str, dict]]:
+    """swap_lines' entries for the settings of :data:`_OPTIONAL_SWAPS` the file holds: each against the default, on
     all documents, on dialogue and on the other kinds, and against the baseline on dialogue and the other kinds."""
     have = set(docs[0]["kl"])
     out = []
     for key, text in _OPTIONAL_SWAPS:
-        if key not in have:
-            continue
-        out += [f"{text} (/ default): {say(one(key))}",
-                f"  on dialogue (/ default): {say(one(key, dialogue))}; against the baseline: "
-                f"{say(one(key, dialogue, 'baseline'))}",
-                f"  on the other kinds (/ default): {say(one(key, others))}; against the baseline: "
-                f"{say(one(key, others, 'baseline'))}"]
+        if key in have:
+            out += [(f"{text} (/ default)", one(key)),
+                    ("  on dialogue (/ default)", one(key, dialogue)),
+                    ("  on dialogue, against the baseline", one(key, dialogue, "baseline")),
+                    ("  on the other kinds (/ default)", one(key, others)),
+                    ("  on the other kinds, against the baseline", one(key, others, "baseline"))]
     return out
 
 
 def swap_lines(docs: list[dict]) -> list[str]:
-    """The swap's findings as lines: the protection and score parts of the gap, then each one-knob setting against
-    the default (and, for the statistics and the centre, on dialogue and the other kinds against the baseline); each
-    with its 95 % interval and the verdict of the interval adjusted for the one-knob settings of the file
-    (Bonferroni)."""
+    """The swap's findings as short lines: the protection and score parts of the gap, then each one-knob setting
+    against the default (and, for the statistics and the centre, on dialogue and the other kinds, also against the
+    baseline). Each comparison is a line naming it, then an indented line with its KL ratio, 95 % interval and the
+    verdict of the interval adjusted for the one-knob settings of the file (Bonferroni)."""
     m = sum(k != "default" and k not in LADDER_ONLY for k in docs[0]["kl"])  # the one-knob settings judged together
     conf = 1 - 0.05 / m
-
-    def say(r):
-        return f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}], adjusted: {r['adjusted']}"
-
     tables: dict = {}  # (selection, reference, confidence; None: the default) -> {key: row}: one pass each
 
     def table(sel, reference, confidence):
@@ -674,29 +669,34 @@ def swap_lines(docs: list[dict]) -> list[str]:
     parts = {p["part"]: {**p, "adjusted": adjusted[p["part"]]} for p in decompose_gap(docs)}
     dialogue = [d for d in docs if d["kind"] == "dialogue"]
     others = [d for d in docs if d["kind"] != "dialogue"]
-    return [
-        f"each line: KL ratio, 95 % interval; verdict adjusted for the {m} one-knob settings judged together "
-        f"(Bonferroni, {100 * conf:.1f} % interval)",
-        f"protection, on Jacap's score (Jacap with the baseline's protection / default): "
-        f"{say(one('jacap_baseline_protection'))}",
-        f"protection, on the baseline's score (baseline with Jacap's protection / baseline): "
-        f"{say(parts['protection (the baseline' + chr(39) + 's score)'])}",
-        f"score, under Jacap's protection (default / baseline with Jacap's protection): "
-        f"{say(parts['score (Jacap' + chr(39) + 's protection)'])}",
-        f"statistics: flat instead of EMA (/ default): {say(one('flat_statistics'))}",
-        f"  on dialogue (/ default): {say(one('flat_statistics', dialogue))}; against the baseline: "
-        f"{say(one('flat_statistics', dialogue, 'baseline'))}",
-        f"  on the other kinds (/ default): {say(one('flat_statistics', others))}",
-        f"centre = observed attention of the last prompt queries (/ default): {say(one('observed_centre'))}",
-        f"  on dialogue (/ default): {say(one('observed_centre', dialogue))}; against the baseline: "
-        f"{say(one('observed_centre', dialogue, 'baseline'))}",
-        f"  on the other kinds (/ default): {say(one('observed_centre', others))}; against the baseline: "
-        f"{say(one('observed_centre', others, 'baseline'))}",
-        *_optional_lines(docs, dialogue, others, one, say),
-        f"leverage interaction removed (/ default): {say(one('no_leverage'))}",
-        f"temperature 1 and 10 (/ default): {say(one('tau_1'))}; {say(one('tau_10'))}",
-        f"per-query-head scoring (/ default): {say(one('gqa_mean'))}",
+    entries = [
+        ("protection, on Jacap's score (Jacap with the baseline's protection / default)",
+         one("jacap_baseline_protection")),
+        ("protection, on the baseline's score (baseline with Jacap's protection / baseline)",
+         parts["protection (the baseline's score)"]),
+        ("score, under Jacap's protection (default / baseline with Jacap's protection)",
+         parts["score (Jacap's protection)"]),
+        ("statistics: flat instead of EMA (/ default)", one("flat_statistics")),
+        ("  on dialogue (/ default)", one("flat_statistics", dialogue)),
+        ("  on dialogue, against the baseline", one("flat_statistics", dialogue, "baseline")),
+        ("  on the other kinds (/ default)", one("flat_statistics", others)),
+        ("centre = observed attention of the last prompt queries (/ default)", one("observed_centre")),
+        ("  on dialogue (/ default)", one("observed_centre", dialogue)),
+        ("  on dialogue, against the baseline", one("observed_centre", dialogue, "baseline")),
+        ("  on the other kinds (/ default)", one("observed_centre", others)),
+        ("  on the other kinds, against the baseline", one("observed_centre", others, "baseline")),
+        *_optional_entries(docs, dialogue, others, one),
+        ("leverage interaction removed (/ default)", one("no_leverage")),
+        ("temperature 1 (/ default)", one("tau_1")),
+        ("temperature 10 (/ default)", one("tau_10")),
+        ("per-query-head scoring (/ default)", one("gqa_mean")),
     ]
+    out = ["each comparison: its KL ratio and 95 % interval; the verdict adjusted for",
+           f"the {m} one-knob settings judged together (Bonferroni, {100 * conf:.1f} % interval)"]
+    for label, r in entries:
+        pad = " " * (len(label) - len(label.lstrip()) + 4)
+        out += [f"{label}:", f"{pad}{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]; adjusted: {r['adjusted']}"]
+    return out
 
 
 def ladder_setting_lines(config: dict, width: int = 96) -> list[str]:
