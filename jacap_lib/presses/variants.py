@@ -95,6 +95,24 @@ def jacap_obs(compression_ratio, centre="observed", **opts):
 jacap_obs.forwards_to = JacapAblationPress
 
 
+def jacap_ea(compression_ratio, centre="ea", gqa="mean", beta=None, n_future_positions=32, **opts):
+    """Jacap linearised at Expected Attention's centre, with that method's summary of the queries to come
+
+    The capacity objective and Algorithm 1's score are unchanged (sensitivity rho^2, response variance kappa,
+    leverage against A); the centre alpha-bar is the log-normal expectation
+    softmax(K mu/sqrt d + diag(K Lambda K^T)/(2d)) (no temperature), and the query statistics are summarised as
+    Expected Attention summarises them: per query head (the scores averaged over a KV head's group), flat over the
+    prompt, RoPE-averaged over the next 32 positions (the horizon the protocol chose for Expected Attention). It is
+    ``jacap_ablate[beta=none,centre=ea,gqa=mean,n_future_positions=32]`` under its own name, with every option of
+    ``jacap_ablate``.
+    """
+    return jacap_ablate(compression_ratio, centre=centre, gqa=gqa, beta=beta, n_future_positions=n_future_positions,
+                        **opts)
+
+
+jacap_ea.forwards_to = JacapAblationPress
+
+
 def _doc(cls):
     def factory(compression_ratio, **opts):
         return cls(compression_ratio, **opts)
@@ -115,4 +133,5 @@ VARIANTS: dict = {
     "jacap_pyramid": jacap_pyramid,
     "jacap_ablate": jacap_ablate,
     "jacap_obs": jacap_obs,
+    "jacap_ea": jacap_ea,
 }
