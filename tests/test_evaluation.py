@@ -39,7 +39,7 @@ def test_search_space_budgets_are_comparable():
     # the knobs around the choice: two settings each (one value below, one above), counted by hand from the specs
     around = {m: sum(2 for _ in P.AROUND_CHOICE.get(m, ())) for m in counts}
     assert around == {"snapkv": 2, "streaming_llm": 0, "expected_attention": 2, "capkv": 2, "tova": 0, "knorm": 0,
-                      "keydiff": 0, "jacap": 4, "jacap_adakv": 4, "jacap_obs": 2}
+                      "keydiff": 0, "jacap": 4, "jacap_adakv": 4, "jacap_obs": 2, "jacap_ea": 2}
     for m, knobs in P.AROUND_CHOICE.items():
         for knob in knobs:
             # a window setting moves the window alone: the sinks' settings and tau's (at the choice's window) move

@@ -198,7 +198,8 @@ def kl_findings(summary: dict) -> list[str]:
 
 #: How the findings name a Jacap method other than Algorithm 1's ``jacap`` (registry name -> words).
 METHOD_WORDS = {"jacap_adakv": "Jacap's scores with kvpress AdaKV's head-adaptive budgets",
-                "jacap_obs": "the capacity press linearised at the observed attention"}
+                "jacap_obs": "the capacity press linearised at the observed attention",
+                "jacap_ea": "the capacity press linearised at Expected Attention's centre"}
 
 
 def needle_findings(needle: dict) -> list[str]:
