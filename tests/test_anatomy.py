@@ -528,3 +528,33 @@ def test_a_press_field_holding_data_is_recorded_by_what_it_holds():
     rec = method_options(press)
     assert rec["statistics"] == "(mu, lam) per layer, handed in per prompt" and rec["window"] == press.window
     json.dumps(rec)  # JSON-safe: the run's configuration can be written
+
+
+def test_kind_pairs_are_paired_geometric_means_on_one_kind_with_cell_adjusted_verdicts():
+    """kind_pairs on hand-built rows: per cell, on the documents of one kind only, the paired geometric mean of
+    setting / reference (None: the cell's best baseline) recomputed by hand, a verdict (from the interval adjusted for
+    the cells), the documents where the setting is lower; the frame has one row per cell, one column per pair."""
+    from jacap_lib.viz import anatomy as VA
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for L in (512, 1024):
+        for i in range(8):
+            kind = "dialogue" if i < 5 else "code"
+            base = float(rng.uniform(0.1, 1.0))
+            for m, f in (("x", 0.5 if kind == "dialogue" else 3.0), ("y", 1.0), ("b", 2.0)):
+                rows.append({"doc": f"d{i}", "kind": kind, "length": L, "ratio": 0.5, "method": m,
+                             "kl": base * f * float(rng.uniform(0.9, 1.1))})
+    choices = {"best_baseline": {"cells": {f"{L}/0.5": {"length": L, "ratio": 0.5, "spec": "b"} for L in (512, 1024)}}}
+    out = A.kind_pairs(rows, choices, {"x / baseline": ("x", None), "x / y": ("x", "y")}, kind="dialogue")
+    assert [(r["length"], r["pair"], r["reference"]) for r in out] == [
+        (512, "x / baseline", "b"), (512, "x / y", "y"), (1024, "x / baseline", "b"), (1024, "x / y", "y")]
+    for r in out:
+        kl = {(q["doc"], q["method"]): q["kl"] for q in rows if q["length"] == r["length"] and q["kind"] == "dialogue"}
+        logs = [math.log(kl[(d, "x")] / kl[(d, r["reference"])]) for d, m in kl if m == "x"]
+        assert len(logs) == r["n"] == 5 and r["lower"] == 5
+        assert r["ratio_gm"] == pytest.approx(math.exp(np.mean(logs)), rel=1e-9)
+        assert r["low"] <= r["ratio_gm"] <= r["high"] < 1 and r["verdict"].startswith("better by")
+    frame = VA.kind_pair_frame(out)
+    assert list(frame.columns) == ["x / baseline", "x / y"] and len(frame) == 2
+    assert frame.loc[(512, 0.5), "x / y"].startswith(f"{out[1]['ratio_gm']:.2f}, better ")

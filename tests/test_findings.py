@@ -135,6 +135,29 @@ def test_tuned_jacap_methods_get_their_findings_and_needle_accuracy():
     assert not F.is_library_default("jacap_obs") and not F.is_library_default("jacap[tau=3,beta=0.9]")
 
 
+def test_target_lines_check_the_bar_from_the_counts_and_the_needle_cells():
+    """The bar (better in at least half of the cells, worse in none, needle >= 90 % at every c <= 0.75 cell), checked
+    against hand-built summaries: one better and one undetected cell with the needle kept clears it; the same with one
+    needle cell at 85 %, or with the second cell worse, does not; a missing needle cell is said, not skipped."""
+    summary = _obs_summary()
+
+    def needle(a05, a075=0.95, spec="jacap_obs"):
+        return {"cells": [{"length": 512, "ratio": r, "full": {"accuracy": 1.0},
+                           "settings": [{"spec": spec, "accuracy": a}]}
+                          for r, a in ((0.5, a05), (0.75, a075), (0.9, 0.0))]}
+
+    lines = F.target_lines(summary, needle(0.9), "tuned jacap_obs")
+    assert lines == ["jacap_obs against the best tuned baseline of each cell: better in 1 and no detectable "
+                     "difference in 1 of 2 cells", "needle at c <= 0.75: 90 %, 95 %", "the bar is cleared"]
+    assert F.target_lines(summary, needle(0.85), "tuned jacap_obs")[-1] == "the bar is not cleared"
+    assert F.target_lines(summary, needle(0.9, spec="knorm"), "tuned jacap_obs")[1:] == [
+        "needle at c <= 0.75: not measured, not measured", "the bar is not cleared"]
+    summary["families"][1]["rows"][1]["verdict"] = "worse by 5–40 %"
+    assert F.target_lines(summary, needle(1.0, 1.0), "tuned jacap_obs")[-1] == "the bar is not cleared"
+    with pytest.raises(ValueError, match="tuned jacap_ea"):
+        F.target_lines(summary, needle(1.0), "tuned jacap_ea")
+
+
 def test_kl_and_needle_frame_puts_both_objectives_side_by_side():
     from jacap_lib.viz import evaluation as VE
 

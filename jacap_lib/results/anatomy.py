@@ -38,7 +38,7 @@ from . import files, findings
 from . import job as J
 from . import protocol as P
 
-__all__ = ["layer_lines", "kind_lines", "swap_lines", "losing_cells", "default_role", "library_default_part", "paired_values", "layer_ratios", "kind_ratios", "rows_part",
+__all__ = ["layer_lines", "kind_lines", "kind_pairs", "swap_lines", "losing_cells", "default_role", "library_default_part", "paired_values", "layer_ratios", "kind_ratios", "rows_part",
            "swap_settings", "pick_documents", "swap_ratios", "ladder_ratios", "ladder_lines", "ladder_setting_lines", "LADDER", "LADDER_ONLY", "decompose_gap", "kept_summary", "add_arguments", "prepare", "execute",
            "JOB", "DEFAULT_LENGTH", "DEFAULT_RATIO", "DEFAULT_PER_KIND"]
 
@@ -117,6 +117,29 @@ def kind_ratios(rows: list[dict], setting: str, reference: str, length: int, rat
         _, a, b = paired_values(rows, setting, reference, length, ratio, kind=None if k == "all" else k)
         a, b = np.asarray(a, float), np.asarray(b, float)
         out.append({"kind": k, **_interval(a, b, **opts), "losses": int((a > b).sum()), "wins": int((a < b).sum())})
+    return out
+
+
+def kind_pairs(test_rows: list[dict], choices: dict, pairs: dict, *, kind: str = "dialogue") -> list[dict]:
+    """Per (length, ratio) cell of the tune's best baselines (``choices``: ``choices.json``'s content), on the test
+    documents of one ``kind``: for each label of ``pairs`` (label -> ``(setting, reference)``; reference ``None``:
+    the cell's best baseline picked on tune) the paired geometric-mean KL ratio with its 95 % interval, the verdict
+    of the interval adjusted for the cells (Bonferroni) and the documents where ``setting`` is lower.
+    ``[{"length", "ratio", "pair", "reference", "ratio_gm", "low", "high", "verdict", "lower", "n"}]``."""
+    cells = list(choices["best_baseline"]["cells"].values())
+    confidence = 1 - 0.05 / len(cells)
+    out = []
+    for cell in cells:
+        length, ratio = int(cell["length"]), float(cell["ratio"])
+        for label, (setting, reference) in pairs.items():
+            reference = cell["spec"] if reference is None else reference
+            _, a, b = paired_values(test_rows, setting, reference, length, ratio, kind=kind)
+            a, b = np.asarray(a, float), np.asarray(b, float)
+            iv = _interval(a, b)
+            out.append({"length": length, "ratio": ratio, "pair": label, "reference": reference,
+                        "ratio_gm": iv["ratio"], "low": iv["low"], "high": iv["high"], "n": iv["n"],
+                        "verdict": _interval(a, b, verdict=True, confidence=confidence)["verdict"],
+                        "lower": int((a < b).sum())})
     return out
 
 

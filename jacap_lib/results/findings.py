@@ -241,6 +241,27 @@ def accuracy_findings(needle: dict, spec: str, *, max_ratio: float = 0.75) -> st
     return f"On the needle task `{spec}` answers " + "; ".join(parts) + "."
 
 
+def target_lines(summary: dict, needle: dict, role: str, *, max_ratio: float = 0.75,
+                 min_accuracy: float = 0.9) -> list[str]:
+    """The evaluation's bar for a capacity press worth choosing, checked for the Jacap family ``role`` of
+    ``summary`` (``"tuned <method>"``, against the best baseline picked on tune): better in at least half of the
+    cells and worse in none (adjusted verdicts), and needle accuracy >= ``min_accuracy`` in every needle cell with
+    c <= ``max_ratio``. Lines: the verdict counts, the needle accuracies, whether the bar is cleared."""
+    fam = family(summary, role, "tune")
+    if fam is None:
+        raise ValueError(f"summary has no family {role!r} picked on tune; choose among "
+                         f"{sorted({f['role'] for f in summary.get('families', [])})}")
+    counts = verdict_counts(fam["rows"])
+    acc = [next((a["accuracy"] for a in c["settings"] if a["spec"] == fam["setting"]), None)
+           for c in needle.get("cells", []) if float(c["ratio"]) <= max_ratio]
+    half = 2 * counts.get("better", 0) >= sum(counts.values())
+    cleared = half and not counts.get("worse") and bool(acc) and all(a is not None and a >= min_accuracy for a in acc)
+    return [f"{fam['setting']} against the best tuned baseline of each cell: {counts_text(counts)}",
+            f"needle at c <= {max_ratio:g}: " + (", ".join("not measured" if a is None else f"{100 * a:.0f} %"
+                                                          for a in acc) or "not measured"),
+            "the bar is " + ("cleared" if cleared else "not cleared")]
+
+
 def findings_text(summary: dict, needle: dict | None = None) -> str:
     """The findings as one MyST paragraph per source (KL, then the needle when given: Algorithm 1's verdicts and
     the accuracy of every other tuned Jacap method of the KL summary at c <= 0.75)."""

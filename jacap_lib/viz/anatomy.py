@@ -21,7 +21,7 @@ from plotly.subplots import make_subplots
 from ..results.anatomy import LADDER_ONLY
 from .style import finish, method_style, setting_colours, wrap_title, wrapped
 
-__all__ = ["layer_ratio_figure", "position_figure", "swap_figure", "kind_frame", "category_frame", "swap_frame",
+__all__ = ["layer_ratio_figure", "position_figure", "swap_figure", "kind_frame", "kind_pair_frame", "category_frame", "swap_frame",
            "swap_setting_lines",
            "log_tickvals", "distance_labels"]
 
@@ -229,6 +229,19 @@ def kind_frame(data: dict) -> pd.DataFrame:
                          "KL ratio [95% CI]": f"{k['ratio']:.2f} [{k['low']:.2f}, {k['high']:.2f}]",
                          "lost/won": f"{k['losses']}/{k['wins']}"})
     return wrapped(pd.DataFrame(rows).set_index(["prompt", "c", "kind"]), ["baseline"])
+
+
+def kind_pair_frame(rows: list[dict]) -> pd.DataFrame:
+    """:func:`jacap_lib.results.anatomy.kind_pairs` as a table: one row per cell, one column per pair, each entry the
+    geometric-mean KL ratio and the verdict of its interval adjusted for the cells."""
+    from .evaluation import short_verdict
+
+    table = {}
+    for r in rows:
+        table.setdefault((r["length"], r["ratio"]), {})[r["pair"]] = f"{r['ratio_gm']:.2f}, {short_verdict(r['verdict'])}"
+    frame = pd.DataFrame.from_dict(table, orient="index")
+    frame.index = pd.MultiIndex.from_tuples(frame.index, names=["prompt", "c"])
+    return frame
 
 
 def category_frame(data: dict, *, kinds=None) -> pd.DataFrame:
