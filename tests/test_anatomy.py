@@ -538,7 +538,7 @@ def test_a_press_field_holding_data_is_recorded_by_what_it_holds():
 def test_kind_pairs_are_paired_geometric_means_on_one_kind_with_cell_adjusted_verdicts():
     """kind_pairs on hand-built rows: per cell, on the documents of one kind only, the paired geometric mean of
     setting / reference (None: the cell's best baseline) recomputed by hand, a verdict (from the interval adjusted for
-    the cells), the documents where the setting is lower; the frame has one row per cell, one column per pair."""
+    the cells), the documents where the setting is lower; the frame has one row per cell and pair."""
     from jacap_lib.viz import anatomy as VA
 
     rng = np.random.default_rng(0)
@@ -561,5 +561,6 @@ def test_kind_pairs_are_paired_geometric_means_on_one_kind_with_cell_adjusted_ve
         assert r["ratio_gm"] == pytest.approx(math.exp(np.mean(logs)), rel=1e-9)
         assert r["low"] <= r["ratio_gm"] <= r["high"] < 1 and r["verdict"].startswith("better by")
     frame = VA.kind_pair_frame(out)
-    assert list(frame.columns) == ["x / baseline", "x / y"] and len(frame) == 2
-    assert frame.loc[(512, 0.5), "x / y"].startswith(f"{out[1]['ratio_gm']:.2f}, better ")
+    assert list(frame.columns) == ["KL ratio [95 % CI]", "verdict (adjusted)"] and len(frame) == 4
+    assert frame.loc[(512, 0.5, "x / y"), "KL ratio [95 % CI]"].startswith(f"{out[1]['ratio_gm']:.2f} [")
+    assert frame.loc[(512, 0.5, "x / y"), "verdict (adjusted)"].startswith("better ")

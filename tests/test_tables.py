@@ -100,9 +100,11 @@ def test_verdict_frame_headline_and_details_columns():
     assert head.loc[("Algorithm 1", "512 / 0.9"), "verdict"] == "identical on every document"
     assert head.loc[("Algorithm 1", "512 / 0.5"), "baseline"] == "snapkv"
     det = VE.verdict_frame(_summary(rows), details=True)
-    assert list(det.columns) == ["baseline setting", "mean-KL [95 % CI]", "won/lost", "Wilcoxon p", "Holm p"]
+    assert list(det.columns) == ["baseline setting", "mean-KL [95 % CI]", "won/lost", "Wilcoxon p (Holm)"]
     assert det.loc[("Algorithm 1", "512 / 0.9"), "won/lost"] == "all tied"  # not "24/20" beside an identical cell
     assert det.loc[("Algorithm 1", "512 / 0.5"), "baseline setting"] == "snapkv[window_size=16]"
+    assert det.loc[("Algorithm 1", "512 / 0.5"), "Wilcoxon p (Holm)"] == (
+        f"{rows[0]['p_wilcoxon']:.2g} ({rows[0]['p_holm']:.2g})")  # Holm's adjustment in brackets
     _no_cut_text(head), _no_cut_text(det)
 
 
@@ -115,7 +117,7 @@ def test_verdict_frame_shows_the_adjusted_interval_first_and_the_unadjusted_one_
     assert head.iloc[0]["KL ratio [adjusted CI]"] == "1.28 [1.02, 1.60]"
     det = VE.verdict_frame(_summary([r]), details=True)
     assert list(det.columns) == ["baseline setting", "KL ratio [95 % CI]", "mean-KL [95 % CI]", "won/lost",
-                                 "Wilcoxon p", "Holm p"]
+                                 "Wilcoxon p (Holm)"]
     assert det.iloc[0]["KL ratio [95 % CI]"] == "1.28 [1.10, 1.45]"  # the cell's own interval
 
 
@@ -124,8 +126,8 @@ def test_pair_target_cells_and_choices_frames():
     pair = VE.pair_frame(rows)
     assert list(pair.columns) == ["KL ratio [95 % CI]", "verdict"] and list(pair.index) == ["512 / 0.5", "512 / 0.95"]
     assert pair.loc["512 / 0.95", "verdict"] == "identical on every document"
-    assert list(VE.pair_frame(rows, details=True).columns) == ["mean-KL [95 % CI]", "won/lost", "Wilcoxon p",
-                                                               "Holm p"]
+    assert list(VE.pair_frame(rows, details=True).columns) == ["mean-KL [95 % CI]", "won/lost",
+                                                               "Wilcoxon p (Holm)"]
     status = [{"length": 2048, "ratio": 0.75, "requirement": "not worse", "met": False,
                "baseline": "streaming_llm[n_sink=1]", "gm_ratio": 1.35, "gm_low": 1.09, "gm_high": 1.69,
                "verdict": "worse by 9–69 %", "shortfall": 0.093}]

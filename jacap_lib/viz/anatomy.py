@@ -232,16 +232,14 @@ def kind_frame(data: dict) -> pd.DataFrame:
 
 
 def kind_pair_frame(rows: list[dict]) -> pd.DataFrame:
-    """:func:`jacap_lib.results.anatomy.kind_pairs` as a table: one row per cell, one column per pair, each entry the
-    geometric-mean KL ratio and the verdict of its interval adjusted for the cells."""
+    """:func:`jacap_lib.results.anatomy.kind_pairs` as a table: one row per cell and pair, with the geometric-mean KL
+    ratio, its 95 % interval and the verdict of the interval adjusted for the cells (in short words)."""
     from .evaluation import short_verdict
 
-    table = {}
-    for r in rows:
-        table.setdefault((r["length"], r["ratio"]), {})[r["pair"]] = f"{r['ratio_gm']:.2f}, {short_verdict(r['verdict'])}"
-    frame = pd.DataFrame.from_dict(table, orient="index")
-    frame.index = pd.MultiIndex.from_tuples(frame.index, names=["prompt", "c"])
-    return frame
+    frame = pd.DataFrame([{"prompt": r["length"], "c": r["ratio"], "pair": r["pair"],
+                           "KL ratio [95 % CI]": f"{r['ratio_gm']:.2f} [{r['low']:.2f}, {r['high']:.2f}]",
+                           "verdict (adjusted)": short_verdict(r["verdict"])} for r in rows])
+    return wrapped(frame.set_index(["prompt", "c", "pair"]), ["pair", "verdict (adjusted)"])
 
 
 def category_frame(data: dict, *, kinds=None) -> pd.DataFrame:

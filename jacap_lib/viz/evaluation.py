@@ -103,9 +103,15 @@ def _ratio_columns(r: dict, *, headline: str = "KL ratio") -> dict:
             "verdict": "identical on every document" if _identical(r) else short_verdict(r["verdict"])}
 
 
+#: the details' p-values: Wilcoxon's signed-rank p, Holm's adjustment over the table's cells in brackets (one column,
+#: so that a table with three-decimal intervals still fits the text column)
+P_COLUMN = "Wilcoxon p (Holm)"
+
+
 def _ratio_details(r: dict) -> dict:
     """The supporting columns of a ratio row: the cell's own (unadjusted) 95 % interval of the geometric-mean
-    ratio when the headline one is adjusted, the mean-KL ratio, won/lost documents, Wilcoxon and Holm p. (The
+    ratio when the headline one is adjusted, the mean-KL ratio, won/lost documents, Wilcoxon p with Holm's in
+    brackets (:data:`P_COLUMN`). (The
     verdict the unadjusted interval alone would give is ``verdict_unadjusted`` in the summary file: it reads
     off the interval, and a column for it would not fit the text column.)"""
     out = {}
@@ -113,7 +119,7 @@ def _ratio_details(r: dict) -> dict:
     if un is not None:
         out["KL ratio [95 % CI]"] = _interval(r["gm_ratio"], un[0], un[1])
     out.update({"mean-KL [95 % CI]": _interval(r["mean_ratio"], r["mean_low"], r["mean_high"]),
-                "won/lost": _won_lost(r), "Wilcoxon p": f"{r['p_wilcoxon']:.2g}", "Holm p": f"{r['p_holm']:.2g}"})
+                "won/lost": _won_lost(r), P_COLUMN: f"{r['p_wilcoxon']:.2g} ({r['p_holm']:.2g})"})
     return out
 
 
