@@ -49,7 +49,7 @@ CONFIGS_PER_METHOD = 5
 AROUND_CHOICE: dict[str, tuple[str, ...]] = {
     "snapkv": ("kernel_size",), "expected_attention": ("n_sink",), "capkv": ("n_sink",),
     "jacap": ("n_sink", "window"), "jacap_adakv": ("n_sink", "window"), "jacap_obs": ("n_sink",),
-    "jacap_ea": ("n_sink",),
+    "jacap_ea": ("n_sink", "window"),
 }
 KL_FLOOR = 1e-8  # nats; a KL below it (a cache that changes nothing) counts as KL_FLOOR in the log
 RULE = ("smallest mean over the tune documents, prompt lengths and compression ratios of log max(KL, 1e-8) "
@@ -101,9 +101,11 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
                   "jacap_obs[window=8]", "jacap_obs[n_sink=0,window=16]", "jacap_obs[n_sink=16,window=16]"),
     # the capacity press linearised at Expected Attention's centre with that method's summary of the queries (per
     # query head, flat, 32 future positions: the bare entry, the finalist of a screen on tune documents); each main
-    # knob of that summary moved back one at a time, a wider recent window; then its sinks around the choice
+    # knob of that summary moved back one at a time, the horizon on both sides; then its sinks and recent window
+    # around the choice (the window first had 64 alone, which left the choice of 16 at the end of two values)
     "jacap_ea": ("jacap_ea", "jacap_ea[gqa=pool]", "jacap_ea[beta=0.9]", "jacap_ea[n_future_positions=512]",
-                 "jacap_ea[window=64]", "jacap_ea[n_sink=0]", "jacap_ea[n_sink=16]"),
+                 "jacap_ea[n_future_positions=8]", "jacap_ea[n_sink=0]", "jacap_ea[n_sink=16]", "jacap_ea[window=8]",
+                 "jacap_ea[window=64]"),
 }
 # The budget: 5 settings for every method with options (1 for TOVA, KNorm, KeyDiff), plus, for each baseline whose
 # scores differ across KV heads, its choice of the earlier rounds (on the first 12 tune documents) under kvpress's
