@@ -557,10 +557,11 @@ def test_kind_pairs_are_paired_geometric_means_on_one_kind_with_cell_adjusted_ve
     for r in out:
         kl = {(q["doc"], q["method"]): q["kl"] for q in rows if q["length"] == r["length"] and q["kind"] == "dialogue"}
         logs = [math.log(kl[(d, "x")] / kl[(d, r["reference"])]) for d, m in kl if m == "x"]
-        assert len(logs) == r["n"] == 5 and r["lower"] == 5
-        assert r["ratio_gm"] == pytest.approx(math.exp(np.mean(logs)), rel=1e-9)
-        assert r["low"] <= r["ratio_gm"] <= r["high"] < 1 and r["verdict"].startswith("better by")
+        assert len(logs) == r["n"] == 5 and r["wins"] == 5
+        assert r["gm_ratio"] == pytest.approx(math.exp(np.mean(logs)), rel=1e-9)
+        assert r["gm_low"] <= r["gm_ratio"] <= r["gm_high"] < 1 and r["verdict"].startswith("better by")
+        assert r["gm_low_adjusted"] <= r["gm_low"] and r["cells_judged"] == 2  # adjusted for the two cells
     frame = VA.kind_pair_frame(out)
     assert list(frame.columns) == ["KL ratio [95 % CI]", "verdict (adjusted)"] and len(frame) == 4
-    assert frame.loc[(512, 0.5, "x / y"), "KL ratio [95 % CI]"].startswith(f"{out[1]['ratio_gm']:.2f} [")
+    assert frame.loc[(512, 0.5, "x / y"), "KL ratio [95 % CI]"].startswith(f"{out[1]['gm_ratio']:.2f} [")
     assert frame.loc[(512, 0.5, "x / y"), "verdict (adjusted)"].startswith("better ")

@@ -123,24 +123,22 @@ def kind_ratios(rows: list[dict], setting: str, reference: str, length: int, rat
 def kind_pairs(test_rows: list[dict], choices: dict, pairs: dict, *, kind: str = "dialogue") -> list[dict]:
     """Per (length, ratio) cell of the tune's best baselines (``choices``: ``choices.json``'s content), on the test
     documents of one ``kind``: for each label of ``pairs`` (label -> ``(setting, reference)``; reference ``None``:
-    the cell's best baseline picked on tune) the paired geometric-mean KL ratio with its 95 % interval, the verdict
-    of the interval adjusted for the cells (Bonferroni) and the documents where ``setting`` is lower.
-    ``[{"length", "ratio", "pair", "reference", "ratio_gm", "low", "high", "verdict", "lower", "n"}]``."""
-    cells = list(choices["best_baseline"]["cells"].values())
-    confidence = 1 - 0.05 / len(cells)
+    the cell's best baseline picked on tune) the row of :func:`jacap_lib.results.verdicts.compare_cells` over the
+    cells (the paired geometric-mean KL ratio with its 95 % interval, the verdict of the interval adjusted for the
+    cells, the documents where ``setting`` is lower as ``wins``), with ``length``, ``ratio``, ``pair`` and
+    ``reference``; cell by cell in the order of ``choices``, each cell's pairs in the order of ``pairs``."""
+    from . import verdicts as V
+
+    cells = {f"{c['length']}/{c['ratio']:g}": c for c in choices["best_baseline"]["cells"].values()}
     out = []
-    for cell in cells:
-        length, ratio = int(cell["length"]), float(cell["ratio"])
-        for label, (setting, reference) in pairs.items():
-            reference = cell["spec"] if reference is None else reference
-            _, a, b = paired_values(test_rows, setting, reference, length, ratio, kind=kind)
-            a, b = np.asarray(a, float), np.asarray(b, float)
-            iv = _interval(a, b)
-            out.append({"length": length, "ratio": ratio, "pair": label, "reference": reference,
-                        "ratio_gm": iv["ratio"], "low": iv["low"], "high": iv["high"], "n": iv["n"],
-                        "verdict": _interval(a, b, verdict=True, confidence=confidence)["verdict"],
-                        "lower": int((a < b).sum())})
-    return out
+    for label, (setting, reference) in pairs.items():
+        refs = {name: c["spec"] if reference is None else reference for name, c in cells.items()}
+        paired = {name: paired_values(test_rows, setting, refs[name], int(c["length"]), float(c["ratio"]),
+                                      kind=kind)[1:] for name, c in cells.items()}
+        out += [{"length": int(cells[r["cell"]]["length"]), "ratio": float(cells[r["cell"]]["ratio"]), "pair": label,
+                 "reference": refs[r["cell"]], **r} for r in V.compare_cells(paired)]
+    order = list(cells)
+    return sorted(out, key=lambda r: order.index(r["cell"]))  # stable: each cell's pairs keep their order
 
 
 def rows_part(test_rows: list[dict], summary: dict, *, role: str = findings.ALGORITHM1,

@@ -237,7 +237,7 @@ def kind_pair_frame(rows: list[dict]) -> pd.DataFrame:
     from .evaluation import short_verdict
 
     frame = pd.DataFrame([{"prompt": r["length"], "c": r["ratio"], "pair": r["pair"],
-                           "KL ratio [95 % CI]": f"{r['ratio_gm']:.2f} [{r['low']:.2f}, {r['high']:.2f}]",
+                           "KL ratio [95 % CI]": f"{r['gm_ratio']:.2f} [{r['gm_low']:.2f}, {r['gm_high']:.2f}]",
                            "verdict (adjusted)": short_verdict(r["verdict"])} for r in rows])
     return wrapped(frame.set_index(["prompt", "c", "pair"]), ["pair", "verdict (adjusted)"])
 
