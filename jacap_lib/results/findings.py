@@ -228,14 +228,18 @@ def needle_findings(needle: dict) -> list[str]:
     return out
 
 
+def _accuracies(needle: dict, spec: str, max_ratio: float) -> list[tuple[dict, float | None]]:
+    """``(cell, accuracy of spec)`` for every cell of ``needle`` with c <= ``max_ratio`` (``None``: spec not measured
+    there)."""
+    return [(cell, next((x["accuracy"] for x in cell["settings"] if x["spec"] == spec), None))
+            for cell in needle.get("cells", []) if float(cell["ratio"]) <= max_ratio]
+
+
 def accuracy_findings(needle: dict, spec: str, *, max_ratio: float = 0.75) -> str | None:
     """One sentence: the needle accuracy of setting ``spec`` in every cell with c <= ``max_ratio``, beside the
     uncompressed model's (``None`` when ``needle`` holds no such cell of ``spec``)."""
-    parts = []
-    for cell in needle.get("cells", []):
-        a = next((x for x in cell["settings"] if x["spec"] == spec), None)
-        if a is not None and float(cell["ratio"]) <= max_ratio:
-            parts.append(f"{_cell(cell)} {100 * a['accuracy']:.0f} % (uncompressed {100 * cell['full']['accuracy']:.0f} %)")
+    parts = [f"{_cell(cell)} {100 * a:.0f} % (uncompressed {100 * cell['full']['accuracy']:.0f} %)"
+             for cell, a in _accuracies(needle, spec, max_ratio) if a is not None]
     if not parts:
         return None
     return f"On the needle task `{spec}` answers " + "; ".join(parts) + "."
@@ -252,8 +256,7 @@ def target_lines(summary: dict, needle: dict, role: str, *, max_ratio: float = 0
         raise ValueError(f"summary has no family {role!r} picked on tune; choose among "
                          f"{sorted({f['role'] for f in summary.get('families', [])})}")
     counts = verdict_counts(fam["rows"])
-    acc = [next((a["accuracy"] for a in c["settings"] if a["spec"] == fam["setting"]), None)
-           for c in needle.get("cells", []) if float(c["ratio"]) <= max_ratio]
+    acc = [a for _, a in _accuracies(needle, fam["setting"], max_ratio)]
     half = 2 * counts.get("better", 0) >= sum(counts.values())
     cleared = half and not counts.get("worse") and bool(acc) and all(a is not None and a >= min_accuracy for a in acc)
     return [f"{fam['setting']} against the best tuned baseline of each cell: {counts_text(counts)}",
