@@ -543,8 +543,8 @@ bad("registry-describe-unknown", lambda env: reg().describe_method("nope"), "nop
 for _name, _val in [("one", 1.0), ("negative", -0.1), ("nan", nan), ("inf", inf), ("string", "0.5"), ("none", None),
                     ("bool", True)]:
     bad(f"registry-ratio-{_name}", lambda env, v=_val: reg().build_press("jacap", v), "compression_ratio")
-for _m in ["jacap", "jacap_rank1", "jacap_two_stage", "jacap_hybrid", "jacap_multicenter", "jacap_ema", "jacap_wo",
-           "jacap_adakv", "jacap_pyramid", "snapkv", "knorm", "random"]:
+for _m in ["jacap", "jacap_rank1", "jacap_two_stage", "jacap_multicenter", "jacap_wo", "jacap_obs", "jacap_ea",
+           "jacap_ablate", "jacap_adakv", "snapkv", "knorm", "random"]:
     bad(f"registry-unknown-option-{_m}", lambda env, m=_m: reg().build_press(m, 0.5, bogus_option=1), "bogus_option")
 bad("registry-snapkv-negative-window", lambda env: reg().build_press("snapkv", 0.5, window_size=-4), "window_size")
 bad("registry-snapkv-zero-window", lambda env: reg().build_press("snapkv", 0.5, window_size=0), "window_size")
@@ -558,13 +558,12 @@ bad("registry-capkv-tau-zero", lambda env: reg().build_press("capkv", 0.5, tau=0
 bad("registry-capkv-epsilon-negative", lambda env: reg().build_press("capkv", 0.5, epsilon=-1.0), "epsilon")
 bad("registry-random-seed-string", lambda env: reg().build_press("random", 0.5, seed="a"), "seed")
 bad("registry-adakv-safeguard", lambda env: reg().build_press("jacap_adakv", 0.5, alpha_safeguard=1.5), "alpha_safeguard")
-bad("registry-pyramid-max-ratio", lambda env: reg().build_press("jacap_pyramid", 0.5, max_ratio=1.5), "max_ratio")
-bad("registry-pyramid-evict", lambda env: reg().build_press("jacap_pyramid", 0.5, evict="drop"), "evict")
-bad("registry-ema-beta", lambda env: reg().build_press("jacap_ema", 0.5, beta=1.0), "beta")
+bad("registry-ea-beta", lambda env: reg().build_press("jacap_ea", 0.5, beta=1.0), "beta")
+bad("registry-safeguard-without-adakv", lambda env: reg().build_press("snapkv", 0.5, alpha_safeguard=0.1), "adakv")
+bad("registry-adakv-around-a-wrapper", lambda env: reg().build_press("jacap_obs", 0.5, adakv=True, budget="layer"),
+    "adakv")
 bad("registry-two-stage-expand", lambda env: reg().build_press("jacap_two_stage", 0.5, expand=0.5), "expand")
 bad("registry-two-stage-expand-inf", lambda env: reg().build_press("jacap_two_stage", 0.5, expand=inf), "expand")
-bad("registry-hybrid-lam-mix", lambda env: reg().build_press("jacap_hybrid", 0.5, lam_mix=2.0), "lam_mix")
-bad("registry-hybrid-snap-window-bool", lambda env: reg().build_press("jacap_hybrid", 0.5, snap_window=True), "snap_window")
 bad("registry-multicenter-aggregate", lambda env: reg().build_press("jacap_multicenter", 0.5, aggregate="median"),
     "aggregate")
 bad("registry-multicenter-centers-zero", lambda env: reg().build_press("jacap_multicenter", 0.5, n_centers=0), "n_centers")

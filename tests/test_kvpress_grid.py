@@ -167,8 +167,7 @@ def test_grid_table_reports_outcomes(tiny_llama):
 
 
 def _grad_wrapper(i: int, name: str):
-    """The first wrapper from position ``i`` on (cyclically) that admits ``name``; None where none does
-    (``jacap_pyramid`` is itself a kvpress ``PerLayerCompressionPress``)."""
+    """The first wrapper from position ``i`` on (cyclically) that admits ``name``; None where none does."""
     return next((w for w in WRAPPERS[i:] + WRAPPERS[:i] if known_refusal(w, name) is None), None)
 
 

@@ -63,20 +63,41 @@ def test_registry_errors_name_valid_choices():
         JacapPress(0.5, gqa="max")
 
 
-def test_registry_merges_variants(monkeypatch):
-    from jacap_lib.presses import variants
+def test_registry_is_a_table_of_methods_and_aliases():
+    # every name outside kvpress's presses is Jacap's; an alias builds exactly the press of the spec it names
+    assert set(registry.METHODS) == set(registry.list_methods())
+    assert all(n.startswith("jacap") for n in registry.METHODS if n not in registry.BASELINES)
+    assert all(registry.METHODS[n].press.__module__.startswith("kvpress") for n in registry.BASELINES)
+    aliases = {n: registry.alias_of(n) for n in registry.METHODS if registry.alias_of(n)}
+    assert aliases == {"jacap_adakv": "jacap[adakv=true]", "jacap_wo": "jacap[use_out_proj=true]",
+                       "jacap_obs": "jacap_ablate[centre=observed]",
+                       "jacap_ea": "jacap_ablate[beta=none,centre=ea,gqa=mean,n_future_positions=32]"}
+    for name, spec in aliases.items():
+        for c in (0.25, 0.75):
+            assert (registry.method_options(registry.build_press(name, c))
+                    == registry.method_options(registry.press_from_spec(spec, c))), name
+    # a spec's option overrides the alias's own
+    assert registry.build_press("jacap_ea", 0.5, gqa="pool").gqa == "pool"
 
-    def jacap_half_tau(compression_ratio, **opts):
-        """Jacap with tau = 5."""
-        return JacapPress(compression_ratio, tau=5.0, **opts)
 
-    monkeypatch.setitem(variants.VARIANTS, "jacap_test_half_tau", jacap_half_tau)
-    assert "jacap_test_half_tau" in registry.list_methods("jacap")
-    assert registry.build_press("jacap_test_half_tau", 0.5).tau == 5.0
-    assert registry.describe_method("jacap_test_half_tau") == "Jacap with tau = 5."
-    monkeypatch.setitem(variants.VARIANTS, "fancy", jacap_half_tau)
-    with pytest.raises(ValueError, match="beginning with 'jacap'"):
-        registry.list_methods()
+@pytest.mark.parametrize("name", ["snapkv", "tova", "streaming_llm", "jacap", "jacap_obs", "jacap_two_stage"])
+def test_adakv_wraps_every_scorer_the_same_way(name):
+    import kvpress
+
+    plain = registry.build_press(name, 0.5)
+    press = registry.build_press(name, 0.5, adakv=True)
+    assert isinstance(press, kvpress.AdaKVPress) and press.alpha_safeguard == 0.20  # kvpress's default
+    assert registry.method_options(press.press) == registry.method_options(plain)
+    assert registry.build_press(name, 0.5, adakv=True, alpha_safeguard=0.1).alpha_safeguard == 0.1
+    with pytest.raises(ValueError, match="adakv=true"):
+        registry.build_press(name, 0.5, alpha_safeguard=0.1)
+    with pytest.raises(ValueError, match="adakv"):
+        registry.build_press(name, 0.5, adakv="yes")
+
+
+def test_adakv_refuses_a_press_that_wraps_already():
+    with pytest.raises(ValueError, match="wrapper already"):
+        registry.build_press("jacap_obs", 0.5, adakv=True, budget="layer")
 
 
 # ----------------------------------------------------------------------------- model fixtures

@@ -55,15 +55,13 @@ def _scorer(spec: str, ratio: float, small: bool):
         opts["n_future_positions"] = 64
     if name == "snapkv":
         opts["window_size"] = 8  # kvpress default 64 is longer than the test prompts
-    if name == "jacap_hybrid":
-        opts["snap_window"] = 8
     return build_press(name, ratio, **{**opts, **given})
 
 
 def wrap(wrapper: str | None, name: str, n_layers: int, small: bool = True):
     """kvpress ``wrapper`` around a fresh registry press ``name`` (a name or a spec ``name[key=value]``; kvpress
-    asserts on a refusal); ``None``: the registry press alone (``jacap_adakv`` and ``jacap_pyramid`` are kvpress
-    wrappers themselves)."""
+    asserts on a refusal); ``None``: the registry press alone (``jacap_adakv`` is a kvpress wrapper
+    itself)."""
     s = lambda r=RATIO: _scorer(name, r, small)  # noqa: E731
     if wrapper is None:
         return s()
@@ -222,7 +220,7 @@ def _run_combo(model, wrapper, name, prompt_ids, small):
     return {"lengths": lengths, "masked": masked, "scores": scores, "finite_logits": finite}
 
 
-REGISTRY_WRAPPERS = {"jacap_adakv": "AdaKVPress", "jacap_pyramid": "JacapPyramidPress"}
+REGISTRY_WRAPPERS = {"jacap_adakv": "AdaKVPress"}
 NEEDS_SCORER = {"ChunkPress", "ChunkKVPress", "AdaKVPress", "CriticalKVPress", "CriticalAdaKVPress",
                 "KeyRerotationPress", "PerLayerCompressionPress", "BlockPress"}
 DECODING = {"DecodingPress", "PrefillDecodingPress", "CAMPress"}
@@ -231,29 +229,21 @@ DECODING = {"DecodingPress", "PrefillDecodingPress", "CAMPress"}
 def known_refusal(wrapper: str, name: str):
     """``(exception type, message regex, reason)`` kvpress answers this combination with, or None if it runs.
 
-    * the registry's wrapper variants (``jacap_adakv`` is an ``AdaKVPress``, ``jacap_pyramid`` a
-      ``PerLayerCompressionPress``) in wrappers that assert a ``ScorerPress`` inside (use ``press.press``,
-      the ``JacapPress`` within, there);
+    * the registry's wrapper variant (``jacap_adakv`` is an ``AdaKVPress``) in wrappers that assert a
+      ``ScorerPress`` inside (use ``press.press``, the ``JacapPress`` within, there);
     * ``ComposedPress`` refuses ``AdaKVPress`` by design; ``CAMPress`` admits ``AdaKVPress`` through
       ``DecodingPress``'s type check but then calls its missing ``score``;
-    * ``jacap_pyramid`` first in a ``ComposedPress``: it masks slots (``evict="mask"``) that the next
-      press then prunes, so the mask indexes past the cache (put it last, or use ``evict="prune"``);
     * kvpress SnapKV asserts more queries than its window (a decoding buffer or a chunk has fewer).
     """
     if name in REGISTRY_WRAPPERS:
         if wrapper in NEEDS_SCORER:  # kvpress asserts isinstance(press, ScorerPress) (KeyRerotation: no message)
             return (AssertionError, r"ScorerPress|compression_ratio can't be set|^AssertionError: $",
                     "kvpress asserts a ScorerPress inside; wrap the JacapPress (press.press) instead")
-        if name == "jacap_pyramid" and wrapper in DECODING:
-            return AssertionError, "DecodingPress requires a ScorerPress", "kvpress asserts a ScorerPress inside"
         if name == "jacap_adakv" and wrapper == "ComposedPress":
             return AssertionError, "ComposedPress cannot contains AdaKVPress", "kvpress refuses AdaKVPress in a ComposedPress"
         if name == "jacap_adakv" and wrapper == "CAMPress":
             return (AttributeError, "'AdaKVPress' object has no attribute 'score'",
                     "CAMPress admits AdaKVPress but calls its (missing) score()")
-        if name == "jacap_pyramid" and wrapper == "ComposedPress":
-            return (IndexError, "out of bounds",
-                    "masked slots are pruned by the next press; put it last or use evict='prune'")
     if name == "snapkv" and (wrapper in DECODING or wrapper == "ChunkPress"):
         return (AssertionError, "should be greater than the window size",
                 "SnapKV needs more queries than its window (8 here)")

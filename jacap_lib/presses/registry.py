@@ -1,9 +1,10 @@
 """The book's method registry: one name per eviction method, every comparison goes through it.
 
-Baselines are the field's own implementations (kvpress presses, constructed with kvpress's
-defaults); ``jacap`` is :class:`~jacap_lib.presses.jacap.JacapPress` with the library's (tuned) defaults;
-Jacap variants (``jacap_lib.presses.variants.VARIANTS``) are merged in under names beginning with
-``jacap``.
+:data:`METHODS` is the table, literal: each name is a distinct method or an alias of one spec. Baselines are the
+field's own implementations (kvpress presses at kvpress's defaults); ``jacap`` is
+:class:`~jacap_lib.presses.jacap.JacapPress` at the library's defaults; the other names beginning with ``jacap`` are
+Jacap's variants. A spec ``name[key=value,...]`` sets options; ``adakv=true`` wraps any scorer in kvpress's
+head-adaptive ``AdaKVPress``, the same way for every method.
 
 >>> from jacap_lib import build_press, list_methods
 >>> press = build_press("snapkv", 0.5)           # kvpress SnapKVPress(compression_ratio=0.5)
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+from dataclasses import dataclass
 from typing import Callable
 
 import kvpress
@@ -22,44 +24,80 @@ import torch
 from .. import _checks
 from ..config import DEFAULTS
 from .jacap import JacapPress
+from .jacap_multicenter import JacapMultiCenterPress
+from .jacap_rank1 import JacapRank1Press
+from .jacap_two_stage import JacapTwoStagePress
+from .variants import jacap_ablate
 
-__all__ = ["BASELINES", "ADAKV_BASELINES", "list_methods", "build_press", "method_factory", "parse_method", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
+__all__ = ["Method", "METHODS", "BASELINES", "ADAKV_BASELINES", "WRAPPER_OPTIONS", "list_methods", "describe_method", "alias_of", "valid_options", "build_press", "method_factory", "parse_method", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
            "method_options", "expand_methods"]
 
-# name -> (press class, default options, one-line description)
-BASELINES: dict[str, tuple[type, dict, str]] = {
-    "snapkv": (kvpress.SnapKVPress, {}, "attention of the last prompt window (SnapKV)"),
-    "knorm": (kvpress.KnormPress, {}, "smallest key norm kept (KNorm)"),
-    "keydiff": (kvpress.KeyDiffPress, {}, "keys least similar to the mean key (KeyDiff)"),
-    "expected_attention": (kvpress.ExpectedAttentionPress, {}, "expected future attention x |v| (Expected Attention)"),
-    "capkv": (kvpress.CapPress, {}, "linear Gaussian capacity leverage (CapKV, kvpress CapPress)"),
-    "streaming_llm": (kvpress.StreamingLLMPress, {}, "sink + most recent tokens (StreamingLLM)"),
-    "tova": (kvpress.TOVAPress, {}, "attention of the last prompt token (TOVA)"),
-    "random": (kvpress.RandomPress, {"seed": 0}, "uniformly random tokens (seed 0)"),
+@dataclass(frozen=True)
+class Method:
+    """One registry entry: ``press`` builds it (a kvpress press class, or for a Jacap variant a press class or a
+    factory ``f(compression_ratio, **opts)``) with ``options`` unless the spec sets them; a name with options is an
+    alias of ``<base>[options]`` (:func:`alias_of`)."""
+
+    press: Callable
+    options: dict
+    description: str
+
+
+#: The registry: name -> what it builds. kvpress's presses at kvpress's own defaults (they never move); Jacap's
+#: presses at today's defaults of :class:`~jacap_lib.presses.jacap.JacapPress` (``jacap``), and the Jacap names that
+#: are an alias of one spec (their ``options``) or a different method (their own press class).
+METHODS: dict[str, Method] = {
+    "snapkv": Method(kvpress.SnapKVPress, {}, "attention of the last prompt window (SnapKV)"),
+    "knorm": Method(kvpress.KnormPress, {}, "smallest key norm kept (KNorm)"),
+    "keydiff": Method(kvpress.KeyDiffPress, {}, "keys least similar to the mean key (KeyDiff)"),
+    "expected_attention": Method(kvpress.ExpectedAttentionPress, {},
+                                 "expected future attention x |v| (Expected Attention)"),
+    "capkv": Method(kvpress.CapPress, {}, "linear Gaussian capacity leverage (CapKV, kvpress CapPress)"),
+    "streaming_llm": Method(kvpress.StreamingLLMPress, {}, "sink + most recent tokens (StreamingLLM)"),
+    "tova": Method(kvpress.TOVAPress, {}, "attention of the last prompt token (TOVA)"),
+    "random": Method(kvpress.RandomPress, {"seed": 0}, "uniformly random tokens (seed 0)"),
+    "jacap": Method(JacapPress, {}, f"Jacap Algorithm 1: sensitivity-weighted leverage (defaults: linearised at the "
+                                    f"observed attention of the recent queries, window={DEFAULTS.window}, "
+                                    f"beta={DEFAULTS.beta}, u=v; Algorithm 1 as published: jacap[centre=tempered]; the "
+                                    f"paper's settings: jacap[tau=10,noise=1,beta=none,centre=tempered])"),
+    "jacap_adakv": Method(JacapPress, {"adakv": True},
+                          "Jacap scores with kvpress AdaKV head-wise budget allocation (top-k across the heads of a "
+                          "layer); an alias of jacap[adakv=true]"),
+    "jacap_wo": Method(JacapPress, {"use_out_proj": True},
+                       "Jacap with the true output directions u = W_O v (the head's slice of the output projection); "
+                       "an alias of jacap[use_out_proj=true]"),
+    "jacap_ablate": Method(jacap_ablate, {},
+                           "Jacap with one component of Algorithm 1 swapped (centre, sensitivity, kappa, leverage, "
+                           "prior_iso, budget)"),
+    "jacap_obs": Method(jacap_ablate, {"centre": "observed"},
+                        "Jacap linearised at the attention its recent queries actually paid (the observed centre); an "
+                        "alias of jacap_ablate[centre=observed]"),
+    "jacap_ea": Method(jacap_ablate, {"centre": "ea", "gqa": "mean", "beta": None, "n_future_positions": 32},
+                       "Jacap linearised at Expected Attention's centre, with that method's summary of the queries to "
+                       "come; an alias of jacap_ablate[beta=none,centre=ea,gqa=mean,n_future_positions=32]"),
+    "jacap_rank1": Method(JacapRank1Press, {}, "Jacap with the exact rank-one softmax Jacobian S = Diag(a) - a a^T"),
+    "jacap_two_stage": Method(JacapTwoStagePress, {},
+                              "Jacap in two stages: top-2B candidates, then the centre, weights and A recomputed on "
+                              "them and rescored"),
+    "jacap_multicenter": Method(JacapMultiCenterPress, {},
+                                "Jacap with a 3-centre query prior (k-means per KV head, max of normalised scores)"),
 }
+#: kvpress's presses in the registry (the comparison's baselines), in table order
+BASELINES: tuple[str, ...] = tuple(n for n, m in METHODS.items() if m.press.__module__.startswith("kvpress"))
 #: The baselines whose scores differ from KV head to KV head, so that kvpress's head-adaptive allocation (AdaKV: one
-#: top-k across the heads of a layer) can move slots between heads: option ``adakv=true`` wraps their press in
-#: ``kvpress.AdaKVPress`` (its default safeguard). TOVA repeats one score over every head and StreamingLLM scores by
-#: position, so AdaKV could only reproduce their uniform split; they do not take the option.
+#: top-k across the heads of a layer) can move slots between heads; the protocol offers them ``adakv=true`` around
+#: their choice, as Jacap's scores get it in ``jacap_adakv``. TOVA repeats one score over every head and
+#: StreamingLLM scores by position, so AdaKV could only reproduce their uniform split (they take the option too).
 ADAKV_BASELINES = ("snapkv", "knorm", "keydiff", "expected_attention", "capkv")
-JACAP_DESCRIPTION = (f"Jacap Algorithm 1: sensitivity-weighted leverage (defaults: linearised at the observed attention "
-                     f"of the recent queries, window={DEFAULTS.window}, beta={DEFAULTS.beta}, u=v; Algorithm 1 as "
-                     f"published: jacap[centre=tempered]; the paper's settings: jacap[tau=10,noise=1,beta=none,"
-                     f"centre=tempered])")
-
-
-def _variants() -> dict[str, Callable]:
-    from .variants import VARIANTS
-
-    bad = [name for name in VARIANTS if not name.startswith("jacap") or name == "jacap"]
-    if bad:
-        raise ValueError(f"Jacap variants must be registered under names beginning with 'jacap' (not 'jacap' itself): {bad}")
-    return dict(VARIANTS)
+#: the options every scorer takes from the registry: ``adakv=true`` wraps it in kvpress ``AdaKVPress`` (with
+#: ``alpha_safeguard``, kvpress's default 0.20 unless given)
+WRAPPER_OPTIONS = ("adakv", "alpha_safeguard")
+_ADAKV_SAFEGUARD = 0.20  # kvpress AdaKVPress's default
 
 
 def list_methods(family: str | None = None) -> list[str]:
     """Registry names: ``family=None`` all, ``"kvpress"`` the baselines, ``"jacap"`` Jacap and its variants."""
-    jacap = ["jacap"] + sorted(_variants())
+    jacap = ["jacap"] + sorted(n for n in METHODS if n.startswith("jacap_"))
     if family is None:
         return jacap + list(BASELINES)
     if family == "jacap":
@@ -69,47 +107,69 @@ def list_methods(family: str | None = None) -> list[str]:
     raise ValueError(f"family must be None, 'jacap' or 'kvpress', got {family!r}")
 
 
+def _method(name: str) -> Method:
+    if not isinstance(name, str):
+        raise ValueError(f"method name must be a string, one of {list_methods()}; got {name!r}")
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; valid names: {', '.join(list_methods())}")
+    return METHODS[name]
+
+
 def describe_method(name: str) -> str:
     """One line saying what the method keeps."""
-    if name == "jacap":
-        return JACAP_DESCRIPTION
-    if name in BASELINES:
-        return BASELINES[name][2]
-    factory = method_factory(name)
-    doc = (getattr(factory, "__doc__", None) or "").strip().splitlines()
-    return doc[0] if doc else name
+    return _method(name).description
+
+
+def alias_of(name: str) -> str | None:
+    """The spec a registry name is an alias of (``"jacap_adakv"`` -> ``"jacap[adakv=true]"``), or None for a name
+    that is its own method."""
+    method = _method(name)
+    if not method.options or name in BASELINES:
+        return None
+    base = next(n for n, m in METHODS.items() if m.press is method.press and not m.options)
+    return with_options(base, **dict(sorted(method.options.items())))
 
 
 def method_factory(name: str) -> Callable:
-    """``f(compression_ratio, **opts) -> press`` for a registry name."""
-    if not isinstance(name, str):
-        raise ValueError(f"method name must be a string, one of {list_methods()}; got {name!r}")
-    if name == "jacap":
-        return JacapPress
-    if name in BASELINES:
-        cls, defaults, _ = BASELINES[name]
+    """``f(compression_ratio, **opts) -> press`` for a registry name (:func:`build_press` without the checks of the
+    ratio; the options are checked)."""
+    _method(name)
 
-        def factory(compression_ratio, adakv=False, **opts):
-            press = cls(compression_ratio=compression_ratio, **{**defaults, **opts})
-            return kvpress.AdaKVPress(press=press) if adakv else press
+    def factory(compression_ratio, **opts):
+        return build_press(name, compression_ratio, **opts)
 
-        factory.__doc__ = f"kvpress {cls.__name__}"
-        factory.press_class = cls
-        factory.extra_options = ("adakv",) if name in ADAKV_BASELINES else ()
-        return factory
-    variants = _variants()
-    if name in variants:
-        return variants[name]
-    raise ValueError(f"unknown method {name!r}; valid names: {', '.join(list_methods())}")
+    factory.__doc__ = describe_method(name)
+    return factory
+
+
+def _own_options(press) -> set:
+    """The keyword options a registry press builder accepts (``compression_ratio`` excluded): a dataclass press
+    class's init fields; a factory's keyword parameters and, with ``**opts``, the fields of ``forwards_to``."""
+    if isinstance(press, type) and dataclasses.is_dataclass(press):
+        return {f.name for f in dataclasses.fields(press) if f.init} - {"compression_ratio"}
+    target = press
+    params = inspect.signature(target).parameters.values()
+    valid = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        forwards = getattr(target, "forwards_to", JacapPress)
+        valid |= {f.name for f in dataclasses.fields(forwards) if f.init}
+    return valid - {"compression_ratio"}
+
+
+def valid_options(name: str) -> set:
+    """Every option a spec of registry ``name`` may set: its press's own and the registry's :data:`WRAPPER_OPTIONS`."""
+    return _own_options(_method(name).press) | set(WRAPPER_OPTIONS)
 
 
 def build_press(name: str, compression_ratio: float, **opts):
     """A fresh kvpress press for registry ``name`` at ``compression_ratio`` in [0, 1).
 
-    ``opts`` go to the press's constructor (e.g. ``tau``, ``beta``, ``window`` for ``jacap``;
-    ``window_size`` for ``snapkv``). Unknown names, bad ratios or options raise ``ValueError``.
+    ``opts`` go to the press's constructor (e.g. ``tau``, ``beta``, ``window`` for ``jacap``; ``window_size`` for
+    ``snapkv``), over the name's own :attr:`Method.options`. Every scorer also takes ``adakv=true`` (kvpress
+    ``AdaKVPress`` around it, its ``alpha_safeguard`` kvpress's 0.20 unless given). Unknown names, bad ratios or
+    options raise ``ValueError``.
     """
-    factory = method_factory(name)
+    method = _method(name)
     if isinstance(compression_ratio, bool) or not isinstance(compression_ratio, (int, float)) or not (
         0 <= compression_ratio < 1
     ):
@@ -117,38 +177,33 @@ def build_press(name: str, compression_ratio: float, **opts):
             f"compression_ratio must be a number in [0, 1) (fraction of the prompt's KV pairs removed), "
             f"got {compression_ratio!r}"
         )
-    valid = _valid_options(factory)
-    unknown = sorted(set(opts) - valid)
+    own = _own_options(method.press)
+    unknown = sorted(set(opts) - own - set(WRAPPER_OPTIONS))
     if unknown:
-        raise ValueError(f"unknown option(s) {unknown} for method {name!r}; valid options: {sorted(valid)}")
+        raise ValueError(f"unknown option(s) {unknown} for method {name!r}; valid options: {sorted(valid_options(name))}")
+    opts = {**method.options, **opts}
+    adakv = opts.pop("adakv", False)
+    _checks.boolean("adakv", adakv)
+    # AdaKV's safeguard, unless the press's own builder takes it for a wrapper of its own (jacap_ablate's budget)
+    safeguard = opts.pop("alpha_safeguard", None) if adakv or "alpha_safeguard" not in own else None
+    if safeguard is not None and not adakv:
+        raise ValueError(f"alpha_safeguard is AdaKV's option: set adakv=true with it, or drop it (method {name!r})")
+    if safeguard is not None:
+        _checks.unit_interval("alpha_safeguard", safeguard, closed_right=True)
     if name in BASELINES:
-        if "adakv" in opts:
-            _checks.boolean("adakv", opts["adakv"])
-        _check_baseline_options(BASELINES[name][0], {k: v for k, v in opts.items() if k != "adakv"})
+        _check_baseline_options(method.press, opts)
     try:
-        return factory(float(compression_ratio), **opts)
+        press = method.press(compression_ratio=float(compression_ratio), **opts)
     except TypeError as err:  # e.g. an option the variant already sets itself ("multiple values for keyword ...")
         if "keyword argument" not in str(err):
             raise
-        raise ValueError(f"method {name!r}: {err}; valid options: {sorted(valid)}") from None
-
-
-def _valid_options(factory) -> set:
-    """Keyword options a registry factory accepts (``compression_ratio`` excluded).
-
-    A press class (or a factory with ``press_class``): its dataclass init fields. A variant factory
-    function: its own keyword parameters and, when it takes ``**opts``, the fields of the press it
-    forwards them to (``factory.forwards_to``, default :class:`JacapPress`)."""
-    cls = factory if isinstance(factory, type) else getattr(factory, "press_class", None)
-    if cls is not None and dataclasses.is_dataclass(cls):
-        own = {f.name for f in dataclasses.fields(cls) if f.init} - {"compression_ratio"}
-        return own | set(getattr(factory, "extra_options", ()))
-    params = inspect.signature(factory).parameters.values()
-    valid = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    if any(p.kind == p.VAR_KEYWORD for p in params):
-        target = getattr(factory, "forwards_to", JacapPress)
-        valid |= {f.name for f in dataclasses.fields(target) if f.init}
-    return valid - {"compression_ratio"}
+        raise ValueError(f"method {name!r}: {err}; valid options: {sorted(valid_options(name))}") from None
+    if not adakv:
+        return press
+    if not isinstance(press, kvpress.ScorerPress):
+        raise ValueError(f"adakv=true wraps a scorer in kvpress AdaKVPress, but {name!r} with these options builds a "
+                         f"{type(press).__name__} (a wrapper already); drop adakv or the option that wraps")
+    return kvpress.AdaKVPress(press=press, alpha_safeguard=_ADAKV_SAFEGUARD if safeguard is None else safeguard)
 
 
 # smallest allowed value of the kvpress baselines' integer options (0 for the others)

@@ -34,7 +34,7 @@ import hashlib
 import json
 import math
 
-from ..presses.registry import BASELINES, parse_method, press_from_spec
+from ..presses.registry import ADAKV_BASELINES, BASELINES, parse_method, press_from_spec
 
 __all__ = ["SEARCH_SPACE", "PAPER_PRESET", "PINS", "ERA_OPTIONS", "MEASURED_TEMPERED", "era_spec", "pinned", "pin_reasons", "settings_record", "protocol_press", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
@@ -167,13 +167,10 @@ MEASURED_TEMPERED: tuple[str, ...] = (
 
 def era_spec(spec: str) -> str:
     """``spec`` with :data:`ERA_OPTIONS` added where it does not set them (nor its factory, for ``centre``)."""
-    import inspect
-
-    from ..presses.registry import method_factory, with_options
+    from ..presses.registry import METHODS, with_options
 
     name, opts = parse_method(spec)
-    factory = method_factory(name)
-    own = set(inspect.signature(factory).parameters) if not isinstance(factory, type) else set()
+    own = set(METHODS[name].options)  # an alias's own options (jacap_obs sets its centre)
     extra = {k: v for k, v in ERA_OPTIONS.items() if k not in opts and k not in own}
     return with_options(spec, **extra) if extra else spec
 
@@ -243,9 +240,9 @@ def same_setting(a: str, b: str) -> bool:
 def _takes_options(name: str) -> bool:
     """Whether the method has knobs of its own (the head-adaptive wrapper ``adakv`` is not one: it is offered
     once, :func:`check_search_space`)."""
-    from ..presses.registry import _valid_options, method_factory
+    from ..presses.registry import WRAPPER_OPTIONS, valid_options
 
-    return bool(_valid_options(method_factory(name)) - {"adakv"})
+    return bool(valid_options(name) - set(WRAPPER_OPTIONS))
 
 
 def _adakv_settings(specs) -> int:
@@ -335,6 +332,10 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
             raise ValueError(f"search space: method {name!r} lists the same setting twice: {dup}")
         want = configs_per_method if _takes_options(name) else 1
         n_adakv = _adakv_settings(specs)
+        if n_adakv and name not in ADAKV_BASELINES:
+            raise ValueError(f"search space: method {name!r} has a setting with adakv=true; the protocol offers kvpress's "
+                             f"head-adaptive allocation only to the baselines whose scores differ across KV heads "
+                             f"({', '.join(ADAKV_BASELINES)}; Jacap's scores get it as jacap_adakv)")
         if n_adakv > 1:
             raise ValueError(f"search space: method {name!r} has {n_adakv} settings with adakv=true; the head-adaptive "
                              "allocation is offered once, around the method's choice")

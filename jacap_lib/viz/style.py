@@ -47,7 +47,6 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
     "jacap[window=0]": ("#ff7f0e", "diamond"),
     "jacap[tau=3,beta=0.9]": ("#d62728", "circle"),  # the tune choice = JacapPress()'s defaults: the same press as jacap
     "jacap[tau=10,noise=1,beta=none]": ("#7b241c", "star"),  # the paper's exact settings (protocol.PAPER_PRESET)
-    "jacap_hybrid": ("#fb9a99", "star-diamond"),
     "jacap_obs": ("#762a83", "star-triangle-up"),    # the capacity press linearised at the observed attention
     "jacap_ea": ("#993404", "star-square"),          # the capacity press linearised at Expected Attention's centre
     "jacap_adakv": ("#f781bf", "diamond"),           # Jacap's scores under kvpress AdaKV's head-adaptive budgets
