@@ -10,7 +10,9 @@ from its source and Colab's launch button opens exactly what the page shows.
 
 The first code cell of every notebook is the Colab install cell, written here from one template
 (:data:`INSTALL_CELL`) with the repository URL and branch read from ``_config.yml`` (``repository``),
-the same place the launch buttons read them. The sources in ``book/chapters`` do not carry it.
+the same place the launch buttons read them. The sources in ``book/chapters`` do not carry it; where
+their prose names the repository (an install line), they write ``@URL@`` and ``@BRANCH@``, filled in here
+from the same place.
 On Colab (or wherever ``JACAP_COLAB`` is set, as ``tests/test_colab.py`` does) it clones the
 repository, installs the pinned requirements, the bundled model and the library, and points the
 library at the clone's committed results; everywhere else it does nothing.
@@ -63,9 +65,14 @@ def repository(config: Path | None = None) -> tuple[str, str]:
     return str(repo["url"]), str(repo.get("branch") or "main")
 
 
-def install_cell_source(config: Path | None = None) -> str:
+def fill_repository(text: str, config: Path | None = None) -> str:
+    """``text`` with ``@URL@`` and ``@BRANCH@`` replaced by :func:`repository`'s url and branch."""
     url, branch = repository(config)
-    return INSTALL_CELL.replace("@URL@", url).replace("@BRANCH@", branch)
+    return text.replace("@URL@", url).replace("@BRANCH@", branch)
+
+
+def install_cell_source(config: Path | None = None) -> str:
+    return fill_repository(INSTALL_CELL, config)
 
 
 def notebook_text(source: Path) -> str:
@@ -84,6 +91,8 @@ def notebook_text(source: Path) -> str:
     for i, cell in enumerate(nb.cells):
         cell.pop("id", None)
         cell["id"] = f"c{i:03d}"
+        if cell.cell_type == "markdown":  # an install line in the prose: the same repository as the install cell
+            cell.source = fill_repository(cell.source)
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None

@@ -24,6 +24,10 @@ The command line is the table :data:`COMMANDS`: every leaf is a job
 (:class:`jacap_lib.results.job.Job`: ``add_arguments(parser)`` + ``run(args)``) in the module that
 owns it. Every job checks all its arguments before it loads a model or writes a file: a bad call prints
 that subcommand's usage and a message naming the argument, exits with status 2, and writes nothing.
+A job is named here as ``"module:attribute"`` with its one-line help, so ``jacap --help`` imports no job module
+(nor torch) and a call imports only its own job's. The options jobs share have one default each
+(:mod:`jacap_lib.results.job`): ``--model`` (the bundled SmolLM2-135M), ``--threads 1``, ``--out`` (the job's file
+under ``data/``), ``--no-progress``.
 """
 from __future__ import annotations
 

@@ -10,6 +10,11 @@ never mixed):
 
 Large :math:`\beta` averages over a long past (stable, slow to follow a phase change); small
 :math:`\beta` follows the latest queries (responsive, noisy).
+
+:func:`moment_stats` turns first and second moments into ``(mu, lam)`` (the variance floor :math:`\epsilon`;
+with ``group`` > 1 one Gaussian pooled over the query heads that share a KV head, GQA);
+:class:`EMAQueryStats` streams the EMA during decoding; :func:`ema_trace` and :func:`ema_tradeoff` are the
+:math:`\beta` analysis of a query stream (the statistics after every step; how well they predict the next queries).
 """
 from __future__ import annotations
 

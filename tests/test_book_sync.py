@@ -87,6 +87,28 @@ def test_install_cell_follows_the_config(tmp_path):
         sync.install_cell_source(cfg)
 
 
+def test_an_install_line_in_the_prose_follows_the_config(tmp_path, monkeypatch):
+    """A chapter's prose writes ``@URL@``/``@BRANCH@``; its notebook carries the repository of ``_config.yml``."""
+    import json
+
+    sys.path.insert(0, str(ROOT / "book"))
+    import sync
+
+    src = tmp_path / "x.md"
+    src.write_text((ROOT / "book/chapters/04_roadmap.md").read_text()
+                   + '\n```bash\npip install "jacap_lib @ git+@URL@@@BRANCH@"\n```\n')
+    cfg = tmp_path / "_config.yml"
+    cfg.write_text("repository:\n  url: https://example.org/x/y\n  branch: pages\n")
+    monkeypatch.setattr(sync, "CONFIG", cfg)
+    nb = json.loads(sync.notebook_text(src))
+    prose = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert '\npip install "jacap_lib @ git+https://example.org/x/y@pages"\n' in prose
+    assert "@URL@" not in prose and "@BRANCH@" not in prose
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    chapter = (ROOT / "book/chapters/07b_kvpress.md").read_text()
+    assert "git+@URL@@@BRANCH@" in chapter and url not in chapter  # the chapter types no URL
+
+
 def test_a_hand_written_install_cell_is_refused(tmp_path):
     sys.path.insert(0, str(ROOT / "book"))
     import sync

@@ -352,6 +352,36 @@ def test_inspect_layer_head_and_html_on_own_text(bundled, tmp_path, monkeypatch,
     assert "the window was shrunk to 17" in out and "the score chose nothing" in out
 
 
+@pytest.mark.model
+def test_inspect_text_of_any_length_is_the_prompt(bundled, tmp_path, monkeypatch, capsys):
+    """``--text`` is always the text itself, never a path: 10 kB of it (over the 255-byte limit of a file name,
+    which the old check tripped with ``OSError: File name too long``) come back marked, token by token."""
+    from jacap_lib.measure.eviction import parse_view
+    from jacap_lib.results import job
+
+    monkeypatch.setattr(job, "load_model", lambda args: bundled)
+    monkeypatch.chdir(tmp_path)
+    text = " ".join(f"Day {i}: {INSPECT_TEXT}" for i in range(50))[:10_000]
+    assert len(text.encode()) == 10_000
+    assert cli.main(["inspect", "--text", text, "--method", "jacap[window=8]", "--layer", "2", "--head", "0"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    n = len(bundled[1](text, add_special_tokens=False)["input_ids"])
+    assert out[0].startswith(f"EvictionInspection(jacap at c=0.5 on SmolLM2-135M-Instruct: N={n} prompt tokens")
+    i = next(k for k, line in enumerate(out) if line.startswith("layer 2, KV head 0: "))
+    runs = parse_view(out[i + 1])
+    assert "".join(t for t, _ in runs) == text  # every character of the text, marked
+    chars = {st: sum(len(t) for t, s in runs if s == st) for st in ("kept", "protected", "evicted")}
+    assert all(chars.values()) and runs[0][1] == "protected" and runs[-1][1] == "protected"  # sinks, window
+    assert list(tmp_path.iterdir()) == []  # printed only
+    # a text that names an existing file is still the text, not the file's contents
+    name = "notes about the blue shed behind the bakery.txt"
+    (tmp_path / name).write_text(INSPECT_TEXT)
+    assert cli.main(["inspect", "--text", name, "--layer", "0", "--head", "0"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    i = out.index(next(line for line in out if line.startswith("layer 0, KV head 0: ")))
+    assert "".join(t for t, _ in parse_view(out[i + 1])) == name
+
+
 @pytest.mark.parametrize("argv,msg", [(["--layer", "30"], "--layer 30 out of range: the model has 30 layers"),
                                       (["--layer", "0", "--head", "3"], "--head 3 out of range: the model has 3 KV")])
 def test_inspect_layer_head_beyond_the_model_exit_2_and_write_nothing(tmp_path, no_model, capsys, argv, msg):

@@ -13,6 +13,10 @@ Each segment is cut to ``MAX_CHARS`` characters at a line boundary (enough for a
 plus a 64-token continuation with the SmolLM2 tokenizer). ``manifest.json`` records the source, the
 licence and the sha256 of every segment; :func:`load_segments` refuses segments whose hash changed.
 The docs and code segments depend on the Python version's standard library (recorded in the manifest).
+
+``jacap texts --corpus`` builds the evaluation corpus instead (``data/texts/corpus``, :func:`build_corpus`): 66
+excerpts of packaged texts of four kinds, each with its source, version, licence, sha256 and token count, and a
+seeded tune/test split (:func:`corpus_split`).
 """
 from __future__ import annotations
 

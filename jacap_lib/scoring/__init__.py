@@ -2,6 +2,8 @@
 
 * :mod:`.contract` — :class:`JacapScores`, :class:`CholeskyFailure`, argument checks shared by both paths;
 * :mod:`.core` — :func:`jacap_scores` (torch reference; dispatches CUDA tensors to Triton), :func:`leverage`;
+* :mod:`.factor` — the blocked passes over the cache (K read once, V twice, in cache-sized blocks; fp16/bf16
+  accumulated in float32) and the small ``d x d`` algebra (one Cholesky per head), shared with the Triton host code;
 * :mod:`.noise` — the noise scale: a number, or the effective-dimension rule (:func:`deff_noise`);
 * :mod:`.rank_one` — the variant with the exact rank-one softmax Jacobian;
 * :mod:`.triton` — fused Triton kernels (tested on the CPU with ``TRITON_INTERPRET=1``);

@@ -1,7 +1,9 @@
 """Plotly figures for the Jacap book (one function per figure, each returns ``go.Figure``).
 
 Sub-modules are per area and load lazily, so ``from jacap_lib import viz`` is cheap and
-``viz.theory`` / ``viz.live`` / ``viz.serving`` / ... import on first use.
+``viz.theory`` / ``viz.live`` / ``viz.serving`` / ... import on first use. Every figure is finished by
+:func:`jacap_lib.viz.style.finish`: one colour and marker per method for the whole book, readable log ticks,
+shared axis types, legends clear of sliders.
 
 :func:`setup_notebook` picks how figures are shown:
 

@@ -200,7 +200,8 @@ def _inspect_arguments(p) -> None:
     p.add_argument("--ratio", type=float, default=DEFAULT_RATIO,
                    help=f"compression ratio in [0, 1) (default {DEFAULT_RATIO}, as inspect_eviction: with the default "
                         "sinks + window, most of the budget is chosen by the score)")
-    p.add_argument("--text", default=None, help="the prompt itself (default: the live chapter's demo text)")
+    p.add_argument("--text", default=None, help="the prompt itself, any length, never read as a path "
+                                                "(default: the live chapter's demo text; a file: --file)")
     p.add_argument("--file", type=Path, default=None, help="a text file to use as the prompt")
     p.add_argument("--layer", type=int, default=None,
                    help="print this layer's KV heads with every token marked: [kept by score] «protected» ·evicted·")
@@ -231,7 +232,6 @@ def _check_inspect(args) -> str | None:
     text = args.text
     if text is not None:
         J.check(text.strip() != "", "--text must be a non-empty text (the prompt itself; --file for a file)")
-        J.check(not Path(text).is_file(), f"--text takes the text itself; for the file {text} use --file")
     if args.file is not None:
         J.check(args.file.is_file(), f"--file {args.file} is not a file")
         text = args.file.read_text(encoding="utf-8")
