@@ -13,6 +13,11 @@ Each segment is cut to ``MAX_CHARS`` characters at a line boundary (enough for a
 plus a 64-token continuation with the SmolLM2 tokenizer). ``manifest.json`` records the source, the
 licence and the sha256 of every segment; :func:`load_segments` refuses segments whose hash changed.
 The docs and code segments depend on the Python version's standard library (recorded in the manifest).
+
+Below them, the evaluation corpus (``data/texts/corpus``, :func:`build_corpus`, ``jacap texts --corpus``)
+and, built by the same function with ``which="confirm"`` (``jacap texts --confirm``), the confirmatory set
+(``data/texts/confirm``): fresh documents from works that neither the corpus nor the segments use, kept
+for one confirmatory evaluation.
 """
 from __future__ import annotations
 
