@@ -18,6 +18,7 @@
     jacap serve-run                                Algorithm 2 run -> data/serving/serving_run.json
     jacap texts                                    rebuild the benchmark's text segments (data/texts)
     jacap texts --corpus                           rebuild the evaluation corpus (data/texts/corpus)
+    jacap texts --confirm                          rebuild the confirmatory set (data/texts/confirm)
     jacap time scoring|e2e [options]               speed benchmarks -> data/bench/*.json
 
 The command line is the table :data:`COMMANDS`: every leaf is a job
@@ -100,8 +101,8 @@ COMMANDS = {
                 "jacap_lib.viz.eviction:INSPECT"),
     "serve-run": ("Algorithm 2 on the bundled model -> data/serving/serving_run.json (~6 min)",
                   "jacap_lib.results.serving:JOB"),
-    "texts": ("rebuild the quality benchmark's text segments and manifest (data/texts), or with --corpus the "
-              "evaluation corpus (data/texts/corpus)",
+    "texts": ("rebuild the quality benchmark's text segments and manifest (data/texts), with --corpus the "
+              "evaluation corpus (data/texts/corpus), with --confirm the confirmatory set (data/texts/confirm)",
               "jacap_lib.results.texts:JOB"),
     "time": ("speed benchmarks (jacap_lib.measure.timing) -> data/bench/*.json", {
         "scoring": ("Algorithm 1's scoring cost vs CapKV and kvpress scorers -> data/bench/scoring_<device>.json",

@@ -1,7 +1,7 @@
 """Verdicts from intervals (jacap_lib.results.verdicts) against independent computations: a brute-force
 paired bootstrap in numpy (percentile and BCa) on a fixed seed, an exact Wilcoxon signed-rank p by
-enumerating all sign flips, Holm adjustments worked by hand, and the verdict sentence at every branch and
-boundary."""
+enumerating all sign flips, Holm adjustments worked by hand, the verdict sentence at every branch and
+boundary, and the planning functions' power against a brute-force simulation of the t test."""
 from __future__ import annotations
 
 import itertools
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from jacap_lib.results.verdicts import (RatioInterval, compare_cells, geometric_mean_ratio, holm, log_ratios,
-                                        mean_ratio, verdict, wilcoxon_p)
+from jacap_lib.results.verdicts import (RatioInterval, compare_cells, detectable_ratio, geometric_mean_ratio, holm,
+                                        log_ratios, mean_ratio, paired_power, verdict, wilcoxon_p)
 
 
 def pair(n=40, shift=-0.08, seed=1):
@@ -265,3 +265,51 @@ def test_mcnemar_verdict_bad_input(args, match):
 
     with pytest.raises(ValueError, match=match):
         mcnemar_verdict(*args)
+
+
+# ----------------------------------------------------------------------------------------------- planning
+def _simulated_power(log_effect, sd, n, m, alpha=0.05, trials=40_000, seed=0):
+    """Brute force: draw ``trials`` sets of n normal log ratios, run the two-sided one-sample t test at
+    alpha/m on each (the t statistic and Student's critical value computed here), count the rejections."""
+    from scipy.stats import t as student
+
+    d = np.random.default_rng(seed).normal(log_effect, sd, size=(trials, n))
+    stat = d.mean(axis=1) / (d.std(axis=1, ddof=1) / math.sqrt(n))
+    return float(np.mean(np.abs(stat) > student.isf(alpha / m / 2, n - 1)))
+
+
+@pytest.mark.parametrize("sd,n,m", [(0.5, 48, 48), (1.2, 96, 24), (0.3, 12, 1)])
+def test_detectable_ratio_has_its_power_in_a_brute_force_simulation(sd, n, m):
+    r = detectable_ratio(sd, n, m)
+    assert 0 < r < 1
+    # 40,000 trials: the simulated power's standard error is 0.002, so 0.8 +- 0.01 is five of them
+    assert abs(_simulated_power(math.log(r), sd, n, m) - 0.8) < 0.01
+    assert abs(_simulated_power(-math.log(r), sd, n, m, seed=1) - 0.8) < 0.01  # a ratio of 1/r: the same
+    # an effect half as large is detected far less often; no effect is rejected at the Bonferroni level
+    assert _simulated_power(math.log(r) / 2, sd, n, m) < 0.6
+    assert abs(_simulated_power(0.0, sd, n, m) - 0.05 / m) < 0.006
+    assert paired_power(0.0, sd, n, m) == pytest.approx(0.05 / m)
+    assert paired_power(math.log(r), sd, n, m) == pytest.approx(0.8, abs=1e-9)
+
+
+def test_detectable_ratio_normal_approximation_and_monotone():
+    sd, m = 0.7, 48
+    for n in (48, 96, 144):
+        delta = (norm.isf(0.05 / m / 2) + norm.isf(0.2)) * sd / math.sqrt(n)  # the textbook closed form
+        assert detectable_ratio(sd, n, m, approximation="normal") == pytest.approx(math.exp(-delta), rel=1e-9)
+        # the t test needs a larger effect than the normal approximation says (fatter tails, estimated sd)
+        assert detectable_ratio(sd, n, m) < detectable_ratio(sd, n, m, approximation="normal")
+    ratios = [detectable_ratio(sd, n, m) for n in (48, 96, 144)]
+    assert ratios[0] < ratios[1] < ratios[2] < 1                      # more documents: closer to 1
+    assert detectable_ratio(sd, 96, 24) > detectable_ratio(sd, 96, 48)  # fewer comparisons: closer to 1
+    assert detectable_ratio(sd, 96, 48, power=0.9) < detectable_ratio(sd, 96, 48)
+
+
+@pytest.mark.parametrize("kwargs,match", [({"log_ratio_sd": 0.0}, "log_ratio_sd"), ({"log_ratio_sd": float("nan")},
+                                          "log_ratio_sd"), ({"n": 1}, "n must"), ({"n": 9.5}, "n must"),
+                                          ({"m": 0}, "m must"), ({"power": 1.0}, "power"),
+                                          ({"power": 0.0001}, "power"), ({"approximation": "z"}, "approximation")])
+def test_detectable_ratio_bad_input(kwargs, match):
+    args = {"log_ratio_sd": 0.5, "n": 48, "m": 48, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        detectable_ratio(**args)

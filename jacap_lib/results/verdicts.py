@@ -34,6 +34,10 @@ replacement) and keeps each document's two values together.
   accuracy with its Wilson interval). With 20 or so 0/1 outcomes a bootstrap interval of the difference is
   too coarse to judge by, so their verdict is the exact test's (:func:`mcnemar_verdict`: "better" or "worse"
   only where the Holm-adjusted McNemar p is at most ``alpha``); the interval stays as a description.
+* Planning (power): :func:`paired_power` — the power of the two-sided paired test of a mean log ratio at the
+  Bonferroni level ``alpha / m`` for a true mean log ratio, given the per-document log ratios' standard
+  deviation and n documents (noncentral t, or the normal approximation); :func:`detectable_ratio` — the
+  geometric-mean ratio that test detects with a given power (80 % by default).
 """
 from __future__ import annotations
 
@@ -44,7 +48,7 @@ import numpy as np
 
 __all__ = ["RatioInterval", "DifferenceInterval", "log_ratios", "geometric_mean_ratio", "geometric_mean", "mean_ratio", "wilcoxon_p", "holm",
            "verdict", "simultaneous_confidence", "compare_cells", "accuracy_difference", "mcnemar_p",
-           "accuracy_interval", "mcnemar_verdict",
+           "accuracy_interval", "mcnemar_verdict", "paired_power", "detectable_ratio",
            "DIFFERENCE_METHOD", "N_RESAMPLES", "CONFIDENCE", "SEED", "METHOD"]
 
 N_RESAMPLES = 9999
@@ -424,3 +428,72 @@ def compare_cells(cells, *, confidence: float = CONFIDENCE, n_resamples: int = N
         row["p_holm"] = float(p)
         row["holm_significant"] = bool(p <= alpha)
     return rows
+
+
+# ------------------------------------------------------------------------------------------------- planning
+_APPROXIMATIONS = ("t", "normal")
+
+
+def _plan_options(log_ratio_sd, n, m, alpha, approximation) -> None:
+    if isinstance(log_ratio_sd, bool) or not (isinstance(log_ratio_sd, (int, float, np.floating))
+                                              and math.isfinite(log_ratio_sd) and log_ratio_sd > 0):
+        raise ValueError(f"log_ratio_sd must be a positive finite number (the standard deviation of the per-document "
+                         f"log KL ratios), got {log_ratio_sd!r}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+        raise ValueError(f"n must be the number of documents, an integer >= 2; got {n!r}")
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise ValueError(f"m must be the number of comparisons judged together, an integer >= 1; got {m!r}")
+    if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
+        raise ValueError(f"alpha must be in (0, 1), e.g. 0.05; got {alpha!r}")
+    if approximation not in _APPROXIMATIONS:
+        raise ValueError(f"approximation must be one of {_APPROXIMATIONS}, got {approximation!r}")
+
+
+def paired_power(log_effect: float, log_ratio_sd: float, n: int, m: int = 1, *, alpha: float = 0.05,
+                 approximation: str = "t") -> float:
+    """Power of the two-sided paired test of the mean per-document log KL ratio at level ``alpha / m``
+    (Bonferroni over ``m`` comparisons), when the true mean log ratio is ``log_effect`` (a geometric-mean
+    ratio of ``exp(log_effect)``) and the log ratios of ``n`` documents have standard deviation
+    ``log_ratio_sd``. With ``approximation="t"`` (default) the one-sample t test: its statistic follows a
+    noncentral t with ``n - 1`` degrees of freedom and noncentrality ``log_effect * sqrt(n) / log_ratio_sd``
+    (``scipy.stats.nct``), critical value ``t_{1 - alpha/(2m), n-1}``; ``"normal"``: the z test with the same
+    noncentrality. Both tails count; at ``log_effect = 0`` the power is ``alpha / m``."""
+    from scipy import stats
+
+    _plan_options(log_ratio_sd, n, m, alpha, approximation)
+    if not (isinstance(log_effect, (int, float, np.floating)) and math.isfinite(log_effect)):
+        raise ValueError(f"log_effect must be a finite number (the true mean log ratio), got {log_effect!r}")
+    level = alpha / m
+    shift = float(log_effect) * math.sqrt(n) / float(log_ratio_sd)
+    if approximation == "normal":
+        crit = stats.norm.isf(level / 2)
+        return float(stats.norm.sf(crit - shift) + stats.norm.cdf(-crit - shift))
+    crit = stats.t.isf(level / 2, n - 1)
+    if shift == 0:
+        return float(level)
+    # P(T > crit) + P(T < -crit), the second as P(T' > crit) with T' of noncentrality -shift (scipy's nct.cdf
+    # far in the lower tail returns NaN where its sf of the mirrored variable is fine)
+    return float(stats.nct.sf(crit, n - 1, shift) + stats.nct.sf(crit, n - 1, -shift))
+
+
+def detectable_ratio(log_ratio_sd: float, n: int, m: int = 1, power: float = 0.8, *, alpha: float = 0.05,
+                     approximation: str = "t") -> float:
+    """The geometric-mean KL ratio ``r < 1`` that the two-sided paired test of :func:`paired_power` (level
+    ``alpha / m``, ``n`` documents, log ratios with standard deviation ``log_ratio_sd``) detects with
+    probability ``power``: ``r = exp(-delta)`` where ``paired_power(delta, ...) == power`` (solved with
+    ``scipy.optimize.brentq``). Ratios further from 1 are detected more often; a ratio of ``1 / r`` (a
+    method worse by as much) is detected with the same power. The normal approximation gives nearly
+    ``delta = (z_{1 - alpha/(2m)} + z_power) * log_ratio_sd / sqrt(n)``."""
+    from scipy.optimize import brentq
+
+    _plan_options(log_ratio_sd, n, m, alpha, approximation)
+    if not (isinstance(power, (int, float)) and alpha / m < power < 1):
+        raise ValueError(f"power must be in (alpha/m, 1) = ({alpha / m:.3g}, 1), e.g. 0.8; got {power!r}")
+
+    def gap(delta: float) -> float:
+        return paired_power(delta, log_ratio_sd, n, m, alpha=alpha, approximation=approximation) - power
+
+    high = float(log_ratio_sd)
+    while gap(high) < 0:  # widen the bracket until the power there reaches the target
+        high *= 2
+    return math.exp(-brentq(gap, 0.0, high, xtol=1e-12, rtol=1e-12))

@@ -1,0 +1,49 @@
+"""The confirmatory plan's power analysis (data/results/eval/power.json, written by notes/power_analysis.py):
+every cell's spread is the sd of the per-document log KL ratios of the Jacap default over the cell's best
+tuned baseline on the dev rows, recomputed here from test.jsonl and choices.json, and its detectable ratios
+are detectable_ratio's at the recorded (m, n)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from jacap_lib.results import loaders as R, paths
+from jacap_lib.results.verdicts import detectable_ratio, paired_power
+
+
+@pytest.fixture(scope="module")
+def power():
+    return json.loads(paths.data_path("results", "eval", "power.json").read_text())
+
+
+def test_power_json_recomputes_from_the_dev_rows(power):
+    cfg = power["config"]
+    assert "jacap_obs[window=16]" in cfg["comparison"] and cfg["n"] == [48, 96, 144] and cfg["m"] == [24, 48]
+    choices = R.load_eval_choices()
+    assert cfg["choices_fingerprint"] == choices["fingerprint"]
+    kl = {}
+    for r in R.load_eval_rows("test"):
+        kl[(r["method"], r["length"], r["ratio"], r["doc"])] = r["kl"]
+    docs = [d for d, _ in choices["config"]["test_docs"]]
+    assert len(power["cells"]) == len(choices["best_baseline"]["cells"]) == 12
+    for cell in power["cells"]:
+        base = choices["best_baseline"]["cells"][cell["cell"]]["spec"]
+        assert cell["baseline_spec"] == base
+        d = np.array([math.log(kl[("jacap_obs[window=16]", cell["length"], cell["ratio"], doc)]
+                               / kl[(base, cell["length"], cell["ratio"], doc)]) for doc in docs])
+        assert cell["n_dev"] == len(docs) == 48
+        sd = float(np.sqrt(np.sum((d - d.mean()) ** 2) / (d.size - 1)))
+        assert cell["log_ratio_sd"] == pytest.approx(sd, rel=1e-12)
+        assert cell["dev_gm_ratio"] == pytest.approx(math.exp(d.mean()), rel=1e-12)
+        assert len(cell["detectable"]) == 6
+        for entry in cell["detectable"].values():
+            assert entry["ratio_t"] == pytest.approx(detectable_ratio(sd, entry["n"], entry["m"]), rel=1e-9)
+            assert entry["ratio_t"] < entry["ratio_normal"] < 1
+            assert entry["power_at_dev_effect_t"] == pytest.approx(
+                paired_power(math.log(cell["dev_gm_ratio"]), sd, entry["n"], entry["m"]), rel=1e-9)
+        # more planned documents detect a ratio closer to 1
+        r = [cell["detectable"][f"m=48,n={n}"]["ratio_t"] for n in (48, 96, 144)]
+        assert r[0] < r[1] < r[2]
