@@ -12,6 +12,8 @@ import torch
 from jacap_lib import cli
 from jacap_lib.measure import anatomy as M
 from jacap_lib.results import anatomy as A
+from jacap_lib.results import findings as F
+from jacap_lib.results import rowstats as RS
 from conftest import CharTokenizer
 
 
@@ -34,7 +36,7 @@ KINDS = ["dialogue", "dialogue", "dialogue", "prose", "prose", "prose"]
 
 def test_layer_ratio_is_the_geometric_mean_of_the_per_document_ratios():
     rows = _rows(ERR_A, ERR_B, KL_A, KL_B, KINDS)
-    out = A.layer_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5, n_resamples=999)
+    out = RS.layer_error_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5, n_resamples=999)
     assert [r["layer"] for r in out] == [0, 1, 2]
     for layer, r in enumerate(out):
         logs = [math.log(ERR_A[d][layer] / ERR_B[d][layer]) for d in range(6)]
@@ -44,20 +46,20 @@ def test_layer_ratio_is_the_geometric_mean_of_the_per_document_ratios():
     # layer 0: ratios 2, 1, 1.5, 0.5, 2, 1 -> product 3, geometric mean 3 ** (1/6)
     assert out[0]["ratio"] == pytest.approx(3 ** (1 / 6), rel=1e-12)
     # one kind: only its documents
-    dia = A.layer_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5, kind="dialogue",
+    dia = RS.layer_error_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5, kind="dialogue",
                          n_resamples=999)
     assert dia[2]["ratio"] == pytest.approx((3 * 0.5 * 2) ** (1 / 3), rel=1e-12) and dia[2]["n"] == 3
 
 
 def test_kind_ratios_count_losses_and_wins_per_kind():
     rows = _rows(ERR_A, ERR_B, KL_A, KL_B, KINDS)
-    out = {r["kind"]: r for r in A.kind_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5,
+    out = {r["kind"]: r for r in RS.kind_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5,
                                                 n_resamples=999)}
     assert set(out) == {"all", "dialogue", "prose"}
     assert (out["all"]["losses"], out["all"]["wins"]) == (3, 2)  # the tie (0.05 vs 0.05) is neither
     assert out["dialogue"]["ratio"] == pytest.approx((2 * 0.5 * 4) ** (1 / 3), rel=1e-12)
     with pytest.raises(ValueError, match="at least 3"):
-        A.kind_ratios(rows[:4], "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5)
+        RS.kind_ratios(rows[:4], "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5)
 
 
 def test_losing_cells_are_those_whose_interval_lies_above_one():
@@ -65,7 +67,7 @@ def test_losing_cells_are_those_whose_interval_lies_above_one():
         {"role": "algorithm 1", "picked_on": "test", "rows": [{"gm_low": 2.0}]},
         {"role": "algorithm 1", "picked_on": "tune", "rows": [{"cell": "a", "gm_low": 1.01}, {"cell": "b", "gm_low": 1.0},
                                                           {"cell": "c", "gm_low": 0.7}]}]}
-    assert [r["cell"] for r in A.losing_cells(summary)] == ["a"]
+    assert [r["cell"] for r in RS.losing_cells(summary)] == ["a"]
 
 
 def test_the_library_defaults_part_reads_its_own_family_and_cells():
@@ -84,8 +86,8 @@ def test_the_library_defaults_part_reads_its_own_family_and_cells():
         {"role": "tuned jacap_obs", "picked_on": "test", "setting": obs, "rows": []},
         {"role": "tuned jacap_obs", "picked_on": "tune", "setting": obs,
          "rows": [row, {**row, "ratio": 0.9, "gm_low": 0.9}]}]}
-    assert A.default_role(summary) == "tuned jacap_obs"
-    part = A.library_default_part(rows, summary, n_resamples=999)
+    assert RS.default_role(summary) == "tuned jacap_obs"
+    part = RS.library_default_part(rows, summary, n_resamples=999)
     assert (part["role"], part["setting"]) == ("tuned jacap_obs", obs)
     assert [e["cell"] for e in part["kinds"]] == ["2048/0.5"]  # only the cell whose interval lies above 1
     (all_docs,) = [k for k in part["kinds"][0]["kinds"] if k["kind"] == "all"]
@@ -94,7 +96,7 @@ def test_the_library_defaults_part_reads_its_own_family_and_cells():
     assert {e["kind"] for e in part["layers"]} == {"all", "dialogue", "prose"}
     # no part when the default is Algorithm 1's own family, or when no family measures it
     summary["families"][1:] = []
-    assert A.default_role(summary) is None and A.library_default_part(rows, summary) is None
+    assert RS.default_role(summary) is None and RS.library_default_part(rows, summary) is None
 
 
 def test_jaccard_and_exclusive_positions_on_hand_built_kept_sets():
@@ -168,7 +170,7 @@ def test_swap_settings_change_one_knob_each():
     u = {x["key"]: x for x in A.swap_settings("jacap[tau=3,beta=0.9]", "expected_attention[n_future_positions=32]")}
     assert u["future_positions"]["spec"] == "jacap[tau=3,beta=0.9,n_future_positions=32]"
     assert "future_positions" not in s  # kvpress's default horizon is Jacap's: nothing to swap
-    rungs = [parse_method(u[k]["spec"])[1] for k in A.LADDER[1:-1]]
+    rungs = [parse_method(u[k]["spec"])[1] for k in RS.LADDER[1:-1]]
     assert rungs[0] == base | {"centre": "ea"} and rungs[-1] == base | {"centre": "ea", "sensitivity": "alpha",
                                                                          "kappa": "mean", "leverage": "identity",
                                                                          "n_future_positions": 32, "beta": None}
@@ -186,11 +188,11 @@ def test_swap_settings_change_one_knob_each():
 def test_swap_ratios_are_paired_geometric_means_to_the_default():
     docs = [{"kind": k, "kl": {"default": {"kl": d}, "x": {"kl": x}}}
             for k, d, x in (("a", 0.1, 0.2), ("a", 0.2, 0.1), ("b", 0.4, 0.8), ("b", 0.1, 0.1))]
-    out = {r["key"]: r for r in A.swap_ratios(docs, n_resamples=999)}
+    out = {r["key"]: r for r in RS.swap_ratios(docs, n_resamples=999)}
     assert out["default"]["ratio"] == 1.0 and out["default"]["lower"] == 0
     assert out["x"]["ratio"] == pytest.approx((2 * 0.5 * 2 * 1) ** 0.25, rel=1e-12)
     assert out["x"]["lower"] == 1 and out["x"]["n"] == 4
-    back = {r["key"]: r for r in A.swap_ratios(docs, reference="x", n_resamples=999)}
+    back = {r["key"]: r for r in RS.swap_ratios(docs, reference="x", n_resamples=999)}
     assert back["default"]["ratio"] == pytest.approx(1 / out["x"]["ratio"], rel=1e-12)
 
 
@@ -200,7 +202,7 @@ def test_figures_have_axis_titles_and_two_log_ticks():
     rows = _rows(ERR_A, ERR_B, KL_A, KL_B, KINDS)
     layers = [{"cell": "2048/0.5", "length": 2048, "ratio": 0.5, "setting": "jacap[tau=3,beta=0.9]",
                "baseline": "expected_attention", "kind": k,
-               "layers": A.layer_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5,
+               "layers": RS.layer_error_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5,
                                         kind=None if k == "all" else k, n_resamples=999)} for k in ("all", "dialogue")]
     fig = V.layer_ratio_figure({"layers": layers})
     shown = {t.name: t.line.color for t in fig.data if t.showlegend is not False}
@@ -245,7 +247,7 @@ def test_the_gap_splits_into_protection_and_score_that_multiply_to_it():
         d, b, jb, bj = rng.uniform(0.01, 0.3, 4)
         docs.append({"kind": "x", "kl": {"default": {"kl": d}, "baseline": {"kl": b},
                                          "jacap_baseline_protection": {"kl": jb}, "baseline_jacap_protection": {"kl": bj}}})
-    parts = {p["part"]: p for p in A.decompose_gap(docs, n_resamples=999)}
+    parts = {p["part"]: p for p in RS.decompose_gap(docs, n_resamples=999)}
     total = parts["total"]["ratio"]
     want = math.exp(np.mean([math.log(x["kl"]["default"]["kl"] / x["kl"]["baseline"]["kl"]) for x in docs]))
     assert total == pytest.approx(want, rel=1e-12)
@@ -319,16 +321,16 @@ def test_the_committed_file_agrees_with_the_summary_and_its_configuration():
     if not same:
         pytest.skip("anatomy.json was measured against the tune choices of another search space (its baseline: "
                     f"{cfg['baseline']}); rerun `jacap evaluate anatomy` to judge today's losing cells")
-    losing = {f"{r['length']}/{float(r['ratio'])}": r for r in A.losing_cells(summary)}
+    losing = {f"{r['length']}/{float(r['ratio'])}": r for r in RS.losing_cells(summary)}
     assert {e["cell"] for e in data["kinds"]} == set(losing) and cfg["cell"] in losing
     for e in data["kinds"]:  # the all-document ratio is the summary's own geometric-mean ratio, recomputed
         (all_docs,) = [k for k in e["kinds"] if k["kind"] == "all"]
         assert all_docs["ratio"] == pytest.approx(losing[e["cell"]]["gm_ratio"], rel=1e-3)
         assert all_docs["losses"] == losing[e["cell"]]["losses"]
     part = data.get("library_default")
-    if A.default_role(summary) not in (None, "algorithm 1"):  # the press JacapPress() builds, on its own losing cells
-        assert part is not None and part["role"] == A.default_role(summary)
-        own = {f"{r['length']}/{float(r['ratio'])}": r for r in A.losing_cells(summary, part["role"])}
+    if RS.default_role(summary) not in (None, "algorithm 1"):  # the press JacapPress() builds, on its own losing cells
+        assert part is not None and part["role"] == RS.default_role(summary)
+        own = {f"{r['length']}/{float(r['ratio'])}": r for r in RS.losing_cells(summary, part["role"])}
         assert {e["cell"] for e in part["kinds"]} == set(own)
         for e in part["kinds"]:
             (all_docs,) = [k for k in e["kinds"] if k["kind"] == "all"]
@@ -345,7 +347,7 @@ def test_the_committed_file_agrees_with_the_summary_and_its_configuration():
 def test_layer_lines_count_layers_against_a_hand_built_anatomy():
     """layer_lines counts, per losing cell of all documents, the layers whose interval lies above / below 1 and
     how often layer 0 is above 1 and the largest: checked on a hand-built two-cell anatomy."""
-    from jacap_lib.results.anatomy import layer_lines
+    from jacap_lib.results.findings import layer_lines
 
     def lay(*triples):
         return [{"layer": i, "ratio": r, "low": lo, "high": hi} for i, (r, lo, hi) in enumerate(triples)]
@@ -379,7 +381,7 @@ def test_kind_lines_name_the_largest_kind_and_count_it():
     anatomy = {"kinds": [
         {"length": 512, "ratio": 0.5, "kinds": [k("all", 1.5, 1.1), k("dialogue", 2.0, 1.2), k("prose", 1.1, 0.9)]},
         {"length": 1024, "ratio": 0.5, "kinds": [k("all", 1.2, 1.01), k("dialogue", 1.1, 0.8), k("code", 1.3, 1.05, 2, 2)]}]}
-    lines = A.kind_lines(anatomy)
+    lines = F.kind_lines(anatomy)
     assert lines[0] == ("prompt 512, c=0.5: largest ratio on dialogue (2.00, 3/4 lost); kinds whose interval lies "
                         "above 1: dialogue")
     assert lines[1].startswith("prompt 1024, c=0.5: largest ratio on code (1.30, 2/4 lost)") and lines[1].endswith(": code")
@@ -392,7 +394,7 @@ def test_swap_lines_report_the_paired_geometric_means_of_the_committed_file():
     from jacap_lib.results import loaders
 
     docs = loaders.load_anatomy()["documents"]
-    lines = A.swap_lines(docs)
+    lines = F.swap_lines(docs)
 
     def gm(key, sel):
         return math.exp(np.mean([math.log(d["kl"][key]["kl"] / d["kl"]["default"]["kl"]) for d in sel]))
@@ -483,29 +485,29 @@ def test_document_kl_hands_the_oracle_press_the_documents_continuation_statistic
 def test_the_ladder_steps_multiply_to_the_whole_ladder_and_each_is_paired_to_the_step_before():
     rng = np.random.default_rng(5)
     docs = [{"doc": f"d{i}", "kind": "dialogue" if i < 4 else "prose",
-             "kl": {k: {"kl": float(rng.uniform(0.01, 1.0))} for k in A.LADDER}} for i in range(8)]
-    steps = A.ladder_ratios(docs)
-    assert [(r["previous"], r["key"]) for r in steps] == list(zip(A.LADDER, A.LADDER[1:]))
+             "kl": {k: {"kl": float(rng.uniform(0.01, 1.0))} for k in RS.LADDER}} for i in range(8)]
+    steps = RS.ladder_ratios(docs)
+    assert [(r["previous"], r["key"]) for r in steps] == list(zip(RS.LADDER, RS.LADDER[1:]))
     for r in steps:  # each step: the geometric mean of its per-document ratios to the step before
         a = np.array([d["kl"][r["key"]]["kl"] / d["kl"][r["previous"]]["kl"] for d in docs])
         assert r["ratio"] == pytest.approx(math.exp(np.log(a).mean())) and r["lower"] == int((a < 1).sum())
         assert r["low"] <= r["ratio"] <= r["high"]
-    whole = np.array([d["kl"][A.LADDER[-1]]["kl"] / d["kl"]["default"]["kl"] for d in docs])
+    whole = np.array([d["kl"][RS.LADDER[-1]]["kl"] / d["kl"]["default"]["kl"] for d in docs])
     assert math.prod(r["ratio"] for r in steps) == pytest.approx(math.exp(np.log(whole).mean()))
-    assert len(A.ladder_ratios(docs, kind="dialogue")) == len(steps) and A.ladder_ratios(docs, kind="dialogue")[0]["n"] == 4
-    lines = A.ladder_lines(docs)
+    assert len(RS.ladder_ratios(docs, kind="dialogue")) == len(steps) and RS.ladder_ratios(docs, kind="dialogue")[0]["n"] == 4
+    lines = F.ladder_lines(docs)
     assert lines[2] == "all documents (8):" and "dialogue (4):" in lines and "the other kinds (4):" in lines
     assert lines[3].startswith(f"  ea_centre: {steps[0]['ratio']:.2f} [") and lines[4].startswith("      adjusted: ")
     # the rungs as lines: each names the option it adds to the rung before
     cfg = {"settings": [{"key": x["key"], "spec": x["spec"], "changes": x["changes"]} for x in A.swap_settings(
         "jacap[beta=0.9,centre=tempered,tau=3,window=128]", "expected_attention[n_future_positions=32]")]}
-    rungs = A.ladder_setting_lines(cfg)
+    rungs = F.ladder_setting_lines(cfg)
     assert rungs[0] == "ea_centre (+ centre=ea)" and "ea_alpha_kappa_identity_horizon_flat (+ beta=none)" in rungs
     assert all(len(line) <= 96 for line in rungs if line.startswith("    "))
     for d in docs:
         del d["kl"]["ea_alpha"]
     with pytest.raises(ValueError, match="--extend"):
-        A.ladder_ratios(docs)
+        RS.ladder_ratios(docs)
 
 
 def test_a_stopped_run_resumes_the_documents_of_its_partial_file_with_the_same_text(tmp_path):
@@ -551,7 +553,7 @@ def test_kind_pairs_are_paired_geometric_means_on_one_kind_with_cell_adjusted_ve
                 rows.append({"doc": f"d{i}", "kind": kind, "length": L, "ratio": 0.5, "method": m,
                              "kl": base * f * float(rng.uniform(0.9, 1.1))})
     choices = {"best_baseline": {"cells": {f"{L}/0.5": {"length": L, "ratio": 0.5, "spec": "b"} for L in (512, 1024)}}}
-    out = A.kind_pairs(rows, choices, {"x / baseline": ("x", None), "x / y": ("x", "y")}, kind="dialogue")
+    out = RS.kind_pairs(rows, choices, {"x / baseline": ("x", None), "x / y": ("x", "y")}, kind="dialogue")
     assert [(r["length"], r["pair"], r["reference"]) for r in out] == [
         (512, "x / baseline", "b"), (512, "x / y", "y"), (1024, "x / baseline", "b"), (1024, "x / y", "y")]
     for r in out:

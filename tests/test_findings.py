@@ -9,6 +9,7 @@ import pytest
 
 from jacap_lib.results import findings as F
 from jacap_lib.results import loaders as R
+from jacap_lib.results import rowstats as RS
 from jacap_lib.results import verdicts as V
 from jacap_lib.results.paths import data_path
 
@@ -132,7 +133,7 @@ def test_tuned_jacap_methods_get_their_findings_and_needle_accuracy():
     # the setting JacapPress() builds today is named as the default (the bare jacap_obs is pinned to a window of 32)
     summary["families"][1]["setting"] = "jacap_obs[window=16]"
     assert "(`jacap_obs[window=16]`, the press `JacapPress()` builds by default, chosen on tune" in F.kl_findings(summary)[-1]
-    assert not F.is_library_default("jacap_obs") and not F.is_library_default("jacap[tau=3,beta=0.9]")
+    assert not RS.is_library_default("jacap_obs") and not RS.is_library_default("jacap[tau=3,beta=0.9]")
 
 
 def test_target_lines_check_the_bar_from_the_counts_and_the_needle_cells():

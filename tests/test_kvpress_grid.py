@@ -10,15 +10,67 @@ import re
 
 import pytest
 import torch
+from kvpress.utils import compute_n_kept
 
 from jacap_lib.presses.jacap_ablation import ONE_KNOB
 from jacap_lib.presses.registry import list_methods
-from jacap_lib.measure.kvpress_grid import (RATIO, WRAPPERS, expected_lengths, grid_table, known_refusal,
-                                           nan_scores_expected, run_combo)
+from jacap_lib.measure.kvpress_grid import (CHUNK, DECODING, INTERVAL, RATIO, STEPS, TARGET, WRAPPERS, grid_table,
+                                           known_refusal, run_combo)
 
 logging.getLogger("kvpress").setLevel(logging.ERROR)
 
 P = 48  # prompt tokens (a multiple of ChunkKVPress's chunk of 8)
+
+
+# --------------------------------------------------------------------------------------------- kvpress's own rules
+def _decoding_schedule(start: int, cam: bool) -> list[int]:
+    """Cache length after each decoding step under DecodingPress (cam=False) / CAMPress (cam=True)."""
+    out, n, count = [], start, 0
+    for _ in range(STEPS):
+        n += 1
+        count += 1
+        if cam:
+            if count >= INTERVAL and n > TARGET:
+                n, count = TARGET, 0
+        elif count >= INTERVAL:
+            n, count = min(n, TARGET), 0
+        out.append(n)
+    return out
+
+
+def expected_lengths(wrapper: str, prompt: int, n_layers: int) -> list[list[int]] | None:
+    """Per layer: the cache length after the prefill, then after each decoding step (kvpress's rules)."""
+    n = compute_n_kept(prompt, RATIO)
+    grow = lambda m: [m + i for i in range(STEPS + 1)]  # noqa: E731
+    if wrapper == "DecodingPress":
+        return [[prompt] + _decoding_schedule(prompt, False)] * n_layers
+    if wrapper == "PrefillDecodingPress":
+        return [[n] + _decoding_schedule(n, False)] * n_layers
+    if wrapper == "CAMPress":
+        return [[prompt] + _decoding_schedule(prompt, True)] * n_layers
+    if wrapper == "ChunkPress":
+        kept = sum(max(1, int(min(CHUNK, prompt - i) * (1 - RATIO))) for i in range(0, prompt, CHUNK))
+        return [grow(kept)] * n_layers
+    if wrapper == "ChunkKVPress":  # prompt is a multiple of CHUNK: whole chunks kept
+        return [grow(max(1, int(prompt // CHUNK * (1 - RATIO))) * CHUNK)] * n_layers
+    if wrapper in ("AdaKVPress", "CriticalAdaKVPress"):  # masking: the tensors keep every slot
+        return [grow(prompt)] * n_layers
+    if wrapper in ("CriticalKVPress", "KeyRerotationPress", "BlockPress"):
+        return [grow(n)] * n_layers
+    if wrapper == "PerLayerCompressionPress":
+        ratios = [1.0] + [0.25 if i % 2 else 0.75 for i in range(1, n_layers)]
+        return [grow(compute_n_kept(prompt, r)) for r in ratios]
+    if wrapper == "ComposedPress":
+        return [grow(compute_n_kept(n, 0.25))] * n_layers
+    raise ValueError(wrapper)
+
+
+def nan_scores_expected(wrapper: str, name: str) -> bool:
+    """kvpress's Expected Attention / CapKV skip ``n_sink = 4`` rows of the hidden states as sinks: a
+    decoding buffer of 3 steps leaves none and their scores come out all NaN (no error is raised)."""
+    return name in ("expected_attention", "capkv") and wrapper in DECODING
+
+
 
 
 def check(model, wrapper: str, name: str, prompt_ids, small: bool = True):

@@ -16,6 +16,7 @@ from jacap_lib.measure.kvpress_grid import tiny_model  # noqa: E402
 from jacap_lib.results import files as io  # noqa: E402
 from jacap_lib.results import needle as N  # noqa: E402
 from jacap_lib.results import protocol as P  # noqa: E402
+from jacap_lib.results import rowstats as RS  # noqa: E402
 from jacap_lib.results import verdicts as V  # noqa: E402
 from jacap_lib.results.provenance import model_record  # noqa: E402
 from jacap_lib.viz.evaluation import needle_frame, needle_verdict_frame  # noqa: E402
@@ -118,7 +119,7 @@ def test_needle_summary_against_hand_values_and_holm():
     full = [1] * 10
     rows = _rows({("full", 0.0): full, (DEF, 0.5): A, (BASE, 0.5): B, (P.PAPER_PRESET, 0.5): A,
                   (DEF, 0.75): [1] * 7 + [0] * 3, (BASE, 0.75): [0] * 10, (P.PAPER_PRESET, 0.75): [1] * 10})
-    s = N.needle_summary(rows, choices, settings=[DEF, BASE, P.PAPER_PRESET])
+    s = RS.needle_summary(rows, choices, settings=[DEF, BASE, P.PAPER_PRESET])
     assert s["cells_measured"] == ["128/0.5", "128/0.75"] and s["cells_missing"] == []
     cell = s["cells"][0]
     assert cell["n_prompts"] == 10 and cell["full"]["accuracy"] == 1.0
@@ -172,7 +173,7 @@ def test_needle_verdict_is_the_holm_adjusted_exact_mcnemar():
                   (DEF, 0.5): [1] * 7 + [0] * 3, (BASE, 0.5): [0] * 10,
                   (DEF, 0.75): [1] * 6 + [0] * 4, (BASE, 0.75): [0] * 6 + [1] + [0] * 3,
                   (DEF, 0.9): [0] * 10, (BASE, 0.9): [1] * 6 + [0] * 4})
-    (comp,) = N.needle_summary(rows, choices, settings=[DEF, BASE])["comparisons"]
+    (comp,) = RS.needle_summary(rows, choices, settings=[DEF, BASE])["comparisons"]
     by = {r["ratio"]: r for r in comp["rows"]}
     assert [(by[c]["wins"], by[c]["losses"]) for c in (0.5, 0.75, 0.9)] == [(7, 0), (6, 1), (0, 6)]
     p = {c: brute_mcnemar(by[c]["wins"], by[c]["losses"]) for c in by}
@@ -189,10 +190,10 @@ def test_needle_verdict_is_the_holm_adjusted_exact_mcnemar():
 def test_needle_summary_names_incomplete_cells():
     choices, _ = _choices()
     rows = _rows({("full", 0.0): [1, 1], (DEF, 0.5): [1, 0], (BASE, 0.5): [0, 0], (DEF, 0.75): [1, 0]})
-    s = N.needle_summary(rows, choices, settings=[DEF, BASE])
+    s = RS.needle_summary(rows, choices, settings=[DEF, BASE])
     assert s["cells_measured"] == ["128/0.5"] and s["cells_missing"] == ["128/0.75"]
     with pytest.raises(ValueError, match="no complete"):
-        N.needle_summary(rows[:3], choices, settings=[DEF, BASE])
+        RS.needle_summary(rows[:3], choices, settings=[DEF, BASE])
 
 
 def test_keys_are_seeded_five_digit_and_distinct_per_prompt():
@@ -318,7 +319,7 @@ def test_job_writes_keyed_rows_and_resumes(tmp_path, monkeypatch):
     s = json.loads((out / "needle_summary.json").read_text())
     assert s["cells_measured"] == ["128/0.5", "128/0.75"] and s["config"]["trials"] == 2
     assert [c["n_prompts"] for c in s["cells"]] == [4, 4]
-    assert [f["label"] for f in s["comparisons"]] == [N.BASELINE_LABEL, N.PAPER_LABEL]
+    assert [f["label"] for f in s["comparisons"]] == [RS.BASELINE_LABEL, RS.PAPER_LABEL]
     # choices re-made with a method added (another fingerprint, the same choice for every method the runs used):
     # the runs stay valid; a changed choice makes them foreign
     cfg = {**choices["config"], "search_space": {**choices["config"]["search_space"], "jacap_obs": ["jacap_obs"]}}
@@ -336,10 +337,13 @@ def test_a_group_and_its_measure_travel_to_spawned_workers():
     """``--workers N`` sends each group and the measure to spawned processes: both must pickle."""
     import pickle
 
-    plan_measure = __import__("functools").partial(N.measure_needle, model_name="m")
+    from jacap_lib.measure.passkey import measure_needle
+
+    plan_measure = N.row_measure("m")
     g = N.needle_groups(["knorm"], (128,), (0.5,), N.needle_keys((0.5,), 1, 0), "m")[0]
     back = pickle.loads(pickle.dumps((plan_measure, g)))
-    assert back[0].func is N.measure_needle and back[1].jobs == [("full", 0.0), ("knorm", 0.5)]
+    assert back[0].func is measure_needle and back[1].jobs == [("full", 0.0), ("knorm", 0.5)]
+    assert back[0].keywords["press_of"]("full", 0.0) is None and back[0].keywords["family_of"]("knorm") == "knorm"
 
 
 # --------------------------------------------------------------------------------------------- digit survival, modes
@@ -482,8 +486,8 @@ def test_modes_are_keyed_apart_and_old_rows_read_as_after(tmp_path, monkeypatch)
     assert N.row_key(legacy) == N.row_key(rows[0])
     assert N.execute(N.prepare(_parse(base + ["--mode", "inside"])), model=model, tokenizer=tok)["rows_written"] == 0
     # the protocol's summary reads one mode
-    s_after = N.needle_summary(rows, choices, settings=[DEF, BASE, P.PAPER_PRESET])
-    s_in = N.needle_summary(rows, choices, settings=[DEF, BASE, P.PAPER_PRESET], mode="inside")
+    s_after = RS.needle_summary(rows, choices, settings=[DEF, BASE, P.PAPER_PRESET])
+    s_in = RS.needle_summary(rows, choices, settings=[DEF, BASE, P.PAPER_PRESET], mode="inside")
     assert [a["correct"] for a in s_after["cells"][0]["settings"]] == [int(r["correct"]) for r in rows[1:4]]
     assert [a["correct"] for a in s_in["cells"][0]["settings"]] == [int(r["correct"]) for r in rows[6:9]]
 
@@ -512,7 +516,7 @@ def test_probe_summary_against_hand_values():
             r.update(key_kept=[[1.0, 1.0], [1.0, 1.0 if allk else 0.5]], key_kept_frac=1.0 if allk else 0.875,
                      needle_kept_frac=0.9, key_all_kept=allk, key_copy_kept=1.0 if allk else 0.75)
             rows.append(r)
-    s = N.needle_probe_summary(rows, choices, settings=specs)
+    s = RS.needle_probe_summary(rows, choices, settings=specs)
     after = s["modes"]["after"]
     sv = {x["spec"]: x for x in after["survival"]}[DEF]
     assert sv["key_kept_mean"] == pytest.approx((5 * 1.0 + 5 * 0.875) / 10) and sv["all_kept_fraction"] == 0.5
@@ -555,7 +559,7 @@ def test_survival_figure_and_tables_draw_the_summary():
                 r.update(mode=mode, key_kept=[[1.0, 0.5], [0.0, 0.0], [1.0, 1.0]], key_kept_frac=0.5833,
                          needle_kept_frac=0.6, key_all_kept=False, key_copy_kept=0.3)
                 rows.append(r)
-    s = N.needle_probe_summary(rows, choices, settings=[DEF, "capkv[tau=10]"])
+    s = RS.needle_probe_summary(rows, choices, settings=[DEF, "capkv[tau=10]"])
     fig = survival_figure(s, "after")
     assert len(fig.data) == 2 * 2  # two settings x two panels
     first = fig.data[0]

@@ -4,17 +4,16 @@
 decodes a few tokens (the press stays attached, as kvpress's pipeline does for decoding presses) and
 returns what happened: the refusal kvpress raised, or the per-layer cache lengths after the prefill and
 after each decoding step, the per-layer-and-head masked counts of masking wrappers (AdaKV), every score
-tensor the scorer returned, and whether the logits stayed finite. :func:`expected_lengths` says from
-kvpress's own rules (``compute_n_kept``, ``DecodingPress``'s schedule, ...) what the lengths must be,
-:func:`known_refusal` which combinations kvpress refuses and how. :func:`tiny_model` builds the random
-GQA models the grid runs on (no download). ``tests/test_kvpress_grid.py`` asserts all of it; the book's
-"Use Jacap from kvpress" page runs :func:`grid_table` on the Jacap family.
+tensor the scorer returned, and whether the logits stayed finite. :func:`known_refusal` says which
+combinations kvpress refuses and how. :func:`tiny_model` builds the random GQA models the grid runs on (no
+download; the book's page and the tests use it). ``tests/test_kvpress_grid.py`` asserts all of it, with the
+lengths kvpress's own rules (``compute_n_kept``, ``DecodingPress``'s schedule, ...) say there must be; the
+book's "Use Jacap from kvpress" page runs :func:`grid_table` on the Jacap family.
 """
 from __future__ import annotations
 
 import kvpress
 import torch
-from kvpress.utils import compute_n_kept
 from transformers import DynamicCache
 
 from jacap_lib.presses.registry import build_press, parse_method
@@ -23,8 +22,8 @@ WRAPPERS = ["DecodingPress", "PrefillDecodingPress", "CAMPress", "ChunkPress", "
             "CriticalKVPress", "CriticalAdaKVPress", "KeyRerotationPress", "PerLayerCompressionPress",
             "ComposedPress", "BlockPress"]
 
-__all__ = ["WRAPPERS", "tiny_model", "wrap", "expected_lengths", "known_refusal", "nan_scores_expected",
-           "run_combo", "masked_counts", "grid_table"]
+__all__ = ["WRAPPERS", "DECODING", "tiny_model", "wrap", "known_refusal", "run_combo", "masked_counts",
+           "grid_table"]
 
 RATIO = 0.5
 INTERVAL, TARGET, BUFFER = 3, 24, 8  # decoding wrappers: compress every 3 steps down to 24 slots
@@ -95,48 +94,6 @@ def wrap(wrapper: str | None, name: str, n_layers: int, small: bool = True):
     if wrapper == "BlockPress":
         return kvpress.BlockPress(press=s(), block_size=BLOCK)
     raise ValueError(f"unknown wrapper {wrapper!r}")
-
-
-def _decoding_schedule(start: int, cam: bool) -> list[int]:
-    """Cache length after each decoding step under DecodingPress (cam=False) / CAMPress (cam=True)."""
-    out, n, count = [], start, 0
-    for _ in range(STEPS):
-        n += 1
-        count += 1
-        if cam:
-            if count >= INTERVAL and n > TARGET:
-                n, count = TARGET, 0
-        elif count >= INTERVAL:
-            n, count = min(n, TARGET), 0
-        out.append(n)
-    return out
-
-
-def expected_lengths(wrapper: str, prompt: int, n_layers: int) -> list[list[int]] | None:
-    """Per layer: the cache length after the prefill, then after each decoding step (kvpress's rules)."""
-    n = compute_n_kept(prompt, RATIO)
-    grow = lambda m: [m + i for i in range(STEPS + 1)]  # noqa: E731
-    if wrapper == "DecodingPress":
-        return [[prompt] + _decoding_schedule(prompt, False)] * n_layers
-    if wrapper == "PrefillDecodingPress":
-        return [[n] + _decoding_schedule(n, False)] * n_layers
-    if wrapper == "CAMPress":
-        return [[prompt] + _decoding_schedule(prompt, True)] * n_layers
-    if wrapper == "ChunkPress":
-        kept = sum(max(1, int(min(CHUNK, prompt - i) * (1 - RATIO))) for i in range(0, prompt, CHUNK))
-        return [grow(kept)] * n_layers
-    if wrapper == "ChunkKVPress":  # prompt is a multiple of CHUNK: whole chunks kept
-        return [grow(max(1, int(prompt // CHUNK * (1 - RATIO))) * CHUNK)] * n_layers
-    if wrapper in ("AdaKVPress", "CriticalAdaKVPress"):  # masking: the tensors keep every slot
-        return [grow(prompt)] * n_layers
-    if wrapper in ("CriticalKVPress", "KeyRerotationPress", "BlockPress"):
-        return [grow(n)] * n_layers
-    if wrapper == "PerLayerCompressionPress":
-        ratios = [1.0] + [0.25 if i % 2 else 0.75 for i in range(1, n_layers)]
-        return [grow(compute_n_kept(prompt, r)) for r in ratios]
-    if wrapper == "ComposedPress":
-        return [grow(compute_n_kept(n, 0.25))] * n_layers
-    raise ValueError(wrapper)
 
 
 def _record_scores(press, store: list):
@@ -248,12 +205,6 @@ def known_refusal(wrapper: str, name: str):
         return (AssertionError, "should be greater than the window size",
                 "SnapKV needs more queries than its window (8 here)")
     return None
-
-
-def nan_scores_expected(wrapper: str, name: str) -> bool:
-    """kvpress's Expected Attention / CapKV skip ``n_sink = 4`` rows of the hidden states as sinks: a
-    decoding buffer of 3 steps leaves none and their scores come out all NaN (no error is raised)."""
-    return name in ("expected_attention", "capkv") and wrapper in DECODING
 
 
 def grid_table(model, names, wrappers=WRAPPERS, prompt_len: int = 48, seed: int = 0) -> list[dict]:

@@ -13,17 +13,24 @@ Two modes (:data:`MODES`, :func:`passkey_inputs`):
 :func:`digit_survival` says, per layer and KV head, which of them a compressed cache still holds
 (from :func:`jacap_lib.measure.eviction.kept_positions`).
 
-The evaluation's needle job (the tuned settings, ``data/results/eval/needle.jsonl``) is
-:mod:`jacap_lib.results.needle` (``jacap evaluate needle``).
+:func:`measure_needle` is the needle job's model loop: one prefill of a :class:`NeedleGroup`'s prompt, every
+(setting, ratio) of the group replayed on it and answered, one row each. The job that plans the groups and writes
+them (the tuned settings, ``data/results/eval/needle.jsonl``) is :mod:`jacap_lib.results.needle` (``jacap evaluate
+needle``).
 """
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
+
 import torch
 
-__all__ = ["FILLER", "QUESTION", "MODES", "passkey_prompt", "needle_layout", "passkey_inputs", "digit_survival",
-           "greedy_answer", "needle_trial", "passkey_answer", "passkey_trial"]
+__all__ = ["FILLER", "QUESTION", "MODES", "N_NEW", "passkey_prompt", "needle_layout", "passkey_inputs",
+           "digit_survival", "greedy_answer", "needle_trial", "passkey_answer", "passkey_trial", "NeedleGroup",
+           "measure_needle"]
 
 MODES = ("after", "inside")
+N_NEW = 8  # greedy tokens the needle job decodes after the question
 FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ")
 QUESTION = " What is the pass key? The pass key is"
 
@@ -185,3 +192,45 @@ def passkey_answer(model, tokenizer, capture, press, question: torch.Tensor, *, 
     """The decoded answer after ``press`` (``None`` = uncompressed) was replayed on a captured prefill
     (:func:`jacap_lib.measure.quality.capture_prefill` of the context)."""
     return passkey_trial(model, tokenizer, capture, press, question, n_new=n_new)[0]
+
+
+@dataclass
+class NeedleGroup:
+    """One prefill: the context of one (length, depth, trial, key), and the (spec, ratio) answers still to
+    decode on it (ratio ``0.0``: the uncompressed answer, whose press is ``None``)."""
+
+    length: int
+    depth: float
+    trial: int
+    key: str
+    jobs: list = field(default_factory=list)
+    mode: str = MODES[0]
+
+
+def measure_needle(model, tokenizer, group: NeedleGroup, *, model_name: str, press_of, family_of, n_new: int = N_NEW,
+                   on_row=None) -> list[dict]:
+    """One prefill of the group's prompt (in the group's mode, :func:`passkey_inputs`) captured, every (spec,
+    ratio) of ``group.jobs`` replayed on it and answered (:func:`needle_trial`), with its digit survival; one row
+    each, in job order (``on_row(row)``: called as each is made). ``press_of(spec, ratio)``: the press of a job
+    (``None``: uncompressed); ``family_of(spec)``: the row's ``family``; both module-level functions, so that the
+    measure pickles to spawned workers."""
+    from .quality import capture_prefill
+
+    prefill_ids, decode_ids, layout = passkey_inputs(tokenizer, group.length, group.depth, group.key, group.mode)
+    w0 = time.perf_counter()
+    cap = capture_prefill(model, prefill_ids)
+    prefill = round(time.perf_counter() - w0, 3)
+    rows = []
+    for spec, c in group.jobs:
+        w0 = time.perf_counter()
+        res = needle_trial(model, tokenizer, cap, press_of(spec, c), decode_ids, layout, n_new=n_new)
+        text = res.pop("answer")
+        row = {"model": model_name, "length": group.length, "depth": group.depth, "trial": group.trial,
+               "key": group.key, "method": spec, "family": family_of(spec), "ratio": c,
+               "mode": group.mode, "answer": text, "correct": group.key in text, **res,
+               "key_positions": layout["key"], "needle_span": layout["needle"],
+               "seconds": round(time.perf_counter() - w0, 3), "prefill_seconds": prefill}
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    return rows

@@ -33,9 +33,10 @@ from pathlib import Path
 
 from . import files
 from . import job as J
+from . import rowstats as RS
 
 __all__ = ["DEFAULT_SPEC", "LENGTHS", "RATIOS", "GRID_CHOICE", "ALPHA", "FILE", "SUMMARY_FILE",
-           "knob_table", "prepare", "execute", "summarize_ablation", "layer_ratios", "simultaneous_resamples",
+           "knob_table", "prepare", "execute", "summarize_ablation", "simultaneous_resamples",
            "ABLATE", "ABLATE_SUMMARY"]
 
 DEFAULT_SPEC = "jacap"  # Algorithm 1 as tuned (the library default when they ran): every ablation changes one knob of it
@@ -200,25 +201,6 @@ def simultaneous_resamples(m: int, alpha: float = ALPHA, *, per_tail: int = 25) 
     return max(V.N_RESAMPLES, int(math.ceil(per_tail * 2 * m / alpha)))
 
 
-def layer_ratios(rows: list[dict], setting: str, reference: str, docs, cells) -> dict:
-    """Per layer, the geometric mean over documents (and cells) of ``attn_rel_error_per_layer`` of ``setting``
-    divided by that of ``reference`` on the same (document, length, ratio): ``{"L/c": [per layer], "all": [...]}``
-    (``cells``: ``[(length, ratio)]``; errors floored at 1e-12). Descriptive: no interval."""
-    err = {(r["method"], int(r["length"]), float(r["ratio"]), r["doc"]): r["attn_rel_error_per_layer"] for r in rows}
-    out, pooled = {}, []
-    for L, c in cells:
-        logs = []
-        for d in docs:
-            a, b = err[(setting, L, c, d)], err[(reference, L, c, d)]
-            if len(a) != len(b):
-                raise ValueError(f"rows of {setting!r} and {reference!r} on {d} at {L}/{c} hold different layer counts")
-            logs.append([math.log(max(x, 1e-12) / max(y, 1e-12)) for x, y in zip(a, b)])
-        pooled += logs
-        out[f"{L}/{c}"] = [math.exp(sum(col) / len(col)) for col in zip(*logs)]
-    out["all"] = [math.exp(sum(col) / len(col)) for col in zip(*pooled)] if pooled else []
-    return out
-
-
 def summarize_ablation(rows: list[dict], runs: list[dict], *, alpha: float = ALPHA, seed: int | None = None,
                        n_resamples: int | None = None) -> dict:
     """The ablation summary (pure): ``rows`` of ``ablation.jsonl``, ``runs`` its recorded configurations.
@@ -287,7 +269,7 @@ def summarize_ablation(rows: list[dict], runs: list[dict], *, alpha: float = ALP
                         "verdict_95": V.verdict((u["gm_low"], u["gm_high"])), "mean_ratio": r["mean_ratio"],
                         "mean_low": r["mean_low"], "mean_high": r["mean_high"], "p_wilcoxon": r["p_wilcoxon"],
                         "p_holm": r["p_holm"], "identical_docs": same[(r["length"], r["ratio"])][0]})
-        out.append({**head, "rows": res, "layers": layer_ratios(rows, spec, base, docs, judged[label])})
+        out.append({**head, "rows": res, "layers": RS.layer_error_geomeans(rows, spec, base, docs, judged[label])})
     flat = [r for a in out for r in a["rows"]]
     for r, p in zip(flat, V.holm([r["p_wilcoxon"] for r in flat])):
         r["p_holm_all"] = float(p)

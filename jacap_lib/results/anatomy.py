@@ -1,5 +1,8 @@
 """The anatomy of the cells where Algorithm 1's tuned Jacap setting loses: ``jacap evaluate anatomy`` ->
-``data/results/eval/anatomy.json``.
+``data/results/eval/anatomy.json``. This module is the job: its settings (:func:`swap_settings`, each built by its
+own press, ``+protect[...]``, ``+observed[...]`` and ``+oracle`` naming the wrappers), its documents
+(:func:`pick_documents`), its options and the file. The statistics are :mod:`jacap_lib.results.rowstats`', the
+model loop :mod:`jacap_lib.measure.anatomy`'s, the lines the book prints :mod:`jacap_lib.results.findings`'.
 
 Three measurements, each isolating one thing:
 
@@ -7,196 +10,70 @@ Three measurements, each isolating one thing:
    whose 95 % interval of the geometric-mean KL ratio (default / best baseline picked on tune) lies above 1 —
    and per document kind, the per-layer attention-output error of the default against the cell's best
    baseline: the geometric mean over the documents of the per-document ratio, with its BCa bootstrap interval
-   (:func:`jacap_lib.results.verdicts.geometric_mean_ratio`), :func:`layer_ratios`; and the KL ratio per
-   document kind, :func:`kind_ratios`. The per-layer error is cumulative: layer ``l``'s output already carries
-   what earlier layers changed in the residual stream.
+   (:func:`jacap_lib.results.rowstats.layer_error_ratios`); and the KL ratio per document kind
+   (:func:`~jacap_lib.results.rowstats.kind_ratios`). The per-layer error is cumulative: layer ``l``'s output
+   already carries what earlier layers changed in the residual stream.
 2. **Which tokens** (a model run, one cell): on a few test documents, the kept sets of the default and of the
    best baseline per layer and KV head, their overlap, where the tokens kept by only one of them lie and what
    they are (:func:`jacap_lib.measure.anatomy.measure_document`).
 3. **The swap** (same run): KL of one-knob changes of the default and of the baseline (:func:`swap_settings`) —
    Jacap's score under the baseline's protection, the baseline's score under Jacap's protection, Jacap with no
    protection, Jacap's temperature and statistics — each as a paired ratio to the default
-   (:func:`swap_ratios`).
+   (:func:`jacap_lib.results.rowstats.swap_ratios`), and the ladder from Algorithm 1's score to the baseline's
+   (:data:`jacap_lib.results.rowstats.LADDER`).
 
 Measurement 1 is also made for the press ``JacapPress()`` builds today when it is another tuned Jacap method
-(``library_default``: ``{"role", "setting", "layers", "kinds"}``, :func:`library_default_part`).
+(``library_default``: ``{"role", "setting", "layers", "kinds"}``,
+:func:`jacap_lib.results.rowstats.library_default_part`).
 
-The file: ``{"config", "layers", "kinds", "library_default", "documents", "swap"}``; ``config`` records the model, the cell, the
-documents (id, kind, sha256), every setting's press options and the package versions
-(:func:`jacap_lib.results.provenance.provenance`).
+The file: ``{"config", "layers", "kinds", "library_default", "documents"}``; ``config`` records the model, the
+cell, the documents (id, kind, sha256), every setting's press options and the package versions
+(:func:`jacap_lib.results.provenance.provenance`); each document holds its kept-set comparison and every setting's
+KL (``kl``).
 """
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
-import numpy as np
-
 from ..presses.registry import parse_method, with_options
-from . import files, findings
+from . import files
 from . import job as J
 from . import protocol as P
+from . import rowstats as RS
 
-__all__ = ["layer_lines", "kind_lines", "kind_pairs", "swap_lines", "losing_cells", "default_role", "library_default_part", "paired_values", "layer_ratios", "kind_ratios", "rows_part",
-           "swap_settings", "pick_documents", "swap_ratios", "ladder_ratios", "ladder_lines", "ladder_setting_lines", "LADDER", "LADDER_ONLY", "decompose_gap", "kept_summary", "add_arguments", "prepare", "execute",
-           "JOB", "DEFAULT_LENGTH", "DEFAULT_RATIO", "DEFAULT_PER_KIND"]
+__all__ = ["swap_settings", "pick_documents", "add_arguments", "prepare", "execute", "JOB", "DEFAULT_LENGTH",
+           "DEFAULT_RATIO", "DEFAULT_PER_KIND", "OBS_WINDOW", "NO_LEVERAGE_NOISE", "BASELINE_HORIZON"]
 
 DEFAULT_LENGTH = 2048
 DEFAULT_RATIO = 0.5
 DEFAULT_PER_KIND = 6  # the committed file: 24 test documents (3 per kind left each kind's interval too wide to read)
-OBS_WINDOW = 32  # the prompt queries whose attention replaces Jacap's centre (= Jacap's recent window)
+OBS_WINDOW = 32  # the last prompt queries whose attention replaces Jacap's centre in the observed-centre swap
+# (JacapObservedPress's default obs_window; not Jacap's recent window, which is the setting's own: 16 by default)
 NO_LEVERAGE_NOISE = 1e6  # sigma^2 this large makes A = I + W / sigma^2 the identity to float32 precision
 
 
-# --------------------------------------------------------------------------------------------- 1: the rows
-def losing_cells(summary: dict, role: str = findings.ALGORITHM1) -> list[dict]:
-    """The rows of ``summary`` (``summary.json``'s content) for the Jacap setting of ``role`` (default: Algorithm 1's
-    tuned setting) against the best baseline picked on tune whose 95 % interval of the geometric-mean KL ratio lies
-    wholly above 1."""
-    fam = findings.family(summary, role, "tune")
-    if fam is None:
-        raise ValueError(f"summary has no family {role!r} against the baseline picked on tune; run `jacap evaluate "
-                         "summary`")
-    return [r for r in fam["rows"] if r["gm_low"] > 1]
-
-
-def default_role(summary: dict) -> str | None:
-    """The role of the summary family whose setting is the press ``JacapPress()`` builds today (picked on tune), or
-    ``None`` when no family measures it."""
-    return next((f["role"] for f in summary.get("families", [])
-                 if f["picked_on"] == "tune" and findings.is_library_default(f["setting"])), None)
-
-
-def paired_values(rows: list[dict], setting: str, reference: str, length: int, ratio: float, *, key: str = "kl",
-                  kind: str | None = None) -> tuple[list[str], list, list]:
-    """``(documents, values of setting, values of reference)`` of one (length, ratio) cell, paired per document
-    (documents holding both settings, sorted; ``kind``: only documents of that kind). ``key``: a row field."""
-    by: dict = {}
-    for r in rows:
-        if (r["method"] in (setting, reference) and int(r["length"]) == int(length)
-                and math.isclose(float(r["ratio"]), float(ratio)) and (kind is None or r.get("kind") == kind)):
-            by.setdefault(r["method"], {})[r["doc"]] = r[key]
-    a, b = by.get(setting, {}), by.get(reference, {})
-    docs = sorted(set(a) & set(b))
-    if len(docs) < 3:
-        raise ValueError(f"cell {length}/{ratio}{'' if kind is None else ' kind ' + kind}: {len(docs)} documents "
-                         f"hold both {setting!r} and {reference!r}; a paired interval needs at least 3")
-    return docs, [a[d] for d in docs], [b[d] for d in docs]
-
-
-def _interval(x, y, *, verdict: bool = False, **opts) -> dict:
-    from . import verdicts as V
-
-    iv = V.geometric_mean_ratio(x, y, **opts)
-    out = {"ratio": iv.estimate, "low": iv.low, "high": iv.high, "n": iv.n}
-    if verdict:
-        out["verdict"] = V.verdict(iv)
-    return out
-
-
-def layer_ratios(rows: list[dict], setting: str, reference: str, length: int, ratio: float, *,
-                 kind: str | None = None, **opts) -> list[dict]:
-    """Per layer ``l``: the geometric mean over the documents of ``err_l(setting) / err_l(reference)`` (the
-    attention-output relative error of layer ``l``, ``attn_rel_error_per_layer``) with its bootstrap interval,
-    ``[{"layer", "ratio", "low", "high", "n"}]``. ``opts``: :func:`~jacap_lib.results.verdicts.geometric_mean_ratio`'s."""
-    docs, a, b = paired_values(rows, setting, reference, length, ratio, key="attn_rel_error_per_layer", kind=kind)
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    if a.shape != b.shape or a.ndim != 2:
-        raise ValueError(f"attn_rel_error_per_layer must have one value per layer on every row, got shapes "
-                         f"{a.shape} and {b.shape}")
-    return [{"layer": layer, **_interval(a[:, layer], b[:, layer], **opts)} for layer in range(a.shape[1])]
-
-
-def kind_ratios(rows: list[dict], setting: str, reference: str, length: int, ratio: float, **opts) -> list[dict]:
-    """Per document kind (and ``"all"``): the geometric-mean KL ratio ``setting / reference`` with its interval,
-    and the documents lost (``setting``'s KL higher) and won."""
-    kinds = ["all"] + list(dict.fromkeys(r.get("kind") for r in rows if r.get("kind") is not None))
-    out = []
-    for k in kinds:
-        _, a, b = paired_values(rows, setting, reference, length, ratio, kind=None if k == "all" else k)
-        a, b = np.asarray(a, float), np.asarray(b, float)
-        out.append({"kind": k, **_interval(a, b, **opts), "losses": int((a > b).sum()), "wins": int((a < b).sum())})
-    return out
-
-
-def kind_pairs(test_rows: list[dict], choices: dict, pairs: dict, *, kind: str = "dialogue") -> list[dict]:
-    """Per (length, ratio) cell of the tune's best baselines (``choices``: ``choices.json``'s content), on the test
-    documents of one ``kind``: for each label of ``pairs`` (label -> ``(setting, reference)``; reference ``None``:
-    the cell's best baseline picked on tune) the row of :func:`jacap_lib.results.verdicts.compare_cells` over the
-    cells (the paired geometric-mean KL ratio with its 95 % interval, the verdict of the interval adjusted for the
-    cells, the documents where ``setting`` is lower as ``wins``), with ``length``, ``ratio``, ``pair`` and
-    ``reference``; cell by cell in the order of ``choices``, each cell's pairs in the order of ``pairs``."""
-    from . import verdicts as V
-
-    cells = {f"{c['length']}/{c['ratio']:g}": c for c in choices["best_baseline"]["cells"].values()}
-    out = []
-    for label, (setting, reference) in pairs.items():
-        refs = {name: c["spec"] if reference is None else reference for name, c in cells.items()}
-        paired = {name: paired_values(test_rows, setting, refs[name], int(c["length"]), float(c["ratio"]),
-                                      kind=kind)[1:] for name, c in cells.items()}
-        out += [{"length": int(cells[r["cell"]]["length"]), "ratio": float(cells[r["cell"]]["ratio"]), "pair": label,
-                 "reference": refs[r["cell"]], **r} for r in V.compare_cells(paired)]
-    order = list(cells)
-    return sorted(out, key=lambda r: order.index(r["cell"]))  # stable: each cell's pairs keep their order
-
-
-def rows_part(test_rows: list[dict], summary: dict, *, role: str = findings.ALGORITHM1,
-              **opts) -> tuple[list, list]:
-    """Measurement 1 on the committed files for the Jacap setting of ``role`` (default: Algorithm 1's tuned setting):
-    ``(layers, kinds)``, one entry per losing cell (and per kind)."""
-    cells = losing_cells(summary, role)  # raises when the summary has no such family
-    default = findings.family(summary, role, "tune")["setting"]
-    layers, kinds = [], []
-    for cell in cells:
-        L, c, base = int(cell["length"]), float(cell["ratio"]), cell["baseline_spec"]
-        meta = {"cell": f"{L}/{c}", "length": L, "ratio": c, "setting": default, "baseline": base,
-                "kl_ratio": cell["gm_ratio"], "kl_low": cell["gm_low"], "kl_high": cell["gm_high"]}
-        kr = kind_ratios(test_rows, default, base, L, c, **opts)
-        kinds.append({**meta, "kinds": kr})
-        for k in [x["kind"] for x in kr]:
-            layers.append({**meta, "kind": k,
-                           "layers": layer_ratios(test_rows, default, base, L, c, kind=None if k == "all" else k,
-                                                  **opts)})
-    return layers, kinds
-
-
-def library_default_part(test_rows: list[dict], summary: dict, **opts) -> dict | None:
-    """Measurement 1 for the press ``JacapPress()`` builds today, when the summary judges it and it is not Algorithm
-    1's tuned setting: ``{"role", "setting", "layers", "kinds"}`` (:func:`rows_part`), else ``None``."""
-    role = default_role(summary)
-    if role is None or role == findings.ALGORITHM1:
-        return None
-    layers, kinds = rows_part(test_rows, summary, role=role, **opts)
-    return {"role": role, "setting": findings.family(summary, role, "tune")["setting"], "layers": layers,
-            "kinds": kinds}
-
-
 # --------------------------------------------------------------------------------------------- 2-3: the swap
-#: The ladder: from Algorithm 1's score to Expected Attention's, one knob per step, each step measured against the
-#: step before it (:func:`ladder_ratios`); its first step is the swap ``ea_centre``, its last rung is the baseline's
-#: score under Jacap's protection (``baseline_jacap_protection``).
 BASELINE_HORIZON = "the baseline's"  # an option value a ladder step takes from the baseline's press (its horizon)
-_LADDER_STEPS = (
-    ("ea_alpha", {"sensitivity": "alpha"},
+#: The ladder's rungs that change more than one knob (:data:`jacap_lib.results.rowstats.LADDER_ONLY`, in its order):
+#: ``(key, the options it sets on top of the rung before, what it changes)``.
+_LADDER_STEPS = tuple((key, option, text) for key, (option, text) in zip(RS.LADDER_ONLY, (
+    ({"sensitivity": "alpha"},
      "ea_centre, then the sensitivity factor alpha-bar instead of rho^2 (the weight is the expected attention times "
      "k^T Lambda k / d)"),
-    ("ea_alpha_kappa", {"kappa": "mean"},
+    ({"kappa": "mean"},
      "ea_alpha, then k^T Lambda k flattened to the head's mean (the weight is the expected attention)"),
-    ("ea_alpha_kappa_identity", {"leverage": "identity"},
+    ({"leverage": "identity"},
      "ea_alpha_kappa, then A := I: the score is the expected attention times |v|^2 (Expected Attention's score "
      "is the expected attention times |v|, from its own statistics)"),
-    ("ea_alpha_kappa_identity_horizon", {"n_future_positions": BASELINE_HORIZON},
+    ({"n_future_positions": BASELINE_HORIZON},
      "ea_alpha_kappa_identity, then the baseline's RoPE horizon: the future queries averaged over its number of "
      "future positions"),
-    ("ea_alpha_kappa_identity_horizon_flat", {"beta": None},
+    ({"beta": None},
      "ea_alpha_kappa_identity_horizon, then flat statistics over the prompt instead of the EMA (what is left to the "
      "last rung: the baseline's full query covariance per query head instead of a diagonal one pooled per KV head, "
      "|v| instead of |v|^2, its epsilon)"),
-)
-LADDER = ("default", "ea_centre", *(k for k, _, _ in _LADDER_STEPS), "baseline_jacap_protection")
-#: the rungs that change more than one knob from the default (shown by the ladder, not among the one-knob swaps)
-LADDER_ONLY = tuple(k for k, _, _ in _LADDER_STEPS)
+), strict=True))
 
 
 def swap_settings(default: str, baseline: str) -> list[dict]:
@@ -317,90 +194,6 @@ def pick_documents(docs: list[dict], per_kind: int, ids=None) -> list[dict]:
     return out
 
 
-def swap_ratios(documents: list[dict], *, kind: str | None = None, reference: str = "default", **opts) -> list[dict]:
-    """Per swap setting: the geometric mean over ``documents`` (the file's ``documents``; ``kind``: only that kind)
-    of its KL / the ``reference`` setting's KL (default: Algorithm 1's tuned Jacap setting), with its bootstrap interval
-    (n = the documents: small, the interval wide), and the documents where it is lower than the reference's."""
-    docs = [d for d in documents if kind is None or d["kind"] == kind]
-    if len(docs) < 3:
-        raise ValueError(f"swap_ratios: {len(docs)} documents{'' if kind is None else ' of kind ' + kind}; need >= 3")
-    keys = list(docs[0]["kl"])
-    if reference not in keys:
-        raise ValueError(f"reference {reference!r} is not a swap setting; choose among {keys}")
-    ref = np.array([d["kl"][reference]["kl"] for d in docs])
-    out = []
-    for k in keys:
-        x = np.array([d["kl"][k]["kl"] for d in docs])
-        if np.allclose(x, ref, rtol=1e-12, atol=0):
-            out.append({"key": k, "ratio": 1.0, "low": 1.0, "high": 1.0, "n": len(docs), "lower": 0,
-                        "verdict": "identical on every document"})
-            continue
-        out.append({"key": k, **_interval(x, ref, verdict=True, **opts), "lower": int((x < ref).sum())})
-    return out
-
-
-def ladder_ratios(documents: list[dict], *, kind: str | None = None, **opts) -> list[dict]:
-    """The ladder (:data:`LADDER`) from Algorithm 1's tuned setting to the baseline's score under Jacap's protection:
-    per step, the paired geometric-mean KL ratio of the step to the step before it, with its interval and the
-    documents where the step lowered the KL (``[{"key", "previous", "ratio", "low", "high", "verdict", "lower",
-    "n"}]``). The ratios multiply to the last rung / the default on every document. Needs every rung in the file."""
-    docs = [d for d in documents if kind is None or d["kind"] == kind]
-    if len(docs) < 3:
-        raise ValueError(f"ladder_ratios: {len(docs)} documents{'' if kind is None else ' of kind ' + kind}; need >= 3")
-    missing = [k for k in LADDER if k not in docs[0]["kl"]]
-    if missing:
-        raise ValueError(f"ladder_ratios: the file lacks {missing}; run `jacap evaluate anatomy --extend`")
-    kl = {k: np.array([d["kl"][k]["kl"] for d in docs]) for k in LADDER}
-    return [{"key": b, "previous": a, **_interval(kl[b], kl[a], verdict=True, **opts), "lower": int((kl[b] < kl[a]).sum())}
-            for a, b in zip(LADDER, LADDER[1:])]
-
-
-def decompose_gap(documents: list[dict], *, kind: str | None = None, **opts) -> list[dict]:
-    """The default's KL gap to the baseline split into protection and score, two ways, each part a paired
-    geometric-mean ratio with its interval (n = the documents, small):
-
-    * ``total``: default / baseline;
-    * ``protection (Jacap's score)``: default / Jacap's score under the baseline's protection, and
-      ``score (the baseline's protection)``: that / baseline — the two multiply to ``total`` on every document;
-    * ``score (Jacap's protection)``: default / the baseline's score under Jacap's protection, and
-      ``protection (the baseline's score)``: that / baseline — the other order, also multiplying to ``total``.
-
-    Needs the swap keys ``default``, ``baseline``, ``baseline_jacap_protection`` and ``jacap_baseline_protection``
-    (for a baseline without sinks, ``jacap_no_protection`` stands for the latter)."""
-    docs = [d for d in documents if kind is None or d["kind"] == kind]
-    if len(docs) < 3:
-        raise ValueError(f"decompose_gap: {len(docs)} documents{'' if kind is None else ' of kind ' + kind}; need >= 3")
-    jb = "jacap_baseline_protection" if "jacap_baseline_protection" in docs[0]["kl"] else "jacap_no_protection"
-    kl = {k: np.array([d["kl"][k]["kl"] for d in docs]) for k in ("default", "baseline", "baseline_jacap_protection", jb)}
-    parts = [("total", "default", "baseline"),
-             ("protection (Jacap's score)", "default", jb), ("score (the baseline's protection)", jb, "baseline"),
-             ("score (Jacap's protection)", "default", "baseline_jacap_protection"),
-             ("protection (the baseline's score)", "baseline_jacap_protection", "baseline")]
-    return [{"part": name, "numerator": a, "denominator": b, **_interval(kl[a], kl[b], verdict=True, **opts)}
-            for name, a, b in parts]
-
-
-def kept_summary(documents: list[dict], *, kind: str | None = None) -> dict:
-    """The kept-set comparison of measurement 2 over ``documents`` (``kind``: only that kind): the mean Jaccard
-    overlap per layer, the distance-from-end histograms of the tokens kept by one press only (summed over
-    documents and layers, as a fraction of all such tokens), and their categories against the prompt's."""
-    docs = [d for d in documents if kind is None or d["kind"] == kind]
-    if not docs:
-        raise ValueError(f"kept_summary: no documents{'' if kind is None else ' of kind ' + kind}")
-    jac = np.mean([d["jaccard"] for d in docs], axis=0)
-    out = {"n_docs": len(docs), "jaccard": jac.tolist(), "edges": docs[0]["histogram"]["edges"]}
-    for side in ("a_only", "b_only"):
-        h = np.sum([np.sum(d["histogram"][side], axis=0) for d in docs], axis=0).astype(float)
-        out[side] = (h / max(h.sum(), 1)).tolist()
-        out[side + "_per_head"] = float(h.sum() / sum(d["n_layers"] * d["n_heads"] for d in docs))
-        cats = {c: sum(d["categories"][side][c] for d in docs) for c in docs[0]["categories"][side]}
-        tot = max(sum(cats.values()), 1)
-        out[side + "_categories"] = {c: v / tot for c, v in cats.items()}
-    cats = {c: sum(d["categories"]["prompt"][c] for d in docs) for c in docs[0]["categories"]["prompt"]}
-    out["prompt_categories"] = {c: v / max(sum(cats.values()), 1) for c, v in cats.items()}
-    return out
-
-
 # --------------------------------------------------------------------------------------------- the job
 def add_arguments(parser) -> None:
     J.shared_options(parser, out="output file (default data/results/eval/anatomy.json)")
@@ -434,7 +227,7 @@ def prepare(args) -> dict:
         J.check(path.is_file(), f"--dir: {path} does not exist; run `jacap evaluate "
                                 f"{ {'test.jsonl': 'test', 'choices.json': 'tune', 'summary.json': 'summary'}[name]}` first")
     try:
-        choices = files.read_json(need["choices.json"], require=("config", "chosen", "best_baseline"))
+        choices = RS.read_choices_file(need["choices.json"], baselines=True)
         summary = files.read_json(need["summary.json"], require=("config", "families"))
         test_rows = files.read_jsonl(need["test.jsonl"])
     except (ValueError, FileNotFoundError) as e:
@@ -545,8 +338,8 @@ def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
     from .provenance import provenance
 
     t0 = time.perf_counter()
-    layers, kinds = rows_part(plan["test_rows"], plan["summary"])
-    library_default = library_default_part(plan["test_rows"], plan["summary"])
+    layers, kinds = RS.rows_part(plan["test_rows"], plan["summary"])
+    library_default = RS.library_default_part(plan["test_rows"], plan["summary"])
     if model is None:
         model, tokenizer = J.load_model(args)
     presses = {s["key"]: _press(s, plan["ratio"]) for s in plan["settings"]}
@@ -602,155 +395,4 @@ JOB = J.Job("why Algorithm 1's tuned Jacap setting loses: per-layer error ratios
             "baseline and a one-knob swap of score and protection -> data/results/eval/anatomy.json",
             add_arguments, _run)
 
-
-def layer_lines(anatomy: dict) -> list[str]:
-    """Per losing cell (all documents), how many layers' error-ratio intervals lie above and below 1, layer 0's,
-    the largest and the last layer's ratio; then how often layer 0 lies above 1 and has the largest ratio."""
-    out, n_cells, layer0_largest, layer0_above = [], 0, 0, 0
-    for e in anatomy["layers"]:
-        if e["kind"] != "all":
-            continue
-        lay = e["layers"]
-        top = max(lay, key=lambda x: x["ratio"])
-        n_cells += 1
-        layer0_largest += top["layer"] == 0
-        layer0_above += lay[0]["low"] > 1
-        out.append(f"prompt {e['length']}, c={e['ratio']} vs {e['baseline']}: error ratio's interval above 1 in "
-                   f"{sum(x['low'] > 1 for x in lay)} of {len(lay)} layers, below 1 in {sum(x['high'] < 1 for x in lay)}; "
-                   f"layer 0: {lay[0]['ratio']:.2f}, largest: layer {top['layer']} ({top['ratio']:.2f}), last layer: "
-                   f"{lay[-1]['ratio']:.2f}")
-    out.append(f"layer 0: its interval lies above 1 in {layer0_above} of {n_cells} losing cells; it has the largest "
-               f"ratio of any layer in {layer0_largest}")
-    return out
-
-
-def kind_lines(anatomy: dict, kind: str = "dialogue") -> list[str]:
-    """Per losing cell of ``anatomy`` (the file, or its ``library_default`` part): the document kind with the largest
-    KL ratio and the kinds whose interval lies above 1; then in how many cells ``kind`` has the largest ratio and
-    lies above 1."""
-    out, largest, above_n = [], 0, 0
-    for e in anatomy["kinds"]:
-        worst = max((k for k in e["kinds"] if k["kind"] != "all"), key=lambda k: k["ratio"])
-        above = [k["kind"] for k in e["kinds"] if k["kind"] != "all" and k["low"] > 1]
-        largest += worst["kind"] == kind
-        above_n += kind in above
-        out.append(f"prompt {e['length']}, c={e['ratio']}: largest ratio on {worst['kind']} ({worst['ratio']:.2f}, "
-                   f"{worst['losses']}/{worst['losses'] + worst['wins']} lost); kinds whose interval lies above 1: "
-                   f"{', '.join(above) or 'none'}")
-    out.append(f"{kind} has the largest ratio in {largest} of {len(anatomy['kinds'])} losing cells; its interval lies "
-               f"above 1 in {above_n}")
-    return out
-
-
-_OPTIONAL_SWAPS = (  # key -> what it names in swap_lines (settings a file measured before them lacks)
-    ("oracle_statistics", "statistics of the queries that follow the prompt (oracle)"),
-    ("sensitivity_alpha", "sensitivity factor alpha-bar instead of rho^2"),
-    ("kappa_mean", "response variance k^T Lambda k flattened to its mean"),
-    ("ea_centre", "centre = Expected Attention's log-normal expectation"),
-    ("future_positions", "RoPE horizon of the future queries = the baseline's"),
-)
-
-
-def _optional_entries(docs, dialogue, others, one) -> list[tuple[str, dict]]:
-    """swap_lines' entries for the settings of :data:`_OPTIONAL_SWAPS` the file holds: each against the default, on
-    all documents, on dialogue and on the other kinds, and against the baseline on dialogue and the other kinds."""
-    have = set(docs[0]["kl"])
-    out = []
-    for key, text in _OPTIONAL_SWAPS:
-        if key in have:
-            out += [(f"{text} (/ default)", one(key)),
-                    ("  on dialogue (/ default)", one(key, dialogue)),
-                    ("  on dialogue, against the baseline", one(key, dialogue, "baseline")),
-                    ("  on the other kinds (/ default)", one(key, others)),
-                    ("  on the other kinds, against the baseline", one(key, others, "baseline"))]
-    return out
-
-
-def swap_lines(docs: list[dict]) -> list[str]:
-    """The swap's findings as short lines: the protection and score parts of the gap, then each one-knob setting
-    against the default (and, for the statistics and the centre, on dialogue and the other kinds, also against the
-    baseline). Each comparison is a line naming it, then an indented line with its KL ratio, 95 % interval and the
-    verdict of the interval adjusted for the one-knob settings of the file (Bonferroni)."""
-    m = sum(k != "default" and k not in LADDER_ONLY for k in docs[0]["kl"])  # the one-knob settings judged together
-    conf = 1 - 0.05 / m
-    tables: dict = {}  # (selection, reference, confidence; None: the default) -> {key: row}: one pass each
-
-    def table(sel, reference, confidence):
-        at = (tuple(d["doc"] for d in sel), reference, confidence)
-        if at not in tables:
-            kw = {k: v for k, v in (("reference", reference), ("confidence", confidence)) if v is not None}
-            tables[at] = {r["key"]: r for r in swap_ratios(sel, **kw)}
-        return tables[at]
-
-    def one(key, sel=None, reference=None):
-        sel = docs if sel is None else sel
-        return {**table(sel, reference, None)[key], "adjusted": table(sel, reference, conf)[key]["verdict"]}
-
-    adjusted = {p["part"]: p["verdict"] for p in decompose_gap(docs, confidence=conf)}
-    parts = {p["part"]: {**p, "adjusted": adjusted[p["part"]]} for p in decompose_gap(docs)}
-    dialogue = [d for d in docs if d["kind"] == "dialogue"]
-    others = [d for d in docs if d["kind"] != "dialogue"]
-    entries = [
-        ("protection, on Jacap's score (Jacap with the baseline's protection / default)",
-         one("jacap_baseline_protection")),
-        ("protection, on the baseline's score (baseline with Jacap's protection / baseline)",
-         parts["protection (the baseline's score)"]),
-        ("score, under Jacap's protection (default / baseline with Jacap's protection)",
-         parts["score (Jacap's protection)"]),
-        ("statistics: flat instead of EMA (/ default)", one("flat_statistics")),
-        ("  on dialogue (/ default)", one("flat_statistics", dialogue)),
-        ("  on dialogue, against the baseline", one("flat_statistics", dialogue, "baseline")),
-        ("  on the other kinds (/ default)", one("flat_statistics", others)),
-        ("centre = observed attention of the last prompt queries (/ default)", one("observed_centre")),
-        ("  on dialogue (/ default)", one("observed_centre", dialogue)),
-        ("  on dialogue, against the baseline", one("observed_centre", dialogue, "baseline")),
-        ("  on the other kinds (/ default)", one("observed_centre", others)),
-        ("  on the other kinds, against the baseline", one("observed_centre", others, "baseline")),
-        *_optional_entries(docs, dialogue, others, one),
-        ("leverage interaction removed (/ default)", one("no_leverage")),
-        ("temperature 1 (/ default)", one("tau_1")),
-        ("temperature 10 (/ default)", one("tau_10")),
-        ("per-query-head scoring (/ default)", one("gqa_mean")),
-    ]
-    out = ["each comparison: its KL ratio and 95 % interval; the verdict adjusted for",
-           f"the {m} one-knob settings judged together (Bonferroni, {100 * conf:.1f} % interval)"]
-    for label, r in entries:
-        pad = " " * (len(label) - len(label.lstrip()) + 4)
-        out += [f"{label}:", f"{pad}{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]; adjusted: {r['adjusted']}"]
-    return out
-
-
-def ladder_setting_lines(config: dict, width: int = 96) -> list[str]:
-    """The ladder's rungs as short lines, from the file's ``config``: each rung's key, the option(s) it sets on top
-    of the rung before it (``+ option=value``), and what it changes, wrapped at ``width`` characters."""
-    import textwrap
-
-    settings = {s["key"]: s for s in config["settings"]}
-    missing = [k for k in LADDER if k not in settings]
-    if missing:
-        raise ValueError(f"ladder_setting_lines: the file lacks {missing}; run `jacap evaluate anatomy --extend`")
-    out = []
-    for a, b in zip(LADDER, LADDER[1:]):
-        pa, pb = (parse_method(settings[k]["spec"].split("+", 1)[0])[1] for k in (a, b))
-        added = ", ".join(f"{k}={'none' if v is None else v}" for k, v in pb.items() if pa.get(k, object()) != v)
-        out.append(f"{b}" + (f" (+ {added})" if added and b in LADDER_ONLY + ("ea_centre",) else ""))
-        out += textwrap.wrap(settings[b]["changes"], width, initial_indent="    ", subsequent_indent="    ")
-    return out
-
-
-def ladder_lines(docs: list[dict]) -> list[str]:
-    """The ladder (:func:`ladder_ratios`) as lines: per group of documents (all, dialogue, the other kinds), each
-    step's KL / the step before it, and the whole ladder (the last rung / the default)."""
-    groups = (("all documents", docs), ("dialogue", [d for d in docs if d["kind"] == "dialogue"]),
-              ("the other kinds", [d for d in docs if d["kind"] != "dialogue"]))
-    m = len(LADDER) - 1
-    out = ["each step: its KL / the KL of the step before (95 % interval),",
-           f"verdict adjusted for the {m} steps of a group (Bonferroni, {100 * (1 - 0.05 / m):.0f} % interval)"]
-    for label, sel in groups:
-        out.append(f"{label} ({len(sel)}):")
-        for r, a in zip(ladder_ratios(sel), ladder_ratios(sel, confidence=1 - 0.05 / m)):
-            out.append(f"  {r['key']}: {r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}], lower on {r['lower']} of "
-                       f"{r['n']}")
-            out.append(f"      adjusted: {a['verdict']}")
-    return out
 

@@ -42,6 +42,7 @@ from . import files
 from . import job as J
 from .paths import data_path
 from .provenance import provenance
+from .rowstats import KL_FLOOR
 
 __all__ = ["CONFIG", "QUICK", "COMPARISONS", "run_decoding_comparison", "generation_keys", "decoding_summary",
            "decoding_verdicts", "decoding_findings", "JOB"]
@@ -113,7 +114,7 @@ CONFIG = {
     },
     "choices_from": "data/results/eval/choices.json",
     "kl_bins": 32,
-    "kl_floor": 1e-8,
+    "kl_floor": KL_FLOOR,
     "torch_threads": 1,
 }
 QUICK = {**CONFIG, "prompts": _PROMPTS[:3], "seeds": [0], "n_new": 40, "budget": 24, "interval": 8, "window": 8}
@@ -283,7 +284,7 @@ def run_decoding_comparison(model=None, tok=None, *, config: dict | None = None,
 
 
 # --------------------------------------------------------------------------------------------- statistics
-def _per_generation(rows: list, key: str = "mean_kl_compressed", floor: float = 1e-8) -> dict:
+def _per_generation(rows: list, key: str = "mean_kl_compressed", floor: float = KL_FLOOR) -> dict:
     """``{method: {(prompt, seed): max(row[key], floor)}}``."""
     out: dict = {}
     for r in rows:
@@ -305,7 +306,7 @@ def _units(values: dict, keys: list, unit: str) -> list[float]:
     return [math.exp(sum(v) / len(v)) for _, v in sorted(by.items())]
 
 
-def decoding_summary(rows: list, *, unit: str = "prompt", floor: float = 1e-8, n_resamples: int = 9999) -> dict:
+def decoding_summary(rows: list, *, unit: str = "prompt", floor: float = KL_FLOOR, n_resamples: int = 9999) -> dict:
     """Per method (in the order they first appear): ``gm_kl`` -- the geometric mean over generations of the
     per-generation mean KL over the steps after the first compression (floored at ``floor``) -- with its 95 %
     BCa bootstrap interval ``gm_low``/``gm_high`` (``unit`` resampled: ``"prompt"``, the seeds of a prompt
@@ -345,7 +346,7 @@ def decoding_summary(rows: list, *, unit: str = "prompt", floor: float = 1e-8, n
     return summary
 
 
-def decoding_verdicts(rows: list, *, unit: str = "prompt", floor: float = 1e-8, family=None, **options) -> list[dict]:
+def decoding_verdicts(rows: list, *, unit: str = "prompt", floor: float = KL_FLOOR, family=None, **options) -> list[dict]:
     """Paired comparisons of methods on the same generations through :func:`jacap_lib.results.verdicts.compare_cells`:
     per pair (method, reference) the per-unit KLs (``unit`` as in :func:`decoding_summary`: a prompt's value is the
     geometric mean of its seeds' mean KLs after the first compression), the geometric-mean and mean-KL ratios

@@ -10,6 +10,11 @@ home of that count) and writes short sentences with the counts and the largest d
 
 Both summary jobs call :func:`write` after writing their file; it rewrites ``findings.md`` (plain MyST text)
 next to them, which the book's front page includes; the chapters print the same sentences from a code cell.
+
+The other results files' lines, printed by the critique chapter and the jobs: ``anatomy.json``'s
+(:func:`layer_lines`, :func:`kind_lines`, :func:`swap_lines`, :func:`ladder_setting_lines`, :func:`ladder_lines`;
+``jacap evaluate anatomy``) and a needle summary's comparisons (:func:`needle_lines`). The statistics behind every
+line are :mod:`jacap_lib.results.rowstats`'.
 """
 from __future__ import annotations
 
@@ -17,15 +22,16 @@ import re
 from pathlib import Path
 
 from . import files
+from . import verdicts as V
+from .rowstats import (ALGORITHM1, LADDER, LADDER_ONLY, decompose_gap, family, is_library_default, ladder_ratios,
+                       swap_ratios)
 from .precision import interval_text
 
-__all__ = ["ALGORITHM1", "family", "tuned_families", "is_library_default", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
-           "METHOD_WORDS", "accuracy_findings", "kl_findings", "needle_findings", "findings_text", "write", "FILE"]
+__all__ = ["tuned_families", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
+           "METHOD_WORDS", "accuracy_findings", "kl_findings", "needle_findings", "findings_text", "write", "FILE",
+           "layer_lines", "kind_lines", "swap_lines", "ladder_setting_lines", "ladder_lines", "needle_lines"]
 
 FILE = "findings.md"
-#: The role of the tune choice of the protocol's ``jacap`` method in ``summary.json``: Algorithm 1 with the tempered
-#: centre, at the settings the tune picked (the library default until the observed centre replaced it).
-ALGORITHM1 = "algorithm 1"
 #: the four verdict kinds, in the order the counts are printed
 WORDS = ("better", "worse", "no detectable difference", "identical")
 
@@ -92,20 +98,6 @@ def setting_text(spec: str) -> str:
         else:
             out.append(f"{_SYMBOLS.get(k, k)} = {v}")
     return ", ".join(out)
-
-
-def family(summary: dict, role: str, picked_on: str = "tune") -> dict | None:
-    """The family of ``summary.json`` (its content) with that role (:data:`ALGORITHM1`, ``"paper preset"``,
-    ``"tuned <method>"``) and baseline line (``picked_on`` "tune" or "test"); ``None`` when it has none."""
-    return next((f for f in summary.get("families", []) if f["role"] == role and f["picked_on"] == picked_on), None)
-
-
-def is_library_default(spec: str) -> bool:
-    """Whether the protocol measures ``spec`` as the press ``JacapPress()`` builds today (same options)."""
-    from ..presses.registry import changed_options
-    from . import protocol as P
-
-    return P.method_of(spec).startswith("jacap") and not changed_options(P.pinned(spec), "jacap")
 
 
 def _adjusted(rows) -> bool:
@@ -296,3 +288,169 @@ def write(out_dir=None) -> Path | None:
     path = d / FILE
     path.write_text(findings_text(summary, needle), encoding="utf-8")
     return path
+
+
+# --------------------------------------------------------------------------------------------- the anatomy
+def layer_lines(anatomy: dict) -> list[str]:
+    """Per losing cell (all documents), how many layers' error-ratio intervals lie above and below 1, layer 0's,
+    the largest and the last layer's ratio; then how often layer 0 lies above 1 and has the largest ratio."""
+    out, n_cells, layer0_largest, layer0_above = [], 0, 0, 0
+    for e in anatomy["layers"]:
+        if e["kind"] != "all":
+            continue
+        lay = e["layers"]
+        top = max(lay, key=lambda x: x["ratio"])
+        n_cells += 1
+        layer0_largest += top["layer"] == 0
+        layer0_above += lay[0]["low"] > 1
+        out.append(f"prompt {e['length']}, c={e['ratio']} vs {e['baseline']}: error ratio's interval above 1 in "
+                   f"{sum(x['low'] > 1 for x in lay)} of {len(lay)} layers, below 1 in {sum(x['high'] < 1 for x in lay)}; "
+                   f"layer 0: {lay[0]['ratio']:.2f}, largest: layer {top['layer']} ({top['ratio']:.2f}), last layer: "
+                   f"{lay[-1]['ratio']:.2f}")
+    out.append(f"layer 0: its interval lies above 1 in {layer0_above} of {n_cells} losing cells; it has the largest "
+               f"ratio of any layer in {layer0_largest}")
+    return out
+
+
+def kind_lines(anatomy: dict, kind: str = "dialogue") -> list[str]:
+    """Per losing cell of ``anatomy`` (the file, or its ``library_default`` part): the document kind with the largest
+    KL ratio and the kinds whose interval lies above 1; then in how many cells ``kind`` has the largest ratio and
+    lies above 1."""
+    out, largest, above_n = [], 0, 0
+    for e in anatomy["kinds"]:
+        worst = max((k for k in e["kinds"] if k["kind"] != "all"), key=lambda k: k["ratio"])
+        above = [k["kind"] for k in e["kinds"] if k["kind"] != "all" and k["low"] > 1]
+        largest += worst["kind"] == kind
+        above_n += kind in above
+        out.append(f"prompt {e['length']}, c={e['ratio']}: largest ratio on {worst['kind']} ({worst['ratio']:.2f}, "
+                   f"{worst['losses']}/{worst['losses'] + worst['wins']} lost); kinds whose interval lies above 1: "
+                   f"{', '.join(above) or 'none'}")
+    out.append(f"{kind} has the largest ratio in {largest} of {len(anatomy['kinds'])} losing cells; its interval lies "
+               f"above 1 in {above_n}")
+    return out
+
+
+_OPTIONAL_SWAPS = (  # key -> what it names in swap_lines (settings a file measured before them lacks)
+    ("oracle_statistics", "statistics of the queries that follow the prompt (oracle)"),
+    ("sensitivity_alpha", "sensitivity factor alpha-bar instead of rho^2"),
+    ("kappa_mean", "response variance k^T Lambda k flattened to its mean"),
+    ("ea_centre", "centre = Expected Attention's log-normal expectation"),
+    ("future_positions", "RoPE horizon of the future queries = the baseline's"),
+)
+
+
+def _optional_entries(docs, dialogue, others, one) -> list[tuple[str, dict]]:
+    """swap_lines' entries for the settings of :data:`_OPTIONAL_SWAPS` the file holds: each against the default, on
+    all documents, on dialogue and on the other kinds, and against the baseline on dialogue and the other kinds."""
+    have = set(docs[0]["kl"])
+    out = []
+    for key, text in _OPTIONAL_SWAPS:
+        if key in have:
+            out += [(f"{text} (/ default)", one(key)),
+                    ("  on dialogue (/ default)", one(key, dialogue)),
+                    ("  on dialogue, against the baseline", one(key, dialogue, "baseline")),
+                    ("  on the other kinds (/ default)", one(key, others)),
+                    ("  on the other kinds, against the baseline", one(key, others, "baseline"))]
+    return out
+
+
+def swap_lines(docs: list[dict]) -> list[str]:
+    """The swap's findings as short lines: the protection and score parts of the gap, then each one-knob setting
+    against the default (and, for the statistics and the centre, on dialogue and the other kinds, also against the
+    baseline). Each comparison is a line naming it, then an indented line with its KL ratio, 95 % interval and the
+    verdict of the interval adjusted for the one-knob settings of the file (Bonferroni)."""
+    m = sum(k != "default" and k not in LADDER_ONLY for k in docs[0]["kl"])  # the one-knob settings judged together
+    conf = V.simultaneous_confidence(V.CONFIDENCE, m)
+    tables: dict = {}  # (selection, reference, confidence; None: the default) -> {key: row}: one pass each
+
+    def table(sel, reference, confidence):
+        at = (tuple(d["doc"] for d in sel), reference, confidence)
+        if at not in tables:
+            kw = {k: v for k, v in (("reference", reference), ("confidence", confidence)) if v is not None}
+            tables[at] = {r["key"]: r for r in swap_ratios(sel, **kw)}
+        return tables[at]
+
+    def one(key, sel=None, reference=None):
+        sel = docs if sel is None else sel
+        return {**table(sel, reference, None)[key], "adjusted": table(sel, reference, conf)[key]["verdict"]}
+
+    adjusted = {p["part"]: p["verdict"] for p in decompose_gap(docs, confidence=conf)}
+    parts = {p["part"]: {**p, "adjusted": adjusted[p["part"]]} for p in decompose_gap(docs)}
+    dialogue = [d for d in docs if d["kind"] == "dialogue"]
+    others = [d for d in docs if d["kind"] != "dialogue"]
+    entries = [
+        ("protection, on Jacap's score (Jacap with the baseline's protection / default)",
+         one("jacap_baseline_protection")),
+        ("protection, on the baseline's score (baseline with Jacap's protection / baseline)",
+         parts["protection (the baseline's score)"]),
+        ("score, under Jacap's protection (default / baseline with Jacap's protection)",
+         parts["score (Jacap's protection)"]),
+        ("statistics: flat instead of EMA (/ default)", one("flat_statistics")),
+        ("  on dialogue (/ default)", one("flat_statistics", dialogue)),
+        ("  on dialogue, against the baseline", one("flat_statistics", dialogue, "baseline")),
+        ("  on the other kinds (/ default)", one("flat_statistics", others)),
+        ("centre = observed attention of the last prompt queries (/ default)", one("observed_centre")),
+        ("  on dialogue (/ default)", one("observed_centre", dialogue)),
+        ("  on dialogue, against the baseline", one("observed_centre", dialogue, "baseline")),
+        ("  on the other kinds (/ default)", one("observed_centre", others)),
+        ("  on the other kinds, against the baseline", one("observed_centre", others, "baseline")),
+        *_optional_entries(docs, dialogue, others, one),
+        ("leverage interaction removed (/ default)", one("no_leverage")),
+        ("temperature 1 (/ default)", one("tau_1")),
+        ("temperature 10 (/ default)", one("tau_10")),
+        ("per-query-head scoring (/ default)", one("gqa_mean")),
+    ]
+    out = ["each comparison: its KL ratio and 95 % interval; the verdict adjusted for",
+           f"the {m} one-knob settings judged together (Bonferroni, {100 * conf:.1f} % interval)"]
+    for label, r in entries:
+        pad = " " * (len(label) - len(label.lstrip()) + 4)
+        out += [f"{label}:", f"{pad}{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]; adjusted: {r['adjusted']}"]
+    return out
+
+
+def ladder_setting_lines(config: dict, width: int = 96) -> list[str]:
+    """The ladder's rungs as short lines, from the file's ``config``: each rung's key, the option(s) it sets on top
+    of the rung before it (``+ option=value``), and what it changes, wrapped at ``width`` characters."""
+    import textwrap
+
+    from ..presses.registry import parse_method
+
+    settings = {s["key"]: s for s in config["settings"]}
+    missing = [k for k in LADDER if k not in settings]
+    if missing:
+        raise ValueError(f"ladder_setting_lines: the file lacks {missing}; run `jacap evaluate anatomy --extend`")
+    out = []
+    for a, b in zip(LADDER, LADDER[1:]):
+        pa, pb = (parse_method(settings[k]["spec"].split("+", 1)[0])[1] for k in (a, b))
+        added = ", ".join(f"{k}={'none' if v is None else v}" for k, v in pb.items() if pa.get(k, object()) != v)
+        out.append(f"{b}" + (f" (+ {added})" if added and b in LADDER_ONLY + ("ea_centre",) else ""))
+        out += textwrap.wrap(settings[b]["changes"], width, initial_indent="    ", subsequent_indent="    ")
+    return out
+
+
+def ladder_lines(docs: list[dict]) -> list[str]:
+    """The ladder (:func:`~jacap_lib.results.rowstats.ladder_ratios`) as lines: per group of documents (all,
+    dialogue, the other kinds), each step's KL / the step before it with its 95 % interval and the documents where
+    the step lowered it, then the verdict of its interval adjusted for the steps of the group (Bonferroni)."""
+    groups = (("all documents", docs), ("dialogue", [d for d in docs if d["kind"] == "dialogue"]),
+              ("the other kinds", [d for d in docs if d["kind"] != "dialogue"]))
+    m = len(LADDER) - 1
+    conf = V.simultaneous_confidence(V.CONFIDENCE, m)
+    out = ["each step: its KL / the KL of the step before (95 % interval),",
+           f"verdict adjusted for the {m} steps of a group (Bonferroni, {100 * conf:.0f} % interval)"]
+    for label, sel in groups:
+        out.append(f"{label} ({len(sel)}):")
+        for r, a in zip(ladder_ratios(sel), ladder_ratios(sel, confidence=conf)):
+            out.append(f"  {r['key']}: {r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}], lower on {r['lower']} of "
+                       f"{r['n']}")
+            out.append(f"      adjusted: {a['verdict']}")
+    return out
+
+
+# --------------------------------------------------------------------------------------------- the needle
+def needle_lines(summary: dict) -> list[str]:
+    """One printed line per comparison row of a needle summary (:func:`~jacap_lib.results.rowstats.needle_summary`)."""
+    return [f"  {f['setting']} vs {r['reference_spec']} ({f['label']}), L={r['length']} c={r['ratio']}: "
+            f"{100 * r['accuracy']:.0f}% vs {100 * r['reference_accuracy']:.0f}%, {r['verdict']} "
+            f"(wins/losses {r['wins']}/{r['losses']}, Holm p {r['p_holm']:.2g})"
+            for f in summary["comparisons"] for r in f["rows"]]

@@ -15,10 +15,14 @@
                                    The needle job itself writes rows only; the summary is this separate leaf
                                    (it needs no model and can be rerun on a partial file).
 
-The measurement (:mod:`jacap_lib.measure.passkey`): the context (filler with the needle, exactly ``length``
-tokens) is prefilled ONCE per (length, depth, trial) (:func:`jacap_lib.measure.quality.capture_prefill`);
+This module is the two jobs (their options, settings, prompts and files); the statistics of the summary are
+:mod:`jacap_lib.results.rowstats`' (:func:`~jacap_lib.results.rowstats.needle_summary`), its printed lines
+:func:`jacap_lib.results.findings.needle_lines`.
+
+The measurement (:func:`jacap_lib.measure.passkey.measure_needle`): the context (filler with the needle, exactly
+``length`` tokens) is prefilled ONCE per (length, depth, trial) (:func:`jacap_lib.measure.quality.capture_prefill`);
 every (setting, ratio) replays its press's own kvpress hook on that capture and greedily decodes 8 tokens
-after the question (:func:`jacap_lib.measure.passkey.passkey_trial`); a row is ``correct`` when the key is in
+after the question (:func:`jacap_lib.measure.passkey.needle_trial`); a row is ``correct`` when the key is in
 the answer. Keys: ``random.Random(seed)``, one per (depth, trial), shared by the lengths.
 
 The settings are the tune's choices, so the job needs ``choices.json`` (``--choices``, default
@@ -46,7 +50,7 @@ other tokens; overall fractions; whether every key digit survived everywhere).
 ``--probe``: the digit-survival probe, written to ``needle_probe.jsonl`` (never ``needle.jsonl``): prompt
 1024, c 0.5/0.75, the default depths x keys, the :data:`PROBE_METHODS`' tuned settings and the paper preset;
 run it once per ``--mode``. ``jacap evaluate needle-summary --probe`` -> ``needle_probe_summary.json``
-(:func:`needle_probe_summary`).
+(:func:`jacap_lib.results.rowstats.needle_probe_summary`).
 """
 from __future__ import annotations
 
@@ -55,22 +59,21 @@ import functools
 import json
 import os
 import random
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..measure.passkey import MODES
+from ..measure import passkey as PK
+from ..measure.passkey import MODES, N_NEW, NeedleGroup
 from . import evaluation as E
-from . import files
+from . import files, findings
 from . import job as J
 from . import protocol as P
+from . import rowstats as RS
+from .rowstats import DEFAULT_MODE, FULL
 
 __all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_DEPTHS", "DEFAULT_TRIALS", "QUICK", "PROBE", "PROBE_METHODS",
-           "PROBE_FILE", "DEFAULT_MODE", "FULL", "N_NEW", "row_mode", "probe_specs", "survival_statistics",
-           "needle_probe_summary", "pooled_survival", "SURVIVAL_BINS",
-           "BASELINE_LABEL", "PAPER_LABEL", "NeedleGroup", "row_key", "needle_keys", "needle_specs", "read_choices",
-           "needle_groups", "measure_needle", "prompts_of", "needle_summary", "summary_lines", "add_arguments",
-           "prepare", "execute", "NEEDLE", "NEEDLE_SUMMARY"]
+           "PROBE_FILE", "probe_specs", "row_key", "needle_keys", "needle_specs", "read_choices", "needle_groups",
+           "row_measure", "prompts_of", "add_arguments", "prepare", "execute", "NEEDLE", "NEEDLE_SUMMARY"]
 
 DEFAULT_LENGTHS = (512, 1024, 2048)
 DEFAULT_RATIOS = (0.5, 0.75, 0.9)
@@ -81,22 +84,12 @@ PROBE = {"lengths": (1024,), "ratios": (0.5, 0.75)}  # the digit-survival probe'
 # their tune choices + the paper preset; jacap_obs's is the press JacapPress() builds
 PROBE_METHODS = ("jacap", "jacap_obs", "capkv", "keydiff", "snapkv", "expected_attention", "tova")
 PROBE_FILE = "needle_probe.jsonl"
-DEFAULT_MODE = "after"
-FULL = "full"  # the method of the uncompressed answer (ratio 0)
-N_NEW = 8  # greedy tokens decoded after the question
 MIN_LENGTH = 64  # the needle and its question fit with filler to spare
-BASELINE_LABEL = "best baseline by KL on tune"
-PAPER_LABEL = "paper preset"
-
-
-def row_mode(row: dict) -> str:
-    """The row's mode; rows made before the option existed were made ``after``."""
-    return row.get("mode", DEFAULT_MODE)
 
 
 def row_key(row: dict) -> tuple:
     return (row["model"], int(row["length"]), float(row["depth"]), int(row["trial"]), str(row["key"]),
-            row["method"], float(row["ratio"]), row_mode(row))
+            row["method"], float(row["ratio"]), RS.row_mode(row))
 
 
 def needle_keys(depths, trials: int, seed: int) -> dict:
@@ -110,13 +103,8 @@ def read_choices(path: Path, record: dict, lengths, ratios) -> dict:
     """``choices.json`` if it was made under the evaluation's configuration for this model and has a best
     baseline for every (length, ratio) cell asked for; else ``ValueError`` saying what to run."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"--choices: {path} does not exist: the needle job runs the tune's choices; run "
-                         "`jacap evaluate tune` first")
-    data = files.read_json(path, require=("config", "fingerprint", "chosen"))
+    data = RS.read_choices_file(path, flag="--choices")
     cfg = data["config"]
-    if not isinstance(cfg, dict) or data["fingerprint"] != P.fingerprint(cfg):
-        raise ValueError(f"--choices: {path}'s fingerprint does not match its configuration; rerun `jacap evaluate tune`")
     model = cfg.get("model") or {}
     if (model.get("name"), model.get("sha256")) != (record.get("name"), record.get("sha256")):
         raise ValueError(f"--choices: {path} was made for another model ({model.get('name')}, sha256 "
@@ -160,20 +148,6 @@ def probe_specs(choices: dict) -> list[str]:
     return list(dict.fromkeys([chosen["jacap"], P.PAPER_PRESET, *(chosen[m] for m in PROBE_METHODS[1:])]))
 
 
-# --------------------------------------------------------------------------------------------- the grid
-@dataclass
-class NeedleGroup:
-    """One prefill: the context of one (length, depth, trial, key), and the (spec, ratio) answers still to
-    decode on it (``(FULL, 0.0)``: the uncompressed answer)."""
-
-    length: int
-    depth: float
-    trial: int
-    key: str
-    jobs: list = field(default_factory=list)
-    mode: str = DEFAULT_MODE
-
-
 def needle_groups(specs, lengths, ratios, keys: dict, model_name: str, done=frozenset(),
                   mode: str = DEFAULT_MODE) -> list[NeedleGroup]:
     """Every (setting, ratio), and the uncompressed answer, on every (length, depth, trial) prompt in
@@ -188,261 +162,25 @@ def needle_groups(specs, lengths, ratios, keys: dict, model_name: str, done=froz
     return out
 
 
-def measure_needle(model, tokenizer, group: NeedleGroup, *, model_name: str, n_new: int = N_NEW,
-                   on_row=None) -> list[dict]:
-    """One prefill of the group's prompt (in the group's mode, :func:`~jacap_lib.measure.passkey.passkey_inputs`)
-    captured, every (spec, ratio) replayed on it and answered, with its digit survival; one row each, in job
-    order."""
-    from ..measure import passkey as PK
-    from ..measure.quality import capture_prefill
-
-    prefill_ids, decode_ids, layout = PK.passkey_inputs(tokenizer, group.length, group.depth, group.key, group.mode)
-    w0 = time.perf_counter()
-    cap = capture_prefill(model, prefill_ids)
-    prefill = round(time.perf_counter() - w0, 3)
-    rows = []
-    for spec, c in group.jobs:
-        w0 = time.perf_counter()
-        press = None if spec == FULL else P.protocol_press(spec, c)
-        res = PK.needle_trial(model, tokenizer, cap, press, decode_ids, layout, n_new=n_new)
-        text = res.pop("answer")
-        row = {"model": model_name, "length": group.length, "depth": group.depth, "trial": group.trial,
-               "key": group.key, "method": spec, "family": FULL if spec == FULL else P.method_of(spec), "ratio": c,
-               "mode": group.mode, "answer": text, "correct": group.key in text, **res,
-               "key_positions": layout["key"], "needle_span": layout["needle"],
-               "seconds": round(time.perf_counter() - w0, 3), "prefill_seconds": prefill}
-        rows.append(row)
-        if on_row is not None:
-            on_row(row)
-    return rows
+def _press_of(spec: str, ratio: float):
+    """The press of one job of a group: ``None`` for the uncompressed answer, else the protocol's press."""
+    return None if spec == FULL else P.protocol_press(spec, ratio)
 
 
-# --------------------------------------------------------------------------------------------- statistics
+def _family_of(spec: str) -> str:
+    return FULL if spec == FULL else P.method_of(spec)
+
+
+def row_measure(model_name: str):
+    """The measure of one group (one prefill) for :func:`~jacap_lib.results.evaluation.run_groups`:
+    :func:`jacap_lib.measure.passkey.measure_needle` with this job's presses and row labels (it pickles, for
+    spawned workers)."""
+    return functools.partial(PK.measure_needle, model_name=model_name, press_of=_press_of, family_of=_family_of)
+
+
 def prompts_of(depths, trials: int, seed: int) -> list[tuple]:
     """The prompts of a configuration, ``[(depth, trial, key)]`` (what the summary expects in every cell)."""
     return [(d, t, k) for (d, t), k in needle_keys(depths, trials, seed).items()]
-
-
-def _paired(a: list, b: list, opts: dict) -> dict:
-    """One paired comparison of 0/1 outcomes per prompt (``a`` the setting, ``b`` the reference): accuracies,
-    the difference in points with its paired bootstrap interval, wins/losses, exact McNemar p, verdict."""
-    from . import verdicts as V
-
-    diff = V.accuracy_difference(a, b, **opts)
-    return {"n": len(a), "accuracy": sum(a) / len(a), "reference_accuracy": sum(b) / len(b),
-            "diff_points": diff.estimate, "diff_low": diff.low, "diff_high": diff.high,
-            "wins": sum(x and not y for x, y in zip(a, b)), "losses": sum(y and not x for x, y in zip(a, b)),
-            "p_mcnemar": V.mcnemar_p(a, b)}
-
-
-def _holm(rows: list[dict], alpha: float) -> None:
-    from . import verdicts as V
-
-    for row, p in zip(rows, V.holm([r["p_mcnemar"] for r in rows])):
-        row["verdict"] = V.mcnemar_verdict(row["wins"], row["losses"], float(p), alpha=alpha)
-        row["p_holm"] = float(p)
-        row["holm_significant"] = bool(p <= alpha)
-
-
-def needle_summary(rows: list[dict], choices: dict, *, prompts=None, settings=None, alpha: float = 0.05,
-                   confidence: float | None = None, n_resamples: int | None = None, seed: int | None = None,
-                   mode: str = DEFAULT_MODE, references=None) -> dict:
-    """The needle statistics (pure): per (length, ratio) cell with every setting and the uncompressed answer on
-    every prompt, each one's accuracy with its 95 % Wilson interval; then Algorithm 1's tuned Jacap setting
-    (``choices["chosen"]["jacap"]``) against (a) the cell's best baseline by KL on tune and (b) the paper
-    preset, paired per prompt: accuracy difference (Jacap − reference, percentage points) with its paired
-    bootstrap interval (descriptive), wins/losses (prompts only one gets right), exact McNemar p, Holm over the
-    cells of one comparison, and the verdict of the Holm-adjusted exact test
-    (:func:`~jacap_lib.results.verdicts.mcnemar_verdict`: "better"/"worse" only where it is at most ``alpha``).
-
-    ``prompts``: ``[(depth, trial, key)]`` every cell must hold (default: the prompts of each length's
-    uncompressed rows); ``settings``: the specs to report (default: the choices' test specs present in
-    ``rows``). Only the rows of ``mode`` are read (rows without a mode were made ``after``). ``references``:
-    other specs to compare Algorithm 1's tuned Jacap setting with, one comparison each (default: the protocol's two,
-    the best baseline and the paper preset); Holm runs over the cells of one comparison.
-    Returns ``{"cells": [...], "comparisons": [...], "cells_measured", "cells_missing"}``."""
-    from . import verdicts as V
-
-    opts = {k: v for k, v in (("confidence", confidence), ("n_resamples", n_resamples), ("seed", seed)) if v is not None}
-    model = (choices.get("config") or {}).get("model", {}).get("name")
-    rows = [r for r in rows if (model is None or r.get("model") == model) and row_mode(r) == mode]
-    got = {(r["method"], int(r["length"]), float(r["ratio"]), (float(r["depth"]), int(r["trial"]), str(r["key"]))):
-           bool(r["correct"]) for r in rows}
-    if settings is None:
-        have = {r["method"] for r in rows}
-        settings = [s for s in E.test_specs(choices["chosen"]) if s in have]
-    settings = list(settings)
-    default = choices["chosen"]["jacap"]
-    lengths = sorted({int(r["length"]) for r in rows})
-    ratios = sorted({float(r["ratio"]) for r in rows if r["method"] != FULL})
-    cells, missing, outcome = [], [], {}
-    for L in lengths:
-        ps = ([(float(d), int(t), str(k)) for d, t, k in prompts] if prompts is not None else
-              sorted(p for (m, l, _, p) in got if m == FULL and l == L))
-        for c in ratios:
-            need = [(FULL, 0.0)] + [(s, c) for s in settings]
-            if not ps or any((s, L, cc, p) not in got for s, cc in need for p in ps):
-                missing.append(f"{L}/{c}")
-                continue
-            acc = {}
-            for s, cc in need:
-                x = [got[(s, L, cc, p)] for p in ps]
-                outcome[(s, L, c)] = x
-                a, lo, hi = V.accuracy_interval(x, **({"confidence": confidence} if confidence else {}))
-                acc[s] = {"spec": s, "family": FULL if s == FULL else P.method_of(s), "correct": int(sum(x)),
-                          "accuracy": a, "low": lo, "high": hi}
-            cells.append({"length": L, "ratio": c, "n_prompts": len(ps), "full": acc[FULL],
-                          "settings": [acc[s] for s in settings]})
-    if not cells:
-        raise ValueError("needle.jsonl has no complete (length, ratio) cell (every setting and the uncompressed "
-                         "answer on every prompt); run or finish `jacap evaluate needle`")
-    comparisons = []
-    if references is not None:
-        refs = [(ref, ref, lambda cell, ref=ref: ref) for ref in references]
-    else:
-        refs = [("best baseline", BASELINE_LABEL,
-                 lambda cell: choices["best_baseline"]["cells"][f"{cell['length']}/{cell['ratio']}"]["spec"])]
-        if P.PAPER_PRESET in settings and not P.same_setting(P.PAPER_PRESET, default):
-            refs.append(("paper preset", PAPER_LABEL, lambda cell: P.PAPER_PRESET))
-    if default not in settings:
-        raise ValueError(f"needle.jsonl has no rows of Algorithm 1's tuned Jacap setting {default!r}; run `jacap evaluate needle`")
-    for role, label, ref_of in refs:
-        out = []
-        for cell in cells:
-            L, c, ref = cell["length"], cell["ratio"], ref_of(cell)
-            if ref not in settings:
-                raise ValueError(f"needle.jsonl has no rows of {ref!r} ({label}) in cell {L}/{c}")
-            out.append({"length": L, "ratio": c, "reference_spec": ref,
-                        **_paired(outcome[(default, L, c)], outcome[(ref, L, c)], opts)})
-        _holm(out, alpha)
-        comparisons.append({"setting": default, "reference": role, "label": label, "rows": out})
-    return {"cells": cells, "comparisons": comparisons, "cells_measured": [f"{c['length']}/{c['ratio']}" for c in cells],
-            "cells_missing": missing}
-
-
-def survival_statistics(rows: list[dict], confidence: float | None = None) -> dict:
-    """Digit survival of one setting's rows (one cell, one mode; rows of :func:`measure_needle`):
-    the mean fractions kept of the key's digit tokens, of the needle's tokens and of (layer, KV head) caches
-    holding a whole copy of the key; the per-layer mean fraction of key digits kept (over KV heads and
-    prompts); the fraction of prompts where every key digit survived in every layer and KV head; and the
-    accuracy on those prompts and on the others, each with its Wilson interval (``None`` when there are none)."""
-    from . import verdicts as V
-
-    if not rows or any("key_kept" not in r for r in rows):
-        raise ValueError("survival_statistics needs rows with digit survival (measured by `jacap evaluate needle` "
-                         "since the --mode option)")
-    n = len(rows)
-    kw = {"confidence": confidence} if confidence else {}
-
-    def acc(sub):
-        if not sub:
-            return {"n": 0, "correct": 0, "accuracy": None, "low": None, "high": None}
-        a, lo, hi = V.accuracy_interval([bool(r["correct"]) for r in sub], **kw)
-        return {"n": len(sub), "correct": sum(bool(r["correct"]) for r in sub), "accuracy": a, "low": lo, "high": hi}
-
-    n_layers = len(rows[0]["key_kept"])
-    by_layer = [sum(sum(r["key_kept"][i]) / len(r["key_kept"][i]) for r in rows) / n for i in range(n_layers)]
-    every = [r for r in rows if r["key_all_kept"]]
-    return {"n": n, "key_kept_mean": sum(r["key_kept_frac"] for r in rows) / n,
-            "needle_kept_mean": sum(r["needle_kept_frac"] for r in rows) / n,
-            "key_copy_kept_mean": sum(r["key_copy_kept"] for r in rows) / n,
-            "all_kept_fraction": len(every) / n, "key_kept_by_layer": by_layer,
-            "accuracy_all_kept": acc(every), "accuracy_not_all_kept": acc([r for r in rows if not r["key_all_kept"]])}
-
-
-SURVIVAL_BINS = (0.0, 0.25, 0.5, 0.75, 1.0)
-
-
-def pooled_survival(rows: list[dict], bins=SURVIVAL_BINS) -> dict:
-    """Digit survival against the answer over compressed rows of every setting and cell (pooled; an
-    association across settings, not an effect of survival): the accuracy per bin of ``key_kept_frac``
-    (``[lo, hi)``, the last bin closed) with its Wilson interval, and per layer the mean fraction of key digits
-    kept (over KV heads) in the rows answered right and in those answered wrong."""
-    from . import verdicts as V
-
-    out = []
-    for i, (lo, hi) in enumerate(zip(bins[:-1], bins[1:])):
-        last = i == len(bins) - 2
-        sub = [r for r in rows if lo <= r["key_kept_frac"] < hi or (last and r["key_kept_frac"] == hi)]
-        entry = {"low_edge": lo, "high_edge": hi, "n": len(sub)}
-        if sub:
-            a, l, h = V.accuracy_interval([bool(r["correct"]) for r in sub])
-            entry.update(correct=sum(bool(r["correct"]) for r in sub), accuracy=a, low=l, high=h)
-        out.append(entry)
-
-    def by_layer(sub):
-        if not sub:
-            return None
-        n_layers = len(sub[0]["key_kept"])
-        return [sum(sum(r["key_kept"][i]) / len(r["key_kept"][i]) for r in sub) / len(sub) for i in range(n_layers)]
-
-    right = [r for r in rows if r["correct"]]
-    wrong = [r for r in rows if not r["correct"]]
-    return {"n": len(rows), "bins": out, "key_kept_by_layer_right": by_layer(right),
-            "key_kept_by_layer_wrong": by_layer(wrong), "n_right": len(right), "n_wrong": len(wrong)}
-
-
-def needle_probe_summary(rows: list[dict], choices: dict, *, prompts=None, settings=None, alpha: float = 0.05,
-                         seed: int | None = None) -> dict:
-    """The probe's statistics (pure), per mode present in ``rows``: the cells of :func:`needle_summary`
-    (each setting's accuracy with its Wilson interval, the uncompressed ceiling); Algorithm 1's tuned Jacap setting
-    against every other setting, paired per prompt (exact McNemar p, Holm over ALL the comparisons of the mode:
-    every other setting x every cell); each setting's :func:`survival_statistics` per cell. Then, per setting
-    and cell complete in both modes, ``inside`` against ``after`` paired on the prompts both modes hold (Holm
-    over those). ``prompts``: ``[(depth, trial, key)]``, or ``{mode: [...]}`` when the modes were run on
-    different prompt sets (a mode's run may cover a subset of the depths).
-    Returns ``{"modes": {mode: {"cells", "comparisons", "survival", "cells_measured", "cells_missing"}},
-    "mode_effect": [...]}``."""
-    opts = {"seed": seed} if seed is not None else {}
-    default = choices["chosen"]["jacap"]
-    present = [m for m in MODES if any(row_mode(r) == m for r in rows)]
-    if not present:
-        raise ValueError("needle_probe.jsonl has no rows; run `jacap evaluate needle --probe`")
-    out, outcome = {}, {}
-    for mode in present:
-        mine = [r for r in rows if row_mode(r) == mode]
-        mode_prompts = prompts.get(mode) if isinstance(prompts, dict) else prompts
-        specs = list(settings) if settings is not None else list(dict.fromkeys(r["method"] for r in mine if r["method"] != FULL))
-        s = needle_summary(mine, choices, prompts=mode_prompts, settings=specs, mode=mode, alpha=alpha, seed=seed,
-                           references=[x for x in specs if x != default])
-        _holm([r for f in s["comparisons"] for r in f["rows"]], alpha)
-        for f in s["comparisons"]:
-            f["holm_family"] = "every other setting x every cell of this mode"
-        ps = {(float(d), int(t), str(k)) for d, t, k in mode_prompts} if mode_prompts is not None else None
-        surv = []
-        for cell in s["cells"]:
-            L, c = cell["length"], cell["ratio"]
-            for spec in specs:
-                sub = [r for r in mine if r["method"] == spec and int(r["length"]) == L and float(r["ratio"]) == c
-                       and (ps is None or (float(r["depth"]), int(r["trial"]), str(r["key"])) in ps)]
-                sub.sort(key=lambda r: (float(r["depth"]), int(r["trial"])))
-                outcome[(mode, spec, L, c)] = {(float(r["depth"]), int(r["trial"]), str(r["key"])): bool(r["correct"])
-                                               for r in sub}
-                surv.append({"spec": spec, "family": P.method_of(spec), "length": L, "ratio": c,
-                             **survival_statistics(sub)})
-        judged = {(c["length"], c["ratio"]) for c in s["cells"]}
-        kept_rows = [r for r in mine if r["method"] in specs and (int(r["length"]), float(r["ratio"])) in judged
-                     and (ps is None or (float(r["depth"]), int(r["trial"]), str(r["key"])) in ps)]
-        out[mode] = {**s, "survival": surv, "pooled": pooled_survival(kept_rows)}
-    effect = []
-    if len(present) == 2:
-        for (mode, spec, L, c), ins in outcome.items():
-            aft = outcome.get(("after", spec, L, c))
-            both = sorted(set(ins) & set(aft or {}))
-            if mode != "inside" or not both:
-                continue
-            effect.append({"spec": spec, "length": L, "ratio": c, "setting_mode": "inside", "reference_mode": "after",
-                           **_paired([ins[p] for p in both], [aft[p] for p in both], opts)})
-        _holm(effect, alpha)
-    return {"modes": out, "mode_effect": effect}
-
-
-def summary_lines(summary: dict) -> list[str]:
-    """One printed line per comparison row."""
-    return [f"  {f['setting']} vs {r['reference_spec']} ({f['label']}), L={r['length']} c={r['ratio']}: "
-            f"{100 * r['accuracy']:.0f}% vs {100 * r['reference_accuracy']:.0f}%, {r['verdict']} "
-            f"(wins/losses {r['wins']}/{r['losses']}, Holm p {r['p_holm']:.2g})"
-            for f in summary["comparisons"] for r in f["rows"]]
 
 
 # --------------------------------------------------------------------------------------------- command line
@@ -571,7 +309,7 @@ def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
     groups = needle_groups(plan.specs, plan.lengths, plan.ratios, keys, plan.record["name"], done, mode=plan.mode)
     plan.out.parent.mkdir(parents=True, exist_ok=True)
     files.append_run(plan.out, _run_config(plan, model))
-    measure = functools.partial(measure_needle, model_name=plan.record["name"])
+    measure = row_measure(plan.record["name"])
     n = E.run_groups(groups, plan.out, measure=measure, model=model, tokenizer=tokenizer, model_name=plan.model_name,
                      workers=plan.workers, threads=plan.threads, seed=plan.seed, progress=plan.progress)
     return {"rows_written": n, "file": str(plan.out)}
@@ -606,9 +344,7 @@ def _summary_inputs(out_dir: Path, choices_path: Path, name: str = "needle.jsonl
     if not rows_path.is_file() or not files.config_path(rows_path).is_file():
         hint = " --probe" if name == PROBE_FILE else ""
         raise ValueError(f"--dir: {rows_path} (or its .config.json) does not exist; run `jacap evaluate needle{hint}` first")
-    if not choices_path.is_file():
-        raise ValueError(f"--choices: {choices_path} does not exist; run `jacap evaluate tune` first")
-    choices = files.read_json(choices_path, require=("config", "fingerprint", "chosen", "best_baseline"))
+    choices = RS.read_choices_file(choices_path, flag="--choices", baselines=True)
     runs = files.read_runs(rows_path)
     if not runs:
         raise ValueError(f"--dir: {rows_path} holds no run; run `jacap evaluate needle` first")
@@ -636,7 +372,6 @@ def _summary_inputs(out_dir: Path, choices_path: Path, name: str = "needle.jsonl
 
 
 def _summary_run(args):
-    from . import findings
     from .paths import data_path
 
     choices_path = Path(args.choices or data_path("results", "eval", "choices.json", must_exist=False))
@@ -648,7 +383,7 @@ def _summary_run(args):
             return _probe_summary_run(args, out_dir, choices_path)
         rows, choices, run = _summary_inputs(out_dir, choices_path)
         prompts = [tuple(p) for p in run["keys"]]
-        summary = needle_summary(rows, choices, prompts=prompts, settings=list(run["settings"]), seed=args.seed)
+        summary = RS.needle_summary(rows, choices, prompts=prompts, settings=list(run["settings"]), seed=args.seed)
     except (ValueError, FileNotFoundError, KeyError, files.ResultsFileError) as e:
         raise J.BadArgument(str(e)) from None
     config = {"choices_fingerprint": choices["fingerprint"], "chosen": choices["chosen"],
@@ -664,7 +399,7 @@ def _summary_run(args):
     if summary["cells_missing"]:
         print(f"  judged {len(summary['cells_measured'])} complete cells; not yet complete (finish `jacap evaluate "
               f"needle`, it resumes): {', '.join(summary['cells_missing'])}")
-    for line in summary_lines(summary):
+    for line in findings.needle_lines(summary):
         print(line)
     return path
 
@@ -686,7 +421,7 @@ def _probe_summary_run(args, out_dir: Path, choices_path: Path):
     rows, choices, runs = _summary_inputs(out_dir, choices_path, PROBE_FILE, mode=None)
     prompts = {m: [tuple(p) for p in r["keys"]] for m, r in runs.items()}
     run = runs.get(DEFAULT_MODE) or next(iter(runs.values()))
-    summary = needle_probe_summary(rows, choices, prompts=prompts, settings=list(run["settings"]), seed=args.seed)
+    summary = RS.needle_probe_summary(rows, choices, prompts=prompts, settings=list(run["settings"]), seed=args.seed)
     modes = {m: {"command": r.get("command"), "lengths": r["lengths"], "ratios": r["ratios"], "depths": r["depths"],
                  "trials": r["trials"], "n_prompts": len(r["keys"])} for m, r in runs.items()}
     stats = _statistics_config(args.seed, "per mode: Algorithm 1's tuned Jacap setting against every other setting, over "
@@ -704,7 +439,7 @@ def _probe_summary_run(args, out_dir: Path, choices_path: Path):
     for mode, s in summary["modes"].items():
         if s["cells_missing"]:
             print(f"  {mode}: not yet complete: {', '.join(s['cells_missing'])}")
-        for line in summary_lines(s):
+        for line in findings.needle_lines(s):
             print(f"  [{mode}]" + line)
     return path
 

@@ -94,7 +94,8 @@ def _kl(name: str, x) -> np.ndarray:
     if np.any(a <= 0):
         bad = np.flatnonzero(a <= 0)[:5].tolist()
         raise ValueError(f"{name} must be positive (a KL of 0 has no log ratio) but is <= 0 at positions {bad}; "
-                         "floor it (e.g. at 1e-12) in both arrays or drop those documents")
+                         "floor it (at rowstats.KL_FLOOR, 1e-8 nats, as the protocol does) in both arrays or drop "
+                         "those documents")
     return a
 
 

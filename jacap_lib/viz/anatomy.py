@@ -1,5 +1,5 @@
 """Figures and tables of the anatomy of the losing cells (``data/results/eval/anatomy.json``, read with
-:func:`jacap_lib.results.loaders.load_anatomy`; the statistics are :mod:`jacap_lib.results.anatomy`'s).
+:func:`jacap_lib.results.loaders.load_anatomy`; the statistics are :mod:`jacap_lib.results.rowstats`').
 
 * :func:`layer_ratio_figure` — per losing cell, the per-layer attention-output error ratio (default / best
   baseline) with its 95 % interval, for all documents and one kind;
@@ -18,7 +18,7 @@ import plotly.colors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..results.anatomy import LADDER_ONLY
+from ..results.rowstats import LADDER_ONLY
 from .style import finish, method_style, setting_colours, wrap_title, wrapped
 
 __all__ = ["layer_ratio_figure", "position_figure", "swap_figure", "kind_frame", "kind_pair_frame", "category_frame", "swap_frame",
@@ -113,7 +113,7 @@ def position_figure(data: dict, *, groups=None) -> go.Figure:
     """Where the tokens kept by only one press lie: the share of them in each bin of distance from the end of
     the prompt, for Algorithm 1's tuned Jacap setting ("kept by Jacap only") and the baseline ("kept by the baseline
     only"); one panel per group of documents (default: all, dialogue, the other kinds)."""
-    from ..results.anatomy import kept_summary
+    from ..results.rowstats import kept_summary
 
     docs = data["documents"]
     if groups is None:
@@ -157,7 +157,7 @@ def _groups_of(docs):
 def swap_frame(data: dict, *, kinds=None) -> pd.DataFrame:
     """Each swap setting's KL / the default's KL (geometric mean over the documents, 95 % interval, documents
     where it is lower) per group of documents; ``kinds``: ``{label: [kinds] or None}``."""
-    from ..results.anatomy import swap_ratios
+    from ..results.rowstats import swap_ratios
 
     settings = {s["key"]: s for s in data["config"]["settings"]}
     groups = kinds or _groups_of(data["documents"])
@@ -182,7 +182,7 @@ def swap_setting_lines(data: dict) -> list[str]:
 def swap_figure(data: dict) -> go.Figure:
     """The paired KL ratio of each swap setting to the default (geometric mean over the documents, 95 % interval;
     below 1: the change lowers the default's KL), for all documents and per group of kinds."""
-    from ..results.anatomy import swap_ratios
+    from ..results.rowstats import swap_ratios
 
     settings = [s for s in data["config"]["settings"] if s["key"] != "default" and s["key"] not in LADDER_ONLY]
     groups = _groups_of(data["documents"])
@@ -232,7 +232,7 @@ def kind_frame(data: dict) -> pd.DataFrame:
 
 
 def kind_pair_frame(rows: list[dict]) -> pd.DataFrame:
-    """:func:`jacap_lib.results.anatomy.kind_pairs` as a table: one row per cell and pair, with the geometric-mean KL
+    """:func:`jacap_lib.results.rowstats.kind_pairs` as a table: one row per cell and pair, with the geometric-mean KL
     ratio, its 95 % interval and the verdict of the interval adjusted for the cells (in short words)."""
     from .evaluation import short_verdict
 
@@ -245,7 +245,7 @@ def kind_pair_frame(rows: list[dict]) -> pd.DataFrame:
 def category_frame(data: dict, *, kinds=None) -> pd.DataFrame:
     """What the tokens kept by one press only are: the share of each token category among the tokens kept by the
     baseline only, by Jacap only, and among the prompt's tokens (``kinds``: only documents of these kinds)."""
-    from ..results.anatomy import kept_summary
+    from ..results.rowstats import kept_summary
 
     docs = [d for d in data["documents"] if kinds is None or d["kind"] in kinds]
     s = kept_summary(docs)

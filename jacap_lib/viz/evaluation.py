@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..results import findings
+from ..results import rowstats
 from ..results.precision import interval_text
 from .style import METHOD_STYLES, finish, wrapped
 
@@ -362,7 +362,7 @@ def kl_and_needle_frame(summary: dict, needle: dict, *, role: str) -> pd.DataFra
     best baseline of the cell picked on tune, the geometric-mean KL ratio with its adjusted interval and the short
     verdict; then the share of needle prompts it answers (%, 95 % Wilson interval) beside the uncompressed model's
     (``–`` where the needle task has no such cell). ``role``: the summary family (``"tuned jacap_obs"``, ...)."""
-    fam = findings.family(summary, role, "tune")
+    fam = rowstats.family(summary, role, "tune")
     if fam is None:
         raise ValueError(f"summary has no family with role {role!r} picked on tune; choose among "
                          f"{sorted({f['role'] for f in summary['families']})}")
@@ -385,7 +385,7 @@ def tuned_line(summary: dict, role: str) -> tuple[str, str]:
     each cell picked on tune (``role``: ``"tuned jacap_obs"``, ...), and that family's setting."""
     from ..results import findings as F
 
-    fam = findings.family(summary, role, "tune")
+    fam = rowstats.family(summary, role, "tune")
     if fam is None:
         raise ValueError(f"summary has no family with role {role!r} picked on tune; choose among "
                          f"{sorted({f['role'] for f in summary['families']})}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .. import files
 from .. import protocol as P
-from ..findings import ALGORITHM1
+from ..rowstats import ALGORITHM1
 
 __all__ = ["TEST_LABEL", "write_choices", "read_choices", "best_baselines", "jacap_settings", "test_specs"]
 
@@ -64,7 +64,7 @@ def best_baselines(choices: dict, test_rows: list[dict]) -> dict:
 
 def jacap_settings(choices: dict, test_rows: list[dict]) -> list[dict]:
     """The Jacap settings the summary judges: Algorithm 1's tuned setting (the tune choice of ``jacap``, the tempered
-    centre; role :data:`~jacap_lib.results.findings.ALGORITHM1`) first, then the paper's exact settings preset when the search space has one
+    centre; role :data:`~jacap_lib.results.rowstats.ALGORITHM1`) first, then the paper's exact settings preset when the search space has one
     (``protocol.PAPER_PRESET``, a method spec) and the test rows hold it, else every other Jacap setting
     (``jacap*`` method) the test rows hold; then the tune choice of every other Jacap method of the search space
     (``jacap_adakv``, ``jacap_obs``, ...; role ``"tuned <method>"``) the test rows hold. ``[{"spec", "role"}]``."""

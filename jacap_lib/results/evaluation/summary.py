@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import files, findings
+from .. import files
+from .. import rowstats as RS
 from .. import job as J
 from .. import protocol as P
 from .choices import best_baselines, jacap_settings, test_specs
@@ -167,7 +168,7 @@ def target_status(summary: dict, *, target: dict | None = None) -> list[dict]:
     adjusted interval; ``met_unadjusted`` and ``verdict_unadjusted`` from the 95 % one. Cells the summary has not
     measured are rows with ``met = None``."""
     target = TARGET if target is None else target
-    fam = findings.family(summary, findings.ALGORITHM1, "tune")
+    fam = RS.family(summary, RS.ALGORITHM1, "tune")
     if fam is None:
         raise ValueError("summary has no family of Algorithm 1's tuned setting against the baseline picked on tune; "
                          "run `jacap evaluate summary`")
@@ -240,14 +241,9 @@ def _summary_inputs(out_dir: Path) -> tuple[list[dict], dict, list[dict]]:
     """test rows, choices and the test runs' configurations of ``out_dir``; ``ValueError`` when a file is
     missing or test.jsonl was made under another configuration than choices.json."""
     test, ch = out_dir / "test.jsonl", out_dir / "choices.json"
-    for path, job in ((ch, "tune"), (test, "test")):
-        if not path.is_file():
-            raise ValueError(f"--dir: {path} does not exist; run `jacap evaluate {job}` (same options) first")
-    choices = files.read_json(ch, require=("config", "fingerprint", "chosen"))
-    if "best_baseline" not in choices:
-        raise ValueError(f"--dir: {ch} has no best baseline (no kvpress baseline was tuned); nothing to compare with")
-    if P.fingerprint(choices["config"]) != choices["fingerprint"]:
-        raise ValueError(f"--dir: {ch}'s fingerprint does not match its configuration; rerun `jacap evaluate tune`")
+    choices = RS.read_choices_file(ch, flag="--dir", baselines=True)
+    if not test.is_file():
+        raise ValueError(f"--dir: {test} does not exist; run `jacap evaluate test` (same options) first")
     if not files.config_path(test).is_file():
         raise ValueError(f"--dir: {files.config_path(test)} (test.jsonl's configuration) does not exist; rerun "
                          "`jacap evaluate test`")
