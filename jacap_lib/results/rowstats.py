@@ -30,6 +30,7 @@ import numpy as np
 
 from . import files
 from . import verdicts as V
+from .protocol import KL_FLOOR  # the rule's floor: its one home is the protocol, which the rule belongs to
 
 __all__ = ["KL_FLOOR", "ERROR_FLOOR", "read_choices_file", "ALGORITHM1", "family", "is_library_default",
            "paired_values", "kind_ratios", "layer_error_ratios", "layer_error_geomeans", "losing_cells",
@@ -38,7 +39,6 @@ __all__ = ["KL_FLOOR", "ERROR_FLOOR", "read_choices_file", "ALGORITHM1", "family
            "row_mode", "needle_summary", "survival_statistics", "SURVIVAL_BINS", "pooled_survival",
            "needle_probe_summary"]
 
-KL_FLOOR = 1e-8  # nats; a KL below it (a cache that changes nothing) counts as KL_FLOOR in the log
 ERROR_FLOOR = 1e-12  # an attention-output relative error below it (the layer unchanged) counts as it in a log ratio
 
 
