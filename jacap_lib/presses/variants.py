@@ -13,7 +13,7 @@ from kvpress import AdaKVPress
 
 from .. import _checks
 from .jacap import JacapPress
-from .jacap_ablation import JacapAblationPress
+from .jacap_ablation import ABLATION_FIELDS, JacapAblationPress
 from .jacap_global_budget import JacapGlobalBudgetPress
 from .jacap_hybrid import JacapHybridPress
 from .jacap_multicenter import JacapMultiCenterPress
@@ -58,17 +58,21 @@ def jacap_ablate(compression_ratio, alpha_safeguard=None, **opts):
     """Jacap with one component of Algorithm 1 swapped (centre, sensitivity, kappa, leverage, prior_iso, budget)
 
     The one-knob ablations are listed in :data:`jacap_lib.presses.jacap_ablation.ONE_KNOB`. Returns a
+    :class:`~jacap_lib.presses.jacap.JacapPress` when only JacapPress's own options are set (``centre`` among
+    them: the same press, the same scores), else a
     :class:`~jacap_lib.presses.jacap_ablation.JacapAblationPress`; with ``budget="layer"`` a kvpress
     ``AdaKVPress`` around it (top-k of the marginal capacity across the KV heads of a layer; ``alpha_safeguard``
     defaults to 0, the objective alone), with ``budget="model"`` a
     :class:`~jacap_lib.presses.jacap_global_budget.JacapGlobalBudgetPress` (across all layers and heads). Both are
     masking wrappers: wrap their ``.press`` where kvpress needs a scorer.
     """
-    press = JacapAblationPress(compression_ratio, **opts)
+    press = JacapAblationPress(compression_ratio, **opts)  # checks every option
     if alpha_safeguard is not None and press.budget != "layer":
         raise ValueError("alpha_safeguard only applies with budget='layer' (AdaKV's allocation across a layer's "
                          "heads); drop it or set budget=layer")
     if press.budget == "uniform":
+        if all(getattr(press, k) == v for k, v in ABLATION_FIELDS.items()):
+            return JacapPress(compression_ratio, **{k: v for k, v in opts.items() if k not in ABLATION_FIELDS})
         return press
     if press.budget == "model":
         return JacapGlobalBudgetPress(press=press)
@@ -87,7 +91,8 @@ def jacap_obs(compression_ratio, centre="observed", **opts):
     leverage against A); only the centre alpha-bar at which the Jacobian is taken is the causal softmax of the
     recent queries (each at its own RoPE position, EMA-weighted like mu_Q), so no temperature is involved. It is
     ``jacap_ablate[centre=observed]`` under its own name, with every option of ``jacap_ablate`` (``budget=layer``:
-    the kept slots spread across a layer's KV heads by marginal capacity).
+    the kept slots spread across a layer's KV heads by marginal capacity): without an ablation field it builds
+    ``JacapPress(centre="observed")``, the press ``jacap`` builds at its defaults.
     """
     return jacap_ablate(compression_ratio, centre=centre, **opts)
 
@@ -104,7 +109,8 @@ def jacap_ea(compression_ratio, centre="ea", gqa="mean", beta=None, n_future_pos
     Expected Attention summarises them: per query head (the scores averaged over a KV head's group), flat over the
     prompt, RoPE-averaged over the next 32 positions (the horizon the protocol chose for Expected Attention). It is
     ``jacap_ablate[beta=none,centre=ea,gqa=mean,n_future_positions=32]`` under its own name, with every option of
-    ``jacap_ablate``.
+    ``jacap_ablate``: without an ablation field it builds
+    ``JacapPress(centre="ea", gqa="mean", beta=None, n_future_positions=32)``.
     """
     return jacap_ablate(compression_ratio, centre=centre, gqa=gqa, beta=beta, n_future_positions=n_future_positions,
                         **opts)
