@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("kvpress")
 from kvpress.utils import compute_n_kept  # noqa: E402
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import DynamicCache  # noqa: E402
 
 from jacap_lib import jacap_scores, theory  # noqa: E402
 from jacap_lib.hf import clear_masks  # noqa: E402
@@ -18,7 +18,7 @@ from jacap_lib.presses.jacap_ablation import ONE_KNOB, JacapAblationPress, base_
 from jacap_lib.presses.utils import observed_attention  # noqa: E402
 from jacap_lib.presses.registry import build_press, changed_options, press_from_spec  # noqa: E402
 from jacap_lib.results import protocol as P  # noqa: E402
-from conftest import random_head as _head  # noqa: E402
+from conftest import eager_layer, random_head as _head  # noqa: E402
 
 N, D = 24, 8  # the token count and head dimension of conftest.random_head (_head here)
 
@@ -212,21 +212,8 @@ def test_centre_observed_is_the_models_own_attention(n):
     """observed_attention against the attention weights of an eager forward of the layer (transformers'
     output_attentions): rows at positions >= n_sink, EMA-weighted, pooled over the G query heads. At n = 250 the
     EMA's oldest rows (weight < 1e-9 of the newest) are skipped; the brute force keeps them."""
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      attn_implementation="eager")
-    model = LlamaForCausalLM(cfg).eval()
-    module = model.model.layers[0].self_attn
-    module.rotary_emb = model.model.rotary_emb
-    seen = {}
-    module.register_forward_pre_hook(lambda m, a, kw: seen.update(hs=kw["hidden_states"]), with_kwargs=True)
-    ids = torch.randint(0, 50, (1, n), generator=torch.Generator().manual_seed(12))
-    cache = DynamicCache()
-    with torch.no_grad():
-        out = model.model(input_ids=ids, past_key_values=cache, output_attentions=True)
-    attn = out.attentions[0].double()  # (1, H_q, n, n)
-    keys = cache.layers[0].keys
+    module, hs, keys, values, attn = eager_layer(n, seed=12)  # attn: (1, H_q, n, n)
+    seen = {"hs": hs}
     for beta, n_queries in ((0.9, None), (None, 10)):
         rows = torch.arange(4, n)[-n_queries:] if n_queries else torch.arange(4, n)
         if beta is None:
@@ -245,10 +232,10 @@ def test_centre_observed_is_the_models_own_attention(n):
     with torch.no_grad():
         mu, lam = press.query_statistics(module, seen["hs"], keys, {})
         alpha = press.centre_attention(module, seen["hs"], keys, {})
-        parts = press.components(keys, cache.layers[0].values, mu, lam, module, alpha)
+        parts = press.components(keys, values, mu, lam, module, alpha)
     torch.testing.assert_close(parts.alpha, alpha)
     for h in range(2):
-        exp, _ = _brute(keys[0, h].double(), cache.layers[0].values[0, h].double(), mu[0, h].double(),
+        exp, _ = _brute(keys[0, h].double(), values[0, h].double(), mu[0, h].double(),
                         lam[0, h].double(), alpha=alpha[0, h].double())
         torch.testing.assert_close(parts.score[0, h].double(), exp, rtol=1e-4, atol=1e-10)
 

@@ -15,13 +15,14 @@ import torch
 
 pytest.importorskip("kvpress")
 from kvpress import KnormPress  # noqa: E402
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import DynamicCache  # noqa: E402
 
 from jacap_lib.measure.instruments import ProtectedPress  # noqa: E402
 from jacap_lib.presses.jacap import CENTRES, JacapPress  # noqa: E402
 from jacap_lib.presses.jacap_two_stage import JacapTwoStagePress  # noqa: E402
 from jacap_lib.presses.utils import real_tokens  # noqa: E402
 from jacap_lib.selection import n_kept  # noqa: E402
+from conftest import eager_layer  # noqa: E402
 
 
 def _dense_scores(k, v, lam, alpha, noise):
@@ -30,25 +31,6 @@ def _dense_scores(k, v, lam, alpha, noise):
     w = (alpha * (1 - alpha)).square() * (k.square() * lam).sum(-1) / d
     A = torch.eye(v.shape[-1], dtype=torch.float64) + (v.T * (w / noise)) @ v
     return w / noise * (v * torch.linalg.solve(A, v.T).T).sum(-1)
-
-
-def _eager_layer(n, seed):
-    """A one-layer eager Llama (4 query heads, 2 KV heads, d = 16): its attention module, the hook's hidden states,
-    the cache and the attention weights the model reports (1, H_q, n, n)."""
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      attn_implementation="eager")
-    model = LlamaForCausalLM(cfg).eval()
-    module = model.model.layers[0].self_attn
-    module.rotary_emb = model.model.rotary_emb
-    seen = {}
-    module.register_forward_pre_hook(lambda m, a, kw: seen.update(hs=kw["hidden_states"]), with_kwargs=True)
-    ids = torch.randint(0, 50, (1, n), generator=torch.Generator().manual_seed(seed))
-    cache = DynamicCache()
-    with torch.no_grad():
-        out = model.model(input_ids=ids, past_key_values=cache, output_attentions=True)
-    return module, seen["hs"], cache.layers[0].keys, cache.layers[0].values, out.attentions[0].double()
 
 
 def _observed(attn, rows, beta):
@@ -65,7 +47,7 @@ def _observed(attn, rows, beta):
 @pytest.mark.parametrize("centre", CENTRES)
 def test_every_centre_scores_as_a_dense_algorithm1_from_that_centre(centre, gqa):
     n, n_sink, window, tau, noise = 48, 4, 6, 2.5, 0.3
-    module, hs, keys, values, attn = _eager_layer(n, seed=31)
+    module, hs, keys, values, attn = eager_layer(n, seed=31)
     press = JacapPress(0.5, centre=centre, gqa=gqa, n_sink=n_sink, window=window, tau=tau, noise=noise)
     with torch.no_grad():
         mu, lam = press.query_statistics(module, hs, keys, {})  # (1, H, d): H = H_kv (pool) or H_q (mean)
@@ -109,23 +91,29 @@ def test_the_ea_centre_refuses_triton_and_needs_no_tau():
 
 
 # ----------------------------------------------------------------------------- padding
-def _padded_prefill(model, lengths, n):
-    """A right-padded batch (row b has lengths[b] real tokens of n): layer 0's hook inputs and its cache."""
-    ids = torch.randint(0, 96, (len(lengths), n), generator=torch.Generator().manual_seed(41))
-    mask = torch.zeros(len(lengths), n, dtype=torch.long)
-    for b, length in enumerate(lengths):
-        mask[b, :length] = 1
+def _prefill(model, ids, mask=None):
+    """Layer 0's hook inputs (module, kwargs) and its cache's keys and values after a prefill of ``ids`` (with the
+    2-D ``attention_mask`` ``mask``, or none)."""
     seen = {}
     module = model.model.layers[0].self_attn
     handle = module.register_forward_hook(lambda m, a, kw, out: seen.update(kw), with_kwargs=True)
     cache = DynamicCache()
     try:
         with torch.no_grad():
-            model.model(input_ids=ids, attention_mask=mask if min(lengths) < n else None, past_key_values=cache)
+            model.model(input_ids=ids, attention_mask=mask, past_key_values=cache)
     finally:
         handle.remove()
     module.rotary_emb = model.model.rotary_emb
-    return ids, mask, module, seen, cache.layers[0].keys, cache.layers[0].values
+    return module, seen, cache.layers[0].keys, cache.layers[0].values
+
+
+def _padded_prefill(model, lengths, n):
+    """A right-padded batch (row b has lengths[b] real tokens of n): its ids, its mask and :func:`_prefill`."""
+    ids = torch.randint(0, 96, (len(lengths), n), generator=torch.Generator().manual_seed(41))
+    mask = torch.zeros(len(lengths), n, dtype=torch.long)
+    for b, length in enumerate(lengths):
+        mask[b, :length] = 1
+    return (ids, mask, *_prefill(model, ids, mask))
 
 
 def _brute_protected(mask2d, n_sink, window, budget):
@@ -175,23 +163,8 @@ def test_under_right_padding_the_observed_centre_is_the_rows_own(tiny_llama):
         assert bool((alpha[0, :, lengths[0]:] == 0).all())
         torch.testing.assert_close(alpha.sum(-1), torch.ones(2, 2))
         for b, length in enumerate(lengths):  # each row's real tokens prefilled alone, no padding
-            _, _, mod, alone_kw, alone_keys, _ = _single_row(tiny_llama, ids[b, :length])
+            mod, alone_kw, alone_keys, _ = _prefill(tiny_llama, ids[b:b + 1, :length])
             alone = press.centre_attention(mod, alone_kw["hidden_states"], alone_keys, alone_kw)
             torch.testing.assert_close(alpha[b, :, :length], alone[0], rtol=1e-4, atol=1e-6)
         scores = press.score(module, kw["hidden_states"], keys, values, None, kw)
     assert torch.isfinite(scores).all()
-
-
-def _single_row(model, row_ids):
-    """Layer 0's hook inputs and cache for one unpadded row."""
-    seen = {}
-    module = model.model.layers[0].self_attn
-    handle = module.register_forward_hook(lambda m, a, kw, out: seen.update(kw), with_kwargs=True)
-    cache = DynamicCache()
-    try:
-        with torch.no_grad():
-            model.model(input_ids=row_ids[None], past_key_values=cache)
-    finally:
-        handle.remove()
-    module.rotary_emb = model.model.rotary_emb
-    return row_ids, None, module, seen, cache.layers[0].keys, cache.layers[0].values

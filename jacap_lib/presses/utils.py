@@ -9,8 +9,8 @@
   the same leverages as ``u = W_O v`` (see the function);
 * :func:`real_tokens` - which slots hold real tokens when the attention module is handed a padding mask;
 * :func:`protection` - the one protection rule of every Jacap press and instrument: the sink and recent-window
-  slots (real tokens only) that fit the budget; :func:`protect` gives protected slots the largest finite score so
-  kvpress's top-k always keeps them.
+  slots (real tokens only) that fit the budget; the presses give them the largest finite score so kvpress's top-k
+  always keeps them (:meth:`JacapPress.protect <jacap_lib.presses.jacap.JacapPress.protect>`).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from ..selection import n_kept, protect_within, protected_mask
 from ..stats import ema_weights
 
 __all__ = ["hook_positions", "future_query_states", "observed_attention", "protected_slots", "protection", "real_tokens",
-           "averaged_rope", "group_query_heads", "out_proj_factors", "protect", "num_kv_groups"]
+           "averaged_rope", "group_query_heads", "out_proj_factors", "num_kv_groups"]
 
 
 def _current_positions(hidden_states: torch.Tensor, kwargs: dict) -> torch.Tensor:
@@ -232,14 +232,6 @@ def protection(hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict | N
     rows = [protect_within(s, r, budget, positions=key_pos) for s, r in zip(sink, recent)]
     note = next((fit.note for _, fit in rows if fit.note is not None), None)
     return torch.stack([m for m, _ in rows]).unsqueeze(1), note
-
-
-def protect(scores: torch.Tensor, n_sink: int = 0, window: int = 0, *, key_positions: torch.Tensor | None = None,
-            next_position: int | None = None) -> torch.Tensor:
-    """Give the sink and recent-window tokens (:func:`protected_slots`) the largest finite score (kept by top-k)."""
-    mask = protected_slots(scores.shape[-1], n_sink, window, key_positions=key_positions,
-                           next_position=next_position, device=scores.device)
-    return scores.masked_fill(mask, torch.finfo(scores.dtype).max)
 
 
 def _row_weights(eligible: torch.Tensor, n_queries: int | None, beta: float | None, device):
