@@ -166,5 +166,25 @@ def test_under_right_padding_the_observed_centre_is_the_rows_own(tiny_llama):
             mod, alone_kw, alone_keys, _ = _prefill(tiny_llama, ids[b:b + 1, :length])
             alone = press.centre_attention(mod, alone_kw["hidden_states"], alone_keys, alone_kw)
             torch.testing.assert_close(alpha[b, :, :length], alone[0], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("centre, gqa", [("observed", "pool"), ("tempered", "pool"), ("ea", "mean")])
+def test_under_right_padding_a_row_scores_as_if_prefilled_alone(tiny_llama, centre, gqa):
+    """A padded row's query statistics are those of its real tokens alone, and its scores on the real slots are the
+    scores of the row prefilled alone (the centre puts no mass on pads, so they weigh nothing in A): pads score 0."""
+    n, lengths = 40, (27, 40)
+    ids, mask2d, module, kw, keys, values = _padded_prefill(tiny_llama, lengths, n)
+    press = JacapPress(0.5, centre=centre, gqa=gqa, n_sink=3, window=5, noise=0.2)
+    with torch.no_grad():
+        mu, lam = press.query_statistics(module, kw["hidden_states"], keys, kw)
         scores = press.score(module, kw["hidden_states"], keys, values, None, kw)
-    assert torch.isfinite(scores).all()
+        for b, length in enumerate(lengths):
+            mod, alone_kw, alone_keys, alone_values = _prefill(tiny_llama, ids[b:b + 1, :length])
+            hs = alone_kw["hidden_states"]
+            amu, alam = press.query_statistics(mod, hs, alone_keys, alone_kw)
+            torch.testing.assert_close(mu[b], amu[0], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(lam[b], alam[0], rtol=1e-5, atol=1e-6)
+            alone = press.score(mod, hs, alone_keys, alone_values, None, alone_kw)[0]
+            free = alone < torch.finfo(alone.dtype).max  # the row's own protection differs (budget of N slots)
+            torch.testing.assert_close(scores[b, :, :length][free], alone[free], rtol=1e-4, atol=1e-7)
+    assert bool((scores[0, :, lengths[0]:] == 0).all())

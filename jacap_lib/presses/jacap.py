@@ -179,9 +179,22 @@ class JacapPress(ScorerPress):
         row index: only rows at true positions ``< n_sink`` are skipped, and the RoPE average starts
         at the true next position. Under ``DecodingPress`` the rows are the buffered decoding steps,
         under ``ChunkPress`` the chunk. With fewer usable rows than asked for (even one), the
-        statistics use the rows there are (``lam`` is then floored at ``eps``).
+        statistics use the rows there are (``lam`` is then floored at ``eps``). Under padding (an
+        ``attention_mask`` in the hook's kwargs, :func:`~jacap_lib.presses.utils.real_rows`) each batch row uses its
+        own real rows only, and its RoPE average starts after its last real position.
         """
         query_pos, _, next_pos = utils.hook_positions(hidden_states, keys, kwargs)
+        rows = utils.real_rows(hidden_states, keys, kwargs)
+        if rows is None:
+            return self._moments(module, hidden_states, query_pos, next_pos, keys.shape[1])
+        # padding: each batch row's statistics from its own real rows, as if it had been prefilled alone
+        per_row = [self._moments(module, hidden_states[b: b + 1, r], query_pos[r.to(query_pos.device)],
+                                 int(query_pos[r.to(query_pos.device)].max()) + 1, keys.shape[1])
+                   for b, r in enumerate(rows)]
+        return tuple(torch.cat(x) for x in zip(*per_row))
+
+    def _moments(self, module, hidden_states, query_pos, next_pos, n_kv_heads):
+        """:meth:`query_statistics` of hidden-state rows at ``query_pos``, the first future position ``next_pos``."""
         q = utils.future_query_states(
             module, hidden_states, n_queries=self.n_queries, skip=self.n_sink, n_future_positions=self.n_future_positions,
             positions=query_pos, next_position=next_pos,
@@ -191,7 +204,7 @@ class JacapPress(ScorerPress):
         else:
             w = ema_weights(q.shape[-2], self.beta, device=q.device).unsqueeze(-1)
             mu, m = (w * q).sum(-2), (w * q.square()).sum(-2)
-        group = mu.shape[1] // keys.shape[1] if self.gqa == "pool" else 1
+        group = mu.shape[1] // n_kv_heads if self.gqa == "pool" else 1
         return moment_stats(mu, m, self.eps, group=group)
 
     def centre_attention(self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor,
@@ -206,11 +219,13 @@ class JacapPress(ScorerPress):
                                         skip=self.n_sink, beta=self.beta, pooled=self.gqa == "pool")
 
     # ---- step 2: Algorithm 1 ---------------------------------------------------------------
-    def components(self, keys, values, mu, lam, module: nn.Module, alpha: torch.Tensor | None = None) -> JacapScores:
+    def components(self, keys, values, mu, lam, module: nn.Module, alpha: torch.Tensor | None = None,
+                   key_mask: torch.Tensor | None = None) -> JacapScores:
         """All per-token quantities of Algorithm 1, ``(B, H_kv, N)`` each (group-averaged for ``"mean"``).
 
         ``alpha``: a given centre (:meth:`centre_attention`), needed with ``centre="observed"``; ``None`` computes
-        the tempered or EA centre (:func:`jacap_lib.scoring.core.centre_attention`)."""
+        the tempered or EA centre (:func:`jacap_lib.scoring.core.centre_attention`). ``key_mask (B, 1, N)``: the
+        real slots under padding (:meth:`score` passes it); the centre then puts no mass on the others."""
         if self.centre == "observed" and alpha is None:
             raise ValueError("centre='observed' needs `alpha`, the observed attention (press.centre_attention(module, "
                              "hidden_states, keys, kwargs)); or build the press with centre='tempered'")
@@ -222,7 +237,7 @@ class JacapPress(ScorerPress):
         centre = self.centre if alpha is None else "tempered"  # a given alpha replaces the computed centre
         parts = validated_scores(keys, values, mu, lam, tau=float(self.tau), noise=noise,
                                  deff_target=self.deff_target(keys), out_proj=out_proj, backend=self.backend,
-                                 alpha=alpha, centre=centre, **self.scoring_rules)
+                                 alpha=alpha, centre=centre, key_mask=key_mask, **self.scoring_rules)
         if self.gqa == "mean":
             b, h, n = parts.score.shape
             parts = parts.map(lambda t: t.view(b, h // g, g, n).mean(2))
@@ -273,12 +288,22 @@ class JacapPress(ScorerPress):
         return scores.masked_fill(self.protected(hidden_states, keys, kwargs), torch.finfo(scores.dtype).max)
 
     def score(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
+        """Algorithm 1's score of every cached token, ``(B, H_kv, N)``, protected slots at the largest finite value:
+        :meth:`query_statistics`, :meth:`centre_attention`, :meth:`components` (with the real slots under
+        padding), :meth:`retention` and :meth:`protect`."""
         mu, lam = self.query_statistics(module, hidden_states, keys, kwargs)
         alpha = self.centre_attention(module, hidden_states, keys, kwargs)
-        parts = self.components(keys, values, mu, lam, module, alpha)
+        real = utils.real_tokens(kwargs, keys.shape[-2], keys.device)
+        extra = {} if real is None else {"key_mask": real[:, None, :]}
+        parts = self.components(keys, values, mu, lam, module, alpha, **extra)
+        scores = self.retention(parts)
         if self.trace is not None:
-            self.trace[module.layer_idx] = {"mu": mu, "lam": lam, "score": parts.score, "parts": parts}
-        return self.protect(parts.score, hidden_states, keys, kwargs)
+            self.trace[module.layer_idx] = {"mu": mu, "lam": lam, "score": scores, "parts": parts}
+        return self.protect(scores, hidden_states, keys, kwargs)
+
+    def retention(self, parts: JacapScores) -> torch.Tensor:
+        """The score kvpress ranks by: Algorithm 1's :math:`r_i` (``parts.score``)."""
+        return parts.score
 
     def compress(self, module, hidden_states, keys, values, attentions, kwargs):
         """kvpress's ``ScorerPress.compress`` with the kept tokens gathered in position order.

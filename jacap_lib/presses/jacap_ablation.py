@@ -113,14 +113,9 @@ class JacapAblationPress(JacapPress):
             lam = lam + self.prior_iso * lam.mean(-1, keepdim=True)
         return mu, lam
 
-    def score(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
-        mu, lam = self.query_statistics(module, hidden_states, keys, kwargs)
-        alpha = self.centre_attention(module, hidden_states, keys, kwargs)
-        parts = self.components(keys, values, mu, lam, module, alpha)
-        scores = parts.score if self.budget == "uniform" else marginal_capacity(parts.score)
-        if self.trace is not None:
-            self.trace[module.layer_idx] = {"mu": mu, "lam": lam, "score": scores, "parts": parts}
-        return self.protect(scores, hidden_states, keys, kwargs)
+    def retention(self, parts) -> torch.Tensor:
+        """``parts.score`` for ``budget="uniform"``, else its :func:`marginal_capacity` (comparable across heads)."""
+        return parts.score if self.budget == "uniform" else marginal_capacity(parts.score)
 
 
 # label -> (registry spec, what it changes relative to the default "jacap"); BASE_OF names the exceptions

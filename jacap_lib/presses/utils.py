@@ -26,6 +26,7 @@ from ..selection import n_kept, protect_within, protected_mask
 from ..stats import ema_weights
 
 __all__ = ["hook_positions", "future_query_states", "observed_attention", "protected_slots", "protection", "real_tokens",
+           "real_rows",
            "averaged_rope", "group_query_heads", "out_proj_factors", "num_kv_groups"]
 
 
@@ -178,6 +179,18 @@ def real_tokens(kwargs: dict | None, n: int, device=None) -> torch.Tensor | None
     return real.to(device) if device is not None else real
 
 
+def real_rows(hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict | None) -> torch.Tensor | None:
+    """Boolean ``(B, T)``: which of the hook's ``T`` hidden-state rows are real tokens under padding
+    (:func:`real_tokens` of the cache slots the rows are: the slots themselves in a prefill or a chunk, else the last
+    ``T`` slots); ``None`` without padding or when the rows are not slots of the scored cache."""
+    n, t = keys.shape[-2], hidden_states.shape[1]
+    real = real_tokens(kwargs, n, keys.device)
+    if real is None or t > n:
+        return None
+    _, key_pos, _ = hook_positions(hidden_states, keys, kwargs or {})
+    return real[:, n - t:] if key_pos is None else real
+
+
 def protected_slots(n: int, n_sink: int = 0, window: int = 0, *, key_positions: torch.Tensor | None = None,
                     next_position: int | None = None, real: torch.Tensor | None = None, device=None) -> torch.Tensor:
     """Boolean ``(n,)`` mask of the sink and recent-window tokens among ``n`` scored slots (``(B, n)`` with ``real``).
@@ -271,18 +284,15 @@ def observed_attention(module: nn.Module, hidden_states: torch.Tensor, keys: tor
     query_pos, key_pos, next_pos = hook_positions(hidden_states, keys, kwargs)
     t_all = hidden_states.shape[1]
     b, h_kv, n, d = keys.shape
-    real = real_tokens(kwargs, n, keys.device)
-    real_rows = None
-    if real is not None and t_all <= n:  # the hook's rows are the last t_all slots (or the slots themselves)
-        real_rows = real[:, n - t_all:] if key_pos is None else real
-    if real_rows is None:
+    real, rows_real = real_tokens(kwargs, n, keys.device), real_rows(hidden_states, keys, kwargs)
+    if rows_real is None:
         eligible = query_pos >= skip
         if not bool(eligible.any()):
             eligible = torch.ones_like(eligible)
         rows, weights = _row_weights(eligible, n_queries, beta, keys.device)
     else:  # per batch row: its own real rows; weights (B, R) over the union of the rows any batch row uses
         per = []
-        for r in real_rows:
+        for r in rows_real:
             eligible = (query_pos.to(r.device) >= skip) & r
             per.append(_row_weights(eligible if bool(eligible.any()) else r, n_queries, beta, keys.device))
         rows = torch.unique(torch.cat([p[0] for p in per]))
@@ -305,7 +315,7 @@ def observed_attention(module: nn.Module, hidden_states: torch.Tensor, keys: tor
         q = apply_rope(module, get_prerope_query_states(module, hidden_states[:, r]), cos, sin).float()
         logits = (q @ k.transpose(-1, -2)) * scale  # (B, H_q, R, N)
         logits = logits.masked_fill(slot_pos[None, :] > pos[:, None], float("-inf"))
-        if real_rows is None:
+        if rows_real is None:
             attn = torch.softmax(logits, dim=-1)
             out += torch.einsum("bhrn,r->bhn", attn, weights[s: s + block])
         else:  # pad keys get no attention; rows a batch row does not use have weight 0 there

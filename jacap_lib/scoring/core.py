@@ -190,7 +190,8 @@ def jacap_scores(
 
 
 def validated_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out_proj=None, backend="auto",
-                     alpha=None, centre="tempered", sensitivity="rho2", kappa_rule="on", leverage_rule="A"):
+                     alpha=None, centre="tempered", sensitivity="rho2", kappa_rule="on", leverage_rule="A",
+                     key_mask=None):
     """:func:`jacap_scores` for ``tau``, ``noise`` and ``backend`` already validated where they entered (the
     press, the decode-time controller, :func:`jacap_scores`; :mod:`jacap_lib.config`): checks the tensors only.
 
@@ -200,8 +201,10 @@ def validated_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out
     ``sensitivity``, ``kappa_rule``: the weight's factors (:func:`sensitivity_weight`, Algorithm 1's ``"rho2"``,
     ``"on"`` by default); ``leverage_rule``: ``"A"`` :math:`u_i^\\top A^{-1}u_i` (Algorithm 1) or ``"identity"``
     :math:`\\lVert u_i\\rVert^2` (:math:`A := I`; with ``noise="deff"`` the rule still reads the Gram of the weights
-    used). Anything but Algorithm 1's tempered centre and factors is scored on the torch path (``backend="auto"``;
-    ``"triton"`` computes Algorithm 1 with the tempered centre in its kernels and refuses the rest)."""
+    used). ``key_mask``: boolean, broadcasting against ``(..., N)``, the slots that hold real tokens (padding):
+    the centre puts no mass on the others (their weight, hence their score, is 0). Anything but Algorithm 1's
+    tempered centre and factors on every slot is scored on the torch path (``backend="auto"``; ``"triton"`` computes
+    Algorithm 1 with the tempered centre in its kernels and refuses the rest)."""
     validate_inputs(keys, values, mu, lam, out_proj)
     check_deff_target(noise, deff_target)
     if centre not in CENTRES:
@@ -214,9 +217,10 @@ def validated_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out
         raise ValueError(f"alpha must have one entry per cached token, shape (..., {keys.shape[-2]}); got "
                          f"{tuple(alpha.shape)}")
     swapped = (centre, sensitivity, kappa_rule, leverage_rule) != ("tempered", "rho2", "on", "A")
-    if alpha is not None or swapped:
+    if alpha is not None or swapped or key_mask is not None:
         if backend == "triton":
-            what = "a given `alpha` (the observed centre)" if alpha is not None else "a swapped component"
+            what = ("a given `alpha` (the observed centre)" if alpha is not None else "a swapped component"
+                    if swapped else "a `key_mask` (padding)")
             raise ValueError(f"backend='triton' computes Algorithm 1 with the tempered centre inside its kernels and "
                              f"cannot take {what}; use backend='auto' or 'torch', or centre='tempered'")
         backend = "torch"
@@ -231,11 +235,11 @@ def validated_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out
     with torch.no_grad():  # scores decide a selection: no autograd graph over the cache (the passes refuse one anyway)
         return _torch_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, deff_target=deff_target,
                                    out_proj=out_proj, alpha=alpha, centre=centre, sensitivity=sensitivity,
-                                   kappa_rule=kappa_rule, leverage_rule=leverage_rule)
+                                   kappa_rule=kappa_rule, leverage_rule=leverage_rule, key_mask=key_mask)
 
 
 def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out_proj=None, alpha=None,
-                        centre="tempered", sensitivity="rho2", kappa_rule="on", leverage_rule="A"):
+                        centre="tempered", sensitivity="rho2", kappa_rule="on", leverage_rule="A", key_mask=None):
     """The torch path: K read once, V twice, in cache-sized blocks of rows (:mod:`.factor`), float32
     accumulation (float64 for float64 inputs), no copy of the cache and no ``(N, d)`` temporary."""
     cdt = compute_dtype(keys.dtype)
@@ -246,10 +250,13 @@ def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, 
     mu3 = torch.broadcast_to(mu, lead + (d,)).reshape(G, d, 1).to(cdt)
     lam3 = torch.broadcast_to(lam, lead + (d,)).reshape(G, d, 1).to(cdt)
     logits, kappa = token_pass(k3, mu3, lam3, cdt, block_rows(G, d, N, keys.device))
+    real = None if key_mask is None else torch.broadcast_to(key_mask.to(keys.device), lead + (N,)).reshape(G, N)
     if alpha is None:
-        alpha = centre_attention(logits, d, centre=centre, tau=tau, kappa=kappa)
+        alpha = centre_attention(logits if real is None else logits.masked_fill(~real, float("-inf")), d,
+                                 centre=centre, tau=tau, kappa=kappa)
     else:  # a given centre (the observed attention), broadcast over the leading dims like mu
         alpha = torch.broadcast_to(alpha.to(device=keys.device, dtype=cdt), lead + (N,)).reshape(G, N)
+        alpha = alpha if real is None else alpha.masked_fill(~real, 0.0)
     rho, kappa, weight = sensitivity_weight(alpha, kappa, d, sensitivity=sensitivity, kappa_mode=kappa_rule)
     if not bool(torch.isfinite(weight).all()):
         diagnose_nonfinite(keys=keys)
