@@ -234,7 +234,7 @@ class JacapPress(ScorerPress):
             g = mu.shape[1] // keys.shape[1]
             keys, values = repeat_kv(keys, g), repeat_kv(values, g)
         noise = self.noise if isinstance(self.noise, str) else float(self.noise)  # checked in __post_init__
-        centre = self.centre if alpha is None else "tempered"  # a given alpha replaces the computed centre
+        centre = self.centre if alpha is None else "tempered"  # a given alpha replaces the computed one (unused)
         parts = validated_scores(keys, values, mu, lam, tau=float(self.tau), noise=noise,
                                  deff_target=self.deff_target(keys), out_proj=out_proj, backend=self.backend,
                                  alpha=alpha, centre=centre, key_mask=key_mask, **self.scoring_rules)
@@ -331,7 +331,8 @@ class TemperedCentrePress(JacapPress):
     """Base of the variants built on Algorithm 1's tempered centre (two-stage, rank-one, multi-centre, hybrid; the
     anatomy's observed-window instrument, :class:`jacap_lib.measure.instruments.JacapObservedPress`, replaces it):
     ``centre="tempered"`` is their default and their only centre, since JacapPress's observed centre (its default)
-    would bypass what they change."""
+    would bypass what they change. Under padding they protect real tokens (the one rule, :meth:`protected`) but,
+    except the observed-window instrument, score every slot, pads included."""
 
     centre: str = "tempered"
     centres: ClassVar[tuple] = ("tempered",)
