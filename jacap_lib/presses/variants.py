@@ -23,7 +23,7 @@ from .jacap_two_stage import JacapTwoStagePress
 
 
 def jacap_ema(compression_ratio, beta=0.99, **opts):
-    """Jacap with EMA query statistics over the prompt (beta=0.99 by default) instead of the flat mean"""
+    """Jacap with a slower EMA of the query statistics over the prompt (beta=0.99 by default; JacapPress's is 0.9)"""
     return JacapPress(compression_ratio, beta=beta, **opts)
 
 
