@@ -57,6 +57,29 @@ def bundled():
     return load_model(device="cpu")
 
 
+def eager_layer(n, seed):
+    """A random one-layer eager Llama (4 query heads, 2 KV heads, head_dim 16, seed 0) run on ``n`` random tokens
+    (seed ``seed``): ``(module, hidden_states, keys, values, attn)``: its attention module (rotary embedding
+    attached), the hidden states the module was handed, the cache's keys and values and the attention weights the
+    model reports, ``attn (1, H_q, n, n)`` float64."""
+    from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      attn_implementation="eager")
+    model = LlamaForCausalLM(cfg).eval()
+    module = model.model.layers[0].self_attn
+    module.rotary_emb = model.model.rotary_emb
+    seen = {}
+    module.register_forward_pre_hook(lambda m, a, kw: seen.update(hs=kw["hidden_states"]), with_kwargs=True)
+    ids = torch.randint(0, 50, (1, n), generator=torch.Generator().manual_seed(seed))
+    cache = DynamicCache()
+    with torch.no_grad():
+        out = model.model(input_ids=ids, past_key_values=cache, output_attentions=True)
+    return module, seen["hs"], cache.layers[0].keys, cache.layers[0].values, out.attentions[0].double()
+
+
 def random_head(seed=0, n=24, d=8, dtype=torch.float64):
     """Keys (n, d), values (n, d), a query centre (d,) and a positive query variance (d,) from ``seed``."""
     g = torch.Generator().manual_seed(seed)

@@ -1,5 +1,6 @@
-"""One-knob ablations of Algorithm 1 (jacap_lib.presses.jacap_ablation): the default is Jacap bit for bit, every
-knob against an independent float64 computation, every ONE_KNOB spec changes exactly one option and runs."""
+"""One-knob ablations of Algorithm 1 (jacap_lib.presses.jacap_ablation): the default is Jacap bit for bit (the
+registry builds a JacapPress where no ablation field is set), every knob against an independent float64
+computation, every ONE_KNOB spec changes exactly one option and runs."""
 import math
 
 import pytest
@@ -7,16 +8,17 @@ import torch
 
 pytest.importorskip("kvpress")
 from kvpress.utils import compute_n_kept  # noqa: E402
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import DynamicCache  # noqa: E402
 
 from jacap_lib import jacap_scores, theory  # noqa: E402
 from jacap_lib.hf import clear_masks  # noqa: E402
 from jacap_lib.measure.kvpress_grid import tiny_model  # noqa: E402
-from jacap_lib.presses.jacap_ablation import (ONE_KNOB, JacapAblationPress, ablation_components,  # noqa: E402
-                                              base_spec, marginal_capacity, observed_attention)
+from jacap_lib.presses.jacap import JacapPress  # noqa: E402
+from jacap_lib.presses.jacap_ablation import ONE_KNOB, JacapAblationPress, base_spec, marginal_capacity  # noqa: E402
+from jacap_lib.presses.utils import observed_attention  # noqa: E402
 from jacap_lib.presses.registry import build_press, changed_options, press_from_spec  # noqa: E402
 from jacap_lib.results import protocol as P  # noqa: E402
-from conftest import random_head as _head  # noqa: E402
+from conftest import eager_layer, random_head as _head  # noqa: E402
 
 N, D = 24, 8  # the token count and head dimension of conftest.random_head (_head here)
 
@@ -44,19 +46,20 @@ def _press_scores(press, k, v, mu, lam):
 
 
 # ----------------------------------------------------------------------------- the default is Jacap
-def test_generic_path_at_the_defaults_is_algorithm1():
-    """The dense ablation path with every component at Algorithm 1's choice reproduces jacap_scores (and the
-    theory module's explicit solve) in float32 and float64: the knobs below change only their component."""
+def test_ablation_press_at_its_defaults_is_algorithm1():
+    """JacapAblationPress with every ablation field at Algorithm 1's choice scores as jacap_scores and as the theory
+    module's explicit solve, in float32 and float64: the knobs below change only their component."""
     for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 1e-5)):
         k, v, mu, lam = _head(1, dtype=dtype)
-        got = ablation_components(k, v, mu, lam, tau=3.0, noise=0.5)
+        got = _press_scores(JacapAblationPress(0.5, centre="tempered", noise=0.5), k, v, mu, lam)
         ref = jacap_scores(k, v, mu, lam, tau=3.0, noise=0.5)
         for f in ("alpha", "rho", "kappa", "weight", "leverage", "score"):
-            torch.testing.assert_close(getattr(got, f), getattr(ref, f), rtol=tol, atol=1e-12)
+            torch.testing.assert_close(getattr(got, f)[0, 0], getattr(ref, f), rtol=tol, atol=1e-12)
     k, v, mu, lam = _head(1)
     th = theory.algorithm1_scores(k, v.T, mu, lam, tau=3.0, noise=0.5)
-    torch.testing.assert_close(ablation_components(k, v, mu, lam, tau=3.0, noise=0.5).score.double(), th["score"],
-                               rtol=1e-6, atol=1e-12)
+    got = _press_scores(JacapAblationPress(0.5, centre="tempered", noise=0.5), k.float(), v.float(), mu.float(),
+                        lam.float())
+    torch.testing.assert_close(got.score[0, 0].double(), th["score"], rtol=1e-5, atol=1e-10)
 
 
 def _cache(seed, n=40):
@@ -68,9 +71,9 @@ def _cache(seed, n=40):
 @pytest.mark.parametrize("opts", [{}, {"gqa": "mean"}, {"beta": None, "n_queries": 16}, {"noise": "deff"}])
 def test_no_option_is_jacap_bit_for_bit(attn_module, opts):
     hs, keys, values = _cache(2)
-    a = build_press("jacap_ablate", 0.6, window=8, **opts)
+    a = JacapAblationPress(0.6, window=8, **opts)
     b = build_press("jacap", 0.6, window=8, **opts)
-    assert type(a) is JacapAblationPress
+    assert type(build_press("jacap_ablate", 0.6, window=8, **opts)) is JacapPress  # no ablation field: JacapPress
     with torch.no_grad():
         sa = a.score(attn_module, hs, keys, values, None, {})
         sb = b.score(attn_module, hs, keys, values, None, {})
@@ -100,9 +103,10 @@ def test_centre_ea_is_the_log_normal_expectation(noise):
     d = k.shape[-1]
     alpha = torch.softmax(k @ mu / math.sqrt(d) + torch.diag(k @ torch.diag(lam) @ k.T) / (2 * d), -1)
     expected, _ = _brute(k, v, mu, lam, alpha=alpha, noise=noise)
-    got = _press_scores(JacapAblationPress(0.5, centre="ea", noise=noise, tau=7.0), k, v, mu, lam)  # tau unused
-    torch.testing.assert_close(got.alpha[0, 0].double(), alpha, rtol=1e-6, atol=1e-12)
-    torch.testing.assert_close(got.score[0, 0].double(), expected, rtol=1e-5, atol=1e-12)
+    for press in (JacapPress(0.5, centre="ea", noise=noise, tau=7.0), JacapAblationPress(0.5, centre="ea", noise=noise)):
+        got = _press_scores(press, k, v, mu, lam)  # tau unused
+        torch.testing.assert_close(got.alpha[0, 0].double(), alpha, rtol=1e-6, atol=1e-12)
+        torch.testing.assert_close(got.score[0, 0].double(), expected, rtol=1e-5, atol=1e-12)
 
 
 @pytest.mark.parametrize("sens", ["rho", "alpha"])
@@ -208,21 +212,8 @@ def test_centre_observed_is_the_models_own_attention(n):
     """observed_attention against the attention weights of an eager forward of the layer (transformers'
     output_attentions): rows at positions >= n_sink, EMA-weighted, pooled over the G query heads. At n = 250 the
     EMA's oldest rows (weight < 1e-9 of the newest) are skipped; the brute force keeps them."""
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=50, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      attn_implementation="eager")
-    model = LlamaForCausalLM(cfg).eval()
-    module = model.model.layers[0].self_attn
-    module.rotary_emb = model.model.rotary_emb
-    seen = {}
-    module.register_forward_pre_hook(lambda m, a, kw: seen.update(hs=kw["hidden_states"]), with_kwargs=True)
-    ids = torch.randint(0, 50, (1, n), generator=torch.Generator().manual_seed(12))
-    cache = DynamicCache()
-    with torch.no_grad():
-        out = model.model(input_ids=ids, past_key_values=cache, output_attentions=True)
-    attn = out.attentions[0].double()  # (1, H_q, n, n)
-    keys = cache.layers[0].keys
+    module, hs, keys, values, attn = eager_layer(n, seed=12)  # attn: (1, H_q, n, n)
+    seen = {"hs": hs}
     for beta, n_queries in ((0.9, None), (None, 10)):
         rows = torch.arange(4, n)[-n_queries:] if n_queries else torch.arange(4, n)
         if beta is None:
@@ -241,10 +232,10 @@ def test_centre_observed_is_the_models_own_attention(n):
     with torch.no_grad():
         mu, lam = press.query_statistics(module, seen["hs"], keys, {})
         alpha = press.centre_attention(module, seen["hs"], keys, {})
-        parts = press.components(keys, cache.layers[0].values, mu, lam, module, alpha)
+        parts = press.components(keys, values, mu, lam, module, alpha)
     torch.testing.assert_close(parts.alpha, alpha)
     for h in range(2):
-        exp, _ = _brute(keys[0, h].double(), cache.layers[0].values[0, h].double(), mu[0, h].double(),
+        exp, _ = _brute(keys[0, h].double(), values[0, h].double(), mu[0, h].double(),
                         lam[0, h].double(), alpha=alpha[0, h].double())
         torch.testing.assert_close(parts.score[0, h].double(), exp, rtol=1e-4, atol=1e-10)
 

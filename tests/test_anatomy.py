@@ -1,5 +1,5 @@
 """The anatomy of the losing cells (jacap_lib.results.anatomy, jacap_lib.measure.anatomy, jacap_lib.viz.anatomy,
-jacap_lib.presses.protected): every statistic against a hand computation on hand-built inputs, and the job's
+jacap_lib.measure.instruments): every statistic against a hand computation on hand-built inputs, and the job's
 bad calls refused before any work."""
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ def test_token_categories_and_counts():
 def test_protected_press_keeps_the_score_and_forces_sinks_and_window():
     from kvpress import KnormPress
 
-    from jacap_lib.presses.protected import ProtectedPress
+    from jacap_lib.measure.instruments import ProtectedPress
 
     torch.manual_seed(0)
     keys = torch.randn(1, 2, 20, 8)
@@ -264,7 +264,7 @@ def test_kept_positions_read_back_from_the_cache_are_the_presses_top_k(tiny_llam
     from kvpress import KnormPress
 
     from jacap_lib.measure.quality import capture_prefill
-    from jacap_lib.presses.protected import ProtectedPress
+    from jacap_lib.measure.instruments import ProtectedPress
 
     torch.manual_seed(1)
     ids = torch.randint(0, 96, (1, 48))
@@ -288,7 +288,7 @@ def test_observed_centre_is_the_models_own_attention_of_the_last_queries(tiny_ll
 
     from jacap_lib.hf import decoder_layers_of
     from jacap_lib.measure.quality import capture_prefill
-    from jacap_lib.presses.jacap_observed import JacapObservedPress
+    from jacap_lib.measure.instruments import JacapObservedPress
 
     torch.manual_seed(2)
     ids = torch.randint(0, 96, (1, 40))
@@ -443,7 +443,7 @@ def test_given_statistics_press_scores_as_jacap_with_those_statistics(tiny_llama
     from jacap_lib.hf import decoder_layers_of
     from jacap_lib.measure.quality import capture_prefill
     from jacap_lib.presses.jacap import JacapPress
-    from jacap_lib.presses.jacap_given_stats import JacapGivenStatisticsPress
+    from jacap_lib.measure.instruments import JacapGivenStatisticsPress
 
     torch.manual_seed(4)
     ids = torch.randint(0, 96, (1, 40))
@@ -469,7 +469,7 @@ def test_given_statistics_press_scores_as_jacap_with_those_statistics(tiny_llama
 
 
 def test_document_kl_hands_the_oracle_press_the_documents_continuation_statistics(tiny_llama, monkeypatch):
-    from jacap_lib.presses.jacap_given_stats import JacapGivenStatisticsPress
+    from jacap_lib.measure.instruments import JacapGivenStatisticsPress
 
     seen = []
     real = M.future_statistics
@@ -528,7 +528,7 @@ def test_a_stopped_run_resumes_the_documents_of_its_partial_file_with_the_same_t
 def test_a_press_field_holding_data_is_recorded_by_what_it_holds():
     import json
 
-    from jacap_lib.presses.jacap_given_stats import JacapGivenStatisticsPress
+    from jacap_lib.measure.instruments import JacapGivenStatisticsPress
     from jacap_lib.presses.registry import method_options
 
     press = JacapGivenStatisticsPress(compression_ratio=0.5, statistics={0: (torch.zeros(2, 4), torch.ones(2, 4))})

@@ -277,10 +277,9 @@ def test_every_entry_takes_inputs_that_require_grad(entry):
 
 
 def test_a_given_centre_replaces_the_tempered_softmax():
-    """``alpha=`` (the observed centre): the blocked torch path equals the dense one-knob implementation
-    (:func:`jacap_lib.presses.jacap_ablation.ablation_components`) and a hand computation of the weight; ``tau`` is
-    then unused; the Triton backend (which computes the tempered centre in its kernels) and a wrong shape are refused."""
-    from jacap_lib.presses.jacap_ablation import ablation_components
+    """``alpha=`` (the observed centre): the blocked torch path equals a dense float64 Algorithm 1 from that centre
+    (explicit solve) and a hand computation of the weight; ``tau`` is then unused; the Triton backend (which computes
+    the tempered centre in its kernels) and a wrong shape are refused."""
     from jacap_lib.scoring.core import validated_scores
 
     g = torch.Generator().manual_seed(11)
@@ -289,10 +288,12 @@ def test_a_given_centre_replaces_the_tempered_softmax():
     alpha = torch.softmax(torch.randn(2, 3, 40, generator=g), -1)
     got = validated_scores(k, v, mu, lam, tau=3.0, noise=0.5, alpha=alpha)
     other_tau = validated_scores(k, v, mu, lam, tau=50.0, noise=0.5, alpha=alpha)
-    ref = ablation_components(k.double(), v.double(), mu.double(), lam.double(), tau=3.0, noise=0.5,
-                              centre="observed", alpha=alpha.double())
+    a64, k64, v64 = alpha.double(), k.double(), v.double()
+    w64 = (a64 * (1 - a64)).square() * (k64.square() * lam.double().unsqueeze(-2)).sum(-1) / 16
+    A = torch.eye(16, dtype=torch.float64) + (v64.transpose(-1, -2) * (w64 / 0.5).unsqueeze(-2)) @ v64
+    ref = w64 / 0.5 * (v64 * torch.linalg.solve(A, v64.transpose(-1, -2)).transpose(-1, -2)).sum(-1)
     torch.testing.assert_close(got.alpha, alpha)
-    torch.testing.assert_close(got.score.double(), ref.score.double(), rtol=1e-4, atol=1e-10)
+    torch.testing.assert_close(got.score.double(), ref, rtol=1e-4, atol=1e-10)
     assert torch.equal(got.score, other_tau.score)
     rho = alpha * (1 - alpha)
     kappa = (k.square() * lam.unsqueeze(-2)).sum(-1)
@@ -309,5 +310,7 @@ def test_the_press_refuses_triton_with_the_observed_centre():
     with pytest.raises(ValueError, match="backend='triton'"):
         JacapPress(0.5, backend="triton")
     assert JacapPress(0.5, backend="triton", centre="tempered").backend == "triton"
+    with pytest.raises(ValueError, match="backend='triton'"):
+        JacapPress(0.5, backend="triton", centre="ea")  # Expected Attention's centre: the torch path too
     with pytest.raises(ValueError, match="centre"):
-        JacapPress(0.5, centre="ea")  # Expected Attention's centre is an ablation (jacap_ablate), not a press option
+        JacapPress(0.5, centre="median")

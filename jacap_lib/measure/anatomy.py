@@ -13,7 +13,7 @@ On one document at one prompt length and compression ratio, one uncompressed pre
   their own — the speaker lines of a play — markup and punctuation, words);
 * :func:`future_statistics` — the mean and variance of the queries that come *after* the prompt (the continuation
   whose KL is scored), per layer and KV head: the oracle statistics a
-  :class:`~jacap_lib.presses.jacap_given_stats.JacapGivenStatisticsPress` is handed in :func:`document_kl`;
+  :class:`~jacap_lib.measure.instruments.JacapGivenStatisticsPress` is handed in :func:`document_kl`;
 * :func:`measure_document` — all of it for a pair of presses, plus the next-token KL of every press given
   (:func:`jacap_lib.measure.quality.next_token_kl` on the same capture and full reference).
 
@@ -28,7 +28,7 @@ from collections import Counter
 
 import torch
 
-from ..presses.jacap_given_stats import JacapGivenStatisticsPress
+from .instruments import JacapGivenStatisticsPress
 
 __all__ = ["DISTANCE_EDGES", "CATEGORIES", "kept_positions", "kept_mask", "jaccard_per_layer", "exclusive_histogram",
            "token_categories", "category_counts", "top_tokens", "future_statistics", "document_kl", "measure_document"]
@@ -185,7 +185,7 @@ def document_kl(model, tokenizer, text: str, *, length: int, continuation: int, 
                 name: str = "text", capture=None) -> dict:
     """``{label: {kl, top1_agreement, attn_rel_error, kept_tokens}}`` of every press on one document (one
     captured prefill and full reference shared by all; ``capture``: ``(capture, reference, prompt, continuation)``
-    already made). A :class:`~jacap_lib.presses.jacap_given_stats.JacapGivenStatisticsPress` is first handed this
+    already made). A :class:`~jacap_lib.measure.instruments.JacapGivenStatisticsPress` is first handed this
     document's :func:`future_statistics` (the oracle)."""
     from .quality import capture_prefill, full_reference, next_token_kl, prompt_and_continuation
 

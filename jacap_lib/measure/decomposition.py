@@ -37,6 +37,7 @@ from .. import theory as T
 from ..config import DEFAULTS
 from ..hf import HeadCapture, capture_heads, head_tensors, reduce_out_proj  # noqa: F401 (re-exported)
 from ..scoring import jacap_scores, rank_one_corrected_scores  # noqa: F401 (re-exported)
+from ..scoring import tempered_centre
 
 __all__ = [
     "HeadCapture",
@@ -150,7 +151,7 @@ def diagonal_capacity(K, U, mu, lam, *, tau: float = 1.0, noise: float = 1.0, al
     T._check_KU(K, U, mu)
     d = K.shape[-1]
     if alpha is None:
-        alpha = torch.softmax((K @ mu.unsqueeze(-1)).squeeze(-1) / (tau * math.sqrt(d)), dim=-1)
+        alpha = tempered_centre(K, mu, tau)
     Lam = T._as_cov(lam, d).to(K.dtype)
     kappa = torch.einsum("...id,...de,...ie->...i", K, Lam, K)
     w = (alpha * (1 - alpha)).square() * kappa / d
@@ -163,7 +164,7 @@ def rank_one_capacity(K, U, mu, lam, *, noise: float = 1.0) -> torch.Tensor:
     :math:`\tfrac12\log\det(I+\sigma^{-2}\tfrac1d\sum_i\kappa_i\alpha_i^2(u_i-\bar u)(u_i-\bar u)^\top)`."""
     T._check_KU(K, U, mu)
     d = K.shape[-1]
-    alpha = torch.softmax((K @ mu.unsqueeze(-1)).squeeze(-1) / math.sqrt(d), dim=-1)
+    alpha = tempered_centre(K, mu, 1.0)
     kappa = torch.einsum("...id,...de,...ie->...i", K, T._as_cov(lam, d).to(K.dtype), K)
     ubar = (U @ alpha.unsqueeze(-1))
     Uc = U - ubar
@@ -195,7 +196,7 @@ def diagonal_capacities(K, U, mu, lam, *, budget: int, n_subsets: int = 64, tau:
     g = generator or torch.Generator().manual_seed(0)
     idx = torch.stack([torch.randperm(n, generator=g)[:budget].sort().values for _ in range(n_subsets)])
     Ks, Us = K[idx], U[:, idx].permute(1, 0, 2)
-    pool_alpha = torch.softmax(K @ mu / (tau * math.sqrt(d)), dim=-1)
+    pool_alpha = tempered_centre(K, mu, tau)
     full = T.jacobian_capacity(Ks, Us, mu, lam, noise)
     out = dict(
         full=full,

@@ -11,7 +11,9 @@ and kvpress keeps the top ``(1 - compression_ratio) N`` tokens by :math:`r_i`
 (sink and recent-window tokens always). The centre :math:`\bar\alpha` at which the attention is linearised is,
 by default, the attention the prompt's recent queries actually paid (``centre="observed"``); Algorithm 1 as
 published takes the tempered softmax
-:math:`\bar\alpha_i = \mathrm{softmax}_i(k_i^\top\mu_Q/(\tau\sqrt d))` (``centre="tempered"``).
+:math:`\bar\alpha_i = \mathrm{softmax}_i(k_i^\top\mu_Q/(\tau\sqrt d))` (``centre="tempered"``); Expected
+Attention's log-normal expectation is the third (``centre="ea"``). Each centre is computed in one place
+(:func:`jacap_lib.scoring.core.centre_attention`, :func:`jacap_lib.presses.utils.observed_attention`).
 """
 from __future__ import annotations
 
@@ -28,14 +30,14 @@ from .. import _checks, config
 from ..config import DEFAULTS
 from ..scoring import JacapScores
 from ..scoring.core import validated_scores
-from ..selection import fit_protection, n_kept, protect_within
+from ..selection import fit_protection, n_kept
 from ..stats import ema_weights, moment_stats
 from . import utils
 
 __all__ = ["JacapPress", "TemperedCentrePress", "CENTRES"]
 
-#: the centres the press linearises at (the ablation press adds Expected Attention's, "ea")
-CENTRES = ("observed", "tempered")
+#: the centres the press linearises at: the observed attention, Algorithm 1's tempered softmax, Expected Attention's
+CENTRES = ("observed", "tempered", "ea")
 
 # the press's fields that are Jacap's shared parameters (defaults and rules: jacap_lib.config)
 _SHARED = ("tau", "noise", "deff_frac", "n_sink", "window", "n_queries", "beta", "gqa", "eps", "backend")
@@ -50,19 +52,24 @@ class JacapPress(ScorerPress):
     compression_ratio : float, default=0.0
         Fraction of the prompt's KV pairs to remove (kvpress convention; keeps
         :func:`jacap_lib.selection.n_kept` ``(N, compression_ratio)`` tokens per layer and KV head, kvpress's rule).
-    centre : {"observed", "tempered"}, default="observed"
+    centre : {"observed", "tempered", "ea"}, default="observed"
         Where the attention is linearised. ``"observed"``: :math:`\bar\alpha` is the attention the prompt's recent
         queries actually computed (each at its own RoPE position, causal, averaged with the weights of
-        :math:`\mu_Q`: :func:`jacap_lib.presses.utils.observed_attention`); no temperature enters, ``tau`` is unused.
+        :math:`\mu_Q`: :func:`jacap_lib.presses.utils.observed_attention`; under padding, real tokens only); no
+        temperature enters, ``tau`` is unused.
         ``"tempered"``: Algorithm 1 as published, :math:`\bar\alpha = \mathrm{softmax}(K\mu_Q/(\tau\sqrt d))`.
+        ``"ea"``: Expected Attention's log-normal expectation
+        :math:`\bar\alpha = \mathrm{softmax}(K\mu_Q/\sqrt d + \mathrm{diag}(K\Lambda_Q K^\top)/(2d))` (no
+        :math:`\tau`; the registry's ``jacap_ea`` pairs it with that method's query statistics).
         Why ``"observed"`` (with ``window=16``) is the default: among the Jacap settings of the evaluation protocol,
         chosen on tune documents only by one rule, it scored best (``jacap_obs[window=16]``,
         ``data/results/eval/choices.json``), and on the held-out test documents it beat the tempered centre with
         its own tuned ``tau=3, beta=0.9`` (window 32) in every (prompt length, ratio) cell; once the protection
         knobs were tuned too (the tempered centre then chose a 128-token window), it is better in 8 of 12 cells and
-        worse in none (``test.jsonl``; the book's critique chapter prints the verdicts). The capacity objective and the score are Algorithm 1's; only the
-        point of the linearisation moves. The observed centre is scored on the torch path (``backend="triton"``
-        computes the tempered centre in its kernels and is refused with it).
+        worse in none (``test.jsonl``; the book's critique chapter prints the verdicts). The capacity objective and
+        the score are Algorithm 1's; only the point of the linearisation moves. The observed and EA centres are
+        scored on the torch path (``backend="triton"`` computes the tempered centre in its kernels and is refused
+        with them).
     tau, noise, deff_frac, n_sink, window, n_queries, beta, gqa, eps, backend
         Jacap's shared parameters: their defaults and checks live in :mod:`jacap_lib.config`
         (:data:`~jacap_lib.config.DEFAULTS`), the values below.
@@ -85,7 +92,8 @@ class JacapPress(ScorerPress):
         ``W_O^T W_O``, see :func:`jacap_lib.presses.utils.out_proj_factors`).
     n_sink : int, default=4
         First positions always kept (attention sinks); their queries are also left out of the
-        statistics, as in kvpress's ExpectedAttentionPress.
+        statistics, as in kvpress's ExpectedAttentionPress. Under padding (an ``attention_mask`` in the attention
+        module's kwargs) the sinks and the window count real tokens, never pad slots.
     window : int, default=16
         Last positions always kept (recent window; the note's Algorithm 1 step 10 and Algorithm 2
         step 4). 16 is the evaluation protocol's tune choice with the observed centre (among 8/16/32;
@@ -97,8 +105,8 @@ class JacapPress(ScorerPress):
         ``n_kept`` cannot hold ``n_sink`` + ``window`` tokens, the window shrinks to ``n_kept - n_sink``
         (the most recent tokens are kept; a ``RuntimeWarning`` says so once per press); the sinks go
         before the window: a budget below ``n_sink`` keeps the earliest ``n_kept`` sinks (warned too).
-        This is :func:`jacap_lib.selection.fit_protection`, the rule :func:`jacap_lib.select_keep` and the
-        decode-time controller follow too.
+        This is :func:`jacap_lib.presses.utils.protection` on :func:`jacap_lib.selection.fit_protection`, the rule
+        :func:`jacap_lib.select_keep`, the decode-time controller and every Jacap press follow.
     n_queries : int or None, default=None
         Statistics from the last ``n_queries`` prompt queries; ``None`` = all (after the sinks).
     beta : float or None, default=0.9
@@ -118,9 +126,9 @@ class JacapPress(ScorerPress):
     backend : str, default="auto"
         Passed to :func:`jacap_lib.jacap_scores` (``"auto"``, ``"torch"`` or ``"triton"``).
 
-    Subclassing: override :meth:`query_statistics` (how ``mu``/``lam`` are estimated) and/or
-    :meth:`token_scores` (how tokens are scored from them); :meth:`score` glues them together
-    and protects sink/window tokens.
+    Subclassing: override :meth:`query_statistics` (how ``mu``/``lam`` are estimated), :meth:`centre_attention`
+    (a centre given to the scoring instead of the computed one) and/or :meth:`components` (how tokens are scored
+    from them); :meth:`score` glues them together and protects sink/window tokens (:meth:`protect`).
     """
 
     compression_ratio: float = 0.0
@@ -150,12 +158,14 @@ class JacapPress(ScorerPress):
         _checks.int_at_least("n_future_positions", self.n_future_positions, 1)
         _checks.boolean("use_out_proj", self.use_out_proj)
         _checks.choice("centre", self.centre, self.centres)
-        if self.centre != "tempered" and self.backend == "triton":
+        if self.centre != "tempered" and self.backend == "triton":  # validated_scores refuses it too
             raise ValueError(f"backend='triton' computes the tempered centre inside its kernels; with "
                              f"centre={self.centre!r} use backend='auto' or 'torch' (or set centre='tempered')")
 
     #: the centres this press can linearise at (a subclass that recomputes the tempered centre narrows it)
     centres: ClassVar[tuple] = CENTRES
+    #: the weight's factors and the leverage handed to the scoring (Algorithm 1's; JacapAblationPress swaps them)
+    scoring_rules: ClassVar[dict] = {}
 
     # ---- step 1: query statistics -------------------------------------------------------
     def query_statistics(self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict):
@@ -169,9 +179,22 @@ class JacapPress(ScorerPress):
         row index: only rows at true positions ``< n_sink`` are skipped, and the RoPE average starts
         at the true next position. Under ``DecodingPress`` the rows are the buffered decoding steps,
         under ``ChunkPress`` the chunk. With fewer usable rows than asked for (even one), the
-        statistics use the rows there are (``lam`` is then floored at ``eps``).
+        statistics use the rows there are (``lam`` is then floored at ``eps``). Under padding (an
+        ``attention_mask`` in the hook's kwargs, :func:`~jacap_lib.presses.utils.real_rows`) each batch row uses its
+        own real rows only, and its RoPE average starts after its last real position.
         """
         query_pos, _, next_pos = utils.hook_positions(hidden_states, keys, kwargs)
+        rows = utils.real_rows(hidden_states, keys, kwargs)
+        if rows is None:
+            return self._moments(module, hidden_states, query_pos, next_pos, keys.shape[1])
+        # padding: each batch row's statistics from its own real rows, as if it had been prefilled alone
+        per_row = [self._moments(module, hidden_states[b: b + 1, r], query_pos[r.to(query_pos.device)],
+                                 int(query_pos[r.to(query_pos.device)].max()) + 1, keys.shape[1])
+                   for b, r in enumerate(rows)]
+        return tuple(torch.cat(x) for x in zip(*per_row))
+
+    def _moments(self, module, hidden_states, query_pos, next_pos, n_kv_heads):
+        """:meth:`query_statistics` of hidden-state rows at ``query_pos``, the first future position ``next_pos``."""
         q = utils.future_query_states(
             module, hidden_states, n_queries=self.n_queries, skip=self.n_sink, n_future_positions=self.n_future_positions,
             positions=query_pos, next_position=next_pos,
@@ -181,37 +204,40 @@ class JacapPress(ScorerPress):
         else:
             w = ema_weights(q.shape[-2], self.beta, device=q.device).unsqueeze(-1)
             mu, m = (w * q).sum(-2), (w * q.square()).sum(-2)
-        group = mu.shape[1] // keys.shape[1] if self.gqa == "pool" else 1
+        group = mu.shape[1] // n_kv_heads if self.gqa == "pool" else 1
         return moment_stats(mu, m, self.eps, group=group)
 
     def centre_attention(self, module: nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor,
                          kwargs: dict) -> torch.Tensor | None:
         """The observed centre, ``(B, H_kv, N)`` for ``gqa="pool"`` (``(B, H_q, N)`` for ``"mean"``), float32:
         :func:`~jacap_lib.presses.utils.observed_attention` over the rows and weights of :meth:`query_statistics`
-        (positions ``>= n_sink``, the last ``n_queries``, EMA ``beta``); ``None`` for ``centre="tempered"``."""
+        (positions ``>= n_sink``, the last ``n_queries``, EMA ``beta``); ``None`` for ``centre="tempered"`` and
+        ``"ea"``, which :meth:`components` computes from the keys and ``(mu, lam)``."""
         if self.centre != "observed":
             return None
         return utils.observed_attention(module, hidden_states, keys, kwargs or {}, n_queries=self.n_queries,
                                         skip=self.n_sink, beta=self.beta, pooled=self.gqa == "pool")
 
     # ---- step 2: Algorithm 1 ---------------------------------------------------------------
-    def components(self, keys, values, mu, lam, module: nn.Module, alpha: torch.Tensor | None = None) -> JacapScores:
+    def components(self, keys, values, mu, lam, module: nn.Module, alpha: torch.Tensor | None = None,
+                   key_mask: torch.Tensor | None = None) -> JacapScores:
         """All per-token quantities of Algorithm 1, ``(B, H_kv, N)`` each (group-averaged for ``"mean"``).
 
-        ``alpha``: the centre (:meth:`centre_attention`), needed with ``centre="observed"``."""
+        ``alpha``: a given centre (:meth:`centre_attention`), needed with ``centre="observed"``; ``None`` computes
+        the tempered or EA centre (:func:`jacap_lib.scoring.core.centre_attention`). ``key_mask (B, 1, N)``: the
+        real slots under padding (:meth:`score` passes it); the centre then puts no mass on the others."""
         if self.centre == "observed" and alpha is None:
             raise ValueError("centre='observed' needs `alpha`, the observed attention (press.centre_attention(module, "
                              "hidden_states, keys, kwargs)); or build the press with centre='tempered'")
-        if self.centre == "tempered":
-            alpha = None
         out_proj = utils.out_proj_factors(module, pooled=self.gqa == "pool").to(keys.device) if self.use_out_proj else None
         if self.gqa == "mean":
             g = mu.shape[1] // keys.shape[1]
             keys, values = repeat_kv(keys, g), repeat_kv(values, g)
         noise = self.noise if isinstance(self.noise, str) else float(self.noise)  # checked in __post_init__
+        centre = self.centre if alpha is None else "tempered"  # a given alpha replaces the computed one (unused)
         parts = validated_scores(keys, values, mu, lam, tau=float(self.tau), noise=noise,
                                  deff_target=self.deff_target(keys), out_proj=out_proj, backend=self.backend,
-                                 alpha=alpha)
+                                 alpha=alpha, centre=centre, key_mask=key_mask, **self.scoring_rules)
         if self.gqa == "mean":
             b, h, n = parts.score.shape
             parts = parts.map(lambda t: t.view(b, h // g, g, n).mean(2))
@@ -230,25 +256,15 @@ class JacapPress(ScorerPress):
 
     # ---- kvpress entry point -----------------------------------------------------------------
     def protected(self, hidden_states, keys, kwargs) -> torch.Tensor:
-        """Boolean ``(N,)`` mask of the sink and window slots, located by their true positions when the hook
-        tells them (a chunk), else by slot (a cache in position order), see :func:`~jacap_lib.presses.utils.protected_slots`.
-
-        The budget decides what fits (:func:`jacap_lib.selection.protect_within`), in this order: the sinks (if
-        even they do not fit, the earliest ``n_kept`` of them), then the window, shrunk to the budget left after
-        the sinks (most recent tokens first), then the scores. Any truncation is warned about (once per press),
-        never silent.
+        """Boolean mask of the sink and window slots, ``(N,)`` (``(B, 1, N)`` under padding): the one protection rule,
+        :func:`jacap_lib.presses.utils.protection` (located by true positions when the hook tells them, else by slot;
+        real tokens only under padding; the sinks first, then the window shrunk to the budget left). Any truncation
+        is warned about (once per press), never silent.
         """
-        _, key_pos, next_pos = utils.hook_positions(hidden_states, keys, kwargs)
-        n = keys.shape[-2]
-        where = dict(key_positions=key_pos, next_position=next_pos, device=keys.device)
-        sink = utils.protected_slots(n, self.n_sink, 0, **where)
-        recent = utils.protected_slots(n, 0, self.window, **where)
-        budget = n_kept(n, self.compression_ratio)
-        if budget == 0:  # ratio 1.0: kvpress drops the whole layer
-            return sink | recent
-        mask, fit = protect_within(sink, recent, budget, positions=key_pos)
-        if fit.note is not None:
-            self._warn_once(f"JacapPress: {fit.note}")
+        mask, note = utils.protection(hidden_states, keys, kwargs, n_sink=self.n_sink, window=self.window,
+                                      compression_ratio=self.compression_ratio)
+        if note is not None:
+            self._warn_once(f"JacapPress: {note}")
         return mask
 
     def budget_split(self, n_tokens: int) -> dict:
@@ -272,12 +288,22 @@ class JacapPress(ScorerPress):
         return scores.masked_fill(self.protected(hidden_states, keys, kwargs), torch.finfo(scores.dtype).max)
 
     def score(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
+        """Algorithm 1's score of every cached token, ``(B, H_kv, N)``, protected slots at the largest finite value:
+        :meth:`query_statistics`, :meth:`centre_attention`, :meth:`components` (with the real slots under
+        padding), :meth:`retention` and :meth:`protect`."""
         mu, lam = self.query_statistics(module, hidden_states, keys, kwargs)
         alpha = self.centre_attention(module, hidden_states, keys, kwargs)
-        parts = self.components(keys, values, mu, lam, module, alpha)
+        real = utils.real_tokens(kwargs, keys.shape[-2], keys.device)
+        extra = {} if real is None else {"key_mask": real[:, None, :]}
+        parts = self.components(keys, values, mu, lam, module, alpha, **extra)
+        scores = self.retention(parts)
         if self.trace is not None:
-            self.trace[module.layer_idx] = {"mu": mu, "lam": lam, "score": parts.score, "parts": parts}
-        return self.protect(parts.score, hidden_states, keys, kwargs)
+            self.trace[module.layer_idx] = {"mu": mu, "lam": lam, "score": scores, "parts": parts}
+        return self.protect(scores, hidden_states, keys, kwargs)
+
+    def retention(self, parts: JacapScores) -> torch.Tensor:
+        """The score kvpress ranks by: Algorithm 1's :math:`r_i` (``parts.score``)."""
+        return parts.score
 
     def compress(self, module, hidden_states, keys, values, attentions, kwargs):
         """kvpress's ``ScorerPress.compress`` with the kept tokens gathered in position order.
@@ -302,9 +328,11 @@ class JacapPress(ScorerPress):
 
 @dataclass
 class TemperedCentrePress(JacapPress):
-    """Base of the variants that rebuild Algorithm 1's tempered centre themselves (two-stage, rank-one, multi-centre,
-    hybrid, the anatomy's observed-window press): ``centre="tempered"`` is their default and their only centre, since
-    JacapPress's observed centre (its default) would bypass what they change."""
+    """Base of the variants built on Algorithm 1's tempered centre (two-stage, rank-one, multi-centre, hybrid; the
+    anatomy's observed-window instrument, :class:`jacap_lib.measure.instruments.JacapObservedPress`, replaces it):
+    ``centre="tempered"`` is their default and their only centre, since JacapPress's observed centre (its default)
+    would bypass what they change. Under padding they protect real tokens (the one rule, :meth:`protected`) but,
+    except the observed-window instrument, score every slot, pads included."""
 
     centre: str = "tempered"
     centres: ClassVar[tuple] = ("tempered",)

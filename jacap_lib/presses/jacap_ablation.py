@@ -7,41 +7,35 @@ Algorithm 1 scores token :math:`i` of one KV head by
     r_i = \frac{w_i}{\sigma^2}\,u_i^\top A^{-1}u_i,\qquad
     w_i = s(\bar\alpha_i)\,\kappa_i/d,\qquad A = I + \textstyle\sum_j (w_j/\sigma^2)\,u_ju_j^\top,
 
-with the *centre* :math:`\bar\alpha` (default: the tempered softmax of :math:`K\mu_Q/(\tau\sqrt d)`), the
-*sensitivity factor* :math:`s = \rho^2`, :math:`\rho_i = \bar\alpha_i(1-\bar\alpha_i)`, the *response variance*
+with the *centre* :math:`\bar\alpha` (JacapPress's ``centre`` field: the observed attention by default, the
+tempered softmax of :math:`K\mu_Q/(\tau\sqrt d)`, or Expected Attention's), the *sensitivity factor*
+:math:`s = \rho^2`, :math:`\rho_i = \bar\alpha_i(1-\bar\alpha_i)`, the *response variance*
 :math:`\kappa_i = k_i^\top\Lambda_Q k_i` and the *leverage* :math:`u_i^\top A^{-1}u_i`.
-:class:`JacapAblationPress` has one field per component; each field's default is Algorithm 1's choice, and with
-every field at its default the press *is* :class:`~jacap_lib.presses.jacap.JacapPress` (same code path, same
-scores bit for bit). :data:`ONE_KNOB` lists the one-knob ablations as registry specs (label -> spec, what it
+:class:`JacapAblationPress` adds one field per component that is not a JacapPress option (the sensitivity, the
+response variance, the leverage, the query prior, the budget); each field's default is Algorithm 1's choice, and
+with every field at its default the press *is* :class:`~jacap_lib.presses.jacap.JacapPress` (same code path, same
+scores bit for bit). The swaps are options of the one Algorithm 1, :func:`jacap_lib.scoring.core.validated_scores`
+(``sensitivity``, ``kappa_rule``, ``leverage_rule``); the registry's ``jacap_ablate`` builds a JacapPress where no
+such field is set. :data:`ONE_KNOB` lists the one-knob ablations as registry specs (label -> spec, what it
 changes); ablations that an existing registry name or option already expresses (``u = W_O v``: ``jacap_wo``;
 two-stage selection: ``jacap_two_stage``; the query window: ``jacap[n_queries=32]``) use it.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from transformers.models.llama.modeling_llama import repeat_kv
 
 from .. import _checks
-from ..scoring import JacapScores
-from ..scoring.contract import compute_dtype, validate_inputs
-from ..scoring.core import leverage as leverage_of
-from ..scoring.noise import deff_noise, weighted_gram
-from . import utils
+from ..scoring.core import KAPPAS, LEVERAGES, SENSITIVITIES
 from .jacap import JacapPress
-from .utils import observed_attention  # noqa: F401  (re-exported: the observed centre's one home is utils)
 
-__all__ = ["JacapAblationPress", "ablation_components", "observed_attention", "marginal_capacity", "ONE_KNOB",
-           "BASE_OF", "base_spec", "CENTRES", "SENSITIVITIES", "KAPPAS", "LEVERAGES", "BUDGETS"]
+__all__ = ["JacapAblationPress", "marginal_capacity", "ONE_KNOB", "BASE_OF", "base_spec", "BUDGETS", "ABLATION_FIELDS"]
 
-CENTRES = ("tempered", "ea", "observed")
-SENSITIVITIES = ("rho2", "rho", "alpha")
-KAPPAS = ("on", "mean")
-LEVERAGES = ("A", "identity")
 BUDGETS = ("uniform", "layer", "model")
+#: JacapAblationPress's own fields (not JacapPress options) and their defaults, Algorithm 1's choices
+ABLATION_FIELDS = {"sensitivity": "rho2", "kappa": "on", "leverage": "A", "prior_iso": 0.0, "budget": "uniform"}
 
 
 def marginal_capacity(score: torch.Tensor) -> torch.Tensor:
@@ -53,82 +47,13 @@ def marginal_capacity(score: torch.Tensor) -> torch.Tensor:
     return -0.5 * torch.log1p(-r.clamp(0.0, 1.0 - torch.finfo(r.dtype).eps))
 
 
-def ablation_components(keys, values, mu, lam, *, tau: float, noise, centre: str = "tempered",
-                        alpha: torch.Tensor | None = None, sensitivity: str = "rho2", kappa: str = "on",
-                        leverage: str = "A", deff_target=None, out_proj: torch.Tensor | None = None) -> JacapScores:
-    r"""Algorithm 1 with any component swapped, dense torch in float32 (float64 for float64 inputs): ``(..., N)``
-    fields like :func:`jacap_lib.jacap_scores` (``kappa`` = the :math:`\kappa` actually used).
-
-    ``centre``: ``"tempered"`` :math:`\mathrm{softmax}(K\mu/(\tau\sqrt d))`; ``"ea"`` Expected Attention's log-normal
-    expectation :math:`\mathrm{softmax}(K\mu/\sqrt d + \mathrm{diag}(K\Lambda K^\top)/(2d))` (no :math:`\tau`);
-    ``"observed"``: the given ``alpha`` (``(..., N)``, e.g. :func:`observed_attention`).
-    ``sensitivity``: :math:`s = \rho^2` (``"rho2"``), :math:`\rho` or :math:`\bar\alpha`.
-    ``kappa``: ``"on"`` :math:`\kappa_i = k_i^\top\Lambda k_i`; ``"mean"`` every token gets the head's
-    :math:`\bar\kappa = \sum_i s_i\kappa_i / \sum_i s_i`, so the total weight :math:`\sum_i w_i` (the scale the noise
-    :math:`\sigma^2` is compared with) is unchanged and only the token-to-token variation of :math:`\kappa` goes.
-    ``leverage``: ``"A"`` :math:`u_i^\top A^{-1}u_i`; ``"identity"`` :math:`\lVert u_i\rVert^2` (:math:`A := I`).
-    ``noise``, ``deff_target``, ``out_proj``: as in :func:`jacap_lib.jacap_scores` (the effective-dimension rule is
-    applied to the Gram of the weights actually used).
-    """
-    validate_inputs(keys, values, mu, lam, out_proj)
-    cdt = compute_dtype(keys.dtype)
-    with torch.no_grad():
-        k, v = keys.to(cdt), values.to(cdt)
-        mu_, lam_ = mu.to(cdt).unsqueeze(-1), lam.to(cdt).unsqueeze(-1)
-        d = k.shape[-1]
-        logits = (k @ mu_).squeeze(-1)
-        kap = (k.square() @ lam_).squeeze(-1)
-        if centre == "tempered":
-            a = torch.softmax(logits / (tau * math.sqrt(d)), dim=-1)
-        elif centre == "ea":
-            a = torch.softmax(logits / math.sqrt(d) + kap / (2 * d), dim=-1)
-        elif centre == "observed":
-            if alpha is None:
-                raise ValueError("centre='observed' needs `alpha`, the observed attention (the press computes it "
-                                 "from the hidden states in score())")
-            a = torch.broadcast_to(alpha.to(device=k.device, dtype=cdt), logits.shape)
-        else:
-            raise ValueError(f"`centre` must be one of {CENTRES}, got {centre!r}")
-        rho = a * (1.0 - a)
-        s = {"rho2": rho.square(), "rho": rho, "alpha": a}[sensitivity]
-        if kappa == "mean":
-            total = s.sum(-1, keepdim=True)
-            kbar = torch.where(total > 0, (s * kap).sum(-1, keepdim=True) / total.clamp_min(torch.finfo(cdt).tiny),
-                               kap.mean(-1, keepdim=True))
-            kap = kbar.expand_as(kap)
-        weight = s * kap / d
-        u = v if out_proj is None else v @ out_proj.to(device=v.device, dtype=cdt).transpose(-1, -2)
-        lead = tuple(weight.shape[:-1])
-        if isinstance(noise, str):
-            target = deff_target if isinstance(deff_target, torch.Tensor) else torch.tensor(float(deff_target))
-            sigma2 = deff_noise(torch.linalg.eigvalsh(weighted_gram(u, weight).to(torch.float64)),
-                                torch.broadcast_to(target.to(k.device, torch.float64), lead)).to(cdt)
-        else:
-            sigma2 = torch.full(lead, float(noise), dtype=cdt, device=k.device)
-        if leverage == "A":
-            lev = leverage_of(u, weight, sigma2)
-        elif leverage == "identity":
-            lev = u.square().sum(-1)
-        else:
-            raise ValueError(f"`leverage` must be one of {LEVERAGES}, got {leverage!r}")
-        score = weight / sigma2.unsqueeze(-1) * lev
-    out = JacapScores(alpha=a, rho=rho, kappa=kap, weight=weight, leverage=lev, score=score)
-    return out.map(lambda t: t.contiguous().to(torch.float32))
-
-
 @dataclass
 class JacapAblationPress(JacapPress):
-    r"""JacapPress with one field per component of Algorithm 1; every default is Algorithm 1's own choice.
+    r"""JacapPress with one field per component of Algorithm 1 that is not a JacapPress option; every default is
+    Algorithm 1's own choice.
 
     Parameters
     ----------
-    centre : {"tempered", "ea", "observed"}, default="tempered"
-        The centre :math:`\bar\alpha`: ``"tempered"`` :math:`\mathrm{softmax}(K\mu_Q/(\tau\sqrt d))`;
-        ``"ea"`` Expected Attention's log-normal expectation
-        :math:`\mathrm{softmax}(K\mu_Q/\sqrt d + \mathrm{diag}(K\Lambda_Q K^\top)/(2d))` (no :math:`\tau`);
-        ``"observed"`` the attention the recent prompt queries actually paid
-        (:func:`observed_attention`: the rows and weights of :math:`\mu_Q`, each query at its own RoPE position,
-        causal, no :math:`\tau`).
     sensitivity : {"rho2", "rho", "alpha"}, default="rho2"
         The factor :math:`s_i` in :math:`w_i = s_i\kappa_i/d`: :math:`\rho_i^2`, :math:`\rho_i` or :math:`\bar\alpha_i`.
     kappa : {"on", "mean"}, default="on"
@@ -151,18 +76,18 @@ class JacapAblationPress(JacapPress):
         :class:`~jacap_lib.presses.jacap_global_budget.JacapGlobalBudgetPress`
         (the model's total split across every layer and head). Sinks and windows stay protected in every head.
         The press alone (no wrapper) keeps the same tokens as ``"uniform"`` (the transform is increasing).
-    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`)
+    (all other parameters, ``centre`` included, default ``"observed"``: see
+    :class:`~jacap_lib.presses.jacap.JacapPress`)
     """
 
     # at its field defaults this press is JacapPress (registry.changed_options reads it; a test checks it)
     same_as_parent_at_defaults: ClassVar[bool] = True
 
-    centres: ClassVar[tuple] = CENTRES
-    sensitivity: str = "rho2"
-    kappa: str = "on"
-    leverage: str = "A"
-    prior_iso: float = 0.0
-    budget: str = "uniform"
+    sensitivity: str = ABLATION_FIELDS["sensitivity"]
+    kappa: str = ABLATION_FIELDS["kappa"]
+    leverage: str = ABLATION_FIELDS["leverage"]
+    prior_iso: float = ABLATION_FIELDS["prior_iso"]
+    budget: str = ABLATION_FIELDS["budget"]
 
     def __post_init__(self):
         super().__post_init__()
@@ -171,12 +96,15 @@ class JacapAblationPress(JacapPress):
         _checks.choice("leverage", self.leverage, LEVERAGES)
         _checks.choice("budget", self.budget, BUDGETS)
         _checks.positive("prior_iso", self.prior_iso, allow_zero=True)
+        if self.backend == "triton" and (self.sensitivity, self.kappa, self.leverage) != ("rho2", "on", "A"):
+            raise ValueError("backend='triton' computes Algorithm 1's own weight and leverage in its kernels; with a "
+                             "swapped sensitivity, kappa or leverage use backend='auto' or 'torch'")
 
     @property
-    def algorithm1_scoring(self) -> bool:
-        """True when the scoring fields are JacapPress's own (sensitivity, kappa, leverage at Algorithm 1's choice and
-        a centre JacapPress offers): then :meth:`components` is JacapPress's, the same code path and scores."""
-        return self.centre in JacapPress.centres and (self.sensitivity, self.kappa, self.leverage) == ("rho2", "on", "A")
+    def scoring_rules(self) -> dict:
+        """The swapped components, as the options of the one Algorithm 1
+        (:func:`jacap_lib.scoring.core.validated_scores`)."""
+        return {"sensitivity": self.sensitivity, "kappa_rule": self.kappa, "leverage_rule": self.leverage}
 
     def query_statistics(self, module, hidden_states, keys, kwargs):
         """JacapPress's ``(mu, lam)``, with ``lam + prior_iso * mean(lam)`` when ``prior_iso > 0``."""
@@ -185,33 +113,9 @@ class JacapAblationPress(JacapPress):
             lam = lam + self.prior_iso * lam.mean(-1, keepdim=True)
         return mu, lam
 
-    def components(self, keys, values, mu, lam, module, alpha: torch.Tensor | None = None) -> JacapScores:
-        """Algorithm 1's per-token quantities with this press's components (``alpha``: the observed centre)."""
-        if self.algorithm1_scoring:
-            return super().components(keys, values, mu, lam, module, alpha)
-        out_proj = None
-        if self.use_out_proj:
-            out_proj = utils.out_proj_factors(module, pooled=self.gqa == "pool").to(keys.device)
-        g = mu.shape[1] // keys.shape[1] if self.gqa == "mean" else 1
-        if g > 1:
-            keys, values = repeat_kv(keys, g), repeat_kv(values, g)
-        noise = self.noise if isinstance(self.noise, str) else float(self.noise)
-        parts = ablation_components(keys, values, mu, lam, tau=float(self.tau), noise=noise, centre=self.centre,
-                                    alpha=alpha, sensitivity=self.sensitivity, kappa=self.kappa,
-                                    leverage=self.leverage, deff_target=self.deff_target(keys), out_proj=out_proj)
-        if g > 1:
-            b, h, n = parts.score.shape
-            parts = parts.map(lambda t: t.view(b, h // g, g, n).mean(2))
-        return parts
-
-    def score(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
-        mu, lam = self.query_statistics(module, hidden_states, keys, kwargs)
-        alpha = self.centre_attention(module, hidden_states, keys, kwargs)
-        parts = self.components(keys, values, mu, lam, module, alpha)
-        scores = parts.score if self.budget == "uniform" else marginal_capacity(parts.score)
-        if self.trace is not None:
-            self.trace[module.layer_idx] = {"mu": mu, "lam": lam, "score": scores, "parts": parts}
-        return self.protect(scores, hidden_states, keys, kwargs)
+    def retention(self, parts) -> torch.Tensor:
+        """``parts.score`` for ``budget="uniform"``, else its :func:`marginal_capacity` (comparable across heads)."""
+        return parts.score if self.budget == "uniform" else marginal_capacity(parts.score)
 
 
 # label -> (registry spec, what it changes relative to the default "jacap"); BASE_OF names the exceptions

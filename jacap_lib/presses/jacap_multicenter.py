@@ -46,9 +46,16 @@ class JacapMultiCenterPress(TemperedCentrePress):
     Parameters
     ----------
     n_centers : int, default=3
+        k-means clusters of each KV head's prompt queries (fewer when there are fewer queries).
     aggregate : {"mean", "max"}, default="max"
+        ``"mean"``: the cluster-share-weighted sum of the per-centre scores; ``"max"``: the maximum over centres of
+        the scores normalised to sum to one per head.
     kmeans_iters : int, default=10
-    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`; ``beta`` must be None)
+        Lloyd iterations of the k-means.
+    beta : None, default=None
+        Must be None (flat statistics per cluster; JacapPress's default is an EMA).
+    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`; ``centre="tempered"`` is the default
+    and only centre: each cluster's tempered softmax)
     """
 
     beta: float | None = None  # the clusters replace the prompt EMA (JacapPress's default is an EMA)

@@ -34,11 +34,13 @@ __all__ = ["JacapRank1Press"]
 class JacapRank1Press(TemperedCentrePress):
     """JacapPress scoring with the exact softmax Jacobian ``S = Diag(alpha) - alpha alpha^T``.
 
-    Parameters: those of :class:`~jacap_lib.presses.jacap.JacapPress` (``backend`` is ignored:
-    the centred scoring runs in torch).
+    Parameters: those of :class:`~jacap_lib.presses.jacap.JacapPress`, with ``centre="tempered"`` (its default and
+    only centre), a numeric ``noise`` (the ``"deff"`` rule is not implemented for the centred scoring; it is refused
+    when scoring) and ``backend`` ignored (the centred scoring runs in torch).
     """
 
-    def components(self, keys, values, mu, lam, module, alpha=None):  # alpha: the tempered centre is rebuilt here
+    def components(self, keys, values, mu, lam, module, alpha=None, key_mask=None):
+        """The centred scores (``alpha``, ``key_mask`` unused: the tempered centre is rebuilt over every slot)."""
         out_proj = utils.out_proj_factors(module, pooled=self.gqa == "pool").to(keys.device) if self.use_out_proj else None
         if self.gqa == "mean":
             g = mu.shape[1] // keys.shape[1]

@@ -27,7 +27,8 @@ class JacapTwoStagePress(TemperedCentrePress):
     ----------
     expand : float, default=2.0
         Candidates kept by the first pass, as a multiple of the final budget B (capped at N).
-    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`)
+    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`; ``centre="tempered"`` is the default
+    and only centre: both passes recompute the tempered softmax on their own pool)
     """
 
     expand: float = 2.0
@@ -38,8 +39,9 @@ class JacapTwoStagePress(TemperedCentrePress):
             raise ValueError(f"expand must be a number >= 1 (candidates = expand * budget), got {self.expand!r}")
 
     def token_scores(self, keys, values, mu, lam, module, protected: torch.Tensor | None = None):
-        """Second-pass scores on the candidates, ``finfo.min`` elsewhere. ``protected (N,)``: the slots the
-        first pass must keep among the candidates (default: the first ``n_sink`` and last ``window``)."""
+        """Second-pass scores on the candidates, ``finfo.min`` elsewhere. ``protected (N,)`` (or ``(B, 1, N)``): the
+        slots the first pass must keep among the candidates; :meth:`score` hands in :meth:`protected`, the one
+        protection rule; the default (a direct call) is the first ``n_sink`` and last ``window`` slots, unfitted."""
         if protected is None:
             protected = utils.protected_slots(keys.shape[-2], self.n_sink, self.window, device=keys.device)
         first = self.components(keys, values, mu, lam, module).score

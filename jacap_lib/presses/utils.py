@@ -7,8 +7,10 @@
 * :func:`group_query_heads` - GQA: the G query heads that share one KV head, pooled along time;
 * :func:`out_proj_factors` - a ``(d, d)`` stand-in for a head's slice of ``W_O`` that gives exactly
   the same leverages as ``u = W_O v`` (see the function);
-* :func:`protect` - sink and recent-window positions get the largest finite score so kvpress's
-  top-k always keeps them.
+* :func:`real_tokens` - which slots hold real tokens when the attention module is handed a padding mask;
+* :func:`protection` - the one protection rule of every Jacap press and instrument: the sink and recent-window
+  slots (real tokens only) that fit the budget; the presses give them the largest finite score so kvpress's top-k
+  always keeps them (:meth:`JacapPress.protect <jacap_lib.presses.jacap.JacapPress.protect>`).
 """
 from __future__ import annotations
 
@@ -20,11 +22,12 @@ from torch import nn
 from transformers.models.llama.modeling_llama import repeat_kv
 
 from ..hf import apply_rope, averaged_rope, num_kv_groups, out_proj_factors
-from ..selection import protected_mask
+from ..selection import n_kept, protect_within, protected_mask
 from ..stats import ema_weights
 
-__all__ = ["hook_positions", "future_query_states", "observed_attention", "protected_slots", "averaged_rope",
-           "group_query_heads", "out_proj_factors", "protect", "num_kv_groups"]
+__all__ = ["hook_positions", "future_query_states", "observed_attention", "protected_slots", "protection", "real_tokens",
+           "real_rows",
+           "averaged_rope", "group_query_heads", "out_proj_factors", "num_kv_groups"]
 
 
 def _current_positions(hidden_states: torch.Tensor, kwargs: dict) -> torch.Tensor:
@@ -152,14 +155,59 @@ def group_query_heads(q: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
     return q.reshape(b, n_kv_heads, (h // n_kv_heads) * t, d)
 
 
+def real_tokens(kwargs: dict | None, n: int, device=None) -> torch.Tensor | None:
+    """Boolean ``(B, n)``: which of the ``n`` scored slots hold real tokens, read from the attention module's
+    ``attention_mask`` (padding); ``None`` when there is no mask or it masks no slot (every slot real).
+
+    A 2-D mask ``(B, K)`` (flash attention's padding mask) is read directly; a 4-D mask ``(B, 1, Q, K)`` (bool:
+    True attends; float: 0 attends) marks slot ``j`` real when a query row attends it, among the rows that respect
+    causality (a row that attends a later key, e.g. a fully masked padding row that the SDPA path un-masked, says
+    nothing about padding). The slots are the mask's last ``n`` columns; a mask narrower than ``n`` is ignored."""
+    mask = (kwargs or {}).get("attention_mask")
+    if not isinstance(mask, torch.Tensor) or mask.dim() not in (2, 4) or mask.shape[-1] < n:
+        return None
+    if mask.dim() == 2:
+        real = mask[:, -n:].bool()
+    else:
+        att = mask[:, 0] if mask.dtype == torch.bool else mask[:, 0] > torch.finfo(mask.dtype).min / 2
+        q, k = att.shape[-2:]
+        future = torch.ones(q, k, dtype=torch.bool, device=att.device).triu(k - q + 1)  # keys after each row
+        causal = ~(att & future).any(-1, keepdim=True)  # (B, Q, 1)
+        real = (att & causal).any(-2)[:, -n:]
+    if bool(real.all()):
+        return None
+    return real.to(device) if device is not None else real
+
+
+def real_rows(hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict | None) -> torch.Tensor | None:
+    """Boolean ``(B, T)``: which of the hook's ``T`` hidden-state rows are real tokens under padding
+    (:func:`real_tokens` of the cache slots the rows are: the slots themselves in a prefill or a chunk, else the last
+    ``T`` slots); ``None`` without padding or when the rows are not slots of the scored cache."""
+    n, t = keys.shape[-2], hidden_states.shape[1]
+    real = real_tokens(kwargs, n, keys.device)
+    if real is None or t > n:
+        return None
+    _, key_pos, _ = hook_positions(hidden_states, keys, kwargs or {})
+    return real[:, n - t:] if key_pos is None else real
+
+
 def protected_slots(n: int, n_sink: int = 0, window: int = 0, *, key_positions: torch.Tensor | None = None,
-                    next_position: int | None = None, device=None) -> torch.Tensor:
-    """Boolean ``(n,)`` mask of the sink and recent-window tokens among ``n`` scored slots.
+                    next_position: int | None = None, real: torch.Tensor | None = None, device=None) -> torch.Tensor:
+    """Boolean ``(n,)`` mask of the sink and recent-window tokens among ``n`` scored slots (``(B, n)`` with ``real``).
 
     Without ``key_positions``: the first ``n_sink`` and last ``window`` slots (a cache in position
     order). With the slots' true positions ``key_positions (n,)``: the slots at positions ``< n_sink``
     and ``>= next_position - window`` (a chunk in the middle of the prompt protects neither).
+    ``real (B, n)`` (:func:`real_tokens`, padding): per batch row, the first ``n_sink`` and the last ``window``
+    *real* slots in position order (pad slots are never protected).
     """
+    if real is not None:
+        real = real.to(device)
+        order = torch.arange(n, device=device) if key_positions is None else key_positions.to(device).argsort()
+        rank = torch.empty_like(real, dtype=torch.long)
+        rank[:, order] = real[:, order].long().cumsum(-1) - 1  # 0 for the earliest real slot
+        count = real.sum(-1, keepdim=True)
+        return real & ((rank < n_sink) | (rank >= count - window))
     if key_positions is None:
         return protected_mask(n, n_sink=n_sink, window=window, device=device)
     if key_positions.numel() != n:
@@ -169,12 +217,49 @@ def protected_slots(n: int, n_sink: int = 0, window: int = 0, *, key_positions: 
     return (kp < n_sink) | (kp >= end - window) if window else kp < n_sink
 
 
-def protect(scores: torch.Tensor, n_sink: int = 0, window: int = 0, *, key_positions: torch.Tensor | None = None,
-            next_position: int | None = None) -> torch.Tensor:
-    """Give the sink and recent-window tokens (:func:`protected_slots`) the largest finite score (kept by top-k)."""
-    mask = protected_slots(scores.shape[-1], n_sink, window, key_positions=key_positions,
-                           next_position=next_position, device=scores.device)
-    return scores.masked_fill(mask, torch.finfo(scores.dtype).max)
+def protection(hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict | None, *, n_sink: int, window: int,
+               compression_ratio: float) -> tuple[torch.Tensor, str | None]:
+    """The one protection rule of the Jacap presses: ``(mask, note)``, ``mask`` boolean ``(N,)`` (``(B, 1, N)``
+    when the attention mask pads some batch row) of the sink and window slots kept whatever their score.
+
+    The slots are located by their true positions when the hook tells them (a chunk), else by slot (a cache in
+    position order), and among real tokens only under padding (:func:`protected_slots`, :func:`real_tokens`). The
+    budget ``n_kept(N, compression_ratio)`` decides what fits (:func:`jacap_lib.selection.protect_within`): the
+    sinks (if even they do not fit, the earliest ``n_kept`` of them), then the window, shrunk to the budget left
+    after the sinks (most recent tokens first). ``note`` says what was cut (``None`` when everything fit). At
+    ``compression_ratio = 1`` (kvpress's "drop the layer", budget 0) the sinks and window are returned unfitted.
+    """
+    _, key_pos, next_pos = hook_positions(hidden_states, keys, kwargs or {})
+    n = keys.shape[-2]
+    where = dict(key_positions=key_pos, next_position=next_pos, real=real_tokens(kwargs, n, keys.device),
+                 device=keys.device)
+    sink = protected_slots(n, n_sink, 0, **where)
+    recent = protected_slots(n, 0, window, **where)
+    budget = n_kept(n, compression_ratio)
+    if budget == 0:
+        mask = sink | recent
+        return (mask.unsqueeze(1) if mask.dim() == 2 else mask), None
+    if sink.dim() == 1:
+        mask, fit = protect_within(sink, recent, budget, positions=key_pos)
+        return mask, fit.note
+    rows = [protect_within(s, r, budget, positions=key_pos) for s, r in zip(sink, recent)]
+    note = next((fit.note for _, fit in rows if fit.note is not None), None)
+    return torch.stack([m for m, _ in rows]).unsqueeze(1), note
+
+
+def _row_weights(eligible: torch.Tensor, n_queries: int | None, beta: float | None, device):
+    """``(rows, weights)`` of the observed centre from the eligible hook rows ``(T,)`` bool: the last ``n_queries``
+    of them, weighted as :math:`\\mu_Q` weights them (EMA with ``beta``, flat for ``None``); EMA rows whose weight is
+    below 1e-9 of the newest row's are dropped."""
+    rows = torch.nonzero(eligible).flatten()
+    if n_queries is not None:
+        rows = rows[-n_queries:]
+    weights = (torch.full((rows.numel(),), 1.0 / rows.numel(), device=device) if beta is None
+               else ema_weights(rows.numel(), beta, device=device))
+    if beta is not None:  # rows the EMA has forgotten (weight < 1e-9 of the newest; < 2e-9 in all) are skipped
+        keep = weights >= 1e-9 * weights.max()
+        rows, weights = rows[keep.to(rows.device)], weights[keep]
+    return rows, weights
 
 
 @torch.no_grad()
@@ -192,21 +277,29 @@ def observed_attention(module: nn.Module, hidden_states: torch.Tensor, keys: tor
     newest row's (at most 2e-9 of the total) are skipped: a long prompt costs about 200 rows at ``beta=0.9``.
     ``pooled``: the G query heads of a KV head averaged
     (``H = H_kv``), else per query head (``H = H_q``). Rows are processed ``block`` at a time.
+
+    Under padding (the hook's ``attention_mask``, :func:`real_tokens`) the pad slots get no attention and only the
+    real query rows of each batch row are averaged (the last ``n_queries`` real rows at positions ``>= skip``).
     """
     query_pos, key_pos, next_pos = hook_positions(hidden_states, keys, kwargs)
     t_all = hidden_states.shape[1]
-    rows = torch.nonzero(query_pos >= skip).flatten()
-    if rows.numel() == 0:
-        rows = torch.arange(t_all, device=hidden_states.device)
-    if n_queries is not None:
-        rows = rows[-n_queries:]
-    weights = (torch.full((rows.numel(),), 1.0 / rows.numel(), device=keys.device) if beta is None
-               else ema_weights(rows.numel(), beta, device=keys.device))
-    if beta is not None:  # rows the EMA has forgotten (weight < 1e-9 of the newest; < 2e-9 in all) are skipped
-        keep = weights >= 1e-9 * weights.max()
-        rows, weights = rows[keep.to(rows.device)], weights[keep]
-    n_rows = rows.numel()
     b, h_kv, n, d = keys.shape
+    real, rows_real = real_tokens(kwargs, n, keys.device), real_rows(hidden_states, keys, kwargs)
+    if rows_real is None:
+        eligible = query_pos >= skip
+        if not bool(eligible.any()):
+            eligible = torch.ones_like(eligible)
+        rows, weights = _row_weights(eligible, n_queries, beta, keys.device)
+    else:  # per batch row: its own real rows; weights (B, R) over the union of the rows any batch row uses
+        per = []
+        for r in rows_real:
+            eligible = (query_pos.to(r.device) >= skip) & r
+            per.append(_row_weights(eligible if bool(eligible.any()) else r, n_queries, beta, keys.device))
+        rows = torch.unique(torch.cat([p[0] for p in per]))
+        weights = torch.zeros(b, rows.numel(), device=keys.device)
+        for i, (r, w) in enumerate(per):
+            weights[i, torch.searchsorted(rows, r)] = w
+    n_rows = rows.numel()
     g = module.config.num_attention_heads // h_kv
     scale = float(getattr(module, "scaling", 1.0 / math.sqrt(d)))
     k = repeat_kv(keys, g).float()  # (B, H_q, N, d)
@@ -222,8 +315,12 @@ def observed_attention(module: nn.Module, hidden_states: torch.Tensor, keys: tor
         q = apply_rope(module, get_prerope_query_states(module, hidden_states[:, r]), cos, sin).float()
         logits = (q @ k.transpose(-1, -2)) * scale  # (B, H_q, R, N)
         logits = logits.masked_fill(slot_pos[None, :] > pos[:, None], float("-inf"))
-        attn = torch.softmax(logits, dim=-1)
-        out += torch.einsum("bhrn,r->bhn", attn, weights[s: s + block])
+        if rows_real is None:
+            attn = torch.softmax(logits, dim=-1)
+            out += torch.einsum("bhrn,r->bhn", attn, weights[s: s + block])
+        else:  # pad keys get no attention; rows a batch row does not use have weight 0 there
+            attn = torch.softmax(logits.masked_fill(~real[:, None, None, :], float("-inf")), dim=-1)
+            out += torch.einsum("bhrn,br->bhn", attn.nan_to_num(0.0), weights[:, s: s + block])
     if pooled:
         out = out.view(b, h_kv, g, n).mean(2)
     return out

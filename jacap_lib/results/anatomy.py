@@ -79,7 +79,7 @@ _LADDER_STEPS = tuple((key, option, text) for key, (option, text) in zip(RS.LADD
 def swap_settings(default: str, baseline: str) -> list[dict]:
     """The settings of the swap, each one knob away from the default (or from the baseline):
     ``[{"key", "spec", "changes", "protect"}]``; ``protect``: ``(n_sink, window)`` for the baseline's score under
-    Jacap's protection (:class:`~jacap_lib.presses.protected.ProtectedPress`), else ``None``.
+    Jacap's protection (:class:`~jacap_lib.measure.instruments.ProtectedPress`), else ``None``.
 
     The baseline's own protection is its ``n_sink`` (Expected Attention: the first 4 positions) and no window;
     Jacap's is ``n_sink`` sinks and a ``window`` of recent positions."""
@@ -156,18 +156,18 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
 
 def _press(setting: dict, ratio: float):
     if setting.get("oracle"):
-        from ..presses.jacap_given_stats import JacapGivenStatisticsPress
+        from ..measure.instruments import JacapGivenStatisticsPress
 
         name, opts = parse_method(P.pinned(setting["spec"].split("+oracle", 1)[0]))
         return JacapGivenStatisticsPress(compression_ratio=ratio, **opts)
     if setting.get("observed"):
-        from ..presses.jacap_observed import JacapObservedPress
+        from ..measure.instruments import JacapObservedPress
 
         name, opts = P.parse_method(setting["spec"].split("+observed[", 1)[0])
         return JacapObservedPress(compression_ratio=ratio, obs_window=int(setting["observed"]), **opts)
     if setting["protect"] is None:
         return P.protocol_press(setting["spec"], ratio)
-    from ..presses.protected import ProtectedPress
+    from ..measure.instruments import ProtectedPress
 
     base = setting["spec"].split("+protect[", 1)[0]
     n_sink, window = setting["protect"]

@@ -48,7 +48,68 @@ from .noise import check_deff_target, deff_noise, effective_dimension, per_head,
 from .contract import (CholeskyFailure, JacapScores, cholesky_with_jitter, compute_dtype, diagnose_nonfinite,
                        validate_inputs)
 
-__all__ = ["jacap_scores", "validated_scores", "jacap_weight", "leverage", "weighted_gram", "effective_dimension", "deff_noise"]
+__all__ = ["jacap_scores", "validated_scores", "jacap_weight", "centre_attention", "tempered_centre", "sensitivity_weight",
+           "leverage", "weighted_gram", "effective_dimension", "deff_noise", "CENTRES", "SENSITIVITIES", "KAPPAS",
+           "LEVERAGES"]
+
+#: the centres computed from the keys and the query statistics (a given centre, e.g. the observed attention, is
+#: passed as ``alpha``)
+CENTRES = ("tempered", "ea")
+#: the sensitivity factor s(alpha) of the weight w = s kappa / d: Algorithm 1's rho^2, or rho, or alpha itself
+SENSITIVITIES = ("rho2", "rho", "alpha")
+#: the response variance: kappa_i = k_i^T Lambda k_i ("on"), or the head's s-weighted mean of it ("mean")
+KAPPAS = ("on", "mean")
+#: the leverage: u_i^T A^{-1} u_i ("A"), or |u_i|^2 (A := I, "identity")
+LEVERAGES = ("A", "identity")
+
+
+def centre_attention(logits: torch.Tensor, d: int, *, centre: str = "tempered", tau: float = DEFAULTS.tau,
+                     kappa: torch.Tensor | None = None) -> torch.Tensor:
+    r"""The centre :math:`\bar\alpha` at which Algorithm 1 linearises the attention, from ``logits = K mu``
+    ``(..., N)`` (head dimension ``d``).
+
+    ``centre="tempered"``: Algorithm 1's :math:`\mathrm{softmax}(K\mu/(\tau\sqrt d))`. ``"ea"``: Expected
+    Attention's log-normal expectation :math:`\mathrm{softmax}(K\mu/\sqrt d + \mathrm{diag}(K\Lambda K^\top)/(2d))`
+    (no :math:`\tau`), with ``kappa`` :math:`= \mathrm{diag}(K\Lambda K^\top)` ``(..., N)``. The one home of both
+    softmaxes (the torch path, the rank-one variant, the decomposition's capacities)."""
+    if centre == "tempered":
+        return torch.softmax(logits / (tau * math.sqrt(d)), dim=-1)
+    if centre == "ea":
+        if kappa is None:
+            raise ValueError("centre='ea' needs `kappa` = diag(K Lambda K^T), the keys' response variance")
+        return torch.softmax(logits / math.sqrt(d) + kappa / (2 * d), dim=-1)
+    raise ValueError(f"`centre` must be one of {CENTRES} (a given centre is passed as `alpha`), got {centre!r}")
+
+
+def tempered_centre(keys: torch.Tensor, mu: torch.Tensor, tau: float) -> torch.Tensor:
+    r""":func:`centre_attention` ``"tempered"`` from ``keys (..., N, d)`` and ``mu (..., d)``:
+    :math:`\mathrm{softmax}(K\mu/(\tau\sqrt d))`, ``(..., N)`` (``tau=1``: the model's own softmax)."""
+    return centre_attention((keys @ mu.unsqueeze(-1)).squeeze(-1), keys.shape[-1], tau=tau)
+
+
+def sensitivity_weight(alpha: torch.Tensor, kappa: torch.Tensor, d: int, *, sensitivity: str = "rho2",
+                       kappa_mode: str = "on"):
+    r"""``(rho, kappa, weight)``: :math:`\rho = \bar\alpha(1-\bar\alpha)` and Algorithm 1's weight
+    :math:`w_i = s_i\kappa_i/d`, ``(..., N)``.
+
+    ``sensitivity``: :math:`s = \rho^2` (``"rho2"``, Algorithm 1), :math:`\rho` or :math:`\bar\alpha`.
+    ``kappa_mode="mean"``: every token gets the head's :math:`\bar\kappa = \sum_i s_i\kappa_i/\sum_i s_i` (the
+    returned ``kappa``), so the total weight is unchanged and only the token-to-token variation of
+    :math:`\kappa` goes (the plain mean where every :math:`s_i = 0`)."""
+    rho = alpha * (1.0 - alpha)
+    if sensitivity == "rho2" and kappa_mode == "on":
+        return rho, kappa, rho.square() * kappa / d
+    if sensitivity not in SENSITIVITIES:
+        raise ValueError(f"`sensitivity` must be one of {SENSITIVITIES}, got {sensitivity!r}")
+    if kappa_mode not in KAPPAS:
+        raise ValueError(f"`kappa` must be one of {KAPPAS}, got {kappa_mode!r}")
+    s = {"rho2": rho.square(), "rho": rho, "alpha": alpha}[sensitivity]
+    if kappa_mode == "mean":
+        total = s.sum(-1, keepdim=True)
+        kbar = torch.where(total > 0, (s * kappa).sum(-1, keepdim=True) / total.clamp_min(torch.finfo(s.dtype).tiny),
+                           kappa.mean(-1, keepdim=True))
+        kappa = kbar.expand_as(kappa)
+    return rho, kappa, s * kappa / d
 
 
 def jacap_weight(keys: torch.Tensor, mu: torch.Tensor, lam: torch.Tensor, tau: float):
@@ -57,12 +118,10 @@ def jacap_weight(keys: torch.Tensor, mu: torch.Tensor, lam: torch.Tensor, tau: f
     Inputs are assumed validated and already in a float32/float64 compute dtype.
     """
     d = keys.shape[-1]
-    logits = (keys @ mu.unsqueeze(-1)).squeeze(-1) / (tau * math.sqrt(d))
-    alpha = torch.softmax(logits, dim=-1)
-    rho = alpha * (1.0 - alpha)
+    alpha = tempered_centre(keys, mu, tau)
     kappa = (keys * keys) @ lam.unsqueeze(-1)
     kappa = kappa.squeeze(-1)
-    weight = rho.square() * kappa / d
+    rho, kappa, weight = sensitivity_weight(alpha, kappa, d)
     return alpha, rho, kappa, weight
 
 
@@ -131,23 +190,39 @@ def jacap_scores(
 
 
 def validated_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out_proj=None, backend="auto",
-                     alpha=None):
+                     alpha=None, centre="tempered", sensitivity="rho2", kappa_rule="on", leverage_rule="A",
+                     key_mask=None):
     """:func:`jacap_scores` for ``tau``, ``noise`` and ``backend`` already validated where they entered (the
     press, the decode-time controller, :func:`jacap_scores`; :mod:`jacap_lib.config`): checks the tensors only.
 
     ``alpha``: a given centre :math:`\\bar\\alpha` (``(..., N)``, e.g. the attention the recent queries observed,
-    :func:`jacap_lib.presses.utils.observed_attention`) in place of the tempered softmax (``tau`` then unused);
-    scored on the torch path (``backend="auto"``; ``"triton"`` computes the tempered centre in its kernels and
-    refuses it)."""
+    :func:`jacap_lib.presses.utils.observed_attention`) in place of the computed one (``centre`` and ``tau`` then
+    unused). ``centre``: the computed centre, ``"tempered"`` (Algorithm 1) or ``"ea"`` (:func:`centre_attention`).
+    ``sensitivity``, ``kappa_rule``: the weight's factors (:func:`sensitivity_weight`, Algorithm 1's ``"rho2"``,
+    ``"on"`` by default); ``leverage_rule``: ``"A"`` :math:`u_i^\\top A^{-1}u_i` (Algorithm 1) or ``"identity"``
+    :math:`\\lVert u_i\\rVert^2` (:math:`A := I`; with ``noise="deff"`` the rule still reads the Gram of the weights
+    used). ``key_mask``: boolean, broadcasting against ``(..., N)``, the slots that hold real tokens (padding):
+    the centre puts no mass on the others (their weight, hence their score, is 0). Anything but Algorithm 1's
+    tempered centre and factors on every slot is scored on the torch path (``backend="auto"``; ``"triton"`` computes
+    Algorithm 1 with the tempered centre in its kernels and refuses the rest)."""
     validate_inputs(keys, values, mu, lam, out_proj)
     check_deff_target(noise, deff_target)
-    if alpha is not None:
+    if centre not in CENTRES:
+        raise ValueError(f"`centre` must be one of {CENTRES} (a given centre is passed as `alpha`), got {centre!r}")
+    for name, value, valid in (("sensitivity", sensitivity, SENSITIVITIES), ("kappa_rule", kappa_rule, KAPPAS),
+                               ("leverage_rule", leverage_rule, LEVERAGES)):
+        if value not in valid:
+            raise ValueError(f"`{name}` must be one of {valid}, got {value!r}")
+    if alpha is not None and tuple(alpha.shape[-1:]) != tuple(keys.shape[-2:-1]):
+        raise ValueError(f"alpha must have one entry per cached token, shape (..., {keys.shape[-2]}); got "
+                         f"{tuple(alpha.shape)}")
+    swapped = (centre, sensitivity, kappa_rule, leverage_rule) != ("tempered", "rho2", "on", "A")
+    if alpha is not None or swapped or key_mask is not None:
         if backend == "triton":
-            raise ValueError("backend='triton' computes the tempered centre inside its kernels and cannot take a given "
-                             "`alpha` (the observed centre); use backend='auto' or 'torch', or centre='tempered'")
-        if tuple(alpha.shape[-1:]) != tuple(keys.shape[-2:-1]):
-            raise ValueError(f"alpha must have one entry per cached token, shape (..., {keys.shape[-2]}); got "
-                             f"{tuple(alpha.shape)}")
+            what = ("a given `alpha` (the observed centre)" if alpha is not None else "a swapped component"
+                    if swapped else "a `key_mask` (padding)")
+            raise ValueError(f"backend='triton' computes Algorithm 1 with the tempered centre inside its kernels and "
+                             f"cannot take {what}; use backend='auto' or 'torch', or centre='tempered'")
         backend = "torch"
     if backend == "auto":
         # the Triton kernels take fp32/fp16/bf16; float64 stays on the torch path
@@ -159,10 +234,12 @@ def validated_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out
                                        out_proj=out_proj)
     with torch.no_grad():  # scores decide a selection: no autograd graph over the cache (the passes refuse one anyway)
         return _torch_jacap_scores(keys, values, mu, lam, tau=tau, noise=noise, deff_target=deff_target,
-                                   out_proj=out_proj, alpha=alpha)
+                                   out_proj=out_proj, alpha=alpha, centre=centre, sensitivity=sensitivity,
+                                   kappa_rule=kappa_rule, leverage_rule=leverage_rule, key_mask=key_mask)
 
 
-def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out_proj=None, alpha=None):
+def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, out_proj=None, alpha=None,
+                        centre="tempered", sensitivity="rho2", kappa_rule="on", leverage_rule="A", key_mask=None):
     """The torch path: K read once, V twice, in cache-sized blocks of rows (:mod:`.factor`), float32
     accumulation (float64 for float64 inputs), no copy of the cache and no ``(N, d)`` temporary."""
     cdt = compute_dtype(keys.dtype)
@@ -173,12 +250,14 @@ def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, 
     mu3 = torch.broadcast_to(mu, lead + (d,)).reshape(G, d, 1).to(cdt)
     lam3 = torch.broadcast_to(lam, lead + (d,)).reshape(G, d, 1).to(cdt)
     logits, kappa = token_pass(k3, mu3, lam3, cdt, block_rows(G, d, N, keys.device))
+    real = None if key_mask is None else torch.broadcast_to(key_mask.to(keys.device), lead + (N,)).reshape(G, N)
     if alpha is None:
-        alpha = torch.softmax(logits / (tau * math.sqrt(d)), dim=-1)
+        alpha = centre_attention(logits if real is None else logits.masked_fill(~real, float("-inf")), d,
+                                 centre=centre, tau=tau, kappa=kappa)
     else:  # a given centre (the observed attention), broadcast over the leading dims like mu
         alpha = torch.broadcast_to(alpha.to(device=keys.device, dtype=cdt), lead + (N,)).reshape(G, N)
-    rho = alpha * (1.0 - alpha)
-    weight = rho.square() * kappa / d
+        alpha = alpha if real is None else alpha.masked_fill(~real, 0.0)
+    rho, kappa, weight = sensitivity_weight(alpha, kappa, d, sensitivity=sensitivity, kappa_mode=kappa_rule)
     if not bool(torch.isfinite(weight).all()):
         diagnose_nonfinite(keys=keys)
     rows = block_rows(G, dv, N, keys.device)
@@ -193,9 +272,13 @@ def _torch_jacap_scores(keys, values, mu, lam, *, tau, noise, deff_target=None, 
         sigma2 = sigma2.to(cdt)
     else:
         sigma2 = torch.full((G,), float(noise), dtype=cdt, device=keys.device)
-    A = M / sigma2[:, None, None] + torch.eye(M.shape[-1], dtype=cdt, device=keys.device)
-    L = cholesky_with_jitter(A)
-    lev = leverage_pass(v3, leverage_map(L, proj).transpose(1, 2), cdt, rows)
+    if leverage_rule == "A":
+        A = M / sigma2[:, None, None] + torch.eye(M.shape[-1], dtype=cdt, device=keys.device)
+        L = cholesky_with_jitter(A)
+        lev = leverage_pass(v3, leverage_map(L, proj).transpose(1, 2), cdt, rows)
+    else:  # A := I: |u_i|^2 = |proj v_i|^2 (proj = W, or R of its thin QR: the same norms)
+        eye = torch.eye(dv, dtype=cdt, device=keys.device).expand(G, dv, dv)
+        lev = leverage_pass(v3, (eye if proj is None else proj).transpose(1, 2), cdt, rows)
     score = (weight / sigma2[:, None]) * lev
     if not bool(torch.isfinite(score).all()):
         raise CholeskyFailure("Algorithm 1 produced non-finite scores from finite inputs: the keys/values overflow "

@@ -2,14 +2,12 @@
 chapter's "diagonal S" ablation)."""
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .. import _checks
 from ..config import DEFAULTS, check
 from .contract import JacapScores, diagnose_nonfinite, validate_inputs
-from .core import leverage
+from .core import leverage, tempered_centre
 
 __all__ = ["rank_one_corrected_scores"]
 
@@ -43,7 +41,7 @@ def rank_one_corrected_scores(keys, values, mu, lam, *, tau: float = DEFAULTS.ta
     k, v = keys.to(dt), values.to(dt)
     mu_, lam_ = mu.to(dt), lam.to(dt)
     d = k.shape[-1]
-    alpha = torch.softmax((k @ mu_.unsqueeze(-1)).squeeze(-1) / (tau * math.sqrt(d)), dim=-1)
+    alpha = tempered_centre(k, mu_, tau)
     kappa = (k.square() * lam_.unsqueeze(-2)).sum(-1)
     weight = alpha.square() * kappa / d
     if not bool(torch.isfinite(weight).all()):  # as jacap_scores: name the input before the solve fails on it
