@@ -17,7 +17,7 @@ import numpy as np
 from jacap_lib.results import files, loaders as R, verdicts as V
 from jacap_lib.results.paths import data_path
 
-SETTING = "jacap_obs[window=16]"   # the Jacap default of the plan (the tune choice of jacap_obs)
+METHOD = "jacap_obs"  # the Jacap default of the plan: the tune choice of jacap_obs (choices.json), as written there
 NS = (48, 96, 144)                 # planned documents per cell
 MS = (24, 48)                      # planned comparisons judged together (e.g. 12 cells x 4 comparisons = 48)
 POWER, ALPHA = 0.8, 0.05
@@ -31,10 +31,11 @@ def cells(rows: list[dict], choices: dict) -> dict:
     kl = {(r["method"], int(r["length"]), float(r["ratio"]), r["doc"]): float(r["kl"]) for r in rows
           if r["split"] == "test" and r["model"] == cfg["model"]["name"]
           and int(r["continuation"]) == int(cfg["continuation"])}
+    setting = choices["chosen"][METHOD]
     out = {}
     for name, base in choices["best_baseline"]["cells"].items():
         L, c = int(base["length"]), float(base["ratio"])
-        method = [kl[(SETTING, L, c, d)] for d in docs]
+        method = [kl[(setting, L, c, d)] for d in docs]
         reference = [kl[(base["spec"], L, c, d)] for d in docs]
         out[name] = (V.log_ratios(method, reference), base["spec"])
     return out
@@ -61,7 +62,7 @@ def plan(rows: list[dict], choices: dict) -> dict:
                     "rounds, so here only their spread plans the confirmatory run), model and continuation of "
                     "choices.json",
             "choices_fingerprint": choices["fingerprint"],
-            "comparison": f"Jacap default ({SETTING} rows) vs the cell's best tuned baseline "
+            "comparison": f"Jacap default ({choices['chosen'][METHOD]} rows: the tune choice of {METHOD}) vs the cell's best tuned baseline "
                           "(choices.json best_baseline.cells[cell].spec, picked on tune), paired per document",
             "statistic": "d_i = log(KL_method,i / KL_baseline,i) per document; the geometric-mean ratio is "
                          "exp(mean d); log_ratio_sd = sd(d, ddof=1) over the dev documents of the cell",

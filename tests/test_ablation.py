@@ -14,6 +14,7 @@ from jacap_lib import jacap_scores, theory  # noqa: E402
 from jacap_lib.hf import clear_masks  # noqa: E402
 from jacap_lib.measure.kvpress_grid import tiny_model  # noqa: E402
 from jacap_lib.presses.jacap import JacapPress  # noqa: E402
+from jacap_lib.results import ablation as A  # noqa: E402
 from jacap_lib.presses.jacap_ablation import ONE_KNOB, JacapAblationPress, base_spec, marginal_capacity  # noqa: E402
 from jacap_lib.presses.utils import observed_attention  # noqa: E402
 from jacap_lib.presses.registry import build_press, changed_options, press_from_spec  # noqa: E402
@@ -271,8 +272,8 @@ def test_every_ablation_changes_one_thing():
     assert set(ONE_KNOB) == set(EXPECTED_CHANGE)
     for label, (spec, what) in ONE_KNOB.items():
         assert what and isinstance(what, str)
-        # measured while the default was the tempered centre with a window of 32 (protocol.era_spec pins them)
-        changed = changed_options(P.era_spec(spec), P.era_spec(base_spec(label)))
+        # as measured: on Algorithm 1 as tuned then (the tempered centre, a window of 32), written out in full
+        changed = changed_options(A.measured_spec(spec), A.measured_spec(base_spec(label)))
         assert set(changed) == EXPECTED_CHANGE[label], (label, changed)
     assert changed_options("jacap_ablate") == {}
     assert changed_options("jacap_ablate[budget=layer]")["wrapper"][1] == {"class": "AdaKVPress",

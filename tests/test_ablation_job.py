@@ -10,6 +10,7 @@ import pytest
 
 kvpress = pytest.importorskip("kvpress")
 
+from jacap_lib.presses.registry import press_from_spec  # noqa: E402
 from jacap_lib.results import ablation as A  # noqa: E402
 from jacap_lib.results import files as io  # noqa: E402
 from jacap_lib.results import verdicts as V  # noqa: E402
@@ -32,7 +33,8 @@ KNOBS = {"u = W_O v": ("jacap_wo[window=4]", "u = W_O v"), "flat": ("jacap[windo
 
 @pytest.fixture
 def knobs(monkeypatch):
-    monkeypatch.setattr(A, "knob_table", lambda: ({k: (s, d, "jacap[window=4]") for k, (s, d) in KNOBS.items()}, "test"))
+    monkeypatch.setattr(A, "knob_table", lambda: ({k: (s, d, A.measured_spec("jacap[window=4]"))
+                                                   for k, (s, d) in KNOBS.items()}, "test"))
     monkeypatch.setattr(A, "DEFAULT_SPEC", "jacap[window=4]")
 
 
@@ -49,8 +51,12 @@ def test_knob_table_is_one_knob_with_each_base():
 
     table, source = A.knob_table()
     assert source == "jacap_lib.presses.jacap_ablation.ONE_KNOB" and list(table) == list(ONE_KNOB)
-    assert table == {k: (s, d, base_spec(k)) for k, (s, d) in ONE_KNOB.items()}
-    assert table["prior=3-centres"][2] == "jacap[beta=none]" and A.DEFAULT_SPEC == "jacap"
+    assert table == {k: (A.measured_spec(s), d, A.measured_spec(base_spec(k))) for k, (s, d) in ONE_KNOB.items()}
+    assert table["prior=3-centres"][2] == A.measured_spec("jacap[beta=none]") and A.DEFAULT_SPEC == "jacap"
+    # each spec written out in full on Algorithm 1 as tuned then, whatever today's defaults are
+    default = press_from_spec(A.measured_spec(A.DEFAULT_SPEC), 0.5)
+    assert (default.centre, default.tau, default.beta, default.window) == ("tempered", 3, 0.9, 32)
+    assert press_from_spec(table["prior=3-centres"][0], 0.5).beta is None  # the multi-centre prior's own flat stats
 
 
 def test_job_rows_pair_with_the_default_and_resume(tiny, corpus, tmp_path, monkeypatch, knobs):
@@ -60,11 +66,12 @@ def test_job_rows_pair_with_the_default_and_resume(tiny, corpus, tmp_path, monke
     rows = io.read_jsonl(out / A.FILE)
     assert res["rows_written"] == len(rows) == 3 * 1 * 2 * 3  # tune docs x lengths x ratios x (default + 2)
     assert {r["doc"] for r in rows} == {"kind/d0", "kind/d1", "kind/d3"} and {r["split"] for r in rows} == {"tune"}
-    assert {r["method"] for r in rows} == {"jacap[window=4]", "jacap_wo[window=4]", "jacap[window=4,beta=none]"}
+    default = A.measured_spec("jacap[window=4]")
+    assert {r["method"] for r in rows} == {default, "jacap_wo[window=4]", "jacap[window=4,beta=none]"}
     assert all(len(r["attn_rel_error_per_layer"]) == 2 and r["kl"] >= 0 for r in rows)
     cfg = io.read_runs(out / A.FILE)[0]
     assert cfg["ablations"]["flat"] == {"spec": "jacap[window=4,beta=none]", "description": "flat statistics",
-                                        "base": "jacap[window=4]",
+                                        "base": default,
                                         "options": cfg["settings"]["jacap[window=4,beta=none]"]}
     assert cfg["settings"]["jacap_wo[window=4]"]["use_out_proj"] is True and cfg["versions"]["kvpress"]
     assert cfg["grid_choice"] == "given by --lengths / --ratios" and cfg["lengths"] == [80]
@@ -73,7 +80,7 @@ def test_job_rows_pair_with_the_default_and_resume(tiny, corpus, tmp_path, monke
     kl = {(r["method"], r["ratio"], r["doc"]): r["kl"] for r in rows}
     for a in s["ablations"]:
         for r in a["rows"]:
-            logs = [math.log(kl[(a["spec"], r["ratio"], d)] / kl[("jacap[window=4]", r["ratio"], d)])
+            logs = [math.log(kl[(a["spec"], r["ratio"], d)] / kl[(default, r["ratio"], d)])
                     for d in ("kind/d0", "kind/d1", "kind/d3")]
             assert r["n"] == 3 and r["gm_ratio"] == pytest.approx(math.exp(sum(logs) / 3), rel=1e-9)
     assert s["m"] == 4 and s["cells_measured"] == ["80/0.5", "80/0.75"]

@@ -4,6 +4,7 @@ bad calls refused before any work."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -74,15 +75,13 @@ def test_the_library_defaults_part_reads_its_own_family_and_cells():
     """library_default_part measures the family whose setting JacapPress() builds today (the observed centre, window
     16), on that family's own losing cells; Algorithm 1's family (the tempered centre) is not it."""
     from jacap_lib.presses.registry import changed_options
-    from jacap_lib.results.protocol import pinned
-
-    obs = "jacap_obs[window=16]"  # Algorithm 1's spec is measured as the tempered centre with a window of 32
-    assert not changed_options(obs, "jacap") and changed_options(pinned("jacap[tau=3,beta=0.9]"), "jacap")
+    obs = "jacap_obs[window=16]"  # today's default; Algorithm 1's tuned setting is the tempered centre
+    assert not changed_options(obs, "jacap") and changed_options("jacap[centre=tempered,tau=3,beta=0.9]", "jacap")
     rows = _rows(ERR_A, ERR_B, KL_A, KL_B, KINDS, a=obs)
     row = {"length": 2048, "ratio": 0.5, "baseline_spec": "expected_attention", "gm_ratio": 1.5, "gm_low": 1.1,
            "gm_high": 2.0}
     summary = {"families": [
-        {"role": "algorithm 1", "picked_on": "tune", "setting": "jacap[tau=3,beta=0.9]", "rows": []},
+        {"role": "algorithm 1", "picked_on": "tune", "setting": "jacap[centre=tempered,tau=3,beta=0.9]", "rows": []},
         {"role": "tuned jacap_obs", "picked_on": "test", "setting": obs, "rows": []},
         {"role": "tuned jacap_obs", "picked_on": "tune", "setting": obs,
          "rows": [row, {**row, "ratio": 0.9, "gm_low": 0.9}]}]}
@@ -149,39 +148,44 @@ def test_protected_press_keeps_the_score_and_forces_sinks_and_window():
 
 
 def test_swap_settings_change_one_knob_each():
-    s = {x["key"]: x for x in A.swap_settings("jacap[tau=3,beta=0.9]", "expected_attention")}
-    assert s["jacap_baseline_protection"]["spec"] == "jacap[tau=3,beta=0.9,n_sink=4,window=0]"
-    assert s["jacap_no_protection"]["spec"] == "jacap[tau=3,beta=0.9,n_sink=0,window=0]"
-    assert s["baseline_jacap_protection"]["protect"] == (4, 32)
-    assert s["tau_1"]["spec"] == "jacap[tau=1,beta=0.9]" and s["tau_10"]["spec"] == "jacap[tau=10,beta=0.9]"
-    assert s["flat_statistics"]["spec"] == "jacap[tau=3,beta=none]"
-    assert s["no_leverage"]["spec"] == "jacap[tau=3,beta=0.9,noise=1e+06]" and s["gqa_mean"]["spec"].endswith("gqa=mean]")
-    # the weight's form one factor at a time, and the oracle statistics: each differs from the default in one option
-    from jacap_lib.presses.registry import parse_method
+    from jacap_lib.presses.registry import changed_options, parse_method, written_out
 
-    # the spec as the protocol measured it: the tempered centre and a 32-token window (protocol.PINS)
-    base = {"tau": 3, "beta": 0.9, "centre": "tempered", "window": 32}
+    default = written_out("jacap[centre=tempered,tau=3,beta=0.9,window=32]")
+    s = {x["key"]: x for x in A.swap_settings(default, "expected_attention")}
+    assert all(written_out(re.split(r"\+(?:observed|protect|oracle)", x["spec"])[0]) ==
+               re.split(r"\+(?:observed|protect|oracle)", x["spec"])[0] for x in s.values() if x["key"] != "baseline")
+
+    def changed(key):  # what the swap changes, read off the presses the two specs build
+        return {k: v[1] for k, v in changed_options(s[key]["spec"], default).items()}
+
+    assert changed("jacap_baseline_protection") == {"window": 0}  # Expected Attention's 4 sinks are Jacap's
+    assert changed("jacap_no_protection") == {"n_sink": 0, "window": 0}
+    assert s["baseline_jacap_protection"]["protect"] == (4, 32)
+    assert changed("tau_1") == {"tau": 1.0} and changed("tau_10") == {"tau": 10.0}
+    assert changed("flat_statistics") == {"beta": None} and changed("gqa_mean") == {"gqa": "mean"}
+    assert changed("no_leverage") == {"noise": 1e6}
+    # the weight's form one factor at a time: each differs from the default in one option
     for key, option in (("sensitivity_alpha", {"sensitivity": "alpha"}), ("kappa_mean", {"kappa": "mean"}),
                         ("ea_centre", {"centre": "ea"})):
-        name, opts = parse_method(s[key]["spec"])
-        assert name == "jacap_ablate" and opts == base | option
-    assert s["oracle_statistics"]["oracle"] and s["oracle_statistics"]["spec"] == "jacap[tau=3,beta=0.9]+oracle"
+        assert parse_method(s[key]["spec"])[0] == "jacap_ablate"
+        assert {k: v for k, v in changed(key).items() if k != "class"} == option, key
+    assert s["oracle_statistics"]["oracle"] and s["oracle_statistics"]["spec"] == f"{default}+oracle"
     # the RoPE horizon: the baseline's number of future positions, alone, and as the ladder's last step before it
-    u = {x["key"]: x for x in A.swap_settings("jacap[tau=3,beta=0.9]", "expected_attention[n_future_positions=32]")}
-    assert u["future_positions"]["spec"] == "jacap[tau=3,beta=0.9,n_future_positions=32]"
+    u = {x["key"]: x for x in A.swap_settings(default, "expected_attention[n_future_positions=32]")}
+    assert {k: v[1] for k, v in changed_options(u["future_positions"]["spec"], default).items()} == {
+        "n_future_positions": 32}
     assert "future_positions" not in s  # kvpress's default horizon is Jacap's: nothing to swap
-    rungs = [parse_method(u[k]["spec"])[1] for k in RS.LADDER[1:-1]]
-    assert rungs[0] == base | {"centre": "ea"} and rungs[-1] == base | {"centre": "ea", "sensitivity": "alpha",
-                                                                         "kappa": "mean", "leverage": "identity",
-                                                                         "n_future_positions": 32, "beta": None}
+    rungs = [u[k]["spec"] for k in RS.LADDER[1:-1]]
     for a, b in zip(rungs, rungs[1:]):  # one option more per step
-        assert set(b.items()) - set(a.items()) and len(set(b.items()) - set(a.items())) == 1
+        assert len([k for k in changed_options(b, a) if k != "class"]) == 1, (a, b)
     # under the observed centre there is no tempered centre to replace by Expected Attention's
-    t = {x["key"]: x for x in A.swap_settings("jacap[window=16]", "expected_attention")}
-    assert "ea_centre" not in t and parse_method(t["kappa_mean"]["spec"])[1] == {"window": 16, "centre": "observed",
-                                                                               "kappa": "mean"}
+    observed = written_out("jacap[window=16]")
+    t = {x["key"]: x for x in A.swap_settings(observed, "expected_attention")}
+    assert "ea_centre" not in t
+    assert {k: v[1] for k, v in changed_options(t["kappa_mean"]["spec"], observed).items()
+            if k != "class"} == {"kappa": "mean"}
     # a baseline without sinks: its protection is no protection, listed once
-    keys = [x["key"] for x in A.swap_settings("jacap[tau=3,beta=0.9]", "snapkv[window_size=16]")]
+    keys = [x["key"] for x in A.swap_settings(default, "snapkv[window_size=16]")]
     assert "jacap_baseline_protection" not in keys and "jacap_no_protection" in keys
 
 

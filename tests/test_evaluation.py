@@ -40,15 +40,29 @@ def test_search_space_budgets_are_comparable():
     around = {m: sum(2 for _ in P.AROUND_CHOICE.get(m, ())) for m in counts}
     assert around == {"snapkv": 2, "streaming_llm": 0, "expected_attention": 2, "capkv": 2, "tova": 0, "knorm": 0,
                       "keydiff": 0, "jacap": 4, "jacap_adakv": 4, "jacap_obs": 2, "jacap_ea": 4}
+    # each knob of AROUND_CHOICE has two settings that differ from the tune choice in that knob alone (read off the
+    # built presses)
+    from jacap_lib.presses.registry import method_options
+    from jacap_lib.results.paths import repo_path
+
+    chosen = json.loads((repo_path("data") / "results" / "eval" / "choices.json").read_text())["chosen"]
     for m, knobs in P.AROUND_CHOICE.items():
+        base = method_options(press_from_spec(chosen[m], 0.5))
         for knob in knobs:
-            # a window setting moves the window alone: the sinks' settings and tau's (at the choice's window) move
-            # another knob
-            values = [s for s in P.SEARCH_SPACE[m] if f"{knob}=" in s
-                      and (knob != "window" or ("n_sink=" not in s and ("tau=" not in s or "tau=3," in s)))]
-            assert len(values) == 2, (m, knob, values)
+            values = []
+            for spec in P.SEARCH_SPACE[m]:
+                rec = method_options(press_from_spec(spec, 0.5))
+                if rec["class"] != base["class"]:  # kvpress's head-adaptive wrapper: another setting
+                    continue
+                inner, binner = rec.get("press", rec), base.get("press", base)
+                diff = {k for k in set(inner) | set(binner) if inner.get(k) != binner.get(k)} - {"compression_ratio"}
+                if diff == {knob}:
+                    values.append(inner[knob])
+            assert len(values) == 2, (m, knob, values)  # around the choice of the round that placed them
     assert {n - adakv[m] - around[m] for m, n in counts.items() if m not in no_options} == {P.CONFIGS_PER_METHOD}
-    assert all(P.SEARCH_SPACE[m][0] == m for m in counts)  # the library default first
+    # a baseline's grid starts at kvpress's defaults; Algorithm 1's (and its AdaKV budgets') at the paper's settings
+    assert all(P.SEARCH_SPACE[m][0] == m for m in counts if m in BASELINES)
+    assert P.SEARCH_SPACE["jacap"][0] == P.PAPER_PRESET
 
 
 @pytest.mark.parametrize("change, match", [
@@ -60,7 +74,7 @@ def test_search_space_budgets_are_comparable():
     (lambda s: s.update(jacap_obs=s["jacap_obs"] + ("jacap_obs[n_sink=2,window=16]",)), "3 settings of 'n_sink'"),
     (lambda s: s.update(snapkv=s["snapkv"][:-1]), "1 settings of 'kernel_size'"),
     (lambda s: s.update(snapkv=s["snapkv"][:2]), "exactly 5"),
-    (lambda s: s.update(snapkv=("snapkv[window_size=32]", "snapkv", "snapkv[window_size=16]")), "library default"),
+    (lambda s: s.update(snapkv=("snapkv[window_size=32]", "snapkv", "snapkv[window_size=16]")), "kvpress's default"),
     (lambda s: s.update(jacap=("jacap", "jacap[tau=3,beta=0.9]", "jacap[beta=0.9,tau=3]")), "twice"),
     (lambda s: s.update(capkv=("capkv", "capkv[tau=2]", "snapkv[window_size=8]")), "names 'snapkv'"),
     (lambda s: s.update(capkv=("capkv", "capkv[tau=2]", "capkv[bogus=1]")), "unknown option"),
@@ -331,7 +345,9 @@ def test_quick_run_on_bundled_model(tmp_path):
     assert cli.main(["evaluate", "test", "--quick", "--dir", str(out), "--no-progress"]) == 0
     tune, test = io.read_jsonl(out / "tune.jsonl"), io.read_jsonl(out / "test.jsonl")
     chosen = json.loads((out / "choices.json").read_text())["chosen"]
-    assert len(tune) == 2 * 2 * 5 and len(test) == 2 * 2 * len(E.test_specs(chosen)) == 2 * 2 * 4  # + paper preset
+    assert len(tune) == 2 * 2 * 5 and len(test) == 2 * 2 * len(E.test_specs(chosen))
+    # the three choices, and the paper preset beside them unless Algorithm 1's choice is the paper preset itself
+    assert len(E.test_specs(chosen)) == 3 + (not P.same_setting(chosen["jacap"], P.PAPER_PRESET))
     assert all(r["continuation"] == 32 and r["length"] == 512 for r in tune + test)
     assert io.read_runs(out / "test.jsonl")[0]["model"]["sha256"]
 
@@ -444,14 +460,16 @@ def test_summary_judges_complete_cells_of_an_unfinished_run(tmp_path, capsys):
 
 
 def test_test_specs_add_the_paper_preset_only_when_it_differs():
-    same = "jacap[beta=none,noise=1.0,tau=10.0]"  # the paper's settings written another way
+    # the paper's settings written another way (a shorter spec that builds the same press today)
+    same = "jacap[beta=none,centre=tempered,noise=1.0,tau=10.0,window=32]"
     assert E.test_specs({"knorm": "knorm", "jacap": same}) == ["knorm", same]
-    assert E.test_specs({"jacap": "jacap[tau=3,beta=0.9]"}) == ["jacap[tau=3,beta=0.9]", P.PAPER_PRESET]
+    tuned = "jacap[beta=0.9,centre=tempered,tau=3,window=128]"
+    assert E.test_specs({"jacap": tuned}) == [tuned, P.PAPER_PRESET]
     assert E.test_specs({"knorm": "knorm"}) == ["knorm"]
     from jacap_lib.config import DEFAULTS
 
-    assert P.same_setting("jacap", f"jacap[tau={DEFAULTS.tau},beta={DEFAULTS.beta}]")
-    assert P.same_setting(P.PAPER_PRESET, "jacap[beta=none,tau=10]") and not P.same_setting("jacap", "jacap_adakv")
+    assert P.same_setting("jacap", f"jacap[window={DEFAULTS.window},beta={DEFAULTS.beta}]")
+    assert P.same_setting(P.PAPER_PRESET, same) and not P.same_setting("jacap", "jacap_adakv")
 
 
 def test_summary_refuses_missing_or_foreign_inputs(tmp_path, capsys):
@@ -550,11 +568,11 @@ def test_resume_refuses_a_spec_whose_defaults_changed(tmp_path):
 
     out = tmp_path / "tune.jsonl"
     io.append_jsonl(out, {"method": "jacap"})
-    now = method_options(P.protocol_press("jacap", 0.5))  # the pinned meaning of the protocol's bare jacap
+    now = method_options(press_from_spec("jacap", 0.5))  # today's defaults
     io.append_run(out, {"settings": {"jacap": now, "knorm": method_options(press_from_spec("knorm", 0.5))}})
     E.check_settings_unchanged(out, {"jacap": ("jacap",), "knorm": ("knorm",)})  # same options: fine
-    io.append_run(out, {"settings": {"jacap": {**now, "tau": now["tau"] + 1.0}}})
-    with pytest.raises(ValueError, match=r"'jacap'.*tau.*new --dir"):
+    io.append_run(out, {"settings": {"jacap": {**now, "window": now["window"] + 1}}})
+    with pytest.raises(ValueError, match=r"'jacap'.*window.*new --dir"):
         E.check_settings_unchanged(out, {"jacap": ("jacap",)})
     E.check_settings_unchanged(out, {"knorm": ("knorm",)})
     E.check_settings_unchanged(tmp_path / "none.jsonl", {"jacap": ("jacap",)})  # nothing to resume
@@ -565,7 +583,7 @@ def test_an_option_without_effect_does_not_block_a_resume(tmp_path):
     differs from today's is no other press (resume allowed, same_setting true); with noise="deff" it is."""
     from jacap_lib.presses.registry import effective_options, method_options, press_from_spec
 
-    now = method_options(P.protocol_press("jacap", 0.5))
+    now = method_options(press_from_spec("jacap", 0.5))
     assert now["noise"] != "deff" and "deff_frac" in now and "deff_frac" not in effective_options(now)
     wrapped = method_options(press_from_spec("jacap_adakv", 0.5))
     assert "deff_frac" not in str(effective_options(wrapped)) and "deff_frac" in str(wrapped)
@@ -637,40 +655,32 @@ def test_target_frame_shows_each_cell_with_its_shortfall():
     assert f.loc["1024 / 0.9", "met"] == "not measured" and f.loc["1024 / 0.9", "missed by"] == ""
 
 
-def test_pins_keep_the_protocols_jacap_entries_meaning_what_was_measured():
-    """The tune rows of Jacap specs were made under earlier defaults (the paper's tau / beta for the bare entries; the
-    tempered centre and a window of 32 for all but jacap_obs's chosen window); each pin builds exactly the press
-    options the run that first measured it recorded (a record without ``centre`` meant the tempered one), so the
-    committed tune resumes and a fresh one reproduces it; today's ``JacapPress()`` is the tune's jacap_obs choice."""
-    from jacap_lib.presses.registry import effective_options, method_options, with_implied
+def test_every_recorded_jacap_setting_is_written_out_and_builds_what_was_recorded():
+    """No setting depends on the library's defaults: every Jacap spec of the search space, the choices and the rows
+    writes out every option of its press (so it builds the same press whatever the defaults become), and builds
+    exactly the press options the latest run recorded for it; the committed tune resumes. Today's ``JacapPress()``
+    is the tune's jacap_obs choice (the same options)."""
+    from jacap_lib.presses.registry import changed_options, effective_options, method_options, written_out
     from jacap_lib.results import loaders
-
-    runs = loaders.load_eval_runs("tune")
-    strip = lambda d: {k: (strip(v) if isinstance(v, dict) else v) for k, v in d.items() if k != "compression_ratio"}  # noqa: E731
-
-    searched = [s for m in P.JACAP_METHODS for s in P.SEARCH_SPACE[m]]
-    for spec, pin in P.PINS.items():
-        assert P.pinned(spec) == pin
-        now = strip(json.loads(json.dumps(method_options(P.protocol_press(spec, 0.5)))))
-        inner = now.get("press", now)
-        assert inner["window"] == (P.parse_method(spec)[1].get("window", 32))
-        assert inner["centre"] == ("observed" if P.method_of(spec) == "jacap_obs" or "centre=observed" in spec
-                                   else "ea" if "centre=ea" in spec else "tempered")
-        if spec in searched:
-            then = next(r["settings"][spec] for r in runs if spec in r.get("settings", {}))
-            assert effective_options(now) == effective_options(with_implied(strip(then), now)), spec
-    for spec in ("jacap", "jacap_adakv", "jacap[noise=deff,deff_frac=0.25]"):
-        now = method_options(P.protocol_press(spec, 0.5))
-        assert now.get("press", now)["tau"] == 10.0  # the paper's settings, as first measured
-    chosen = loaders.load_eval_choices()["chosen"]
-    assert not P.same_setting(P.pinned(chosen["jacap"]), "jacap")  # Algorithm 1's choice is no longer the default
-    assert P.same_setting(P.pinned(chosen["jacap_obs"]), "jacap_obs[window=16]")
-    from jacap_lib.presses.registry import changed_options
-
-    assert changed_options(P.pinned(chosen["jacap_obs"]), "jacap") == {}  # JacapPress() is the jacap_obs choice
-    assert P.pinned("snapkv[window_size=16]") == "snapkv[window_size=16]"
     from jacap_lib.results.paths import data_path
 
+    strip = lambda d: {k: (strip(v) if isinstance(v, dict) else v) for k, v in d.items() if k != "compression_ratio"}  # noqa: E731
+    runs = loaders.load_eval_runs("tune")
+    rows = {r["method"] for r in io.read_jsonl(data_path("results", "eval", "tune.jsonl"))}
+    searched = [s for m in P.JACAP_METHODS for s in P.SEARCH_SPACE[m]]
+    assert set(searched) <= rows
+    for spec in sorted({s for s in rows if s.startswith("jacap")} | set(searched)):
+        assert written_out(spec) == spec, spec
+        then = next((r["settings"][spec] for r in reversed(runs) if spec in r.get("settings", {})), None)
+        if spec in searched:
+            now = strip(json.loads(json.dumps(method_options(press_from_spec(spec, 0.5)))))
+            assert effective_options(now) == effective_options(strip(then)), spec
+    assert P.PAPER_PRESET == searched[0] and written_out(P.PAPER_PRESET) == P.PAPER_PRESET
+    first = press_from_spec(P.PAPER_PRESET, 0.5)
+    assert (first.centre, first.tau, first.beta, first.noise, first.window) == ("tempered", 10, None, 1, 32)
+    chosen = loaders.load_eval_choices()["chosen"]
+    assert not P.same_setting(chosen["jacap"], "jacap")  # Algorithm 1's choice is not the default
+    assert changed_options(chosen["jacap_obs"], "jacap") == {}  # JacapPress() is the jacap_obs choice
     E.check_settings_unchanged(data_path("results", "eval", "tune.jsonl"), P.SEARCH_SPACE)  # resumes
 
 
@@ -678,19 +688,21 @@ def test_grid_edges_finds_a_choice_on_the_edge_of_its_grid():
     """grid_edges: per method, the numeric options the space varies alone around the choice, the values tried
     and whether the choice is the smallest or largest of three or more (hand-built choices)."""
     space = {"snapkv": ["snapkv", "snapkv[window_size=32]", "snapkv[window_size=16]"], "knorm": ["knorm"],
-             "jacap": ["jacap", "jacap[tau=3,beta=0.9]", "jacap[tau=1,beta=0.9]", "jacap[tau=10,beta=0.9]"],
+             "jacap": ["jacap[centre=tempered,tau=10,beta=none]", "jacap[centre=tempered,tau=3,beta=0.9]",
+                       "jacap[centre=tempered,tau=1,beta=0.9]", "jacap[centre=tempered,tau=10,beta=0.9]"],
              "capkv": ["capkv", "capkv[tau=2]"]}
     choices = {"config": {"search_space": space},
-               "chosen": {"snapkv": "snapkv[window_size=16]", "knorm": "knorm", "jacap": "jacap[tau=3,beta=0.9]",
+               "chosen": {"snapkv": "snapkv[window_size=16]", "knorm": "knorm", "jacap": "jacap[centre=tempered,tau=3,beta=0.9]",
                           "capkv": "capkv"}}
     rows = {(r["method"], r["option"]): r for r in P.grid_edges(choices)}
-    # the pinned "jacap" (the paper's tau = 10 with flat statistics) differs in two options: not a tau neighbour
+    # the paper's tau = 10 with flat statistics differs in two options: not a tau neighbour
     assert set(rows) == {("snapkv", "window_size"), ("jacap", "tau"), ("capkv", "tau")}
     assert rows[("snapkv", "window_size")] == {"method": "snapkv", "option": "window_size", "chosen": 16,
                                                "values": [16, 32, 64], "edge": True, "bound": False}
     assert rows[("jacap", "tau")]["values"] == [1, 3, 10] and rows[("jacap", "tau")]["edge"] is False
-    assert P.neighbours(choices, "jacap") == {"tau": {1: "jacap[tau=1,beta=0.9]", 3: "jacap[tau=3,beta=0.9]",
-                                                      10: "jacap[tau=10,beta=0.9]"}}
+    assert P.neighbours(choices, "jacap") == {"tau": {1: "jacap[centre=tempered,tau=1,beta=0.9]",
+                                                      3: "jacap[centre=tempered,tau=3,beta=0.9]",
+                                                      10: "jacap[centre=tempered,tau=10,beta=0.9]"}}
     assert rows[("capkv", "tau")]["values"] == [2, 5] and rows[("capkv", "tau")]["edge"] is None  # two values
     assert not rows[("capkv", "tau")]["bound"]  # a float knob has no smallest value
     # a choice at the smallest value its knob can take: an edge, and a bound (no sinks; a 1-token pooling kernel)

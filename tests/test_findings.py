@@ -29,7 +29,7 @@ def _row(L, c, lo, hi, spec="snapkv[window_size=16]"):
 
 
 def _summary(rows):
-    return {"config": {}, "families": [{"setting": "jacap[tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune",
+    return {"config": {}, "families": [{"setting": "jacap[centre=tempered,tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune",
                                         "label": "picked on tune", "rows": rows}]}
 
 
@@ -38,7 +38,7 @@ def test_counts_and_sentences_from_a_hand_built_summary():
             _row(512, 0.9, 0.83, 0.93), _row(512, 0.75, 0.94, 1.10), _row(512, 0.95, 1.0, 1.0)]
     assert F.verdict_counts(rows) == {"better": 1, "worse": 2, "no detectable difference": 1, "identical": 1}
     text = " ".join(F.kl_findings(_summary(rows)))
-    assert ("Algorithm 1 at its tuned settings (the tempered centre, τ = 3, β = 0.9) is better in 1, worse in 2, no detectable difference in 1 "
+    assert ("Algorithm 1 at its tuned settings (the tempered centre, τ = 3) is better in 1, worse in 2, no detectable difference in 1 "
             "and identical on every document in 1 of 5 cells.") in text
     # the largest loss first, with its interval at the precision the interval supports
     assert ("Its largest losses: prompt 1024, c = 0.5, worse by 45–112 % against `expected_attention` (KL ratio "
@@ -48,7 +48,7 @@ def test_counts_and_sentences_from_a_hand_built_summary():
     named = _summary(rows)
     named["families"][0]["setting"] = "jacap[beta=0.9,centre=tempered,tau=3,window=128]"
     text = " ".join(F.kl_findings(named))
-    assert "Algorithm 1 at its tuned settings (the tempered centre, β = 0.9, τ = 3, window = 128) is" in text
+    assert "Algorithm 1 at its tuned settings (the tempered centre, τ = 3, window = 128) is" in text
     assert text.count("the tempered centre") == 1
     # a changed summary changes the sentence
     rows[0] = _row(512, 0.5, 0.70, 0.90)
@@ -69,23 +69,29 @@ def test_adjusted_verdicts_are_said_to_be_adjusted():
 
 def test_needle_sentences_count_per_comparison():
     def row(L, lo, hi, acc, ref):
-        return {"length": L, "ratio": 0.5, "reference_spec": "jacap[tau=10,noise=1,beta=none]", "accuracy": acc,
+        return {"length": L, "ratio": 0.5, "reference_spec": "jacap[centre=tempered,tau=10,noise=1,beta=none]", "accuracy": acc,
                 "reference_accuracy": ref, "diff_low": lo, "diff_high": hi,
                 "verdict": V.verdict((lo, hi), scale="points")}
 
-    needle = {"comparisons": [{"setting": "jacap[tau=3,beta=0.9]", "reference": "paper preset", "label": "paper",
+    needle = {"comparisons": [{"setting": "jacap[centre=tempered,tau=3,beta=0.9]", "reference": "paper preset", "label": "paper",
                                "rows": [row(512, -85.0, -45.0, 0.0, 0.65), row(1024, 0.0, 0.0, 0.0, 0.0)]}]}
     (s,) = F.needle_findings(needle)
-    assert ("against the paper's settings (τ = 10, σ² = 1, flat query statistics) is worse in 1 and identical on "
+    assert ("against the paper's settings (the tempered centre, τ = 10, flat query statistics) is worse in 1 and identical on "
             "every prompt in 1 of 2 cells; it loses prompt 512, c = 0.5 (0 % against 65 %).") in s
 
 
 def test_setting_text_and_verdict_word():
-    assert F.setting_text("jacap[tau=3,beta=0.9]") == "τ = 3, β = 0.9"
-    assert (F.setting_text("jacap[beta=0.9,centre=tempered,tau=3,window=128]")
-            == "β = 0.9, the tempered centre, τ = 3, window = 128")
-    assert F.setting_text("jacap[tau=10,noise=1,beta=none]") == "τ = 10, σ² = 1, flat query statistics"
-    assert F.setting_text("tova") == "tova"
+    # a setting by what sets it apart from its name's press at today's defaults (the observed centre, beta 0.9, a
+    # 16-token window): the written-out and the short spec of one press read alike
+    from jacap_lib.presses.registry import written_out
+
+    tuned = "jacap[beta=0.9,centre=tempered,tau=3,window=128]"
+    assert F.setting_text(tuned) == F.setting_text(written_out(tuned)) == "the tempered centre, τ = 3, window = 128"
+    assert (F.setting_text("jacap[centre=tempered,tau=10,noise=1,beta=none]")
+            == "the tempered centre, τ = 10, flat query statistics")
+    assert F.setting_text("jacap[tau=10]") == "jacap"  # no temperature under the observed centre: the default
+    assert F.setting_text("jacap[noise=deff,window=8]") == "σ² by the effective-dimension rule, window = 8"
+    assert F.setting_text("snapkv[window_size=16]") == "window_size = 16" and F.setting_text("tova") == "tova"
     assert F.verdict_word("no difference: identical on every prompt") == "identical"
     with pytest.raises(ValueError, match="not a verdict sentence"):
         F.verdict_word("fine")
@@ -97,8 +103,8 @@ def test_family_counts_is_one_line_per_family():
     s = _summary([_row(512, 0.5, 1.04, 1.40), _row(512, 0.9, 0.83, 0.93)])
     s["families"].append(dict(s["families"][0], picked_on="test", label="picked on test"))
     assert F.family_counts(s) == [
-        "jacap[tau=3,beta=0.9] (algorithm 1) against the best baseline picked on tune: better in 1 and worse in 1 of 2 cells",
-        "jacap[tau=3,beta=0.9] (algorithm 1) against the best baseline picked on test: better in 1 and worse in 1 of 2 cells"]
+        "jacap[centre=tempered,tau=3,beta=0.9] (algorithm 1) against the best baseline picked on tune: better in 1 and worse in 1 of 2 cells",
+        "jacap[centre=tempered,tau=3,beta=0.9] (algorithm 1) against the best baseline picked on test: better in 1 and worse in 1 of 2 cells"]
     assert json.dumps(F.verdict_counts([]))  # zeros for every kind
 
 
@@ -108,9 +114,9 @@ def _obs_summary():
            "verdict_unadjusted": "better by 10–30 %", "n": 8, "wins": 8, "ties": 0, "losses": 0}
     row2 = {**row, "ratio": 0.95, "gm_ratio": 1.1, "gm_low": 0.9, "gm_high": 1.3, "gm_low_adjusted": 0.85,
             "gm_high_adjusted": 1.4, "verdict": "no detectable difference; the interval is −15 % to +40 %"}
-    return {"families": [{"setting": "jacap[tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune",
+    return {"families": [{"setting": "jacap[centre=tempered,tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune",
                           "label": "picked on tune (the protocol)", "rows": [row2]},
-                         {"setting": "jacap_obs", "role": "tuned jacap_obs", "picked_on": "tune",
+                         {"setting": "jacap_obs[window=32]", "role": "tuned jacap_obs", "picked_on": "tune",
                           "label": "picked on tune (the protocol)", "rows": [row, row2]}]}
 
 
@@ -119,21 +125,21 @@ def test_tuned_jacap_methods_get_their_findings_and_needle_accuracy():
     c <= 0.75 is named beside the uncompressed model's, and cells above 0.75 or of other settings are not."""
     summary = _obs_summary()
     needle = {"cells": [{"length": 512, "ratio": r, "full": {"accuracy": 0.9},
-                         "settings": [{"spec": "jacap_obs", "accuracy": a}, {"spec": "knorm", "accuracy": 0.1}]}
+                         "settings": [{"spec": "jacap_obs[window=32]", "accuracy": a}, {"spec": "knorm", "accuracy": 0.1}]}
                         for r, a in ((0.5, 0.85), (0.75, 0.95), (0.9, 0.2))]}
     kl = F.kl_findings(summary)
-    assert kl[-1] == ("The capacity press linearised at the observed attention (`jacap_obs`, chosen on tune by the "
+    assert kl[-1] == ("The capacity press linearised at the observed attention (`jacap_obs[window=32]`, chosen on tune by the "
                       "same rule) against the same baselines is better in 1 and no detectable difference in 1 of "
                       "2 cells.")
-    assert F.accuracy_findings(needle, "jacap_obs") == ("On the needle task `jacap_obs` answers prompt 512, c = 0.5 "
+    assert F.accuracy_findings(needle, "jacap_obs[window=32]") == ("On the needle task `jacap_obs[window=32]` answers prompt 512, c = 0.5 "
                                                         "85 % (uncompressed 90 %); prompt 512, c = 0.75 95 % "
                                                         "(uncompressed 90 %).")
     assert F.accuracy_findings(needle, "tova") is None
-    assert F.accuracy_findings(needle, "jacap_obs") in F.findings_text(summary, needle)
-    # the setting JacapPress() builds today is named as the default (the bare jacap_obs is pinned to a window of 32)
+    assert F.accuracy_findings(needle, "jacap_obs[window=32]") in F.findings_text(summary, needle)
+    # the setting JacapPress() builds today is named as the default (jacap_obs at a 16-token window)
     summary["families"][1]["setting"] = "jacap_obs[window=16]"
-    assert "(`jacap_obs[window=16]`, the press `JacapPress()` builds by default, chosen on tune" in F.kl_findings(summary)[-1]
-    assert not RS.is_library_default("jacap_obs") and not RS.is_library_default("jacap[tau=3,beta=0.9]")
+    assert "(`jacap_obs`, the press `JacapPress()` builds by default, chosen on tune" in F.kl_findings(summary)[-1]
+    assert not RS.is_library_default("jacap_obs[window=32]") and not RS.is_library_default("jacap[centre=tempered,tau=3,beta=0.9]")
 
 
 def test_target_lines_check_the_bar_from_the_counts_and_the_needle_cells():
@@ -142,13 +148,13 @@ def test_target_lines_check_the_bar_from_the_counts_and_the_needle_cells():
     needle cell at 85 %, or with the second cell worse, does not; a missing needle cell is said, not skipped."""
     summary = _obs_summary()
 
-    def needle(a05, a075=0.95, spec="jacap_obs"):
+    def needle(a05, a075=0.95, spec="jacap_obs[window=32]"):
         return {"cells": [{"length": 512, "ratio": r, "full": {"accuracy": 1.0},
                            "settings": [{"spec": spec, "accuracy": a}]}
                           for r, a in ((0.5, a05), (0.75, a075), (0.9, 0.0))]}
 
     lines = F.target_lines(summary, needle(0.9), "tuned jacap_obs")
-    assert lines == ["jacap_obs against the best tuned baseline of each cell: better in 1 and no detectable "
+    assert lines == ["jacap_obs[window=32] against the best tuned baseline of each cell: better in 1 and no detectable "
                      "difference in 1 of 2 cells", "needle at c <= 0.75: 90 %, 95 %", "the bar is cleared"]
     assert F.target_lines(summary, needle(0.85), "tuned jacap_obs")[-1] == "the bar is not cleared"
     assert F.target_lines(summary, needle(0.9, spec="knorm"), "tuned jacap_obs")[1:] == [
@@ -164,7 +170,7 @@ def test_kl_and_needle_frame_puts_both_objectives_side_by_side():
 
     summary = _obs_summary()
     needle = {"cells": [{"length": 512, "ratio": 0.5, "full": {"accuracy": 1.0},
-                         "settings": [{"spec": "jacap_obs", "accuracy": 0.85, "low": 0.64, "high": 0.95}]}]}
+                         "settings": [{"spec": "jacap_obs[window=32]", "accuracy": 0.85, "low": 0.64, "high": 0.95}]}]}
     frame = VE.kl_and_needle_frame(summary, needle, role="tuned jacap_obs")
     assert list(frame.index) == ["512 / 0.5", "512 / 0.95"]
     assert frame.loc["512 / 0.5", "KL ratio [adjusted CI]"] == "0.80 [0.65, 0.95]"
@@ -173,6 +179,6 @@ def test_kl_and_needle_frame_puts_both_objectives_side_by_side():
     assert frame.loc["512 / 0.95", "needle % [95 % CI]"] == "–"  # no needle cell at c = 0.95
     assert frame.loc["512 / 0.5", "baseline"] == "snapkv"
     line, spec = VE.tuned_line(summary, "tuned jacap_obs")
-    assert spec == "jacap_obs" and line.endswith("better in 1 and no detectable difference in 1 of 2 cells")
+    assert spec == "jacap_obs[window=32]" and line.endswith("better in 1 and no detectable difference in 1 of 2 cells")
     with pytest.raises(ValueError, match="tuned jacap_adakv"):
         VE.kl_and_needle_frame(summary, needle, role="tuned jacap_adakv")

@@ -149,7 +149,7 @@ def test_needle_summary_against_hand_values_and_holm():
     # the book's tables
     f = needle_frame(s)
     assert [name for _, name in f.index] == ["uncompressed (ceiling)", "Jacap window = 4", "snapkv",
-                                             "Jacap τ = 10, σ² = 1, flat query statistics"]
+                                             "Jacap the tempered centre, τ = 10, flat query statistics, window = 32"]
     assert f.loc[(128, "snapkv"), "c = 0.5"].startswith("40 [")
     v = needle_verdict_frame(s)
     assert len(v) == 4 and v.iloc[0]["won/lost"] == "5/1"

@@ -21,8 +21,9 @@ def power():
 
 def test_power_json_recomputes_from_the_dev_rows(power):
     cfg = power["config"]
-    assert "jacap_obs[window=16]" in cfg["comparison"] and cfg["n"] == [48, 96, 144] and cfg["m"] == [24, 48]
     choices = R.load_eval_choices()
+    setting = choices["chosen"]["jacap_obs"]  # the tune choice, written out: today's JacapPress()
+    assert setting in cfg["comparison"] and cfg["n"] == [48, 96, 144] and cfg["m"] == [24, 48]
     assert cfg["choices_fingerprint"] == choices["fingerprint"]
     kl = {}
     for r in R.load_eval_rows("test"):
@@ -32,7 +33,7 @@ def test_power_json_recomputes_from_the_dev_rows(power):
     for cell in power["cells"]:
         base = choices["best_baseline"]["cells"][cell["cell"]]["spec"]
         assert cell["baseline_spec"] == base
-        d = np.array([math.log(kl[("jacap_obs[window=16]", cell["length"], cell["ratio"], doc)]
+        d = np.array([math.log(kl[(setting, cell["length"], cell["ratio"], doc)]
                                / kl[(base, cell["length"], cell["ratio"], doc)]) for doc in docs])
         assert cell["n_dev"] == len(docs) == 48
         sd = float(np.sqrt(np.sum((d - d.mean()) ** 2) / (d.size - 1)))

@@ -72,9 +72,10 @@ def test_wrapped_presses_sidecars_and_loose_option_mappings():
     loose = {"config": {"jacap": {"window": DEFAULT.window + 1, "tau": DEFAULT.tau, "centre": DEFAULT.centre}},
              "rows": [{"cases": [{"options": {"n_sink": 26, "protection": "prefix"}}]}]}
     assert sorted(d.option for d in unexplained(loose)) == ["n_sink", "window"]
-    # a Jacap record made before `centre` existed meant the tempered centre (registry.IMPLIED_OPTIONS)
+    # an option a record lacks is not compared (nothing is implied): the committed records all name their centre
     old = {"config": {"jacap": {"window": DEFAULT.window, "tau": DEFAULT.tau}}}
-    (dev,) = unexplained(old)
+    assert unexplained(old) == []
+    (dev,) = unexplained({"config": {"jacap": {"window": DEFAULT.window, "tau": DEFAULT.tau, "centre": "tempered"}}})
     assert (dev.option, dev.recorded, dev.default) == ("centre", "tempered", "observed")
     # a baseline's record is compared with today's kvpress defaults too
     from jacap_lib.presses.registry import build_press, method_options
@@ -123,3 +124,28 @@ def test_the_evaluations_settings_mapping_is_compared_like_methods():
     assert unexplained({"runs": [{"settings": {"jacap": {**now, "tau": now["tau"] + 7.0}}}]}) == []
     run[MARKER] = {"beta": "made under the defaults of the day"}
     assert unexplained({"runs": [run]}) == []
+
+
+def test_every_committed_jacap_record_names_its_centre():
+    """A Jacap press's record without ``centre`` would read as today's default; the records made before the option
+    existed were given the value they meant (the tempered softmax), so every committed one names it."""
+    import glob
+    import json
+
+    from jacap_lib.results.paths import repo_path
+
+    def missing(o, where):
+        if isinstance(o, dict):
+            if "tau" in o and "noise" in o and o.get("class", "JacapPress") != "CapPress" and "centre" not in o:
+                yield where
+            for k, v in o.items():
+                yield from missing(v, f"{where}.{k}")
+        elif isinstance(o, list):
+            for i, v in enumerate(o):
+                yield from missing(v, f"{where}[{i}]")
+
+    found = []
+    for path in sorted(glob.glob(str(repo_path("data") / "**" / "*.json"), recursive=True)):
+        with open(path) as f:
+            found += list(missing(json.load(f), path.rsplit("data/", 1)[-1]))
+    assert found == []

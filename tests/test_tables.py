@@ -5,6 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from jacap_lib.results import protocol as P
+
 from jacap_lib.results import precision as NUM
 from jacap_lib.results import verdicts as V
 from jacap_lib.viz import evaluation as VE
@@ -78,7 +80,7 @@ def _row(L, c, lo, hi, **kw):
 
 def _summary(rows, **fam):
     return {"config": {}, "cells_missing": [], "families": [
-        {"setting": "jacap[tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune", "label": "picked on tune",
+        {"setting": "jacap[centre=tempered,tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune", "label": "picked on tune",
          "rows": rows, **fam}]}
 
 
@@ -136,10 +138,10 @@ def test_pair_target_cells_and_choices_frames():
     assert t.loc["2048 / 0.75"].tolist() == ["not worse", "streaming_llm", "1.35 [1.09, 1.69]", "no", "9.3 %"]
     cells = [{"method": m, "length": 512, "ratio": c, "n_docs": 8, "kl_geomean": 0.0123, "kl_low": 0.01049,
               "kl_high": 0.01462, "top1_agreement": 0.9, "attn_rel_error": 0.1}
-             for m in ("jacap[tau=3,beta=0.9]", "snapkv[window_size=16]") for c in (0.5, 0.75)]
+             for m in ("jacap[centre=tempered,tau=3,beta=0.9]", "snapkv[window_size=16]") for c in (0.5, 0.75)]
     f = VE.cells_frame(cells)
     assert list(f.columns) == ["c = 0.5", "c = 0.75"]  # never "0.500000"
-    assert f.loc[(512, "Jacap τ = 3, β = 0.9"), "c = 0.5"] == "0.0123"  # four decimals: the interval is ±0.002
+    assert f.loc[(512, "Jacap the tempered centre, τ = 3"), "c = 0.5"] == "0.0123"  # four decimals: the interval is ±0.002
     assert VE.cells_frame(cells, details=True).loc[(512, "snapkv"), "c = 0.75"] == "[0.0105, 0.0146]"
     with pytest.raises(ValueError, match="value"):
         VE.cells_frame(cells, value="kl")
@@ -157,9 +159,9 @@ def test_needle_frames_by_hand():
         return {"spec": spec, "accuracy": k / 20, "low": max(0.0, k / 20 - 0.2), "high": min(1.0, k / 20 + 0.2)}
 
     s = {"cells": [{"length": 512, "ratio": 0.5, "full": acc("full", 20),
-                    "settings": [acc("jacap[tau=3,beta=0.9]", 0), acc("capkv[tau=10]", 19)]}],
-         "comparisons": [{"setting": "jacap[tau=3,beta=0.9]", "reference": "paper preset", "label": "paper preset",
-                          "rows": [{"length": 512, "ratio": 0.5, "reference_spec": "jacap[tau=10,noise=1,beta=none]",
+                    "settings": [acc("jacap[centre=tempered,tau=3,beta=0.9]", 0), acc("capkv[tau=10]", 19)]}],
+         "comparisons": [{"setting": "jacap[centre=tempered,tau=3,beta=0.9]", "reference": "paper preset", "label": "paper preset",
+                          "rows": [{"length": 512, "ratio": 0.5, "reference_spec": P.PAPER_PRESET,
                                     "n": 20, "accuracy": 0.0, "reference_accuracy": 0.65, "diff_points": -65.0,
                                     "diff_low": -85.0, "diff_high": -45.0, "wins": 0, "losses": 13,
                                     "p_mcnemar": 0.00024, "p_holm": 0.0012,
@@ -218,7 +220,7 @@ def test_wrapped_frame_keeps_its_values_and_wraps_only_between_tokens():
 
     frame = pd.DataFrame({"KL ratio [95 % CI]": ["1.19 [1.04, 1.40]"], "verdict": ["better 7–17 %"],
                           "licence": ["MIT; the novels (1811-1817) are PD"], "baseline setting": ["streaming_llm[n_sink=1]"]},
-                         index=pd.Index(["Jacap τ = 3, β = 0.9"], name="setting"))
+                         index=pd.Index(["Jacap the tempered centre, τ = 3"], name="setting"))
     w = wrapped(frame, ["licence", "baseline setting", "setting"])
     assert w.to_dict("index") == frame.to_dict("index")  # the values are the frame's own
     html = w._repr_html_()

@@ -29,7 +29,7 @@ from .jacap_rank1 import JacapRank1Press
 from .jacap_two_stage import JacapTwoStagePress
 from .variants import jacap_ablate
 
-__all__ = ["Method", "METHODS", "BASELINES", "ADAKV_BASELINES", "WRAPPER_OPTIONS", "list_methods", "describe_method", "alias_of", "valid_options", "build_press", "method_factory", "parse_method", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
+__all__ = ["Method", "METHODS", "BASELINES", "ADAKV_BASELINES", "WRAPPER_OPTIONS", "list_methods", "describe_method", "alias_of", "valid_options", "full_spec", "explicit_spec", "written_out", "build_press", "method_factory", "parse_method", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
            "method_options", "expand_methods"]
 
 @dataclass(frozen=True)
@@ -292,6 +292,57 @@ def with_options(spec: str, **opts) -> str:
     return f"{name}[{','.join(f'{k}={fmt(v)}' for k, v in have.items())}]"
 
 
+#: JacapAblationPress's own fields at Algorithm 1's choice: a written-out spec leaves them out at these values (they
+#: define the method and never move); every JacapPress option is written whatever its value.
+_ALGORITHM1_FIELDS = {"sensitivity": "rho2", "kappa": "on", "leverage": "A", "prior_iso": 0.0, "budget": "uniform"}
+
+
+def full_spec(name: str, record: dict) -> str:
+    """The spec of registry ``name`` that builds the press ``record`` (a :func:`method_options` record) whatever the
+    library's defaults are, so a recorded setting means one press for good.
+
+    For a Jacap name every option of the scorer is written (the compression ratio, the class and the options that
+    cannot change what it does, :func:`inert_options`, aside; the ablation press's own fields only where they differ
+    from Algorithm 1's choice), and a kvpress wrapper's ``alpha_safeguard``. A kvpress baseline's spec names only
+    what differs from kvpress's defaults, which kvpress never moves (its version is in every record): ``record`` must
+    be the press of ``name`` with the options it shows."""
+    _method(name)
+    if not name.startswith("jacap"):
+        raise ValueError(f"full_spec writes out Jacap's settings; {name!r} is a kvpress press, whose spec names what "
+                         "differs from kvpress's own defaults")
+    wrapper = {}
+    scorer = record
+    if isinstance(record.get("press"), dict):
+        scorer = record["press"]
+        wrapper = {k: v for k, v in record.items() if k not in ("class", "press", "compression_ratio")}
+    opts = {k: v for k, v in scorer.items() if k not in ("class", "compression_ratio")}
+    if wrapper.get("alpha_safeguard") is not None:
+        opts["alpha_safeguard"] = wrapper["alpha_safeguard"]
+    if record.get("class") == "AdaKVPress" and not METHODS[name].options.get("adakv") and opts.get("budget") != "layer":
+        opts["adakv"] = True
+    return explicit_spec(name, opts)
+
+
+def explicit_spec(name: str, options: dict) -> str:
+    """``name[options]`` with the options sorted, those that cannot change what the press does left out
+    (:func:`inert_options`) and the ablation press's fields at Algorithm 1's own choice left out (the one form of a
+    written-out setting: :func:`full_spec`)."""
+    inert = inert_options(options)
+    opts = {k: v for k, v in options.items() if k not in inert
+            and not (k in _ALGORITHM1_FIELDS and v == _ALGORITHM1_FIELDS[k])}
+    return with_options(name, **dict(sorted(opts.items())))
+
+
+def written_out(spec: str) -> str:
+    """``spec`` written out in full (:func:`full_spec` of the press it builds today); a kvpress baseline's spec as it
+    is."""
+    name = parse_method(spec)[0]
+    if not name.startswith("jacap"):
+        press_from_spec(spec, 0.5)  # checked
+        return spec
+    return full_spec(name, method_options(press_from_spec(spec, 0.5)))
+
+
 def press_from_spec(spec: str, compression_ratio: float):
     """:func:`build_press` from a method spec (``"snapkv[window_size=32]"``)."""
     name, opts = parse_method(spec)
@@ -319,20 +370,6 @@ def inert_options(options: dict, *, noise=None) -> set[str]:
     if "tau" in options and options.get("centre", "tempered") != "tempered":
         out.add("tau")
     return out
-
-
-#: Options added to a press after results were recorded without them, with the value every press had before
-#: (a record without the option meant that value): JacapPress's ``centre`` was the tempered softmax.
-IMPLIED_OPTIONS: dict = {"centre": "tempered"}
-
-
-def with_implied(record: dict, like: dict) -> dict:
-    """``record`` with :data:`IMPLIED_OPTIONS` filled in where ``like`` (today's record of the same press) has the
-    option and ``record`` does not (an older record made before the option existed), recursively for a wrapped
-    press's record."""
-    out = {**{k: v for k, v in IMPLIED_OPTIONS.items() if k in like and k not in record}, **record}
-    return {k: (with_implied(v, like[k]) if isinstance(v, dict) and isinstance(like.get(k), dict) else v)
-            for k, v in out.items()}
 
 
 def effective_options(record):

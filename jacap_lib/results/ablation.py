@@ -15,13 +15,12 @@
                             per ablation and layer the geometric-mean ratio of the attention-output relative error
 
 The measurement is the evaluation's (:func:`~jacap_lib.results.evaluation.measure_group`: one captured prefill
-per (document, length), every (spec, c) replayed on it, a teacher-forced continuation), except that a spec
-means what the registry built when the ablations ran, not the protocol's paper-era pins: ``jacap`` here is
-Algorithm 1 as tuned (the tempered centre, tau 3, beta 0.9, a window of 32), the library default then. The
-library default moved to the observed centre with a window of 16 afterwards (the ablation ``centre=observed``
-led to it); :func:`jacap_lib.results.protocol.era_spec` keeps every spec of
-:data:`~jacap_lib.results.protocol.MEASURED_TEMPERED` at those values. A rerun skips the rows already there and
-refuses when a spec now builds another press than the rows were made with (``check_settings_unchanged``).
+per (document, length), every (spec, c) replayed on it, a teacher-forced continuation). Every ablation changes one
+knob of Algorithm 1 as tuned when the ablations ran (:data:`TUNED_THEN`: the tempered centre, tau 3, beta 0.9, a
+32-token window; the library's defaults moved to the observed centre with a 16-token window afterwards, the ablation
+``centre=observed`` led to it): the job writes each spec out in full on that press (:func:`measured_spec`), so the
+rows say what they measured whatever the defaults become. A rerun skips the rows already there and refuses when a
+spec now builds another press than the rows were made with (``check_settings_unchanged``).
 """
 from __future__ import annotations
 
@@ -35,11 +34,34 @@ from . import files
 from . import job as J
 from . import rowstats as RS
 
-__all__ = ["DEFAULT_SPEC", "LENGTHS", "RATIOS", "GRID_CHOICE", "ALPHA", "FILE", "SUMMARY_FILE",
+__all__ = ["DEFAULT_SPEC", "TUNED_THEN", "measured_spec", "LENGTHS", "RATIOS", "GRID_CHOICE", "ALPHA", "FILE", "SUMMARY_FILE",
            "knob_table", "prepare", "execute", "summarize_ablation", "simultaneous_resamples",
            "ABLATE", "ABLATE_SUMMARY"]
 
-DEFAULT_SPEC = "jacap"  # Algorithm 1 as tuned (the library default when they ran): every ablation changes one knob of it
+#: Algorithm 1 as tuned when the ablations ran (the library's defaults then): what each ONE_KNOB spec changes one knob
+#: of, written into every spec that does not set it itself (nor its registry name, e.g. jacap_obs's centre)
+TUNED_THEN = {"centre": "tempered", "tau": 3, "beta": 0.9, "window": 32}
+
+
+def measured_spec(spec: str) -> str:
+    """``spec`` as the ablations measured it: :data:`TUNED_THEN`'s options where neither the spec, nor its registry
+    name, nor its press class (a field default of its own: the multi-centre prior's flat statistics) sets them, then
+    every option written out (:func:`~jacap_lib.presses.registry.written_out`)."""
+    import dataclasses
+
+    from ..presses.jacap import JacapPress
+    from ..presses.registry import METHODS, parse_method, with_options, written_out
+
+    name, opts = parse_method(spec)
+    press = METHODS[name].press
+    inherited = {f.name: f.default for f in dataclasses.fields(JacapPress)}
+    own = ({f.name for f in dataclasses.fields(press) if f.default != inherited.get(f.name, f.default)}
+           if isinstance(press, type) else set())
+    then = {k: v for k, v in TUNED_THEN.items() if k not in opts and k not in METHODS[name].options and k not in own}
+    return written_out(with_options(spec, **then) if then else spec)
+
+
+DEFAULT_SPEC = "jacap"  # Algorithm 1 as tuned then (TUNED_THEN): every ablation changes one knob of it
 FILE = "ablation.jsonl"
 SUMMARY_FILE = "ablation_summary.json"
 ALPHA = 0.05  # family-wise error level of the simultaneous intervals and of Holm
@@ -58,21 +80,20 @@ GRID_CHOICE = ("c 0.5 (where the default loses to the best baseline) and c 0.9 (
 
 def knob_table() -> tuple[dict, str]:
     """``({label: (spec, description, base spec)}, source)``: :data:`jacap_lib.presses.jacap_ablation.ONE_KNOB`
-    with each ablation's base (``BASE_OF``; :data:`DEFAULT_SPEC` for the others); ``source`` names that table
+    with each ablation's base (``BASE_OF``; :data:`DEFAULT_SPEC` for the others), both as measured
+    (:func:`measured_spec`: written out in full); ``source`` names that table
     (recorded in the run's configuration)."""
     from ..presses import jacap_ablation as JA
 
-    return ({k: (s, d, JA.BASE_OF.get(k, DEFAULT_SPEC)) for k, (s, d) in JA.ONE_KNOB.items()},
+    return ({k: (measured_spec(s), d, measured_spec(JA.BASE_OF.get(k, DEFAULT_SPEC))) for k, (s, d) in JA.ONE_KNOB.items()},
             "jacap_lib.presses.jacap_ablation.ONE_KNOB")
 
 
 def _build(spec: str, compression_ratio: float):
-    """The press a spec means here: the registry's, at the tempered centre and window of 32 for the specs measured
-    under those defaults (:func:`~jacap_lib.results.protocol.era_spec`; module level: workers pickle it)."""
+    """The press of a (written-out) spec (module level: workers pickle it)."""
     from ..presses.registry import press_from_spec
-    from . import protocol as P
 
-    return press_from_spec(P.era_spec(spec) if spec in P.MEASURED_TEMPERED else spec, compression_ratio)
+    return press_from_spec(spec, compression_ratio)
 
 
 # --------------------------------------------------------------------------------------------- the job
@@ -121,7 +142,8 @@ def prepare(args, *, tokenizer=None):
         table = {k: table[k] for k in args.ablations}
     elif quick:
         table = dict(list(table.items())[:2])
-    specs = [DEFAULT_SPEC] + [v[0] for v in table.values()]
+    default = measured_spec(DEFAULT_SPEC)
+    specs = [default] + [v[0] for v in table.values()]
     bases = [b for _, _, b in table.values() if b not in specs]  # a base that is no ablation of the table runs too
     specs += list(dict.fromkeys(bases))
     dup = sorted({s for s in specs if specs.count(s) > 1})
@@ -143,13 +165,13 @@ def prepare(args, *, tokenizer=None):
     E.check_lengths(tok, docs, lengths, continuation)
     E.check_settings_unchanged(out_dir / FILE, None, specs, ratios, build=_build)
     record = model_record(args.model)
-    space = {"default": (DEFAULT_SPEC,), **{k: (s,) for k, (s, _, _) in table.items()},
+    space = {"default": (default,), **{k: (s,) for k, (s, _, _) in table.items()},
              **{f"base {b}": (b,) for b in dict.fromkeys(bases)}}
     given = args.lengths is not None or args.ratios is not None
     config = {"job": "ablate", "model": record, "lengths": list(lengths), "ratios": list(ratios),
               "continuation": int(continuation),
               "grid_choice": "given by --lengths / --ratios" if given else ("--quick" if quick else GRID_CHOICE),
-              "default": DEFAULT_SPEC, "knob_table": source,
+              "default": default, "knob_table": source,
               "ablations": {k: {"spec": s, "description": desc, "base": b, "options": options[s]}
                             for k, (s, desc, b) in table.items()},
               "settings": options,

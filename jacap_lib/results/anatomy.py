@@ -33,10 +33,11 @@ KL (``kl``).
 """
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
-from ..presses.registry import parse_method, with_options
+from ..presses.registry import parse_method, press_from_spec, with_options, written_out
 from . import files
 from . import job as J
 from . import protocol as P
@@ -83,9 +84,9 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
 
     The baseline's own protection is its ``n_sink`` (Expected Attention: the first 4 positions) and no window;
     Jacap's is ``n_sink`` sinks and a ``window`` of recent positions."""
-    jacap = P.protocol_press(default, 0.5)  # as the protocol measures it (protocol.PINS)
+    jacap = press_from_spec(default, 0.5)
     n_sink, window, tau, noise = jacap.n_sink, jacap.window, float(jacap.tau), jacap.noise
-    base_press = P.protocol_press(baseline, 0.5)
+    base_press = press_from_spec(baseline, 0.5)
     b_sink = int(getattr(base_press, "n_sink", 0))
     out = [
         {"key": "default", "spec": default, "changes": "nothing: Algorithm 1's tuned Jacap setting", "protect": None},
@@ -121,7 +122,7 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
                 "changes": "the query statistics (mu, Lambda) of the queries that actually follow the prompt (its "
                            "continuation) instead of the prompt's recent queries; centre rule, weight, leverage, "
                            "protection Jacap's", "protect": None, "oracle": True})
-    name, opts = parse_method(P.pinned(default))
+    name, opts = parse_method(default)
     if name == "jacap":  # the weight's form, one factor at a time (JacapAblationPress = JacapPress at its defaults)
         base = {**opts, "centre": jacap.centre}
         for key, option, text in (
@@ -151,6 +152,9 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
     if jacap.beta is not None:
         out.append({"key": "flat_statistics", "spec": with_options(default, beta=None),
                     "changes": "flat query statistics over the prompt (beta = none) instead of the EMA", "protect": None})
+    for setting in out:  # each setting written out in full (the spec before its +wrapper), as every recorded spec is
+        base, *rest = re.split(r"(\+(?:observed|protect|oracle))", setting["spec"], maxsplit=1)
+        setting["spec"] = written_out(base) + "".join(rest)
     return out
 
 
@@ -158,7 +162,7 @@ def _press(setting: dict, ratio: float):
     if setting.get("oracle"):
         from ..measure.instruments import JacapGivenStatisticsPress
 
-        name, opts = parse_method(P.pinned(setting["spec"].split("+oracle", 1)[0]))
+        name, opts = parse_method(setting["spec"].split("+oracle", 1)[0])
         return JacapGivenStatisticsPress(compression_ratio=ratio, **opts)
     if setting.get("observed"):
         from ..measure.instruments import JacapObservedPress
@@ -166,12 +170,12 @@ def _press(setting: dict, ratio: float):
         name, opts = P.parse_method(setting["spec"].split("+observed[", 1)[0])
         return JacapObservedPress(compression_ratio=ratio, obs_window=int(setting["observed"]), **opts)
     if setting["protect"] is None:
-        return P.protocol_press(setting["spec"], ratio)
+        return press_from_spec(setting["spec"], ratio)
     from ..measure.instruments import ProtectedPress
 
     base = setting["spec"].split("+protect[", 1)[0]
     n_sink, window = setting["protect"]
-    return ProtectedPress(press=P.protocol_press(base, ratio), compression_ratio=ratio, n_sink=n_sink, window=window)
+    return ProtectedPress(press=press_from_spec(base, ratio), compression_ratio=ratio, n_sink=n_sink, window=window)
 
 
 def pick_documents(docs: list[dict], per_kind: int, ids=None) -> list[dict]:

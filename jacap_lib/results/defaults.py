@@ -25,8 +25,8 @@ Where options are recorded (and what they are compared with):
 ``compression_ratio`` is a per-cell choice, not a default, and is never compared; nor is ``deff_frac`` where the
 record's noise is not ``"deff"`` (it has no effect there: :func:`jacap_lib.presses.registry.effective_options`); neither is a class name
 (a renamed class keeps its options); an option a file does not record is not compared either (an old file
-could not record an option added later), except an option whose earlier value every press had
-(:data:`jacap_lib.presses.registry.IMPLIED_OPTIONS`: a Jacap record without ``centre`` meant the tempered softmax).
+could not record an option added later; the committed Jacap records made before ``centre`` existed were given the
+value they meant, ``"tempered"``, once, with that reason).
 """
 from __future__ import annotations
 
@@ -70,10 +70,8 @@ def _jacap_defaults() -> dict:
 
 
 def _compare(record: dict, current: dict, where: str, out: list) -> None:
-    from ..presses.registry import inert_options, with_implied
+    from ..presses.registry import inert_options
 
-    if "tau" in record:  # a Jacap record made before an option existed meant that option's earlier value
-        record = with_implied(record, current)
     skip = _SKIP | inert_options(record, noise=current.get("noise"))
     for key, value in record.items():
         if key in skip or key not in current:

@@ -27,7 +27,7 @@ from .rowstats import (ALGORITHM1, LADDER, LADDER_ONLY, decompose_gap, family, i
                        swap_ratios)
 from .precision import interval_text
 
-__all__ = ["tuned_families", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
+__all__ = ["short_spec", "tuned_families", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
            "METHOD_WORDS", "accuracy_findings", "kl_findings", "needle_findings", "findings_text", "write", "FILE",
            "layer_lines", "kind_lines", "swap_lines", "ladder_setting_lines", "ladder_lines", "needle_lines"]
 
@@ -74,29 +74,70 @@ def counts_text(counts: dict, unit: str = "cells", *, identical_unit: str = "doc
 _SYMBOLS = {"tau": "τ", "beta": "β", "noise": "σ²", "deff_frac": "deff_frac", "n_sink": "sinks", "window": "window"}
 
 
+def _differing_options(spec: str) -> dict:
+    """The options a spec sets to another value than its registry name's press at today's defaults (the options that
+    cannot change what the press does left out): what tells a written-out setting apart in a sentence."""
+    import math
+
+    from ..presses.registry import build_press, inert_options, method_options, parse_method
+
+    name, opts = parse_method(spec)
+    try:
+        record = method_options(build_press(name, 0.5))
+    except ValueError:
+        return opts
+    if isinstance(record.get("press"), dict):  # a wrapper's own options beside its scorer's
+        record = {**record["press"], **{k: v for k, v in record.items() if k != "press"}}
+
+    def same(a, b):
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+            return not isinstance(b, bool) and math.isclose(a, b, rel_tol=1e-12)
+        return a == b
+
+    try:
+        own = method_options(build_press(name, 0.5, **opts))
+    except ValueError:
+        own = {}
+    own = {**own.get("press", {}), **own} if isinstance(own.get("press"), dict) else own
+    inert, idle = inert_options(own or opts), inert_options(record)  # idle: no effect on the reference (tau, observed)
+    return {k: v for k, v in opts.items()
+            if k not in inert and (k in idle or not (k in record and same(record[k], v)))}
+
+
+def short_spec(spec: str) -> str:
+    """A spec by its name and the options that set it apart from the name's press at today's defaults
+    (:func:`_differing_options`): the written-out ``jacap_obs[backend=auto,...,window=16]`` -> ``jacap_obs``; for
+    a reader, where the written-out spec is for the record."""
+    from ..presses.registry import parse_method, with_options
+
+    name = parse_method(spec)[0]
+    return with_options(name, **_differing_options(spec))
+
+
 def setting_text(spec: str) -> str:
-    """A method spec by its values: ``jacap[tau=3,beta=0.9]`` -> ``"τ = 3, β = 0.9"``;
-    ``jacap[tau=10,noise=1,beta=none]`` -> ``"τ = 10, σ² = 1, flat query statistics"``; ``centre=tempered`` -> ``"the
-    tempered centre"``; a spec without options
-    -> its name."""
+    """A method spec by the values that set it apart from its name's press at today's defaults
+    (:func:`_differing_options`): ``jacap[centre=tempered,tau=10,beta=none,...]`` -> ``"flat query statistics, the
+    tempered centre, τ = 10, ..."``; ``noise=deff`` -> ``"σ² by the effective-dimension rule"``; a spec that sets
+    nothing apart -> its name."""
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"spec must be a method spec such as 'jacap[tau=3,beta=0.9]', got {spec!r}")
-    m = re.fullmatch(r"([^\[\]]+)(?:\[(.*)\])?", spec)
-    if m is None:
+    if re.fullmatch(r"([^\[\]]+)(?:\[(.*)\])?", spec) is None:
         raise ValueError(f"spec {spec!r} is not of the form name[key=value,...]")
-    if not m.group(2):
-        return m.group(1)
+    opts = _differing_options(spec)
+    if not opts:
+        return spec.split("[", 1)[0]
+    order = {k: i for i, k in enumerate(("centre", "tau", "beta", "noise", "deff_frac", "n_sink", "window"))}
     out = []
-    for item in m.group(2).split(","):
-        k, _, v = item.partition("=")
-        if k == "beta" and v == "none":
+    for k, v in sorted(opts.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])):
+        if k == "beta" and v is None:
             out.append("flat query statistics")
         elif k == "noise" and v == "deff":
             out.append("σ² by the effective-dimension rule")
         elif k == "centre":
             out.append(f"the {v} centre")
         else:
-            out.append(f"{_SYMBOLS.get(k, k)} = {v}")
+            text = "none" if v is None else str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else v
+            out.append(f"{_SYMBOLS.get(k, k)} = {text}")
     return ", ".join(out)
 
 
@@ -137,14 +178,9 @@ def tuned_families(summary: dict) -> list[dict]:
 
 
 def _tempered_text(spec: str) -> str:
-    """:func:`setting_text` of an Algorithm 1 spec, saying "the tempered centre" once, first (a spec measured before
-    the centre was an option does not name it)."""
-    from ..presses.registry import parse_method, with_options
-
-    name, opts = parse_method(spec)
-    opts.pop("centre", None)
-    rest = setting_text(with_options(name, **opts))
-    return "the tempered centre" + (f", {rest}" if opts else "")
+    """:func:`setting_text` of an Algorithm 1 spec, saying "the tempered centre" once, first."""
+    rest = [t for t in setting_text(spec).split(", ") if t != "the tempered centre" and t != spec.split("[", 1)[0]]
+    return ", ".join(["the tempered centre", *rest])
 
 
 def kl_findings(summary: dict) -> list[str]:
@@ -165,12 +201,12 @@ def kl_findings(summary: dict) -> list[str]:
     worst = _largest(rows, "worse")
     if worst:
         out.append("Its largest losses: " + "; ".join(
-            f"{_cell(r)}, {r['verdict']} against `{r['baseline_spec']}` (KL ratio "
+            f"{_cell(r)}, {r['verdict']} against `{short_spec(r['baseline_spec'])}` (KL ratio "
             f"{interval_text(r['gm_ratio'], *_ends(r))})" for r in worst) + ".")
     best = _largest(rows, "better")
     if best:
         out.append(("Its win: " if len(best) == 1 else "Its largest wins: ") + "; ".join(
-            f"{_cell(r)}, {r['verdict']} against `{r['baseline_spec']}`" for r in best) + ".")
+            f"{_cell(r)}, {r['verdict']} against `{short_spec(r['baseline_spec'])}`" for r in best) + ".")
     strict = family(summary, ALGORITHM1, "test")
     if strict is not None:
         out.append("Against the best baseline picked on the test documents themselves (a line that favours the "
@@ -183,7 +219,7 @@ def kl_findings(summary: dict) -> list[str]:
         method = fam["role"][len("tuned "):]
         what = METHOD_WORDS.get(method, f"`{method}`")
         default = ", the press `JacapPress()` builds by default" if is_library_default(fam["setting"]) else ""
-        out.append(f"{what[0].upper() + what[1:]} (`{fam['setting']}`{default}, chosen on tune by the same rule) "
+        out.append(f"{what[0].upper() + what[1:]} (`{short_spec(fam['setting'])}`{default}, chosen on tune by the same rule) "
                    f"against the same baselines is {counts_text(verdict_counts(fam['rows']))}.")
     return out
 
@@ -234,7 +270,7 @@ def accuracy_findings(needle: dict, spec: str, *, max_ratio: float = 0.75) -> st
              for cell, a in _accuracies(needle, spec, max_ratio) if a is not None]
     if not parts:
         return None
-    return f"On the needle task `{spec}` answers " + "; ".join(parts) + "."
+    return f"On the needle task `{short_spec(spec)}` answers " + "; ".join(parts) + "."
 
 
 def target_lines(summary: dict, needle: dict, role: str, *, max_ratio: float = 0.75,

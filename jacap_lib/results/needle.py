@@ -163,8 +163,10 @@ def needle_groups(specs, lengths, ratios, keys: dict, model_name: str, done=froz
 
 
 def _press_of(spec: str, ratio: float):
-    """The press of one job of a group: ``None`` for the uncompressed answer, else the protocol's press."""
-    return None if spec == FULL else P.protocol_press(spec, ratio)
+    """The press of one job of a group: ``None`` for the uncompressed answer, else the setting's press."""
+    from ..presses.registry import press_from_spec
+
+    return None if spec == FULL else press_from_spec(spec, ratio)
 
 
 def _family_of(spec: str) -> str:

@@ -3,8 +3,9 @@
 Every method of the comparison — each kvpress baseline of the registry and Jacap (uniform per-head
 budgets, ``jacap``; kvpress AdaKV's head-adaptive budgets around Jacap's scores, ``jacap_adakv``) —
 gets a small grid of settings, written in one table, :data:`SEARCH_SPACE` (registry name -> method
-specs, the library default of the day first; Jacap's entries are measured as :data:`PINS` says, the paper's
-settings they meant when the table was fixed). The budget is the same for everyone: a method whose press takes
+specs, the tie-break winner first; every Jacap setting written out in full on :data:`ALGORITHM1_AS_PUBLISHED`, so
+that no setting depends on the library's defaults; a kvpress baseline's spec names what differs from kvpress's own
+defaults, which kvpress never moves). The budget is the same for everyone: a method whose press takes
 options gets exactly :data:`CONFIGS_PER_METHOD` settings on its main knobs plus two for each knob of
 :data:`AROUND_CHOICE` (its protected sinks and recent window, SnapKV's pooling kernel: one value on each side of the
 choice), a method without options its one setting, and every
@@ -19,7 +20,7 @@ first tune round under kvpress's head-adaptive allocation (``adakv=true``), as J
 
 i.e. the log of the geometric mean of the KL ratios to any common reference (the reference cancels),
 every (document, length, ratio) weighted alike. The setting with the smallest score is chosen; ties
-(scores equal to 1e-12) go to the setting listed first in the table (the library default first).
+(scores equal to 1e-12) go to the setting listed first in the table.
 :func:`choose_settings` applies it per method over all cells; :func:`best_baseline_per_cell` applies
 the same rule within one (L, c) cell to the baselines' chosen settings: picked on the tune documents
 (the protocol's best baseline) or, labelled as the stricter secondary line, on the test documents.
@@ -34,9 +35,9 @@ import hashlib
 import json
 import math
 
-from ..presses.registry import ADAKV_BASELINES, BASELINES, parse_method, press_from_spec
+from ..presses.registry import ADAKV_BASELINES, BASELINES, explicit_spec, parse_method, press_from_spec
 
-__all__ = ["SEARCH_SPACE", "PAPER_PRESET", "PINS", "ERA_OPTIONS", "MEASURED_TEMPERED", "era_spec", "pinned", "pin_reasons", "settings_record", "protocol_press", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
+__all__ = ["SEARCH_SPACE", "PAPER_PRESET", "ALGORITHM1_AS_PUBLISHED", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
            "protocol_config", "fingerprint", "compare_configs", "same_measurements", "neighbours", "grid_edges", "quick_space"]
 
@@ -54,10 +55,35 @@ AROUND_CHOICE: dict[str, tuple[str, ...]] = {
 KL_FLOOR = 1e-8  # nats; a KL below it (a cache that changes nothing) counts as KL_FLOOR in the log
 RULE = ("smallest mean over the tune documents, prompt lengths and compression ratios of log max(KL, 1e-8) "
         "(= log geometric-mean KL ratio to any common reference); ties (to 1e-12) go to the setting listed "
-        "first (the library default first). Per method over all cells for its setting; within each (length, "
+        "first. Per method over all cells for its setting; within each (length, "
         "ratio) cell, over the baselines' chosen settings, for the best baseline.")
 
-# registry name -> settings (method specs), the library default first. Methods whose press takes options
+#: Algorithm 1 as published (tau = 10 from the paper's ablation, channel noise sigma^2 = 1, flat prompt statistics,
+#: the tempered centre), with the protection and the query summary the first grids measured (4 sinks, a 32-token
+#: recent window, queries RoPE-averaged over 512 future positions, one Gaussian per KV head): every Jacap setting of
+#: the protocol is this, with the options it names changed, written out in full (:func:`_jacap`), so no setting
+#: depends on what the library's defaults are.
+ALGORITHM1_AS_PUBLISHED: dict = {"backend": "auto", "beta": None, "centre": "tempered", "eps": 1e-6, "gqa": "pool",
+                                 "n_future_positions": 512, "n_queries": None, "n_sink": 4, "noise": 1, "tau": 10,
+                                 "use_out_proj": False, "window": 32}
+_EMA3 = {"tau": 3, "beta": 0.9}  # the tempered centre's tune choice of the first rounds
+#: Algorithm 1's grid (the same for its scores under AdaKV's head-adaptive budgets): the paper's settings, the
+#: effective-dimension noise rule, tau 3 with the EMA statistics; then, around the chosen window, tau 1 and 10, the
+#: sinks on both sides and the window on both sides
+_ALGORITHM1_GRID = ({}, {"noise": "deff", "deff_frac": 0.25}, _EMA3, {**_EMA3, "tau": 1, "window": 128},
+                    {**_EMA3, "tau": 10, "window": 128}, {**_EMA3, "n_sink": 0, "window": 128},
+                    {**_EMA3, "n_sink": 16, "window": 128}, {**_EMA3, "window": 128}, {**_EMA3, "window": 256})
+_OBSERVED = {"centre": "observed", "beta": 0.9}  # the observed centre (no temperature), EMA statistics
+_EA = {"centre": "ea", "gqa": "mean", "beta": None, "n_future_positions": 32, "window": 16}  # jacap_ea's summary
+
+
+def _jacap(name: str, **change) -> str:
+    """A Jacap setting of the protocol: ``name`` with :data:`ALGORITHM1_AS_PUBLISHED` changed by ``change``, every
+    option written out (:func:`jacap_lib.presses.registry.explicit_spec`)."""
+    return explicit_spec(name, {**ALGORITHM1_AS_PUBLISHED, **change})
+
+
+# registry name -> settings (method specs), the tie-break winner first. Methods whose press takes options
 # get CONFIGS_PER_METHOD settings each; TOVA, KNorm and KeyDiff take none. `random` (no setting to tune,
 # a floor, never a best baseline) is left out; run it with --methods if wanted.
 SEARCH_SPACE: dict[str, tuple[str, ...]] = {
@@ -79,33 +105,24 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
     "tova": ("tova",),
     "knorm": ("knorm", "knorm[adakv=true]"),
     "keydiff": ("keydiff", "keydiff[adakv=true]"),
-    # Jacap: uniform per-head budgets, and AdaKV's head-adaptive budgets around Jacap's scores; tau from 1 to 10
-    # with the EMA statistics, the paper's settings and the effective-dimension noise rule; then the protection
-    # around the choice (its centre and window written out: they are not today's defaults)
-    "jacap": ("jacap", "jacap[noise=deff,deff_frac=0.25]", "jacap[tau=3,beta=0.9]",
-              "jacap[beta=0.9,centre=tempered,tau=1,window=128]", "jacap[beta=0.9,centre=tempered,tau=10,window=128]",
-              "jacap[beta=0.9,centre=tempered,n_sink=0,tau=3,window=128]",
-              "jacap[beta=0.9,centre=tempered,n_sink=16,tau=3,window=128]",
-              "jacap[beta=0.9,centre=tempered,tau=3,window=128]", "jacap[beta=0.9,centre=tempered,tau=3,window=256]"),
-    "jacap_adakv": ("jacap_adakv", "jacap_adakv[noise=deff,deff_frac=0.25]", "jacap_adakv[tau=3,beta=0.9]",
-                    "jacap_adakv[beta=0.9,centre=tempered,tau=1,window=128]",
-                    "jacap_adakv[beta=0.9,centre=tempered,tau=10,window=128]",
-                    "jacap_adakv[beta=0.9,centre=tempered,n_sink=0,tau=3,window=128]",
-                    "jacap_adakv[beta=0.9,centre=tempered,n_sink=16,tau=3,window=128]",
-                    "jacap_adakv[beta=0.9,centre=tempered,tau=3,window=128]",
-                    "jacap_adakv[beta=0.9,centre=tempered,tau=3,window=256]"),
+    # Jacap (each setting written out in full, _jacap): uniform per-head budgets, and AdaKV's head-adaptive budgets
+    # around Jacap's scores; the paper's settings first, the effective-dimension noise rule, tau from 1 to 10 with
+    # the EMA statistics; then the protection around the choice
+    "jacap": tuple(_jacap("jacap", **o) for o in _ALGORITHM1_GRID),
+    "jacap_adakv": tuple(_jacap("jacap_adakv", alpha_safeguard=0.2, **o) for o in _ALGORITHM1_GRID),
     # the capacity press built from the one-knob ablations' winners on tune (the observed centre; with the
     # slots spread across a layer's heads by marginal capacity; with flat statistics; the protected recent
     # window halved and doubled), chosen by the same rule; then its sinks around the choice
-    "jacap_obs": ("jacap_obs", "jacap_obs[budget=layer]", "jacap_obs[beta=none]", "jacap_obs[window=16]",
-                  "jacap_obs[window=8]", "jacap_obs[n_sink=0,window=16]", "jacap_obs[n_sink=16,window=16]"),
+    "jacap_obs": tuple(_jacap("jacap_obs", **{**_OBSERVED, **o}) for o in (
+        {}, {"alpha_safeguard": 0, "budget": "layer"}, {"beta": None}, {"window": 16}, {"window": 8},
+        {"n_sink": 0, "window": 16}, {"n_sink": 16, "window": 16})),
     # the capacity press linearised at Expected Attention's centre with that method's summary of the queries (per
-    # query head, flat, 32 future positions: the bare entry, the finalist of a screen on tune documents); each main
+    # query head, flat, 32 future positions: the first entry, the finalist of a screen on tune documents); each main
     # knob of that summary moved back one at a time, the horizon on both sides; then its sinks and recent window
     # around the choice (the window first had 64 alone, which left the choice of 16 at the end of two values)
-    "jacap_ea": ("jacap_ea", "jacap_ea[gqa=pool]", "jacap_ea[beta=0.9]", "jacap_ea[n_future_positions=512]",
-                 "jacap_ea[n_future_positions=8]", "jacap_ea[n_sink=0]", "jacap_ea[n_sink=16]", "jacap_ea[window=8]",
-                 "jacap_ea[window=64]"),
+    "jacap_ea": tuple(_jacap("jacap_ea", **{**_EA, **o}) for o in (
+        {}, {"gqa": "pool"}, {"beta": 0.9}, {"n_future_positions": 512}, {"n_future_positions": 8}, {"n_sink": 0},
+        {"n_sink": 16}, {"window": 8}, {"window": 64})),
 }
 # The budget: 5 settings for every method with options (1 for TOVA, KNorm, KeyDiff), plus, for each baseline whose
 # scores differ across KV heads, its choice of the earlier rounds (on the first 12 tune documents) under kvpress's
@@ -125,101 +142,19 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
 # the first window (32) until then, was tried again around the chosen window: tau 1 and 10 at window 128 replaced tau 1
 # and 10 at window 32 (main-grid settings: they differ from the choice in tau alone, _around_settings). Every choice is
 # made on tune documents only; each round's rows stay in tune.jsonl.
-# The paper's exact settings (Algorithm 1 as published: tau = 10 from its ablation, channel noise sigma^2 = 1,
-# flat prompt statistics),
-# written out so the spec keeps meaning them whatever the library defaults become. The test job runs it next to
-# the tuned default whenever the two differ (evaluation.test_specs), so both are in every table.
-PAPER_PRESET = "jacap[tau=10,noise=1,beta=none]"
-# The search space was fixed (and its fingerprint taken) while the library defaults were the paper's settings, so
-# its Jacap entries without tau / beta meant tau = 10 and flat statistics. The tune then chose tau = 3, beta = 0.9,
-# which became the defaults; a bare "jacap" would now build that choice again. PINS keeps each such entry meaning
-# what it was measured as (the same press options the tune run recorded), so `jacap evaluate tune` reproduces the
-# committed rows and its fingerprint is unchanged.
-_PAPER_ERA: dict[str, str] = {
-    "jacap": PAPER_PRESET,
-    "jacap_adakv": "jacap_adakv[tau=10,noise=1,beta=none]",
-    "jacap[noise=deff,deff_frac=0.25]": "jacap[noise=deff,deff_frac=0.25,tau=10,beta=none]",
-    "jacap_adakv[noise=deff,deff_frac=0.25]": "jacap_adakv[noise=deff,deff_frac=0.25,tau=10,beta=none]",
-}
-# Later the tune chose the observed centre with a recent window of 16 (jacap_obs[window=16]), which beat the tempered
-# centre on the test documents in every cell and became JacapPress()'s defaults (centre="observed", window=16). Every
-# Jacap spec measured before that (the search space, the one-knob ablations, the needle and anatomy runs) meant the
-# tempered centre and a window of 32; ERA_OPTIONS adds those values to each spec of MEASURED_TEMPERED that does not set
-# them itself (jacap_obs sets its own centre), so the specs keep meaning what the committed rows measured.
-ERA_OPTIONS: dict[str, object] = {"centre": "tempered", "window": 32}
-MEASURED_TEMPERED: tuple[str, ...] = (
-    # the search space's Jacap entries (jacap_obs's bare entry: the window only)
-    "jacap", "jacap[noise=deff,deff_frac=0.25]", "jacap[tau=3,beta=0.9]", "jacap[tau=1,beta=0.9]",
-    "jacap[tau=10,beta=0.9]", "jacap_adakv", "jacap_adakv[noise=deff,deff_frac=0.25]", "jacap_adakv[tau=3,beta=0.9]",
-    "jacap_adakv[tau=1,beta=0.9]", "jacap_adakv[tau=10,beta=0.9]", "jacap_obs", "jacap_obs[budget=layer]",
-    "jacap_obs[beta=none]", PAPER_PRESET,
-    # the one-knob ablations and their bases
-    "jacap[beta=none]", "jacap[n_future_positions=1]", "jacap[n_queries=32]", "jacap[n_queries=128]", "jacap_ablate",
-    "jacap_ablate[budget=layer]", "jacap_ablate[budget=model]", "jacap_ablate[centre=ea]",
-    "jacap_ablate[centre=observed]", "jacap_ablate[kappa=mean]", "jacap_ablate[leverage=identity]",
-    "jacap_ablate[prior_iso=1]", "jacap_ablate[sensitivity=alpha]", "jacap_ablate[sensitivity=rho]", "jacap_wo",
-    "jacap_two_stage", "jacap_multicenter",
-    # the anatomy of the losing cell
-    "jacap[tau=3,beta=0.9,gqa=mean]", "jacap[tau=3,beta=0.9,n_sink=0,window=0]",
-    "jacap[tau=3,beta=0.9,n_sink=4,window=0]", "jacap[tau=3,beta=0.9,noise=1e+06]", "jacap[tau=3,beta=none]",
-)
-
-
-def era_spec(spec: str) -> str:
-    """``spec`` with :data:`ERA_OPTIONS` added where it does not set them (nor its factory, for ``centre``)."""
-    from ..presses.registry import METHODS, with_options
-
-    name, opts = parse_method(spec)
-    own = set(METHODS[name].options)  # an alias's own options (jacap_obs sets its centre)
-    extra = {k: v for k, v in ERA_OPTIONS.items() if k not in opts and k not in own}
-    return with_options(spec, **extra) if extra else spec
-
-
-PINS: dict[str, str] = {s: era_spec(_PAPER_ERA.get(s, s)) for s in MEASURED_TEMPERED}
+# The paper's exact settings, the first setting of Algorithm 1's grid: the test job runs it next to the tuned choice
+# whenever the two differ (evaluation.test_specs), so both are in every table.
+PAPER_PRESET = _jacap("jacap")
 BASELINE_METHODS = tuple(m for m in SEARCH_SPACE if m in BASELINES)
 JACAP_METHODS = tuple(m for m in SEARCH_SPACE if m.startswith("jacap"))
 
 
-def pinned(spec: str) -> str:
-    """The method spec a setting of the protocol is measured as: :data:`PINS`' explicit spec for the Jacap
-    entries measured under earlier library defaults (the paper's tau / beta; the tempered centre and a window of
-    32), else ``spec`` itself."""
-    return PINS.get(spec, spec)
-
-
-def protocol_press(spec: str, compression_ratio: float):
-    """The press the evaluation jobs build for a setting of the protocol (``press_from_spec`` of
-    :func:`pinned`)."""
-    return press_from_spec(pinned(spec), compression_ratio)
-
-
-def pin_reasons(pins: dict, ratio: float = 0.5) -> dict:
-    """``{"non_default": {option: reason}}`` for the options the pinned specs ``pins`` (``{spec: pinned spec}``, see
-    :data:`~jacap_lib.results.protocol.PINS`) record away from today's library defaults (the check of
-    :mod:`jacap_lib.results.defaults`), else ``{}``."""
-    from ..presses.registry import method_options
-    from .defaults import deviations
-
-    if not pins:
-        return {}
-    devs = deviations({"runs": [{"settings": {s: method_options(protocol_press(s, ratio)) for s in pins}}]})
-    why = ("protocol.PINS: the specs " + ", ".join(sorted(pins)) + " are measured as the settings they meant when "
-           "they were first measured (" + "; ".join(f"{s} -> {p}" for s, p in sorted(pins.items())) + "), not as "
-           "today's library defaults (the paper's tau / beta once, the tempered centre and a window of 32 later)")
-    return {"non_default": {d.option: why for d in devs}} if devs else {}
-
-
 def settings_record(specs, ratio: float) -> dict:
-    """What a job records of the settings it measures: ``{"settings": {spec: press options}, "pins": {spec: pinned
-    spec}}`` (the press options as :func:`protocol_press` builds them at ``ratio``; ``pins``: the specs measured as
-    :data:`PINS` says), plus :func:`pin_reasons`' ``non_default`` when a pin records options away from today's
-    defaults."""
+    """What a job records of the settings it measures: ``{"settings": {spec: press options}}`` (the press options as
+    ``press_from_spec`` builds them at ``ratio``)."""
     from ..presses.registry import method_options
 
-    specs = list(specs)
-    pins = {s: pinned(s) for s in specs if pinned(s) != s}
-    return {"settings": {s: method_options(protocol_press(s, ratio)) for s in specs}, "pins": pins,
-            **pin_reasons(pins, ratio)}
+    return {"settings": {s: method_options(press_from_spec(s, ratio)) for s in specs}}
 
 
 def method_of(spec: str) -> str:
@@ -251,10 +186,11 @@ def _adakv_settings(specs) -> int:
 
 def _around_settings(name: str, specs) -> dict[str, int]:
     """``{knob: number of settings around it}`` for the knobs of :data:`AROUND_CHOICE` of method ``name``. A setting
-    counts for knob ``k`` when it sets ``k`` itself and another setting of the list differs from it in ``k`` alone
-    (resolved press options, pins applied; a wrapped scorer's ``press.k`` too): one value beside the setting it is
-    around. A setting that writes the choice's protection out while moving a main knob (``tau`` at the choice's
-    window) differs from its neighbours in that main knob, so it counts as a main-grid setting."""
+    counts for knob ``k`` when it moves ``k`` away from the method's first setting (the grid's origin: kvpress's
+    defaults for a baseline, the paper's settings for Algorithm 1) and another setting of the list differs from it in
+    ``k`` alone (resolved press options; a wrapped scorer's ``press.k`` too): one value beside the setting it is
+    around. A setting at the choice's protection that moves a main knob (``tau`` at the choice's window) differs from
+    its neighbours in that main knob, so it counts as a main-grid setting."""
     knobs = AROUND_CHOICE.get(name, ())
     specs = list(specs)
     if not knobs:
@@ -266,8 +202,8 @@ def _around_settings(name: str, specs) -> dict[str, int]:
         return diff[0].rsplit(".", 1)[-1] if len(diff) == 1 and diff[0].rsplit(".", 1)[-1] in knobs else None
 
     counts = dict.fromkeys(knobs, 0)
-    for i, spec in enumerate(specs):
-        own = parse_method(spec)[1]
+    for i in range(len(specs)):
+        own = {k.rsplit(".", 1)[-1] for k in _differing_options(flat[0], flat[i])}  # what it moves from the origin
         found = {knob_alone(i, j) for j in range(len(specs)) if j != i} - {None}
         knob = next((k for k in knobs if k in found and k in own), None)
         if knob is not None:
@@ -292,8 +228,8 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
     """Check that a search space gives every method a comparable budget; returns ``{method: n_settings}``.
 
     Every key is a registry name; each of its specs names that method, builds a press, and appears once
-    (options compared after parsing, so ``x[a=1,b=2]`` equals ``x[b=2,a=1]``); the first spec is the bare
-    name (the library default). A method whose press takes options has ``configs_per_method`` settings
+    (options compared after parsing, so ``x[a=1,b=2]`` equals ``x[b=2,a=1]``); a kvpress baseline's first spec is
+    its bare name (kvpress's defaults; ties go to the first). A method whose press takes options has ``configs_per_method`` settings
     (default: :data:`CONFIGS_PER_METHOD` for :data:`SEARCH_SPACE`, else the largest count in ``space``, so
     a reduced table stays equal for everyone; at most that many with ``exact=False``), one without options
     exactly one; each knob of :data:`AROUND_CHOICE` exactly two more (a reduced table: none or two; at most two
@@ -323,8 +259,8 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
             if method_of(spec) != name:
                 raise ValueError(f"search space: spec {spec!r} is listed under {name!r} but names {method_of(spec)!r}")
             press_from_spec(spec, 0.5)  # unknown names / options fail here
-        if specs[0] != name:
-            raise ValueError(f"search space: the first setting of {name!r} must be the library default {name!r} "
+        if name in BASELINES and specs[0] != name:
+            raise ValueError(f"search space: the first setting of {name!r} must be kvpress's default {name!r} "
                              f"(ties go to it), got {specs[0]!r}")
         canon = [_canonical(s) for s in specs]
         dup = sorted({s for s, c in zip(specs, canon) if canon.count(c) > 1})
@@ -489,7 +425,7 @@ def same_measurements(recorded: dict, current: dict) -> bool:
 
 
 def _flat_options(spec: str) -> dict:
-    """The resolved press options of a protocol setting (pins applied), a wrapped scorer's as ``press.<option>``."""
+    """The resolved press options of a protocol setting, a wrapped scorer's as ``press.<option>``."""
     from ..presses.registry import effective_options, method_options
 
     def flat(record, prefix=""):  # a wrapper's scorer options under "press.<option>" (AdaKV around Jacap, ...)
@@ -501,7 +437,7 @@ def _flat_options(spec: str) -> dict:
                 out[prefix + k] = v
         return out
 
-    return flat(effective_options(method_options(protocol_press(spec, 0.5))))
+    return flat(effective_options(method_options(press_from_spec(spec, 0.5))))
 
 
 def _differing_options(a: dict, b: dict) -> list[str]:
@@ -511,7 +447,7 @@ def _differing_options(a: dict, b: dict) -> list[str]:
 
 def neighbours(choices: dict, method: str) -> dict[str, dict]:
     """The settings of ``method``'s grid one numeric option away from its tune choice: ``{option: {value: spec}}``
-    (settings whose resolved press options, pins applied, differ from the choice's in that option only; the choice
+    (settings whose resolved press options differ from the choice's in that option only; the choice
     itself under its own value). ``choices``: ``choices.json``'s content."""
     chosen = choices["chosen"][method]
     base = _flat_options(chosen)

@@ -73,11 +73,11 @@ def family(summary: dict, role: str, picked_on: str = "tune") -> dict | None:
 
 
 def is_library_default(spec: str) -> bool:
-    """Whether the protocol measures ``spec`` as the press ``JacapPress()`` builds today (same options)."""
+    """Whether ``spec`` builds the press ``JacapPress()`` builds today (same options)."""
     from ..presses.registry import changed_options
     from . import protocol as P
 
-    return P.method_of(spec).startswith("jacap") and not changed_options(P.pinned(spec), "jacap")
+    return P.method_of(spec).startswith("jacap") and not changed_options(spec, "jacap")
 
 
 # --------------------------------------------------------------------------------------------- test.jsonl's rows

@@ -11,6 +11,8 @@
 """
 from __future__ import annotations
 
+import re
+
 import math
 
 import pandas as pd
@@ -28,6 +30,15 @@ __all__ = ["layer_ratio_figure", "position_figure", "swap_figure", "kind_frame",
 _NICE = (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 20, 30, 50, 100)
 _KIND_DASH = {"all": "solid", "dialogue": "dash", "prose": "dot", "expository": "dashdot", "code": "longdash"}
 
+
+
+def _label(spec: str) -> str:
+    """A setting's spec as a reader sees it: the part before a ``+wrapper`` by what sets it apart
+    (:func:`~jacap_lib.results.findings.short_spec`), the wrapper part as it is."""
+    from ..results.findings import short_spec
+
+    base, *rest = re.split(r"(\+(?:observed|protect|oracle))", spec, maxsplit=1)
+    return short_spec(base) + "".join(rest)
 
 def log_tickvals(values) -> list[float]:
     """Tick values for a log axis over ``values``: the 1-1.5-2-3-5-7 steps inside their range, at least two
@@ -190,14 +201,14 @@ def swap_figure(data: dict) -> go.Figure:
                         subplot_titles=[f"{g} ({sum(ks is None or d['kind'] in ks for d in data['documents'])} documents)"
                                         for g, ks in groups.items()])
     allv = []
-    ylabels = [s["spec"] for s in settings]
+    ylabels = [_label(s["spec"]) for s in settings]
     for i, (g, ks) in enumerate(groups.items(), 1):
         sel = [d for d in data["documents"] if ks is None or d["kind"] in ks]
         by = {r["key"]: r for r in swap_ratios(sel)}
         for s in settings:
             r = by[s["key"]]
             allv += [r["low"], r["high"]]
-            fig.add_trace(go.Scatter(x=[r["ratio"]], y=[s["spec"]], mode="markers", name=s["spec"],
+            fig.add_trace(go.Scatter(x=[r["ratio"]], y=[_label(s["spec"])], mode="markers", name=_label(s["spec"]),
                                      legendgroup=s["spec"], showlegend=False, marker={"size": 9},
                                      error_x={"type": "data", "symmetric": False, "array": [r["high"] - r["ratio"]],
                                               "arrayminus": [r["ratio"] - r["low"]]},

@@ -58,6 +58,14 @@ def _short(spec) -> str:
     return name + "+AdaKV" if "adakv=true" in str(spec).lower() else name
 
 
+def _shorter(spec: str) -> str:
+    """A spec as a reader sees it (:func:`~jacap_lib.results.findings.short_spec`; the written-out one is in the
+    results file)."""
+    from ..results.findings import short_spec
+
+    return short_spec(spec) if spec else spec
+
+
 def _cell(length, ratio) -> str:
     return f"{length} / {float(ratio):g}"
 
@@ -179,7 +187,12 @@ def target_frame(status: list[dict]) -> pd.DataFrame:
 
 
 def _spec_options(spec: str, method: str) -> str:
-    """The options part of a spec (``snapkv[window_size=16]`` -> ``window_size=16``), ``(default)`` without."""
+    """The options that set a spec apart from its method's press at today's defaults (``snapkv[window_size=16]`` ->
+    ``window_size=16``; a written-out Jacap setting by what it changes, :func:`~jacap_lib.results.findings.short_spec`),
+    ``(default)`` without."""
+    from ..results.findings import short_spec
+
+    spec = short_spec(spec) if spec.startswith(method) else spec
     return spec[len(method) + 1:-1] if spec.startswith(method + "[") else ("(default)" if spec == method else spec)
 
 
@@ -220,7 +233,7 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
         for r in fam["rows"]:
             head = {"Jacap": role_label(fam["role"]), "prompt / c": _cell(r["length"], r["ratio"])}
             if details:
-                rows.append({**head, "baseline setting": r["baseline_spec"], **_ratio_details(r)})
+                rows.append({**head, "baseline setting": _shorter(r["baseline_spec"]), **_ratio_details(r)})
             else:
                 rows.append({**head, "baseline": _short(r["baseline_spec"]), **_ratio_columns(r)})
     if not rows:
@@ -341,7 +354,7 @@ def needle_verdict_frame(summary: dict, *, details: bool = False) -> pd.DataFram
             head = {"against": against,
                     "prompt / c": _cell(r["length"], r["ratio"])}
             if details:
-                row = {**head, "reference setting": r["reference_spec"],
+                row = {**head, "reference setting": _shorter(r["reference_spec"]),
                        "difference, pts [95 % CI]": interval_text(r["diff_points"], r["diff_low"], r["diff_high"]),
                        "McNemar p": f"{r['p_mcnemar']:.2g}"}
             else:

@@ -8,6 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..results.findings import short_spec
 from ..results.precision import interval_text
 from .evaluation import short_verdict
 from .style import METHOD_STYLES, finish, wrapped
@@ -48,7 +49,7 @@ def survival_figure(summary: dict, mode: str = "after", *, title: str | None = N
                         subplot_titles=[f"prompt {L} tokens, c = {c}" for L, c in cells])
     for spec in specs:
         accs = ", ".join(f"{100 * acc[(spec, L, c)]['accuracy']:.0f}%" for L, c in cells)
-        name = f"{spec}: accuracy {accs}"
+        name = f"{short_spec(spec)}: accuracy {accs}"
         jac = spec.startswith("jacap")
         for j, (L, c) in enumerate(cells, start=1):
             s = next((x for x in surv if x["spec"] == spec and x["length"] == L and x["ratio"] == c), None)
@@ -88,7 +89,7 @@ def survival_frame(summary: dict, mode: str = "after", *, details: bool = False)
     rows = []
     for s in block["survival"]:
         a = acc[(s["spec"], s["length"], s["ratio"])]
-        row = {"setting": s["spec"], "prompt": s["length"], "c": s["ratio"]}
+        row = {"setting": short_spec(s["spec"]), "prompt": s["length"], "c": s["ratio"]}
         if details:
             row.update({"caches with a whole copy": f"{100 * s['key_copy_kept_mean']:.0f}%",
                         "every digit everywhere": f"{100 * s['all_kept_fraction']:.0f}%",
@@ -110,7 +111,7 @@ def mode_effect_frame(summary: dict, *, details: bool = False) -> pd.DataFrame:
     difference in points with its 95 % paired bootstrap interval, wins/losses, exact McNemar p, Holm p."""
     rows = []
     for e in summary.get("mode_effect", []):
-        row = {"setting": e["spec"], "prompt": e["length"], "c": e["ratio"]}
+        row = {"setting": short_spec(e["spec"]), "prompt": e["length"], "c": e["ratio"]}
         if details:
             row.update({"n": e["n"], "difference, pts [95 % CI]": interval_text(e["diff_points"], e["diff_low"],
                                                                                  e["diff_high"]),

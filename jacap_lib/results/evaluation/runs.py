@@ -114,9 +114,9 @@ def measure_group(model, tokenizer, group: Group, continuation: int, model_name:
                   build=None) -> list[dict]:
     """One prefill captured (with its full-cache reference), every (spec, ratio) of ``group`` replayed on
     it (:func:`jacap_lib.measure.quality.next_token_kl` with ``capture``); one row each, in job order.
-    ``build(spec, ratio)``: the press of a spec (default :func:`~jacap_lib.results.protocol.protocol_press`,
-    the protocol's pinned settings; the ablation job passes the registry's own ``press_from_spec``)."""
+    ``build(spec, ratio)``: the press of a spec (default the registry's ``press_from_spec``)."""
     from ...measure.quality import capture_prefill, full_reference, next_token_kl, prompt_and_continuation
+    from ...presses.registry import press_from_spec
 
     d = group.doc
     prompt, cont = prompt_and_continuation(tokenizer, d["text"], group.length, continuation, name=f"document {d['id']}")
@@ -128,7 +128,7 @@ def measure_group(model, tokenizer, group: Group, continuation: int, model_name:
     rows = []
     for spec, c in group.jobs:
         w0, c0 = time.perf_counter(), time.process_time()
-        press = (build or P.protocol_press)(spec, c)
+        press = (build or press_from_spec)(spec, c)
         res = next_token_kl(model, None, prompt, cont, press, reference=ref, capture=cap)
         row = {"model": model_name, "doc": d["id"], "kind": d.get("kind"), "split": d["split"], "sha256": d["sha256"],
                "length": group.length, "continuation": int(continuation), "ratio": c, "method": spec,
@@ -373,11 +373,12 @@ def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
 def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(0.5,), build=None) -> None:
     """Refuse to resume ``out`` when a setting now builds another press than the rows were made with.
 
-    A method spec without options (``"jacap"``) means the library's defaults, which the protocol itself may
-    change (``JacapPress``'s defaults are the tune choice). Every earlier run of ``out`` recorded each
+    The protocol writes its Jacap settings out in full, but a spec that names fewer options (``"jacap"``, a kvpress
+    baseline) means today's defaults, which may move (``JacapPress``'s defaults are a tune choice). Every earlier
+    run of ``out`` recorded each
     setting's resolved options; a spec whose options differ today (the compression ratio aside) would mix two
     presses under one name, so this raises ``ValueError`` naming it and the fix (a new ``--dir``)."""
-    from ...presses.registry import effective_options, method_options, with_implied
+    from ...presses.registry import effective_options, method_options, press_from_spec
 
     if not Path(out).is_file():
         return
@@ -388,9 +389,9 @@ def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(
             then = (run.get("settings") or {}).get(spec)
             if then is None:
                 continue
-            now = method_options((build or P.protocol_press)(spec, float(ratios[0])))
+            now = method_options((build or press_from_spec)(spec, float(ratios[0])))
             now = json.loads(json.dumps({k: v for k, v in now.items() if k not in drop}))
-            a = effective_options(with_implied({k: v for k, v in then.items() if k not in drop}, now))
+            a = effective_options({k: v for k, v in then.items() if k not in drop})
             b = effective_options(now)
             if a != b:
                 diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))

@@ -19,6 +19,7 @@ def time_methods(model, tokenizer, doc: dict, *, space: dict, lengths, ratio: fl
     from tqdm.auto import tqdm
 
     from ...measure.quality import capture_prefill, full_reference, next_token_kl, prompt_and_continuation
+    from ...presses.registry import press_from_spec
 
     specs = [s for v in space.values() for s in v]
     rows = []
@@ -31,7 +32,7 @@ def time_methods(model, tokenizer, doc: dict, *, space: dict, lengths, ratio: fl
         rows.append({"length": L, "what": "prefill", "seconds": time.perf_counter() - w, "cpu_seconds": time.process_time() - c})
         bar.update(1)
         for s in specs:
-            press = P.protocol_press(s, ratio)
+            press = press_from_spec(s, ratio)
             w, c = time.perf_counter(), time.process_time()
             next_token_kl(model, None, prompt, cont, press, reference=ref, capture=cap)
             rows.append({"length": L, "what": "replay", "method": s, "family": P.method_of(s),
