@@ -210,3 +210,21 @@ def test_scores_once_gives_the_masks_of_separate_runs(bundled, name):
     assert scores_once(R.build_press(name, 0.5)) and not scores_once(R.build_press("snapkv", 0.5))
     with pytest.raises(ValueError, match="press"):
         next(caches_by_ratio(model, prompt, R.build_press("snapkv", 0.5), ratios))
+
+
+@pytest.mark.model
+def test_measure_group_reuses_kvzip_scores_across_ratios(bundled):
+    """The evaluation's group measurement with ``reuse_scores``: the same rows as one real prefill per ratio."""
+    from jacap_lib.results.evaluation.corpus import load_docs
+    from jacap_lib.results.evaluation.runs import Group, measure_group
+
+    model, tok = bundled
+    doc = next(d for d in load_docs(None) if d["split"] == "tune")
+    jobs = [("kvzip", 0.5), ("snapkv[window_size=16]", 0.5), ("kvzip", 0.9)]
+    rows = {reuse: measure_group(model, tok, Group(doc, 160, jobs), 8, "m", build=R.press_from_spec,
+                                 reuse_scores=reuse) for reuse in (False, True)}
+    assert [(r["method"], r["ratio"]) for r in rows[True]] == jobs == [(r["method"], r["ratio"]) for r in rows[False]]
+    for a, b in zip(rows[False], rows[True]):
+        assert abs(a["kl"] - b["kl"]) < 1e-6 and a["kept_tokens"] == b["kept_tokens"]
+    assert [r.get("scores_shared_by") for r in rows[True]] == [2, None, 2]
+    assert rows[True][0]["kl"] < rows[True][2]["kl"]

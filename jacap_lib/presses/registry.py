@@ -139,7 +139,9 @@ METHODS: dict[str, Method] = {
                                 "Jacap with a 3-centre query prior (k-means per KV head, max of normalised scores)"),
     # kvpress's newer presses that run offline (the field as it is today), at kvpress's defaults; kvzip and kvgrad
     # score after the prefill (reconstruction passes) and mask across layers and heads, so they are measured on the
-    # real prefill, not replayed (jacap_lib.measure.quality.can_replay)
+    # real prefill, not replayed (jacap_lib.measure.quality.can_replay). kvpress's KVzip takes the prompt's first
+    # tokens for the chat template's prefix (24 on SmolLM2-135M-Instruct, however the prompt starts): it reconstructs
+    # only what follows, so on a raw-text prompt those positions past its n_sink=4 sinks keep score 0 and go first
     "kvzip": Method(kvpress.KVzipPress, {},
                     "max attention of a context-reconstruction pass, budget across layers and heads (KVzip)"),
     "kvgrad": Method(kvpress.KVgradPress, {},
@@ -172,8 +174,8 @@ NOT_OFFLINE: dict[str, str] = {
                     "(QFilters.from_pretrained('nthngdy/<model>_qfilt')); none exist for SmolLM2",
     "KVzapPress": "post_init_from_model downloads a trained surrogate (KVzapModel.from_pretrained("
                   "'nvidia/KVzap-<mlp|linear>-<model>'))",
-    "FastKVzipPress": "downloads trained gates (hf_hub_download('Jang-Hyun/Fast-KVzip', <gate>)) and the model's "
-                      "config (AutoConfig.from_pretrained)",
+    "FastKVzipPress": "downloads the model's trained gates (hf_hub_download('Jang-Hyun/Fast-KVzip', "
+                      "'<model>/q<groups>_dim16_sink16.pt'))",
     "DuoAttentionPress": "fetches the model's trained attention-head pattern from the DuoAttention GitHub repository "
                          "(requests.get), or calibrates one on the Hub data set kmfoda/booksum (load_dataset)",
     "ExpectedAttentionStatsPress": "loads query statistics from the Hub (ExpectedAttentionStats.from_pretrained) or "
