@@ -13,7 +13,7 @@ import torch
 from kvpress.utils import compute_n_kept
 
 from jacap_lib.presses.jacap_ablation import ONE_KNOB
-from jacap_lib.presses.registry import list_methods
+from jacap_lib.presses.registry import PEERS, list_methods
 from jacap_lib.measure.kvpress_grid import (CHUNK, DECODING, INTERVAL, RATIO, STEPS, TARGET, WRAPPERS, grid_table,
                                            known_refusal, run_combo)
 
@@ -127,7 +127,8 @@ def prompt_ids():
     return torch.randint(0, 96, (1, P), generator=torch.Generator().manual_seed(0))
 
 
-@pytest.mark.parametrize("name", list_methods())
+# kvpress's newer presses (registry PEERS, tests/test_peers.py) are not in the wrapper grid yet
+@pytest.mark.parametrize("name", [n for n in list_methods() if n not in PEERS])
 @pytest.mark.parametrize("wrapper", WRAPPERS)
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_tiny_grid(arch, wrapper, name, tiny_llama, tiny_qwen3, prompt_ids):

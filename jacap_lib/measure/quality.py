@@ -32,7 +32,9 @@ hook sees (hidden states, position embeddings, keys, values). :func:`replay_pres
 press's own ``forward_hook`` layer by layer on a fresh cache — the exact code path of
 ``with press(model): model(prompt)``, without the model forward. ``tests/test_quality.py`` checks the
 replayed caches and KLs against the real path for several presses. The benchmark uses the replay:
-one prefill per (segment, length) instead of one per (segment, length, method, ratio).
+one prefill per (segment, length) instead of one per (segment, length, method, ratio). A press that does its
+work after the forward (kvpress's KVzip and KVgrad: reconstruction passes, then masks across layers and heads)
+cannot be replayed; :func:`can_replay` says which, and :func:`next_token_kl` runs those on the real prefill.
 """
 from __future__ import annotations
 
@@ -48,6 +50,10 @@ __all__ = [
     "PrefillCapture",
     "capture_prefill",
     "replay_press",
+    "can_replay",
+    "scores_once",
+    "caches_by_ratio",
+    "next_token_kl_by_ratio",
     "continue_from_cache",
     "kept_tokens",
     "FullReference",
@@ -262,24 +268,40 @@ def kept_tokens(model, cache) -> float:
 
 
 @torch.inference_mode()
-def continue_from_cache(model, cache, prompt_len: int, continuation_ids: torch.Tensor):
+def continue_from_cache(model, cache, prompt_len: int, continuation_ids: torch.Tensor, *, stepwise: bool | None = None):
     """Run the continuation on a (compressed) prompt cache at true positions ``prompt_len, ...``.
 
     Returns ``(logprobs (M, V) float32, attn_outputs (L, M, hidden) float32, kept_tokens float)`` where
     ``kept_tokens`` is the mean number of prompt tokens per layer and KV head the continuation can see.
+    ``stepwise``: run the continuation one token at a time (the same next-token distributions, M forwards);
+    ``None``: only for a cache whose layers keep different lengths (kvpress PyramidKV), where the attention mask of
+    a multi-token forward is sized by the first layer's length.
     """
     device = next(model.parameters()).device
     continuation_ids = continuation_ids.to(device)
     M = continuation_ids.shape[1]
     kept = kept_tokens(model, cache)
-    position_ids = torch.arange(prompt_len, prompt_len + M, device=device).unsqueeze(0)
-    store: list = []
-    with capture_attn_outputs(model, store):
-        out = model(input_ids=continuation_ids, past_key_values=cache, position_ids=position_ids, use_cache=True)
-    logprobs = F.log_softmax(out.logits[0].float(), dim=-1)
+    positions = torch.arange(prompt_len, prompt_len + M, device=device).unsqueeze(0)
+    if stepwise is None:
+        stepwise = len({layer.keys.shape[-2] for layer in cache.layers}) > 1
+    steps = [slice(t, t + 1) for t in range(M)] if stepwise else [slice(0, M)]
+    logits, attn, store = [], [], []
+    for step in steps:
+        with capture_attn_outputs(model, store):
+            out = model(input_ids=continuation_ids[:, step], past_key_values=cache, position_ids=positions[:, step],
+                        use_cache=True)
+        logits.append(out.logits[0])
+        attn.append(torch.stack(store, dim=0))
+    logprobs = F.log_softmax(torch.cat(logits).float(), dim=-1)
     for layer in decoder_layers_of(model):  # do not leak head-wise masks into the next run
         layer.self_attn.masked_key_indices = None
-    return logprobs, torch.stack(store, dim=0), kept
+    return logprobs, torch.cat(attn, dim=1), kept
+
+
+def _check_reference(reference, prompt_len: int, continuation_ids):
+    if reference.prompt_len != prompt_len or not torch.equal(reference.continuation_ids, continuation_ids.cpu()):
+        raise ValueError("reference was computed for a different (prompt, continuation); "
+                         "call full_reference(model, tok, prompt_ids, continuation_ids) for this pair")
 
 
 def _check_capture(capture, prompt_ids):
@@ -287,8 +309,28 @@ def _check_capture(capture, prompt_ids):
         raise ValueError("capture was recorded for a different prompt; call capture_prefill(model, prompt_ids)")
 
 
+def can_replay(press) -> bool:
+    """Whether :func:`replay_press` leaves exactly the cache ``with press(model): model(prompt)`` leaves.
+
+    A kvpress press replays when all it does inside ``with press(model)`` is its ``forward_hook`` after each
+    attention layer: its class keeps ``BasePress.__call__``, and so does every press it wraps (``press``,
+    ``presses``, ``prefilling_press``, ``decoding_press``). kvpress's ``KVzipPress`` and ``KVgradPress`` override it to
+    score after the prefill (context-reconstruction passes, then masks across layers and heads); ``FinchPress``
+    hooks the embeddings, ``KVComposePress`` and ``FastKVzipPress`` compress after the forward, ``DecodingPress`` and
+    ``PrefillDecodingPress`` reset state: none of those replays. ``None`` (no compression) replays."""
+    from kvpress import BasePress
+
+    if press is None:
+        return True
+    if type(press).__call__ is not BasePress.__call__:
+        return False
+    inner = [getattr(press, a, None) for a in ("press", "prefilling_press", "decoding_press")]
+    inner += list(getattr(press, "presses", None) or [])
+    return all(can_replay(p) for p in inner if isinstance(p, BasePress))
+
+
 def _run(model, prompt_ids, continuation_ids, press, capture):
-    if capture is None:
+    if capture is None or not can_replay(press):  # the real prefill under ``with press(model)``
         return compressed_forward(model, prompt_ids, continuation_ids, press=press)
     cache = replay_press(model, capture, press)
     return continue_from_cache(model, cache, capture.prompt_len, continuation_ids)
@@ -329,19 +371,21 @@ def next_token_kl(model, tokenizer_or_none, prompt_ids, continuation_ids, press,
     press : kvpress press (or ``None`` = no compression, KL 0).
     reference : the :func:`full_reference` of the same pair (computed here when omitted).
     capture : a :func:`capture_prefill` of the same prompt; when given, the press is replayed on it
-        (:func:`replay_press`) instead of running a new prefill — same result, much cheaper.
+        (:func:`replay_press`) instead of running a new prefill — same result, much cheaper. A press that cannot
+        replay (:func:`can_replay`: KVzip, KVgrad) runs the real prefill under ``with press(model)`` instead, its
+        continuation teacher-forced on that compressed cache, the KL against the same ``reference``.
     """
     prompt_ids = _as_ids(prompt_ids, tokenizer_or_none, "prompt_ids")
     continuation_ids = _as_ids(continuation_ids, tokenizer_or_none, "continuation_ids")
     _check_capture(capture, prompt_ids)
     if reference is None:
         reference = full_reference(model, None, prompt_ids, continuation_ids, capture=capture)
-    elif reference.prompt_len != prompt_ids.shape[1] or not torch.equal(
-        reference.continuation_ids, continuation_ids.cpu()
-    ):
-        raise ValueError("reference was computed for a different (prompt, continuation); "
-                         "call full_reference(model, tok, prompt_ids, continuation_ids) for this pair")
-    logq, attn, kept = _run(model, prompt_ids, continuation_ids, press, capture)
+    else:
+        _check_reference(reference, prompt_ids.shape[1], continuation_ids)
+    return _result(reference, *_run(model, prompt_ids, continuation_ids, press, capture))
+
+
+def _result(reference: FullReference, logq, attn, kept) -> QualityResult:
     logq, attn = logq.cpu(), attn.cpu()
     kl_tok = kl_from_logits(reference.logprobs, logq)  # log-probabilities are their own logits
     rel = attention_output_error(reference, attn)
@@ -352,9 +396,76 @@ def next_token_kl(model, tokenizer_or_none, prompt_ids, continuation_ids, press,
         attn_rel_error=float(rel.mean()),
         attn_rel_error_per_layer=rel,
         kept_tokens=kept,
-        prompt_len=int(prompt_ids.shape[1]),
+        prompt_len=int(reference.prompt_len),
         top1_agreement=top1,
     )
+
+
+def scores_once(press) -> bool:
+    """Whether a press scores the prompt the same at every compression ratio and only its masks depend on it:
+    kvpress ``KVzipPress`` and its subclass ``KVgradPress`` (the reconstruction passes fill ``score_val`` whatever
+    the ratio; ``compress_post`` alone reads ``compression_ratio``, to mask the bottom of ``score_val``)."""
+    from kvpress import KVzipPress
+
+    return isinstance(press, KVzipPress)
+
+
+def _copy_cache(cache):
+    from transformers import DynamicCache
+
+    out = DynamicCache()
+    for i, layer in enumerate(cache.layers):
+        out.update(layer.keys.clone(), layer.values.clone(), i)
+    return out
+
+
+@torch.inference_mode()
+def caches_by_ratio(model, prompt_ids, press, ratios):
+    """For a press that :func:`scores_once`: one real prefill under ``with press(model)`` (its scoring passes
+    run once), then for each ratio of ``ratios`` kvpress's own ``press.compress_post`` on the same scores; yields
+    ``(ratio, cache)``, the model's attention modules holding that ratio's masks (``masked_key_indices``) -- what a
+    separate prefill at that ratio leaves. The press's ``compression_ratio`` is the last ratio afterwards."""
+    from transformers import DynamicCache
+
+    if not scores_once(press):
+        raise ValueError(f"press must score once for every ratio (kvpress KVzipPress, KVgradPress); got "
+                         f"{type(press).__name__}: measure it per ratio")
+    ratios = [float(c) for c in ratios]
+    if not ratios or not all(0 < c < 1 for c in ratios):
+        raise ValueError(f"ratios must be compression ratios in (0, 1), at least one; got {ratios}")
+    prompt_ids = _as_ids(prompt_ids, None, "prompt_ids")
+    stash, post = {}, press.compress_post
+
+    def keep(m):  # the scores before compress_post marks the sinks in place
+        stash["scores"] = press.score_val.clone()
+        post(m)
+
+    press.compression_ratio, press.compress_post = ratios[0], keep
+    cache = DynamicCache()
+    try:
+        with press(model):
+            model(input_ids=prompt_ids.to(next(model.parameters()).device), past_key_values=cache, use_cache=True,
+                  logits_to_keep=1)
+    finally:
+        del press.compress_post
+    for c in ratios:
+        press.compression_ratio, press.score_val = c, stash["scores"].clone()
+        try:
+            press.compress_post(model)
+        finally:
+            press.score_val = None
+        yield c, _copy_cache(cache)
+
+
+def next_token_kl_by_ratio(model, prompt_ids, continuation_ids, press, ratios, *,
+                           reference: FullReference) -> list[QualityResult]:
+    """:func:`next_token_kl` of a press that :func:`scores_once` at every ratio of ``ratios``, from one scoring
+    (:func:`caches_by_ratio`): the same results as one real prefill per ratio, at the cost of one."""
+    continuation_ids = _as_ids(continuation_ids, None, "continuation_ids")
+    prompt_len = _as_ids(prompt_ids, None, "prompt_ids").shape[1]
+    _check_reference(reference, prompt_len, continuation_ids)
+    return [_result(reference, *continue_from_cache(model, cache, prompt_len, continuation_ids))
+            for _, cache in caches_by_ratio(model, prompt_ids, press, ratios)]
 
 
 def prompt_and_continuation(tokenizer, text: str, length: int, continuation: int, *, name: str = "text"):

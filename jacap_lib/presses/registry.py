@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import typing
 from dataclasses import dataclass
 from typing import Callable
 
@@ -29,7 +30,7 @@ from .jacap_rank1 import JacapRank1Press
 from .jacap_two_stage import JacapTwoStagePress
 from .variants import jacap_ablate
 
-__all__ = ["Method", "METHODS", "BASELINES", "ADAKV_BASELINES", "WRAPPER_OPTIONS", "list_methods", "describe_method", "alias_of", "valid_options", "full_spec", "explicit_spec", "written_out", "build_press", "method_factory", "parse_method", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
+__all__ = ["Method", "METHODS", "BASELINES", "PEERS", "NOT_OFFLINE", "CRITICAL_SCORER", "ADAKV_BASELINES", "WRAPPER_OPTIONS", "list_methods", "describe_method", "alias_of", "valid_options", "full_spec", "explicit_spec", "written_out", "build_press", "method_factory", "parse_method", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
            "method_options", "expand_methods"]
 
 @dataclass(frozen=True)
@@ -42,6 +43,61 @@ class Method:
     options: dict
     description: str
 
+
+def _kvpress_defaults(cls) -> dict:
+    """A kvpress press's constructor defaults (``press`` and ``compression_ratio`` aside), read off kvpress."""
+    params = inspect.signature(cls).parameters.values()
+    return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty
+            and p.name not in ("press", "compression_ratio")}
+
+
+#: the scorer CriticalKV wraps unless ``scorer=`` is given: Expected Attention, built as kvpress's own evaluation
+#: builds it for CriticalKV (``use_vnorm=False``: the wrapper multiplies by ``|W_O v|_1`` itself; kvpress warns otherwise)
+CRITICAL_SCORER = "expected_attention"
+_CKV, _CADAKV = _kvpress_defaults(kvpress.CriticalKVPress), _kvpress_defaults(kvpress.CriticalAdaKVPress)
+
+
+def _critical_scorer(scorer: str, compression_ratio: float):
+    """The scorer press a CriticalKV wrapper wraps: registry name ``scorer`` at its defaults (Expected Attention
+    with ``use_vnorm=False``), which must build a kvpress ``ScorerPress``."""
+    names = [n for n in METHODS if not n.startswith("critical_")]
+    if not isinstance(scorer, str) or scorer not in names:
+        raise ValueError(f"scorer must be a registry name of a scorer press, e.g. {CRITICAL_SCORER!r}; got {scorer!r}")
+    inner = build_press(scorer, compression_ratio, **({"use_vnorm": False} if scorer == "expected_attention" else {}))
+    if not isinstance(inner, kvpress.ScorerPress):
+        raise ValueError(f"scorer={scorer!r} builds a {type(inner).__name__}, not a kvpress ScorerPress; CriticalKV "
+                         f"rescales a scorer's scores (e.g. scorer={CRITICAL_SCORER!r} or 'snapkv')")
+    return inner
+
+
+def critical_kv(compression_ratio: float = 0.0, scorer: str = CRITICAL_SCORER, epsilon: float = _CKV["epsilon"],
+                first_stage_ratio: float = _CKV["first_stage_ratio"]):
+    """kvpress ``CriticalKVPress`` around the registry scorer ``scorer`` (default :data:`CRITICAL_SCORER`).
+
+    Parameters (kvpress's defaults): ``epsilon`` (1e-4), ``first_stage_ratio`` (0.5), the fraction of the kept
+    budget chosen by the scorer alone."""
+    _checks.positive("epsilon", epsilon, allow_zero=True)
+    _checks.unit_interval("first_stage_ratio", first_stage_ratio, closed_right=True)
+    return kvpress.CriticalKVPress(_critical_scorer(scorer, compression_ratio), epsilon=epsilon,
+                                   first_stage_ratio=first_stage_ratio)
+
+
+def critical_adakv(compression_ratio: float = 0.0, scorer: str = CRITICAL_SCORER,
+                   alpha_safeguard: float = _CADAKV["alpha_safeguard"], epsilon: float = _CADAKV["epsilon"],
+                   first_stage_ratio: float = _CADAKV["first_stage_ratio"]):
+    """kvpress ``CriticalAdaKVPress`` around the registry scorer ``scorer`` (default :data:`CRITICAL_SCORER`).
+
+    Parameters (kvpress's defaults): ``alpha_safeguard`` (0.20, the fraction of its budget each head keeps),
+    ``epsilon`` (1e-4), ``first_stage_ratio`` (0.5)."""
+    _checks.unit_interval("alpha_safeguard", alpha_safeguard, closed_right=True)
+    _checks.positive("epsilon", epsilon, allow_zero=True)
+    _checks.unit_interval("first_stage_ratio", first_stage_ratio, closed_right=True)
+    return kvpress.CriticalAdaKVPress(press=_critical_scorer(scorer, compression_ratio),
+                                      alpha_safeguard=alpha_safeguard, epsilon=epsilon,
+                                      first_stage_ratio=first_stage_ratio)
+
+
+critical_kv.kvpress_press, critical_adakv.kvpress_press = kvpress.CriticalKVPress, kvpress.CriticalAdaKVPress
 
 #: The registry: name -> what it builds. kvpress's presses at kvpress's own defaults (they never move); Jacap's
 #: presses at today's defaults of :class:`~jacap_lib.presses.jacap.JacapPress` (``jacap``), and the Jacap names that
@@ -81,9 +137,53 @@ METHODS: dict[str, Method] = {
                               "them and rescored"),
     "jacap_multicenter": Method(JacapMultiCenterPress, {},
                                 "Jacap with a 3-centre query prior (k-means per KV head, max of normalised scores)"),
+    # kvpress's newer presses that run offline (the field as it is today), at kvpress's defaults; kvzip and kvgrad
+    # score after the prefill (reconstruction passes) and mask across layers and heads, so they are measured on the
+    # real prefill, not replayed (jacap_lib.measure.quality.can_replay). kvpress's KVzip takes the prompt's first
+    # tokens for the chat template's prefix (24 on SmolLM2-135M-Instruct, however the prompt starts): it reconstructs
+    # only what follows, so on a raw-text prompt those positions past its n_sink=4 sinks keep score 0 and go first
+    "kvzip": Method(kvpress.KVzipPress, {},
+                    "max attention of a context-reconstruction pass, budget across layers and heads (KVzip)"),
+    "kvgrad": Method(kvpress.KVgradPress, {},
+                     "KVzip's reconstruction attention x |v W_O| x |gradient| of the last hidden states (KVgrad)"),
+    "compactor": Method(kvpress.CompactorPress, {},
+                        "approximate key leverage blended with non-causal chunked attention (Compactor)"),
+    "leverage_score": Method(kvpress.LeverageScorePress, {},
+                             "approximate leverage of the centred pre-RoPE keys, Gaussian sketch (Compactor's scorer)"),
+    "lagkv": Method(kvpress.LagKVPress, {}, "key/value spread relative to the next partition (LagKV)"),
+    "cur": Method(kvpress.CURPress, {}, "local key x value leverage, CUR decomposition (CurDKV)"),
+    "pyramidkv": Method(kvpress.PyramidKVPress, {}, "SnapKV with a budget decreasing linearly over layers (PyramidKV)"),
+    "critical_kv": Method(critical_kv, {},
+                          "CriticalKV: half the budget by a scorer (scorer=, Expected Attention unless set), the rest by "
+                          "score x |W_O v|_1 (kvpress CriticalKVPress)"),
+    "critical_adakv": Method(critical_adakv, {},
+                             "CriticalKV with AdaKV's head-wise budget (kvpress CriticalAdaKVPress around scorer=, "
+                             "Expected Attention unless set)"),
 }
-#: kvpress's presses in the registry (the comparison's baselines), in table order
-BASELINES: tuple[str, ...] = tuple(n for n, m in METHODS.items() if m.press.__module__.startswith("kvpress"))
+#: kvpress's presses in the registry (the comparison's baselines), in table order; a factory of a kvpress wrapper
+#: (``critical_kv``) names the kvpress class it builds in ``kvpress_press``
+BASELINES: tuple[str, ...] = tuple(n for n, m in METHODS.items()
+                                   if getattr(m.press, "kvpress_press", m.press).__module__.startswith("kvpress"))
+#: kvpress's newer presses, in the registry and measured like the others, not yet in the protocol's search space
+#: nor in the kvpress wrapper grid (their tuning comes later)
+PEERS: tuple[str, ...] = ("kvzip", "kvgrad", "compactor", "leverage_score", "lagkv", "cur", "pyramidkv", "critical_kv",
+                          "critical_adakv")
+#: kvpress 0.5.5's presses that cannot run offline on the bundled model, and why (read off their kvpress source)
+NOT_OFFLINE: dict[str, str] = {
+    "QFilterPress": "post_init_from_model downloads the model's trained Q-Filters from the Hub "
+                    "(QFilters.from_pretrained('nthngdy/<model>_qfilt')); none exist for SmolLM2",
+    "KVzapPress": "post_init_from_model downloads a trained surrogate (KVzapModel.from_pretrained("
+                  "'nvidia/KVzap-<mlp|linear>-<model>'))",
+    "FastKVzipPress": "downloads the model's trained gates (hf_hub_download('Jang-Hyun/Fast-KVzip', "
+                      "'<model>/q<groups>_dim16_sink16.pt'))",
+    "DuoAttentionPress": "fetches the model's trained attention-head pattern from the DuoAttention GitHub repository "
+                         "(requests.get), or calibrates one on the Hub data set kmfoda/booksum (load_dataset)",
+    "ExpectedAttentionStatsPress": "loads query statistics from the Hub (ExpectedAttentionStats.from_pretrained) or "
+                                   "computes them on a Hub data set (load_dataset) with the Hub model",
+    "DMSPress": "no Hub download of its own, but DMS proper needs the paper's trained evictors; kvpress's DMSPress "
+                "thresholds a scorer's scores (KVzapPress's trained ones in kvpress's use) with no compression "
+                "ratio (a read-only property), so it has no place on a ratio grid",
+}
 #: The baselines whose scores differ from KV head to KV head, so that kvpress's head-adaptive allocation (AdaKV: one
 #: top-k across the heads of a layer) can move slots between heads; the protocol offers them ``adakv=true`` around
 #: their choice, as Jacap's scores get it in ``jacap_adakv``. TOVA repeats one score over every head and
@@ -144,9 +244,10 @@ def method_factory(name: str) -> Callable:
 
 def _own_options(press) -> set:
     """The keyword options a registry press builder accepts (``compression_ratio`` excluded): a dataclass press
-    class's init fields; a factory's keyword parameters and, with ``**opts``, the fields of ``forwards_to``."""
+    class's init fields (a private one, ``_name``, is kvpress's own plumbing: CompactorPress's child presses); a
+    factory's keyword parameters and, with ``**opts``, the fields of ``forwards_to``."""
     if isinstance(press, type) and dataclasses.is_dataclass(press):
-        return {f.name for f in dataclasses.fields(press) if f.init} - {"compression_ratio"}
+        return {f.name for f in dataclasses.fields(press) if f.init and not f.name.startswith("_")} - {"compression_ratio"}
     target = press
     params = inspect.signature(target).parameters.values()
     valid = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
@@ -206,8 +307,12 @@ def build_press(name: str, compression_ratio: float, **opts):
     return kvpress.AdaKVPress(press=press, alpha_safeguard=_ADAKV_SAFEGUARD if safeguard is None else safeguard)
 
 
-# smallest allowed value of the kvpress baselines' integer options (0 for the others)
-_BASELINE_INT_MIN = {"window_size": 1, "kernel_size": 1, "n_future_positions": 1}
+# smallest allowed value of the kvpress baselines' integer options (0 for the others); chunk, partition, window and
+# sketch sizes of the newer presses are >= 1 too
+_BASELINE_INT_MIN = {"window_size": 1, "kernel_size": 1, "n_future_positions": 1, "chunk_size": 1, "lag_size": 1,
+                     "local_window_size": 1, "sketch_dimension": 1}
+# per press class: PyramidKV's pyramid shape (kvpress asserts beta >= 1)
+_CLASS_INT_MIN = {("PyramidKVPress", "beta"): 1}
 
 
 def smallest_value(option: str) -> int:
@@ -219,17 +324,28 @@ def smallest_value(option: str) -> int:
 def _check_baseline_options(cls, opts: dict) -> None:
     """Check kvpress baseline options by their declared type, so a bad value fails here and not at the
     first forward pass: bools are bools, ints are ints >= 0 (>= 1 for window/kernel sizes and future
-    positions), floats are finite (``tau`` > 0, ``epsilon`` >= 0), ``seed`` is None or an int."""
+    positions, chunk/partition/sketch sizes), floats are finite (``tau`` > 0, ``epsilon`` >= 0), ``seed`` is None or
+    an int, a ``Literal`` option one of its values, an ``Optional[float]`` one None or finite. A factory of a kvpress
+    wrapper (``critical_kv``) checks its own options."""
+    if not dataclasses.is_dataclass(cls):
+        return
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = typing.get_type_hints(cls)
     for key, value in opts.items():
         default = fields[key].default
-        if key == "seed":
+        hint = hints.get(key)
+        if typing.get_origin(hint) is typing.Literal:
+            _checks.choice(key, value, typing.get_args(hint))
+        elif key == "seed":
             if value is not None:
                 _checks.int_at_least("seed", value, 0)
+        elif default is None and float in typing.get_args(hint):
+            if value is not None:
+                _checks.real(key, value)
         elif isinstance(default, bool):
             _checks.boolean(key, value)
         elif isinstance(default, int):
-            _checks.int_at_least(key, value, _BASELINE_INT_MIN.get(key, 0))
+            _checks.int_at_least(key, value, _CLASS_INT_MIN.get((cls.__name__, key), _BASELINE_INT_MIN.get(key, 0)))
         elif isinstance(default, float):
             if key == "tau":
                 _checks.positive(key, value)
@@ -386,23 +502,27 @@ def effective_options(record):
 
 
 def method_options(press) -> dict:
-    """Every constructor field of a press (recursively for wrappers), JSON-safe: its configuration record."""
-    if not dataclasses.is_dataclass(press):
+    """Every constructor field of a press (recursively for wrappers), JSON-safe: its configuration record (a kvpress
+    press that is a plain class, CriticalKVPress: its constructor's arguments)."""
+    cls = type(press)
+    if dataclasses.is_dataclass(press) and ("__dataclass_fields__" in vars(cls) or "__init__" not in vars(cls)):
+        items = [(f.name, f.metadata) for f in dataclasses.fields(press) if f.init]
+    elif isinstance(press, kvpress.BasePress):  # its own __init__ under an inherited dataclass (CriticalKVPress)
+        items = [(n, {}) for n in inspect.signature(type(press)).parameters if hasattr(press, n)]
+    else:
         return {"class": type(press).__name__}
     out = {"class": type(press).__name__}
-    for f in dataclasses.fields(press):
-        if not f.init:
-            continue
-        v = getattr(press, f.name)
-        if isinstance(f.metadata.get("record"), str):  # a field that is data, not configuration: what it holds
-            v = f.metadata["record"]
+    for name, metadata in items:
+        v = getattr(press, name)
+        if isinstance(metadata.get("record"), str):  # a field that is data, not configuration: what it holds
+            v = metadata["record"]
         elif dataclasses.is_dataclass(v):
             v = method_options(v)
         elif isinstance(v, torch.Tensor):
             v = f"tensor{tuple(v.shape)}"
         elif not isinstance(v, (int, float, str, bool, type(None), list, tuple, dict)):
             v = repr(v)
-        out[f.name] = v
+        out[name] = v
     return out
 
 

@@ -111,11 +111,16 @@ def test_groups(docs, chosen: dict, lengths, ratios, continuation, model_name, d
 
 
 def measure_group(model, tokenizer, group: Group, continuation: int, model_name: str, on_row=None,
-                  build=None) -> list[dict]:
+                  build=None, reuse_scores: bool = False) -> list[dict]:
     """One prefill captured (with its full-cache reference), every (spec, ratio) of ``group`` replayed on
-    it (:func:`jacap_lib.measure.quality.next_token_kl` with ``capture``); one row each, in job order.
-    ``build(spec, ratio)``: the press of a spec (default the registry's ``press_from_spec``)."""
-    from ...measure.quality import capture_prefill, full_reference, next_token_kl, prompt_and_continuation
+    it (:func:`jacap_lib.measure.quality.next_token_kl` with ``capture``; a press that cannot replay, KVzip or
+    KVgrad, runs the real prefill); one row each, in job order.
+    ``build(spec, ratio)``: the press of a spec (default the registry's ``press_from_spec``).
+    ``reuse_scores``: a spec whose press scores the same at every ratio (:func:`~jacap_lib.measure.quality.scores_once`:
+    KVzip, KVgrad) is scored once for all its ratios of the group (the same rows; each row's seconds are its share,
+    ``scores_shared_by`` the number of ratios sharing them)."""
+    from ...measure.quality import (capture_prefill, full_reference, next_token_kl, next_token_kl_by_ratio,
+                                    prompt_and_continuation, scores_once)
     from ...presses.registry import press_from_spec
 
     d = group.doc
@@ -125,18 +130,29 @@ def measure_group(model, tokenizer, group: Group, continuation: int, model_name:
     ref = full_reference(model, None, prompt, cont, capture=cap)
     prefill = {"prefill_seconds": round(time.perf_counter() - w0, 3),
                "prefill_cpu_seconds": round(time.process_time() - c0, 3)}
-    rows = []
+    rows, shared = [], {}
     for spec, c in group.jobs:
         w0, c0 = time.perf_counter(), time.process_time()
         press = (build or press_from_spec)(spec, c)
-        res = next_token_kl(model, None, prompt, cont, press, reference=ref, capture=cap)
+        extra = {}
+        if (spec, c) in shared:
+            res, extra = shared.pop((spec, c))
+        elif reuse_scores and scores_once(press):
+            ratios = [r for s, r in group.jobs if s == spec]
+            results = next_token_kl_by_ratio(model, prompt, cont, press, ratios, reference=ref)
+            extra = {"seconds": round((time.perf_counter() - w0) / len(ratios), 3),
+                     "cpu_seconds": round((time.process_time() - c0) / len(ratios), 3), "scores_shared_by": len(ratios)}
+            shared.update({(spec, r): (x, extra) for r, x in zip(ratios, results)})
+            res = shared.pop((spec, c))[0]
+        else:
+            res = next_token_kl(model, None, prompt, cont, press, reference=ref, capture=cap)
         row = {"model": model_name, "doc": d["id"], "kind": d.get("kind"), "split": d["split"], "sha256": d["sha256"],
                "length": group.length, "continuation": int(continuation), "ratio": c, "method": spec,
                "family": P.method_of(spec), "kl": res.kl, "kl_max": float(res.kl_per_token.max()),
                "top1_agreement": res.top1_agreement, "attn_rel_error": res.attn_rel_error,
                "attn_rel_error_per_layer": [float(f"{x:.4g}") for x in res.attn_rel_error_per_layer.tolist()],
                "kept_tokens": res.kept_tokens, "seconds": round(time.perf_counter() - w0, 3),
-               "cpu_seconds": round(time.process_time() - c0, 3), **prefill}
+               "cpu_seconds": round(time.process_time() - c0, 3), **prefill, **extra}
         rows.append(row)
         if on_row is not None:
             on_row(row)

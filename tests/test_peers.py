@@ -1,0 +1,230 @@
+"""kvpress's newer presses in the registry (PEERS) and their measurement: every row builds kvpress's press at
+kvpress's defaults, bad options are refused by name, :func:`can_replay` tells the presses that work after the
+prefill (KVzip, KVgrad) from those a captured prefill replays, and those are measured on the real prefill with
+the budget kvpress's rule gives (bundled model)."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+import torch
+
+kvpress = pytest.importorskip("kvpress")
+
+from jacap_lib.measure.quality import (can_replay, capture_prefill, continue_from_cache, full_reference,  # noqa: E402
+                                       next_token_kl, prompt_and_continuation, replay_press)
+from jacap_lib.presses import registry as R  # noqa: E402
+from conftest import sharpened_tiny_llama  # noqa: E402
+
+logging.getLogger("kvpress").setLevel(logging.ERROR)
+
+KVPRESS_CLASS = {"kvzip": "KVzipPress", "kvgrad": "KVgradPress", "compactor": "CompactorPress",
+                 "leverage_score": "LeverageScorePress", "lagkv": "LagKVPress", "cur": "CURPress",
+                 "pyramidkv": "PyramidKVPress", "critical_kv": "CriticalKVPress", "critical_adakv": "CriticalAdaKVPress"}
+
+
+# --------------------------------------------------------------------------------------------- registry rows
+def test_peers_are_kvpress_baselines_at_kvpress_defaults():
+    assert set(R.PEERS) == set(KVPRESS_CLASS) and set(R.PEERS) <= set(R.BASELINES) <= set(R.list_methods("kvpress"))
+    for name in R.PEERS:
+        press = R.build_press(name, 0.5)
+        cls = getattr(kvpress, KVPRESS_CLASS[name])
+        assert type(press) is cls and press.compression_ratio == 0.5
+        if dataclasses.is_dataclass(cls) and name not in ("critical_kv", "critical_adakv"):
+            assert press == cls(compression_ratio=0.5), name  # every field at kvpress's default
+        assert R.describe_method(name)
+    # CriticalKV wraps Expected Attention as kvpress's evaluation does (use_vnorm off: the wrapper weights by |W_O v|)
+    for name, cls in (("critical_kv", kvpress.CriticalKVPress), ("critical_adakv", kvpress.CriticalAdaKVPress)):
+        press = R.build_press(name, 0.25)
+        assert press.press == kvpress.ExpectedAttentionPress(compression_ratio=0.25, use_vnorm=False)
+        assert (press.epsilon, press.first_stage_ratio) == (1e-4, 0.5)
+        inner = R.build_press(name, 0.25, scorer="snapkv").press
+        assert inner == kvpress.SnapKVPress(compression_ratio=0.25)
+    assert R.build_press("critical_adakv", 0.5).alpha_safeguard == 0.2
+    assert R.build_press("critical_adakv", 0.5, alpha_safeguard=0.4).alpha_safeguard == 0.4
+    # the record of a plain-class kvpress wrapper holds its scorer and options
+    rec = R.method_options(R.build_press("critical_kv", 0.5, epsilon=0.01))
+    assert rec["epsilon"] == 0.01 and rec["press"]["class"] == "ExpectedAttentionPress"
+    assert "_leverage_press" not in R.valid_options("compactor")
+
+
+@pytest.mark.parametrize("name, opts, word", [
+    ("kvzip", {"chunk_size": 0}, "chunk_size"), ("kvzip", {"layerwise": 1}, "layerwise"),
+    ("kvzip", {"n_sinks": 4}, "n_sinks"), ("kvgrad", {"kvzip_plus_normalization": True}, "kvzip_plus_normalization"),
+    ("cur", {"leverage_type": "keys"}, "leverage_type"), ("compactor", {"blending": "half"}, "blending"),
+    ("lagkv", {"lag_size": 0}, "lag_size"), ("pyramidkv", {"beta": 0}, "beta"),
+    ("leverage_score", {"sketch_dimension": 2.5}, "sketch_dimension"),
+    ("critical_kv", {"scorer": "kvzip"}, "scorer"), ("critical_kv", {"scorer": "snapvk"}, "scorer"),
+    ("critical_kv", {"first_stage_ratio": 1.5}, "first_stage_ratio"), ("critical_kv", {"epsilon": -1}, "epsilon"),
+    ("critical_adakv", {"alpha_safeguard": 2}, "alpha_safeguard"), ("kvzip", {"adakv": True}, "adakv"),
+])
+def test_bad_peer_options_raise_naming_them(name, opts, word):
+    with pytest.raises(ValueError, match=word):
+        R.build_press(name, 0.5, **opts)
+
+
+def test_not_offline_presses_are_kvpress_presses_outside_the_registry():
+    built = {type(R.build_press(n, 0.5)).__name__ for n in R.METHODS}
+    for cls in R.NOT_OFFLINE:
+        assert hasattr(kvpress, cls) and cls not in built
+
+
+# --------------------------------------------------------------------------------------------- replay or real
+def test_can_replay_follows_the_context_manager():
+    ea = kvpress.ExpectedAttentionPress(0.5)
+    assert not can_replay(kvpress.KVzipPress(0.5)) and not can_replay(kvpress.KVgradPress(0.5))
+    assert not can_replay(kvpress.DecodingPress(base_press=kvpress.KnormPress()))
+    assert can_replay(None) and can_replay(kvpress.SnapKVPress(0.5)) and can_replay(kvpress.AdaKVPress(ea))
+    assert can_replay(kvpress.ComposedPress([kvpress.KnormPress(0.5), ea]))
+
+
+    class After(kvpress.KnormPress):  # work after the forward, as KVzip does (kvpress's ComposedPress refuses KVzip)
+        def __call__(self, model):
+            return super().__call__(model)
+
+    assert not can_replay(kvpress.ComposedPress([kvpress.KnormPress(0.5), After(0.5)]))
+    assert not can_replay(kvpress.AdaKVPress(After(0.5)))
+    assert {n for n in R.METHODS if not can_replay(R.build_press(n, 0.5))} == {"kvzip", "kvgrad"}
+
+
+P, M = 48, 8
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model = sharpened_tiny_llama()
+    ids = torch.randint(0, 96, (1, P + M), generator=torch.Generator().manual_seed(2))
+    return model, ids[:, :P], ids[:, P:]
+
+
+@pytest.mark.parametrize("spec", ["snapkv[window_size=16]", "jacap", "pyramidkv[window_size=8]", "critical_kv", "critical_adakv",
+                                  "cur", "lagkv[lag_size=8]", "compactor[chunk_size=16]", "leverage_score"])
+def test_replay_equals_real_prefill(tiny, spec):
+    """The captured prefill replayed and the real prefill under ``with press(model)`` give the same KL."""
+    model, prompt, cont = tiny
+    cap = capture_prefill(model, prompt)
+    ref = full_reference(model, None, prompt, cont, capture=cap)
+    out = []
+    for capture in (cap, None):
+        torch.manual_seed(0)  # leverage scores draw a Gaussian sketch
+        out.append(next_token_kl(model, None, prompt, cont, R.press_from_spec(spec, 0.5), reference=ref,
+                                 capture=capture))
+    assert can_replay(R.press_from_spec(spec, 0.5)) and out[0].kl > 1e-5
+    torch.testing.assert_close(out[0].kl_per_token, out[1].kl_per_token, rtol=0, atol=1e-6)
+    assert out[0].kept_tokens == out[1].kept_tokens == P // 2
+
+
+def test_stepwise_continuation_equals_one_pass(tiny):
+    model, prompt, cont = tiny
+    cap = capture_prefill(model, prompt)
+    one, attn1, _ = continue_from_cache(model, replay_press(model, cap), P, cont, stepwise=False)
+    steps, attn2, _ = continue_from_cache(model, replay_press(model, cap), P, cont, stepwise=True)
+    torch.testing.assert_close(steps, one, rtol=0, atol=1e-5)
+    torch.testing.assert_close(attn2, attn1, rtol=0, atol=1e-5)
+
+
+def test_pyramidkv_keeps_kvpress_layer_budgets(tiny):
+    """PyramidKV's layers keep different lengths; the continuation runs on them (one token at a time)."""
+    model, prompt, cont = tiny
+    press = R.build_press("pyramidkv", 0.5, window_size=8)
+    cache = replay_press(model, capture_prefill(model, prompt), press)
+    lengths = [layer.keys.shape[-2] for layer in cache.layers]
+    assert lengths == [press.get_layer_budget(layer.self_attn, P) for layer in model.model.layers]
+    assert lengths[0] > lengths[-1]
+
+
+# --------------------------------------------------------------------------------------------- bundled model
+@pytest.fixture(scope="module")
+def text_pair(bundled):
+    from jacap_lib.results.evaluation.corpus import load_docs
+
+    doc = next(d for d in load_docs(None) if d["split"] == "tune")
+    return prompt_and_continuation(bundled[1], doc["text"], 512, 16)
+
+
+@pytest.mark.model
+def test_kvzip_real_prefill_masks_kvpress_budget(bundled, text_pair):
+    """KVzip on the real prefill: every layer keeps its 512 slots, c of all (layer, head, token) entries are masked
+    (kvpress's rule int(c * L * H_kv * P)), the continuation sees the rest, and the masks are gone afterwards."""
+    model, _ = bundled
+    prompt, cont = text_pair
+    cfg = model.config
+    cap = capture_prefill(model, prompt)
+    ref = full_reference(model, None, prompt, cont, capture=cap)
+    snap = next_token_kl(model, None, prompt, cont, R.build_press("snapkv", 0.5), reference=ref, capture=cap)
+    press = R.build_press("kvzip", 0.5)
+    seen = {}
+    original = press.compress_post
+
+    def spy(m):
+        original(m)
+        seen["masked"] = sum(int(layer.self_attn.masked_key_indices[0].numel()) for layer in m.model.layers)
+
+    press.compress_post = spy
+    res = next_token_kl(model, None, prompt, cont, press, reference=ref, capture=cap)
+    assert seen["masked"] == int(0.5 * cfg.num_hidden_layers * cfg.num_key_value_heads * 512) == 23040
+    assert res.kept_tokens == 256.0 and res.kl > 0
+    assert all(getattr(layer.self_attn, "masked_key_indices", None) is None for layer in model.model.layers)
+    # the next measurement is untouched by KVzip's masks
+    after = next_token_kl(model, None, prompt, cont, R.build_press("snapkv", 0.5), reference=ref, capture=cap)
+    assert after.kl == snap.kl and after.kept_tokens == 256.0
+    model.model.layers[3].self_attn.masked_key_indices = (torch.zeros(1, dtype=torch.long),) * 3
+    with torch.inference_mode():  # kvpress clears a stale mask at the next prefill
+        model(input_ids=prompt[:, :8], use_cache=True)
+    assert model.model.layers[3].self_attn.masked_key_indices is None
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", ["kvzip", "kvgrad"])
+def test_scores_once_gives_the_masks_of_separate_runs(bundled, name):
+    """KVzip's (KVgrad's) scores do not depend on the ratio: one scoring, masked at each ratio by kvpress's own
+    compress_post, leaves the masks and the KL of one real prefill per ratio."""
+    from jacap_lib.measure.quality import caches_by_ratio, next_token_kl_by_ratio, scores_once
+    from jacap_lib.results.evaluation.corpus import load_docs
+
+    model, tok = bundled
+    doc = next(d for d in load_docs(None) if d["split"] == "tune")
+    prompt, cont = prompt_and_continuation(tok, doc["text"], 160, 8)
+    ratios = [0.5, 0.75, 0.9]
+    ref = full_reference(model, None, prompt, cont)
+
+    def masks():
+        return [tuple(i.tolist() for i in layer.self_attn.masked_key_indices) for layer in model.model.layers]
+
+    once = [masks() for _, _ in caches_by_ratio(model, prompt, R.build_press(name, 0.5), ratios)]
+    separate = []
+    for c in ratios:
+        seen = []
+        press = R.build_press(name, c)
+        post = press.compress_post
+        press.compress_post = lambda m, post=post: (post(m), seen.append(masks()))
+        res = next_token_kl(model, None, prompt, cont, press, reference=ref)
+        separate.append((seen[0], res))
+    assert [m for m, _ in separate] == once
+    assert [len(sum((m[0] for m in per), [])) for per in once] == [int(c * 30 * 3 * 160) for c in ratios]
+    by_ratio = next_token_kl_by_ratio(model, prompt, cont, R.build_press(name, 0.5), ratios, reference=ref)
+    for r, (_, s) in zip(by_ratio, separate):
+        torch.testing.assert_close(r.kl_per_token, s.kl_per_token, rtol=0, atol=1e-6)
+        assert r.kept_tokens == s.kept_tokens
+    assert scores_once(R.build_press(name, 0.5)) and not scores_once(R.build_press("snapkv", 0.5))
+    with pytest.raises(ValueError, match="press"):
+        next(caches_by_ratio(model, prompt, R.build_press("snapkv", 0.5), ratios))
+
+
+@pytest.mark.model
+def test_measure_group_reuses_kvzip_scores_across_ratios(bundled):
+    """The evaluation's group measurement with ``reuse_scores``: the same rows as one real prefill per ratio."""
+    from jacap_lib.results.evaluation.corpus import load_docs
+    from jacap_lib.results.evaluation.runs import Group, measure_group
+
+    model, tok = bundled
+    doc = next(d for d in load_docs(None) if d["split"] == "tune")
+    jobs = [("kvzip", 0.5), ("snapkv[window_size=16]", 0.5), ("kvzip", 0.9)]
+    rows = {reuse: measure_group(model, tok, Group(doc, 160, jobs), 8, "m", build=R.press_from_spec,
+                                 reuse_scores=reuse) for reuse in (False, True)}
+    assert [(r["method"], r["ratio"]) for r in rows[True]] == jobs == [(r["method"], r["ratio"]) for r in rows[False]]
+    for a, b in zip(rows[False], rows[True]):
+        assert abs(a["kl"] - b["kl"]) < 1e-6 and a["kept_tokens"] == b["kept_tokens"]
+    assert [r.get("scores_shared_by") for r in rows[True]] == [2, None, 2]
+    assert rows[True][0]["kl"] < rows[True][2]["kl"]
