@@ -112,7 +112,7 @@ def layer_ratio_figure(data: dict, *, kinds=("all", "dialogue"), cells=None) -> 
         fig.update_xaxes(title_text="layer", row=row, col=col, showticklabels=True)
         fig.update_yaxes(title_text="error ratio", row=row, col=col)
     against = entries[0]["baseline"] if one_baseline else "best baseline"
-    title = wrap_title(f"Per-layer attention-output error ratio<br>{setting}<br>/ {against}", 56)
+    title = wrap_title(f"Per-layer attention-output error ratio<br>{_label(setting)}<br>/ {_label(against)}", 56)
     top = 60 + 26 * (title.count("<br>") + 1)  # the title's lines (centred in the top margin), then the panel titles
     fig.update_layout(title=title,
                       height=250 * nrow + 30 + top, width=780, legend={"orientation": "h", "y": -0.06, "x": 0},

@@ -282,6 +282,8 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
         raise ValueError("cells is empty; give cell_statistics rows of a finished run")
     ratios = [f"{r:g}" for r in sorted({c["ratio"] for c in cells})]
     lengths = sorted({c["length"] for c in cells})
+    label = {m: _shorter(m) for m in dict.fromkeys(c["method"] for c in cells)}  # a setting as a reader sees it
+    cells = [{**c, "method": label[c["method"]]} for c in cells]
     methods = list(dict.fromkeys(c["method"] for c in cells))
     family = {m: m.split("[", 1)[0] for m in methods}
     # a setting's colour: its own where the book names it, else its method's when the figure shows one setting
@@ -289,7 +291,7 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
     group = {m: m if m in METHOD_STYLES or list(family.values()).count(family[m]) > 1 or family[m] not in METHOD_STYLES
              else family[m] for m in methods}
     n_docs = sorted({c["n_docs"] for c in cells})
-    fig = make_subplots(rows=1, cols=len(lengths), shared_yaxes=True,
+    fig = make_subplots(rows=1, cols=len(lengths), shared_yaxes=True, x_title="compression ratio c (evenly spaced)",
                         subplot_titles=[f"prompt {L} tokens" for L in lengths])
     for j, L in enumerate(lengths, start=1):
         for m in methods:
@@ -304,8 +306,7 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
                 error_y={"type": "data", "symmetric": False, "array": [c["kl_high"] - c["kl_geomean"] for c in cs],
                          "arrayminus": [c["kl_geomean"] - c["kl_low"] for c in cs]},
                 hovertemplate="c=%{x}<br>KL %{y:.3g}<extra>" + m + "</extra>"), row=1, col=j)
-        fig.update_xaxes(title_text="compression ratio c (evenly spaced)", type="category", categoryorder="array",
-                         categoryarray=ratios, row=1, col=j)
+        fig.update_xaxes(type="category", categoryorder="array", categoryarray=ratios, row=1, col=j)
     fig.update_yaxes(type="log")  # every panel: the same quantity on the same axis type
     fig.update_yaxes(title_text="geometric-mean next-token KL (nats)", row=1, col=1)
     docs = "-".join(map(str, n_docs[:: max(1, len(n_docs) - 1)]))
