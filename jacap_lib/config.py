@@ -33,7 +33,7 @@ method the same few settings and picks one per method on the *tune* documents of
 rule (smallest mean log KL over every prompt length and compression ratio). Among Jacap's settings (the paper's
 ``tau = 10`` with flat statistics, the effective-dimension noise rule, ``tau = 3`` with EMA statistics) it chose
 ``tau = 3, beta = 0.9`` (``data/results/eval/choices.json``); the test documents judge that choice against the
-paper's settings, which stay one named preset away (``jacap[tau=10,noise=1,beta=none]``).
+paper's settings, which stay one named preset away (``jacap[centre=tempered,tau=10,noise=1,beta=none]``).
 
 Why ``window = 16``: the press's default centre is the attention the recent queries observed
 (:class:`~jacap_lib.presses.jacap.JacapPress` ``centre="observed"``); the protocol's capacity press with that centre

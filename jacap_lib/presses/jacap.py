@@ -78,7 +78,7 @@ class JacapPress(ScorerPress):
         ``beta=0.9``) is what the evaluation protocol chose on its tune documents among Jacap's settings
         (smallest mean log KL over prompt lengths 512-2048 and c 0.5-0.95; ``data/results/eval/choices.json``):
         a sharper :math:`\bar\alpha` that follows the recent queries. The paper's exact settings are
-        ``press_from_spec("jacap[tau=10,noise=1,beta=none]", c)`` (``protocol.PAPER_PRESET``).
+        ``press_from_spec(protocol.PAPER_PRESET, c)`` (the tempered centre, tau 10, noise 1, flat statistics).
     noise : float or "deff", default=1.0
         Channel noise :math:`\sigma^2`; the weights enter ``A`` and the score as ``w / noise``.
         ``"deff"``: per layer and KV head, the :math:`\sigma^2` at which the effective dimension

@@ -46,9 +46,8 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
     "jacap_triton_async": ("#c51b7d", "circle-dot"),  # the same kernels, check=False (no synchronisation)
     "jacap[window=0]": ("#ff7f0e", "diamond"),
     "jacap[tau=3,beta=0.9]": ("#d62728", "circle"),  # the tune choice = JacapPress()'s defaults: the same press as jacap
-    "jacap[tau=10,noise=1,beta=none]": ("#7b241c", "star"),  # the paper's exact settings (protocol.PAPER_PRESET)
-    # the same two settings as the written-out protocol's are named (results.findings.short_spec): the paper's, and
-    # Algorithm 1 tuned
+    # two settings as a written-out spec is named (results.findings.short_spec): the paper's exact settings
+    # (protocol.PAPER_PRESET), and Algorithm 1 tuned
     "jacap[beta=none,centre=tempered,tau=10,window=32]": ("#7b241c", "star"),
     "jacap[centre=tempered,tau=3,window=128]": ("#e34a33", "circle"),
     "jacap_obs": ("#762a83", "star-triangle-up"),    # the capacity press linearised at the observed attention
