@@ -25,6 +25,7 @@ import torch
 from .. import _checks
 from ..config import DEFAULTS
 from .jacap import JacapPress
+from .jacap_ablation import ABLATION_FIELDS  # Algorithm 1's own choice of the ablation fields: never written out
 from .jacap_multicenter import JacapMultiCenterPress
 from .jacap_rank1 import JacapRank1Press
 from .jacap_two_stage import JacapTwoStagePress
@@ -408,9 +409,6 @@ def with_options(spec: str, **opts) -> str:
     return f"{name}[{','.join(f'{k}={fmt(v)}' for k, v in have.items())}]"
 
 
-#: JacapAblationPress's own fields at Algorithm 1's choice: a written-out spec leaves them out at these values (they
-#: define the method and never move); every JacapPress option is written whatever its value.
-_ALGORITHM1_FIELDS = {"sensitivity": "rho2", "kappa": "on", "leverage": "A", "prior_iso": 0.0, "budget": "uniform"}
 
 
 def full_spec(name: str, record: dict) -> str:
@@ -445,7 +443,7 @@ def explicit_spec(name: str, options: dict) -> str:
     written-out setting: :func:`full_spec`)."""
     inert = inert_options(options)
     opts = {k: v for k, v in options.items() if k not in inert
-            and not (k in _ALGORITHM1_FIELDS and v == _ALGORITHM1_FIELDS[k])}
+            and not (k in ABLATION_FIELDS and v == ABLATION_FIELDS[k])}
     return with_options(name, **dict(sorted(opts.items())))
 
 

@@ -43,7 +43,7 @@ from . import job as J
 from . import protocol as P
 from . import rowstats as RS
 
-__all__ = ["swap_settings", "pick_documents", "add_arguments", "prepare", "execute", "JOB", "DEFAULT_LENGTH",
+__all__ = ["swap_settings", "split_wrapper", "pick_documents", "add_arguments", "prepare", "execute", "JOB", "DEFAULT_LENGTH",
            "DEFAULT_RATIO", "DEFAULT_PER_KIND", "OBS_WINDOW", "NO_LEVERAGE_NOISE", "BASELINE_HORIZON"]
 
 DEFAULT_LENGTH = 2048
@@ -153,9 +153,17 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
         out.append({"key": "flat_statistics", "spec": with_options(default, beta=None),
                     "changes": "flat query statistics over the prompt (beta = none) instead of the EMA", "protect": None})
     for setting in out:  # each setting written out in full (the spec before its +wrapper), as every recorded spec is
-        base, *rest = re.split(r"(\+(?:observed|protect|oracle))", setting["spec"], maxsplit=1)
-        setting["spec"] = written_out(base) + "".join(rest)
+        base, wrapper = split_wrapper(setting["spec"])
+        setting["spec"] = written_out(base) + wrapper
     return out
+
+
+def split_wrapper(spec: str) -> tuple[str, str]:
+    """``(registry spec, wrapper part)`` of a swap setting: ``"jacap[...]+observed[obs_window=32]"`` ->
+    ``("jacap[...]", "+observed[obs_window=32]")``; the wrapper part is ``""`` for a plain spec (a ``+`` inside a
+    value such as ``noise=1e+06`` is no wrapper)."""
+    base, *rest = re.split(r"(\+(?:observed|protect|oracle))", spec, maxsplit=1)
+    return base, "".join(rest)
 
 
 def _press(setting: dict, ratio: float):

@@ -11,8 +11,6 @@
 """
 from __future__ import annotations
 
-import re
-
 import math
 
 import pandas as pd
@@ -35,10 +33,11 @@ _KIND_DASH = {"all": "solid", "dialogue": "dash", "prose": "dot", "expository": 
 def _label(spec: str) -> str:
     """A setting's spec as a reader sees it: the part before a ``+wrapper`` by what sets it apart
     (:func:`~jacap_lib.results.findings.short_spec`), the wrapper part as it is."""
+    from ..results.anatomy import split_wrapper
     from ..results.findings import short_spec
 
-    base, *rest = re.split(r"(\+(?:observed|protect|oracle))", spec, maxsplit=1)
-    return short_spec(base) + "".join(rest)
+    base, wrapper = split_wrapper(spec)
+    return short_spec(base) + wrapper
 
 def log_tickvals(values) -> list[float]:
     """Tick values for a log axis over ``values``: the 1-1.5-2-3-5-7 steps inside their range, at least two
