@@ -37,7 +37,7 @@ import math
 
 from ..presses.registry import ADAKV_BASELINES, BASELINES, explicit_spec, parse_method, press_from_spec
 
-__all__ = ["SEARCH_SPACE", "PAPER_PRESET", "ALGORITHM1_AS_PUBLISHED", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
+__all__ = ["SEARCH_SPACE", "PEER_SPACE", "SPACES", "PAPER_PRESET", "ALGORITHM1_AS_PUBLISHED", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
            "protocol_config", "fingerprint", "compare_configs", "same_measurements", "neighbours", "grid_edges", "quick_space"]
 
@@ -124,6 +124,43 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
         {}, {"gqa": "pool"}, {"beta": 0.9}, {"n_future_positions": 512}, {"n_future_positions": 8}, {"n_sink": 0},
         {"n_sink": 16}, {"window": 8}, {"window": 64})),
 }
+#: kvpress's newer presses (``registry.PEERS``), the field as it is today, each at kvpress's defaults first and then on an
+#: interior grid of the knobs a user of it sets: a value on each side of kvpress's default where the knob is numeric,
+#: the alternative where it is a switch; CONFIGS_PER_METHOD settings each, chosen by the same RULE on the same tune
+#: documents, in their own folder (``jacap evaluate tune --space peers``: ``data/results/eval/peers``) so the first
+#: rounds' choices and fingerprint stay as they were. Left at kvpress's defaults: KVzip's and KVgrad's chunk sizes
+#: at or above the longest prompt for KVzip (2,048: one reconstruction pass), Compactor's sinks, CUR's sinks.
+#: Their head-adaptive setting (adakv=true) is the second round, around each first choice, as for the baselines above.
+PEER_SPACE: dict[str, tuple[str, ...]] = {
+    # the reconstruction scorer: the KVzip+ normalisation; budgets per layer instead of global; sinks on both sides
+    "kvzip": ("kvzip", "kvzip[kvzip_plus_normalization=true]", "kvzip[layerwise=true]", "kvzip[n_sink=0]",
+              "kvzip[n_sink=16]"),
+    # input x gradient on a replay: per-layer budgets; sinks on both sides; the chunk doubled
+    "kvgrad": ("kvgrad", "kvgrad[layerwise=true]", "kvgrad[n_sink=0]", "kvgrad[n_sink=16]", "kvgrad[chunk_size=1024]"),
+    # leverage + non-causal attention: the sketch halved and doubled, the chunk halved and doubled
+    "compactor": ("compactor", "compactor[sketch_dimension=24]", "compactor[sketch_dimension=96]",
+                  "compactor[chunk_size=128]", "compactor[chunk_size=512]"),
+    # the sketch dimension from a quarter to four times kvpress's 48
+    "leverage_score": ("leverage_score", "leverage_score[sketch_dimension=12]", "leverage_score[sketch_dimension=24]",
+                       "leverage_score[sketch_dimension=96]", "leverage_score[sketch_dimension=192]"),
+    # the lag halved, quartered and doubled; cross scoring
+    "lagkv": ("lagkv", "lagkv[lag_size=32]", "lagkv[lag_size=64]", "lagkv[lag_size=256]", "lagkv[cross_scoring=true]"),
+    # which leverage (keys alone, the mean of keys and values); the local window halved and doubled
+    "cur": ("cur", "cur[leverage_type=key]", "cur[leverage_type=kv_avg]", "cur[local_window_size=8]",
+            "cur[local_window_size=32]"),
+    # the observation window halved and doubled; the pyramid's slope (beta) on both sides
+    "pyramidkv": ("pyramidkv", "pyramidkv[window_size=32]", "pyramidkv[window_size=128]", "pyramidkv[beta=5]",
+                  "pyramidkv[beta=50]"),
+    # around Expected Attention (the best baseline of the first rounds on tune): the first stage's share on both
+    # sides; around SnapKV instead; epsilon ten times larger
+    "critical_kv": ("critical_kv", "critical_kv[first_stage_ratio=0.25]", "critical_kv[first_stage_ratio=0.75]",
+                    "critical_kv[scorer=snapkv]", "critical_kv[epsilon=0.001]"),
+    "critical_adakv": ("critical_adakv", "critical_adakv[first_stage_ratio=0.25]",
+                       "critical_adakv[first_stage_ratio=0.75]", "critical_adakv[scorer=snapkv]",
+                       "critical_adakv[alpha_safeguard=0.1]"),
+}
+#: the search spaces by name (``jacap evaluate tune --space``): the first rounds' methods, and the peers
+SPACES: dict[str, dict] = {"first": SEARCH_SPACE, "peers": PEER_SPACE}
 # The budget: 5 settings for every method with options (1 for TOVA, KNorm, KeyDiff), plus, for each baseline whose
 # scores differ across KV heads, its choice of the earlier rounds (on the first 12 tune documents) under kvpress's
 # head-adaptive allocation (adakv=true; Jacap's scores get it as the method jacap_adakv, jacap_obs as budget=layer).
@@ -243,10 +280,10 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
         return around_of[name]
 
     if configs_per_method is None:
-        configs_per_method = (CONFIGS_PER_METHOD if space is None or space is SEARCH_SPACE
+        configs_per_method = (CONFIGS_PER_METHOD if space is None or space is SEARCH_SPACE or space is PEER_SPACE
                               else max((_own_settings(v, around(m, v)) for m, v in space.items()), default=1)
                               if isinstance(space, dict) else 1)
-    full = space is None or space is SEARCH_SPACE  # every knob of AROUND_CHOICE must be searched there
+    full = space is None or space is SEARCH_SPACE or space is PEER_SPACE  # every knob of AROUND_CHOICE must be searched there
     space = SEARCH_SPACE if space is None else space
     if not isinstance(space, dict) or not space:
         raise ValueError("search space must be a non-empty dict {registry name: [method specs]}")

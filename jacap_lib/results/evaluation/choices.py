@@ -14,20 +14,40 @@ __all__ = ["TEST_LABEL", "write_choices", "read_choices", "best_baselines", "jac
 TEST_LABEL = "picked on test (stricter secondary line: favours the baselines, as it peeks at the test documents)"
 
 
-def write_choices(path: Path, tune_rows: list[dict], config: dict, space: dict, *, provenance: dict | None = None) -> dict:
+def write_choices(path: Path, tune_rows: list[dict], config: dict, space: dict, *, provenance: dict | None = None,
+                  partial: bool = False) -> dict:
     """Apply the rule to the tune rows and write ``choices.json``: each method's setting, the best
-    baseline per (length, ratio) cell (picked on tune), the configuration and its fingerprint."""
+    baseline per (length, ratio) cell (picked on tune), the configuration and its fingerprint.
+
+    ``partial``: a method of ``space`` whose settings do not all have rows on the same tune keys yet (a staged run,
+    ``--methods``) is listed under ``"pending"`` instead of raising; the others are chosen as usual."""
     rows = [r for r in tune_rows if r.get("split") == "tune"]
-    choices = P.choose_settings(rows, space, split="tune")
+    pending = []
+    if partial:
+        have = {}
+        for r in rows:
+            have.setdefault(r["method"], set()).add((r["doc"], int(r["length"]), float(r["ratio"])))
+        keys_of = {m: [frozenset(have.get(s, ())) for s in specs] for m, specs in space.items()}
+        pending = [m for m, ks in keys_of.items()
+                   if not ks[0] or any(k != ks[0] for k in ks) or len(ks[0]) < _complete_keys(config)]
+        space = {m: v for m, v in space.items() if m not in pending}
+    choices = P.choose_settings(rows, space, split="tune") if space else {}
     chosen = {m: v["chosen"] for m, v in choices.items()}
     data = {"config": config, "fingerprint": P.fingerprint(config), "rule": P.RULE, "chosen": chosen,
             "choices": choices}
+    if partial:
+        data["pending"] = pending
     if any(m in _baselines() for m in chosen):
         data["best_baseline"] = {"picked_on": "tune", "cells": P.best_baseline_per_cell(rows, chosen, split="tune")}
     if provenance is not None:
         data["provenance"] = provenance
     files.write_json(path, data)
     return data
+
+
+def _complete_keys(config: dict) -> int:
+    """How many (document, length, ratio) rows a tune setting has when complete under ``config``."""
+    return len(config["tune_docs"]) * len(config["lengths"]) * len(config["ratios"])
 
 
 def _baselines():

@@ -19,6 +19,8 @@ def report(res: dict) -> None:
         print(f"wrote {res['rows_written']} new rows to {res['file']}")
         if "choices" in res:
             print(f"wrote {res['choices']}: " + ", ".join(f"{m}: {s}" for m, s in res["chosen"].items()))
+            if res.get("pending"):
+                print("not chosen yet (rows incomplete; run them, a rerun resumes): " + ", ".join(res["pending"]))
 
 
 def _job(job: str):

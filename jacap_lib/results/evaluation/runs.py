@@ -49,11 +49,13 @@ def check_processes(args, *, quick: bool) -> None:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}")
 
 
-def eval_dir(given, *, quick: bool) -> Path:
-    """``--dir``: the folder given, else ``data/results/eval`` (``.../eval/quick`` with ``--quick``); not a file."""
+def eval_dir(given, *, quick: bool, space: str = "first") -> Path:
+    """``--dir``: the folder given, else ``data/results/eval`` (``.../eval/quick`` with ``--quick``,
+    ``.../eval/peers`` for ``--space peers``); not a file."""
     from ..paths import data_path
 
-    out_dir = Path(given or data_path("results", "eval", *(("quick",) if quick else ()), must_exist=False))
+    sub = ("quick",) if quick else () if space == "first" else (space,)
+    out_dir = Path(given or data_path("results", "eval", *sub, must_exist=False))
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"--dir {out_dir} is a file; give a folder")
     return out_dir
@@ -242,9 +244,13 @@ def add_arguments(parser: argparse.ArgumentParser, job: str = "tune") -> None:
     """The options of ``jacap evaluate <job>`` (``job``: tune, test or time)."""
     J.shared_options(parser, seed=True)
     J.grid_options(parser, lengths=DEFAULT_LENGTHS, ratios=DEFAULT_RATIOS, continuation=DEFAULT_CONTINUATION)
+    parser.add_argument("--space", choices=sorted(P.SPACES), default="first",
+                        help="the search space: 'first' (protocol.SEARCH_SPACE, the first rounds' methods; folder "
+                             "data/results/eval) or 'peers' (protocol.PEER_SPACE, kvpress's newer presses; folder "
+                             "data/results/eval/peers)")
     parser.add_argument("--methods", nargs="+", default=None,
-                        help="registry names of the search space to run (default: every method of "
-                             "protocol.SEARCH_SPACE)")
+                        help="registry names of the search space to run (default: every method of --space); the "
+                             "tune job's choices.json still covers every method of --space whose rows are complete")
     parser.add_argument("--manifest", type=Path, default=None,
                         help="document manifest (default: the evaluation corpus, data/texts/corpus/manifest.json)")
     folder_options(parser, quick=f"smoke run: {QUICK['docs_per_split']} tune + {QUICK['docs_per_split']} test "
@@ -306,7 +312,11 @@ def prepare(args, *, tokenizer=None) -> Plan:
     if continuation < 1:
         raise ValueError(f"--continuation must be >= 1, got {continuation}")
     check_processes(args, quick=quick)
-    space = P.quick_space() if quick else dict(P.SEARCH_SPACE)
+    which = getattr(args, "space", "first") or "first"
+    if which not in P.SPACES:
+        raise ValueError(f"--space must be one of {sorted(P.SPACES)}, got {which!r}")
+    table = P.quick_space() if quick else dict(P.SPACES[which])
+    space = dict(table)
     if args.methods:
         unknown = sorted(set(args.methods) - set(space))
         if unknown:
@@ -320,7 +330,7 @@ def prepare(args, *, tokenizer=None) -> Plan:
         docs = load_docs(args.manifest, quick=quick, tune_per_kind=args.tune_per_kind)
     except (ValueError, FileNotFoundError) as e:
         raise ValueError(f"--manifest: {e}") from None
-    out_dir = eval_dir(args.dir, quick=quick)
+    out_dir = eval_dir(args.dir, quick=quick, space=which)
     tok = tokenizer if tokenizer is not None else load_tokenizer(args.model)
     extra = {}
     if args.job == "time":
@@ -328,8 +338,9 @@ def prepare(args, *, tokenizer=None) -> Plan:
     else:
         check_lengths(tok, docs, lengths, continuation)
     record = model_record(args.model)
-    config = P.protocol_config(model=record, lengths=lengths, ratios=ratios, continuation=continuation, space=space,
-                               docs=docs)
+    # the configuration names the whole table of --space (a --methods run is one stage of it: same fingerprint)
+    config = P.protocol_config(model=record, lengths=lengths, ratios=ratios, continuation=continuation,
+                               space=table if args.job == "tune" else space, docs=docs)
     plan = Plan(job=args.job, out_dir=Path(out_dir), model_name=args.model, model_label=record["name"], lengths=lengths,
                 ratios=ratios, continuation=int(continuation), space=space, docs=docs, config=config, record=record,
                 threads=args.threads, workers=getattr(args, "workers", 1), seed=args.seed,
@@ -373,16 +384,21 @@ def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
                              test_specs(plan.extra["choices"]["chosen"]) if plan.job == "test" else None, plan.ratios)
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     files.append_run(out, _run_config(plan, model))
-    n = run_groups(groups, out, continuation=plan.continuation, model_label=plan.model_label, model=model,
-                   tokenizer=tokenizer, model_name=plan.model_name, workers=plan.workers, threads=plan.threads,
-                   seed=plan.seed, progress=plan.progress)
+    import functools
+
+    # KVzip and KVgrad score the same at every ratio: one real prefill scores all of a group's ratios (same rows)
+    measure = functools.partial(measure_group, continuation=plan.continuation, model_name=plan.model_label,
+                                reuse_scores=True)
+    n = run_groups(groups, out, measure=measure, model=model, tokenizer=tokenizer, model_name=plan.model_name,
+                   workers=plan.workers, threads=plan.threads, seed=plan.seed, progress=plan.progress)
     res = {"rows_written": n, "file": str(out)}
     if plan.job == "tune":
         rows = [r for r in files.read_jsonl(out) if r["model"] == plan.model_label
                 and r["continuation"] == plan.continuation]
-        data = write_choices(plan.out_dir / "choices.json", rows, plan.config, plan.space,
-                             provenance={"tune_file": name, "command": plan.extra.get("command")})
-        res.update(choices=str(plan.out_dir / "choices.json"), chosen=data["chosen"])
+        table = plan.config["search_space"]  # the whole --space table: methods still unmeasured are left pending
+        data = write_choices(plan.out_dir / "choices.json", rows, plan.config, table,
+                             provenance={"tune_file": name, "command": plan.extra.get("command")}, partial=True)
+        res.update(choices=str(plan.out_dir / "choices.json"), chosen=data["chosen"], pending=data.get("pending", []))
     return res
 
 
