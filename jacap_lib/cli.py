@@ -74,6 +74,9 @@ COMMANDS = {
                     "best baseline picked on tune and, stricter, on test: ratio intervals, wins, Wilcoxon and Holm p, "
                     "verdicts -> data/results/eval/summary.json (needs test.jsonl and choices.json of one configuration)",
                     "jacap_lib.results.evaluation:SUMMARY"),
+        "candidates": ("every method's tune choice from every search space, the Jacap-family default the rule "
+                       "picks, and what is still pending -> data/results/eval/candidates.json",
+                       "jacap_lib.results.candidates:CANDIDATES"),
         "ablate": ("Algorithm 1's tuned Jacap press and each one-knob ablation of it on every tune document -> "
                    "data/results/eval/ablation.jsonl (resumable)",
                    "jacap_lib.results.ablation:ABLATE"),
