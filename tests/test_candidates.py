@@ -84,3 +84,32 @@ def test_committed_candidates_agree_with_the_committed_choices():
             assert data["methods"][m]["spec"] == v["chosen"] and data["methods"][m]["tune_score"] == v["score"]
     fam = data["default"]["eligible"]
     assert data["default"]["chosen"]["tune_score"] == min(e["tune_score"] for e in fam)
+
+
+def test_score_table_ratios_are_geometric_mean_ratios_of_the_rows(tmp_path):
+    """kl_ratio = exp(score difference) equals the geometric mean over the tune rows of KL_method / KL_default."""
+    first = {"jacap": ("jacap",), "snapkv": ("snapkv",)}
+    table = {"jacap": 0.1, "snapkv": 0.25}
+    a, rows = _choices(tmp_path, "a", first, table)
+    cand = C.freeze({"first": a}, spaces={"first": first})
+    out = {r["method"]: r for r in C.score_table(cand)}
+    by = {}
+    for r in rows:
+        by.setdefault(r["method"], {})[(r["doc"], r["ratio"])] = r["kl"]
+    logs = [math.log(by["snapkv"][k] / by["jacap"][k]) for k in by["jacap"]]
+    assert out["snapkv"]["kl_ratio"] == pytest.approx(math.exp(sum(logs) / len(logs)), rel=1e-12) == pytest.approx(2.5)
+    assert out["jacap"]["kl_ratio"] == 1.0 and [r["method"] for r in C.score_table(cand)] == ["jacap", "snapkv"]
+
+
+def test_tune_ratio_figure_draws_one_bar_per_method_in_its_colour():
+    from jacap_lib.viz.field import tune_ratio_figure
+    from jacap_lib.viz.style import METHOD_STYLES
+
+    table = [{"method": "kvzip", "setting": "kvzip", "kl_ratio": 0.2}, {"method": "jacap", "setting": "jacap",
+                                                                        "kl_ratio": 1.0}]
+    fig = tune_ratio_figure(table, pending=["kvgrad"])
+    assert [t.y[0] for t in fig.data] == ["jacap", "kvzip"]  # best at the top: drawn last
+    assert fig.data[1].marker.color == METHOD_STYLES["kvzip"][0] and fig.layout.xaxis.type == "log"
+    assert "kvgrad" in fig.layout.annotations[0].text
+    with pytest.raises(ValueError, match="table"):
+        tune_ratio_figure([])

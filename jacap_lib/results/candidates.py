@@ -24,7 +24,7 @@ from . import files
 from . import job as J
 from . import protocol as P
 
-__all__ = ["COMPARABLE", "JACAP_FAMILY_PREFIX", "choice_files", "tune_cpu_seconds", "freeze", "CANDIDATES"]
+__all__ = ["COMPARABLE", "JACAP_FAMILY_PREFIX", "choice_files", "tune_cpu_seconds", "freeze", "score_table", "CANDIDATES"]
 
 #: the configuration keys two choices files must share for their rule scores to be compared
 COMPARABLE = ("model", "lengths", "ratios", "continuation", "rule", "kl_floor", "tune_docs")
@@ -112,6 +112,26 @@ def freeze(choices: dict[str, dict], tune_rows: dict[str, list] | None = None, *
     if baselines:
         out["best_baseline"] = min(baselines, key=lambda e: e["tune_score"])
     return out
+
+
+def score_table(candidates: dict) -> list[dict]:
+    """Every chosen method of a candidates record, best first: ``{"method", "setting" (its short label), "family",
+    "space", "tune_score", "kl_ratio"}``, ``kl_ratio`` the geometric-mean KL ratio over the tune rows to the setting
+    ``JacapPress()`` builds today (``exp(score - score of that setting)``: the rule score is a mean log KL over the
+    same tune rows, so the difference of two scores is the log of their geometric-mean KL ratio), and
+    ``cpu_seconds_per_row``. Raises ``ValueError`` when no chosen method is ``JacapPress()``'s setting."""
+    import math
+
+    from .findings import short_spec
+
+    today = (candidates.get("default") or {}).get("jacap_press_today", {}).get("equals")
+    if today is None or today not in candidates["methods"]:
+        raise ValueError("candidates: no chosen method builds JacapPress()'s setting; the table's ratios are to it")
+    ref = candidates["methods"][today]["tune_score"]
+    rows = [{"method": m, "setting": short_spec(v["spec"]), "family": v["family"], "space": v["space"],
+             "tune_score": v["tune_score"], "kl_ratio": math.exp(v["tune_score"] - ref),
+             "cpu_seconds_per_row": v.get("tune_cpu_seconds_per_row")} for m, v in candidates["methods"].items()]
+    return sorted(rows, key=lambda r: r["tune_score"])
 
 
 # --------------------------------------------------------------------------------------------- the job

@@ -74,6 +74,17 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
     "keydiff": ("#bcbd22", "pentagon"),
     "expected_attention": ("#17becf", "hexagon"),
     "streaming_llm": ("#7f7f7f", "triangle-right"),
+    # kvpress's newer presses (registry.PEERS), cool colours of their own
+    "kvzip": ("#00441b", "star"),                    # scores from the model's reconstruction of its context
+    "kvgrad": ("#41ab5d", "star-open"),
+    "compactor": ("#3f007d", "square-x"),
+    "leverage_score": ("#807dba", "square-open"),
+    "lagkv": ("#4292c6", "bowtie"),
+    "cur": ("#6baed6", "hourglass"),
+    "pyramidkv": ("#238b45", "triangle-ne"),
+    "critical_kv": ("#08306b", "hexagram"),
+    "critical_adakv": ("#2171b5", "hexagram-open"),
+    "jacap_context": ("#fd8d3c", "star-diamond"),    # the capacity press with the reconstruction queries' statistics
     "window": ("#525252", "square-open"),            # a sliding window (sinks + the most recent tokens)
     "random": ("#393b79", "diamond-open"),
     "full": ("#000000", "circle-open"),              # no compression (reference)
