@@ -232,6 +232,7 @@ def test_tune_then_dev_jobs_resume_and_choose(tiny, corpus, tmp_path, monkeypatc
     model = tiny[0]
     tok = CharTokenizer()
     monkeypatch.setattr(P, "SEARCH_SPACE", SPACE)
+    monkeypatch.setitem(P.SPACES, "first", SPACE)  # the jobs read the table by its --space name
     out = tmp_path / "eval"
     plan = E.prepare(_args("tune", corpus, out), tokenizer=tok)
     res = E.execute(plan, model=model, tokenizer=tok)
@@ -269,6 +270,7 @@ def test_tune_then_dev_jobs_resume_and_choose(tiny, corpus, tmp_path, monkeypatc
 def test_dev_job_refuses_missing_or_foreign_choices(tiny, corpus, tmp_path, monkeypatch, capsys):
     tok = CharTokenizer()
     monkeypatch.setattr(P, "SEARCH_SPACE", SPACE)
+    monkeypatch.setitem(P.SPACES, "first", SPACE)
     out = tmp_path / "eval"
     with pytest.raises(ValueError, match="does not exist.*evaluate tune"):
         E.prepare(_args("dev", corpus, out), tokenizer=tok)
