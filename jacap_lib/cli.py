@@ -10,6 +10,7 @@
     jacap evaluate needle|needle-summary [--quick] needle retrieval with the tuned methods -> data/results/eval/
     jacap evaluate ablate|ablate-summary [--quick] one-knob ablations of Jacap on the tune documents -> data/results/eval/
     jacap evaluate anatomy [--length 2048 --ratio 0.5] why the default loses a cell -> data/results/eval/anatomy.json
+    jacap evaluate record                          every setting run on the dev documents -> dev_record.json
     jacap evaluate needle [--mode inside] --probe  digit survival per layer and KV head -> needle_probe.jsonl
     jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token
     jacap inspect --layer 3 --head 1 [--text ...]  one head's text, kept/protected/evicted marked
@@ -90,6 +91,9 @@ COMMANDS = {
                            "prompt: accuracy difference intervals, McNemar and Holm p, verdicts -> "
                            "data/results/eval/needle_summary.json",
                            "jacap_lib.results.needle:NEEDLE_SUMMARY"),
+        "record": ("every setting ever run on the dev documents, with its round, first run, rows and what it led "
+                   "to -> data/results/eval/dev_record.json (reads the committed dev rows and runs)",
+                   "jacap_lib.results.record:RECORD"),
         "anatomy": ("why Algorithm 1's tuned Jacap setting loses: per-layer error ratios and KL by document kind in the "
                     "losing cells (from the dev rows), and on one cell's dev documents the kept sets of the default "
                     "and the best baseline and a one-knob swap of score and protection -> "

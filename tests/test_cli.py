@@ -28,7 +28,7 @@ def test_the_table_names_every_job():
                            ["diagnose", "mechanisms"], ["diagnose", "query-stats"], ["evaluate", "tune"],
                            ["evaluate", "dev"], ["evaluate", "time"], ["evaluate", "summary"], ["evaluate", "ablate"],
                            ["evaluate", "ablate-summary"], ["evaluate", "needle"], ["evaluate", "needle-summary"],
-                           ["evaluate", "anatomy"], ["inspect"], ["serve-run"],
+                           ["evaluate", "record"], ["evaluate", "anatomy"], ["inspect"], ["serve-run"],
                            ["texts"], ["time", "scoring"], ["time", "e2e"]]
 
 
@@ -223,6 +223,7 @@ BAD = [
     (["evaluate", "needle", "--dir", "{tmp}/e", "--lengths", "16"], "--lengths"),
     (["evaluate", "needle-summary", "--dir", "{tmp}/e"], "run `jacap evaluate needle`"),
     (["evaluate", "anatomy", "--dir", "{tmp}/e"], "run `jacap evaluate dev` first"),
+    (["evaluate", "record", "--dir", "{tmp}/e"], "run `jacap evaluate dev` first"),
     (["evaluate", "ablate", "--dir", "{tmp}/e", "--lengths", "8"], "--lengths"),
     (["evaluate", "ablate", "--dir", "{tmp}/e", "--ablations", "nosuch"], "not in the one-knob table"),
     (["evaluate", "ablate-summary", "--dir", "{tmp}/e"], "run `jacap evaluate ablate` first"),

@@ -15,6 +15,7 @@ loader                        file(s)                               written by
 :func:`load_eval_choices`     ``data/results/eval/choices.json``    ``jacap evaluate tune``
 :func:`load_eval_rows`        ``data/results/eval/<split>.jsonl``   ``jacap evaluate tune|dev``
 :func:`load_eval_summary`     ``data/results/eval/summary.json``    ``jacap evaluate summary``
+:func:`load_dev_record`       ``data/results/eval/dev_record.json`` ``jacap evaluate record``
 :func:`load_needle_rows`      ``data/results/eval/needle.jsonl``    ``jacap evaluate needle``
 :func:`load_needle_summary`   ``.../eval/needle_summary.json``      ``jacap evaluate needle-summary``
 :func:`load_anatomy`          ``data/results/eval/anatomy.json``    ``jacap evaluate anatomy``
@@ -32,7 +33,7 @@ from .paths import data_dir, data_path
 __all__ = ["load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
            "load_mechanisms", "load_query_stats", "load_decoding_comparison",
-           "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary",
+           "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary", "load_dev_record",
            "load_needle_rows", "load_needle_runs", "load_needle_summary", "load_needle_probe_rows",
            "load_needle_probe_summary", "load_anatomy",
            "load_ablation_summary", "load_ablation_summaries"]
@@ -142,6 +143,14 @@ def load_eval_summary(path=None) -> dict:
     verdicts; ``cells_measured`` / ``cells_missing``."""
     return files.read_json(path or data_path("results", "eval", "summary.json", must_exist=False),
                            require=("config", "families"), hint="jacap evaluate summary")
+
+
+def load_dev_record(path=None) -> dict:
+    """``dev_record.json``: every setting ever run on the dev documents, with its round, first run, dev rows,
+    status (current choice, paper preset, superseded) and what it led to; ``rounds``: per round its settings and
+    rows."""
+    return files.read_json(path or data_path("results", "eval", "dev_record.json", must_exist=False),
+                           require=("config", "settings", "rounds"), hint="jacap evaluate record")
 
 
 def load_needle_rows(path=None) -> list[dict]:
