@@ -129,3 +129,17 @@ def test_the_split_migration_left_consistent_fingerprints():
     for run in loaders.load_needle_runs():
         assert run["choices_fingerprint"] in new
     assert [r["round"] for r in mig["rounds"]] == [1, 2, 3, 4]
+
+
+def test_the_record_table_fits_the_text_column():
+    """The appendix's table: one row per setting, indexed by round and short label, four short columns."""
+    from jacap_lib.viz import evaluation as VE
+
+    rec = REC.dev_record(_rows("knorm", "ab") + _rows("snapkv", "a"), [_run("2026-01-01T10:00:00+00:00", "a", [], 0)],
+                         {"chosen": {"snapkv": "snapkv[window_size=16]", "knorm": "knorm"}})
+    frame = VE.record_frame(rec)
+    assert list(frame.index) == [(1, "knorm"), (1, "snapkv")]
+    assert list(frame.columns) == ["dev rows", "first run", "status", "led to"]
+    assert frame.loc[(1, "snapkv")].tolist() == [2, "01-01 10:00", "superseded", "superseded by snapkv[window_size=16]"]
+    committed = VE.record_frame(loaders.load_dev_record())
+    assert len(committed) == 19 and committed["dev rows"].sum() == len(loaders.load_eval_rows("dev"))

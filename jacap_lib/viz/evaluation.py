@@ -19,7 +19,7 @@ from .style import METHOD_STYLES, finish, wrapped
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
            "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval",
-           "kl_and_needle_frame", "tuned_line"]
+           "kl_and_needle_frame", "tuned_line", "record_frame"]
 
 
 def _interval(est, lo, hi) -> str:
@@ -405,3 +405,15 @@ def tuned_line(summary: dict, role: str) -> tuple[str, str]:
                          f"{sorted({f['role'] for f in summary['families']})}")
     return (f"{fam['setting']} against the best tuned baseline of each cell: "
             f"{F.counts_text(F.verdict_counts(fam['rows']))}", fam["setting"])
+
+
+def record_frame(record: dict) -> pd.DataFrame:
+    """``dev_record.json`` as a table that fits the text column: one row per setting ever run on the dev
+    documents (round, setting by its short label, dev rows, first run, status, what it led to)."""
+    from ..results.record import record_table
+
+    frame = pd.DataFrame(record_table(record))
+    if frame.empty:
+        raise ValueError("record has no settings; run `jacap evaluate record`")
+    frame["led to"] = frame["led to"].fillna("")
+    return wrapped(frame.set_index(["round", "setting"]), ["setting", "status", "led to"])
