@@ -75,6 +75,12 @@ COMMANDS = {
                     "best baseline picked on tune and, stricter, on dev: ratio intervals, wins, Wilcoxon and Holm p, "
                     "verdicts -> data/results/eval/summary.json (needs dev.jsonl and choices.json of one configuration)",
                     "jacap_lib.results.evaluation:SUMMARY"),
+        "candidates": ("every method's tune choice from every search space, the Jacap-family default the rule "
+                       "picks, and what is still pending -> data/results/eval/candidates.json",
+                       "jacap_lib.results.candidates:CANDIDATES"),
+        "confirm-plan": ("the confirmatory plan from the frozen candidates and the power analysis -> "
+                         "data/results/eval/confirm/plan.json (written once, before any confirmatory row)",
+                         "jacap_lib.results.confirm_plan:CONFIRM_PLAN"),
         "ablate": ("Algorithm 1's tuned Jacap press and each one-knob ablation of it on every tune document -> "
                    "data/results/eval/ablation.jsonl (resumable)",
                    "jacap_lib.results.ablation:ABLATE"),

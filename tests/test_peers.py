@@ -228,3 +228,36 @@ def test_measure_group_reuses_kvzip_scores_across_ratios(bundled):
         assert abs(a["kl"] - b["kl"]) < 1e-6 and a["kept_tokens"] == b["kept_tokens"]
     assert [r.get("scores_shared_by") for r in rows[True]] == [2, None, 2]
     assert rows[True][0]["kl"] < rows[True][2]["kl"]
+
+
+@pytest.mark.model
+def test_needle_runs_kvzip_on_the_real_prefill(bundled):
+    """The needle measurement of a press that cannot replay (KVzip): its answer and digit survival are those of the
+    real prefill under ``with press(model)`` then greedy decoding by hand; the group measurement scores once for its
+    ratios and gives the same rows as one real prefill per ratio; a replayable press is unchanged."""
+    from jacap_lib.measure.eviction import kept_positions
+    from jacap_lib.measure.passkey import NeedleGroup, greedy_answer, measure_needle, needle_trial, passkey_inputs
+
+    model, tok = bundled
+    prefill, decode, layout = passkey_inputs(tok, 256, 0.5, "31415")
+    cap = capture_prefill(model, prefill)
+    res = needle_trial(model, tok, cap, R.build_press("kvzip", 0.75), decode, layout)
+    # by hand: the real prefill, the masks it leaves, the greedy answer
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    with torch.inference_mode(), R.build_press("kvzip", 0.75)(model):
+        model(input_ids=prefill, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    kept = kept_positions(model, cap, cache)
+    assert int((~kept).sum()) == int(0.75 * 30 * 3 * 256)  # kvpress's global budget
+    answer = tok.decode(greedy_answer(model, cache, cap.prompt_len, decode, 8))
+    assert res["answer"] == answer
+    assert res["key_kept_frac"] == round(float(kept[..., layout["key"]].float().mean()), 4)
+    group = NeedleGroup(256, 0.5, 0, "31415", jobs=[("kvzip", 0.5), ("snapkv", 0.5), ("kvzip", 0.75)])
+    rows = measure_needle(model, tok, group, model_name="m", press_of=R.press_from_spec, family_of=lambda s: s)
+    assert [(r["method"], r["ratio"]) for r in rows] == group.jobs
+    assert rows[2]["answer"] == answer and rows[2]["key_kept_frac"] == res["key_kept_frac"]
+    alone = needle_trial(model, tok, cap, R.build_press("kvzip", 0.5), decode, layout)
+    assert rows[0]["answer"] == alone["answer"] and rows[0]["kept_tokens"] == alone["kept_tokens"]
+    snap = needle_trial(model, tok, cap, R.build_press("snapkv", 0.5), decode, layout)
+    assert rows[1]["answer"] == snap["answer"] and rows[1]["kept_tokens"] == snap["kept_tokens"] == 128.0

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 __all__ = ["FILLER", "QUESTION", "MODES", "N_NEW", "passkey_prompt", "needle_layout", "passkey_inputs",
-           "digit_survival", "greedy_answer", "needle_trial", "passkey_answer", "passkey_trial", "NeedleGroup",
+           "digit_survival", "greedy_answer", "needle_trial", "answer_from_cache", "passkey_answer", "passkey_trial", "NeedleGroup",
            "measure_needle"]
 
 MODES = ("after", "inside")
@@ -171,10 +171,20 @@ def needle_trial(model, tokenizer, capture, press, decode_ids: torch.Tensor, lay
     ``decode_ids`` and ``n_new`` greedy tokens. Returns ``{"answer", "kept_tokens"}`` (the mean number of
     prompt tokens per layer and KV head the question could see, :func:`jacap_lib.measure.quality.kept_tokens`)
     and, with a ``layout``, the :func:`digit_survival` of the compressed cache."""
-    from .eviction import kept_positions
-    from .quality import kept_tokens, replay_press
+    from .quality import can_replay, prefill_cache, replay_press
 
-    cache = replay_press(model, capture, press)
+    # a press that cannot replay (KVzip, KVgrad: they score after the prefill) runs the real prefill instead
+    cache = replay_press(model, capture, press) if can_replay(press) else prefill_cache(model, capture.prompt_ids, press)
+    return answer_from_cache(model, tokenizer, capture, cache, decode_ids, layout, n_new=n_new)
+
+
+def answer_from_cache(model, tokenizer, capture, cache, decode_ids: torch.Tensor, layout: dict | None = None, *,
+                      n_new: int = 8) -> dict:
+    """:func:`needle_trial`'s answer from a compressed ``cache`` of ``capture``'s prompt (the model's attention
+    modules holding any masks of the press that made it)."""
+    from .eviction import kept_positions
+    from .quality import kept_tokens
+
     out = {"kept_tokens": kept_tokens(model, cache)}
     if layout is not None:
         out.update(digit_survival(kept_positions(model, capture, cache), layout))
@@ -214,16 +224,25 @@ def measure_needle(model, tokenizer, group: NeedleGroup, *, model_name: str, pre
     each, in job order (``on_row(row)``: called as each is made). ``press_of(spec, ratio)``: the press of a job
     (``None``: uncompressed); ``family_of(spec)``: the row's ``family``; both module-level functions, so that the
     measure pickles to spawned workers."""
-    from .quality import capture_prefill
+    from .quality import caches_by_ratio, capture_prefill, scores_once
 
     prefill_ids, decode_ids, layout = passkey_inputs(tokenizer, group.length, group.depth, group.key, group.mode)
     w0 = time.perf_counter()
     cap = capture_prefill(model, prefill_ids)
     prefill = round(time.perf_counter() - w0, 3)
-    rows = []
+    rows, shared = [], {}
     for spec, c in group.jobs:
         w0 = time.perf_counter()
-        res = needle_trial(model, tokenizer, cap, press_of(spec, c), decode_ids, layout, n_new=n_new)
+        press = press_of(spec, c)
+        if (spec, c) in shared:  # answered from the scores one real prefill made for every ratio of the group
+            res = shared.pop((spec, c))
+        elif press is not None and scores_once(press):
+            ratios = [r for s, r in group.jobs if s == spec]
+            for r, cache in caches_by_ratio(model, cap.prompt_ids, press, ratios):
+                shared[(spec, r)] = answer_from_cache(model, tokenizer, cap, cache, decode_ids, layout, n_new=n_new)
+            res = shared.pop((spec, c))
+        else:
+            res = needle_trial(model, tokenizer, cap, press, decode_ids, layout, n_new=n_new)
         text = res.pop("answer")
         row = {"model": model_name, "length": group.length, "depth": group.depth, "trial": group.trial,
                "key": group.key, "method": spec, "family": family_of(spec), "ratio": c,

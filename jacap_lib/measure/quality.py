@@ -48,6 +48,7 @@ from ..hf import capture_attn_outputs, decoder_layers_of
 
 __all__ = [
     "PrefillCapture",
+    "prefill_cache",
     "capture_prefill",
     "replay_press",
     "can_replay",
@@ -164,6 +165,15 @@ def compressed_forward(model, prompt_ids: torch.Tensor, continuation_ids: torch.
     Returns ``(logprobs (M, V) float32, attn_outputs (L, M, hidden) float32, kept_tokens float)``.
     ``press=None`` is the uncompressed path (the reference).
     """
+    cache = prefill_cache(model, prompt_ids, press)
+    return continue_from_cache(model, cache, prompt_ids.shape[1], continuation_ids)
+
+
+@torch.inference_mode()
+def prefill_cache(model, prompt_ids: torch.Tensor, press=None):
+    """The cache the real prefill of ``prompt_ids`` leaves under ``with press(model)`` (``None``: uncompressed);
+    a press that masks keys (KVzip, AdaKV) leaves its masks on the model's attention modules
+    (``masked_key_indices``) for the tokens that follow. The path of a press that cannot replay (:func:`can_replay`)."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
@@ -171,7 +181,7 @@ def compressed_forward(model, prompt_ids: torch.Tensor, continuation_ids: torch.
     ctx = press(model) if press is not None else nullcontext()
     with ctx:
         model(input_ids=prompt_ids.to(device), past_key_values=cache, use_cache=True, logits_to_keep=1)
-    return continue_from_cache(model, cache, prompt_ids.shape[1], continuation_ids)
+    return cache
 
 @dataclass
 class PrefillCapture:

@@ -1,0 +1,171 @@
+"""The confirmatory plan: written and committed once, before any confirmatory row exists.
+
+``jacap evaluate confirm-plan`` reads the frozen candidates (``candidates.json``, :mod:`jacap_lib.results.candidates`),
+the power analysis (``power.json``: the spread of the per-document log KL ratios on the dev documents) and the
+confirmatory manifest (``data/texts/confirm/manifest.json``), and writes ``data/results/eval/confirm/plan.json``:
+
+* the settings (every method's tune choice; the rule's Jacap-family default), with the CPU-hours they will cost;
+* the cells (prompt length x ratio) and, per Jacap-family setting, the cells where its protected sinks and recent
+  window fill the whole budget (there the score chooses nothing: those cells are labelled and left out of its
+  comparisons);
+* the comparisons: each Jacap-family setting against the cell's best tuned baseline (picked on tune by the rule,
+  over kvpress's baselines and the peers), the default against KVzip and against Expected Attention;
+* the adjustment over all of them (Bonferroni simultaneous intervals, Holm over the p-values), the detectable ratio
+  with 80 % power in every planned cell at that adjustment, the needle design and the sentence each outcome prints.
+
+The job refuses while the candidates are not frozen (a method's tune unfinished), and refuses to overwrite a plan
+(a plan is written once; a changed plan needs fresh documents). It reads committed files only.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+from pathlib import Path
+
+from . import files
+from . import job as J
+
+__all__ = ["CONFIDENCE", "ALPHA", "NEEDLE", "SENTENCES", "protection_fills", "planned_comparisons", "make_plan",
+           "CONFIRM_PLAN"]
+
+CONFIDENCE = 0.95
+ALPHA = 0.05
+#: the needle design of the confirmatory run: both modes, every planned setting, exact paired tests
+NEEDLE = {"lengths": [512, 1024, 2048], "ratios": [0.5, 0.75, 0.9], "depths": [0.1, 0.3, 0.5, 0.7, 0.9],
+          "trials": 8, "modes": ["after", "inside"],
+          "test": "exact McNemar per cell on the prompts both settings answered (discordant pairs), Holm over the "
+                  "cells and comparisons of one mode; accuracy with a 95 % Wilson interval"}
+#: what each outcome of a comparison prints (``{a}``, ``{b}``: the two settings; ``{ratio}``, ``{low}``, ``{high}``:
+#: the geometric-mean KL ratio a/b and its adjusted interval; ``{cell}``)
+SENTENCES = {
+    "better": "In {cell}, {a} keeps a lower KL than {b}: ratio {ratio} (adjusted interval {low}-{high}).",
+    "worse": "In {cell}, {a} keeps a higher KL than {b}: ratio {ratio} (adjusted interval {low}-{high}).",
+    "no detectable difference": "In {cell}, the run cannot tell {a} from {b}: ratio {ratio} (adjusted interval "
+                                "{low}-{high} holds 1).",
+    "protection fills the budget": "In {cell}, {a} keeps only its protected tokens, so its score chooses nothing; "
+                                   "the cell is not judged for it.",
+}
+
+
+def protection_fills(length: int, ratio: float, n_sink: int, window: int) -> bool:
+    """Whether a press that protects ``n_sink`` sinks and a ``window``-token recent window keeps nothing else at
+    prompt ``length`` and compression ``ratio`` (the budget, kvpress's ``n_kept``, is at most the protected tokens)."""
+    from ..selection import n_kept
+
+    return n_kept(int(length), float(ratio)) <= int(n_sink) + int(window)
+
+
+def _protection_of(spec: str) -> tuple[int, int] | None:
+    """``(n_sink, window)`` a Jacap-family setting protects (``None`` for a press without both)."""
+    from ..presses.registry import method_options, press_from_spec
+
+    def find(rec):
+        if isinstance(rec, dict):
+            if "n_sink" in rec and "window" in rec:
+                return int(rec["n_sink"]), int(rec["window"])
+            for v in rec.values():
+                got = find(v)
+                if got:
+                    return got
+        return None
+
+    return find(method_options(press_from_spec(spec, 0.5)))
+
+
+def planned_comparisons(candidates: dict, cells: list[tuple[int, float]], best_per_cell: dict) -> list[dict]:
+    """Every comparison of the plan, one per (pair, cell): each Jacap-family setting against the cell's best tuned
+    baseline (``best_per_cell``: ``{"L/c": spec}``), the default against KVzip and against Expected Attention. A cell
+    where the Jacap-family setting's protection fills the budget is listed with ``judged: False``."""
+    methods = candidates["methods"]
+    default = candidates["default"]["chosen"]["spec"]
+    family = [e["spec"] for e in candidates["default"]["eligible"]]
+    pairs = [(s, None, "against the best tuned baseline") for s in family]
+    for name in ("kvzip", "expected_attention"):
+        if name in methods:
+            pairs.append((default, methods[name]["spec"], f"the default against {name}"))
+    out = []
+    for a, b, what in pairs:
+        prot = _protection_of(a)
+        for L, c in cells:
+            key = f"{L}/{c}"
+            ref = b or best_per_cell[key]
+            fills = prot is not None and protection_fills(L, c, *prot)
+            out.append({"a": a, "b": ref, "what": what, "cell": key, "judged": not fills,
+                        **({"label": "protection fills the budget"} if fills else {})})
+    return out
+
+
+def make_plan(candidates: dict, power: dict, manifest: dict, *, best_per_cell: dict, manifest_sha256: str,
+              lengths=(512, 1024, 2048), ratios=(0.5, 0.75, 0.9, 0.95)) -> dict:
+    """The plan record (see the module docstring). Raises ``ValueError`` when ``candidates`` is not frozen."""
+    from .verdicts import detectable_ratio, simultaneous_confidence
+
+    if not candidates.get("frozen"):
+        raise ValueError("the candidates are not frozen (pending: "
+                         f"{', '.join(candidates.get('pending', [])) or '?'}); finish the tune runs and rerun "
+                         "`jacap evaluate candidates` before writing the plan")
+    cells = [(int(L), float(c)) for L in lengths for c in ratios]
+    comps = planned_comparisons(candidates, cells, best_per_cell)
+    m = sum(c["judged"] for c in comps)
+    docs = [d for d in manifest["documents"]]
+    n = len(docs)
+    works = len({(d.get("kind"), d.get("group", d["id"])) for d in docs})
+    sd = {c["cell"]: c["log_ratio_sd"] for c in power["cells"]}
+    detect = {k: detectable_ratio(v, works, m) for k, v in sd.items()}
+    settings = list(dict.fromkeys([v["spec"] for v in candidates["methods"].values()]))
+    cost = sum((v.get("tune_cpu_seconds_per_row") or 0.0) for v in candidates["methods"].values()) * n * len(cells)
+    return {
+        "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "documents": {"manifest": "data/texts/confirm/manifest.json", "sha256": manifest_sha256, "n": n,
+                      "works": works, "bootstrap": "resample works (clusters), every excerpt of a work together"},
+        "candidates_fingerprints": {s: v["fingerprint"] for s, v in candidates["spaces"].items()},
+        "settings": settings, "default": candidates["default"]["chosen"],
+        "cells": [f"{L}/{c}" for L, c in cells], "best_baseline_per_cell": best_per_cell,
+        "comparisons": comps, "judged": m,
+        "adjustment": {"confidence": CONFIDENCE, "m": m, "per_interval": simultaneous_confidence(CONFIDENCE, m),
+                       "intervals": "paired bootstrap (BCa) of the geometric-mean KL ratio, resampling works",
+                       "p_values": "Wilcoxon signed-rank per comparison, Holm over all m"},
+        "power": {"from": "power.json (the dev documents' spread)", "n_effective": works, "m": m,
+                  "detectable_ratio_80": {k: round(v, 4) for k, v in detect.items()},
+                  "ten_percent_detectable_in": sorted(k for k, v in detect.items() if v >= 0.9)},
+        "needle": NEEDLE, "sentences": SENTENCES,
+        "cost_cpu_hours": round(cost / 3600, 2),
+        "rules": ["run once, resumable; nothing re-tuned afterwards",
+                  "a bug found after the run: fix it, rerun the whole plan, say so"],
+    }
+
+
+# --------------------------------------------------------------------------------------------- the job
+def _add(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="the evaluation folder (default data/results/eval): reads candidates.json and power.json, "
+                             "writes confirm/plan.json")
+
+
+def _run(args):
+    from .paths import data_path
+    from .candidates import choice_files
+
+    eval_dir = Path(args.dir or data_path("results", "eval", must_exist=False))
+    out = eval_dir / "confirm" / "plan.json"
+    J.check(not out.exists(), f"{out} exists: a plan is written once (a changed plan needs fresh documents)")
+    cand = files.read_json(eval_dir / "candidates.json", require=("methods", "frozen"))
+    power = files.read_json(eval_dir / "power.json", require=("cells",))
+    mpath = data_path("texts", "confirm", "manifest.json")
+    manifest = files.read_json(mpath, require=("documents",))
+    best = {}
+    for space, p in choice_files(eval_dir).items():  # per cell, the best of every space's tuned baselines
+        for key, v in (files.read_json(p).get("best_baseline") or {}).get("cells", {}).items():
+            if key not in best or v["score"] < best[key]["score"]:
+                best[key] = {"spec": v["spec"], "score": v["score"]}
+    plan = J.prepared(make_plan, cand, power, manifest, best_per_cell={k: v["spec"] for k, v in best.items()},
+                      manifest_sha256=hashlib.sha256(Path(mpath).read_bytes()).hexdigest())
+    files.write_json(out, plan)
+    print(f"wrote {out}: {len(plan['settings'])} settings, {plan['judged']} judged comparisons, "
+          f"~{plan['cost_cpu_hours']} CPU-hours; commit it before any confirmatory row")
+    return out
+
+
+CONFIRM_PLAN = J.Job("the confirmatory plan from the frozen candidates and the power analysis -> "
+                     "data/results/eval/confirm/plan.json (written once, before any confirmatory row)", _add, _run)

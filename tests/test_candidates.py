@@ -1,0 +1,86 @@
+"""The frozen candidates (results.candidates): the rule's Jacap-family default and the best baseline are the argmin of
+the tune scores recomputed from rows, spaces chosen under other configurations are refused, an unfinished space
+keeps the file unfrozen, and the committed file agrees with the committed choices."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from jacap_lib.results import candidates as C
+from jacap_lib.results import protocol as P
+from jacap_lib.results.evaluation.choices import write_choices
+from jacap_lib.results.paths import data_path
+
+DOCS = [{"id": f"d{i}", "sha256": f"s{i}", "split": "tune"} for i in range(3)]
+
+
+def _config(space, **change):
+    cfg = P.protocol_config(model={"name": "m", "sha256": "x"}, lengths=[16], ratios=[0.5, 0.9], continuation=4,
+                            space=space, docs=DOCS)
+    return {**cfg, **change}
+
+
+def _rows(kl_of):
+    return [{"method": spec, "doc": d["id"], "length": 16, "ratio": c, "split": "tune",
+             "kl": kl_of(spec, i, c), "cpu_seconds": 1.0 + i}
+            for spec in kl_of.specs for i, d in enumerate(DOCS) for c in (0.5, 0.9)]
+
+
+class KL:
+    def __init__(self, table):
+        self.table, self.specs = table, list(table)
+
+    def __call__(self, spec, i, c):
+        return self.table[spec] * (1 + i) * (2 if c == 0.9 else 1)
+
+
+def _choices(tmp_path, name, space, table, config=None):
+    rows = _rows(KL(table))
+    return write_choices(tmp_path / f"{name}.json", rows, config or _config(space), space), rows
+
+
+def test_default_and_best_baseline_are_the_rule_argmin(tmp_path):
+    first = {"snapkv": ("snapkv", "snapkv[window_size=16]"), "jacap": ("jacap", "jacap[window=64]"),
+             "jacap_ea": ("jacap_ea",)}
+    peers = {"kvzip": ("kvzip", "kvzip[n_sink=16]")}
+    a, rows_a = _choices(tmp_path, "a", first, {"snapkv": 0.2, "snapkv[window_size=16]": 0.1, "jacap": 0.3,
+                                                "jacap[window=64]": 0.05, "jacap_ea": 0.08})
+    b, rows_b = _choices(tmp_path, "b", peers, {"kvzip": 0.01, "kvzip[n_sink=16]": 0.02})
+    out = C.freeze({"first": a, "peers": b}, {"first": rows_a, "peers": rows_b}, spaces={"first": first, "peers": peers})
+    # the rule score by hand: mean of log KL over the 6 rows
+    want = sum(math.log(0.05 * (1 + i) * f) for i in range(3) for f in (1, 2)) / 6
+    assert out["default"]["chosen"]["method"] == "jacap" and out["default"]["chosen"]["spec"] == "jacap[window=64]"
+    assert out["default"]["chosen"]["tune_score"] == pytest.approx(want, abs=1e-12)
+    assert out["best_baseline"]["method"] == "kvzip" and out["pending"] == [] and out["frozen"] is True
+    assert out["methods"]["snapkv"]["spec"] == "snapkv[window_size=16]"
+    assert out["methods"]["kvzip"]["tune_cpu_seconds_per_row"] == pytest.approx(2.0)  # mean of 1, 2, 3
+    assert out["default"]["jacap_press_today"]["same_press_as_chosen"] is False
+
+
+def test_missing_space_is_pending_and_other_configurations_are_refused(tmp_path):
+    first = {"jacap": ("jacap",)}
+    peers = {"kvzip": ("kvzip",)}
+    a, _ = _choices(tmp_path, "a", first, {"jacap": 0.3})
+    out = C.freeze({"first": a}, spaces={"first": first, "peers": peers})
+    assert out["pending"] == ["kvzip"] and out["frozen"] is False
+    b, _ = _choices(tmp_path, "b", peers, {"kvzip": 0.1}, config=_config(peers, lengths=[32]))
+    with pytest.raises(ValueError, match="lengths"):
+        C.freeze({"first": a, "peers": b}, spaces={"first": first, "peers": peers})
+    with pytest.raises(ValueError, match="no choices"):
+        C.freeze({})
+
+
+def test_committed_candidates_agree_with_the_committed_choices():
+    path = data_path("results", "eval", "candidates.json", must_exist=False)
+    if not path.is_file():
+        pytest.skip("no candidates.json committed")
+    data = json.loads(path.read_text())
+    for space, p in C.choice_files(path.parent).items():
+        ch = json.loads(p.read_text())
+        assert data["spaces"][space]["fingerprint"] == ch["fingerprint"]
+        for m, v in ch["choices"].items():
+            assert data["methods"][m]["spec"] == v["chosen"] and data["methods"][m]["tune_score"] == v["score"]
+    fam = data["default"]["eligible"]
+    assert data["default"]["chosen"]["tune_score"] == min(e["tune_score"] for e in fam)

@@ -1,0 +1,69 @@
+"""The confirmatory plan (results.confirm_plan): protection-filled cells by kvpress's budget arithmetic, the planned
+comparisons and their count, the adjustment and the detectable ratios at that count, and the refusals (unfrozen
+candidates; an existing plan)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from scipy import stats
+
+from jacap_lib.results import confirm_plan as CP
+from jacap_lib.results.candidates import freeze
+from jacap_lib.results.verdicts import paired_power
+
+ALG1_TUNED = ("jacap[backend=auto,beta=0.9,centre=tempered,eps=1e-06,gqa=pool,n_future_positions=512,n_queries=none,"
+              "n_sink=4,noise=1,tau=3,use_out_proj=false,window=128]")
+
+
+def test_protection_fills_the_cells_of_algorithm1_tuned():
+    # budget int(L * (1 - c)) against 4 sinks + a 128-token window: exactly the six cells where it keeps nothing else
+    cells = [(L, c) for L in (512, 1024, 2048) for c in (0.5, 0.75, 0.9, 0.95)]
+    filled = {f"{L}/{c}" for L, c in cells if CP.protection_fills(L, c, 4, 128)}
+    assert filled == {"512/0.75", "512/0.9", "512/0.95", "1024/0.9", "1024/0.95", "2048/0.95"}
+    assert not CP.protection_fills(512, 0.95, 4, 16)  # 25 slots > 20 protected
+    assert CP.protection_fills(512, 0.95, 4, 21)
+
+
+def _candidates(frozen=True):
+    methods = {"expected_attention": {"spec": "expected_attention[n_future_positions=32]", "tune_score": -2.5,
+                                      "family": "baseline", "tune_cpu_seconds_per_row": 1.0},
+               "kvzip": {"spec": "kvzip", "tune_score": -3.5, "family": "baseline", "tune_cpu_seconds_per_row": 10.0},
+               "jacap": {"spec": ALG1_TUNED, "tune_score": -2.2, "family": "jacap", "tune_cpu_seconds_per_row": 1.0},
+               "jacap_ea": {"spec": "jacap_ea", "tune_score": -2.4, "family": "jacap", "tune_cpu_seconds_per_row": 1.0}}
+    fam = [{"method": m, "spec": v["spec"], "tune_score": v["tune_score"]} for m, v in methods.items()
+           if v["family"] == "jacap"]
+    return {"methods": methods, "frozen": frozen, "pending": [] if frozen else ["kvgrad"],
+            "spaces": {"first": {"fingerprint": "a"}, "peers": {"fingerprint": "b"}},
+            "default": {"eligible": fam, "chosen": fam[1]}}
+
+
+def _power(sd=0.5):
+    return {"cells": [{"cell": f"{L}/{c}", "log_ratio_sd": sd} for L in (512, 1024, 2048) for c in (0.5, 0.75, 0.9, 0.95)]}
+
+
+def test_plan_counts_comparisons_and_plans_power_at_that_count():
+    manifest = {"documents": [{"id": f"d{i}", "kind": "prose", "group": f"w{i // 2}"} for i in range(40)]}
+    best = {f"{L}/{c}": "kvzip" for L in (512, 1024, 2048) for c in (0.5, 0.75, 0.9, 0.95)}
+    plan = CP.make_plan(_candidates(), _power(), manifest, best_per_cell=best, manifest_sha256="x")
+    comps = plan["comparisons"]
+    # 2 family settings vs the best baseline + the default vs KVzip and vs Expected Attention, 12 cells each;
+    # Algorithm 1 tuned is not judged in its 6 protection-filled cells (jacap_ea's window 16 fills none)
+    assert len(comps) == 4 * 12 and plan["judged"] == 48 - 6
+    assert all(c["label"] == "protection fills the budget" for c in comps if not c["judged"])
+    assert {c["cell"] for c in comps if not c["judged"]} == {"512/0.75", "512/0.9", "512/0.95", "1024/0.9",
+                                                              "1024/0.95", "2048/0.95"}
+    assert plan["adjustment"]["per_interval"] == pytest.approx(1 - 0.05 / 42)
+    assert plan["documents"]["works"] == 20
+    r = plan["power"]["detectable_ratio_80"]["512/0.5"]
+    assert paired_power(-math.log(r), 0.5, 20, 42) == pytest.approx(0.8, abs=5e-4)  # r rounded to 4 decimals
+    # by hand: the two-sided t test at level 0.05/42 on 20 works has power 0.8 at that ratio (noncentral t)
+    crit, nc = stats.t.isf(0.05 / 42 / 2, 19), -math.log(r) * math.sqrt(20) / 0.5
+    assert stats.nct.sf(crit, 19, nc) + stats.nct.cdf(-crit, 19, nc) == pytest.approx(0.8, abs=5e-4)
+    assert plan["cost_cpu_hours"] == pytest.approx((1 + 10 + 1 + 1) * 40 * 12 / 3600, abs=0.01)
+    assert plan["default"]["method"] == "jacap_ea"
+
+
+def test_unfrozen_candidates_are_refused():
+    with pytest.raises(ValueError, match="not frozen.*kvgrad"):
+        CP.make_plan(_candidates(frozen=False), _power(), {"documents": []}, best_per_cell={}, manifest_sha256="x")
