@@ -23,7 +23,7 @@ What it does, once, in a results folder (default data/results/eval) and the corp
 * the corpus manifest: split values, the split rule's text, the counts, and a note on the dev split.
 
     PYTHONPATH=$PWD python notes/migrate_dev_split.py            # data/results/eval and data/texts/corpus
-    PYTHONPATH=$PWD python notes/migrate_dev_split.py --dir data/results/eval/peers --no-manifest --no-rounds
+    PYTHONPATH=$PWD python notes/migrate_dev_split.py --dir data/results/eval/peers --no-manifest   # tune only
 """
 from __future__ import annotations
 
@@ -113,6 +113,15 @@ def derive_rounds(rel_rows="data/results/eval/test.jsonl", rel_cfg="data/results
     return rounds, runs
 
 
+def _mapped(x, mapping: dict):
+    """``x`` with every string equal to an old fingerprint of ``mapping`` replaced by its new one."""
+    if isinstance(x, dict):
+        return {k: _mapped(v, mapping) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_mapped(v, mapping) for v in x]
+    return mapping.get(x, x) if isinstance(x, str) else x
+
+
 def migrate_config(path: Path, mapping: dict, *, rounds=None) -> None:
     data = files.read_json(path)
     out = []
@@ -144,32 +153,35 @@ def main(argv=None) -> None:
     ap.add_argument("--no-rounds", action="store_true", help="no rounds from git (a folder without that history)")
     args = ap.parse_args(argv)
     d = Path(args.dir)
-    if not (d / "test.jsonl").exists():
-        raise SystemExit(f"{d}/test.jsonl does not exist (already migrated?)")
-    rounds, run_rounds = (None, None) if args.no_rounds else derive_rounds()
+    if (d / "split_migration.json").exists():
+        raise SystemExit(f"{d}/split_migration.json exists: this folder is migrated")
+    has_rows = (d / "test.jsonl").exists()  # a tune-only folder (the peers') has none
+    rounds, run_rounds = (None, None) if args.no_rounds or not has_rows else derive_rounds()
     rel = lambda p: str(p.resolve().relative_to(ROOT)) if p.resolve().is_relative_to(ROOT) else str(p)  # noqa: E731
-    tracked = bool(git("ls-files", rel(d / "test.jsonl")).strip())
-    for a, b in (("test.jsonl", "dev.jsonl"), ("test.config.json", "dev.config.json")):
+    tracked = has_rows and bool(git("ls-files", rel(d / "test.jsonl")).strip())
+    for a, b in (("test.jsonl", "dev.jsonl"), ("test.config.json", "dev.config.json")) if has_rows else ():
         if tracked:
             git("mv", rel(d / a), rel(d / b))
         else:
             (d / a).rename(d / b)
-    # the rows: only the split field (one per line, written by files.append_jsonl)
-    lines = (d / "dev.jsonl").read_text().splitlines()
-    new = [x.replace('"split": "test"', '"split": "dev"', 1) for x in lines]
-    assert all(json.loads(x)["split"] == "dev" for x in new) and len(new) == len(lines)
-    (d / "dev.jsonl").write_text("\n".join(new) + "\n")
+    if has_rows:  # the rows: only the split field (one per line, written by files.append_jsonl)
+        lines = (d / "dev.jsonl").read_text().splitlines()
+        new = [x.replace('"split": "test"', '"split": "dev"', 1) for x in lines]
+        assert all(json.loads(x)["split"] == "dev" for x in new) and len(new) == len(lines)
+        (d / "dev.jsonl").write_text("\n".join(new) + "\n")
 
     mapping: dict = {}
     migrate_config(d / "tune.config.json", mapping)
-    migrate_config(d / "dev.config.json", mapping, rounds=run_rounds)
-    choices = files.read_json(d / "choices.json")
-    old = choices["fingerprint"]
-    assert old == P.fingerprint(choices["config"])
-    choices["config"] = renamed_protocol(choices["config"])
-    choices["fingerprint"] = mapping.setdefault(old, P.fingerprint(choices["config"]))
-    assert choices["fingerprint"] == P.fingerprint(choices["config"])
-    files.write_json(d / "choices.json", choices)
+    if has_rows:
+        migrate_config(d / "dev.config.json", mapping, rounds=run_rounds)
+    if (d / "choices.json").exists():
+        choices = files.read_json(d / "choices.json")
+        old = choices["fingerprint"]
+        assert old == P.fingerprint(choices["config"])
+        choices["config"] = renamed_protocol(choices["config"])
+        choices["fingerprint"] = mapping.setdefault(old, P.fingerprint(choices["config"]))
+        assert choices["fingerprint"] == P.fingerprint(choices["config"])
+        files.write_json(d / "choices.json", choices)
 
     for name in ("needle.config.json", "needle_probe.config.json", "ablation.config.json",
                  "ablation-c0.75/ablation.config.json", "ablation-c0.9/ablation.config.json"):
@@ -195,6 +207,13 @@ def main(argv=None) -> None:
                 s["config"]["rows"] = s["config"]["rows"].replace("test.jsonl", "dev.jsonl").replace(
                     " (split 'test' in the file; used in four", " (used in four")
             files.write_json(d / name, s)
+    if (d / "candidates.json").exists():  # the frozen candidates name each space's choices by fingerprint
+        s = files.read_json(d / "candidates.json")
+        for v in s["spaces"].values():
+            v["fingerprint"] = mapping.get(v["fingerprint"], v["fingerprint"])
+        files.write_json(d / "candidates.json", s)
+    if (d / "confirm" / "plan.json").exists():  # the plan names the candidates' fingerprints: renamed, not re-planned
+        files.write_json(d / "confirm" / "plan.json", _mapped(files.read_json(d / "confirm" / "plan.json"), mapping))
     if (d / "anatomy.json").exists():
         s = files.read_json(d / "anatomy.json")
         cfg = s["config"]

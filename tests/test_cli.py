@@ -26,7 +26,8 @@ GROUPS = [[name] for name, entry in cli.COMMANDS.items() if isinstance(entry[1],
 def test_the_table_names_every_job():
     assert SUBCOMMANDS == [["book", "build"], ["compare-decoding"], ["decompose"],
                            ["diagnose", "mechanisms"], ["diagnose", "query-stats"], ["evaluate", "tune"],
-                           ["evaluate", "dev"], ["evaluate", "time"], ["evaluate", "summary"], ["evaluate", "ablate"],
+                           ["evaluate", "dev"], ["evaluate", "time"], ["evaluate", "summary"], ["evaluate", "candidates"],
+                           ["evaluate", "confirm-plan"], ["evaluate", "ablate"],
                            ["evaluate", "ablate-summary"], ["evaluate", "needle"], ["evaluate", "needle-summary"],
                            ["evaluate", "record"], ["evaluate", "anatomy"], ["inspect"], ["serve-run"],
                            ["texts"], ["time", "scoring"], ["time", "e2e"]]
