@@ -6,10 +6,11 @@
     jacap compare-decoding [--quick] [--workers N] Algorithm 2 vs kvpress DecodingPress -> data/serving/
     jacap decompose [--only taylor diagonal ...]   error decomposition -> data/decomposition/*.json
     jacap diagnose mechanisms|query-stats          mechanism diagnostics -> data/diagnostics/*.json
-    jacap evaluate tune|test|time|summary [--quick] the evaluation protocol -> data/results/eval/
+    jacap evaluate tune|dev|time|summary [--quick] the evaluation protocol -> data/results/eval/
     jacap evaluate needle|needle-summary [--quick] needle retrieval with the tuned methods -> data/results/eval/
     jacap evaluate ablate|ablate-summary [--quick] one-knob ablations of Jacap on the tune documents -> data/results/eval/
     jacap evaluate anatomy [--length 2048 --ratio 0.5] why the default loses a cell -> data/results/eval/anatomy.json
+    jacap evaluate record                          every setting run on the dev documents -> dev_record.json
     jacap evaluate needle [--mode inside] --probe  digit survival per layer and KV head -> needle_probe.jsonl
     jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token
     jacap inspect --layer 3 --head 1 [--text ...]  one head's text, kept/protected/evicted marked
@@ -59,20 +60,20 @@ COMMANDS = {
                         "data/diagnostics/query_stats.json",
                         "jacap_lib.results.diagnostics:QUERY_STATS"),
     }),
-    "evaluate": ("the evaluation protocol: every method tuned alike on the tune documents, judged on the test "
+    "evaluate": ("the evaluation protocol: every method tuned alike on the tune documents, judged on the dev "
                  "documents -> data/results/eval/", {
         "tune": ("every setting of the search space on the tune documents -> data/results/eval/tune.jsonl, then each "
                  "method's choice and the best baseline per cell -> choices.json",
                  "jacap_lib.results.evaluation:TUNE"),
-        "test": ("each method's tuned setting on the test documents -> data/results/eval/test.jsonl (needs the tune's "
+        "dev": ("each method's tuned setting on the dev documents -> data/results/eval/dev.jsonl (needs the tune's "
                  "choices.json, made with the same options)",
-                 "jacap_lib.results.evaluation:TEST"),
+                 "jacap_lib.results.evaluation:DEV"),
         "time": ("wall and CPU time of one prefill and one replay per setting on one document, and the extrapolated "
-                 "time of the tune + test grid -> data/results/eval/timing.json",
+                 "time of the tune + dev grid -> data/results/eval/timing.json",
                  "jacap_lib.results.evaluation:TIME"),
         "summary": ("per cell, Algorithm 1's tuned Jacap setting (and the paper preset or the other Jacap settings) against the "
-                    "best baseline picked on tune and, stricter, on test: ratio intervals, wins, Wilcoxon and Holm p, "
-                    "verdicts -> data/results/eval/summary.json (needs test.jsonl and choices.json of one configuration)",
+                    "best baseline picked on tune and, stricter, on dev: ratio intervals, wins, Wilcoxon and Holm p, "
+                    "verdicts -> data/results/eval/summary.json (needs dev.jsonl and choices.json of one configuration)",
                     "jacap_lib.results.evaluation:SUMMARY"),
         "candidates": ("every method's tune choice from every search space, the Jacap-family default the rule "
                        "picks, and what is still pending -> data/results/eval/candidates.json",
@@ -96,8 +97,11 @@ COMMANDS = {
                            "prompt: accuracy difference intervals, McNemar and Holm p, verdicts -> "
                            "data/results/eval/needle_summary.json",
                            "jacap_lib.results.needle:NEEDLE_SUMMARY"),
+        "record": ("every setting ever run on the dev documents, with its round, first run, rows and what it led "
+                   "to -> data/results/eval/dev_record.json (reads the committed dev rows and runs)",
+                   "jacap_lib.results.record:RECORD"),
         "anatomy": ("why Algorithm 1's tuned Jacap setting loses: per-layer error ratios and KL by document kind in the "
-                    "losing cells (from the test rows), and on one cell's test documents the kept sets of the default "
+                    "losing cells (from the dev rows), and on one cell's dev documents the kept sets of the default "
                     "and the best baseline and a one-knob swap of score and protection -> "
                     "data/results/eval/anatomy.json",
                     "jacap_lib.results.anatomy:JOB"),

@@ -32,13 +32,13 @@ Why ``tau = 3`` and ``beta = 0.9``: the evaluation protocol (:mod:`jacap_lib.res
 method the same few settings and picks one per method on the *tune* documents of the evaluation corpus by one
 rule (smallest mean log KL over every prompt length and compression ratio). Among Jacap's settings (the paper's
 ``tau = 10`` with flat statistics, the effective-dimension noise rule, ``tau = 3`` with EMA statistics) it chose
-``tau = 3, beta = 0.9`` (``data/results/eval/choices.json``); the test documents judge that choice against the
+``tau = 3, beta = 0.9`` (``data/results/eval/choices.json``); the dev documents judge that choice against the
 paper's settings, which stay one named preset away (``jacap[centre=tempered,tau=10,noise=1,beta=none]``).
 
 Why ``window = 16``: the press's default centre is the attention the recent queries observed
 (:class:`~jacap_lib.presses.jacap.JacapPress` ``centre="observed"``); the protocol's capacity press with that centre
 (``jacap_obs``) was tuned over its recent window (8, 16, 32) and other knobs, chose 16 on the tune documents, and beat
-the tempered centre at ``tau = 3, beta = 0.9`` (window 32) in every cell of the held-out test documents, so both
+the tempered centre at ``tau = 3, beta = 0.9`` (window 32) in every cell of the dev documents, so both
 became the defaults (against the tempered centre's later choice, a 128-token window: better in 8 of 12 cells, worse in
 none). The protocol's tempered-centre settings (``tau``, ``beta`` above) were measured with a window of 32 and are
 pinned to it (``protocol.PINS``). The decode-time controller shares the window (Algorithm 2 keeps the same recent

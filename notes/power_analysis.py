@@ -2,7 +2,7 @@
 geometric-mean KL ratio that a paired test of "Jacap default vs the cell's best tuned baseline" detects with
 80 % power at a planned number of documents n, under a Bonferroni adjustment over m planned comparisons.
 
-The 48 documents of data/results/eval/test.jsonl (split "test" in the files) are called "dev" documents
+The 48 dev documents of data/results/eval/dev.jsonl are called "dev" documents
 here: they were used in four rounds of the evaluation, so their effects are not a confirmation; only their
 spread is used to plan one. Writes data/results/eval/power.json.
 
@@ -27,9 +27,9 @@ def cells(rows: list[dict], choices: dict) -> dict:
     """``{"L/c": (per-document log ratios, baseline spec)}``: the setting's KL over the best baseline's
     (picked on tune, ``choices.json``) on every dev document, paired by document."""
     cfg = choices["config"]
-    docs = [d for d, _ in cfg["test_docs"]]
+    docs = [d for d, _ in cfg["dev_docs"]]
     kl = {(r["method"], int(r["length"]), float(r["ratio"]), r["doc"]): float(r["kl"]) for r in rows
-          if r["split"] == "test" and r["model"] == cfg["model"]["name"]
+          if r["split"] == "dev" and r["model"] == cfg["model"]["name"]
           and int(r["continuation"]) == int(cfg["continuation"])}
     setting = choices["chosen"][METHOD]
     out = {}
@@ -58,7 +58,7 @@ def plan(rows: list[dict], choices: dict) -> dict:
         per_cell.append(entry)
     return {
         "config": {
-            "rows": "data/results/eval/test.jsonl: the 48 dev documents (split 'test' in the file; used in four "
+            "rows": "data/results/eval/dev.jsonl: the 48 dev documents (used in four "
                     "rounds, so here only their spread plans the confirmatory run), model and continuation of "
                     "choices.json",
             "choices_fingerprint": choices["fingerprint"],
@@ -90,7 +90,7 @@ def plan(rows: list[dict], choices: dict) -> dict:
 
 
 if __name__ == "__main__":
-    out = plan(R.load_eval_rows("test"), R.load_eval_choices())
+    out = plan(R.load_eval_rows("dev"), R.load_eval_choices())
     path = files.write_json(data_path("results", "eval", "power.json", must_exist=False), out)
     for c in out["cells"]:
         row = " ".join(f"{k}: {v['ratio_t']:.3f}" for k, v in c["detectable"].items())

@@ -101,7 +101,7 @@ class CharTokenizer:
 
 
 def write_corpus(folder, splits):
-    """A manifest of one ~200-character document per entry of ``splits`` ("tune" or "test"), ids ``kind/d<i>``,
+    """A manifest of one ~200-character document per entry of ``splits`` ("tune" or "dev"), ids ``kind/d<i>``,
     written with the documents to ``folder``; returns the manifest's path."""
     docs = []
     for i, split in enumerate(splits):

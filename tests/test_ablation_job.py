@@ -24,8 +24,8 @@ def tiny():
 
 @pytest.fixture
 def corpus(tmp_path):
-    """A manifest of 3 tune + 1 test documents of ~200 characters."""
-    return write_corpus(tmp_path, ["tune", "tune", "test", "tune"])
+    """A manifest of 3 tune + 1 dev documents of ~200 characters."""
+    return write_corpus(tmp_path, ["tune", "tune", "dev", "tune"])
 
 
 KNOBS = {"u = W_O v": ("jacap_wo[window=4]", "u = W_O v"), "flat": ("jacap[window=4,beta=none]", "flat statistics")}
@@ -34,7 +34,7 @@ KNOBS = {"u = W_O v": ("jacap_wo[window=4]", "u = W_O v"), "flat": ("jacap[windo
 @pytest.fixture
 def knobs(monkeypatch):
     monkeypatch.setattr(A, "knob_table", lambda: ({k: (s, d, A.measured_spec("jacap[window=4]"))
-                                                   for k, (s, d) in KNOBS.items()}, "test"))
+                                                   for k, (s, d) in KNOBS.items()}, "dev"))
     monkeypatch.setattr(A, "DEFAULT_SPEC", "jacap[window=4]")
 
 

@@ -65,7 +65,7 @@ def test_kind_ratios_count_losses_and_wins_per_kind():
 
 def test_losing_cells_are_those_whose_interval_lies_above_one():
     summary = {"families": [
-        {"role": "algorithm 1", "picked_on": "test", "rows": [{"gm_low": 2.0}]},
+        {"role": "algorithm 1", "picked_on": "dev", "rows": [{"gm_low": 2.0}]},
         {"role": "algorithm 1", "picked_on": "tune", "rows": [{"cell": "a", "gm_low": 1.01}, {"cell": "b", "gm_low": 1.0},
                                                           {"cell": "c", "gm_low": 0.7}]}]}
     assert [r["cell"] for r in RS.losing_cells(summary)] == ["a"]
@@ -82,7 +82,7 @@ def test_the_library_defaults_part_reads_its_own_family_and_cells():
            "gm_high": 2.0}
     summary = {"families": [
         {"role": "algorithm 1", "picked_on": "tune", "setting": "jacap[centre=tempered,tau=3,beta=0.9]", "rows": []},
-        {"role": "tuned jacap_obs", "picked_on": "test", "setting": obs, "rows": []},
+        {"role": "tuned jacap_obs", "picked_on": "dev", "setting": obs, "rows": []},
         {"role": "tuned jacap_obs", "picked_on": "tune", "setting": obs,
          "rows": [row, {**row, "ratio": 0.9, "gm_low": 0.9}]}]}
     assert RS.default_role(summary) == "tuned jacap_obs"
@@ -220,7 +220,7 @@ def test_figures_have_axis_titles_and_two_log_ticks():
     (["--ratio", "1.5"], "--ratio"),
     (["--length", "300"], "not a cell of the evaluation"),
     (["--per-kind", "0"], "--per-kind"),
-    (["--docs", "dialogue/nosuch"], "not test documents"),
+    (["--docs", "dialogue/nosuch"], "not dev documents"),
     (["--out", "{tmp}/x.txt"], "must end in .json"),
     (["--dir", "{tmp}/empty"], "does not exist"),
     (["--extend"], "run without --extend first"),

@@ -859,7 +859,7 @@ cli_bad("cli-evaluate-method-spec-not-a-name", ev_with(methods=["jacap[tau=-1]"]
 cli_bad("cli-evaluate-unknown-manifest", ev_with() + ["--manifest", "{d}/none.json"], "--manifest", "none.json")
 cli_bad("cli-evaluate-model-missing-folder", ev_with() + ["--model", "./no-such-model"], "--model", "no-such-model")
 cli_bad("cli-evaluate-length-beyond-documents", ev_with(lengths=["512", "1000000"]), "--lengths", needs="model")
-cli_bad("cli-evaluate-test-without-choices", ["evaluate", "test", "--dir", "{d}/e", "--no-progress"], "choices.json")
+cli_bad("cli-evaluate-dev-without-choices", ["evaluate", "dev", "--dir", "{d}/e", "--no-progress"], "choices.json")
 cli_bad("cli-evaluate-summary-missing", ["evaluate", "summary", "--dir", "{d}/e"], "--dir", "does not exist")
 _AB = ["evaluate", "ablate", "--dir", "{d}/new/sub", "--lengths", "512", "--ratios", "0.5", "--continuation", "4",
        "--no-progress"]

@@ -111,7 +111,7 @@ def test_load_confirm_checks_and_filters(confirm):
     code = load_corpus("confirm", kinds="code", which="confirm")
     assert len(code) == sum(d["kind"] == "code" for d in confirm["documents"]) and all(d["text"] for d in code)
     with pytest.raises(ValueError, match="split"):
-        load_corpus("test", which="confirm")
+        load_corpus("dev", which="confirm")
     with pytest.raises(ValueError, match="split"):
         load_corpus("confirm")  # the corpus has no confirm documents
     with pytest.raises(ValueError, match="which"):

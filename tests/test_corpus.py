@@ -32,12 +32,12 @@ def test_size_kinds_and_split(manifest):
     kinds = Counter(d["kind"] for d in docs)
     assert set(kinds) == {"prose", "expository", "code", "dialogue"} and min(kinds.values()) >= 12
     split = Counter(d["split"] for d in docs)
-    assert split["tune"] >= 12 and split["test"] >= 48 and set(split) == {"tune", "test"}
+    assert split["tune"] >= 12 and split["dev"] >= 48 and set(split) == {"tune", "dev"}
     for kind in kinds:  # stratified: every kind is in both parts, a quarter or more of it in tune
         mine = [d for d in docs if d["kind"] == kind]
         n_tune = sum(d["split"] == "tune" for d in mine)
         assert len(mine) / 4 <= n_tune < len(mine)
-    counts = {k: {s: sum(d["kind"] == k and d["split"] == s for d in docs) for s in ("tune", "test")} for k in kinds}
+    counts = {k: {s: sum(d["kind"] == k and d["split"] == s for d in docs) for s in ("tune", "dev")} for k in kinds}
     assert manifest["counts"] == counts
 
 
@@ -74,8 +74,8 @@ def test_files_match_sha256_and_token_counts(manifest, tokenizer):
 
 
 def test_load_corpus_filters_and_checks(tmp_path, monkeypatch, manifest):
-    test = load_corpus("test")
-    assert len(test) == sum(d["split"] == "test" for d in manifest["documents"]) and all(d["text"] for d in test)
+    dev = load_corpus("dev")
+    assert len(dev) == sum(d["split"] == "dev" for d in manifest["documents"]) and all(d["text"] for d in dev)
     code = load_corpus(kinds="code", split="tune")
     assert code and {d["kind"] for d in code} == {"code"} and {d["split"] for d in code} == {"tune"}
     with pytest.raises(ValueError, match="split"):
@@ -85,7 +85,7 @@ def test_load_corpus_filters_and_checks(tmp_path, monkeypatch, manifest):
     with pytest.raises(ValueError, match="ids"):
         load_corpus(ids=["prose/nosuch"])
     # a copy of data/ with one document changed is refused, naming it
-    victim = test[0]
+    victim = dev[0]
     shutil.copytree(paths.data_dir() / "texts", tmp_path / "texts")
     (tmp_path / "texts" / "corpus" / f"{victim['id']}.txt").write_text("changed")
     monkeypatch.setenv(paths.DATA_ENV, str(tmp_path))

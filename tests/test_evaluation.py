@@ -1,6 +1,6 @@
 """The evaluation protocol (jacap_lib.results.protocol) and its jobs (jacap_lib.results.evaluation,
 `jacap evaluate`): comparable search spaces, the one selection rule against hand computations (ties
-included), the replay of every method equal to kvpress's own path, resumable jobs, and a test job that
+included), the replay of every method equal to kvpress's own path, resumable jobs, and a dev job that
 refuses choices it cannot trust."""
 import argparse
 import hashlib
@@ -118,13 +118,13 @@ def test_rule_picks_what_a_hand_computation_picks():
     }
     space = {"snapkv": ("snapkv", "snapkv[window_size=32]", "snapkv[window_size=16]"),
              "streaming_llm": ("streaming_llm", "streaming_llm[n_sink=1]"), "knorm": ("knorm",)}
-    res = P.choose_settings(_rows(table) + _rows({"snapkv": dict(zip(KEYS, [1e-6] * 4))}, split="test"), space)
+    res = P.choose_settings(_rows(table) + _rows({"snapkv": dict(zip(KEYS, [1e-6] * 4))}, split="dev"), space)
     assert res["snapkv"]["chosen"] == "snapkv[window_size=32]"
     assert res["snapkv"]["score"] == pytest.approx(-0.5, abs=1e-12)
     assert [c["score"] for c in res["snapkv"]["candidates"]] == pytest.approx([0.0, -0.5, -0.5], abs=1e-12)
     assert res["streaming_llm"]["chosen"] == "streaming_llm"  # tie: the default, listed first
     assert res["knorm"]["score"] == pytest.approx(math.log(1e-8) / 4)
-    assert res["snapkv"]["n"] == 4  # the test rows were not used
+    assert res["snapkv"]["n"] == 4  # the dev rows were not used
     # same table, the tied pair listed the other way round: the rule follows the table order
     flipped = {"snapkv": ("snapkv", "snapkv[window_size=16]", "snapkv[window_size=32]")}
     assert P.choose_settings(_rows(table), flipped)["snapkv"]["chosen"] == "snapkv[window_size=16]"
@@ -140,7 +140,7 @@ def test_rule_refuses_unfinished_or_bad_tables():
         P.selection_score([0.1, float("nan")])
 
 
-def test_best_baseline_per_cell_on_tune_and_on_test():
+def test_best_baseline_per_cell_on_tune_and_on_dev():
     chosen = {"snapkv": "snapkv[window_size=32]", "tova": "tova", "knorm": "knorm", "jacap": "jacap"}
     cells = [("a", 512, 0.5), ("b", 512, 0.5), ("a", 512, 0.9), ("b", 512, 0.9)]
     tune = {"snapkv[window_size=32]": dict(zip(cells, [0.1, 0.4, 1.0, 1.0])),   # 512/0.5: geo 0.2; 512/0.9: 1
@@ -153,11 +153,11 @@ def test_best_baseline_per_cell_on_tune_and_on_test():
     assert best["512/0.5"]["score"] == pytest.approx(math.log(0.2))
     assert best["512/0.9"]["method"] == "knorm" and best["512/0.9"]["n_docs"] == 2
     assert set(best["512/0.9"]["scores"]) == {"snapkv", "tova", "knorm"}
-    test = {"snapkv[window_size=32]": dict(zip(cells, [1.0] * 4)), "tova": dict(zip(cells, [0.5] * 4)),
-            "knorm": dict(zip(cells, [2.0] * 4))}
-    lines = E.best_baselines({"best_baseline": {"cells": best}, "chosen": chosen}, _rows(test, split="test"))
-    assert {c["method"] for c in lines["test"]["cells"].values()} == {"tova"}
-    assert "test" in lines["test"]["label"] and lines["tune"]["cells"] is best
+    dev = {"snapkv[window_size=32]": dict(zip(cells, [1.0] * 4)), "tova": dict(zip(cells, [0.5] * 4)),
+           "knorm": dict(zip(cells, [2.0] * 4))}
+    lines = E.best_baselines({"best_baseline": {"cells": best}, "chosen": chosen}, _rows(dev, split="dev"))
+    assert {c["method"] for c in lines["dev"]["cells"].values()} == {"tova"}
+    assert "dev" in lines["dev"]["label"] and lines["tune"]["cells"] is best
     with pytest.raises(ValueError, match="lacks rows"):
         P.best_baseline_per_cell(_rows({**tune, "tova": dict(zip(cells[:3], [1.0] * 3))}), chosen)
 
@@ -211,8 +211,8 @@ SPACE = {"knorm": ("knorm",), "snapkv": ("snapkv", "snapkv[window_size=8]"), "ja
 
 @pytest.fixture
 def corpus(tmp_path):
-    """A manifest of 2 tune + 2 test documents of ~200 characters."""
-    return write_corpus(tmp_path, ["tune", "tune", "test", "test"])
+    """A manifest of 2 tune + 2 dev documents of ~200 characters."""
+    return write_corpus(tmp_path, ["tune", "tune", "dev", "dev"])
 
 
 def _parse(job, argv):
@@ -228,10 +228,11 @@ def _args(job, corpus, out, *extra):
                         "--ratios", "0.5", "0.75", "--continuation", "8", "--no-progress", *extra])
 
 
-def test_tune_then_test_jobs_resume_and_choose(tiny, corpus, tmp_path, monkeypatch):
+def test_tune_then_dev_jobs_resume_and_choose(tiny, corpus, tmp_path, monkeypatch):
     model = tiny[0]
     tok = CharTokenizer()
     monkeypatch.setattr(P, "SEARCH_SPACE", SPACE)
+    monkeypatch.setitem(P.SPACES, "first", SPACE)  # the jobs read the table by its --space name
     out = tmp_path / "eval"
     plan = E.prepare(_args("tune", corpus, out), tokenizer=tok)
     res = E.execute(plan, model=model, tokenizer=tok)
@@ -258,40 +259,41 @@ def test_tune_then_test_jobs_resume_and_choose(tiny, corpus, tmp_path, monkeypat
     (out / "tune.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:-1]))
     assert E.execute(E.prepare(_args("tune", corpus, out), tokenizer=tok), model=model, tokenizer=tok)["rows_written"] == 1
     assert io.read_jsonl(out / "tune.jsonl")[-1]["kl"] == pytest.approx(rows[-1]["kl"], rel=1e-6)
-    # the test job: each method's chosen setting on the test documents only
-    E.execute(E.prepare(_args("test", corpus, out), tokenizer=tok), model=model, tokenizer=tok)
-    test_rows = io.read_jsonl(out / "test.jsonl")
-    want = set(E.test_specs(choices["chosen"]))  # the choices, plus the paper preset when Jacap's choice differs
-    assert {r["method"] for r in test_rows} == want and set(choices["chosen"].values()) <= want
-    assert {r["split"] for r in test_rows} == {"test"} and len(test_rows) == 2 * 2 * 2 * len(want)
+    # the dev job: each method's chosen setting on the dev documents only
+    E.execute(E.prepare(_args("dev", corpus, out), tokenizer=tok), model=model, tokenizer=tok)
+    dev_rows = io.read_jsonl(out / "dev.jsonl")
+    want = set(E.dev_specs(choices["chosen"]))  # the choices, plus the paper preset when Jacap's choice differs
+    assert {r["method"] for r in dev_rows} == want and set(choices["chosen"].values()) <= want
+    assert {r["split"] for r in dev_rows} == {"dev"} and len(dev_rows) == 2 * 2 * 2 * len(want)
 
 
-def test_test_job_refuses_missing_or_foreign_choices(tiny, corpus, tmp_path, monkeypatch, capsys):
+def test_dev_job_refuses_missing_or_foreign_choices(tiny, corpus, tmp_path, monkeypatch, capsys):
     tok = CharTokenizer()
     monkeypatch.setattr(P, "SEARCH_SPACE", SPACE)
+    monkeypatch.setitem(P.SPACES, "first", SPACE)
     out = tmp_path / "eval"
     with pytest.raises(ValueError, match="does not exist.*evaluate tune"):
-        E.prepare(_args("test", corpus, out), tokenizer=tok)
+        E.prepare(_args("dev", corpus, out), tokenizer=tok)
     # through the command line: exit 2, nothing written
     with pytest.raises(SystemExit) as e:
-        cli.main(["evaluate", "test", "--manifest", str(corpus), "--dir", str(out), "--lengths", "48",
+        cli.main(["evaluate", "dev", "--manifest", str(corpus), "--dir", str(out), "--lengths", "48",
                   "--continuation", "8"])
     assert e.value.code == 2 and not out.exists()
     assert "evaluate tune" in capsys.readouterr().err
     E.execute(E.prepare(_args("tune", corpus, out), tokenizer=tok), model=tiny[0], tokenizer=tok)
-    E.prepare(_args("test", corpus, out), tokenizer=tok)  # the same configuration: accepted
+    E.prepare(_args("dev", corpus, out), tokenizer=tok)  # the same configuration: accepted
     for extra, what in ((["--continuation", "9"], "continuation"), (["--methods", "knorm", "snapkv"], "search_space"),
                         (["--ratios", "0.5"], "ratios")):
-        args = _args("test", corpus, out, *extra)
+        args = _args("dev", corpus, out, *extra)
         with pytest.raises(ValueError, match=f"different configuration.*{what}"):
             E.prepare(args, tokenizer=tok)
     # a corpus whose split or text changed is a different configuration too
     man = json.loads(corpus.read_text())
-    man["documents"][0]["split"], man["documents"][2]["split"] = "test", "tune"
+    man["documents"][0]["split"], man["documents"][2]["split"] = "dev", "tune"
     corpus.write_text(json.dumps(man))
-    with pytest.raises(ValueError, match="different configuration.*test_docs.*tune_docs"):
-        E.prepare(_args("test", corpus, out), tokenizer=tok)
-    assert not (out / "test.jsonl").exists()
+    with pytest.raises(ValueError, match="different configuration.*dev_docs.*tune_docs"):
+        E.prepare(_args("dev", corpus, out), tokenizer=tok)
+    assert not (out / "dev.jsonl").exists()
 
 
 def test_bad_options_raise_before_work(corpus, tmp_path):
@@ -311,8 +313,8 @@ def test_bad_options_raise_before_work(corpus, tmp_path):
 
 def test_tune_documents_per_kind(tmp_path):
     docs = []
-    for i, (kind, group, split) in enumerate([("a", "x", "tune"), ("b", "y", "tune"), ("a", "x", "test"),
-                                              ("a", "x", "tune"), ("a", "z", "tune"), ("b", "y", "test"),
+    for i, (kind, group, split) in enumerate([("a", "x", "tune"), ("b", "y", "tune"), ("a", "x", "dev"),
+                                              ("a", "x", "tune"), ("a", "z", "tune"), ("b", "y", "dev"),
                                               ("a", "w", "tune")]):
         f = tmp_path / f"{i}.txt"
         f.write_text(f"text {i}")
@@ -333,26 +335,26 @@ def test_estimate_counts_the_grid():
     space = {"a": ("a", "a[x=1]"), "b": ("b",)}
     rows += [{"length": 10, "what": "replay", "method": s, "cpu_seconds": t} for s, t in
              (("a", 1.0), ("a[x=1]", 3.0), ("b", 2.0))]
-    est = E.estimate(rows, space=space, n_tune=2, n_test=3, n_ratios=4)
+    est = E.estimate(rows, space=space, n_tune=2, n_dev=3, n_ratios=4)
     assert est["tune"] == 2 * (5 + 4 * (1 + 3 + 2))
-    assert est["test"] == 3 * (5 + 4 * (2 + 2))  # a: mean of its settings
-    assert est["total"] == est["tune"] + est["test"]
+    assert est["dev"] == 3 * (5 + 4 * (2 + 2))  # a: mean of its settings
+    assert est["total"] == est["tune"] + est["dev"]
 
 
 @pytest.mark.model
 def test_quick_run_on_bundled_model(tmp_path):
-    """`jacap evaluate tune --quick` then `test --quick` end to end on the bundled model (a few minutes on a
+    """`jacap evaluate tune --quick` then `dev --quick` end to end on the bundled model (a few minutes on a
     loaded 2-core machine)."""
     out = tmp_path / "q"
     assert cli.main(["evaluate", "tune", "--quick", "--dir", str(out), "--no-progress"]) == 0
-    assert cli.main(["evaluate", "test", "--quick", "--dir", str(out), "--no-progress"]) == 0
-    tune, test = io.read_jsonl(out / "tune.jsonl"), io.read_jsonl(out / "test.jsonl")
+    assert cli.main(["evaluate", "dev", "--quick", "--dir", str(out), "--no-progress"]) == 0
+    tune, dev = io.read_jsonl(out / "tune.jsonl"), io.read_jsonl(out / "dev.jsonl")
     chosen = json.loads((out / "choices.json").read_text())["chosen"]
-    assert len(tune) == 2 * 2 * 5 and len(test) == 2 * 2 * len(E.test_specs(chosen))
+    assert len(tune) == 2 * 2 * 5 and len(dev) == 2 * 2 * len(E.dev_specs(chosen))
     # the three choices, and the paper preset beside them unless Algorithm 1's choice is the paper preset itself
-    assert len(E.test_specs(chosen)) == 3 + (not P.same_setting(chosen["jacap"], P.PAPER_PRESET))
-    assert all(r["continuation"] == 32 and r["length"] == 512 for r in tune + test)
-    assert io.read_runs(out / "test.jsonl")[0]["model"]["sha256"]
+    assert len(E.dev_specs(chosen)) == 3 + (not P.same_setting(chosen["jacap"], P.PAPER_PRESET))
+    assert all(r["continuation"] == 32 and r["length"] == 512 for r in tune + dev)
+    assert io.read_runs(out / "dev.jsonl")[0]["model"]["sha256"]
 
 
 # --------------------------------------------------------------------------------------------- summary
@@ -361,27 +363,27 @@ SUM_SPACE = {"knorm": ("knorm",), "snapkv": ("snapkv",), "jacap": ("jacap",), "j
 
 
 def _eval_dir(tmp_path):
-    """A hand-built tune/test pair: knorm is the best baseline on tune, snapkv on test (knorm = 1.25 snapkv there).
+    """A hand-built tune/dev pair: knorm is the best baseline on tune, snapkv on dev (knorm = 1.25 snapkv there).
     Cell 512/0.5: jacap = 0.8 knorm x exp(+-0.05) (alternating); cell 512/0.9: jacap = knorm. jacap_adakv = knorm."""
     config = P.protocol_config(model={"name": "m", "sha256": "0"}, lengths=(512,), ratios=(0.5, 0.9), continuation=8,
                                space=SUM_SPACE, docs=[{"id": "u0", "sha256": "s", "split": "tune"}]
-                               + [{"id": d, "sha256": "s", "split": "test"} for d in SUM_DOCS])
+                               + [{"id": d, "sha256": "s", "split": "dev"} for d in SUM_DOCS])
     base = dict(model="m", sha256="s", length=512, continuation=8)
     tune = [{**base, "doc": "u0", "split": "tune", "ratio": c, "method": m, "kl": kl}
             for c in (0.5, 0.9) for m, kl in (("knorm", 1.0), ("snapkv", 2.0), ("jacap", 1.0), ("jacap_adakv", 1.0))]
     out = tmp_path / "eval"
     E.write_choices(out / "choices.json", tune, config, SUM_SPACE)
-    test = []
+    dev = []
     for i, d in enumerate(SUM_DOCS):
         snap = 0.1 * (i + 1)
         knorm = 1.25 * snap
         for c, jac in ((0.5, 0.8 * knorm * math.exp(0.05 if i % 2 else -0.05)), (0.9, knorm)):
             for m, kl in (("snapkv", snap), ("knorm", knorm), ("jacap", jac), ("jacap_adakv", knorm),
-                          (P.PAPER_PRESET, knorm)):  # the test job adds the paper's settings (not today's default)
-                test.append({**base, "doc": d, "split": "test", "ratio": c, "method": m, "kl": kl})
-    for r in test:
-        io.append_jsonl(out / "test.jsonl", r)
-    io.append_run(out / "test.jsonl", {"fingerprint": P.fingerprint(config), "protocol": config, "command": "x"})
+                          (P.PAPER_PRESET, knorm)):  # the dev job adds the paper's settings (not today's default)
+                dev.append({**base, "doc": d, "split": "dev", "ratio": c, "method": m, "kl": kl})
+    for r in dev:
+        io.append_jsonl(out / "dev.jsonl", r)
+    io.append_run(out / "dev.jsonl", {"fingerprint": P.fingerprint(config), "protocol": config, "command": "x"})
     return out, config
 
 
@@ -391,14 +393,14 @@ def test_summary_verdicts_intervals_and_holm(tmp_path):
     data = json.loads((out / "summary.json").read_text())
     assert data["config"]["fingerprint"] == json.loads((out / "choices.json").read_text())["fingerprint"]
     fams = {(f["setting"], f["picked_on"]): f for f in data["families"]}
-    # the default, the paper's settings, then every other Jacap method's tune choice the test rows hold
-    assert set(fams) == {(s, p) for s in ("jacap", P.PAPER_PRESET, "jacap_adakv") for p in ("tune", "test")}
+    # the default, the paper's settings, then every other Jacap method's tune choice the dev rows hold
+    assert set(fams) == {(s, p) for s in ("jacap", P.PAPER_PRESET, "jacap_adakv") for p in ("tune", "dev")}
     assert [f["setting"] for f in data["families"]][::2] == ["jacap", P.PAPER_PRESET, "jacap_adakv"]
     assert fams[(P.PAPER_PRESET, "tune")]["role"] == "paper preset"
     assert fams[("jacap_adakv", "tune")]["role"] == "tuned jacap_adakv"
     assert {r["ratio"]: r["gm_ratio"] for r in fams[("jacap_adakv", "tune")]["rows"]} == pytest.approx({0.5: 1, 0.9: 1})
     assert fams[("jacap", "tune")]["role"] == "algorithm 1"
-    assert fams[("jacap", "test")]["label"] == "picked on test (stricter)"
+    assert fams[("jacap", "dev")]["label"] == "picked on dev (stricter)"
     tune = {r["ratio"]: r for r in fams[("jacap", "tune")]["rows"]}
     assert {r["baseline"] for r in tune.values()} == {"knorm"}
     better, same = tune[0.5], tune[0.9]
@@ -416,8 +418,8 @@ def test_summary_verdicts_intervals_and_holm(tmp_path):
     assert same["verdict"] == "no difference: identical on every document" and same["p_wilcoxon"] == 1.0
     # Holm over the family's two cells, by hand: the smaller p doubled, the larger max(that, itself)
     assert better["p_holm"] == pytest.approx(2 * 2 / 2 ** 8, rel=1e-3) and same["p_holm"] == 1.0
-    # against snapkv (picked on test): 0.5 becomes a wash, 0.9 worse by 25 %
-    strict = {r["ratio"]: r for r in fams[("jacap", "test")]["rows"]}
+    # against snapkv (picked on dev): 0.5 becomes a wash, 0.9 worse by 25 %
+    strict = {r["ratio"]: r for r in fams[("jacap", "dev")]["rows"]}
     assert {r["baseline"] for r in strict.values()} == {"snapkv"}
     assert strict[0.9]["verdict"] == "worse by 25 %" and (strict[0.9]["wins"], strict[0.9]["losses"]) == (0, 8)
     assert strict[0.5]["verdict"].startswith("no detectable difference")
@@ -430,24 +432,24 @@ def test_summary_verdicts_intervals_and_holm(tmp_path):
     assert table[0]["wins/losses"] == "8/0" and table[0]["verdict"] == better["verdict"]
 
 
-def _rewrite_test_rows(out, rows, run):
-    """``out``'s test.jsonl replaced by ``rows``, with ``run`` its one recorded configuration."""
-    (out / "test.jsonl").unlink()
-    io.config_path(out / "test.jsonl").unlink()
+def _rewrite_dev_rows(out, rows, run):
+    """``out``'s dev.jsonl replaced by ``rows``, with ``run`` its one recorded configuration."""
+    (out / "dev.jsonl").unlink()
+    io.config_path(out / "dev.jsonl").unlink()
     for r in rows:
-        io.append_jsonl(out / "test.jsonl", r)
-    io.append_run(out / "test.jsonl", run)
+        io.append_jsonl(out / "dev.jsonl", r)
+    io.append_run(out / "dev.jsonl", run)
 
 
 def test_summary_judges_complete_cells_of_an_unfinished_run(tmp_path, capsys):
-    """One test document lacks its 512/0.9 row of snapkv: that cell is named missing, 512/0.5 is judged alone
+    """One dev document lacks its 512/0.9 row of snapkv: that cell is named missing, 512/0.5 is judged alone
     (a one-cell Holm family: adjusted p = raw p); with no complete cell the summary refuses."""
     out, _ = _eval_dir(tmp_path)
-    rows = io.read_jsonl(out / "test.jsonl")
-    runs = io.read_runs(out / "test.jsonl")
+    rows = io.read_jsonl(out / "dev.jsonl")
+    runs = io.read_runs(out / "dev.jsonl")
     drop = lambda r: r["doc"] == "t3" and r["ratio"] == 0.9 and r["method"] == "snapkv"  # noqa: E731
     assert sum(map(drop, rows)) == 1
-    _rewrite_test_rows(out, [r for r in rows if not drop(r)], runs[0])
+    _rewrite_dev_rows(out, [r for r in rows if not drop(r)], runs[0])
     assert cli.main(["evaluate", "summary", "--dir", str(out)]) == 0
     assert "512/0.9" in capsys.readouterr().out
     data = json.loads((out / "summary.json").read_text())
@@ -456,19 +458,19 @@ def test_summary_judges_complete_cells_of_an_unfinished_run(tmp_path, capsys):
         assert [r["ratio"] for r in fam["rows"]] == [0.5]
         assert fam["rows"][0]["p_holm"] == pytest.approx(fam["rows"][0]["p_wilcoxon"])
     (out / "summary.json").unlink()
-    _rewrite_test_rows(out, [r for r in rows if not (r["doc"] == "t3" and r["method"] == "snapkv")], runs[0])
+    _rewrite_dev_rows(out, [r for r in rows if not (r["doc"] == "t3" and r["method"] == "snapkv")], runs[0])
     with pytest.raises(SystemExit) as e:
         cli.main(["evaluate", "summary", "--dir", str(out)])
     assert e.value.code == 2 and "no complete" in capsys.readouterr().err and not (out / "summary.json").exists()
 
 
-def test_test_specs_add_the_paper_preset_only_when_it_differs():
+def test_dev_specs_add_the_paper_preset_only_when_it_differs():
     # the paper's settings written another way (a shorter spec that builds the same press today)
     same = "jacap[beta=none,centre=tempered,noise=1.0,tau=10.0,window=32]"
-    assert E.test_specs({"knorm": "knorm", "jacap": same}) == ["knorm", same]
+    assert E.dev_specs({"knorm": "knorm", "jacap": same}) == ["knorm", same]
     tuned = "jacap[beta=0.9,centre=tempered,tau=3,window=128]"
-    assert E.test_specs({"jacap": tuned}) == [tuned, P.PAPER_PRESET]
-    assert E.test_specs({"knorm": "knorm"}) == ["knorm"]
+    assert E.dev_specs({"jacap": tuned}) == [tuned, P.PAPER_PRESET]
+    assert E.dev_specs({"knorm": "knorm"}) == ["knorm"]
     from jacap_lib.config import DEFAULTS
 
     assert P.same_setting("jacap", f"jacap[window={DEFAULTS.window},beta={DEFAULTS.beta}]")
@@ -483,30 +485,30 @@ def test_summary_refuses_missing_or_foreign_inputs(tmp_path, capsys):
         assert re.search(match, capsys.readouterr().err)
 
     out, config = _eval_dir(tmp_path)
-    (out / "test.jsonl").rename(out / "t.jsonl")
-    refused(out, "test.jsonl does not exist")
-    (out / "t.jsonl").rename(out / "test.jsonl")
+    (out / "dev.jsonl").rename(out / "t.jsonl")
+    refused(out, "dev.jsonl does not exist")
+    (out / "t.jsonl").rename(out / "dev.jsonl")
     (out / "choices.json").rename(out / "c.json")
     refused(out, "choices.json does not exist.*evaluate tune")
     (out / "c.json").rename(out / "choices.json")
-    # a test run made under another search space stays valid (a row measures one setting on one document; the
+    # a dev run made under another search space stays valid (a row measures one setting on one document; the
     # summary reads the rows of today's choices); one made with another option (continuation, ...) does not
     fewer = {**config, "search_space": {m: v for m, v in config["search_space"].items() if m != "jacap_adakv"}}
     changed = {**config, "search_space": {**config["search_space"], "snapkv": ["snapkv", "snapkv[window_size=8]"]}}
     assert P.same_measurements(fewer, config) and P.same_measurements(config, fewer)
     assert P.same_measurements(changed, config) and not P.same_measurements(None, config)
-    # a test row does not depend on how many tune documents chose the settings; it does on the test documents
+    # a dev row does not depend on how many tune documents chose the settings; it does on the dev documents
     tuned_on_fewer = {**changed, "tune_docs": config["tune_docs"][:1]}
     assert P.same_measurements(tuned_on_fewer, config)
-    assert not P.same_measurements({**config, "test_docs": config["test_docs"][:1]}, config)
-    io.append_run(out / "test.jsonl", {"fingerprint": P.fingerprint(fewer), "protocol": fewer})
-    io.append_run(out / "test.jsonl", {"fingerprint": P.fingerprint(changed), "protocol": changed})
+    assert not P.same_measurements({**config, "dev_docs": config["dev_docs"][:1]}, config)
+    io.append_run(out / "dev.jsonl", {"fingerprint": P.fingerprint(fewer), "protocol": fewer})
+    io.append_run(out / "dev.jsonl", {"fingerprint": P.fingerprint(changed), "protocol": changed})
     assert cli.main(["evaluate", "summary", "--dir", str(out)]) == 0
     (out / "summary.json").unlink()
     capsys.readouterr()
     other = {**config, "continuation": 9}
     assert not P.same_measurements(other, config) and not P.same_measurements({**other, "search_space": {}}, config)
-    io.append_run(out / "test.jsonl", {"fingerprint": P.fingerprint(other), "protocol": other})
+    io.append_run(out / "dev.jsonl", {"fingerprint": P.fingerprint(other), "protocol": other})
     refused(out, "different configurations.*continuation")
 
 
@@ -517,7 +519,7 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     from jacap_lib.viz.style import method_style
 
     out, _ = _eval_dir(tmp_path)
-    rows = [dict(r, top1_agreement=0.5, attn_rel_error=0.1) for r in io.read_jsonl(out / "test.jsonl")]
+    rows = [dict(r, top1_agreement=0.5, attn_rel_error=0.1) for r in io.read_jsonl(out / "dev.jsonl")]
     cells = E.cell_statistics(rows, ["jacap", "knorm"], seed=1)
     assert {(c["method"], c["ratio"]) for c in cells} == {(m, c) for m in ("jacap", "knorm") for c in (0.5, 0.9)}
     for c in cells:
@@ -541,11 +543,11 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     assert VE.pair_frame(list(pair.values()), details=True)["won/lost"].tolist() == ["8/0", "all tied"]
     assert VE.pair_frame(list(pair.values()))["verdict"].tolist()[1] == "identical on every document"
     docs = [{"id": "a", "kind": "prose", "split": "tune", "license": "PD"},
-            {"id": "b", "kind": "prose", "split": "test", "license": "MIT"}, {"id": "c", "kind": "code", "split": "test"}]
-    assert VE.corpus_frame(docs).to_dict("index") == {"prose": {"tune": 1, "test": 1, "sources": 1},
-                                                      "code": {"tune": 0, "test": 1, "sources": 1}}
+            {"id": "b", "kind": "prose", "split": "dev", "license": "MIT"}, {"id": "c", "kind": "code", "split": "dev"}]
+    assert VE.corpus_frame(docs).to_dict("index") == {"prose": {"tune": 1, "dev": 1, "sources": 1},
+                                                      "code": {"tune": 0, "dev": 1, "sources": 1}}
     assert VE.corpus_frame(docs, details=True).to_dict("index") == {
-        ("prose", "?"): {"tune": 1, "test": 1, "licence": "MIT; PD"}, ("code", "?"): {"tune": 0, "test": 1, "licence": ""}}
+        ("prose", "?"): {"tune": 1, "dev": 1, "licence": "MIT; PD"}, ("code", "?"): {"tune": 0, "dev": 1, "licence": ""}}
     split = {"512 / 0.95": {"kept": 25, "sinks": 4, "window": 21, "scored": 0},
              "2048 / 0.9": {"kept": 204, "sinks": 4, "window": 32, "scored": 168}}
     frame = VE.split_frame(split)
@@ -590,7 +592,7 @@ def test_an_option_without_effect_does_not_block_a_resume(tmp_path):
     assert now["noise"] != "deff" and "deff_frac" in now and "deff_frac" not in effective_options(now)
     wrapped = method_options(press_from_spec("jacap_adakv", 0.5))
     assert "deff_frac" not in str(effective_options(wrapped)) and "deff_frac" in str(wrapped)
-    out = tmp_path / "test.jsonl"
+    out = tmp_path / "dev.jsonl"
     io.append_jsonl(out, {"method": "jacap"})
     io.append_run(out, {"settings": {"jacap": {**now, "deff_frac": now["deff_frac"] * 2},
                                      "jacap[noise=deff]": {**method_options(press_from_spec("jacap[noise=deff]", 0.5)),
@@ -611,7 +613,7 @@ def test_target_status_judges_each_named_cell_by_hand():
 
     summ = {"families": [
         {"role": "paper preset", "picked_on": "tune", "rows": [row(512, 0.9, 0.1, 0.2, 0.1, 0.2)]},
-        {"role": "algorithm 1", "picked_on": "test", "rows": [row(512, 0.9, 0.1, 0.2, 0.1, 0.2)]},
+        {"role": "algorithm 1", "picked_on": "dev", "rows": [row(512, 0.9, 0.1, 0.2, 0.1, 0.2)]},
         {"role": "algorithm 1", "picked_on": "tune", "rows": [row(512, 0.9, 0.83, 0.93, 0.80, 0.97),
                                                           row(512, 0.95, 0.90, 0.98, 0.86, 1.04),
                                                           row(512, 0.75, 1.03, 1.32, 0.98, 1.40)]}],

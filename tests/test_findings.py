@@ -101,10 +101,10 @@ def test_setting_text_and_verdict_word():
 
 def test_family_counts_is_one_line_per_family():
     s = _summary([_row(512, 0.5, 1.04, 1.40), _row(512, 0.9, 0.83, 0.93)])
-    s["families"].append(dict(s["families"][0], picked_on="test", label="picked on test"))
+    s["families"].append(dict(s["families"][0], picked_on="dev", label="picked on dev"))
     assert F.family_counts(s) == [
         "jacap[centre=tempered,tau=3,beta=0.9] (algorithm 1) against the best baseline picked on tune: better in 1 and worse in 1 of 2 cells",
-        "jacap[centre=tempered,tau=3,beta=0.9] (algorithm 1) against the best baseline picked on test: better in 1 and worse in 1 of 2 cells"]
+        "jacap[centre=tempered,tau=3,beta=0.9] (algorithm 1) against the best baseline picked on dev: better in 1 and worse in 1 of 2 cells"]
     assert json.dumps(F.verdict_counts([]))  # zeros for every kind
 
 

@@ -101,7 +101,7 @@ def _choices(lengths=(128,), ratios=(0.5, 0.75), record=None):
     space = {"knorm": ("knorm",), "snapkv": ("snapkv", BASE), "jacap": ("jacap", DEF)}
     record = record or model_record(None)
     cfg = P.protocol_config(model=record, lengths=lengths, ratios=ratios, continuation=8, space=space,
-                            docs=[{"id": "u", "sha256": "s", "split": "tune"}, {"id": "t", "sha256": "s", "split": "test"}])
+                            docs=[{"id": "u", "sha256": "s", "split": "tune"}, {"id": "t", "sha256": "s", "split": "dev"}])
     cells = {f"{L}/{float(c)}": {"length": L, "ratio": float(c), "method": "snapkv", "spec": BASE}
              for L in lengths for c in ratios}
     return {"config": cfg, "fingerprint": P.fingerprint(cfg), "chosen": dict(CHOSEN),

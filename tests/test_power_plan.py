@@ -1,6 +1,6 @@
 """The confirmatory plan's power analysis (data/results/eval/power.json, written by notes/power_analysis.py):
 every cell's spread is the sd of the per-document log KL ratios of the Jacap default over the cell's best
-tuned baseline on the dev rows, recomputed here from test.jsonl and choices.json, and its detectable ratios
+tuned baseline on the dev rows, recomputed here from dev.jsonl and choices.json, and its detectable ratios
 are detectable_ratio's at the recorded (m, n)."""
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ def test_power_json_recomputes_from_the_dev_rows(power):
     assert setting in cfg["comparison"] and cfg["n"] == [48, 96, 144] and cfg["m"] == [24, 48]
     assert cfg["choices_fingerprint"] == choices["fingerprint"]
     kl = {}
-    for r in R.load_eval_rows("test"):
+    for r in R.load_eval_rows("dev"):
         kl[(r["method"], r["length"], r["ratio"], r["doc"])] = r["kl"]
-    docs = [d for d, _ in choices["config"]["test_docs"]]
+    docs = [d for d, _ in choices["config"]["dev_docs"]]
     assert len(power["cells"]) == len(choices["best_baseline"]["cells"]) == 12
     for cell in power["cells"]:
         base = choices["best_baseline"]["cells"][cell["cell"]]["spec"]

@@ -58,9 +58,9 @@ def test_common_shape_round_trip_and_sidecar(tmp_path):
 def test_every_committed_results_file_loads():
     summary = loaders.load_eval_summary()
     assert summary["families"] and summary["cells_measured"]
-    rows = loaders.load_eval_rows("test")
-    assert rows and all(r["split"] == "test" for r in rows)
-    assert loaders.load_eval_rows("tune") and loaders.load_eval_runs("test")[-1]["versions"]
+    rows = loaders.load_eval_rows("dev")
+    assert rows and all(r["split"] == "dev" for r in rows)
+    assert loaders.load_eval_rows("tune") and loaders.load_eval_runs("dev")[-1]["versions"]
     assert loaders.load_eval_choices()["chosen"]["jacap"]
     for part in loaders.DECOMPOSITION_PARTS:
         config, recs = loaders.load_decomposition(part)

@@ -207,7 +207,7 @@ def test_committed_results_tables_cut_no_text():
     from jacap_lib.results import loaders as R
 
     summary, needle = R.load_eval_summary(), R.load_needle_summary()
-    frames = [VE.verdict_frame(summary, picked_on=p, details=d) for p in ("tune", "test") for d in (False, True)]
+    frames = [VE.verdict_frame(summary, picked_on=p, details=d) for p in ("tune", "dev") for d in (False, True)]
     frames += [VE.target_frame(E.target_status(summary)), VE.needle_frame(needle), VE.choices_frame(R.load_eval_choices())]
     frames += [VE.needle_verdict_frame(needle, details=d) for d in (False, True)]
     for f in frames:

@@ -8,12 +8,12 @@ LENGTH, RATIO = 1024, 0.9
 
 
 def _pair():
-    """Per-document KL of TOVA and of SnapKV at its tuned setting, prompt 1024, c = 0.9, the test documents
-    of the evaluation (``data/results/eval/test.jsonl``), in document order."""
+    """Per-document KL of TOVA and of SnapKV at its tuned setting, prompt 1024, c = 0.9, the dev documents
+    of the evaluation (``data/results/eval/dev.jsonl``), in document order."""
     from ..results.loaders import load_eval_choices, load_eval_rows
 
     snap = load_eval_choices()["chosen"]["snapkv"]
-    rows = [r for r in load_eval_rows("test") if r["length"] == LENGTH and r["ratio"] == RATIO]
+    rows = [r for r in load_eval_rows("dev") if r["length"] == LENGTH and r["ratio"] == RATIO]
     pick = lambda m: {r["doc"]: r["kl"] for r in rows if r["method"] == m}  # noqa: E731
     return {"a": pick("tova"), "b": pick(snap), "snapkv": snap}
 
@@ -48,13 +48,13 @@ def _wilcoxon():
 EXERCISES = [
     Exercise(
         "With d = exercises.data('baselines.1'), a, b = d['a'], d['b'] (per-document KL of TOVA and of SnapKV at its "
-        "tuned setting d['snapkv'], prompt 1024, c = 0.9, the test documents), compute the geometric mean of the "
+        "tuned setting d['snapkv'], prompt 1024, c = 0.9, the dev documents), compute the geometric mean of the "
         "per-document ratios a[k] / b[k].",
         _geo,
         number(rtol=1e-6, hint="exp(mean(log(a[k] / b[k]))) over the documents k; not mean(a) / mean(b)."),
         data=_pair),
     Exercise(
-        "Same data: on how many of the test documents does TOVA have the lower KL (its 'wins')?",
+        "Same data: on how many of the dev documents does TOVA have the lower KL (its 'wins')?",
         _wins,
         integer(hint="Count the documents with a[k] < b[k]."),
         data=_pair),

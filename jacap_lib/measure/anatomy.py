@@ -17,7 +17,7 @@ On one document at one prompt length and compression ratio, one uncompressed pre
 * :func:`measure_document` — all of it for a pair of presses, plus the next-token KL of every press given
   (:func:`jacap_lib.measure.quality.next_token_kl` on the same capture and full reference).
 
-The job that runs this on the test documents and writes ``data/results/eval/anatomy.json`` is
+The job that runs this on the dev documents and writes ``data/results/eval/anatomy.json`` is
 :mod:`jacap_lib.results.anatomy`.
 """
 from __future__ import annotations

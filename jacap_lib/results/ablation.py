@@ -2,7 +2,7 @@
 
 ``jacap evaluate ablate``   the default press (``jacap``: the library's defaults) and every one-knob change of
                             it (:data:`jacap_lib.presses.jacap_ablation.ONE_KNOB`, label -> (registry spec,
-                            description)) on *every* tune document (never a test document) ->
+                            description)) on *every* tune document (never a dev document) ->
                             ``data/results/eval/ablation.jsonl`` (the evaluation's row format, resumable) with
                             ``ablation.config.json``
 ``jacap evaluate ablate-summary``  ablation.jsonl -> ``ablation_summary.json``: per ablation and (prompt

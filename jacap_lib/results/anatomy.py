@@ -6,14 +6,14 @@ model loop :mod:`jacap_lib.measure.anatomy`'s, the lines the book prints :mod:`j
 
 Three measurements, each isolating one thing:
 
-1. **Which layers** (from the committed test rows; no model run): per losing cell — the cells of ``summary.json``
+1. **Which layers** (from the committed dev rows; no model run): per losing cell — the cells of ``summary.json``
    whose 95 % interval of the geometric-mean KL ratio (default / best baseline picked on tune) lies above 1 —
    and per document kind, the per-layer attention-output error of the default against the cell's best
    baseline: the geometric mean over the documents of the per-document ratio, with its BCa bootstrap interval
    (:func:`jacap_lib.results.rowstats.layer_error_ratios`); and the KL ratio per document kind
    (:func:`~jacap_lib.results.rowstats.kind_ratios`). The per-layer error is cumulative: layer ``l``'s output
    already carries what earlier layers changed in the residual stream.
-2. **Which tokens** (a model run, one cell): on a few test documents, the kept sets of the default and of the
+2. **Which tokens** (a model run, one cell): on a few dev documents, the kept sets of the default and of the
    best baseline per layer and KV head, their overlap, where the tokens kept by only one of them lie and what
    they are (:func:`jacap_lib.measure.anatomy.measure_document`).
 3. **The swap** (same run): KL of one-knob changes of the default and of the baseline (:func:`swap_settings`) —
@@ -48,7 +48,7 @@ __all__ = ["swap_settings", "split_wrapper", "pick_documents", "add_arguments", 
 
 DEFAULT_LENGTH = 2048
 DEFAULT_RATIO = 0.5
-DEFAULT_PER_KIND = 6  # the committed file: 24 test documents (3 per kind left each kind's interval too wide to read)
+DEFAULT_PER_KIND = 6  # the committed file: 24 dev documents (3 per kind left each kind's interval too wide to read)
 OBS_WINDOW = 32  # the last prompt queries whose attention replaces Jacap's centre in the observed-centre swap
 # (JacapObservedPress's default obs_window; not Jacap's recent window, which is the setting's own: 16 by default)
 NO_LEVERAGE_NOISE = 1e6  # sigma^2 this large makes A = I + W / sigma^2 the identity to float32 precision
@@ -187,19 +187,19 @@ def _press(setting: dict, ratio: float):
 
 
 def pick_documents(docs: list[dict], per_kind: int, ids=None) -> list[dict]:
-    """The test documents measured: ``ids`` when given (each must be a test document), else the first
-    ``per_kind`` test documents of every kind in manifest order."""
-    test = [d for d in docs if d["split"] == "test"]
+    """The dev documents measured: ``ids`` when given (each must be a dev document), else the first
+    ``per_kind`` dev documents of every kind in manifest order."""
+    dev = [d for d in docs if d["split"] == "dev"]
     if ids:
-        known = {d["id"]: d for d in test}
+        known = {d["id"]: d for d in dev}
         bad = [i for i in ids if i not in known]
         if bad:
-            raise ValueError(f"--docs: {bad} are not test documents; e.g. {list(known)[:4]}")
+            raise ValueError(f"--docs: {bad} are not dev documents; e.g. {list(known)[:4]}")
         return [known[i] for i in ids]
     if per_kind < 1:
         raise ValueError(f"--per-kind must be >= 1, got {per_kind}")
     out, seen = [], {}
-    for d in test:
+    for d in dev:
         seen[d["kind"]] = seen.get(d["kind"], 0) + 1
         if seen[d["kind"]] <= per_kind:
             out.append(d)
@@ -214,10 +214,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--ratio", type=float, default=DEFAULT_RATIO,
                         help=f"compression ratio of that cell (default {DEFAULT_RATIO})")
     parser.add_argument("--per-kind", type=int, default=DEFAULT_PER_KIND,
-                        help=f"test documents per kind, first in manifest order (default {DEFAULT_PER_KIND})")
-    parser.add_argument("--docs", nargs="+", default=None, help="test document ids instead of --per-kind")
+                        help=f"dev documents per kind, first in manifest order (default {DEFAULT_PER_KIND})")
+    parser.add_argument("--docs", nargs="+", default=None, help="dev document ids instead of --per-kind")
     parser.add_argument("--dir", type=Path, default=None,
-                        help="folder of test.jsonl, choices.json and summary.json (default data/results/eval)")
+                        help="folder of dev.jsonl, choices.json and summary.json (default data/results/eval)")
     parser.add_argument("--extend", action="store_true",
                         help="measure only the settings the existing --out file lacks, on its documents and cell, "
                              "and add them (everything else in the file stays)")
@@ -234,14 +234,14 @@ def prepare(args) -> dict:
     folder = eval_dir(args.dir, quick=False)
     out = Path(args.out) if args.out is not None else folder / "anatomy.json"
     J.check_out_file(out, ".json")
-    need = {name: folder / name for name in ("test.jsonl", "choices.json", "summary.json")}
+    need = {name: folder / name for name in ("dev.jsonl", "choices.json", "summary.json")}
     for name, path in need.items():
         J.check(path.is_file(), f"--dir: {path} does not exist; run `jacap evaluate "
-                                f"{ {'test.jsonl': 'test', 'choices.json': 'tune', 'summary.json': 'summary'}[name]}` first")
+                                f"{ {'dev.jsonl': 'dev', 'choices.json': 'tune', 'summary.json': 'summary'}[name]}` first")
     try:
         choices = RS.read_choices_file(need["choices.json"], baselines=True)
         summary = files.read_json(need["summary.json"], require=("config", "families"))
-        test_rows = files.read_jsonl(need["test.jsonl"])
+        dev_rows = files.read_jsonl(need["dev.jsonl"])
     except (ValueError, FileNotFoundError) as e:
         raise J.BadArgument(f"--dir: {e}") from None
     cell = f"{int(args.length)}/{float(args.ratio)}"
@@ -268,7 +268,7 @@ def prepare(args) -> dict:
                       f"on other documents; extend it with its own cell and documents")
         known = {d["id"]: d for d in load_docs()}
         docs = [known[d["id"]] for d in c["documents"]]
-    return {"folder": folder, "out": out, "choices": choices, "summary": summary, "test_rows": test_rows,
+    return {"folder": folder, "out": out, "choices": choices, "summary": summary, "dev_rows": dev_rows,
             "docs": docs, "length": int(args.length), "ratio": float(args.ratio), "cell": cell, "default": default,
             "baseline": baseline, "settings": settings, "continuation": int(choices["config"]["continuation"]),
             "existing": existing}
@@ -350,8 +350,8 @@ def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
     from .provenance import provenance
 
     t0 = time.perf_counter()
-    layers, kinds = RS.rows_part(plan["test_rows"], plan["summary"])
-    library_default = RS.library_default_part(plan["test_rows"], plan["summary"])
+    layers, kinds = RS.rows_part(plan["dev_rows"], plan["summary"])
+    library_default = RS.library_default_part(plan["dev_rows"], plan["summary"])
     if model is None:
         model, tokenizer = J.load_model(args)
     presses = {s["key"]: _press(s, plan["ratio"]) for s in plan["settings"]}
@@ -378,9 +378,9 @@ def execute(plan: dict, args, *, model=None, tokenizer=None) -> Path:
               "pair": {"a": "default", "b": "baseline"},
               "settings": [_setting_record(s, presses[s["key"]]) for s in plan["settings"]],
               "documents": [{k: d.get(k) for k in ("id", "kind", "split", "sha256")} for d in plan["docs"]],
-              "rows_from": ["test.jsonl", "choices.json", "summary.json"], "fingerprint": plan["choices"].get("fingerprint"),
+              "rows_from": ["dev.jsonl", "choices.json", "summary.json"], "fingerprint": plan["choices"].get("fingerprint"),
               "threads": args.threads, "seconds": round(time.perf_counter() - t0, 1),
-              "measured": "1: per-layer attention-output error ratios and KL ratios per kind from the committed test "
+              "measured": "1: per-layer attention-output error ratios and KL ratios per kind from the committed dev "
                           "rows (losing cells of summary.json); 2-3: one captured prefill per document, every setting "
                           "replayed with its own kvpress hook, KL(full || compressed) over the continuation; kept sets "
                           "read back from the replayed caches",
@@ -403,7 +403,7 @@ def _run(args):
 
 
 JOB = J.Job("why Algorithm 1's tuned Jacap setting loses: per-layer error ratios and KL by document kind in the losing "
-            "cells (from the test rows), and on one cell's test documents the kept sets of the default and the best "
+            "cells (from the dev rows), and on one cell's dev documents the kept sets of the default and the best "
             "baseline and a one-knob swap of score and protection -> data/results/eval/anatomy.json",
             add_arguments, _run)
 

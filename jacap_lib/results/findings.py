@@ -185,7 +185,7 @@ def _tempered_text(spec: str) -> str:
 
 def kl_findings(summary: dict) -> list[str]:
     """Sentences on the KL verdicts of ``summary.json``: Algorithm 1 at its tuned settings against the best baseline
-    of each cell picked on tune (the counts, the largest losses and wins), the stricter line picked on test, the
+    of each cell picked on tune (the counts, the largest losses and wins), the stricter line picked on dev, the
     paper's settings against the same baselines, and every other tuned Jacap method (saying which one
     ``JacapPress()`` builds by default)."""
     main = family(summary, ALGORITHM1, "tune")
@@ -195,7 +195,7 @@ def kl_findings(summary: dict) -> list[str]:
     rows = main["rows"]
     adj = (" (each verdict from an interval adjusted for the number of cells, so that all hold at once with 95 % "
            "probability)" if _adjusted(rows) else "")
-    out = [f"Against the best tuned baseline of each cell, picked on tune documents and judged on held-out test "
+    out = [f"Against the best tuned baseline of each cell, picked on tune documents and judged on the dev "
            f"documents, Algorithm 1 at its tuned settings ({_tempered_text(main['setting'])}) is "
            f"{counts_text(verdict_counts(rows))}{adj}."]
     worst = _largest(rows, "worse")
@@ -207,9 +207,9 @@ def kl_findings(summary: dict) -> list[str]:
     if best:
         out.append(("Its win: " if len(best) == 1 else "Its largest wins: ") + "; ".join(
             f"{_cell(r)}, {r['verdict']} against `{short_spec(r['baseline_spec'])}`" for r in best) + ".")
-    strict = family(summary, ALGORITHM1, "test")
+    strict = family(summary, ALGORITHM1, "dev")
     if strict is not None:
-        out.append("Against the best baseline picked on the test documents themselves (a line that favours the "
+        out.append("Against the best baseline picked on the dev documents themselves (a line that favours the "
                    f"baselines) it is {counts_text(verdict_counts(strict['rows']))}.")
     paper = family(summary, "paper preset", "tune")
     if paper is not None:

@@ -13,8 +13,9 @@ loader                        file(s)                               written by
 :func:`load_mechanisms`       ``data/diagnostics/mechanisms.json``  ``jacap diagnose mechanisms``
 :func:`load_query_stats`      ``data/diagnostics/query_stats.json`` ``jacap diagnose query-stats``
 :func:`load_eval_choices`     ``data/results/eval/choices.json``    ``jacap evaluate tune``
-:func:`load_eval_rows`        ``data/results/eval/<split>.jsonl``   ``jacap evaluate tune|test``
+:func:`load_eval_rows`        ``data/results/eval/<split>.jsonl``   ``jacap evaluate tune|dev``
 :func:`load_eval_summary`     ``data/results/eval/summary.json``    ``jacap evaluate summary``
+:func:`load_dev_record`       ``data/results/eval/dev_record.json`` ``jacap evaluate record``
 :func:`load_needle_rows`      ``data/results/eval/needle.jsonl``    ``jacap evaluate needle``
 :func:`load_needle_summary`   ``.../eval/needle_summary.json``      ``jacap evaluate needle-summary``
 :func:`load_anatomy`          ``data/results/eval/anatomy.json``    ``jacap evaluate anatomy``
@@ -32,7 +33,7 @@ from .paths import data_dir, data_path
 __all__ = ["load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
            "load_mechanisms", "load_query_stats", "load_decoding_comparison",
-           "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary",
+           "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary", "load_dev_record",
            "load_needle_rows", "load_needle_runs", "load_needle_summary", "load_needle_probe_rows",
            "load_needle_probe_summary", "load_anatomy",
            "load_ablation_summary", "load_ablation_summaries"]
@@ -118,30 +119,38 @@ def load_eval_choices(path=None) -> dict:
                            require=("config", "fingerprint", "chosen", "choices"), hint="jacap evaluate tune")
 
 
-def load_eval_rows(split: str = "test", path=None) -> list[dict]:
-    """The evaluation's rows of ``split`` ("tune": every setting on the tune documents; "test": each method's
-    chosen setting on the test documents): one per (document, length, ratio, setting)."""
-    if split not in ("tune", "test"):
-        raise ValueError(f"split must be 'tune' or 'test', got {split!r}")
+def load_eval_rows(split: str = "dev", path=None) -> list[dict]:
+    """The evaluation's rows of ``split`` ("tune": every setting on the tune documents; "dev": each method's
+    chosen setting on the dev documents): one per (document, length, ratio, setting)."""
+    if split not in ("tune", "dev"):
+        raise ValueError(f"split must be 'tune' or 'dev', got {split!r}")
     path = path or data_path("results", "eval", f"{split}.jsonl", must_exist=False)
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path} does not exist; run `jacap evaluate {split}`")
     return files.read_jsonl(path)
 
 
-def load_eval_runs(split: str = "test", path=None) -> list[dict]:
+def load_eval_runs(split: str = "dev", path=None) -> list[dict]:
     """Every invocation's configuration of the evaluation's ``split`` file (its ``.config.json`` sidecar)."""
-    if split not in ("tune", "test"):
-        raise ValueError(f"split must be 'tune' or 'test', got {split!r}")
+    if split not in ("tune", "dev"):
+        raise ValueError(f"split must be 'tune' or 'dev', got {split!r}")
     return files.read_runs(path or data_path("results", "eval", f"{split}.jsonl", must_exist=False))
 
 
 def load_eval_summary(path=None) -> dict:
     """``summary.json`` of the evaluation: per (length, ratio) cell each Jacap setting against the best baseline
-    picked on tune (the protocol) and on test (stricter): ratio intervals, wins/losses, Wilcoxon and Holm p,
+    picked on tune (the protocol) and on dev (stricter): ratio intervals, wins/losses, Wilcoxon and Holm p,
     verdicts; ``cells_measured`` / ``cells_missing``."""
     return files.read_json(path or data_path("results", "eval", "summary.json", must_exist=False),
                            require=("config", "families"), hint="jacap evaluate summary")
+
+
+def load_dev_record(path=None) -> dict:
+    """``dev_record.json``: every setting ever run on the dev documents, with its round, first run, dev rows,
+    status (current choice, paper preset, superseded) and what it led to; ``rounds``: per round its settings and
+    rows."""
+    return files.read_json(path or data_path("results", "eval", "dev_record.json", must_exist=False),
+                           require=("config", "settings", "rounds"), hint="jacap evaluate record")
 
 
 def load_needle_rows(path=None) -> list[dict]:
@@ -168,8 +177,8 @@ def load_needle_summary(path=None) -> dict:
 
 def load_anatomy(path=None) -> dict:
     """``anatomy.json``: why Algorithm 1's tuned Jacap setting loses — per losing cell the per-layer attention-output
-    error ratios (``layers``) and the KL ratio per document kind (``kinds``), from the test rows; on one cell's
-    test documents the kept sets of the default and the best baseline and the KL of a one-knob swap of score and
+    error ratios (``layers``) and the KL ratio per document kind (``kinds``), from the dev rows; on one cell's
+    dev documents the kept sets of the default and the best baseline and the KL of a one-knob swap of score and
     protection (``documents``); ``config`` says what ran."""
     return files.read_json(path or data_path("results", "eval", "anatomy.json", must_exist=False),
                            require=("config", "layers", "kinds", "documents"), hint="jacap evaluate anatomy")

@@ -1,6 +1,6 @@
 """Needle retrieval with the tuned methods: does a compressed cache still hold a number hidden in filler?
 
-``jacap evaluate needle``          every setting of :func:`~jacap_lib.results.evaluation.test_specs` of the tune
+``jacap evaluate needle``          every setting of :func:`~jacap_lib.results.evaluation.dev_specs` of the tune
                                    choices (each method's choice, the paper preset) at prompts of 512/1024/2048
                                    tokens, c 0.5/0.75/0.9, a 5-digit key hidden at depths 0.1/0.3/0.5/0.7/0.9
                                    x ``--trials`` keys per depth (default 4: 20 prompts per length, what the CPU budget of the whole evaluation allows), plus one
@@ -128,10 +128,10 @@ def read_choices(path: Path, record: dict, lengths, ratios) -> dict:
 
 
 def needle_specs(choices: dict, *, quick: bool = False, cells=()) -> list[str]:
-    """The settings the needle job runs: :func:`~jacap_lib.results.evaluation.test_specs` of the choices
+    """The settings the needle job runs: :func:`~jacap_lib.results.evaluation.dev_specs` of the choices
     (each method's choice, the paper preset when it differs); ``quick``: Algorithm 1's tuned Jacap setting, the paper
     preset and the best baseline(s) of ``cells`` (``"L/c"`` names) only."""
-    specs = E.test_specs(choices["chosen"])
+    specs = E.dev_specs(choices["chosen"])
     if not quick:
         return specs
     base = [choices["best_baseline"]["cells"][c]["spec"] for c in cells]

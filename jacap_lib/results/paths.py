@@ -20,7 +20,7 @@ __all__ = ["DATA_ENV", "data_dir", "data_path", "repo_path", "SUBDIRS"]
 DATA_ENV = "JACAP_DATA"
 # the folders of data/ and what each holds
 SUBDIRS = {
-    "results": "the evaluation protocol (eval/: tune and test rows, choices, summary, needle retrieval)",
+    "results": "the evaluation protocol (eval/: tune and dev rows, choices, summary, needle retrieval)",
     "decomposition": "error decomposition and failure demos (one JSON per part)",
     "live": "the live-eviction chapter's KL table",
     "serving": "the serving chapter's Algorithm 2 run",

@@ -23,10 +23,10 @@ every (document, length, ratio) weighted alike. The setting with the smallest sc
 (scores equal to 1e-12) go to the setting listed first in the table.
 :func:`choose_settings` applies it per method over all cells; :func:`best_baseline_per_cell` applies
 the same rule within one (L, c) cell to the baselines' chosen settings: picked on the tune documents
-(the protocol's best baseline) or, labelled as the stricter secondary line, on the test documents.
+(the protocol's best baseline) or, labelled as the stricter secondary line, on the dev documents.
 
 :func:`fingerprint` hashes what a tune choice depends on (model, lengths, ratios, continuation, search
-space, rule, the tune and test documents with their sha256); the test job refuses choices made with a
+space, rule, the tune and dev documents with their sha256); the dev job refuses choices made with a
 different fingerprint.
 """
 from __future__ import annotations
@@ -179,8 +179,8 @@ SPACES: dict[str, dict] = {"first": SEARCH_SPACE, "peers": PEER_SPACE}
 # the first window (32) until then, was tried again around the chosen window: tau 1 and 10 at window 128 replaced tau 1
 # and 10 at window 32 (main-grid settings: they differ from the choice in tau alone, _around_settings). Every choice is
 # made on tune documents only; each round's rows stay in tune.jsonl.
-# The paper's exact settings, the first setting of Algorithm 1's grid: the test job runs it next to the tuned choice
-# whenever the two differ (evaluation.test_specs), so both are in every table.
+# The paper's exact settings, the first setting of Algorithm 1's grid: the dev job runs it next to the tuned choice
+# whenever the two differ (evaluation.dev_specs), so both are in every table.
 PAPER_PRESET = _jacap("jacap")
 BASELINE_METHODS = tuple(m for m in SEARCH_SPACE if m in BASELINES)
 JACAP_METHODS = tuple(m for m in SEARCH_SPACE if m.startswith("jacap"))
@@ -430,13 +430,13 @@ def best_baseline_per_cell(rows: list[dict], chosen: dict[str, str], *, split: s
 # --------------------------------------------------------------------------------------------- configuration
 def protocol_config(*, model: dict, lengths, ratios, continuation: int, space: dict, docs: list[dict]) -> dict:
     """What a tune choice depends on: model (name, file sha256), lengths, ratios, continuation, the search
-    space, the rule, and the tune/test documents (id, sha256) in manifest order."""
+    space, the rule, and the tune/dev documents (id, sha256) in manifest order."""
     return {"model": {k: model.get(k) for k in ("name", "sha256")},
             "lengths": [int(x) for x in lengths], "ratios": [float(x) for x in ratios],
             "continuation": int(continuation), "search_space": {m: list(v) for m, v in space.items()},
             "rule": RULE, "kl_floor": KL_FLOOR,
             "tune_docs": [[d["id"], d["sha256"]] for d in docs if d.get("split") == "tune"],
-            "test_docs": [[d["id"], d["sha256"]] for d in docs if d.get("split") == "test"]}
+            "dev_docs": [[d["id"], d["sha256"]] for d in docs if d.get("split") == "dev"]}
 
 
 def fingerprint(config: dict) -> str:
@@ -450,9 +450,9 @@ def compare_configs(recorded: dict, current: dict) -> list[str]:
 
 
 def same_measurements(recorded: dict, current: dict) -> bool:
-    """Whether test rows measured under ``recorded`` are measurements of ``current``'s protocol: the two differ at
-    most in the search space and the tune documents (model, lengths, ratios, continuation, rule, floor and test
-    documents equal). A test row measures one setting on one test document, whichever settings the tune offered and
+    """Whether dev rows measured under ``recorded`` are measurements of ``current``'s protocol: the two differ at
+    most in the search space and the tune documents (model, lengths, ratios, continuation, rule, floor and dev
+    documents equal). A dev row measures one setting on one dev document, whichever settings the tune offered and
     on however many tune documents it chose; which rows a job reads is up to today's choices, and the jobs refuse to
     resume a file whose setting now builds another press
     (:func:`jacap_lib.results.evaluation.check_settings_unchanged`)."""

@@ -2,7 +2,7 @@
 
 :mod:`jacap_lib.results.verdicts` holds the interval machinery on two arrays (the paired geometric-mean ratio,
 its BCa bootstrap interval, Holm, McNemar, the simultaneous level, the verdict sentence); this module turns the
-rows of ``test.jsonl``, ``summary.json``, ``anatomy.json``, ``needle.jsonl`` and ``ablation.jsonl`` into those
+rows of ``dev.jsonl``, ``summary.json``, ``anatomy.json``, ``needle.jsonl`` and ``ablation.jsonl`` into those
 arrays and back into records. The jobs (:mod:`.anatomy`, :mod:`.needle`, :mod:`.ablation`,
 :mod:`.decoding_comparison`) and the sentences (:mod:`.findings`) call it; it writes nothing and loads no model.
 
@@ -11,7 +11,7 @@ arrays and back into records. The jobs (:mod:`.anatomy`, :mod:`.needle`, :mod:`.
 * ``choices.json``: :func:`read_choices_file`, the one reader of the tune's choices (present, well-formed, its
   fingerprint its configuration's); the jobs add their own checks on top.
 * ``summary.json``'s families: :data:`ALGORITHM1`, :func:`family`, :func:`is_library_default`.
-* Paired per-document ratios from ``test.jsonl``'s rows: :func:`paired_values`, :func:`kind_ratios` (KL per
+* Paired per-document ratios from ``dev.jsonl``'s rows: :func:`paired_values`, :func:`kind_ratios` (KL per
   document kind), :func:`layer_error_ratios` (per-layer attention-output error, with intervals),
   :func:`layer_error_geomeans` (the same ratio pooled over cells, descriptive); the losing cells of a Jacap setting
   (:func:`losing_cells`, :func:`rows_part`, :func:`default_role`, :func:`library_default_part`) and one kind's
@@ -68,7 +68,7 @@ ALGORITHM1 = "algorithm 1"
 
 def family(summary: dict, role: str, picked_on: str = "tune") -> dict | None:
     """The family of ``summary.json`` (its content) with that role (:data:`ALGORITHM1`, ``"paper preset"``,
-    ``"tuned <method>"``) and baseline line (``picked_on`` "tune" or "test"); ``None`` when it has none."""
+    ``"tuned <method>"``) and baseline line (``picked_on`` "tune" or "dev"); ``None`` when it has none."""
     return next((f for f in summary.get("families", []) if f["role"] == role and f["picked_on"] == picked_on), None)
 
 
@@ -80,7 +80,7 @@ def is_library_default(spec: str) -> bool:
     return P.method_of(spec).startswith("jacap") and not changed_options(spec, "jacap")
 
 
-# --------------------------------------------------------------------------------------------- test.jsonl's rows
+# --------------------------------------------------------------------------------------------- dev.jsonl's rows
 def paired_values(rows: list[dict], setting: str, reference: str, length: int, ratio: float, *, key: str = "kl",
                   kind: str | None = None) -> tuple[list[str], list, list]:
     """``(documents, values of setting, values of reference)`` of one (length, ratio) cell, paired per document
@@ -172,8 +172,8 @@ def default_role(summary: dict) -> str | None:
                  if f["picked_on"] == "tune" and is_library_default(f["setting"])), None)
 
 
-def kind_pairs(test_rows: list[dict], choices: dict, pairs: dict, *, kind: str = "dialogue") -> list[dict]:
-    """Per (length, ratio) cell of the tune's best baselines (``choices``: ``choices.json``'s content), on the test
+def kind_pairs(dev_rows: list[dict], choices: dict, pairs: dict, *, kind: str = "dialogue") -> list[dict]:
+    """Per (length, ratio) cell of the tune's best baselines (``choices``: ``choices.json``'s content), on the dev
     documents of one ``kind``: for each label of ``pairs`` (label -> ``(setting, reference)``; reference ``None``:
     the cell's best baseline picked on tune) the row of :func:`jacap_lib.results.verdicts.compare_cells` over the
     cells (the paired geometric-mean KL ratio with its 95 % interval, the verdict of the interval adjusted for the
@@ -183,7 +183,7 @@ def kind_pairs(test_rows: list[dict], choices: dict, pairs: dict, *, kind: str =
     out = []
     for label, (setting, reference) in pairs.items():
         refs = {name: c["spec"] if reference is None else reference for name, c in cells.items()}
-        paired = {name: paired_values(test_rows, setting, refs[name], int(c["length"]), float(c["ratio"]),
+        paired = {name: paired_values(dev_rows, setting, refs[name], int(c["length"]), float(c["ratio"]),
                                       kind=kind)[1:] for name, c in cells.items()}
         out += [{"length": int(cells[r["cell"]]["length"]), "ratio": float(cells[r["cell"]]["ratio"]), "pair": label,
                  "reference": refs[r["cell"]], **r} for r in V.compare_cells(paired)]
@@ -191,7 +191,7 @@ def kind_pairs(test_rows: list[dict], choices: dict, pairs: dict, *, kind: str =
     return sorted(out, key=lambda r: order.index(r["cell"]))  # stable: each cell's pairs keep their order
 
 
-def rows_part(test_rows: list[dict], summary: dict, *, role: str = ALGORITHM1,
+def rows_part(dev_rows: list[dict], summary: dict, *, role: str = ALGORITHM1,
               **opts) -> tuple[list, list]:
     """Measurement 1 of ``jacap evaluate anatomy`` (:mod:`jacap_lib.results.anatomy`) on the committed files for the
     Jacap setting of ``role`` (default: Algorithm 1's tuned setting): ``(layers, kinds)``, one entry per losing cell
@@ -203,22 +203,22 @@ def rows_part(test_rows: list[dict], summary: dict, *, role: str = ALGORITHM1,
         L, c, base = int(cell["length"]), float(cell["ratio"]), cell["baseline_spec"]
         meta = {"cell": f"{L}/{c}", "length": L, "ratio": c, "setting": default, "baseline": base,
                 "kl_ratio": cell["gm_ratio"], "kl_low": cell["gm_low"], "kl_high": cell["gm_high"]}
-        kr = kind_ratios(test_rows, default, base, L, c, **opts)
+        kr = kind_ratios(dev_rows, default, base, L, c, **opts)
         kinds.append({**meta, "kinds": kr})
         for k in [x["kind"] for x in kr]:
             layers.append({**meta, "kind": k,
-                           "layers": layer_error_ratios(test_rows, default, base, L, c,
+                           "layers": layer_error_ratios(dev_rows, default, base, L, c,
                                                         kind=None if k == "all" else k, **opts)})
     return layers, kinds
 
 
-def library_default_part(test_rows: list[dict], summary: dict, **opts) -> dict | None:
+def library_default_part(dev_rows: list[dict], summary: dict, **opts) -> dict | None:
     """Measurement 1 for the press ``JacapPress()`` builds today, when the summary judges it and it is not Algorithm
     1's tuned setting: ``{"role", "setting", "layers", "kinds"}`` (:func:`rows_part`), else ``None``."""
     role = default_role(summary)
     if role is None or role == ALGORITHM1:
         return None
-    layers, kinds = rows_part(test_rows, summary, role=role, **opts)
+    layers, kinds = rows_part(dev_rows, summary, role=role, **opts)
     return {"role": role, "setting": family(summary, role, "tune")["setting"], "layers": layers,
             "kinds": kinds}
 

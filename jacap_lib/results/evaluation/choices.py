@@ -1,6 +1,6 @@
 """The tune's choices: each method's setting and the best baseline per cell by the protocol's one rule
-(``choices.json``, written after the tune job, read by the test job with its configuration checked), the two
-best-baseline lines the summary compares with, and which settings the test job and the summary take."""
+(``choices.json``, written after the tune job, read by the dev job with its configuration checked), the two
+best-baseline lines the summary compares with, and which settings the dev job and the summary take."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,9 +9,9 @@ from .. import files
 from .. import protocol as P
 from ..rowstats import ALGORITHM1
 
-__all__ = ["TEST_LABEL", "write_choices", "read_choices", "best_baselines", "jacap_settings", "test_specs"]
+__all__ = ["DEV_LABEL", "write_choices", "read_choices", "best_baselines", "jacap_settings", "dev_specs"]
 
-TEST_LABEL = "picked on test (stricter secondary line: favours the baselines, as it peeks at the test documents)"
+DEV_LABEL = "picked on dev (stricter secondary line: favours the baselines, as it peeks at the dev documents)"
 
 
 def write_choices(path: Path, tune_rows: list[dict], config: dict, space: dict, *, provenance: dict | None = None,
@@ -61,37 +61,37 @@ def read_choices(path: Path, config: dict) -> dict:
     saying what to run."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path} does not exist: the test job needs the tune choices; run `jacap evaluate tune` "
+        raise ValueError(f"{path} does not exist: the dev job needs the tune choices; run `jacap evaluate tune` "
                          "(same options) first")
     data = files.read_json(path, require=("config", "fingerprint", "chosen"))
     if data["fingerprint"] != P.fingerprint(config):
         diff = P.compare_configs(data["config"], config)
         raise ValueError(f"{path} was made with a different configuration (differs in: {', '.join(diff) or 'fingerprint'}); "
-                         "rerun `jacap evaluate tune` with this run's options, or run the test job with the tune's options")
+                         "rerun `jacap evaluate tune` with this run's options, or run the dev job with the tune's options")
     missing = sorted(set(config["search_space"]) - set(data["chosen"]))
     if missing:
         raise ValueError(f"{path} has no choice for {missing}; rerun `jacap evaluate tune`")
     return data
 
 
-def best_baselines(choices: dict, test_rows: list[dict]) -> dict:
+def best_baselines(choices: dict, dev_rows: list[dict]) -> dict:
     """The two best-baseline lines per (length, ratio) cell: ``"tune"`` (the protocol's, from
-    ``choices.json``) and ``"test"`` (the same rule applied to the test rows; labelled :data:`TEST_LABEL`)."""
+    ``choices.json``) and ``"dev"`` (the same rule applied to the dev rows; labelled :data:`DEV_LABEL`)."""
     return {"tune": {"label": "picked on tune (the protocol)", "cells": choices["best_baseline"]["cells"]},
-            "test": {"label": TEST_LABEL,
-                     "cells": P.best_baseline_per_cell(test_rows, choices["chosen"], split="test")}}
+            "dev": {"label": DEV_LABEL,
+                     "cells": P.best_baseline_per_cell(dev_rows, choices["chosen"], split="dev")}}
 
 
-def jacap_settings(choices: dict, test_rows: list[dict]) -> list[dict]:
+def jacap_settings(choices: dict, dev_rows: list[dict]) -> list[dict]:
     """The Jacap settings the summary judges: Algorithm 1's tuned setting (the tune choice of ``jacap``, the tempered
     centre; role :data:`~jacap_lib.results.rowstats.ALGORITHM1`) first, then the paper's exact settings preset when the search space has one
-    (``protocol.PAPER_PRESET``, a method spec) and the test rows hold it, else every other Jacap setting
-    (``jacap*`` method) the test rows hold; then the tune choice of every other Jacap method of the search space
-    (``jacap_adakv``, ``jacap_obs``, ...; role ``"tuned <method>"``) the test rows hold. ``[{"spec", "role"}]``."""
-    have = list(dict.fromkeys(r["method"] for r in test_rows if P.method_of(r["method"]).startswith("jacap")))
+    (``protocol.PAPER_PRESET``, a method spec) and the dev rows hold it, else every other Jacap setting
+    (``jacap*`` method) the dev rows hold; then the tune choice of every other Jacap method of the search space
+    (``jacap_adakv``, ``jacap_obs``, ...; role ``"tuned <method>"``) the dev rows hold. ``[{"spec", "role"}]``."""
+    have = list(dict.fromkeys(r["method"] for r in dev_rows if P.method_of(r["method"]).startswith("jacap")))
     default = choices["chosen"].get("jacap") or (have[0] if have else None)
     if default is None or default not in have:
-        raise ValueError(f"test.jsonl has no rows of the chosen Jacap setting {default!r}; run `jacap evaluate test`")
+        raise ValueError(f"dev.jsonl has no rows of the chosen Jacap setting {default!r}; run `jacap evaluate dev`")
     out = [{"spec": default, "role": ALGORITHM1}]
     paper = getattr(P, "PAPER_PRESET", None)
     if paper is not None and paper in have and not P.same_setting(paper, default):
@@ -104,8 +104,8 @@ def jacap_settings(choices: dict, test_rows: list[dict]) -> list[dict]:
     return out
 
 
-def test_specs(chosen: dict) -> list[str]:
-    """The settings the test job runs: each method's tune choice, then the paper preset
+def dev_specs(chosen: dict) -> list[str]:
+    """The settings the dev job runs: each method's tune choice, then the paper preset
     (:data:`~jacap_lib.results.protocol.PAPER_PRESET`) when Jacap is among the methods and its choice
     resolves to other options (so the default and the paper's settings are in every table)."""
     specs = list(dict.fromkeys(chosen.values()))

@@ -1,4 +1,4 @@
-"""The evaluation's documents and grid: the corpus split into tune and test documents (sha256-checked), the
+"""The evaluation's documents and grid: the corpus split into tune and dev documents (sha256-checked), the
 documents' length check, and the grid's default prompt lengths, ratios and continuation (``--quick``: the smoke run's)."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ QUICK = {"lengths": (512,), "ratios": (0.75, 0.9), "continuation": 32, "docs_per
 
 def load_docs(manifest=None, *, quick: bool = False, tune_per_kind: int = 0) -> list[dict]:
     """The documents of the evaluation corpus (``manifest``: another manifest of that shape, or of the older
-    ``segments`` shape) with their text, sha256-checked, each with ``split`` "tune" or "test" (``quick``:
+    ``segments`` shape) with their text, sha256-checked, each with ``split`` "tune" or "dev" (``quick``:
     the first two of each split; ``tune_per_kind`` > 0: only that many tune documents of each kind, taken
     round robin over its source works (``group``; the first excerpt of every work, then the second, ...,
     manifest order within a round) — the other tune documents take part in neither job)."""
@@ -28,9 +28,9 @@ def load_docs(manifest=None, *, quick: bool = False, tune_per_kind: int = 0) -> 
         docs = load_segments(None, manifest)
     else:
         docs = load_corpus(manifest=manifest)
-    bad = sorted({str(d.get("split")) for d in docs} - {"tune", "test"})
+    bad = sorted({str(d.get("split")) for d in docs} - {"tune", "dev"})
     if bad:
-        raise ValueError(f"every document of the manifest needs split 'tune' or 'test'; found {bad}")
+        raise ValueError(f"every document of the manifest needs split 'tune' or 'dev'; found {bad}")
     if tune_per_kind > 0:  # round robin over the source works (groups) of each kind, manifest order within
         rank, seen = {}, {}
         for i, d in enumerate(d for d in docs if d["split"] == "tune"):
@@ -41,11 +41,11 @@ def load_docs(manifest=None, *, quick: bool = False, tune_per_kind: int = 0) -> 
         for kind in dict.fromkeys(d.get("kind") for d in docs if d["split"] == "tune"):
             ids = sorted((rank[d["id"]], d["id"]) for d in docs if d["split"] == "tune" and d.get("kind") == kind)
             keep |= {x for _, x in ids[:tune_per_kind]}
-        docs = [d for d in docs if d["split"] == "test" or d["id"] in keep]
+        docs = [d for d in docs if d["split"] == "dev" or d["id"] in keep]
     if quick:
         n = QUICK["docs_per_split"]
-        docs = [d for d in docs if d["split"] == "tune"][:n] + [d for d in docs if d["split"] == "test"][:n]
-    for split in ("tune", "test"):
+        docs = [d for d in docs if d["split"] == "tune"][:n] + [d for d in docs if d["split"] == "dev"][:n]
+    for split in ("tune", "dev"):
         if not any(d["split"] == split for d in docs):
             raise ValueError(f"the manifest has no {split} documents; the protocol needs both splits")
     return docs

@@ -1,11 +1,11 @@
-"""The command-line jobs ``jacap evaluate tune|test|time``: each checks its options (:func:`~.runs.prepare`),
+"""The command-line jobs ``jacap evaluate tune|dev|time``: each checks its options (:func:`~.runs.prepare`),
 runs (:func:`~.runs.execute`) and prints what it wrote. ``jacap evaluate summary`` is :data:`~.summary.SUMMARY`."""
 from __future__ import annotations
 
 from .. import job as J
 from .runs import add_arguments, execute, prepare
 
-__all__ = ["report", "TUNE", "TEST", "TIME"]
+__all__ = ["report", "TUNE", "DEV", "TIME"]
 
 
 def report(res: dict) -> None:
@@ -13,7 +13,7 @@ def report(res: dict) -> None:
     if "estimate" in res:
         e = res["estimate"]
         print(f"wrote {res['file']}; full grid: {e['cpu_seconds']['total'] / 3600:.2f} CPU-hours "
-              f"(tune {e['cpu_seconds']['tune'] / 3600:.2f}, test {e['cpu_seconds']['test'] / 3600:.2f}); "
+              f"(tune {e['cpu_seconds']['tune'] / 3600:.2f}, dev {e['cpu_seconds']['dev'] / 3600:.2f}); "
               f"{e['wall_seconds']['total'] / 3600:.2f} h at this run's load, one process")
     else:
         print(f"wrote {res['rows_written']} new rows to {res['file']}")
@@ -38,7 +38,7 @@ def _job(job: str):
 
 TUNE = J.Job("every setting of the search space on the tune documents -> data/results/eval/tune.jsonl, then "
              "each method's choice and the best baseline per cell -> choices.json", *_job("tune"))
-TEST = J.Job("each method's tuned setting on the test documents -> data/results/eval/test.jsonl (needs the tune's "
-             "choices.json, made with the same options)", *_job("test"))
+DEV = J.Job("each method's tuned setting on the dev documents -> data/results/eval/dev.jsonl (needs the tune's "
+             "choices.json, made with the same options)", *_job("dev"))
 TIME = J.Job("wall and CPU time of one prefill and one replay per setting on one document, and the extrapolated "
-             "time of the tune + test grid -> data/results/eval/timing.json", *_job("time"))
+             "time of the tune + dev grid -> data/results/eval/timing.json", *_job("time"))

@@ -1,4 +1,4 @@
-"""The tune and test runs: their options and checks (:func:`prepare` -> :class:`Plan`, nothing loaded or
+"""The tune and dev runs: their options and checks (:func:`prepare` -> :class:`Plan`, nothing loaded or
 written), the grid of prefills (:class:`Group`), one prefill's replays (:func:`measure_group`), the spawned
 worker pool (:func:`map_in_workers`, also used by :mod:`..needle` and :mod:`..decoding_comparison`), the rows
 appended as they finish (:func:`run_groups`, resumable by :func:`row_key`), and the refusal to resume a file
@@ -17,12 +17,12 @@ from .. import files
 from .. import job as J
 from .. import protocol as P
 from . import timing as T
-from .choices import read_choices, test_specs, write_choices
+from .choices import read_choices, dev_specs, write_choices
 from .corpus import (DEFAULT_CONTINUATION, DEFAULT_LENGTHS, DEFAULT_RATIOS, QUICK, TUNE_DOCS_PER_KIND, check_lengths,
                      load_docs)
 
 __all__ = ["row_key", "check_ratios", "check_processes", "eval_dir", "Group", "tune_groups",
-           "test_groups", "measure_group", "map_in_workers", "run_groups", "add_arguments", "Plan", "prepare",
+           "dev_groups", "measure_group", "map_in_workers", "run_groups", "add_arguments", "Plan", "prepare",
            "execute", "check_settings_unchanged"]
 
 
@@ -104,11 +104,11 @@ def tune_groups(docs, space, lengths, ratios, continuation, model_name, done=fro
                    model_name, done)
 
 
-def test_groups(docs, chosen: dict, lengths, ratios, continuation, model_name, done=frozenset()) -> list[Group]:
-    """Each method's chosen setting (and the paper preset, :func:`test_specs`) on every test document, minus
+def dev_groups(docs, chosen: dict, lengths, ratios, continuation, model_name, done=frozenset()) -> list[Group]:
+    """Each method's chosen setting (and the paper preset, :func:`dev_specs`) on every dev document, minus
     the keys in ``done``."""
-    specs = test_specs(chosen)
-    return _groups([d for d in docs if d["split"] == "test"], lengths, ratios, lambda d: specs, continuation,
+    specs = dev_specs(chosen)
+    return _groups([d for d in docs if d["split"] == "dev"], lengths, ratios, lambda d: specs, continuation,
                    model_name, done)
 
 
@@ -241,7 +241,7 @@ def run_groups(groups: list, out: Path, *, continuation: int | None = None, mode
 
 # --------------------------------------------------------------------------------------------- command line
 def add_arguments(parser: argparse.ArgumentParser, job: str = "tune") -> None:
-    """The options of ``jacap evaluate <job>`` (``job``: tune, test or time)."""
+    """The options of ``jacap evaluate <job>`` (``job``: tune, dev or time)."""
     J.shared_options(parser, seed=True)
     J.grid_options(parser, lengths=DEFAULT_LENGTHS, ratios=DEFAULT_RATIOS, continuation=DEFAULT_CONTINUATION)
     parser.add_argument("--space", choices=sorted(P.SPACES), default="first",
@@ -253,7 +253,7 @@ def add_arguments(parser: argparse.ArgumentParser, job: str = "tune") -> None:
                              "tune job's choices.json still covers every method of --space whose rows are complete")
     parser.add_argument("--manifest", type=Path, default=None,
                         help="document manifest (default: the evaluation corpus, data/texts/corpus/manifest.json)")
-    folder_options(parser, quick=f"smoke run: {QUICK['docs_per_split']} tune + {QUICK['docs_per_split']} test "
+    folder_options(parser, quick=f"smoke run: {QUICK['docs_per_split']} tune + {QUICK['docs_per_split']} dev "
                                  "documents, prompt 512, c 0.75/0.9, 32-token continuation, knorm/snapkv/jacap with "
                                  "<= 2 settings")
     parser.add_argument("--tune-per-kind", type=int, default=TUNE_DOCS_PER_KIND,
@@ -267,7 +267,7 @@ def add_arguments(parser: argparse.ArgumentParser, job: str = "tune") -> None:
         parser.add_argument("--doc", default=None, help="document id (default: the first long enough)")
         parser.add_argument("--ratio", type=float, default=0.9, help="the ratio the replays are timed at (default 0.9)")
         parser.add_argument("--n-tune", type=int, default=None, help="tune documents to extrapolate to (default: the manifest's)")
-        parser.add_argument("--n-test", type=int, default=None, help="test documents to extrapolate to (default: the manifest's)")
+        parser.add_argument("--n-dev", type=int, default=None, help="dev documents to extrapolate to (default: the manifest's)")
 
 
 @dataclass
@@ -346,7 +346,7 @@ def prepare(args, *, tokenizer=None) -> Plan:
                 threads=args.threads, workers=getattr(args, "workers", 1), seed=args.seed,
                 progress=not args.no_progress, extra=extra)
     plan.extra["command"] = getattr(args, "command", None)
-    if args.job == "test":
+    if args.job == "dev":
         plan.extra["choices"] = read_choices(plan.out_dir / "choices.json", config)
     return plan
 
@@ -371,19 +371,21 @@ def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
     in this process). Returns a summary dict (rows written, files)."""
     if plan.job == "time":
         return T.execute_time(plan, model, tokenizer)
-    name = "tune.jsonl" if plan.job == "tune" else "test.jsonl"
+    name = "tune.jsonl" if plan.job == "tune" else "dev.jsonl"
     out = plan.out_dir / name
-    done = {row_key(r) for r in files.read_jsonl(out)}
+    had = files.read_jsonl(out)
+    done = {row_key(r) for r in had}
     if plan.job == "tune":
         groups = tune_groups(plan.docs, plan.space, plan.lengths, plan.ratios, plan.continuation, plan.model_label, done)
     else:
         chosen = plan.extra["choices"]["chosen"]
-        groups = test_groups(plan.docs, {m: chosen[m] for m in plan.space}, plan.lengths, plan.ratios,
+        groups = dev_groups(plan.docs, {m: chosen[m] for m in plan.space}, plan.lengths, plan.ratios,
                              plan.continuation, plan.model_label, done)
     check_settings_unchanged(out, plan.space if plan.job == "tune" else None,
-                             test_specs(plan.extra["choices"]["chosen"]) if plan.job == "test" else None, plan.ratios)
+                             dev_specs(plan.extra["choices"]["chosen"]) if plan.job == "dev" else None, plan.ratios)
     plan.out_dir.mkdir(parents=True, exist_ok=True)
-    files.append_run(out, _run_config(plan, model))
+    # rows_before: where this run's rows begin in the file (the dev record assigns rows to runs by it)
+    files.append_run(out, {**_run_config(plan, model), "rows_before": len(had)})
     import functools
 
     # KVzip and KVgrad score the same at every ratio: one real prefill scores all of a group's ratios (same rows)

@@ -1,5 +1,5 @@
-"""The summary job: test.jsonl + choices.json (one fingerprint) -> ``summary.json``. Per (length, ratio)
-cell each Jacap setting against the best baseline picked on tune (primary) and on test (stricter): ratio
+"""The summary job: dev.jsonl + choices.json (one fingerprint) -> ``summary.json``. Per (length, ratio)
+cell each Jacap setting against the best baseline picked on tune (primary) and on dev (stricter): ratio
 intervals, wins/losses, Wilcoxon and Holm p, verdicts (:func:`summarize`, pure); the cells every setting has
 finished (:func:`complete_cells`); per-setting cell statistics, other pairwise comparisons, the target's status
 and the table rows the book shows."""
@@ -11,20 +11,20 @@ from .. import files
 from .. import rowstats as RS
 from .. import job as J
 from .. import protocol as P
-from .choices import best_baselines, jacap_settings, test_specs
+from .choices import best_baselines, jacap_settings, dev_specs
 from .runs import eval_dir, summary_options
 
-__all__ = ["TUNE_LABEL", "TEST_SHORT_LABEL", "summarize", "complete_cells", "cell_statistics", "compare_settings",
+__all__ = ["TUNE_LABEL", "DEV_SHORT_LABEL", "summarize", "complete_cells", "cell_statistics", "compare_settings",
            "TARGET", "target_status", "identical_documents", "summary_table", "SUMMARY"]
 
 TUNE_LABEL = "picked on tune (the protocol)"
-TEST_SHORT_LABEL = "picked on test (stricter)"
+DEV_SHORT_LABEL = "picked on dev (stricter)"
 
 
-def summarize(test_rows: list[dict], choices: dict, *, confidence: float | None = None,
+def summarize(dev_rows: list[dict], choices: dict, *, confidence: float | None = None,
               n_resamples: int | None = None, seed: int | None = None, alpha: float = 0.05) -> dict:
     """The comparisons of the summary (pure): for each Jacap setting of :func:`jacap_settings` and each
-    best-baseline line of :func:`best_baselines` (picked on tune: the protocol; picked on test: stricter),
+    best-baseline line of :func:`best_baselines` (picked on tune: the protocol; picked on dev: stricter),
     one comparison family over the (length, ratio) cells, each cell a row of
     :func:`jacap_lib.results.verdicts.compare_cells` (paired per-document KLs: geometric-mean and mean-KL
     ratio intervals, the geometric-mean interval adjusted for the family's cells (Bonferroni), wins/losses,
@@ -35,14 +35,14 @@ def summarize(test_rows: list[dict], choices: dict, *, confidence: float | None 
 
     cfg = choices["config"]
     model = cfg.get("model", {}).get("name")
-    rows = [r for r in test_rows if r.get("split", "test") == "test"
+    rows = [r for r in dev_rows if r.get("split", "dev") == "dev"
             and (model is None or r.get("model") == model) and int(r["continuation"]) == int(cfg["continuation"])]
     kl = {(r["method"], int(r["length"]), float(r["ratio"]), r["doc"]): float(r["kl"]) for r in rows}
-    docs = [d for d, _ in cfg["test_docs"]]
+    docs = [d for d, _ in cfg["dev_docs"]]
     complete, missing = complete_cells(rows, choices)
     if not complete:
-        raise ValueError("test.jsonl has no complete (length, ratio) cell (every chosen setting on every test "
-                         "document); run or finish `jacap evaluate test`")
+        raise ValueError("dev.jsonl has no complete (length, ratio) cell (every chosen setting on every dev "
+                         "document); run or finish `jacap evaluate dev`")
     rows = [r for r in rows if (int(r["length"]), float(r["ratio"])) in complete]
     lines = best_baselines(choices, rows)
     opts = {k: v for k, v in (("confidence", confidence), ("n_resamples", n_resamples), ("seed", seed))
@@ -58,11 +58,11 @@ def summarize(test_rows: list[dict], choices: dict, *, confidence: float | None 
                     name = f"{int(L)}/{float(c)}"
                     base = line["cells"].get(name)
                     if base is None:
-                        raise ValueError(f"choices.json / test.jsonl: no best baseline {picked_on} for cell {name}")
+                        raise ValueError(f"choices.json / dev.jsonl: no best baseline {picked_on} for cell {name}")
                     need = [(s, d) for s in (js["spec"], base["spec"]) for d in docs
                             if (s, int(L), float(c), d) not in kl]
                     if need:
-                        raise ValueError(f"test.jsonl lacks cell {name} rows of {need[:3]}; finish `jacap evaluate test`")
+                        raise ValueError(f"dev.jsonl lacks cell {name} rows of {need[:3]}; finish `jacap evaluate dev`")
                     cells[name] = ([kl[(js["spec"], int(L), float(c), d)] for d in docs],
                                    [kl[(base["spec"], int(L), float(c), d)] for d in docs])
                     meta[name] = {"length": int(L), "ratio": float(c), "baseline": base["method"],
@@ -71,22 +71,22 @@ def summarize(test_rows: list[dict], choices: dict, *, confidence: float | None 
             for row in V.compare_cells(cells, alpha=alpha, **opts):
                 out.append({**meta[row["cell"]], **row, "losses": row["n"] - row["wins"] - row["ties"]})
             families.append({"setting": js["spec"], "role": js["role"], "picked_on": picked_on,
-                             "label": TUNE_LABEL if picked_on == "tune" else TEST_SHORT_LABEL, "rows": out})
+                             "label": TUNE_LABEL if picked_on == "tune" else DEV_SHORT_LABEL, "rows": out})
     return {"families": families, "cells_measured": [f"{L}/{c}" for L, c in complete],
             "cells_missing": [f"{L}/{c}" for L, c in missing]}
 
 
-def complete_cells(test_rows: list[dict], choices: dict) -> tuple[list, list]:
-    """The (length, ratio) cells of the protocol in which every setting the test job runs (each method's
-    choice, and the paper preset when it differs from them) has a row on every test document, and the cells
+def complete_cells(dev_rows: list[dict], choices: dict) -> tuple[list, list]:
+    """The (length, ratio) cells of the protocol in which every setting the dev job runs (each method's
+    choice, and the paper preset when it differs from them) has a row on every dev document, and the cells
     that lack some: ``(complete, missing)``, each a list of ``(length, ratio)`` in the configuration's order.
 
     The jobs measure the shortest prompts first, so an unfinished (resumable) run leaves whole lengths
     complete; the summary judges those cells and names the others (the Holm family is then the cells judged)."""
     cfg = choices["config"]
-    have = {(r["method"], int(r["length"]), float(r["ratio"]), r["doc"]) for r in test_rows}
-    specs = test_specs(choices["chosen"])
-    docs = [d for d, _ in cfg["test_docs"]]
+    have = {(r["method"], int(r["length"]), float(r["ratio"]), r["doc"]) for r in dev_rows}
+    specs = dev_specs(choices["chosen"])
+    docs = [d for d, _ in cfg["dev_docs"]]
     complete, missing = [], []
     for L in cfg["lengths"]:
         for c in cfg["ratios"]:
@@ -238,36 +238,36 @@ def summary_table(summary: dict) -> list[dict]:
 
 
 def _summary_inputs(out_dir: Path) -> tuple[list[dict], dict, list[dict]]:
-    """test rows, choices and the test runs' configurations of ``out_dir``; ``ValueError`` when a file is
-    missing or test.jsonl was made under another configuration than choices.json."""
-    test, ch = out_dir / "test.jsonl", out_dir / "choices.json"
+    """dev rows, choices and the dev runs' configurations of ``out_dir``; ``ValueError`` when a file is
+    missing or dev.jsonl was made under another configuration than choices.json."""
+    dev, ch = out_dir / "dev.jsonl", out_dir / "choices.json"
     choices = RS.read_choices_file(ch, flag="--dir", baselines=True)
-    if not test.is_file():
-        raise ValueError(f"--dir: {test} does not exist; run `jacap evaluate test` (same options) first")
-    if not files.config_path(test).is_file():
-        raise ValueError(f"--dir: {files.config_path(test)} (test.jsonl's configuration) does not exist; rerun "
-                         "`jacap evaluate test`")
-    runs = files.read_runs(test)
+    if not dev.is_file():
+        raise ValueError(f"--dir: {dev} does not exist; run `jacap evaluate dev` (same options) first")
+    if not files.config_path(dev).is_file():
+        raise ValueError(f"--dir: {files.config_path(dev)} (dev.jsonl's configuration) does not exist; rerun "
+                         "`jacap evaluate dev`")
+    runs = files.read_runs(dev)
     bad = [r.get("fingerprint") for r in runs if r.get("fingerprint") != choices["fingerprint"]
            and not P.same_measurements(r.get("protocol"), choices["config"])]  # another search space: same rows
     if not runs or bad:
         diff = sorted({k for r in runs if isinstance(r.get("protocol"), dict)
                        for k in P.compare_configs(r["protocol"], choices["config"])})
-        raise ValueError(f"--dir: test.jsonl and choices.json were made with different configurations (differs in: "
-                         f"{', '.join(diff) or 'fingerprint'}); rerun `jacap evaluate test` with the tune's options")
-    return files.read_jsonl(test), choices, runs
+        raise ValueError(f"--dir: dev.jsonl and choices.json were made with different configurations (differs in: "
+                         f"{', '.join(diff) or 'fingerprint'}); rerun `jacap evaluate dev` with the tune's options")
+    return files.read_jsonl(dev), choices, runs
 
 
 def _summary_add(parser):
-    summary_options(parser, "folder of test.jsonl and choices.json, where summary.json is written (default "
+    summary_options(parser, "folder of dev.jsonl and choices.json, where summary.json is written (default "
                               "data/results/eval; with --quick data/results/eval/quick)")
 
 
 def _summarize(args) -> tuple[Path, dict, list[dict], dict]:
-    """The ``--dir`` folder, its choices, test runs and summary; ``ValueError`` as :func:`_summary_inputs`."""
+    """The ``--dir`` folder, its choices, dev runs and summary; ``ValueError`` as :func:`_summary_inputs`."""
     out_dir = eval_dir(args.dir, quick=args.quick)
-    test_rows, choices, runs = _summary_inputs(out_dir)
-    return out_dir, choices, runs, summarize(test_rows, choices, seed=args.seed)
+    dev_rows, choices, runs = _summary_inputs(out_dir)
+    return out_dir, choices, runs, summarize(dev_rows, choices, seed=args.seed)
 
 
 def _summary_run(args):
@@ -276,8 +276,8 @@ def _summary_run(args):
     out_dir, choices, runs, summary = J.prepared(_summarize, args)
     seed = V.SEED if args.seed is None else args.seed
     config = {"protocol": choices["config"], "fingerprint": choices["fingerprint"], "chosen": choices["chosen"],
-              "rule": choices.get("rule"), "inputs": ["test.jsonl", "choices.json"],
-              "test_runs": [r.get("command") for r in runs], "command": getattr(args, "command", None),
+              "rule": choices.get("rule"), "inputs": ["dev.jsonl", "choices.json"],
+              "dev_runs": [r.get("command") for r in runs], "command": getattr(args, "command", None),
               "statistics": {"confidence": V.CONFIDENCE, "n_resamples": V.N_RESAMPLES, "method": V.METHOD,
                              "seed": seed, "alpha": 0.05, "primary": "geometric-mean KL ratio (Jacap / baseline)",
                              "holm_family": "all (length, ratio) cells of one Jacap setting against one "
@@ -290,8 +290,8 @@ def _summary_run(args):
     files.write_json(path, {"config": config, **files.round_floats(summary)})
     print(f"wrote {path} and {findings.write(out_dir)}")
     if summary["cells_missing"]:
-        print(f"  judged {len(summary['cells_measured'])} complete cells; not yet measured on every test document "
-              f"(finish `jacap evaluate test`, it resumes): {', '.join(summary['cells_missing'])}")
+        print(f"  judged {len(summary['cells_measured'])} complete cells; not yet measured on every dev document "
+              f"(finish `jacap evaluate dev`, it resumes): {', '.join(summary['cells_missing'])}")
     for r in summary_table(summary):
         print(f"  {r['Jacap setting']} vs {r['baseline']} ({r['best baseline']}), L={r['length']} c={r['c']}: "
               f"{r['verdict']}")
@@ -299,6 +299,6 @@ def _summary_run(args):
 
 
 SUMMARY = J.Job("per cell, Algorithm 1's tuned Jacap setting (and the paper preset or the other Jacap settings) against the best "
-                "baseline picked on tune and, stricter, on test: ratio intervals, wins, Wilcoxon and Holm p, verdicts "
-                "-> data/results/eval/summary.json (needs test.jsonl and choices.json of one configuration)",
+                "baseline picked on tune and, stricter, on dev: ratio intervals, wins, Wilcoxon and Holm p, verdicts "
+                "-> data/results/eval/summary.json (needs dev.jsonl and choices.json of one configuration)",
                 _summary_add, _summary_run)

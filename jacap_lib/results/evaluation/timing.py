@@ -1,5 +1,5 @@
 """The time job: wall and CPU seconds of one prefill and one replay per setting on one document
-(:func:`time_methods`), and the whole tune + test grid extrapolated from them (:func:`estimate`)
+(:func:`time_methods`), and the whole tune + dev grid extrapolated from them (:func:`estimate`)
 -> ``timing.json``."""
 from __future__ import annotations
 
@@ -42,26 +42,26 @@ def time_methods(model, tokenizer, doc: dict, *, space: dict, lengths, ratio: fl
     return rows
 
 
-def estimate(timing_rows: list[dict], *, space: dict, n_tune: int, n_test: int, n_ratios: int,
+def estimate(timing_rows: list[dict], *, space: dict, n_tune: int, n_dev: int, n_ratios: int,
              key: str = "cpu_seconds") -> dict:
     """Seconds of the full grid from :func:`time_methods` rows: the tune job runs every setting on every tune
-    document, the test job one setting per method (its settings' mean cost) on every test document;
-    one prefill per (document, length). ``{"tune", "test", "total"}`` in seconds of ``key``."""
+    document, the dev job one setting per method (its settings' mean cost) on every dev document;
+    one prefill per (document, length). ``{"tune", "dev", "total"}`` in seconds of ``key``."""
     by = {(r["length"], r.get("method", "prefill")): r[key] for r in timing_rows}
     lengths = sorted({r["length"] for r in timing_rows})
-    tune = test = 0.0
+    tune = dev = 0.0
     for L in lengths:
         settings = [by[(L, s)] for v in space.values() for s in v]
         per_method = [sum(by[(L, s)] for s in v) / len(v) for v in space.values()]
         tune += n_tune * (by[(L, "prefill")] + n_ratios * sum(settings))
-        test += n_test * (by[(L, "prefill")] + n_ratios * sum(per_method))
-    return {"tune": tune, "test": test, "total": tune + test}
+        dev += n_dev * (by[(L, "prefill")] + n_ratios * sum(per_method))
+    return {"tune": tune, "dev": dev, "total": tune + dev}
 
 
 def time_options(args, docs: list[dict], tok, lengths, continuation: int) -> dict:
     """The time job's own options, checked (``ValueError`` naming each): ``--ratio``, ``--doc`` (the first
-    document long enough for the longest prompt when not given), ``--n-tune``/``--n-test`` (default: the
-    manifest's counts). ``{"doc", "ratio", "n_tune", "n_test"}`` for the plan."""
+    document long enough for the longest prompt when not given), ``--n-tune``/``--n-dev`` (default: the
+    manifest's counts). ``{"doc", "ratio", "n_tune", "n_dev"}`` for the plan."""
     if not 0 < args.ratio < 1:
         raise ValueError(f"--ratio must lie in (0, 1), got {args.ratio}")
     pick = [d for d in docs if d["id"] == args.doc] if args.doc else docs
@@ -74,7 +74,7 @@ def time_options(args, docs: list[dict], tok, lengths, continuation: int) -> dic
                          f"{max(counts.values())}); give shorter --lengths or --manifest with a longer document")
     return {"doc": long_enough[0], "ratio": float(args.ratio),
             "n_tune": args.n_tune or sum(d["split"] == "tune" for d in docs),
-            "n_test": args.n_test or sum(d["split"] == "test" for d in docs)}
+            "n_dev": args.n_dev or sum(d["split"] == "dev" for d in docs)}
 
 
 def execute_time(plan, model, tokenizer) -> dict:
@@ -92,13 +92,13 @@ def execute_time(plan, model, tokenizer) -> dict:
     load_before = list(os.getloadavg())
     rows = time_methods(model, tokenizer, plan.extra["doc"], space=plan.space, lengths=plan.lengths,
                         ratio=plan.extra["ratio"], continuation=plan.continuation, progress=plan.progress)
-    kw = dict(space=plan.space, n_tune=plan.extra["n_tune"], n_test=plan.extra["n_test"], n_ratios=len(plan.ratios))
+    kw = dict(space=plan.space, n_tune=plan.extra["n_tune"], n_dev=plan.extra["n_dev"], n_ratios=len(plan.ratios))
     est = {"cpu_seconds": estimate(rows, **kw), "wall_seconds": estimate(rows, key="seconds", **kw)}
     est["hours_on_idle_cores"] = {f"workers={w}": est["cpu_seconds"]["total"] / 3600 / w for w in (1, 2)}
     config = {**provenance(model, model_name=plan.model_name, command=plan.extra.get("command")),
               "doc": plan.extra["doc"]["id"], "lengths": list(plan.lengths), "ratio": plan.extra["ratio"],
               "ratios_in_grid": list(plan.ratios), "continuation": plan.continuation, "threads": plan.threads,
-              "n_tune": plan.extra["n_tune"], "n_test": plan.extra["n_test"], "search_space": plan.space,
+              "n_tune": plan.extra["n_tune"], "n_dev": plan.extra["n_dev"], "search_space": plan.space,
               "load_average_before": load_before, "load_average_after": list(os.getloadavg()), "cpu_count": os.cpu_count()}
     path = plan.out_dir / "timing.json"
     files.write_results(path, config, [files.round_floats(r) for r in rows], estimate=files.round_floats(est))
