@@ -27,7 +27,7 @@ from .rowstats import (ALGORITHM1, LADDER, LADDER_ONLY, decompose_gap, family, i
                        swap_ratios)
 from .precision import interval_text
 
-__all__ = ["short_spec", "tuned_families", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
+__all__ = ["short_spec", "tuned_families", "setting_name", "SETTING_NAMES", "needle_table", "SOURCE", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
            "METHOD_WORDS", "accuracy_findings", "kl_findings", "needle_findings", "findings_text", "write", "FILE",
            "layer_lines", "kind_lines", "swap_lines", "ladder_setting_lines", "ladder_lines", "needle_lines"]
 
@@ -183,44 +183,82 @@ def _tempered_text(spec: str) -> str:
     return ", ".join(["the tempered centre", *rest])
 
 
+#: How the findings name each summary family's setting (role -> name); the tune choice that ``JacapPress()``
+#: builds is "the default" and any other tuned Jacap method its registry name (:func:`setting_name`).
+SETTING_NAMES = {ALGORITHM1: "Algorithm 1 tuned", "paper preset": "Algorithm 1 as published"}
+
+
+def setting_name(fam: dict) -> str:
+    """The name of a summary family's setting in the findings: "Algorithm 1 tuned", "Algorithm 1 as published",
+    "the default `JacapPress()`" (the tune choice that ``JacapPress()`` builds) or a tuned method's registry name."""
+    if fam["role"] in SETTING_NAMES:
+        return SETTING_NAMES[fam["role"]]
+    method = fam["role"][len("tuned "):] if fam["role"].startswith("tuned ") else fam["role"]
+    return "the default `JacapPress()`" if is_library_default(fam["setting"]) else f"`{method}`"
+
+
+def _capital(text: str) -> str:
+    return text[0].upper() + text[1:]
+
+
+def _picked(summary: dict, role: str, *where: str) -> dict | None:
+    """The family ``role`` picked on the first of ``where`` the summary holds ("dev" and "test" name one split)."""
+    for w in where:
+        f = family(summary, role, w)
+        if f is not None:
+            return f
+    return None
+
+
+def _fills(spec: str, r: dict) -> bool:
+    from .protection import protection_fills_budget
+
+    return protection_fills_budget(spec, int(r["length"]), float(r["ratio"]))
+
+
+def _table(header: list[str], rows: list[list], align: str) -> list[str]:
+    """A MyST pipe table: ``align`` one letter per column ("l" left, "r" right)."""
+    rule = ["---:" if a == "r" else ":---" for a in align]
+    return ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |",
+            *("| " + " | ".join(str(x) for x in row) + " |" for row in rows)]
+
+
 def kl_findings(summary: dict) -> list[str]:
-    """Sentences on the KL verdicts of ``summary.json``: Algorithm 1 at its tuned settings against the best baseline
-    of each cell picked on tune (the counts, the largest losses and wins), the stricter line picked on test, the
-    paper's settings against the same baselines, and every other tuned Jacap method (saying which one
-    ``JacapPress()`` builds by default)."""
+    """The KL verdicts of ``summary.json`` as lines of MyST: a table of the verdict counts of every Jacap setting
+    against the best baseline of each cell picked on tune (with the losses where the setting's protection fills the
+    budget, :func:`~jacap_lib.results.protection.protection_fills_budget`), Algorithm 1 tuned's largest losses in a
+    table, and one-claim sentences on them."""
     main = family(summary, ALGORITHM1, "tune")
     if main is None:
         raise ValueError("summary has no family of Algorithm 1's tuned setting (role 'algorithm 1') against the "
                          "baseline picked on tune; run `jacap evaluate summary`")
-    rows = main["rows"]
-    adj = (" (each verdict from an interval adjusted for the number of cells, so that all hold at once with 95 % "
-           "probability)" if _adjusted(rows) else "")
-    out = [f"Against the best tuned baseline of each cell, picked on tune documents and judged on held-out test "
-           f"documents, Algorithm 1 at its tuned settings ({_tempered_text(main['setting'])}) is "
-           f"{counts_text(verdict_counts(rows))}{adj}."]
-    worst = _largest(rows, "worse")
+    fams = [f for f in (main, family(summary, "paper preset", "tune"), *tuned_families(summary)) if f is not None]
+    kind = "simultaneous 95 % intervals" if _adjusted(main["rows"]) else "95 % intervals"
+    out = [f"Verdicts against the best tuned baseline of each cell ({len(main['rows'])} cells, from {kind}):", ""]
+    rows = []
+    for f in fams:
+        c = verdict_counts(f["rows"])
+        filled = sum(verdict_word(r["verdict"]) == "worse" and _fills(f["setting"], r) for r in f["rows"])
+        rows.append([_capital(setting_name(f)), *(c[w] for w in WORDS), filled])
+    out += _table(["setting", *WORDS, "worse where protection fills the budget"], rows, "lrrrrr") + [""]
+    worst = _largest(main["rows"], "worse")
     if worst:
-        out.append("Its largest losses: " + "; ".join(
-            f"{_cell(r)}, {r['verdict']} against `{short_spec(r['baseline_spec'])}` (KL ratio "
-            f"{interval_text(r['gm_ratio'], *_ends(r))})" for r in worst) + ".")
-    best = _largest(rows, "better")
-    if best:
-        out.append(("Its win: " if len(best) == 1 else "Its largest wins: ") + "; ".join(
-            f"{_cell(r)}, {r['verdict']} against `{short_spec(r['baseline_spec'])}`" for r in best) + ".")
-    strict = family(summary, ALGORITHM1, "test")
+        out += ["Algorithm 1 tuned's largest losses:", ""]
+        out += _table(["cell", "best baseline", "KL ratio [adjusted interval]"],
+                      [[_cell(r), f"`{short_spec(r['baseline_spec'])}`", interval_text(r["gm_ratio"], *_ends(r))]
+                       for r in worst], "llr") + [""]
+    lost = [r for r in main["rows"] if verdict_word(r["verdict"]) == "worse"]
+    filled = [r for r in lost if _fills(main["setting"], r)]
+    if filled:
+        out.append(f"In {len(filled)} of Algorithm 1 tuned's {len(lost)} losses, its sinks and recent window fill the "
+                   "budget.")
+        out.append("There its score chooses no token: those losses are losses of its window.")
+    strict = _picked(summary, ALGORITHM1, "dev", "test")
     if strict is not None:
-        out.append("Against the best baseline picked on the test documents themselves (a line that favours the "
-                   f"baselines) it is {counts_text(verdict_counts(strict['rows']))}.")
-    paper = family(summary, "paper preset", "tune")
-    if paper is not None:
-        out.append(f"The paper's settings ({setting_text(paper['setting'])}) against the same baselines are "
-                   f"{counts_text(verdict_counts(paper['rows']))}.")
-    for fam in tuned_families(summary):
-        method = fam["role"][len("tuned "):]
-        what = METHOD_WORDS.get(method, f"`{method}`")
-        default = ", the press `JacapPress()` builds by default" if is_library_default(fam["setting"]) else ""
-        out.append(f"{what[0].upper() + what[1:]} (`{short_spec(fam['setting'])}`{default}, chosen on tune by the same rule) "
-                   f"against the same baselines is {counts_text(verdict_counts(fam['rows']))}.")
+        same = all(a["baseline_spec"] == b["baseline_spec"] for a, b in zip(strict["rows"], main["rows"]))
+        out.append("Picking the best baseline on the dev documents themselves "
+                   + ("names the same baseline in every cell." if same else
+                      f"leaves Algorithm 1 tuned {counts_text(verdict_counts(strict['rows']))}."))
     return out
 
 
@@ -231,28 +269,26 @@ METHOD_WORDS = {"jacap_adakv": "Jacap's scores with kvpress AdaKV's head-adaptiv
 
 
 def needle_findings(needle: dict) -> list[str]:
-    """Sentences on the needle verdicts of ``needle_summary.json``: per comparison of Algorithm 1's tuned setting
-    (the best baseline by KL on tune, the paper's settings) the verdict counts over the cells, and the cells it
-    loses."""
+    """One sentence per comparison of Algorithm 1 tuned in ``needle_summary.json`` (the best baseline by KL of each
+    cell, Algorithm 1 as published): its verdict counts over the cells, and the cells it loses."""
     by_test = bool(needle.get("config", {}).get("statistics", {}).get("verdict"))
     out = []
     for fam in needle.get("comparisons", []):
-        test = " (by McNemar's exact test, Holm-adjusted over the cells)" if by_test and not out else ""
         rows = fam["rows"]
         if not rows:
             continue
-        ref = ("the best baseline by KL of each cell" if fam.get("reference") == "best baseline"
-               else f"the paper's settings ({setting_text(rows[0]['reference_spec'])})"
-               if fam.get("reference") == "paper preset" else fam.get("label", fam.get("reference", "?")))
-        head = (f"On the needle task (is a key hidden in the prompt still retrieved?), Algorithm 1 at its tuned "
-                f"settings ({_tempered_text(fam['setting'])}) against {ref} is" if not out else f"Against {ref} it is")
-        s = f"{head} {counts_text(verdict_counts(rows), identical_unit='prompt')}{test}"
+        ref = ("the best baseline by KL" if fam.get("reference") == "best baseline"
+               else "Algorithm 1 as published" if fam.get("reference") == "paper preset"
+               else fam.get("label", fam.get("reference", "?")))
+        test = " (exact paired test, Holm)" if by_test else ""
+        out.append(f"Algorithm 1 tuned against {ref}: {counts_text(verdict_counts(rows), identical_unit='prompt')}"
+                   f"{test}.")
+        if fam.get("reference") == "best baseline":
+            top = max(100 * r["reference_accuracy"] for r in rows)
+            out.append(f"The best baseline by KL answers {'0 % in every cell' if top == 0 else f'at most {top:.0f} %'}.")
         lost = [r for r in rows if verdict_word(r["verdict"]) == "worse"]
         if lost:
-            s += "; it loses " + "; ".join(
-                f"{_cell(r)} ({100 * r['accuracy']:.0f} % against {100 * r['reference_accuracy']:.0f} %)"
-                for r in lost)
-        out.append(s + ".")
+            out.append("It loses " + " and ".join(_cell(r) for r in lost) + ".")
     return out
 
 
@@ -293,19 +329,52 @@ def target_lines(summary: dict, needle: dict, role: str, *, max_ratio: float = 0
             "the bar is " + ("cleared" if cleared else "not cleared")]
 
 
+#: The line that opens the findings: where the numbers come from and what they can say.
+SOURCE = ("*From the exploratory dev summary.* The 48 dev documents served four rounds of choices, so these counts "
+          "guide the next measurement; they confirm nothing.")
+
+
+def needle_table(summary: dict, needle: dict) -> list[str]:
+    """Needle accuracy per cell as a MyST table: the uncompressed model, the best baseline by KL of the cell (named),
+    and every Jacap setting of ``summary`` picked on tune (:func:`setting_name`)."""
+    best = next((f for f in needle.get("comparisons", []) if f.get("reference") == "best baseline"), None)
+    ref = {(r["length"], float(r["ratio"])): r for r in (best or {}).get("rows", [])}
+    fams = [f for f in (family(summary, ALGORITHM1, "tune"), family(summary, "paper preset", "tune"),
+                        *tuned_families(summary)) if f is not None]
+    rows = []
+    for cell in needle.get("cells", []):
+        acc = {x["spec"]: x["accuracy"] for x in cell["settings"]}
+        b = ref.get((cell["length"], float(cell["ratio"])))
+        base = f"{100 * b['reference_accuracy']:.0f} ({b['reference_spec'].split('[', 1)[0]})" if b else "–"
+        rows.append([_cell(cell), f"{100 * cell['full']['accuracy']:.0f}", base,
+                     *(f"{100 * acc[f['setting']]:.0f}" if f["setting"] in acc else "–" for f in fams)])
+    names = [setting_name(f).replace("the default ", "") for f in fams]
+    return _table(["cell", "uncompressed", "best baseline by KL", *names], rows, "lrl" + "r" * len(fams))
+
+
 def findings_text(summary: dict, needle: dict | None = None) -> str:
-    """The findings as one MyST paragraph per source (KL, then the needle when given: Algorithm 1's verdicts and
-    the accuracy of every other tuned Jacap method of the KL summary at c <= 0.75)."""
-    paras = [" ".join(kl_findings(summary))]
-    if needle is not None:
-        n = needle_findings(needle)
-        for fam in tuned_families(summary):
-            line = accuracy_findings(needle, fam["setting"])
-            if line:
-                n.append(line)
-        if n:
-            paras.append(" ".join(n))
-    return "\n\n".join(paras) + "\n"
+    """The findings as MyST: :data:`SOURCE`, the KL verdicts (:func:`kl_findings`), then, when ``needle`` is given,
+    the needle accuracies of every setting beside the best baseline by KL (:func:`needle_table`) and Algorithm 1
+    tuned's needle verdicts (:func:`needle_findings`). Each sentence makes one claim; the numbers are in tables."""
+    out = [SOURCE, "", *kl_findings(summary)]
+    if needle is not None and needle.get("cells"):
+        n = needle["cells"][0].get("n_prompts")
+        out += ["", f"Needle accuracy, in % of {n} prompts per cell (is a key hidden in the prompt still retrieved?):"
+                if n else "Needle accuracy, in % of the prompts of each cell:", "", *needle_table(summary, needle), ""]
+        out += needle_findings(needle)
+    return "\n".join(_paragraphs(out)) + "\n"
+
+
+def _paragraphs(lines: list[str]) -> list[str]:
+    """Sentences one after another on one line each (a MyST paragraph each), tables and blank lines as they are."""
+    out = []
+    for line in lines:
+        if out and line and not line.startswith("|") and out[-1] and not out[-1].startswith("|") \
+                and not out[-1].endswith(":"):
+            out[-1] += " " + line
+        else:
+            out.append(line)
+    return out
 
 
 def write(out_dir=None) -> Path | None:

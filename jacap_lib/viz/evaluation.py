@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..results import rowstats
+from ..results import protection, rowstats
 from ..results.precision import interval_text
 from .style import METHOD_STYLES, finish, wrapped
 
@@ -223,7 +223,8 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
     """One row per (Jacap setting, "prompt / c") of the summary's families picked on ``picked_on`` ("tune": the
     protocol's line; "test": the stricter one): the best baseline (its method; the setting is in the details),
     the geometric-mean KL ratio with its interval (the multiplicity-adjusted one when the summary has it) and
-    the verdict in short words. ``details=True``: the baseline's setting, the mean-KL ratio, documents won/lost,
+    the verdict in short words, and a note on the cells where the setting's sinks and window fill the whole budget
+    (:func:`~jacap_lib.results.protection.protection_fills_budget`: its score chose no token). ``details=True``: the baseline's setting, the mean-KL ratio, documents won/lost,
     Wilcoxon and Holm p (and the cell's own 95 % interval when the headline one is adjusted).
     ``role``: only that Jacap setting's family ("algorithm 1", "paper preset", ...)."""
     rows = []
@@ -235,7 +236,9 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
             if details:
                 rows.append({**head, "baseline setting": _shorter(r["baseline_spec"]), **_ratio_details(r)})
             else:
-                rows.append({**head, "baseline": _short(r["baseline_spec"]), **_ratio_columns(r)})
+                rows.append({**head, "baseline": _short(r["baseline_spec"]), **_ratio_columns(r),
+                             "note": protection.LABEL if protection.protection_fills_budget(
+                                 fam["setting"], int(r["length"]), float(r["ratio"])) else ""})
     if not rows:
         raise ValueError(f"summary has no family picked on {picked_on!r}" + (f" with role {role!r}" if role else ""))
     frame = pd.DataFrame(rows).set_index(["Jacap", "prompt / c"])
