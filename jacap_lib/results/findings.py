@@ -336,7 +336,7 @@ SOURCE = ("*From the exploratory dev summary.* The 48 dev documents served four 
 
 def needle_table(summary: dict, needle: dict) -> list[str]:
     """Needle accuracy per cell as a MyST table: the uncompressed model, the best baseline by KL of the cell (named),
-    and every Jacap setting of ``summary`` picked on tune (:func:`setting_name`)."""
+    the baseline that answers most prompts of the cell (first of a tie, named), and every Jacap setting of ``summary`` picked on tune (:func:`setting_name`)."""
     best = next((f for f in needle.get("comparisons", []) if f.get("reference") == "best baseline"), None)
     ref = {(r["length"], float(r["ratio"])): r for r in (best or {}).get("rows", [])}
     fams = [f for f in (family(summary, ALGORITHM1, "tune"), family(summary, "paper preset", "tune"),
@@ -346,10 +346,14 @@ def needle_table(summary: dict, needle: dict) -> list[str]:
         acc = {x["spec"]: x["accuracy"] for x in cell["settings"]}
         b = ref.get((cell["length"], float(cell["ratio"])))
         base = f"{100 * b['reference_accuracy']:.0f} ({b['reference_spec'].split('[', 1)[0]})" if b else "–"
-        rows.append([_cell(cell), f"{100 * cell['full']['accuracy']:.0f}", base,
+        top = max((x for x in cell["settings"] if not x["spec"].startswith(("jacap", "full"))),
+                  key=lambda x: x["accuracy"], default=None)
+        retr = f"{100 * top['accuracy']:.0f} ({top['spec'].split('[', 1)[0]})" if top else "–"
+        rows.append([_cell(cell), f"{100 * cell['full']['accuracy']:.0f}", base, retr,
                      *(f"{100 * acc[f['setting']]:.0f}" if f["setting"] in acc else "–" for f in fams)])
     names = [setting_name(f).replace("the default ", "") for f in fams]
-    return _table(["cell", "uncompressed", "best baseline by KL", *names], rows, "lrl" + "r" * len(fams))
+    return _table(["cell", "uncompressed", "best baseline by KL", "best baseline here", *names], rows,
+                  "lrll" + "r" * len(fams))
 
 
 def findings_text(summary: dict, needle: dict | None = None) -> str:
