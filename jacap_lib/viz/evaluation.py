@@ -208,13 +208,15 @@ def choices_frame(choices: dict) -> pd.DataFrame:
     return wrapped(pd.DataFrame(rows).set_index(["method", "options"]), ["method", "options"])
 
 
-_ROLE = {"algorithm 1": "Algorithm 1", "paper preset": "paper"}
+_ROLE = {"algorithm 1": "Algorithm 1 tuned", "paper preset": "as published"}
 
 
 def role_label(role: str) -> str:
-    """A summary family's role in a narrow table column: ``"Algorithm 1"`` (its tuned setting), ``"paper"``, and a
-    tuned Jacap method by
-    its registry name (``"tuned jacap_obs"`` -> ``"jacap_obs"``)."""
+    """A summary family's role in a narrow table column: ``"Algorithm 1 tuned"``, ``"as published"`` (Algorithm 1's
+    paper preset), ``"default"`` for the tune choice ``JacapPress()`` builds (``"tuned jacap_obs"``), and any other
+    tuned Jacap method by its registry name (``"tuned jacap_ea"`` -> ``"jacap_ea"``)."""
+    if role == "tuned jacap_obs":
+        return "default"
     return _ROLE.get(role, role[len("tuned "):] if role.startswith("tuned ") else role)
 
 
@@ -295,7 +297,7 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
              else family[m] for m in methods}
     n_docs = sorted({c["n_docs"] for c in cells})
     fig = make_subplots(rows=1, cols=len(lengths), shared_yaxes=True, x_title="compression ratio c (evenly spaced)",
-                        subplot_titles=[f"prompt {L} tokens" for L in lengths])
+                        subplot_titles=[f"prompt {L}" for L in lengths], horizontal_spacing=0.04)
     for j, L in enumerate(lengths, start=1):
         for m in methods:
             cs = sorted((c for c in cells if c["method"] == m and c["length"] == L), key=lambda c: c["ratio"])
@@ -313,8 +315,13 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
     fig.update_yaxes(type="log")  # every panel: the same quantity on the same axis type
     fig.update_yaxes(title_text="geometric-mean next-token KL (nats)", row=1, col=1)
     docs = "-".join(map(str, n_docs[:: max(1, len(n_docs) - 1)]))
-    fig.update_layout(height=480, title=title or f"Quality against compression on {docs} test documents "
-                      "(geometric mean, 95% bootstrap interval)", legend={"font": {"size": 10}})
+    # the legend under the panels, in rows: every setting in sight at any width (a side legend scrolls)
+    rows = -(-len(methods) // 3)
+    fig.update_layout(height=460 + 24 * rows, title=title or f"Quality against compression on {docs} dev documents "
+                      "(geometric mean, 95% bootstrap interval)",
+                      legend={"font": {"size": 10}, "orientation": "h", "x": 0, "xanchor": "left", "y": -0.16,
+                              "yanchor": "top", "entrywidth": 0.33, "entrywidthmode": "fraction"},
+                      margin={"b": 60 + 24 * rows})
     return finish(fig)
 
 
