@@ -19,7 +19,7 @@ from .style import METHOD_STYLES, finish, wrapped
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
            "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval",
-           "kl_and_needle_frame", "tuned_line"]
+           "kl_and_needle_frame", "tuned_line", "setting_name"]
 
 
 def _interval(est, lo, hi) -> str:
@@ -296,8 +296,12 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
     group = {m: m if m in METHOD_STYLES or list(family.values()).count(family[m]) > 1 or family[m] not in METHOD_STYLES
              else family[m] for m in methods}
     n_docs = sorted({c["n_docs"] for c in cells})
-    fig = make_subplots(rows=1, cols=len(lengths), shared_yaxes=True, x_title="compression ratio c (evenly spaced)",
+    fig = make_subplots(rows=1, cols=len(lengths), shared_yaxes=True,
                         subplot_titles=[f"prompt {L}" for L in lengths], horizontal_spacing=0.04)
+    # a setting by its name where the book names it, else by its method's name when it is that method's only
+    # setting here (the tuned options are in the choices table)
+    name = {m: setting_name(m) for m in methods}
+    name = {m: family[m] if n == m and list(family.values()).count(family[m]) == 1 else n for m, n in name.items()}
     for j, L in enumerate(lengths, start=1):
         for m in methods:
             cs = sorted((c for c in cells if c["method"] == m and c["length"] == L), key=lambda c: c["ratio"])
@@ -305,13 +309,14 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
                 continue
             jac = m.startswith("jacap")
             fig.add_trace(go.Scatter(
-                x=[f"{c['ratio']:g}" for c in cs], y=[c["kl_geomean"] for c in cs], name=m, legendgroup=group[m],
+                x=[f"{c['ratio']:g}" for c in cs], y=[c["kl_geomean"] for c in cs], name=name[m], legendgroup=group[m],
                 showlegend=j == 1, mode="lines+markers",
                 line={"width": 3.5 if jac else 1.5, "dash": "solid" if jac else "dot"},
                 error_y={"type": "data", "symmetric": False, "array": [c["kl_high"] - c["kl_geomean"] for c in cs],
                          "arrayminus": [c["kl_geomean"] - c["kl_low"] for c in cs]},
                 hovertemplate="c=%{x}<br>KL %{y:.3g}<extra>" + m + "</extra>"), row=1, col=j)
-        fig.update_xaxes(type="category", categoryorder="array", categoryarray=ratios, row=1, col=j)
+        fig.update_xaxes(type="category", categoryorder="array", categoryarray=ratios, row=1, col=j,
+                         title_text="compression ratio c (evenly spaced)" if j == (len(lengths) + 1) // 2 else None)
     fig.update_yaxes(type="log")  # every panel: the same quantity on the same axis type
     fig.update_yaxes(title_text="geometric-mean next-token KL (nats)", row=1, col=1)
     docs = "-".join(map(str, n_docs[:: max(1, len(n_docs) - 1)]))
@@ -319,10 +324,27 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
     rows = -(-len(methods) // 3)
     fig.update_layout(height=460 + 24 * rows, title=title or f"Quality against compression on {docs} dev documents "
                       "(geometric mean, 95% bootstrap interval)",
-                      legend={"font": {"size": 10}, "orientation": "h", "x": 0, "xanchor": "left", "y": -0.16,
+                      legend={"font": {"size": 10}, "orientation": "h", "x": 0, "xanchor": "left", "y": -0.2,
                               "yanchor": "top", "entrywidth": 0.33, "entrywidthmode": "fraction"},
                       margin={"b": 60 + 24 * rows})
     return finish(fig)
+
+
+def setting_name(spec: str) -> str:
+    """A setting as a figure's legend names it: "Algorithm 1 as published" (the paper preset), "default
+    JacapPress()", "Algorithm 1 tuned" (another ``jacap`` setting with the tempered centre), any other setting by
+    :func:`~jacap_lib.results.findings.short_spec`."""
+    from ..results import protocol as P
+    from ..presses.registry import parse_method
+
+    name, opts = parse_method(spec)
+    if name == "jacap" and P.same_setting(spec, P.PAPER_PRESET):
+        return "Algorithm 1 as published"
+    if name.startswith("jacap") and rowstats.is_library_default(spec):
+        return "default JacapPress()"
+    if name == "jacap" and opts.get("centre") == "tempered":
+        return "Algorithm 1 tuned"
+    return _shorter(spec)
 
 
 def _pct(a: dict) -> str:
