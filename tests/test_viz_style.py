@@ -97,6 +97,9 @@ def test_setting_colours_are_distinct_and_ordered_shades_darken():
     shades = style.setting_colours(["0.5", "0.9", "0.99"], ordered=True)
     lum = [sum(int(v) for v in c[4:-1].split(",")) for c in shades.values()]  # "rgb(r, g, b)": light to dark
     assert len(set(shades.values())) == 3 and lum == sorted(lum, reverse=True)
+    # five values of one knob: neighbouring steps differ clearly (RGB distance), not five near-identical shades
+    five = [[int(v) for v in c[4:-1].split(",")] for c in style.setting_colours(list("abcde"), ordered=True).values()]
+    assert min(sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 for a, b in zip(five, five[1:])) > 50
 
 
 def test_matched_panels_get_one_axis_type_and_readable_ticks():
