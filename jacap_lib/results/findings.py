@@ -335,25 +335,36 @@ SOURCE = ("*From the exploratory dev summary.* The 48 dev documents served four 
 
 
 def needle_table(summary: dict, needle: dict) -> list[str]:
-    """Needle accuracy per cell as a MyST table: the uncompressed model, the best baseline by KL of the cell (named),
-    the baseline that answers most prompts of the cell (first of a tie, named), and every Jacap setting of ``summary`` picked on tune (:func:`setting_name`)."""
+    """Needle accuracy per cell ("L / c") as a MyST table: the uncompressed model, the best baseline by KL of the
+    cell, the baseline that answers most prompts of the cell (first of a tie, named), and every Jacap setting of
+    ``summary`` picked on tune (:func:`setting_name`). A baseline that is the same in every cell is named in its
+    column's header, else beside each entry."""
     best = next((f for f in needle.get("comparisons", []) if f.get("reference") == "best baseline"), None)
     ref = {(r["length"], float(r["ratio"])): r for r in (best or {}).get("rows", [])}
     fams = [f for f in (family(summary, ALGORITHM1, "tune"), family(summary, "paper preset", "tune"),
                         *tuned_families(summary)) if f is not None]
+    cells = needle.get("cells", [])
+    by_kl = [ref.get((c["length"], float(c["ratio"]))) for c in cells]
+    top = [max((x for x in c["settings"] if not x["spec"].startswith(("jacap", "full"))),
+               key=lambda x: x["accuracy"], default=None) for c in cells]
+
+    def named(entries, key, acc):
+        names = {e[key].split("[", 1)[0] for e in entries if e}
+        one = names.pop() if len(names) == 1 else None
+        vals = [("–" if e is None else f"{100 * e[acc]:.0f}" + ("" if one else f" ({e[key].split('[', 1)[0]})"))
+                for e in entries]
+        return vals, (f" ({one})" if one else "")
+
+    kl_vals, kl_name = named(by_kl, "reference_spec", "reference_accuracy")
+    top_vals, top_name = named(top, "spec", "accuracy")
     rows = []
-    for cell in needle.get("cells", []):
+    for cell, kv, tv in zip(cells, kl_vals, top_vals):
         acc = {x["spec"]: x["accuracy"] for x in cell["settings"]}
-        b = ref.get((cell["length"], float(cell["ratio"])))
-        base = f"{100 * b['reference_accuracy']:.0f} ({b['reference_spec'].split('[', 1)[0]})" if b else "–"
-        top = max((x for x in cell["settings"] if not x["spec"].startswith(("jacap", "full"))),
-                  key=lambda x: x["accuracy"], default=None)
-        retr = f"{100 * top['accuracy']:.0f} ({top['spec'].split('[', 1)[0]})" if top else "–"
-        rows.append([_cell(cell), f"{100 * cell['full']['accuracy']:.0f}", base, retr,
+        rows.append([f"{cell['length']} / {float(cell['ratio']):g}", f"{100 * cell['full']['accuracy']:.0f}", kv, tv,
                      *(f"{100 * acc[f['setting']]:.0f}" if f["setting"] in acc else "–" for f in fams)])
     names = [setting_name(f).replace("the default ", "") for f in fams]
-    return _table(["cell", "uncompressed", "best baseline by KL", "best baseline here", *names], rows,
-                  "lrll" + "r" * len(fams))
+    return _table(["L / c", "uncompressed", f"best baseline by KL{kl_name}", f"best baseline{top_name}", *names],
+                  rows, "lrrr" + "r" * len(fams))
 
 
 def findings_text(summary: dict, needle: dict | None = None) -> str:
@@ -363,7 +374,8 @@ def findings_text(summary: dict, needle: dict | None = None) -> str:
     out = [SOURCE, "", *kl_findings(summary)]
     if needle is not None and needle.get("cells"):
         n = needle["cells"][0].get("n_prompts")
-        out += ["", f"Needle accuracy, in % of {n} prompts per cell (is a key hidden in the prompt still retrieved?):"
+        out += ["", f"Needle accuracy per cell (L / c: prompt length and compression ratio), in % of {n} prompts: is a key "
+                "hidden in the prompt still retrieved?"
                 if n else "Needle accuracy, in % of the prompts of each cell:", "", *needle_table(summary, needle), ""]
         out += needle_findings(needle)
     return "\n".join(_paragraphs(out)) + "\n"
