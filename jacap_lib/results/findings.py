@@ -29,7 +29,7 @@ from .precision import interval_text
 
 __all__ = ["short_spec", "tuned_families", "setting_name", "SETTING_NAMES", "needle_table", "SOURCE", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
            "METHOD_WORDS", "accuracy_findings", "kl_findings", "needle_findings", "findings_text", "write", "FILE",
-           "layer_lines", "kind_lines", "swap_lines", "ladder_setting_lines", "ladder_lines", "needle_lines"]
+           "needle_baseline_lines", "layer_lines", "kind_lines", "swap_lines", "ladder_setting_lines", "ladder_lines", "needle_lines"]
 
 FILE = "findings.md"
 #: the four verdict kinds, in the order the counts are printed
@@ -337,8 +337,8 @@ SOURCE = ("*From the exploratory dev summary.* The 48 dev documents served four 
 def needle_table(summary: dict, needle: dict) -> list[str]:
     """Needle accuracy per cell ("L / c") as a MyST table: the uncompressed model, the best baseline by KL of the
     cell, the baseline that answers most prompts of the cell (first of a tie, named), and every Jacap setting of
-    ``summary`` picked on tune (:func:`setting_name`). A baseline that is the same in every cell is named in its
-    column's header, else beside each entry."""
+    ``summary`` picked on tune but ``jacap_adakv`` (:func:`setting_name`; the default as "default"), named beside
+    each entry; the best baseline by KL is named by :func:`needle_baseline_lines`."""
     best = next((f for f in needle.get("comparisons", []) if f.get("reference") == "best baseline"), None)
     ref = {(r["length"], float(r["ratio"])): r for r in (best or {}).get("rows", [])}
     fams = [f for f in (family(summary, ALGORITHM1, "tune"), family(summary, "paper preset", "tune"),
@@ -348,23 +348,29 @@ def needle_table(summary: dict, needle: dict) -> list[str]:
     top = [max((x for x in c["settings"] if not x["spec"].startswith(("jacap", "full"))),
                key=lambda x: x["accuracy"], default=None) for c in cells]
 
-    def named(entries, key, acc):
-        names = {e[key].split("[", 1)[0] for e in entries if e}
-        one = names.pop() if len(names) == 1 else None
-        vals = [("–" if e is None else f"{100 * e[acc]:.0f}" + ("" if one else f" ({e[key].split('[', 1)[0]})"))
-                for e in entries]
-        return vals, (f" ({one})" if one else "")
-
-    kl_vals, kl_name = named(by_kl, "reference_spec", "reference_accuracy")
-    top_vals, top_name = named(top, "spec", "accuracy")
+    kl_vals = ["–" if e is None else f"{100 * e['reference_accuracy']:.0f}" for e in by_kl]
+    top_vals = ["–" if e is None else f"{100 * e['accuracy']:.0f} ({e['spec'].split('[', 1)[0]})" for e in top]
     rows = []
     for cell, kv, tv in zip(cells, kl_vals, top_vals):
         acc = {x["spec"]: x["accuracy"] for x in cell["settings"]}
         rows.append([f"{cell['length']} / {float(cell['ratio']):g}", f"{100 * cell['full']['accuracy']:.0f}", kv, tv,
                      *(f"{100 * acc[f['setting']]:.0f}" if f["setting"] in acc else "–" for f in fams)])
-    names = [setting_name(f).replace("the default ", "") for f in fams]
-    return _table(["L / c", "uncompressed", f"best baseline by KL{kl_name}", f"best baseline{top_name}", *names],
-                  rows, "lrrr" + "r" * len(fams))
+    # narrow columns: the settings by plain names (the default as "default"), Jacap's AdaKV variant left to the
+    # chapters; a baseline the same in every cell is named by needle_lines' sentence, not in its column
+    keep = [i for i, f in enumerate(fams) if f["role"] != "tuned jacap_adakv"]
+    names = ["default" if is_library_default(fams[i]["setting"]) else setting_name(fams[i]).strip("`") for i in keep]
+    rows = [r[:4] + [r[4 + i] for i in keep] for r in rows]
+    return _table(["L / c", "full", "best baseline by KL", "best-answering baseline", *names], rows,
+                  "lrrr" + "r" * len(keep))
+
+
+def needle_baseline_lines(needle: dict) -> list[str]:
+    """The sentence naming the best baseline by KL of :func:`needle_table` where it is one method in every cell."""
+    best = next((f for f in needle.get("comparisons", []) if f.get("reference") == "best baseline"), None)
+    names = {r["reference_spec"].split("[", 1)[0] for r in (best or {}).get("rows", [])}
+    if len(names) != 1:
+        return []
+    return [f"The best baseline by KL is {names.pop()} in every cell."]
 
 
 def findings_text(summary: dict, needle: dict | None = None) -> str:
@@ -376,7 +382,8 @@ def findings_text(summary: dict, needle: dict | None = None) -> str:
         n = needle["cells"][0].get("n_prompts")
         out += ["", f"Needle accuracy per cell (L / c: prompt length and compression ratio), in % of {n} prompts: is a key "
                 "hidden in the prompt still retrieved?"
-                if n else "Needle accuracy, in % of the prompts of each cell:", "", *needle_table(summary, needle), ""]
+                if n else "Needle accuracy, in % of the prompts of each cell:", "", *needle_table(summary, needle), "",
+                *needle_baseline_lines(needle)]
         out += needle_findings(needle)
     return "\n".join(_paragraphs(out)) + "\n"
 

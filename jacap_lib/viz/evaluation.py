@@ -296,7 +296,7 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
     group = {m: m if m in METHOD_STYLES or list(family.values()).count(family[m]) > 1 or family[m] not in METHOD_STYLES
              else family[m] for m in methods}
     n_docs = sorted({c["n_docs"] for c in cells})
-    fig = make_subplots(rows=1, cols=len(lengths), shared_yaxes=True,
+    fig = make_subplots(rows=1, cols=len(lengths), shared_yaxes=True, x_title="compression ratio c (evenly spaced)",
                         subplot_titles=[f"prompt {L}" for L in lengths], horizontal_spacing=0.04)
     # a setting by its name where the book names it, else by its method's name when it is that method's only
     # setting here (the tuned options are in the choices table)
@@ -315,8 +315,7 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
                 error_y={"type": "data", "symmetric": False, "array": [c["kl_high"] - c["kl_geomean"] for c in cs],
                          "arrayminus": [c["kl_geomean"] - c["kl_low"] for c in cs]},
                 hovertemplate="c=%{x}<br>KL %{y:.3g}<extra>" + m + "</extra>"), row=1, col=j)
-        fig.update_xaxes(type="category", categoryorder="array", categoryarray=ratios, row=1, col=j,
-                         title_text="compression ratio c (evenly spaced)" if j == (len(lengths) + 1) // 2 else None)
+        fig.update_xaxes(type="category", categoryorder="array", categoryarray=ratios, row=1, col=j)
     fig.update_yaxes(type="log")  # every panel: the same quantity on the same axis type
     fig.update_yaxes(title_text="geometric-mean next-token KL (nats)", row=1, col=1)
     docs = "-".join(map(str, n_docs[:: max(1, len(n_docs) - 1)]))
@@ -324,7 +323,7 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
     rows = -(-len(methods) // 3)
     fig.update_layout(height=460 + 24 * rows, title=title or f"Quality against compression on {docs} dev documents "
                       "(geometric mean, 95% bootstrap interval)",
-                      legend={"font": {"size": 10}, "orientation": "h", "x": 0, "xanchor": "left", "y": -0.2,
+                      legend={"font": {"size": 10}, "orientation": "h", "x": 0, "xanchor": "left", "y": -0.26,
                               "yanchor": "top", "entrywidth": 0.33, "entrywidthmode": "fraction"},
                       margin={"b": 60 + 24 * rows})
     return finish(fig)
