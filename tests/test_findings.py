@@ -77,9 +77,10 @@ def test_findings_text_is_short_sentences_with_the_source_first():
     n = _words(text)
     assert max(n) <= 30 and sum(n) / len(n) <= 25, n
     # the needle's reference named beside the Jacap settings' accuracies
-    assert ("| L / c | full | best baseline by KL | best-answering baseline | Algorithm 1 tuned | "
+    assert ("| L / c | best baseline by KL | best-answering baseline | Algorithm 1 tuned | "
             "Algorithm 1 as published | default | jacap_ea |") in text
-    assert "| 512 / 0.5 | 100 | 0 | 100 (keydiff) | 20 | 65 | 0 | 5 |" in text
+    assert "| 512 / 0.5 | 0 | 100 (keydiff) | 20 | 65 | 0 | 5 |" in text
+    assert "The uncompressed model answers 100 % of the prompts in every cell." in text
     assert "The best baseline by KL is expected_attention in every cell." in text
 
 
@@ -154,9 +155,9 @@ def test_tuned_jacap_methods_get_their_row_and_needle_accuracy():
                         for r, a in ((0.5, 0.85), (0.75, 0.95), (0.9, 0.2))]}
     assert "| `jacap_obs` | 1 | 0 | 1 | 0 | 0 |" in F.kl_findings(summary)
     table = F.needle_table(summary, needle)
-    assert table[0] == "| L / c | full | best baseline by KL | best-answering baseline | Algorithm 1 tuned | jacap_obs |"
-    assert table[2:] == ["| 512 / 0.5 | 90 | – | 10 (knorm) | – | 85 |", "| 512 / 0.75 | 90 | – | 10 (knorm) | – | 95 |",
-                         "| 512 / 0.9 | 90 | – | 10 (knorm) | – | 20 |"]
+    assert table[0] == "| L / c | best baseline by KL | best-answering baseline | Algorithm 1 tuned | jacap_obs |"
+    assert table[2:] == ["| 512 / 0.5 | – | 10 (knorm) | – | 85 |", "| 512 / 0.75 | – | 10 (knorm) | – | 95 |",
+                         "| 512 / 0.9 | – | 10 (knorm) | – | 20 |"]
     assert F.accuracy_findings(needle, "jacap_obs[window=32]") == ("On the needle task `jacap_obs[window=32]` answers prompt 512, c = 0.5 "
                                                         "85 % (uncompressed 90 %); prompt 512, c = 0.75 95 % "
                                                         "(uncompressed 90 %).")

@@ -353,24 +353,29 @@ def needle_table(summary: dict, needle: dict) -> list[str]:
     rows = []
     for cell, kv, tv in zip(cells, kl_vals, top_vals):
         acc = {x["spec"]: x["accuracy"] for x in cell["settings"]}
-        rows.append([f"{cell['length']} / {float(cell['ratio']):g}", f"{100 * cell['full']['accuracy']:.0f}", kv, tv,
+        rows.append([f"{cell['length']} / {float(cell['ratio']):g}", kv, tv,
                      *(f"{100 * acc[f['setting']]:.0f}" if f["setting"] in acc else "–" for f in fams)])
     # narrow columns: the settings by plain names (the default as "default"), Jacap's AdaKV variant left to the
     # chapters; a baseline the same in every cell is named by needle_lines' sentence, not in its column
     keep = [i for i, f in enumerate(fams) if f["role"] != "tuned jacap_adakv"]
     names = ["default" if is_library_default(fams[i]["setting"]) else setting_name(fams[i]).strip("`") for i in keep]
-    rows = [r[:4] + [r[4 + i] for i in keep] for r in rows]
-    return _table(["L / c", "full", "best baseline by KL", "best-answering baseline", *names], rows,
-                  "lrrr" + "r" * len(keep))
+    rows = [r[:3] + [r[3 + i] for i in keep] for r in rows]
+    return _table(["L / c", "best baseline by KL", "best-answering baseline", *names], rows, "lrr" + "r" * len(keep))
 
 
 def needle_baseline_lines(needle: dict) -> list[str]:
-    """The sentence naming the best baseline by KL of :func:`needle_table` where it is one method in every cell."""
+    """The sentences naming the best baseline by KL of :func:`needle_table` where it is one method in every cell, and
+    the uncompressed model's accuracy (the ceiling)."""
     best = next((f for f in needle.get("comparisons", []) if f.get("reference") == "best baseline"), None)
     names = {r["reference_spec"].split("[", 1)[0] for r in (best or {}).get("rows", [])}
     if len(names) != 1:
         return []
-    return [f"The best baseline by KL is {names.pop()} in every cell."]
+    out = [f"The best baseline by KL is {names.pop()} in every cell."]
+    full = sorted({round(100 * c["full"]["accuracy"]) for c in needle.get("cells", [])})
+    if full:
+        out.append("The uncompressed model answers " + (f"{full[0]} %" if len(full) == 1 else f"{full[0]}–{full[-1]} %")
+                   + " of the prompts in " + ("every cell." if len(full) == 1 else "each cell."))
+    return out
 
 
 def findings_text(summary: dict, needle: dict | None = None) -> str:
