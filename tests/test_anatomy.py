@@ -409,12 +409,12 @@ def test_swap_lines_report_the_paired_geometric_means_of_the_committed_file():
     def numbers(label):  # the indented line under the first line naming `label`
         return lines[lines.index(label) + 1]
 
-    flat = lines.index("statistics: flat instead of EMA (/ default):")
-    flat_others = lines[flat:].index("  on the other kinds (/ default):") + flat
+    flat = lines.index("statistics: flat instead of EMA (/ Algorithm 1 tuned):")
+    flat_others = lines[flat:].index("  on the other kinds (/ Algorithm 1 tuned):") + flat
     assert lines[flat_others + 1].startswith(f"      {gm('flat_statistics', others):.2f} [")
-    centre = numbers("centre = observed attention of the last prompt queries (/ default):")
+    centre = numbers("centre = observed attention of the last prompt queries (/ Algorithm 1 tuned):")
     assert centre.startswith(f"    {gm('observed_centre', docs):.2f} [")
-    assert numbers("temperature 10 (/ default):").startswith(f"    {gm('tau_10', docs):.2f} [")
+    assert numbers("temperature 10 (/ Algorithm 1 tuned):").startswith(f"    {gm('tau_10', docs):.2f} [")
 
 
 def test_future_statistics_are_the_moments_of_the_continuations_own_queries(tiny_llama):

@@ -287,3 +287,20 @@ def test_end_to_end_repeats_are_validated_and_reported(tmp_path):
     assert out["config"]["repeats"] == 2 and [r["repeats"] for r in out["rows"]] == [2]
     row = out["rows"][0]
     assert row["decode_ms_per_token_min"] <= row["decode_ms_per_token"] <= row["decode_ms_per_token_max"]
+
+
+def test_fixed_cost_is_never_negative():
+    """Times that a free line would meet at a negative intercept (t = -1e-4 + 1e-7 N, two points) are fitted
+    through the origin: fixed 0, and the slope minimising the relative error, checked by brute force."""
+    import numpy as np
+
+    from jacap_lib.measure.timing import fixed_and_per_token
+
+    N = np.array([2048.0, 8192.0])
+    t = -1e-4 + 1e-7 * N
+    rows = [{"N": int(n), "d": 64, "method": "knorm", "min_s": float(x)} for n, x in zip(N, t)]
+    (fit,) = fixed_and_per_token(rows)
+    assert fit["fixed_s"] == 0.0
+    grid = np.linspace(0.5e-7, 2e-7, 200001)
+    best = grid[np.argmin([np.sum(((g * N - t) / t) ** 2) for g in grid])]
+    assert fit["per_token_s"] == pytest.approx(best, rel=1e-5)

@@ -46,7 +46,7 @@ def test_toc_lists_every_chapter_in_its_part():
     # reading order: the roadmap bridges the derivations and Algorithm 1; baselines before the error
     # decomposition that uses them; the critique and failure cases after both
     assert notebooks == [f"book/{s}" for s in READING_ORDER]
-    assert [f for f in files if f not in notebooks] == ["book/reading_note", "book/references"]
+    assert [f for f in files if f not in notebooks] == ["book/reading_note", "book/glossary", "book/references"]
     assert files[0] == "book/reading_note" and files[-1] == "book/references"
     assert [p["caption"] for p in toc["parts"]] == ["About this book", "Foundations", "Algorithm and systems",
                                                     "Analysis", "Back matter"]

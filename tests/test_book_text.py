@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "book" / "chapters").glob("*.md")) + [ROOT / "book" / n for n in
-                                                              ("index.md", "reading_note.md", "references.md")]
+                                                              ("index.md", "reading_note.md", "glossary.md", "references.md")]
 
 # "issue 10", "Issue #6", "issues 6 and 10", "#10" (not a colour such as "#1f77b4" or CSS's "color: #222;")
 ISSUE = re.compile(r"\bissues?\s*#?\s*\d+|(?<![\w&#/\x22\x27])(?<!: )#\d{1,4}(?![0-9A-Fa-f])(?!\s*[;}])", re.IGNORECASE)

@@ -17,12 +17,15 @@ ALG1_TUNED = ("jacap[backend=auto,beta=0.9,centre=tempered,eps=1e-06,gqa=pool,n_
 
 
 def test_protection_fills_the_cells_of_algorithm1_tuned():
-    # budget int(L * (1 - c)) against 4 sinks + a 128-token window: exactly the six cells where it keeps nothing else
+    # kvpress's budget int(L * (1 - c)) against 4 sinks + a 128-token window: exactly the six cells where it keeps
+    # nothing else; jacap_ea's 16-token window fills none (25 slots at 512/0.95 > 20 protected)
+    from jacap_lib.results.protection import protection_fills_budget
+
     cells = [(L, c) for L in (512, 1024, 2048) for c in (0.5, 0.75, 0.9, 0.95)]
-    filled = {f"{L}/{c}" for L, c in cells if CP.protection_fills(L, c, 4, 128)}
+    filled = {f"{L}/{c}" for L, c in cells if protection_fills_budget(ALG1_TUNED, L, c)}
     assert filled == {"512/0.75", "512/0.9", "512/0.95", "1024/0.9", "1024/0.95", "2048/0.95"}
-    assert not CP.protection_fills(512, 0.95, 4, 16)  # 25 slots > 20 protected
-    assert CP.protection_fills(512, 0.95, 4, 21)
+    assert {f"{L}/{c}" for L, c in cells if L * (1 - c) <= 4 + 128 + 1e-9} == filled  # the arithmetic by hand
+    assert not any(protection_fills_budget("jacap_ea", L, c) for L, c in cells)
 
 
 def _candidates(frozen=True):

@@ -553,7 +553,7 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     frame = VE.split_frame(split)
     assert frame["chosen by the score"].tolist() == [0, 168] and frame["share chosen by the score"].tolist() == ["0%", "82%"]
     fig = VE.kl_figure(cells)
-    assert [t.name for t in fig.data] == ["jacap", "knorm"] and fig.layout.yaxis.type == "log"
+    assert [t.name for t in fig.data] == ["default JacapPress()", "knorm"] and fig.layout.yaxis.type == "log"
     assert fig.data[0].line.color == method_style("jacap")["color"]
     assert VE.cells_frame(cells).shape == (2, 2)
     assert cli.main(["evaluate", "summary", "--dir", str(out)]) == 0
@@ -645,6 +645,13 @@ def test_identical_documents_counts_equal_kls_per_cell():
             for d, (ka, kb) in zip("xy", pairs) for m, kl in (("a", ka), ("b", kb))]
     rows.append({"method": "a", "length": 1024, "ratio": 0.5, "doc": "x", "kl": 0.1})  # no partner: no cell
     assert E.identical_documents(rows, "a", "b") == {(512, 0.5): (1, 2), (512, 0.95): (2, 2)}
+    # replay noise: 0.3 against 0.3 * (1 + 1e-5) is the same KL at rtol 1e-4, not at the default 1e-9;
+    # 0.3 against 0.31 (3 % apart) is a difference at either
+    rows[0]["kl"] = 0.3 * (1 + 1e-5)
+    assert E.identical_documents(rows, "a", "b")[(512, 0.95)] == (1, 2)
+    assert E.identical_documents(rows, "a", "b", rtol=1e-4) == {(512, 0.5): (1, 2), (512, 0.95): (2, 2)}
+    with pytest.raises(ValueError, match="rtol"):
+        E.identical_documents(rows, "a", "b", rtol=-1)
 
 
 def test_target_frame_shows_each_cell_with_its_shortfall():

@@ -33,38 +33,64 @@ def _summary(rows):
                                         "label": "picked on tune", "rows": rows}]}
 
 
-def test_counts_and_sentences_from_a_hand_built_summary():
+def _words(text: str) -> list[int]:
+    """Words per sentence of the findings' prose lines (tables left out)."""
+    import re
+
+    prose = " ".join(line for line in text.splitlines() if line and not line.startswith("|"))
+    return [len(x.split()) for x in re.split(r"(?<=[.!?:])\s+", prose) if x.strip()]
+
+
+def test_counts_table_and_losses_from_a_hand_built_summary():
     rows = [_row(512, 0.5, 1.04, 1.40), _row(1024, 0.5, 1.45, 2.12, "expected_attention"),
             _row(512, 0.9, 0.83, 0.93), _row(512, 0.75, 0.94, 1.10), _row(512, 0.95, 1.0, 1.0)]
     assert F.verdict_counts(rows) == {"better": 1, "worse": 2, "no detectable difference": 1, "identical": 1}
-    text = " ".join(F.kl_findings(_summary(rows)))
-    assert ("Algorithm 1 at its tuned settings (the tempered centre, τ = 3) is better in 1, worse in 2, no detectable difference in 1 "
-            "and identical on every document in 1 of 5 cells.") in text
+    lines = F.kl_findings(_summary(rows))
+    # the counts in a table row: better, worse, undetected, identical, and the losses where sinks + window (4 + 32
+    # here) fill the budget: 512 at c = 0.5 keeps 256 > 36, so neither loss is one
+    assert "| Algorithm 1 tuned | 1 | 2 | 1 | 1 | 0 |" in lines
     # the largest loss first, with its interval at the precision the interval supports
-    assert ("Its largest losses: prompt 1024, c = 0.5, worse by 45–112 % against `expected_attention` (KL ratio "
-            "1.75 [1.45, 2.12]); prompt 512, c = 0.5, worse by 4–40 % against `snapkv[window_size=16]`") in text
-    assert "Its win: prompt 512, c = 0.9, better by 7–17 %" in text
-    # a spec that names its centre: the tempered centre said once, first
-    named = _summary(rows)
-    named["families"][0]["setting"] = "jacap[beta=0.9,centre=tempered,tau=3,window=128]"
-    text = " ".join(F.kl_findings(named))
-    assert "Algorithm 1 at its tuned settings (the tempered centre, τ = 3, window = 128) is" in text
-    assert text.count("the tempered centre") == 1
-    # a changed summary changes the sentence
+    at = lines.index("| cell | best baseline | KL ratio [adjusted interval] |")
+    assert lines[at + 2:at + 4] == ["| prompt 1024, c = 0.5 | `expected_attention` | 1.75 [1.45, 2.12] |",
+                                    "| prompt 512, c = 0.5 | `snapkv[window_size=16]` | 1.21 [1.04, 1.40] |"]
+    assert not any("fill the budget." in x for x in lines)
+    # a changed summary changes the table
     rows[0] = _row(512, 0.5, 0.70, 0.90)
-    changed = " ".join(F.kl_findings(_summary(rows)))
-    assert "is better in 2, worse in 1, no detectable difference in 1" in changed and changed != text
-    assert "Its largest wins: prompt 512, c = 0.5, better by 10–30 %" in changed
+    assert "| Algorithm 1 tuned | 2 | 1 | 1 | 1 | 0 |" in F.kl_findings(_summary(rows))
+
+
+def test_losses_where_the_window_fills_the_budget_are_counted_and_said():
+    # a 128-token window and 4 sinks: 512 at c = 0.75 keeps 128 <= 132 (the score chooses nothing), at c = 0.5 256
+    rows = [_row(512, 0.75, 1.3, 1.6), _row(512, 0.5, 1.1, 1.4), _row(1024, 0.5, 0.9, 1.2)]
+    s = _summary(rows)
+    s["families"][0]["setting"] = "jacap[beta=0.9,centre=tempered,tau=3,window=128]"
+    lines = F.kl_findings(s)
+    assert "| Algorithm 1 tuned | 0 | 2 | 1 | 0 | 1 |" in lines
+    assert "In 1 of Algorithm 1 tuned's 2 losses, its sinks and recent window fill the budget." in lines
+
+
+def test_findings_text_is_short_sentences_with_the_source_first():
+    from jacap_lib.results import loaders as R
+
+    text = F.findings_text(R.load_eval_summary(), R.load_needle_summary())
+    assert text.startswith(F.SOURCE)
+    n = _words(text)
+    assert max(n) <= 30 and sum(n) / len(n) <= 25, n
+    # the needle's reference named beside the Jacap settings' accuracies
+    assert ("| L / c | best baseline by KL | best-answering baseline | Algorithm 1 tuned | "
+            "Algorithm 1 as published | default | jacap_ea |") in text
+    assert "| 512 / 0.5 | 0 | 100 (keydiff) | 20 | 65 | 0 | 5 |" in text
+    assert "The uncompressed model answers 100 % of the prompts in every cell." in text
+    assert "The best baseline by KL is expected_attention in every cell." in text
 
 
 def test_adjusted_verdicts_are_said_to_be_adjusted():
     rows = [dict(_row(512, 0.5, 1.02, 1.2), gm_low_adjusted=0.95, gm_high_adjusted=1.30,
                  verdict=V.verdict((0.95, 1.30)), verdict_unadjusted=V.verdict((1.02, 1.2))),
             dict(_row(512, 0.75, 1.1, 1.5), gm_low_adjusted=1.05, gm_high_adjusted=1.7, verdict=V.verdict((1.05, 1.7)))]
-    text = " ".join(F.kl_findings(_summary(rows)))
-    assert ("is worse in 1 and no detectable difference in 1 of 2 cells (each verdict from an interval adjusted "
-            "for the number of cells") in text
-    assert "prompt 512, c = 0.75, worse by 5–70 % against `snapkv[window_size=16]` (KL ratio 1.28 [1.05, 1.70])" in text
+    lines = F.kl_findings(_summary(rows))
+    assert lines[0] == "Verdicts against the best tuned baseline of each cell (2 cells, from simultaneous 95 % intervals):"
+    assert "| prompt 512, c = 0.75 | `snapkv[window_size=16]` | 1.28 [1.05, 1.70] |" in lines
 
 
 def test_needle_sentences_count_per_comparison():
@@ -75,9 +101,9 @@ def test_needle_sentences_count_per_comparison():
 
     needle = {"comparisons": [{"setting": "jacap[centre=tempered,tau=3,beta=0.9]", "reference": "paper preset", "label": "paper",
                                "rows": [row(512, -85.0, -45.0, 0.0, 0.65), row(1024, 0.0, 0.0, 0.0, 0.0)]}]}
-    (s,) = F.needle_findings(needle)
-    assert ("against the paper's settings (the tempered centre, τ = 10, flat query statistics) is worse in 1 and identical on "
-            "every prompt in 1 of 2 cells; it loses prompt 512, c = 0.5 (0 % against 65 %).") in s
+    assert F.needle_findings(needle) == [
+        "Algorithm 1 tuned against Algorithm 1 as published: worse in 1 and identical on every prompt in 1 of 2 cells.",
+        "It loses prompt 512, c = 0.5."]
 
 
 def test_setting_text_and_verdict_word():
@@ -120,25 +146,25 @@ def _obs_summary():
                           "label": "picked on tune (the protocol)", "rows": [row, row2]}]}
 
 
-def test_tuned_jacap_methods_get_their_findings_and_needle_accuracy():
-    """Every tuned Jacap method other than Algorithm 1's gets a verdict-count sentence; its needle accuracy at
-    c <= 0.75 is named beside the uncompressed model's, and cells above 0.75 or of other settings are not."""
+def test_tuned_jacap_methods_get_their_row_and_needle_accuracy():
+    """Every tuned Jacap method other than Algorithm 1's gets a row of verdict counts; its needle accuracy sits beside
+    the uncompressed model's; the setting JacapPress() builds is named the default."""
     summary = _obs_summary()
     needle = {"cells": [{"length": 512, "ratio": r, "full": {"accuracy": 0.9},
                          "settings": [{"spec": "jacap_obs[window=32]", "accuracy": a}, {"spec": "knorm", "accuracy": 0.1}]}
                         for r, a in ((0.5, 0.85), (0.75, 0.95), (0.9, 0.2))]}
-    kl = F.kl_findings(summary)
-    assert kl[-1] == ("The capacity press linearised at the observed attention (`jacap_obs[window=32]`, chosen on tune by the "
-                      "same rule) against the same baselines is better in 1 and no detectable difference in 1 of "
-                      "2 cells.")
+    assert "| `jacap_obs` | 1 | 0 | 1 | 0 | 0 |" in F.kl_findings(summary)
+    table = F.needle_table(summary, needle)
+    assert table[0] == "| L / c | best baseline by KL | best-answering baseline | Algorithm 1 tuned | jacap_obs |"
+    assert table[2:] == ["| 512 / 0.5 | – | 10 (knorm) | – | 85 |", "| 512 / 0.75 | – | 10 (knorm) | – | 95 |",
+                         "| 512 / 0.9 | – | 10 (knorm) | – | 20 |"]
     assert F.accuracy_findings(needle, "jacap_obs[window=32]") == ("On the needle task `jacap_obs[window=32]` answers prompt 512, c = 0.5 "
                                                         "85 % (uncompressed 90 %); prompt 512, c = 0.75 95 % "
                                                         "(uncompressed 90 %).")
     assert F.accuracy_findings(needle, "tova") is None
-    assert F.accuracy_findings(needle, "jacap_obs[window=32]") in F.findings_text(summary, needle)
     # the setting JacapPress() builds today is named as the default (jacap_obs at a 16-token window)
     summary["families"][1]["setting"] = "jacap_obs[window=16]"
-    assert "(`jacap_obs`, the press `JacapPress()` builds by default, chosen on tune" in F.kl_findings(summary)[-1]
+    assert "| The default `JacapPress()` | 1 | 0 | 1 | 0 | 0 |" in F.kl_findings(summary)
     assert not RS.is_library_default("jacap_obs[window=32]") and not RS.is_library_default("jacap[centre=tempered,tau=3,beta=0.9]")
 
 

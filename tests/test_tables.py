@@ -95,17 +95,20 @@ def _no_cut_text(frame: pd.DataFrame) -> None:
 def test_verdict_frame_headline_and_details_columns():
     rows = [_row(512, 0.5, 0.83, 0.93), _row(512, 0.9, 1.0, 1.0, wins=24, losses=20, ties=4)]
     head = VE.verdict_frame(_summary(rows))
-    assert list(head.columns) == ["baseline", "KL ratio [95 % CI]", "verdict"]
+    assert list(head.columns) == ["baseline", "KL ratio [95 % CI]", "verdict", "note"]
     assert head.index.names == ["Jacap", "prompt / c"]
-    assert head.loc[("Algorithm 1", "512 / 0.5"), "verdict"] == "better 7–17 %"
-    assert head.loc[("Algorithm 1", "512 / 0.5"), "KL ratio [95 % CI]"] == "0.88 [0.83, 0.93]"
-    assert head.loc[("Algorithm 1", "512 / 0.9"), "verdict"] == "identical on every document"
-    assert head.loc[("Algorithm 1", "512 / 0.5"), "baseline"] == "snapkv"
+    assert head.loc[("Algorithm 1 tuned", "512 / 0.5"), "verdict"] == "better 7–17 %"
+    assert head.loc[("Algorithm 1 tuned", "512 / 0.5"), "KL ratio [95 % CI]"] == "0.88 [0.83, 0.93]"
+    assert head.loc[("Algorithm 1 tuned", "512 / 0.9"), "verdict"] == "identical on every document"
+    assert head.loc[("Algorithm 1 tuned", "512 / 0.5"), "baseline"] == "snapkv"
+    assert set(head["note"]) == {""}  # 4 sinks + a 16-token window: 512 at c = 0.9 keeps 51, the score chooses 31
+    wide = VE.verdict_frame(_summary(rows, setting="jacap[centre=tempered,tau=3,beta=0.9,window=128]"))
+    assert list(wide["note"]) == ["", "protection fills the budget"]  # 256 > 132 >= 51 kept
     det = VE.verdict_frame(_summary(rows), details=True)
     assert list(det.columns) == ["baseline setting", "mean-KL [95 % CI]", "won/lost", "Wilcoxon p (Holm)"]
-    assert det.loc[("Algorithm 1", "512 / 0.9"), "won/lost"] == "all tied"  # not "24/20" beside an identical cell
-    assert det.loc[("Algorithm 1", "512 / 0.5"), "baseline setting"] == "snapkv[window_size=16]"
-    assert det.loc[("Algorithm 1", "512 / 0.5"), "Wilcoxon p (Holm)"] == (
+    assert det.loc[("Algorithm 1 tuned", "512 / 0.9"), "won/lost"] == "all tied"  # not "24/20" beside an identical cell
+    assert det.loc[("Algorithm 1 tuned", "512 / 0.5"), "baseline setting"] == "snapkv[window_size=16]"
+    assert det.loc[("Algorithm 1 tuned", "512 / 0.5"), "Wilcoxon p (Holm)"] == (
         f"{rows[0]['p_wilcoxon']:.2g} ({rows[0]['p_holm']:.2g})")  # Holm's adjustment in brackets
     _no_cut_text(head), _no_cut_text(det)
 
@@ -114,7 +117,7 @@ def test_verdict_frame_shows_the_adjusted_interval_first_and_the_unadjusted_one_
     r = _row(1024, 0.5, 1.10, 1.45, gm_ratio=1.28, verdict=V.verdict((1.02, 1.60)), gm_low_adjusted=1.02,
              gm_high_adjusted=1.60, verdict_unadjusted=V.verdict((1.10, 1.45)))
     head = VE.verdict_frame(_summary([r]))
-    assert list(head.columns) == ["baseline", "KL ratio [adjusted CI]", "verdict"]
+    assert list(head.columns) == ["baseline", "KL ratio [adjusted CI]", "verdict", "note"]
     assert head.iloc[0]["verdict"] == "worse 2–60 %"
     assert head.iloc[0]["KL ratio [adjusted CI]"] == "1.28 [1.02, 1.60]"
     det = VE.verdict_frame(_summary([r]), details=True)

@@ -97,6 +97,9 @@ def test_setting_colours_are_distinct_and_ordered_shades_darken():
     shades = style.setting_colours(["0.5", "0.9", "0.99"], ordered=True)
     lum = [sum(int(v) for v in c[4:-1].split(",")) for c in shades.values()]  # "rgb(r, g, b)": light to dark
     assert len(set(shades.values())) == 3 and lum == sorted(lum, reverse=True)
+    # five values of one knob: neighbouring steps differ clearly (RGB distance), not five near-identical shades
+    five = [[int(v) for v in c[4:-1].split(",")] for c in style.setting_colours(list("abcde"), ordered=True).values()]
+    assert min(sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 for a, b in zip(five, five[1:])) > 50
 
 
 def test_matched_panels_get_one_axis_type_and_readable_ticks():
@@ -134,15 +137,17 @@ def test_book_figure_uses_the_mapping_on_every_panel():
              for L in (512, 1024) for c in (0.5, 0.9) for m, kl in (("jacap[tau=3,beta=0.9]", 0.1), ("tova", 0.2))]
     fig = evaluation.kl_figure(cells)
     assert {fig.layout[f"yaxis{k if k > 1 else ''}"].type for k in range(1, 3)} == {"log"}
-    jac = [t for t in fig.data if t.name.startswith("jacap")]
+    jac = [t for t in fig.data if t.name == "default JacapPress()"]  # the press JacapPress() builds, by that name
     assert len(jac) == 2 and {t.marker.color for t in jac} == {METHOD_STYLES["jacap"][0]}
     assert style.method_of(fig.data[0]) == "jacap"  # the default Jacap, named by what sets it apart: jacap's colour
     assert {t.marker.color for t in fig.data if t.name == "tova"} == {METHOD_STYLES["tova"][0]}
     # the ratios evenly spaced as categories (0.9 and 0.95 no longer bunch), said in the axis title
     assert fig.layout.xaxis.type == "category" and list(fig.layout.xaxis2.categoryarray) == ["0.5", "0.9"]
-    # one x title shared below the panels (an annotation of make_subplots), not one per panel
+    # one x title shared below the panels (an annotation of make_subplots), not one per panel; the legend in rows
+    # under it
     assert [a.text for a in fig.layout.annotations if "evenly spaced" in a.text] == ["compression ratio c (evenly spaced)"]
     assert not fig.layout.xaxis.title.text and list(fig.data[0].x) == ["0.5", "0.9"]
+    assert fig.layout.legend.orientation == "h" and fig.layout.legend.y < -0.2
     # the KL axis spans 0.05-0.4 (the intervals): several labelled round values, not one
     assert list(fig.layout.yaxis.tickvals) == [0.05, 0.1, 0.2]
 

@@ -284,8 +284,9 @@ def summarise(rows) -> dict:
 
 def fixed_and_per_token(rows) -> list[dict]:
     """Per (d, method): the fastest time per call against N fitted by a line, ``t = fixed + per_token * N``
-    (least squares in relative error, over the N's measured), and the per-token cost as a multiple of the two
-    floors' per-token costs. Needs at least two N's; ``fit_max_rel_residual`` says how well a line fits."""
+    (least squares in relative error, over the N's measured, with ``fixed >= 0``: where the free line would cross
+    below zero, the best line through the origin), and the per-token cost as a multiple of the two floors'
+    per-token costs. Needs at least two N's; ``fit_max_rel_residual`` says how well a line fits."""
     import numpy as np
 
     out = []
@@ -299,6 +300,8 @@ def fixed_and_per_token(rows) -> list[dict]:
             N = np.array([p[0] for p in pts], dtype=float)
             t = np.array([p[1] for p in pts], dtype=float)
             per_token, fixed = np.polyfit(N, t, 1, w=1.0 / t)
+            if fixed < 0:  # a call cannot cost less than nothing: the best line through the origin instead
+                fixed, per_token = 0.0, float(np.sum(N / t) / np.sum((N / t) ** 2))
             resid = float(np.max(np.abs(fixed + per_token * N - t) / t))
             slopes[m] = per_token
             fits.append({"d": d, "method": m, "Ns": [int(x) for x in N], "fixed_s": float(fixed),

@@ -26,7 +26,7 @@ from pathlib import Path
 from . import files
 from . import job as J
 
-__all__ = ["CONFIDENCE", "ALPHA", "NEEDLE", "SENTENCES", "protection_fills", "planned_comparisons", "make_plan",
+__all__ = ["CONFIDENCE", "ALPHA", "NEEDLE", "SENTENCES", "planned_comparisons", "make_plan",
            "CONFIRM_PLAN"]
 
 CONFIDENCE = 0.95
@@ -48,35 +48,12 @@ SENTENCES = {
 }
 
 
-def protection_fills(length: int, ratio: float, n_sink: int, window: int) -> bool:
-    """Whether a press that protects ``n_sink`` sinks and a ``window``-token recent window keeps nothing else at
-    prompt ``length`` and compression ``ratio`` (the budget, kvpress's ``n_kept``, is at most the protected tokens)."""
-    from ..selection import n_kept
-
-    return n_kept(int(length), float(ratio)) <= int(n_sink) + int(window)
-
-
-def _protection_of(spec: str) -> tuple[int, int] | None:
-    """``(n_sink, window)`` a Jacap-family setting protects (``None`` for a press without both)."""
-    from ..presses.registry import method_options, press_from_spec
-
-    def find(rec):
-        if isinstance(rec, dict):
-            if "n_sink" in rec and "window" in rec:
-                return int(rec["n_sink"]), int(rec["window"])
-            for v in rec.values():
-                got = find(v)
-                if got:
-                    return got
-        return None
-
-    return find(method_options(press_from_spec(spec, 0.5)))
-
-
 def planned_comparisons(candidates: dict, cells: list[tuple[int, float]], best_per_cell: dict) -> list[dict]:
     """Every comparison of the plan, one per (pair, cell): each Jacap-family setting against the cell's best tuned
     baseline (``best_per_cell``: ``{"L/c": spec}``), the default against KVzip and against Expected Attention. A cell
     where the Jacap-family setting's protection fills the budget is listed with ``judged: False``."""
+    from .protection import LABEL, protection_fills_budget
+
     methods = candidates["methods"]
     default = candidates["default"]["chosen"]["spec"]
     family = [e["spec"] for e in candidates["default"]["eligible"]]
@@ -86,13 +63,12 @@ def planned_comparisons(candidates: dict, cells: list[tuple[int, float]], best_p
             pairs.append((default, methods[name]["spec"], f"the default against {name}"))
     out = []
     for a, b, what in pairs:
-        prot = _protection_of(a)
         for L, c in cells:
             key = f"{L}/{c}"
             ref = b or best_per_cell[key]
-            fills = prot is not None and protection_fills(L, c, *prot)
+            fills = protection_fills_budget(a, int(L), float(c))
             out.append({"a": a, "b": ref, "what": what, "cell": key, "judged": not fills,
-                        **({"label": "protection fills the budget"} if fills else {})})
+                        **({"label": LABEL} if fills else {})})
     return out
 
 

@@ -27,9 +27,9 @@ from .rowstats import (ALGORITHM1, LADDER, LADDER_ONLY, decompose_gap, family, i
                        swap_ratios)
 from .precision import interval_text
 
-__all__ = ["short_spec", "tuned_families", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
+__all__ = ["short_spec", "tuned_families", "setting_name", "SETTING_NAMES", "needle_table", "SOURCE", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
            "METHOD_WORDS", "accuracy_findings", "kl_findings", "needle_findings", "findings_text", "write", "FILE",
-           "layer_lines", "kind_lines", "swap_lines", "ladder_setting_lines", "ladder_lines", "needle_lines"]
+           "needle_baseline_lines", "layer_lines", "kind_lines", "swap_lines", "ladder_setting_lines", "ladder_lines", "needle_lines"]
 
 FILE = "findings.md"
 #: the four verdict kinds, in the order the counts are printed
@@ -183,44 +183,82 @@ def _tempered_text(spec: str) -> str:
     return ", ".join(["the tempered centre", *rest])
 
 
+#: How the findings name each summary family's setting (role -> name); the tune choice that ``JacapPress()``
+#: builds is "the default" and any other tuned Jacap method its registry name (:func:`setting_name`).
+SETTING_NAMES = {ALGORITHM1: "Algorithm 1 tuned", "paper preset": "Algorithm 1 as published"}
+
+
+def setting_name(fam: dict) -> str:
+    """The name of a summary family's setting in the findings: "Algorithm 1 tuned", "Algorithm 1 as published",
+    "the default `JacapPress()`" (the tune choice that ``JacapPress()`` builds) or a tuned method's registry name."""
+    if fam["role"] in SETTING_NAMES:
+        return SETTING_NAMES[fam["role"]]
+    method = fam["role"][len("tuned "):] if fam["role"].startswith("tuned ") else fam["role"]
+    return "the default `JacapPress()`" if is_library_default(fam["setting"]) else f"`{method}`"
+
+
+def _capital(text: str) -> str:
+    return text[0].upper() + text[1:]
+
+
+def _picked(summary: dict, role: str, *where: str) -> dict | None:
+    """The family ``role`` picked on the first of ``where`` the summary holds ("dev" and "test" name one split)."""
+    for w in where:
+        f = family(summary, role, w)
+        if f is not None:
+            return f
+    return None
+
+
+def _fills(spec: str, r: dict) -> bool:
+    from .protection import protection_fills_budget
+
+    return protection_fills_budget(spec, int(r["length"]), float(r["ratio"]))
+
+
+def _table(header: list[str], rows: list[list], align: str) -> list[str]:
+    """A MyST pipe table: ``align`` one letter per column ("l" left, "r" right)."""
+    rule = ["---:" if a == "r" else ":---" for a in align]
+    return ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |",
+            *("| " + " | ".join(str(x) for x in row) + " |" for row in rows)]
+
+
 def kl_findings(summary: dict) -> list[str]:
-    """Sentences on the KL verdicts of ``summary.json``: Algorithm 1 at its tuned settings against the best baseline
-    of each cell picked on tune (the counts, the largest losses and wins), the stricter line picked on dev, the
-    paper's settings against the same baselines, and every other tuned Jacap method (saying which one
-    ``JacapPress()`` builds by default)."""
+    """The KL verdicts of ``summary.json`` as lines of MyST: a table of the verdict counts of every Jacap setting
+    against the best baseline of each cell picked on tune (with the losses where the setting's protection fills the
+    budget, :func:`~jacap_lib.results.protection.protection_fills_budget`), Algorithm 1 tuned's largest losses in a
+    table, and one-claim sentences on them."""
     main = family(summary, ALGORITHM1, "tune")
     if main is None:
         raise ValueError("summary has no family of Algorithm 1's tuned setting (role 'algorithm 1') against the "
                          "baseline picked on tune; run `jacap evaluate summary`")
-    rows = main["rows"]
-    adj = (" (each verdict from an interval adjusted for the number of cells, so that all hold at once with 95 % "
-           "probability)" if _adjusted(rows) else "")
-    out = [f"Against the best tuned baseline of each cell, picked on tune documents and judged on the dev "
-           f"documents, Algorithm 1 at its tuned settings ({_tempered_text(main['setting'])}) is "
-           f"{counts_text(verdict_counts(rows))}{adj}."]
-    worst = _largest(rows, "worse")
+    fams = [f for f in (main, family(summary, "paper preset", "tune"), *tuned_families(summary)) if f is not None]
+    kind = "simultaneous 95 % intervals" if _adjusted(main["rows"]) else "95 % intervals"
+    out = [f"Verdicts against the best tuned baseline of each cell ({len(main['rows'])} cells, from {kind}):", ""]
+    rows = []
+    for f in fams:
+        c = verdict_counts(f["rows"])
+        filled = sum(verdict_word(r["verdict"]) == "worse" and _fills(f["setting"], r) for r in f["rows"])
+        rows.append([_capital(setting_name(f)), *(c[w] for w in WORDS), filled])
+    out += _table(["setting", *WORDS, "worse where protection fills the budget"], rows, "lrrrrr") + [""]
+    worst = _largest(main["rows"], "worse")
     if worst:
-        out.append("Its largest losses: " + "; ".join(
-            f"{_cell(r)}, {r['verdict']} against `{short_spec(r['baseline_spec'])}` (KL ratio "
-            f"{interval_text(r['gm_ratio'], *_ends(r))})" for r in worst) + ".")
-    best = _largest(rows, "better")
-    if best:
-        out.append(("Its win: " if len(best) == 1 else "Its largest wins: ") + "; ".join(
-            f"{_cell(r)}, {r['verdict']} against `{short_spec(r['baseline_spec'])}`" for r in best) + ".")
-    strict = family(summary, ALGORITHM1, "dev")
+        out += ["Algorithm 1 tuned's largest losses:", ""]
+        out += _table(["cell", "best baseline", "KL ratio [adjusted interval]"],
+                      [[_cell(r), f"`{short_spec(r['baseline_spec'])}`", interval_text(r["gm_ratio"], *_ends(r))]
+                       for r in worst], "llr") + [""]
+    lost = [r for r in main["rows"] if verdict_word(r["verdict"]) == "worse"]
+    filled = [r for r in lost if _fills(main["setting"], r)]
+    if filled:
+        out.append(f"In {len(filled)} of Algorithm 1 tuned's {len(lost)} losses, its sinks and recent window fill the "
+                   "budget.")
+        out.append("There its score chooses no token: those losses are losses of its window.")
+    strict = _picked(summary, ALGORITHM1, "dev", "test")
     if strict is not None:
-        out.append("Against the best baseline picked on the dev documents themselves (a line that favours the "
-                   f"baselines) it is {counts_text(verdict_counts(strict['rows']))}.")
-    paper = family(summary, "paper preset", "tune")
-    if paper is not None:
-        out.append(f"The paper's settings ({setting_text(paper['setting'])}) against the same baselines are "
-                   f"{counts_text(verdict_counts(paper['rows']))}.")
-    for fam in tuned_families(summary):
-        method = fam["role"][len("tuned "):]
-        what = METHOD_WORDS.get(method, f"`{method}`")
-        default = ", the press `JacapPress()` builds by default" if is_library_default(fam["setting"]) else ""
-        out.append(f"{what[0].upper() + what[1:]} (`{short_spec(fam['setting'])}`{default}, chosen on tune by the same rule) "
-                   f"against the same baselines is {counts_text(verdict_counts(fam['rows']))}.")
+        same = all(a["baseline_spec"] == b["baseline_spec"] for a, b in zip(strict["rows"], main["rows"]))
+        out.append("Picking the best baseline on the dev documents themselves "
+                   + ("names the same baseline in every cell." if same else
+                      f"leaves Algorithm 1 tuned {counts_text(verdict_counts(strict['rows']))}."))
     return out
 
 
@@ -231,28 +269,26 @@ METHOD_WORDS = {"jacap_adakv": "Jacap's scores with kvpress AdaKV's head-adaptiv
 
 
 def needle_findings(needle: dict) -> list[str]:
-    """Sentences on the needle verdicts of ``needle_summary.json``: per comparison of Algorithm 1's tuned setting
-    (the best baseline by KL on tune, the paper's settings) the verdict counts over the cells, and the cells it
-    loses."""
+    """One sentence per comparison of Algorithm 1 tuned in ``needle_summary.json`` (the best baseline by KL of each
+    cell, Algorithm 1 as published): its verdict counts over the cells, and the cells it loses."""
     by_test = bool(needle.get("config", {}).get("statistics", {}).get("verdict"))
     out = []
     for fam in needle.get("comparisons", []):
-        test = " (by McNemar's exact test, Holm-adjusted over the cells)" if by_test and not out else ""
         rows = fam["rows"]
         if not rows:
             continue
-        ref = ("the best baseline by KL of each cell" if fam.get("reference") == "best baseline"
-               else f"the paper's settings ({setting_text(rows[0]['reference_spec'])})"
-               if fam.get("reference") == "paper preset" else fam.get("label", fam.get("reference", "?")))
-        head = (f"On the needle task (is a key hidden in the prompt still retrieved?), Algorithm 1 at its tuned "
-                f"settings ({_tempered_text(fam['setting'])}) against {ref} is" if not out else f"Against {ref} it is")
-        s = f"{head} {counts_text(verdict_counts(rows), identical_unit='prompt')}{test}"
+        ref = ("the best baseline by KL" if fam.get("reference") == "best baseline"
+               else "Algorithm 1 as published" if fam.get("reference") == "paper preset"
+               else fam.get("label", fam.get("reference", "?")))
+        test = " (exact paired test, Holm)" if by_test else ""
+        out.append(f"Algorithm 1 tuned against {ref}: {counts_text(verdict_counts(rows), identical_unit='prompt')}"
+                   f"{test}.")
+        if fam.get("reference") == "best baseline":
+            top = max(100 * r["reference_accuracy"] for r in rows)
+            out.append(f"The best baseline by KL answers {'0 % in every cell' if top == 0 else f'at most {top:.0f} %'}.")
         lost = [r for r in rows if verdict_word(r["verdict"]) == "worse"]
         if lost:
-            s += "; it loses " + "; ".join(
-                f"{_cell(r)} ({100 * r['accuracy']:.0f} % against {100 * r['reference_accuracy']:.0f} %)"
-                for r in lost)
-        out.append(s + ".")
+            out.append("It loses " + " and ".join(_cell(r) for r in lost) + ".")
     return out
 
 
@@ -293,19 +329,80 @@ def target_lines(summary: dict, needle: dict, role: str, *, max_ratio: float = 0
             "the bar is " + ("cleared" if cleared else "not cleared")]
 
 
+#: The line that opens the findings: where the numbers come from and what they can say.
+SOURCE = ("*From the exploratory dev summary.* The 48 dev documents served four rounds of choices, so these counts "
+          "guide the next measurement; they confirm nothing.")
+
+
+def needle_table(summary: dict, needle: dict) -> list[str]:
+    """Needle accuracy per cell ("L / c") as a MyST table: the uncompressed model, the best baseline by KL of the
+    cell, the baseline that answers most prompts of the cell (first of a tie, named), and every Jacap setting of
+    ``summary`` picked on tune but ``jacap_adakv`` (:func:`setting_name`; the default as "default"), named beside
+    each entry; the best baseline by KL is named by :func:`needle_baseline_lines`."""
+    best = next((f for f in needle.get("comparisons", []) if f.get("reference") == "best baseline"), None)
+    ref = {(r["length"], float(r["ratio"])): r for r in (best or {}).get("rows", [])}
+    fams = [f for f in (family(summary, ALGORITHM1, "tune"), family(summary, "paper preset", "tune"),
+                        *tuned_families(summary)) if f is not None]
+    cells = needle.get("cells", [])
+    by_kl = [ref.get((c["length"], float(c["ratio"]))) for c in cells]
+    top = [max((x for x in c["settings"] if not x["spec"].startswith(("jacap", "full"))),
+               key=lambda x: x["accuracy"], default=None) for c in cells]
+
+    kl_vals = ["–" if e is None else f"{100 * e['reference_accuracy']:.0f}" for e in by_kl]
+    top_vals = ["–" if e is None else f"{100 * e['accuracy']:.0f} ({e['spec'].split('[', 1)[0]})" for e in top]
+    rows = []
+    for cell, kv, tv in zip(cells, kl_vals, top_vals):
+        acc = {x["spec"]: x["accuracy"] for x in cell["settings"]}
+        rows.append([f"{cell['length']} / {float(cell['ratio']):g}", kv, tv,
+                     *(f"{100 * acc[f['setting']]:.0f}" if f["setting"] in acc else "–" for f in fams)])
+    # narrow columns: the settings by plain names (the default as "default"), Jacap's AdaKV variant left to the
+    # chapters; a baseline the same in every cell is named by needle_lines' sentence, not in its column
+    keep = [i for i, f in enumerate(fams) if f["role"] != "tuned jacap_adakv"]
+    names = ["default" if is_library_default(fams[i]["setting"]) else setting_name(fams[i]).strip("`") for i in keep]
+    rows = [r[:3] + [r[3 + i] for i in keep] for r in rows]
+    return _table(["L / c", "best baseline by KL", "best-answering baseline", *names], rows, "lrr" + "r" * len(keep))
+
+
+def needle_baseline_lines(needle: dict) -> list[str]:
+    """The sentences naming the best baseline by KL of :func:`needle_table` where it is one method in every cell, and
+    the uncompressed model's accuracy (the ceiling)."""
+    best = next((f for f in needle.get("comparisons", []) if f.get("reference") == "best baseline"), None)
+    names = {r["reference_spec"].split("[", 1)[0] for r in (best or {}).get("rows", [])}
+    if len(names) != 1:
+        return []
+    out = [f"The best baseline by KL is {names.pop()} in every cell."]
+    full = sorted({round(100 * c["full"]["accuracy"]) for c in needle.get("cells", [])})
+    if full:
+        out.append("The uncompressed model answers " + (f"{full[0]} %" if len(full) == 1 else f"{full[0]}–{full[-1]} %")
+                   + " of the prompts in " + ("every cell." if len(full) == 1 else "each cell."))
+    return out
+
+
 def findings_text(summary: dict, needle: dict | None = None) -> str:
-    """The findings as one MyST paragraph per source (KL, then the needle when given: Algorithm 1's verdicts and
-    the accuracy of every other tuned Jacap method of the KL summary at c <= 0.75)."""
-    paras = [" ".join(kl_findings(summary))]
-    if needle is not None:
-        n = needle_findings(needle)
-        for fam in tuned_families(summary):
-            line = accuracy_findings(needle, fam["setting"])
-            if line:
-                n.append(line)
-        if n:
-            paras.append(" ".join(n))
-    return "\n\n".join(paras) + "\n"
+    """The findings as MyST: :data:`SOURCE`, the KL verdicts (:func:`kl_findings`), then, when ``needle`` is given,
+    the needle accuracies of every setting beside the best baseline by KL (:func:`needle_table`) and Algorithm 1
+    tuned's needle verdicts (:func:`needle_findings`). Each sentence makes one claim; the numbers are in tables."""
+    out = [SOURCE, "", *kl_findings(summary)]
+    if needle is not None and needle.get("cells"):
+        n = needle["cells"][0].get("n_prompts")
+        out += ["", f"Needle accuracy per cell (L / c: prompt length and compression ratio), in % of {n} prompts: is a key "
+                "hidden in the prompt still retrieved?"
+                if n else "Needle accuracy, in % of the prompts of each cell:", "", *needle_table(summary, needle), "",
+                *needle_baseline_lines(needle)]
+        out += needle_findings(needle)
+    return "\n".join(_paragraphs(out)) + "\n"
+
+
+def _paragraphs(lines: list[str]) -> list[str]:
+    """Sentences one after another on one line each (a MyST paragraph each), tables and blank lines as they are."""
+    out = []
+    for line in lines:
+        if out and line and not line.startswith("|") and out[-1] and not out[-1].startswith("|") \
+                and not out[-1].endswith(":"):
+            out[-1] += " " + line
+        else:
+            out.append(line)
+    return out
 
 
 def write(out_dir=None) -> Path | None:
@@ -382,17 +479,17 @@ def _optional_entries(docs, dialogue, others, one) -> list[tuple[str, dict]]:
     out = []
     for key, text in _OPTIONAL_SWAPS:
         if key in have:
-            out += [(f"{text} (/ default)", one(key)),
-                    ("  on dialogue (/ default)", one(key, dialogue)),
+            out += [(f"{text} (/ Algorithm 1 tuned)", one(key)),
+                    ("  on dialogue (/ Algorithm 1 tuned)", one(key, dialogue)),
                     ("  on dialogue, against the baseline", one(key, dialogue, "baseline")),
-                    ("  on the other kinds (/ default)", one(key, others)),
+                    ("  on the other kinds (/ Algorithm 1 tuned)", one(key, others)),
                     ("  on the other kinds, against the baseline", one(key, others, "baseline"))]
     return out
 
 
 def swap_lines(docs: list[dict]) -> list[str]:
     """The swap's findings as short lines: the protection and score parts of the gap, then each one-knob setting
-    against the default (and, for the statistics and the centre, on dialogue and the other kinds, also against the
+    against Algorithm 1 tuned (the anatomy's base, key ``default``) (and, for the statistics and the centre, on dialogue and the other kinds, also against the
     baseline). Each comparison is a line naming it, then an indented line with its KL ratio, 95 % interval and the
     verdict of the interval adjusted for the one-knob settings of the file (Bonferroni)."""
     m = sum(k != "default" and k not in LADDER_ONLY for k in docs[0]["kl"])  # the one-knob settings judged together
@@ -415,26 +512,26 @@ def swap_lines(docs: list[dict]) -> list[str]:
     dialogue = [d for d in docs if d["kind"] == "dialogue"]
     others = [d for d in docs if d["kind"] != "dialogue"]
     entries = [
-        ("protection, on Jacap's score (Jacap with the baseline's protection / default)",
+        ("protection, on Jacap's score (Jacap with the baseline's protection / Algorithm 1 tuned)",
          one("jacap_baseline_protection")),
         ("protection, on the baseline's score (baseline with Jacap's protection / baseline)",
          parts["protection (the baseline's score)"]),
-        ("score, under Jacap's protection (default / baseline with Jacap's protection)",
+        ("score, under Jacap's protection (Algorithm 1 tuned / baseline with Jacap's protection)",
          parts["score (Jacap's protection)"]),
-        ("statistics: flat instead of EMA (/ default)", one("flat_statistics")),
-        ("  on dialogue (/ default)", one("flat_statistics", dialogue)),
+        ("statistics: flat instead of EMA (/ Algorithm 1 tuned)", one("flat_statistics")),
+        ("  on dialogue (/ Algorithm 1 tuned)", one("flat_statistics", dialogue)),
         ("  on dialogue, against the baseline", one("flat_statistics", dialogue, "baseline")),
-        ("  on the other kinds (/ default)", one("flat_statistics", others)),
-        ("centre = observed attention of the last prompt queries (/ default)", one("observed_centre")),
-        ("  on dialogue (/ default)", one("observed_centre", dialogue)),
+        ("  on the other kinds (/ Algorithm 1 tuned)", one("flat_statistics", others)),
+        ("centre = observed attention of the last prompt queries (/ Algorithm 1 tuned)", one("observed_centre")),
+        ("  on dialogue (/ Algorithm 1 tuned)", one("observed_centre", dialogue)),
         ("  on dialogue, against the baseline", one("observed_centre", dialogue, "baseline")),
-        ("  on the other kinds (/ default)", one("observed_centre", others)),
+        ("  on the other kinds (/ Algorithm 1 tuned)", one("observed_centre", others)),
         ("  on the other kinds, against the baseline", one("observed_centre", others, "baseline")),
         *_optional_entries(docs, dialogue, others, one),
-        ("leverage interaction removed (/ default)", one("no_leverage")),
-        ("temperature 1 (/ default)", one("tau_1")),
-        ("temperature 10 (/ default)", one("tau_10")),
-        ("per-query-head scoring (/ default)", one("gqa_mean")),
+        ("leverage interaction removed (/ Algorithm 1 tuned)", one("no_leverage")),
+        ("temperature 1 (/ Algorithm 1 tuned)", one("tau_1")),
+        ("temperature 10 (/ Algorithm 1 tuned)", one("tau_10")),
+        ("per-query-head scoring (/ Algorithm 1 tuned)", one("gqa_mean")),
     ]
     out = ["each comparison: its KL ratio and 95 % interval; the verdict adjusted for",
            f"the {m} one-knob settings judged together (Bonferroni, {100 * conf:.1f} % interval)"]

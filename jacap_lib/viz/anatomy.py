@@ -39,6 +39,12 @@ def _label(spec: str) -> str:
     base, wrapper = split_wrapper(spec)
     return short_spec(base) + wrapper
 
+def _row_name(key: str) -> str:
+    """A swap setting's row in a figure: its key as words (``observed_centre`` -> ``observed centre``); the spec
+    behind it is printed by :func:`swap_setting_lines`."""
+    return key.replace("_", " ")
+
+
 def log_tickvals(values) -> list[float]:
     """Tick values for a log axis over ``values``: the 1-1.5-2-3-5-7 steps inside their range, at least two
     (the nearest outside values are added when fewer fall inside)."""
@@ -139,9 +145,11 @@ def position_figure(data: dict, *, groups=None) -> go.Figure:
         labels = distance_labels(s["edges"])
         last = max(k for k in range(len(labels)) if s["a_only"][k] + s["b_only"][k] > 0) + 1
         for side, spec, what in (("b_only", cfg["baseline"], "kept by the baseline only"),
-                                 ("a_only", cfg["default"], "kept by Jacap only")):
-            fig.add_trace(go.Bar(x=labels[:last], y=s[side][:last], name=f"{what} ({spec})", legendgroup=spec,
-                                 showlegend=i == 1, hovertemplate="%{x} from the end: %{y:.1%}"), row=1, col=i)
+                                 ("a_only", cfg["default"], "kept by Algorithm 1 tuned only")):
+            # one colour per press in every panel, the press's own (the legend names it once)
+            fig.add_trace(go.Bar(x=labels[:last], y=s[side][:last], name=f"{what} ({_label(spec)})",
+                                 legendgroup=side, showlegend=i == 1, marker={"color": method_style(_label(spec))["color"]},
+                                 hovertemplate="%{x} from the end: %{y:.1%}"), row=1, col=i)
         fig.update_xaxes(title_text="distance from the end", tickangle=-60, row=1, col=i)
         fig.layout.annotations[i - 1].text = f"{title} ({s['n_docs']} documents)"
     fig.update_yaxes(title_text="share of the tokens kept by one only", tickformat=".0%", row=1, col=1)
@@ -178,7 +186,7 @@ def swap_frame(data: dict, *, kinds=None) -> pd.DataFrame:
             if r["key"] == "default" or r["key"] in LADDER_ONLY:
                 continue
             rows.append({"documents": f"{label} (n={r['n']})", "setting": r["key"],
-                         "KL / default [95% CI]": f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]",
+                         "KL / Algorithm 1 tuned [95% CI]": f"{r['ratio']:.2f} [{r['low']:.2f}, {r['high']:.2f}]",
                          "lower": f"{r['lower']}/{r['n']}"})
     return pd.DataFrame(rows).set_index(["documents", "setting"])
 
@@ -200,21 +208,22 @@ def swap_figure(data: dict) -> go.Figure:
                         subplot_titles=[f"{g} ({sum(ks is None or d['kind'] in ks for d in data['documents'])} documents)"
                                         for g, ks in groups.items()])
     allv = []
-    ylabels = [_label(s["spec"]) for s in settings]
+    ylabels = [_row_name(s["key"]) for s in settings]
     for i, (g, ks) in enumerate(groups.items(), 1):
         sel = [d for d in data["documents"] if ks is None or d["kind"] in ks]
         by = {r["key"]: r for r in swap_ratios(sel)}
         for s in settings:
             r = by[s["key"]]
             allv += [r["low"], r["high"]]
-            fig.add_trace(go.Scatter(x=[r["ratio"]], y=[_label(s["spec"])], mode="markers", name=_label(s["spec"]),
+            fig.add_trace(go.Scatter(x=[r["ratio"]], y=[_row_name(s["key"])], mode="markers", name=_label(s["spec"]),
                                      legendgroup=s["spec"], showlegend=False, marker={"size": 9},
                                      error_x={"type": "data", "symmetric": False, "array": [r["high"] - r["ratio"]],
                                               "arrayminus": [r["ratio"] - r["low"]]},
                                      hovertemplate=f"{s['changes']}: %{{x:.2f}} [{r['low']:.2f}, {r['high']:.2f}]"),
                           row=i, col=1)
         fig.add_vline(x=1, line={"color": "black", "width": 1}, row=i, col=1)
-        fig.update_xaxes(title_text="KL / default's KL", showticklabels=True, row=i, col=1)
+        fig.update_xaxes(title_text="KL / Algorithm 1 tuned's KL" if i == len(groups) else None, showticklabels=True,
+                         row=i, col=1)
     ticks = log_tickvals(allv + [1])
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
     fig.update_yaxes(categoryorder="array", categoryarray=ylabels[::-1], title_text="setting")
@@ -223,7 +232,7 @@ def swap_figure(data: dict) -> go.Figure:
         tr.marker.color = st["color"]
         tr.error_x.color = st["color"]
     cfg = data["config"]
-    fig.update_layout(title=f"One knob at a time: KL relative to the default, prompt {cfg['length']}, "
+    fig.update_layout(title=f"One knob at a time: KL relative to Algorithm 1 tuned, prompt {cfg['length']}, "
                             f"c = {cfg['ratio']:g}",
                       height=150 + len(groups) * (60 + 26 * len(settings)), width=780, margin={"l": 300, "t": 90})
     return finish(fig)

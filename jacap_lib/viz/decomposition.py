@@ -69,7 +69,9 @@ def diagonal_error_figure(records: list, *, metric: str = "rel_error") -> go.Fig
         xs, ys = _by_layer(records, get)
         fig.add_trace(go.Box(x=xs, y=ys, name=label, marker_color=_COLORS[i]))
     ytitle = "median relative capacity error" if metric == "rel_error" else "Spearman ρ with full capacity (subsets)"
-    fig.update_layout(boxmode="group", title="E_diagonal: full Jacobian capacity vs its diagonal approximations",
+    what = ("how far each approximation's capacity lies from the full one" if metric == "rel_error"
+            else "whether each approximation ranks the subsets as the full capacity does")
+    fig.update_layout(boxmode="group", title=f"E_diagonal: {what}",
                       xaxis_title="layer", yaxis_title=ytitle, template="plotly_white", legend=dict(orientation="h", y=-0.2))
     if metric == "rel_error":  # a few subsets' errors run to thousands: show the bulk, name the extreme
         clip_outliers(fig, "yaxis")

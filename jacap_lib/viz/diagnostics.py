@@ -120,8 +120,10 @@ _NOTES = {
                    "layers × {n_kv_heads} KV heads), so the saturation side of ρ = ᾱ(1 − ᾱ) is never reached and "
                    "ρ ≈ ᾱ; at τ = 1 it is reached in {sat1} of them. (data/diagnostics/mechanisms.json)"),
     "capacity": ("On a real model, with the paper's defaults",
-                 "With σ² = 1 and τ = {tau:g}, the effective dimension Σᵢ rᵢ = Σₖ λₖ/(λₖ + σ²) of the weighted Gram on "
-                 "the bundled SmolLM2-135M has median {deff:.3g} over {n_heads} cases ({n_segments} segments × "
+                 "Algorithm 1 scores at a centre ᾱ, the softmax of the keys against the mean query at a temperature τ; "
+                 "each token's value direction uᵢ gets a weight wᵢ, and G = Σᵢ wᵢ uᵢuᵢᵀ is their weighted Gram, with "
+                 "eigenvalues λₖ. The effective dimension Σₖ λₖ/(λₖ + σ²) counts the output directions G fills. "
+                 "With σ² = 1 and τ = {tau:g}, it has on the bundled SmolLM2-135M a median {deff:.3g} over {n_heads} cases ({n_segments} segments × "
                  "{n_layers} layers × {n_kv_heads} KV heads) — far below its head dimension {head_dim} — so "
                  "log det(I + G/σ²) ≈ tr(G)/σ²: the capacity is, to first order, a sum of per-token terms. "
                  "A noise σ² chosen per head so that the effective dimension is ½·min(B, d) restores the "
@@ -130,7 +132,8 @@ _NOTES = {
                  "With σ² = 1 and τ = {tau:g}, ‖A − I‖₂ has median {a_minus_i:.2g} on the bundled SmolLM2-135M, so "
                  "uᵢᵀA⁻¹uᵢ ≈ ‖uᵢ‖² and the leverage discounts almost nothing: at c = {ratio:g} ({budget} of "
                  "{n_tokens} tokens kept) the kept set shares a median {overlap:.0%} of its tokens with the plain "
-                 "w‖u‖² ranking (lowest {overlap_min:.0%}). With σ² chosen per head so that Σᵢ rᵢ = ½·min(B, d), "
+                 "w‖u‖² ranking (lowest {overlap_min:.0%}). With σ² chosen per head so that the effective dimension "
+                 "Σᵢ rᵢ (the scores' sum: how many output directions the tokens fill) is ½·min(B, d), "
                  "the median overlap falls to {overlap_deff:.0%}. (data/diagnostics/mechanisms.json)"),
 }
 

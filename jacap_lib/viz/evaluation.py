@@ -13,13 +13,13 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..results import rowstats
+from ..results import protection, rowstats
 from ..results.precision import interval_text
 from .style import METHOD_STYLES, finish, wrapped
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
            "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval",
-           "kl_and_needle_frame", "tuned_line", "record_frame"]
+           "kl_and_needle_frame", "tuned_line", "record_frame", "setting_name"]
 
 
 def _interval(est, lo, hi) -> str:
@@ -208,13 +208,15 @@ def choices_frame(choices: dict) -> pd.DataFrame:
     return wrapped(pd.DataFrame(rows).set_index(["method", "options"]), ["method", "options"])
 
 
-_ROLE = {"algorithm 1": "Algorithm 1", "paper preset": "paper"}
+_ROLE = {"algorithm 1": "Algorithm 1 tuned", "paper preset": "as published"}
 
 
 def role_label(role: str) -> str:
-    """A summary family's role in a narrow table column: ``"Algorithm 1"`` (its tuned setting), ``"paper"``, and a
-    tuned Jacap method by
-    its registry name (``"tuned jacap_obs"`` -> ``"jacap_obs"``)."""
+    """A summary family's role in a narrow table column: ``"Algorithm 1 tuned"``, ``"as published"`` (Algorithm 1's
+    paper preset), ``"default"`` for the tune choice ``JacapPress()`` builds (``"tuned jacap_obs"``), and any other
+    tuned Jacap method by its registry name (``"tuned jacap_ea"`` -> ``"jacap_ea"``)."""
+    if role == "tuned jacap_obs":
+        return "default"
     return _ROLE.get(role, role[len("tuned "):] if role.startswith("tuned ") else role)
 
 
@@ -223,7 +225,8 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
     """One row per (Jacap setting, "prompt / c") of the summary's families picked on ``picked_on`` ("tune": the
     protocol's line; "dev": the stricter one): the best baseline (its method; the setting is in the details),
     the geometric-mean KL ratio with its interval (the multiplicity-adjusted one when the summary has it) and
-    the verdict in short words. ``details=True``: the baseline's setting, the mean-KL ratio, documents won/lost,
+    the verdict in short words, and a note on the cells where the setting's sinks and window fill the whole budget
+    (:func:`~jacap_lib.results.protection.protection_fills_budget`: its score chose no token). ``details=True``: the baseline's setting, the mean-KL ratio, documents won/lost,
     Wilcoxon and Holm p (and the cell's own 95 % interval when the headline one is adjusted).
     ``role``: only that Jacap setting's family ("algorithm 1", "paper preset", ...)."""
     rows = []
@@ -235,7 +238,9 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
             if details:
                 rows.append({**head, "baseline setting": _shorter(r["baseline_spec"]), **_ratio_details(r)})
             else:
-                rows.append({**head, "baseline": _short(r["baseline_spec"]), **_ratio_columns(r)})
+                rows.append({**head, "baseline": _short(r["baseline_spec"]), **_ratio_columns(r),
+                             "note": protection.LABEL if protection.protection_fills_budget(
+                                 fam["setting"], int(r["length"]), float(r["ratio"])) else ""})
     if not rows:
         raise ValueError(f"summary has no family picked on {picked_on!r}" + (f" with role {role!r}" if role else ""))
     frame = pd.DataFrame(rows).set_index(["Jacap", "prompt / c"])
@@ -292,7 +297,11 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
              else family[m] for m in methods}
     n_docs = sorted({c["n_docs"] for c in cells})
     fig = make_subplots(rows=1, cols=len(lengths), shared_yaxes=True, x_title="compression ratio c (evenly spaced)",
-                        subplot_titles=[f"prompt {L} tokens" for L in lengths])
+                        subplot_titles=[f"prompt {L}" for L in lengths], horizontal_spacing=0.04)
+    # a setting by its name where the book names it, else by its method's name when it is that method's only
+    # setting here (the tuned options are in the choices table)
+    name = {m: setting_name(m) for m in methods}
+    name = {m: family[m] if n == m and list(family.values()).count(family[m]) == 1 else n for m, n in name.items()}
     for j, L in enumerate(lengths, start=1):
         for m in methods:
             cs = sorted((c for c in cells if c["method"] == m and c["length"] == L), key=lambda c: c["ratio"])
@@ -300,7 +309,7 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
                 continue
             jac = m.startswith("jacap")
             fig.add_trace(go.Scatter(
-                x=[f"{c['ratio']:g}" for c in cs], y=[c["kl_geomean"] for c in cs], name=m, legendgroup=group[m],
+                x=[f"{c['ratio']:g}" for c in cs], y=[c["kl_geomean"] for c in cs], name=name[m], legendgroup=group[m],
                 showlegend=j == 1, mode="lines+markers",
                 line={"width": 3.5 if jac else 1.5, "dash": "solid" if jac else "dot"},
                 error_y={"type": "data", "symmetric": False, "array": [c["kl_high"] - c["kl_geomean"] for c in cs],
@@ -310,9 +319,31 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
     fig.update_yaxes(type="log")  # every panel: the same quantity on the same axis type
     fig.update_yaxes(title_text="geometric-mean next-token KL (nats)", row=1, col=1)
     docs = "-".join(map(str, n_docs[:: max(1, len(n_docs) - 1)]))
-    fig.update_layout(height=480, title=title or f"Quality against compression on {docs} dev documents "
-                      "(geometric mean, 95% bootstrap interval)", legend={"font": {"size": 10}})
+    # the legend under the panels, in rows: every setting in sight at any width (a side legend scrolls)
+    rows = -(-len(methods) // 3)
+    fig.update_layout(height=460 + 24 * rows, title=title or f"Quality against compression on {docs} dev documents "
+                      "(geometric mean, 95% bootstrap interval)",
+                      legend={"font": {"size": 10}, "orientation": "h", "x": 0, "xanchor": "left", "y": -0.26,
+                              "yanchor": "top", "entrywidth": 0.33, "entrywidthmode": "fraction"},
+                      margin={"b": 60 + 24 * rows})
     return finish(fig)
+
+
+def setting_name(spec: str) -> str:
+    """A setting as a figure's legend names it: "Algorithm 1 as published" (the paper preset), "default
+    JacapPress()", "Algorithm 1 tuned" (another ``jacap`` setting with the tempered centre), any other setting by
+    :func:`~jacap_lib.results.findings.short_spec`."""
+    from ..results import protocol as P
+    from ..presses.registry import parse_method
+
+    name, opts = parse_method(spec)
+    if name == "jacap" and P.same_setting(spec, P.PAPER_PRESET):
+        return "Algorithm 1 as published"
+    if name.startswith("jacap") and rowstats.is_library_default(spec):
+        return "default JacapPress()"
+    if name == "jacap" and opts.get("centre") == "tempered":
+        return "Algorithm 1 tuned"
+    return _shorter(spec)
 
 
 def _pct(a: dict) -> str:

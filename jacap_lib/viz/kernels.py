@@ -44,7 +44,9 @@ def step_cost_figure(Ns=(1024, 4096, 16384, 65536), ds=(64, 128)) -> go.Figure:
     fig.update_layout(
         title=f"FLOPs per head, d = {ds[-1]}", xaxis=dict(type="log", title="cached tokens N"),
         yaxis=dict(type="log", title="floating-point operations"), height=460,
-        updatemenus=[dict(type="buttons", direction="right", buttons=buttons, active=len(ds) - 1, x=0, y=1.15)],
+        updatemenus=[dict(type="buttons", direction="right", buttons=buttons, active=len(ds) - 1, x=0, xanchor="left",
+                          y=-0.2, yanchor="top")],  # under the axis title: clear of the figure title
+        margin=dict(b=110),
         legend=dict(font=dict(size=11)),
     )
     return finish(fig)
@@ -98,7 +100,9 @@ def scoring_benchmark_figure(data: dict) -> go.Figure:
     fig.update_layout(
         title=f"Scoring time, 8 KV heads, d = {ds[-1]} ({where})", height=480,
         xaxis=dict(type="log", title="cached tokens N"), yaxis=dict(type="log", title="median ms per call"),
-        updatemenus=[dict(type="buttons", direction="right", buttons=buttons, active=len(ds) - 1, x=0, y=1.15)],
+        updatemenus=[dict(type="buttons", direction="right", buttons=buttons, active=len(ds) - 1, x=0, xanchor="left",
+                          y=-0.2, yanchor="top")],  # under the axis title: clear of the figure title
+        margin=dict(b=110),
     )
     return finish(fig)
 

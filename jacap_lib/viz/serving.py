@@ -138,7 +138,7 @@ def kl_timeline(runs: dict, *, title: str = "Next-token KL against the uncompres
         first_any = first if first_any is None else min(first_any, first)
         kl = [None if i <= first else v for i, v in enumerate(r["kl"])]
         fig.add_scatter(x=list(range(len(kl))), y=kl, name=label, mode="lines", legendgroup="window" if window else label,
-                        line=dict(dash="dash") if window else dict(color=shades[f"{float(r['beta']):g}"]))
+                        line=dict(dash="dash", color=REFERENCE_COLOUR) if window else dict(color=shades[f"{float(r['beta']):g}"]))
     if first_any:
         fig.add_vrect(x0=0, x1=first_any, fillcolor="#969696", opacity=0.12, line_width=0,
                       annotation_text="no eviction yet", annotation_position="top")

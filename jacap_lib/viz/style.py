@@ -108,7 +108,7 @@ REFERENCE_COLOUR = METHOD_STYLES["full"][0]
 
 #: the sequential scale (and the part of it used) for the ordered values of one knob of Jacap (β, τ, ...):
 #: warm like Jacap's colours, light to dark
-SETTING_SCALE = ("YlOrBr", 0.45, 0.95)
+SETTING_SCALE = ("viridis_r", 0.1, 0.95)  # distinct steps, light to dark, no method's colour
 
 
 def setting_colours(names, *, ordered: bool = False) -> dict[str, str]:

@@ -68,7 +68,8 @@ def kv_memory_figure(configs: dict, *, tokens: int = 131072, batch: int = 1, dty
     _add_slider(fig, frames, labels, prefix="compression c = ")
     top = max(MEM.kv_memory_table(configs, tokens=tokens, batch=batch, dtype=dtype)[i]["gib"] for i in range(len(configs)))
     fig.update_layout(title=f"KV cache at T = {tokens} tokens, batch {batch}, {dtype}",
-                      xaxis_title="model", yaxis=dict(title="GiB", range=[0, top * 1.2]), height=460, margin=dict(t=60))
+                      xaxis_title="model", yaxis=dict(title="GiB", range=[0, top * 1.2]), height=500, margin=dict(t=60))
+    fig.layout.sliders[0].pad.t = 90  # below the model names and the axis title, not over them
     return finish(fig)
 
 
