@@ -24,7 +24,7 @@ def tune_ratio_figure(table: list[dict], *, pending=(), title: str | None = None
         fig.add_trace(go.Bar(x=[r["kl_ratio"]], y=[r["setting"]], orientation="h", name=r["setting"],
                              legendgroup=r["method"], showlegend=False,
                              hovertemplate=f"{r['setting']}<br>KL ratio to the default %{{x:.3g}}<extra></extra>"))
-    fig.add_vline(x=1, line={"color": "#444", "dash": "dot"})
+    fig.add_vline(x=1, line={"color": "#444444", "dash": "dot"})
     note = f"not tuned yet: {', '.join(pending)}" if pending else None
     fig.update_layout(title=title or "Each method's tune choice: geometric-mean KL ratio to the default (tune documents)",
                       xaxis={"title": "KL ratio to the default (log; below 1 = closer to the full cache)", "type": "log"},
