@@ -26,6 +26,7 @@ from .. import _checks
 from ..config import DEFAULTS
 from .jacap import JacapPress
 from .jacap_ablation import ABLATION_FIELDS  # Algorithm 1's own choice of the ablation fields: never written out
+from .jacap_context import JacapContextPress
 from .jacap_multicenter import JacapMultiCenterPress
 from .jacap_rank1 import JacapRank1Press
 from .jacap_two_stage import JacapTwoStagePress
@@ -138,6 +139,13 @@ METHODS: dict[str, Method] = {
                               "them and rescored"),
     "jacap_multicenter": Method(JacapMultiCenterPress, {},
                                 "Jacap with a 3-centre query prior (k-means per KV head, max of normalised scores)"),
+    # KVzip's reconstruction pass as Jacap's query prior: scored after the prefill like kvzip (real prefill, scored
+    # once for every ratio); summary=max,budget=global is kvpress KVzip itself
+    "jacap_context": Method(JacapContextPress, {},
+                            "Jacap Algorithm 1 with the query statistics of KVzip's context-reconstruction pass, budget "
+                            "across layers and heads (defaults summary=jacap, budget=global; summary=max is KVzip's "
+                            "score, budget=layer|head the per-layer and per-KV-head budgets, window= Jacap's recent "
+                            "window)"),
     # kvpress's newer presses that run offline (the field as it is today), at kvpress's defaults; kvzip and kvgrad
     # score after the prefill (reconstruction passes) and mask across layers and heads, so they are measured on the
     # real prefill, not replayed (jacap_lib.measure.quality.can_replay). kvpress's KVzip takes the prompt's first
