@@ -10,6 +10,7 @@
     jacap evaluate needle|needle-summary [--quick] needle retrieval with the tuned methods -> data/results/eval/
     jacap evaluate ablate|ablate-summary [--quick] one-knob ablations of Jacap on the tune documents -> data/results/eval/
     jacap evaluate anatomy [--length 2048 --ratio 0.5] why the default loses a cell -> data/results/eval/anatomy.json
+    jacap evaluate kvzip-ladder|kvzip-ladder-summary  default -> KVzip one knob at a time -> data/results/eval/peers/
     jacap evaluate needle [--mode inside] --probe  digit survival per layer and KV head -> needle_probe.jsonl
     jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token
     jacap inspect --layer 3 --head 1 [--text ...]  one head's text, kept/protected/evicted marked
@@ -90,6 +91,14 @@ COMMANDS = {
                            "prompt: accuracy difference intervals, McNemar and Holm p, verdicts -> "
                            "data/results/eval/needle_summary.json",
                            "jacap_lib.results.needle:NEEDLE_SUMMARY"),
+        "kvzip-ladder": ("the one-knob ladder from the default Jacap press to kvpress KVzip (which queries, the "
+                         "protection, how they are summarised, the budget; and Jacap's score on KVzip's queries and "
+                         "budget) on every tune document -> data/results/eval/peers/ladder.jsonl (resumable)",
+                         "jacap_lib.results.ladder:LADDER_JOB"),
+        "kvzip-ladder-summary": ("per cell, each ladder step's geometric-mean KL ratio to the step before with "
+                                 "simultaneous (Bonferroni) intervals and verdicts, and each step's share of the log "
+                                 "gap default -> KVzip -> data/results/eval/peers/ladder_summary.json",
+                                 "jacap_lib.results.ladder:LADDER_SUMMARY"),
         "anatomy": ("why Algorithm 1's tuned Jacap setting loses: per-layer error ratios and KL by document kind in the "
                     "losing cells (from the test rows), and on one cell's test documents the kept sets of the default "
                     "and the best baseline and a one-knob swap of score and protection -> "
