@@ -28,7 +28,8 @@ def test_the_table_names_every_job():
                            ["diagnose", "mechanisms"], ["diagnose", "query-stats"], ["evaluate", "tune"],
                            ["evaluate", "test"], ["evaluate", "time"], ["evaluate", "summary"], ["evaluate", "ablate"],
                            ["evaluate", "ablate-summary"], ["evaluate", "needle"], ["evaluate", "needle-summary"],
-                           ["evaluate", "anatomy"], ["inspect"], ["serve-run"],
+                           ["evaluate", "kvzip-ladder"], ["evaluate", "kvzip-ladder-summary"], ["evaluate", "anatomy"],
+                           ["inspect"], ["serve-run"],
                            ["texts"], ["time", "scoring"], ["time", "e2e"]]
 
 

@@ -32,7 +32,7 @@ from .jacap_rank1 import JacapRank1Press
 from .jacap_two_stage import JacapTwoStagePress
 from .variants import jacap_ablate
 
-__all__ = ["Method", "METHODS", "BASELINES", "PEERS", "NOT_OFFLINE", "CRITICAL_SCORER", "ADAKV_BASELINES", "WRAPPER_OPTIONS", "list_methods", "describe_method", "alias_of", "valid_options", "full_spec", "explicit_spec", "written_out", "build_press", "method_factory", "parse_method", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
+__all__ = ["Method", "METHODS", "BASELINES", "PEERS", "RECONSTRUCTION_METHODS", "NOT_OFFLINE", "CRITICAL_SCORER", "ADAKV_BASELINES", "WRAPPER_OPTIONS", "list_methods", "describe_method", "alias_of", "valid_options", "full_spec", "explicit_spec", "written_out", "build_press", "method_factory", "parse_method", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
            "method_options", "expand_methods"]
 
 @dataclass(frozen=True)
@@ -177,6 +177,10 @@ BASELINES: tuple[str, ...] = tuple(n for n, m in METHODS.items()
 #: nor in the kvpress wrapper grid (their tuning comes later)
 PEERS: tuple[str, ...] = ("kvzip", "kvgrad", "compactor", "leverage_score", "lagkv", "cur", "pyramidkv", "critical_kv",
                           "critical_adakv")
+#: the methods that score after the prefill (a context-reconstruction pass) and mask kvpress's masked keys across
+#: layers and heads: not ScorerPresses, so kvpress's wrappers refuse them; measured on the real prefill
+#: (jacap_lib.measure.quality.can_replay is False for them)
+RECONSTRUCTION_METHODS: tuple[str, ...] = ("kvzip", "kvgrad", "jacap_context")
 #: kvpress 0.5.5's presses that cannot run offline on the bundled model, and why (read off their kvpress source)
 NOT_OFFLINE: dict[str, str] = {
     "QFilterPress": "post_init_from_model downloads the model's trained Q-Filters from the Hub "

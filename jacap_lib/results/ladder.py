@@ -312,7 +312,23 @@ def summarize_ladder(rows: list[dict], runs: list[dict], *, alpha: float = ALPHA
         sentence = (f"Over the {len(out_cells)} cells, step {carrier} ({desc[carrier]}) carries "
                     f"{100 * pooled[carrier]:.0f} % of the log KL gap from the default to KVzip; the shares are "
                     + ", ".join(f"{k} {100 * v:.0f} %" for k, v in pooled.items()) + ".")
-    return {"m": m, "confidence": conf, "n_resamples_adjusted": n_res, "cells": out_cells,
+    # cells not complete (an interrupted run): point estimates on the documents every step has, not judged
+    partial = []
+    for L in sorted({int(r["length"]) for r in rows}):
+        for c in sorted({float(r["ratio"]) for r in rows}):
+            if (L, c) in cells:
+                continue
+            common = set.intersection(*(have.get((L, c, s), set()) for s in specs.values()))
+            if len(common) < 3:
+                continue
+            sub = [r for r in rows if r["doc"] in common]
+            est = {}
+            for a, b in pairs + (("L3", "L0"),):
+                _, x, y = paired_values(sub, specs[a], specs[b], L, c)
+                est[f"{a}/{b}"] = float(np.exp(np.mean(np.log(np.maximum(x, KL_FLOOR)) - np.log(np.maximum(y, KL_FLOOR)))))
+            partial.append({"length": L, "ratio": c, "n_documents": len(common), "of": len(docs),
+                            "gm_ratios": est, "judged": False})
+    return {"m": m, "confidence": conf, "n_resamples_adjusted": n_res, "cells": out_cells, "partial_cells": partial,
             "cells_judged": [f"{L}/{c}" for L, c in cells], "pooled_share_of_log_gap": pooled, "carrier": carrier,
             "sentence": sentence, "kvzip_check": check, "steps": {k: specs[k] for k in STEPS},
             "cost": cost_summary(rows, specs)}
