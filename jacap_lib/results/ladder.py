@@ -65,6 +65,7 @@ FILE = "ladder.jsonl"
 SUMMARY_FILE = "ladder_summary.json"
 COST_FILE = "ladder_cost.jsonl"
 ALPHA = 0.05
+GAP = 1.25  # a total ratio within a factor GAP of 1 has no gap worth splitting into shares (they blow up near 0)
 
 
 def step_specs() -> dict:
@@ -298,20 +299,32 @@ def summarize_ladder(rows: list[dict], runs: list[dict], *, alpha: float = ALPHA
                 s["share_of_log_gap"] = math.log(s["gm_ratio"]) / log_total if log_total else float("nan")
         out_cells.append({"length": L, "ratio": c, "total_L3_over_L0": total.estimate, "total_low": total.low,
                           "total_high": total.high, "total_verdict": V.verdict(total), "steps": steps})
-    # pooled: each step's share of the summed log gap over the cells
-    pooled = {}
-    if out_cells:
-        tot = sum(math.log(x["total_L3_over_L0"]) for x in out_cells)
-        for a, _ in LADDER:
-            pooled[a] = sum(math.log(next(s["gm_ratio"] for s in x["steps"] if s["step"] == a))
-                            for x in out_cells) / tot if tot else float("nan")
-    carrier = max(pooled, key=lambda k: pooled[k]) if pooled else None
-    sentence = None
-    if carrier is not None:
-        desc = {k: STEPS[k][1] for k in STEPS}
-        sentence = (f"Over the {len(out_cells)} cells, step {carrier} ({desc[carrier]}) carries "
-                    f"{100 * pooled[carrier]:.0f} % of the log KL gap from the default to KVzip; the shares are "
-                    + ", ".join(f"{k} {100 * v:.0f} %" for k, v in pooled.items()) + ".")
+    # per cell the step that carries the gap (the largest share), where there is a gap to split (|log total| at least
+    # log GAP); pooled shares over the cells where KVzip is lower and, apart, where it is higher (opposite gaps cancel)
+    for x in out_cells:
+        big = abs(math.log(x["total_L3_over_L0"])) >= math.log(GAP)
+        lad = [s for s in x["steps"] if "share_of_log_gap" in s]
+        x["carrier"] = max(lad, key=lambda s: s["share_of_log_gap"])["step"] if big else None
+    pooled, sentences = {}, []
+    for side, keep in (("kvzip_lower", lambda t: t < 1 / GAP), ("kvzip_higher", lambda t: t > GAP)):
+        sel = [x for x in out_cells if keep(x["total_L3_over_L0"])]
+        if not sel:
+            continue
+        tot = sum(math.log(x["total_L3_over_L0"]) for x in sel)
+        shares = {a: sum(math.log(next(s["gm_ratio"] for s in x["steps"] if s["step"] == a)) for x in sel) / tot
+                  for a, _ in LADDER}
+        carrier = max(shares, key=lambda k: shares[k])
+        pooled[side] = {"cells": [f"{x['length']}/{x['ratio']}" for x in sel], "total_gm_ratio":
+                        math.exp(tot / len(sel)), "shares": shares, "carrier": carrier}
+        sentences.append(f"Where KVzip's KL is {'lower' if side == 'kvzip_lower' else 'higher'} than the default's "
+                         f"({', '.join(pooled[side]['cells'])}), step {carrier} ({STEPS[carrier][1]}) carries "
+                         f"{100 * shares[carrier]:.0f} % of the log gap (shares: "
+                         + ", ".join(f"{k} {100 * v:.0f} %" for k, v in shares.items()) + ").")
+    small = [f"{x['length']}/{x['ratio']}" for x in out_cells if x["carrier"] is None]
+    if small:
+        sentences.append(f"In {', '.join(small)} the default and KVzip are within a factor {GAP} (no gap to split).")
+    carrier = {k: v["carrier"] for k, v in pooled.items()}
+    sentence = " ".join(sentences) or None
     # cells not complete (an interrupted run): point estimates on the documents every step has, not judged
     partial = []
     for L in sorted({int(r["length"]) for r in rows}):
