@@ -11,6 +11,7 @@
     jacap evaluate ablate|ablate-summary [--quick] one-knob ablations of Jacap on the tune documents -> data/results/eval/
     jacap evaluate anatomy [--length 2048 --ratio 0.5] why the default loses a cell -> data/results/eval/anatomy.json
     jacap evaluate record                          every setting run on the dev documents -> dev_record.json
+    jacap evaluate kvzip-ladder|kvzip-ladder-summary  default -> KVzip one knob at a time -> data/results/eval/peers/
     jacap evaluate needle [--mode inside] --probe  digit survival per layer and KV head -> needle_probe.jsonl
     jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token
     jacap inspect --layer 3 --head 1 [--text ...]  one head's text, kept/protected/evicted marked
@@ -100,6 +101,14 @@ COMMANDS = {
         "record": ("every setting ever run on the dev documents, with its round, first run, rows and what it led "
                    "to -> data/results/eval/dev_record.json (reads the committed dev rows and runs)",
                    "jacap_lib.results.record:RECORD"),
+        "kvzip-ladder": ("the one-knob ladder from the default Jacap press to kvpress KVzip (which queries, the "
+                         "protection, how they are summarised, the budget; and Jacap's score on KVzip's queries and "
+                         "budget) on every tune document -> data/results/eval/peers/ladder.jsonl (resumable)",
+                         "jacap_lib.results.ladder:LADDER_JOB"),
+        "kvzip-ladder-summary": ("per cell, each ladder step's geometric-mean KL ratio to the step before with "
+                                 "simultaneous (Bonferroni) intervals and verdicts, and each step's share of the log "
+                                 "gap default -> KVzip -> data/results/eval/peers/ladder_summary.json",
+                                 "jacap_lib.results.ladder:LADDER_SUMMARY"),
         "anatomy": ("why Algorithm 1's tuned Jacap setting loses: per-layer error ratios and KL by document kind in the "
                     "losing cells (from the dev rows), and on one cell's dev documents the kept sets of the default "
                     "and the best baseline and a one-knob swap of score and protection -> "

@@ -29,7 +29,8 @@ def test_the_table_names_every_job():
                            ["evaluate", "dev"], ["evaluate", "time"], ["evaluate", "summary"], ["evaluate", "candidates"],
                            ["evaluate", "confirm-plan"], ["evaluate", "ablate"],
                            ["evaluate", "ablate-summary"], ["evaluate", "needle"], ["evaluate", "needle-summary"],
-                           ["evaluate", "record"], ["evaluate", "anatomy"], ["inspect"], ["serve-run"],
+                           ["evaluate", "record"], ["evaluate", "kvzip-ladder"], ["evaluate", "kvzip-ladder-summary"],
+                           ["evaluate", "anatomy"], ["inspect"], ["serve-run"],
                            ["texts"], ["time", "scoring"], ["time", "e2e"]]
 
 

@@ -13,7 +13,7 @@ import torch
 from kvpress.utils import compute_n_kept
 
 from jacap_lib.presses.jacap_ablation import ONE_KNOB
-from jacap_lib.presses.registry import PEERS, list_methods
+from jacap_lib.presses.registry import PEERS, RECONSTRUCTION_METHODS, list_methods
 from jacap_lib.measure.kvpress_grid import (CHUNK, DECODING, INTERVAL, RATIO, STEPS, TARGET, WRAPPERS, grid_table,
                                            known_refusal, run_combo)
 
@@ -127,8 +127,9 @@ def prompt_ids():
     return torch.randint(0, 96, (1, P), generator=torch.Generator().manual_seed(0))
 
 
-# kvpress's newer presses (registry PEERS, tests/test_peers.py) are not in the wrapper grid yet
-@pytest.mark.parametrize("name", [n for n in list_methods() if n not in PEERS])
+# kvpress's newer presses (registry PEERS, tests/test_peers.py) are not in the wrapper grid yet, nor jacap_context (scored
+# after the prefill like KVzip: registry.RECONSTRUCTION_METHODS)
+@pytest.mark.parametrize("name", [n for n in list_methods() if n not in PEERS and n not in RECONSTRUCTION_METHODS])
 @pytest.mark.parametrize("wrapper", WRAPPERS)
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_tiny_grid(arch, wrapper, name, tiny_llama, tiny_qwen3, prompt_ids):
@@ -224,7 +225,9 @@ def _grad_wrapper(i: int, name: str):
     return next((w for w in WRAPPERS[i:] + WRAPPERS[:i] if known_refusal(w, name) is None), None)
 
 
-GRAD_CASES = [(name, _grad_wrapper(i, name)) for i, name in enumerate(list_methods("jacap"))]
+# the Jacap presses kvpress's wrappers take (not those scored after the prefill, registry.RECONSTRUCTION_METHODS)
+GRAD_CASES = [(name, _grad_wrapper(i, name)) for i, name in
+              enumerate(n for n in list_methods("jacap") if n not in RECONSTRUCTION_METHODS)]
 
 
 @pytest.mark.parametrize("name,wrapper", GRAD_CASES, ids=[f"{w}({n})" for n, w in GRAD_CASES])

@@ -54,6 +54,10 @@ __all__ = [
     "can_replay",
     "scores_once",
     "caches_by_ratio",
+    "post_fields",
+    "scoring_record",
+    "caches_by_setting",
+    "next_token_kl_by_setting",
     "next_token_kl_by_ratio",
     "continue_from_cache",
     "kept_tokens",
@@ -413,8 +417,9 @@ def _result(reference: FullReference, logq, attn, kept) -> QualityResult:
 
 def scores_once(press) -> bool:
     """Whether a press scores the prompt the same at every compression ratio and only its masks depend on it:
-    kvpress ``KVzipPress`` and its subclass ``KVgradPress`` (the reconstruction passes fill ``score_val`` whatever
-    the ratio; ``compress_post`` alone reads ``compression_ratio``, to mask the bottom of ``score_val``)."""
+    kvpress ``KVzipPress`` and its subclasses, ``KVgradPress`` and
+    :class:`~jacap_lib.presses.jacap_context.JacapContextPress` (the reconstruction passes fill ``score_val``
+    whatever the ratio; ``compress_post`` alone reads ``compression_ratio``, to mask the bottom of ``score_val``)."""
     from kvpress import KVzipPress
 
     return isinstance(press, KVzipPress)
@@ -476,6 +481,87 @@ def next_token_kl_by_ratio(model, prompt_ids, continuation_ids, press, ratios, *
     _check_reference(reference, prompt_len, continuation_ids)
     return [_result(reference, *continue_from_cache(model, cache, prompt_len, continuation_ids))
             for _, cache in caches_by_ratio(model, prompt_ids, press, ratios)]
+
+
+def post_fields(press) -> tuple[str, ...]:
+    """The fields of a press that :func:`scores_once` which only its ``compress_post`` reads: kvpress ``KVzipPress``
+    reads ``compression_ratio`` and ``layerwise`` there alone; a subclass declares its own in a ``post_only`` class
+    attribute (:class:`~jacap_lib.presses.jacap_context.JacapContextPress`: the budget and the window too); any other
+    (``KVgradPress``) only ``compression_ratio``."""
+    from kvpress import KVzipPress
+
+    if not scores_once(press):
+        raise ValueError(f"press must score once for every ratio (kvpress KVzipPress and its subclasses); got "
+                         f"{type(press).__name__}")
+    own = getattr(type(press), "post_only", None)
+    if own is not None:
+        return tuple(own)
+    return ("compression_ratio", "layerwise") if type(press) is KVzipPress else ("compression_ratio",)
+
+
+def scoring_record(press) -> tuple:
+    """What decides the scores of a press that :func:`scores_once`: its class and every constructor field but its
+    :func:`post_fields`. Two presses with equal records fill the same ``score_val`` from the same prompt, so one
+    scoring serves both (:func:`caches_by_setting`)."""
+    import dataclasses
+    import json
+
+    post = post_fields(press)
+    fields = {f.name: getattr(press, f.name) for f in dataclasses.fields(press) if f.init and f.name not in post}
+    return (type(press), json.dumps(fields, sort_keys=True, default=repr))
+
+
+@torch.inference_mode()
+def caches_by_setting(model, prompt_ids, presses):
+    """:func:`caches_by_ratio` across settings: ``presses`` that :func:`scores_once` with one :func:`scoring_record`
+    (they differ only in their :func:`post_fields`: ratio, budget, window). One real prefill under the first press
+    scores the prompt; then each press's own ``compress_post`` masks a copy of those scores; yields ``(press, cache)``
+    in order, the model's attention modules holding that press's masks -- what its own prefill leaves."""
+    from transformers import DynamicCache
+
+    presses = list(presses)
+    if not presses:
+        raise ValueError("presses must hold at least one press")
+    records = {scoring_record(p) for p in presses}  # raises for a press that does not score once
+    if len(records) != 1:
+        raise ValueError("presses must share one scoring (the same class and fields but their post_fields: ratio, "
+                         "budget, window); group them by quality.scoring_record")
+    for p in presses:
+        if not 0 < p.compression_ratio < 1:
+            raise ValueError(f"every press's compression_ratio must lie in (0, 1), got {p.compression_ratio}")
+    prompt_ids = _as_ids(prompt_ids, None, "prompt_ids")
+    first, stash = presses[0], {}
+    post = first.compress_post
+
+    def keep(m):  # the scores before compress_post marks the sinks in place
+        stash["scores"] = first.score_val.clone()
+        post(m)
+
+    first.compress_post = keep
+    cache = DynamicCache()
+    try:
+        with first(model):
+            model(input_ids=prompt_ids.to(next(model.parameters()).device), past_key_values=cache, use_cache=True,
+                  logits_to_keep=1)
+    finally:
+        del first.compress_post
+    for p in presses:
+        p.score_val = stash["scores"].clone()
+        try:
+            p.compress_post(model)
+        finally:
+            p.score_val = None
+        yield p, _copy_cache(cache)
+
+
+def next_token_kl_by_setting(model, prompt_ids, continuation_ids, presses, *,
+                             reference: FullReference) -> list[QualityResult]:
+    """:func:`next_token_kl` of each of ``presses`` (one scoring, :func:`caches_by_setting`), in order."""
+    continuation_ids = _as_ids(continuation_ids, None, "continuation_ids")
+    prompt_len = _as_ids(prompt_ids, None, "prompt_ids").shape[1]
+    _check_reference(reference, prompt_len, continuation_ids)
+    return [_result(reference, *continue_from_cache(model, cache, prompt_len, continuation_ids))
+            for _, cache in caches_by_setting(model, prompt_ids, presses)]
 
 
 def prompt_and_continuation(tokenizer, text: str, length: int, continuation: int, *, name: str = "text"):

@@ -26,12 +26,13 @@ from .. import _checks
 from ..config import DEFAULTS
 from .jacap import JacapPress
 from .jacap_ablation import ABLATION_FIELDS  # Algorithm 1's own choice of the ablation fields: never written out
+from .jacap_context import JacapContextPress
 from .jacap_multicenter import JacapMultiCenterPress
 from .jacap_rank1 import JacapRank1Press
 from .jacap_two_stage import JacapTwoStagePress
 from .variants import jacap_ablate
 
-__all__ = ["Method", "METHODS", "BASELINES", "PEERS", "NOT_OFFLINE", "CRITICAL_SCORER", "ADAKV_BASELINES", "WRAPPER_OPTIONS", "list_methods", "describe_method", "alias_of", "valid_options", "full_spec", "explicit_spec", "written_out", "build_press", "method_factory", "parse_method", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
+__all__ = ["Method", "METHODS", "BASELINES", "PEERS", "RECONSTRUCTION_METHODS", "NOT_OFFLINE", "CRITICAL_SCORER", "ADAKV_BASELINES", "WRAPPER_OPTIONS", "list_methods", "describe_method", "alias_of", "valid_options", "full_spec", "explicit_spec", "written_out", "build_press", "method_factory", "parse_method", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
            "method_options", "expand_methods"]
 
 @dataclass(frozen=True)
@@ -138,6 +139,13 @@ METHODS: dict[str, Method] = {
                               "them and rescored"),
     "jacap_multicenter": Method(JacapMultiCenterPress, {},
                                 "Jacap with a 3-centre query prior (k-means per KV head, max of normalised scores)"),
+    # KVzip's reconstruction pass as Jacap's query prior: scored after the prefill like kvzip (real prefill, scored
+    # once for every ratio); summary=max,budget=global is kvpress KVzip itself
+    "jacap_context": Method(JacapContextPress, {},
+                            "Jacap Algorithm 1 with the query statistics of KVzip's context-reconstruction pass, budget "
+                            "across layers and heads (defaults summary=jacap, budget=global; summary=max is KVzip's "
+                            "score, budget=layer|head the per-layer and per-KV-head budgets, window= Jacap's recent "
+                            "window)"),
     # kvpress's newer presses that run offline (the field as it is today), at kvpress's defaults; kvzip and kvgrad
     # score after the prefill (reconstruction passes) and mask across layers and heads, so they are measured on the
     # real prefill, not replayed (jacap_lib.measure.quality.can_replay). kvpress's KVzip takes the prompt's first
@@ -169,6 +177,10 @@ BASELINES: tuple[str, ...] = tuple(n for n, m in METHODS.items()
 #: nor in the kvpress wrapper grid (their tuning comes later)
 PEERS: tuple[str, ...] = ("kvzip", "kvgrad", "compactor", "leverage_score", "lagkv", "cur", "pyramidkv", "critical_kv",
                           "critical_adakv")
+#: the methods that score after the prefill (a context-reconstruction pass) and mask kvpress's masked keys across
+#: layers and heads: not ScorerPresses, so kvpress's wrappers refuse them; measured on the real prefill
+#: (jacap_lib.measure.quality.can_replay is False for them)
+RECONSTRUCTION_METHODS: tuple[str, ...] = ("kvzip", "kvgrad", "jacap_context")
 #: kvpress 0.5.5's presses that cannot run offline on the bundled model, and why (read off their kvpress source)
 NOT_OFFLINE: dict[str, str] = {
     "QFilterPress": "post_init_from_model downloads the model's trained Q-Filters from the Hub "

@@ -113,16 +113,20 @@ def dev_groups(docs, chosen: dict, lengths, ratios, continuation, model_name, do
 
 
 def measure_group(model, tokenizer, group: Group, continuation: int, model_name: str, on_row=None,
-                  build=None, reuse_scores: bool = False) -> list[dict]:
+                  build=None, reuse_scores: bool = False, share_scoring: bool = False) -> list[dict]:
     """One prefill captured (with its full-cache reference), every (spec, ratio) of ``group`` replayed on
     it (:func:`jacap_lib.measure.quality.next_token_kl` with ``capture``; a press that cannot replay, KVzip or
     KVgrad, runs the real prefill); one row each, in job order.
     ``build(spec, ratio)``: the press of a spec (default the registry's ``press_from_spec``).
     ``reuse_scores``: a spec whose press scores the same at every ratio (:func:`~jacap_lib.measure.quality.scores_once`:
     KVzip, KVgrad) is scored once for all its ratios of the group (the same rows; each row's seconds are its share,
-    ``scores_shared_by`` the number of ratios sharing them)."""
+    ``scores_shared_by`` the number of ratios sharing them).
+    ``share_scoring`` (with ``reuse_scores``): one scoring also serves the group's other specs with the same
+    :func:`~jacap_lib.measure.quality.scoring_record` (they differ only in fields ``compress_post`` alone reads:
+    ratio, budget, window; :func:`~jacap_lib.measure.quality.caches_by_setting`); ``scores_shared_by`` counts every
+    (spec, ratio) sharing it."""
     from ...measure.quality import (capture_prefill, full_reference, next_token_kl, next_token_kl_by_ratio,
-                                    prompt_and_continuation, scores_once)
+                                    next_token_kl_by_setting, prompt_and_continuation, scores_once, scoring_record)
     from ...presses.registry import press_from_spec
 
     d = group.doc
@@ -139,6 +143,17 @@ def measure_group(model, tokenizer, group: Group, continuation: int, model_name:
         extra = {}
         if (spec, c) in shared:
             res, extra = shared.pop((spec, c))
+        elif reuse_scores and share_scoring and scores_once(press):
+            key = scoring_record(press)
+            todo = [(s, r) for s, r in group.jobs if (s, r) not in shared and (s, r) != (spec, c)]
+            batch = [(spec, c)] + [(s, r) for s, r in todo
+                                   if scores_once(p := (build or press_from_spec)(s, r)) and scoring_record(p) == key]
+            results = next_token_kl_by_setting(model, prompt, cont, [press] + [(build or press_from_spec)(s, r)
+                                                                               for s, r in batch[1:]], reference=ref)
+            extra = {"seconds": round((time.perf_counter() - w0) / len(batch), 3),
+                     "cpu_seconds": round((time.process_time() - c0) / len(batch), 3), "scores_shared_by": len(batch)}
+            shared.update({job: (x, extra) for job, x in zip(batch, results)})
+            res = shared.pop((spec, c))[0]
         elif reuse_scores and scores_once(press):
             ratios = [r for s, r in group.jobs if s == spec]
             results = next_token_kl_by_ratio(model, prompt, cont, press, ratios, reference=ref)
