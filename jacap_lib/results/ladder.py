@@ -1,6 +1,6 @@
 """The one-knob ladder from Jacap's default press to kvpress KVzip, on the tune documents.
 
-``jacap evaluate kvzip-ladder``  every step of :data:`STEPS` on every tune document (never a test document) ->
+``jacap evaluate kvzip-ladder``  every step of :data:`STEPS` on every tune document (never a dev or confirmatory one) ->
                                  ``data/results/eval/peers/ladder.jsonl`` (the evaluation's rows, resumable) with
                                  ``ladder.config.json``; kvpress's own ``kvzip`` on the first document of each
                                  length (the check that step L3 is KVzip)
