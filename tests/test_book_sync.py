@@ -9,10 +9,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 SLUGS = ["00_preface_kv_memory", "01_softmax_jacobian", "02_capacity", "03_leverage_2d", "04_roadmap",
          "05_algorithm1_gpu", "06_live_eviction", "07_serving", "07b_kvpress", "08_error_decomposition", "09_baselines",
-         "10_critique", "10b_failure_cases", "appendix_record"]
+         "10_critique", "10b_failure_cases", "11_kvzip", "appendix_record"]
 READING_ORDER = ["00_preface_kv_memory", "01_softmax_jacobian", "02_capacity", "03_leverage_2d", "04_roadmap",
                  "05_algorithm1_gpu", "06_live_eviction", "07_serving", "07b_kvpress", "09_baselines", "08_error_decomposition",
-                 "10_critique", "10b_failure_cases", "appendix_record"]
+                 "10_critique", "10b_failure_cases", "11_kvzip", "appendix_record"]
 
 
 def test_sync_check_passes():

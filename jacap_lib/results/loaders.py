@@ -30,7 +30,7 @@ from pathlib import Path
 from . import files
 from .paths import data_dir, data_path
 
-__all__ = ["load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
+__all__ = ["load_ladder_summary", "load_candidates", "load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
            "load_mechanisms", "load_query_stats", "load_decoding_comparison",
            "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary", "load_dev_record",
@@ -201,6 +201,23 @@ def load_needle_probe_summary(path=None) -> dict:
     survival per cell (``survival``); ``mode_effect``: inside against after per setting and cell."""
     return files.read_json(path or data_path("results", "eval", "needle_probe_summary.json", must_exist=False),
                            require=("config", "modes", "mode_effect"), hint="jacap evaluate needle-summary --probe")
+
+
+def load_ladder_summary(path=None) -> dict:
+    """``peers/ladder_summary.json``: per (length, ratio) cell of the tune documents, each step of the one-knob ladder
+    from the default press to KVzip (:data:`jacap_lib.results.ladder.STEPS`) as its geometric-mean KL ratio to the step
+    before with simultaneous intervals and verdicts, each step's share of the log gap, the pooled shares, the carrier
+    sentence, the check that the last step is kvpress KVzip, and the CPU cost. Table and figure:
+    :func:`jacap_lib.viz.field.ladder_frame`, :func:`~jacap_lib.viz.field.ladder_figure`."""
+    return files.read_json(path or data_path("results", "eval", "peers", "ladder_summary.json", must_exist=False),
+                           require=("cells", "m", "sentence", "cost"), hint="jacap evaluate kvzip-ladder-summary")
+
+
+def load_candidates(path=None) -> dict:
+    """``candidates.json``: every method's tune choice from every search space with its rule score, the Jacap-family
+    default the rule picks, what is still pending (:mod:`jacap_lib.results.candidates`)."""
+    return files.read_json(path or data_path("results", "eval", "candidates.json", must_exist=False),
+                           require=("methods", "pending", "frozen"), hint="jacap evaluate candidates")
 
 
 def load_ablation_summary(path=None) -> dict:

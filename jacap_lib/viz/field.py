@@ -6,11 +6,17 @@ whose tune is unfinished named under the plot.
 """
 from __future__ import annotations
 
+import pandas as pd
 import plotly.graph_objects as go
 
-from .style import finish
+from .style import finish, setting_colours
 
-__all__ = ["tune_ratio_figure"]
+__all__ = ["tune_ratio_figure", "STEP_NAMES", "ladder_frame", "ladder_figure"]
+
+#: the ladder's steps (``results.ladder.STEPS``) as a reader names them: what each changes from the step before
+STEP_NAMES = {"L1": "(a) queries of the reconstruction", "L1b": "no recent window",
+              "L2": "(b) max attention instead of Algorithm 1", "L3": "(c) global budget (= KVzip)",
+              "d": "(d) Algorithm 1 on KVzip's queries and budget, vs KVzip"}
 
 
 def tune_ratio_figure(table: list[dict], *, pending=(), title: str | None = None) -> go.Figure:
@@ -33,4 +39,50 @@ def tune_ratio_figure(table: list[dict], *, pending=(), title: str | None = None
     if note:
         fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=-0.12 - 2.0 / (len(rows) + 4),
                            showarrow=False, xanchor="left", yanchor="top", font={"size": 11})
+    return finish(fig)
+
+
+def ladder_frame(summary: dict) -> pd.DataFrame:
+    """The ladder summary (``ladder_summary.json``) as a table: one row per cell (L / c), one column per step, each
+    entry the geometric-mean KL ratio to the step before and its verdict's word (adjusted interval), and the total
+    ratio KVzip / default with its verdict's word."""
+    from ..results.findings import verdict_word
+
+    short = {"better": "better", "worse": "worse", "no detectable difference": "n.d.", "identical": "identical"}
+    rows = {}
+    for cell in summary["cells"]:
+        key = f"{cell['length']} / {float(cell['ratio']):g}"
+        row = {s["step"]: f"{s['gm_ratio']:.2f} {short[verdict_word(s['verdict'])]}" for s in cell["steps"]}
+        row["KVzip / default"] = f"{cell['total_L3_over_L0']:.2f} {short[verdict_word(cell['total_verdict'])]}"
+        rows[key] = row
+    frame = pd.DataFrame.from_dict(rows, orient="index")
+    frame.index.name = "L / c"
+    return frame
+
+
+def ladder_figure(summary: dict, *, title: str | None = None) -> go.Figure:
+    """Each ladder step's geometric-mean KL ratio to the step before, per cell, with its adjusted interval (log axis;
+    below 1: the step lowers the KL). One colour per step, named by :data:`STEP_NAMES`."""
+    cells = summary["cells"]
+    if not cells:
+        raise ValueError("summary has no cells: run `jacap evaluate kvzip-ladder-summary` on a finished ladder")
+    steps = [s["step"] for s in cells[0]["steps"]]
+    colours = setting_colours([STEP_NAMES.get(s, s) for s in steps])
+    x = [f"{c['length']} / {float(c['ratio']):g}" for c in cells]
+    fig = go.Figure()
+    for step in steps:
+        name = STEP_NAMES.get(step, step)
+        vals = [next(s for s in c["steps"] if s["step"] == step) for c in cells]
+        fig.add_trace(go.Bar(x=x, y=[v["gm_ratio"] for v in vals], name=name, marker={"color": colours[name]},
+                             error_y={"type": "data", "symmetric": False,
+                                      "array": [v["gm_high"] - v["gm_ratio"] for v in vals],
+                                      "arrayminus": [v["gm_ratio"] - v["gm_low"] for v in vals]},
+                             hovertemplate=f"{name}<br>%{{x}}: ratio %{{y:.3g}}<extra></extra>"))
+    fig.add_hline(y=1, line={"color": "#444444", "dash": "dot"})
+    fig.update_layout(barmode="group", height=480,
+                      title=title or "From the default to KVzip, one change at a time (tune documents)",
+                      xaxis={"title": "prompt length L / compression ratio c"},
+                      yaxis={"title": "KL ratio to the step before (log)", "type": "log"},
+                      legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.2, "yanchor": "top"},
+                      margin={"b": 150})
     return finish(fig)
