@@ -440,7 +440,7 @@ def caches_by_ratio(model, prompt_ids, press, ratios):
     run once), then for each ratio of ``ratios`` kvpress's own ``press.compress_post`` on the same scores; yields
     ``(ratio, cache)``, the model's attention modules holding that ratio's masks (``masked_key_indices``) -- what a
     separate prefill at that ratio leaves. The press's ``compression_ratio`` is the last ratio afterwards."""
-    from transformers import DynamicCache
+    import dataclasses
 
     if not scores_once(press):
         raise ValueError(f"press must score once for every ratio (kvpress KVzipPress, KVgradPress); got "
@@ -448,28 +448,13 @@ def caches_by_ratio(model, prompt_ids, press, ratios):
     ratios = [float(c) for c in ratios]
     if not ratios or not all(0 < c < 1 for c in ratios):
         raise ValueError(f"ratios must be compression ratios in (0, 1), at least one; got {ratios}")
-    prompt_ids = _as_ids(prompt_ids, None, "prompt_ids")
-    stash, post = {}, press.compress_post
-
-    def keep(m):  # the scores before compress_post marks the sinks in place
-        stash["scores"] = press.score_val.clone()
-        post(m)
-
-    press.compression_ratio, press.compress_post = ratios[0], keep
-    cache = DynamicCache()
+    # one press per ratio, the same scoring: caches_by_setting scores once under the first and masks with each
+    copies = [dataclasses.replace(press, compression_ratio=c) for c in ratios]
     try:
-        with press(model):
-            model(input_ids=prompt_ids.to(next(model.parameters()).device), past_key_values=cache, use_cache=True,
-                  logits_to_keep=1)
+        for p, cache in caches_by_setting(model, prompt_ids, copies):
+            yield p.compression_ratio, cache
     finally:
-        del press.compress_post
-    for c in ratios:
-        press.compression_ratio, press.score_val = c, stash["scores"].clone()
-        try:
-            press.compress_post(model)
-        finally:
-            press.score_val = None
-        yield c, _copy_cache(cache)
+        press.compression_ratio = ratios[-1]
 
 
 def next_token_kl_by_ratio(model, prompt_ids, continuation_ids, press, ratios, *,

@@ -121,18 +121,7 @@ def prepare(args, *, tokenizer=None):
     from .provenance import model_record
 
     quick = bool(args.quick)
-    lengths = tuple(args.lengths or (E.QUICK["lengths"] if quick else LENGTHS))
-    ratios = tuple(float(c) for c in (args.ratios or (E.QUICK["ratios"] if quick else RATIOS)))
-    continuation = args.continuation if args.continuation is not None else (
-        E.QUICK["continuation"] if quick else E.DEFAULT_CONTINUATION)
-    for L in lengths:
-        if L < 16:
-            raise ValueError(f"--lengths: every prompt length must be >= 16 tokens, got {L}")
-    if len(set(lengths)) != len(lengths) or len(set(ratios)) != len(ratios):
-        raise ValueError("--lengths / --ratios: list each value once")
-    E.check_ratios(ratios)
-    if continuation < 1:
-        raise ValueError(f"--continuation must be >= 1, got {continuation}")
+    lengths, ratios, continuation = E.grid_from_args(args, lengths=LENGTHS, ratios=RATIOS, min_length=16)
     E.check_processes(args, quick=quick)
     table, source = knob_table()
     if args.ablations:

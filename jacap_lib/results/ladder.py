@@ -102,19 +102,8 @@ def prepare(args, *, tokenizer=None):
     from .provenance import model_record
 
     quick = bool(args.quick)
-    lengths = tuple(args.lengths or (E.QUICK["lengths"] if quick else LENGTHS))
-    ratios = tuple(float(c) for c in (args.ratios or (E.QUICK["ratios"] if quick else RATIOS)))
-    continuation = args.continuation if args.continuation is not None else (
-        E.QUICK["continuation"] if quick else E.DEFAULT_CONTINUATION)
-    for L in lengths:
-        if L < 64:
-            raise ValueError(f"--lengths: every prompt length must be >= 64 tokens (KVzip reconstructs what follows "
-                             f"its chat-template prefix), got {L}")
-    if len(set(lengths)) != len(lengths) or len(set(ratios)) != len(ratios):
-        raise ValueError("--lengths / --ratios: list each value once")
-    E.check_ratios(ratios)
-    if continuation < 1:
-        raise ValueError(f"--continuation must be >= 1, got {continuation}")
+    lengths, ratios, continuation = E.grid_from_args(args, lengths=LENGTHS, ratios=RATIOS, min_length=64,
+                                                     why=" (KVzip reconstructs what follows its chat-template prefix)")
     specs = step_specs()
     options = {s: method_options(_build(s, ratios[0])) for s in [*specs.values(), CHECK]}
     J.check_model(args.model)

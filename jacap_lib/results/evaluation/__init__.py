@@ -39,7 +39,7 @@ from .choices import DEV_LABEL, best_baselines, jacap_settings, read_choices, de
 from .corpus import (DEFAULT_CONTINUATION, DEFAULT_LENGTHS, DEFAULT_RATIOS, QUICK, TUNE_DOCS_PER_KIND, check_lengths,
                      load_docs)  # noqa: F401
 from .jobs import DEV, TIME, TUNE, report
-from .runs import (_WORKER, _init_worker, Group, Plan, add_arguments, check_processes, check_ratios,
+from .runs import (_WORKER, _init_worker, Group, Plan, add_arguments, check_processes, check_ratios, grid_from_args,
                    check_settings_unchanged, eval_dir, execute, folder_options, map_in_workers, measure_group,
                    prepare, row_key, run_groups, summary_options, dev_groups, tune_groups)  # noqa: F401
 from .summary import (SUMMARY, TARGET, DEV_SHORT_LABEL, TUNE_LABEL, cell_statistics, compare_settings, complete_cells,

@@ -21,7 +21,7 @@ from .choices import read_choices, dev_specs, write_choices
 from .corpus import (DEFAULT_CONTINUATION, DEFAULT_LENGTHS, DEFAULT_RATIOS, QUICK, TUNE_DOCS_PER_KIND, check_lengths,
                      load_docs)
 
-__all__ = ["row_key", "check_ratios", "check_processes", "eval_dir", "Group", "tune_groups",
+__all__ = ["row_key", "grid_from_args", "check_ratios", "check_processes", "eval_dir", "Group", "tune_groups",
            "dev_groups", "measure_group", "map_in_workers", "run_groups", "add_arguments", "Plan", "prepare",
            "execute", "check_settings_unchanged"]
 
@@ -38,6 +38,27 @@ def check_ratios(ratios) -> None:
     for c in ratios:
         if not 0 < c < 1:
             raise ValueError(f"--ratios: every compression ratio must lie in (0, 1), got {c}")
+
+
+def grid_from_args(args, *, lengths, ratios, min_length: int = 16, why: str = "") -> tuple:
+    """``(lengths, ratios, continuation)`` of a grid job's ``--lengths`` / ``--ratios`` / ``--continuation`` (unset:
+    ``lengths`` / ``ratios`` / the evaluation's continuation; with ``--quick`` the smoke run's), each checked:
+    every length >= ``min_length`` (``why``: the reason, said in the error), each value listed once, ratios in (0, 1),
+    a continuation >= 1; ``ValueError`` naming the option otherwise."""
+    quick = bool(getattr(args, "quick", False))
+    lengths = tuple(args.lengths or (QUICK["lengths"] if quick else lengths))
+    ratios = tuple(float(c) for c in (args.ratios or (QUICK["ratios"] if quick else ratios)))
+    continuation = args.continuation if args.continuation is not None else (
+        QUICK["continuation"] if quick else DEFAULT_CONTINUATION)
+    for L in lengths:
+        if isinstance(L, bool) or L < min_length:
+            raise ValueError(f"--lengths: every prompt length must be >= {min_length} tokens{why}, got {L}")
+    if len(set(lengths)) != len(lengths) or len(set(ratios)) != len(ratios):
+        raise ValueError("--lengths / --ratios: list each value once")
+    check_ratios(ratios)
+    if continuation < 1:
+        raise ValueError(f"--continuation must be >= 1, got {continuation}")
+    return lengths, ratios, continuation
 
 
 def check_processes(args, *, quick: bool) -> None:
@@ -315,17 +336,7 @@ def prepare(args, *, tokenizer=None) -> Plan:
     from ..provenance import model_record
 
     quick = bool(args.quick)
-    lengths = tuple(args.lengths or (QUICK["lengths"] if quick else DEFAULT_LENGTHS))
-    ratios = tuple(args.ratios or (QUICK["ratios"] if quick else DEFAULT_RATIOS))
-    continuation = args.continuation if args.continuation is not None else (QUICK["continuation"] if quick else DEFAULT_CONTINUATION)
-    for L in lengths:
-        if isinstance(L, bool) or L < 16:
-            raise ValueError(f"--lengths: every prompt length must be >= 16 tokens, got {L}")
-    if len(set(lengths)) != len(lengths) or len(set(ratios)) != len(ratios):
-        raise ValueError("--lengths / --ratios: list each value once")
-    check_ratios(ratios)
-    if continuation < 1:
-        raise ValueError(f"--continuation must be >= 1, got {continuation}")
+    lengths, ratios, continuation = grid_from_args(args, lengths=DEFAULT_LENGTHS, ratios=DEFAULT_RATIOS)
     check_processes(args, quick=quick)
     which = getattr(args, "space", "first") or "first"
     if which not in P.SPACES:
