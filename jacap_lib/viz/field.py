@@ -31,14 +31,18 @@ def tune_ratio_figure(table: list[dict], *, pending=(), title: str | None = None
                              legendgroup=r["method"], showlegend=False,
                              hovertemplate=f"{r['setting']}<br>KL ratio to the default %{{x:.3g}}<extra></extra>"))
     fig.add_vline(x=1, line={"color": "#444444", "dash": "dot"})
-    note = f"not tuned yet: {', '.join(pending)}" if pending else None
+    import textwrap
+
+    note = "<br>".join(textwrap.wrap(f"not tuned yet: {', '.join(pending)}", 70)) if pending else None
+    lines = note.count("<br>") + 1 if note else 0
     fig.update_layout(title=title or "Each method's tune choice: geometric-mean KL ratio to the default (tune documents)",
                       xaxis={"title": "KL ratio to the default (log; below 1 = closer to the full cache)", "type": "log"},
-                      yaxis={"automargin": True}, height=120 + 26 * len(rows), bargap=0.25,
-                      margin={"l": 10, "r": 10, "b": 70 if note else 50})
+                      yaxis={"title": "method (its tune choice)", "automargin": True},
+                      height=160 + 26 * len(rows) + 16 * lines, bargap=0.25,
+                      margin={"l": 10, "r": 10, "b": 60 + 16 * lines})
     if note:
-        fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=-0.12 - 2.0 / (len(rows) + 4),
-                           showarrow=False, xanchor="left", yanchor="top", font={"size": 11})
+        fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=0, yshift=-48, showarrow=False,
+                           xanchor="left", yanchor="top", align="left", font={"size": 11})
     return finish(fig)
 
 
