@@ -115,7 +115,7 @@ def freeze(choices: dict[str, dict], tune_rows: dict[str, list] | None = None, *
 
 
 def score_table(candidates: dict) -> list[dict]:
-    """Every chosen method of a candidates record, best first: ``{"method", "setting" (its short label), "family",
+    """Every chosen method of a candidates record, best first: ``{"method", "spec", "setting" (its short label), "family",
     "space", "tune_score", "kl_ratio"}``, ``kl_ratio`` the geometric-mean KL ratio over the tune rows to the setting
     ``JacapPress()`` builds today (``exp(score - score of that setting)``: the rule score is a mean log KL over the
     same tune rows, so the difference of two scores is the log of their geometric-mean KL ratio), and
@@ -128,7 +128,7 @@ def score_table(candidates: dict) -> list[dict]:
     if today is None or today not in candidates["methods"]:
         raise ValueError("candidates: no chosen method builds JacapPress()'s setting; the table's ratios are to it")
     ref = candidates["methods"][today]["tune_score"]
-    rows = [{"method": m, "setting": short_spec(v["spec"]), "family": v["family"], "space": v["space"],
+    rows = [{"method": m, "spec": v["spec"], "setting": short_spec(v["spec"]), "family": v["family"], "space": v["space"],
              "tune_score": v["tune_score"], "kl_ratio": math.exp(v["tune_score"] - ref),
              "cpu_seconds_per_row": v.get("tune_cpu_seconds_per_row")} for m, v in candidates["methods"].items()]
     return sorted(rows, key=lambda r: r["tune_score"])
