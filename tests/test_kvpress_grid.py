@@ -244,3 +244,11 @@ def test_jacap_presses_score_a_model_that_requires_grad(name, wrapper, tiny_llam
     assert len(graded["scores"]) == len(plain["scores"])
     for a, b in zip(plain["scores"], graded["scores"]):  # equal but in the last bits (CAMPress merges values)
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_jacap_scorers_are_the_jacap_methods_a_wrapper_holds():
+    from jacap_lib.measure.kvpress_grid import jacap_scorers
+
+    names = jacap_scorers()
+    assert "jacap" in names and "jacap_context" not in names
+    assert set(names) == set(list_methods("jacap")) - set(RECONSTRUCTION_METHODS)

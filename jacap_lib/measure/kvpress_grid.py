@@ -22,7 +22,7 @@ WRAPPERS = ["DecodingPress", "PrefillDecodingPress", "CAMPress", "ChunkPress", "
             "CriticalKVPress", "CriticalAdaKVPress", "KeyRerotationPress", "PerLayerCompressionPress",
             "ComposedPress", "BlockPress"]
 
-__all__ = ["WRAPPERS", "DECODING", "tiny_model", "wrap", "known_refusal", "run_combo", "masked_counts",
+__all__ = ["WRAPPERS", "DECODING", "jacap_scorers", "tiny_model", "wrap", "known_refusal", "run_combo", "masked_counts",
            "grid_table"]
 
 RATIO = 0.5
@@ -205,6 +205,14 @@ def known_refusal(wrapper: str, name: str):
         return (AssertionError, "should be greater than the window size",
                 "SnapKV needs more queries than its window (8 here)")
     return None
+
+
+def jacap_scorers() -> list[str]:
+    """The Jacap-family registry names a kvpress wrapper can hold: every ``jacap*`` method but those scored after the
+    prefill with a second pass over the context (``registry.RECONSTRUCTION_METHODS``: ``jacap_context``)."""
+    from jacap_lib.presses.registry import RECONSTRUCTION_METHODS, list_methods
+
+    return [m for m in list_methods("jacap") if m not in RECONSTRUCTION_METHODS]
 
 
 def grid_table(model, names, wrappers=WRAPPERS, prompt_len: int = 48, seed: int = 0) -> list[dict]:
