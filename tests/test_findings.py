@@ -208,3 +208,23 @@ def test_kl_and_needle_frame_puts_both_objectives_side_by_side():
     assert spec == "jacap_obs[window=32]" and line.endswith("better in 1 and no detectable difference in 1 of 2 cells")
     with pytest.raises(ValueError, match="tuned jacap_adakv"):
         VE.kl_and_needle_frame(summary, needle, role="tuned jacap_adakv")
+
+
+def test_spec_name_is_the_one_naming_of_settings():
+    """One home names a setting for prose and legends: the paper preset, the press JacapPress() builds, another
+    tempered-centre Jacap setting, any other by its short spec; the legend form drops markup only."""
+    from jacap_lib.presses.registry import with_options
+    from jacap_lib.results import protocol as P
+    from jacap_lib.viz.evaluation import setting_name
+
+    default = with_options("jacap")  # JacapPress()'s options, written out
+    tuned = with_options("jacap", centre="tempered", tau=3.0, window=128)
+    cases = {P.PAPER_PRESET: ("Algorithm 1 as published", "Algorithm 1 as published"),
+             default: ("the default `JacapPress()`", "default JacapPress()"),
+             tuned: ("Algorithm 1 tuned", "Algorithm 1 tuned"),
+             "snapkv[window_size=32]": ("`snapkv[window_size=32]`", "snapkv[window_size=32]")}
+    for spec, (prose, legend) in cases.items():
+        assert F.spec_name(spec) == prose, spec
+        assert F.spec_name(spec, legend=True) == legend == setting_name(spec), spec
+    assert F.setting_name({"role": "tuned jacap_ea", "setting": "jacap_ea"}) == "`jacap_ea`"
+    assert F.setting_name({"role": "tuned jacap_obs", "setting": default}) == "the default `JacapPress()`"

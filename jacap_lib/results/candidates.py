@@ -70,12 +70,12 @@ def freeze(choices: dict[str, dict], tune_rows: dict[str, list] | None = None, *
     if not choices:
         raise ValueError("no choices.json found: run `jacap evaluate tune` (and `--space peers`) first")
     expected = P.SPACES if spaces is None else spaces
-    spaces = list(choices)
-    first = choices[spaces[0]]["config"]
-    for s in spaces[1:]:
+    chosen = list(choices)  # the spaces that have choices, in the given order
+    first = choices[chosen[0]]["config"]
+    for s in chosen[1:]:
         diff = [k for k in COMPARABLE if choices[s]["config"].get(k) != first.get(k)]
         if diff:
-            raise ValueError(f"the tune choices of {spaces[0]!r} and {s!r} were made under different configurations "
+            raise ValueError(f"the tune choices of {chosen[0]!r} and {s!r} were made under different configurations "
                              f"({', '.join(diff)}); their rule scores cannot be compared: tune both alike")
     cost = {}
     for s, rows in (tune_rows or {}).items():
@@ -84,7 +84,7 @@ def freeze(choices: dict[str, dict], tune_rows: dict[str, list] | None = None, *
     for s, table in expected.items():
         if s not in choices:
             pending += list(table)
-    for s in spaces:
+    for s in chosen:
         data = choices[s]
         pending += [m for m in data.get("pending", []) if m not in pending]
         for m, v in data["choices"].items():
@@ -96,7 +96,7 @@ def freeze(choices: dict[str, dict], tune_rows: dict[str, list] | None = None, *
     baselines = [{"method": m, "spec": v["spec"], "tune_score": v["tune_score"]}
                  for m, v in methods.items() if v["family"] == "baseline"]
     out = {"rule": P.RULE, "spaces": {s: {"fingerprint": choices[s]["fingerprint"],
-                                          "methods": list(choices[s]["choices"])} for s in spaces},
+                                          "methods": list(choices[s]["choices"])} for s in chosen},
            "tune": {k: first.get(k) for k in ("lengths", "ratios", "continuation")} | {
                "tune_docs": len(first.get("tune_docs") or [])},
            "methods": methods, "pending": pending, "frozen": not pending}

@@ -27,7 +27,7 @@ from .rowstats import (ALGORITHM1, LADDER, LADDER_ONLY, decompose_gap, family, i
                        swap_ratios)
 from .precision import interval_text
 
-__all__ = ["short_spec", "tuned_families", "setting_name", "SETTING_NAMES", "needle_table", "SOURCE", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
+__all__ = ["short_spec", "tuned_families", "setting_name", "spec_name", "SETTING_NAMES", "needle_table", "SOURCE", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
            "METHOD_WORDS", "accuracy_findings", "kl_findings", "needle_findings", "findings_text", "write", "FILE",
            "needle_baseline_lines", "layer_lines", "kind_lines", "swap_lines", "ladder_setting_lines", "ladder_lines", "needle_lines"]
 
@@ -188,13 +188,36 @@ def _tempered_text(spec: str) -> str:
 SETTING_NAMES = {ALGORITHM1: "Algorithm 1 tuned", "paper preset": "Algorithm 1 as published"}
 
 
+def spec_name(spec: str, *, legend: bool = False) -> str:
+    """The book's name of one setting, the one home of that naming: "Algorithm 1 as published" (the paper preset),
+    "the default `JacapPress()`" (the options ``JacapPress()`` builds today; ``legend=True``: "default
+    JacapPress()", plain text for a figure), "Algorithm 1 tuned" (another ``jacap`` setting with the tempered
+    centre), any other setting by :func:`short_spec` (in backticks unless ``legend``)."""
+    from . import protocol as P
+    from ..presses.registry import parse_method
+
+    if not spec:
+        return spec
+    name, opts = parse_method(spec)
+    if name == "jacap" and P.same_setting(spec, P.PAPER_PRESET):
+        return "Algorithm 1 as published"
+    if name.startswith("jacap") and is_library_default(spec):
+        return "default JacapPress()" if legend else "the default `JacapPress()`"
+    if name == "jacap" and opts.get("centre") == "tempered":
+        return "Algorithm 1 tuned"
+    return short_spec(spec) if legend else f"`{short_spec(spec)}`"
+
+
 def setting_name(fam: dict) -> str:
-    """The name of a summary family's setting in the findings: "Algorithm 1 tuned", "Algorithm 1 as published",
-    "the default `JacapPress()`" (the tune choice that ``JacapPress()`` builds) or a tuned method's registry name."""
+    """The name of a summary family's setting in the findings: its role's name where the role names it
+    (:data:`SETTING_NAMES`: "Algorithm 1 tuned", "Algorithm 1 as published"), "the default `JacapPress()`" (the tune
+    choice that ``JacapPress()`` builds), else a tuned method's registry name."""
     if fam["role"] in SETTING_NAMES:
         return SETTING_NAMES[fam["role"]]
+    if is_library_default(fam["setting"]):
+        return spec_name(fam["setting"])
     method = fam["role"][len("tuned "):] if fam["role"].startswith("tuned ") else fam["role"]
-    return "the default `JacapPress()`" if is_library_default(fam["setting"]) else f"`{method}`"
+    return f"`{method}`"
 
 
 def _capital(text: str) -> str:

@@ -330,20 +330,11 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
 
 
 def setting_name(spec: str) -> str:
-    """A setting as a figure's legend names it: "Algorithm 1 as published" (the paper preset), "default
-    JacapPress()", "Algorithm 1 tuned" (another ``jacap`` setting with the tempered centre), any other setting by
-    :func:`~jacap_lib.results.findings.short_spec`."""
-    from ..results import protocol as P
-    from ..presses.registry import parse_method
+    """A setting as a figure's legend names it: :func:`jacap_lib.results.findings.spec_name` in plain text
+    ("Algorithm 1 as published", "default JacapPress()", "Algorithm 1 tuned", any other by its short spec)."""
+    from ..results.findings import spec_name
 
-    name, opts = parse_method(spec)
-    if name == "jacap" and P.same_setting(spec, P.PAPER_PRESET):
-        return "Algorithm 1 as published"
-    if name.startswith("jacap") and rowstats.is_library_default(spec):
-        return "default JacapPress()"
-    if name == "jacap" and opts.get("centre") == "tempered":
-        return "Algorithm 1 tuned"
-    return _shorter(spec)
+    return spec_name(spec, legend=True)
 
 
 def _pct(a: dict) -> str:
