@@ -33,7 +33,7 @@ from .jacap_two_stage import JacapTwoStagePress
 from .variants import jacap_ablate
 
 __all__ = ["Method", "METHODS", "BASELINES", "PEERS", "RECONSTRUCTION_METHODS", "NOT_OFFLINE", "CRITICAL_SCORER", "ADAKV_BASELINES", "WRAPPER_OPTIONS", "list_methods", "describe_method", "alias_of", "valid_options", "full_spec", "explicit_spec", "written_out", "build_press", "method_factory", "parse_method", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
-           "method_options", "expand_methods"]
+           "method_options", "expand_methods", "PRESS_NAMES", "press_name"]
 
 @dataclass(frozen=True)
 class Method:
@@ -173,6 +173,23 @@ METHODS: dict[str, Method] = {
 #: (``critical_kv``) names the kvpress class it builds in ``kvpress_press``
 BASELINES: tuple[str, ...] = tuple(n for n, m in METHODS.items()
                                    if getattr(m.press, "kvpress_press", m.press).__module__.startswith("kvpress"))
+#: The name a reader knows each kvpress press by (the paper's or kvpress's), the one home of those names: the book's
+#: prose and the landing page's answer name a baseline this way (:func:`press_name`).
+PRESS_NAMES: dict[str, str] = {
+    "snapkv": "SnapKV", "knorm": "KNorm", "keydiff": "KeyDiff", "expected_attention": "Expected Attention",
+    "capkv": "CapKV", "streaming_llm": "StreamingLLM", "tova": "TOVA", "random": "random eviction",
+    "kvzip": "KVzip", "kvgrad": "KVgrad", "compactor": "Compactor", "leverage_score": "LeverageScore",
+    "lagkv": "LagKV", "cur": "CUR", "pyramidkv": "PyramidKV", "critical_kv": "CriticalKV",
+    "critical_adakv": "CriticalAdaKV"}
+
+
+def press_name(spec: str) -> str:
+    """A kvpress press's name for a reader (:data:`PRESS_NAMES`: ``expected_attention[n_future_positions=32]`` ->
+    "Expected Attention"); any other spec's registry name."""
+    name = parse_method(spec)[0]
+    return PRESS_NAMES.get(name, name)
+
+
 #: kvpress's newer presses, in the registry and measured like the others, not yet in the protocol's search space
 #: nor in the kvpress wrapper grid (their tuning comes later)
 PEERS: tuple[str, ...] = ("kvzip", "kvgrad", "compactor", "leverage_score", "lagkv", "cur", "pyramidkv", "critical_kv",

@@ -21,9 +21,12 @@ the segments (sha256) and every setting. Read them with
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import torch
+
+from ..config import PAPER
 
 from . import files
 from . import job as J
@@ -118,6 +121,22 @@ def run_query_stats(*, segments=TUNE_SEGMENTS, length: int = 512, continuation: 
 
 
 # --------------------------------------------------------------------------------------------- jobs: jacap diagnose
+def defaults_summary(rows: list[dict], *, tau: float = PAPER.tau, rule: str = "fixed=1", ratio: float = 0.9) -> dict:
+    """Medians over every (segment, layer, KV head) row at one (tau, noise rule, ratio): what the
+    paper's defaults (tau = 10, sigma^2 = 1) do on the measured model. Keys: ``n_heads`` (rows = segment x
+    layer x KV head cases), ``n_segments``, ``n_layers``, ``n_kv_heads``, ``deff``, ``a_minus_i``, ``overlap``,
+    ``overlap_min``, ``heads_saturated`` (rows with some alpha > 1/2), ``budget``, ``n_tokens``."""
+    sel = [r for r in rows if r["tau"] == tau and r["rule"] == rule and r["ratio"] == ratio]
+    if not sel:
+        raise ValueError(f"no rows at tau={tau}, rule={rule!r}, ratio={ratio}")
+    med = lambda k: statistics.median(r[k] for r in sel)  # noqa: E731
+    return {"n_heads": len(sel), "deff": med("deff"), "a_minus_i": med("a_minus_i"), "overlap": med("overlap"),
+            "overlap_min": min(r["overlap"] for r in sel), "heads_saturated": sum(r["n_saturated"] > 0 for r in sel),
+            "budget": sel[0]["budget"], "n_tokens": sel[0]["n_tokens"],
+            "n_segments": len({r.get("segment") for r in sel}), "n_layers": len({r["layer"] for r in sel}),
+            "n_kv_heads": len({r["head"] for r in sel})}
+
+
 def _arguments(name: str):
     def add_arguments(p) -> None:
         J.shared_options(p, model=False, progress=False, out=f"default data/diagnostics/{name.replace('-', '_')}.json")

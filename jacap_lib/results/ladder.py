@@ -385,6 +385,10 @@ def _summary_run(args):
     out = out_dir / SUMMARY_FILE
     files.write_json(out, {"config": config, **files.round_floats(summary), "prefill_timing": cost})
     print(f"wrote {out}: {summary['m']} comparisons at {summary['confidence']:.5f}")
+    if out_dir.parent.name == "eval" and out_dir.name == "peers":  # the protocol's folder: the answer reads it
+        from . import answer
+
+        answer.write(out_dir.parent)
     for cell in summary["cells"]:
         print(f"L={cell['length']} c={cell['ratio']}: total {cell['total_L3_over_L0']:.3f} " + "; ".join(
             f"{s['step']}/{s['base']} {s['gm_ratio']:.3f} [{s['gm_low']:.3f}, {s['gm_high']:.3f}]"

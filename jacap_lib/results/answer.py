@@ -1,0 +1,173 @@
+"""The landing page's answer: which press to use for which job, and why, in at most five plain sentences.
+
+Generated from the committed summary files, so it cannot drift from them: the KL verdicts of ``summary.json``
+(each Jacap setting against the best tuned baseline of each cell), the needle accuracies of ``needle_summary.json``,
+the mechanism diagnostics of ``data/diagnostics/mechanisms.json`` (:func:`~jacap_lib.results.diagnostics.defaults_summary`)
+and, when it exists, the tune-document ladder from the default to kvpress's KVzip (``peers/ladder_summary.json``).
+
+:func:`answer_lines` returns the label line and the sentences; :func:`answer_text` the MyST paragraph; :func:`write`
+rewrites ``answer.md`` next to ``findings.md`` (:func:`jacap_lib.results.findings.write` calls it), which the book's
+front page includes. The label says which documents the verdicts come from: the confirmatory summary once it exists
+(``confirm_summary.json``), until then the exploratory dev summary, labelled so.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from . import files
+from .findings import SETTING_NAMES, setting_name, tuned_families, verdict_counts, verdict_word
+from .rowstats import ALGORITHM1, family
+
+__all__ = ["FILE", "answer_lines", "answer_text", "write", "MAX_SENTENCES", "MAX_WORDS"]
+
+FILE = "answer.md"
+#: the landing page's limits: sentences, and words per sentence
+MAX_SENTENCES, MAX_WORDS = 5, 30
+
+
+def _baseline_name(spec: str) -> str:
+    from ..presses.registry import press_name
+
+    return press_name(spec)
+
+
+def _jacap_families(summary: dict) -> list[dict]:
+    main = family(summary, ALGORITHM1, "tune")
+    if main is None:
+        raise ValueError("summary has no family of Algorithm 1 tuned against the baseline picked on tune; "
+                         "run `jacap evaluate summary`")
+    return [f for f in (main, family(summary, "paper preset", "tune"), *tuned_families(summary)) if f is not None]
+
+
+def _predictions(summary: dict) -> list[str]:
+    """Two sentences: the baseline to use for next-token fidelity (the best tuned baseline, named when it is one
+    press in every cell), and the Jacap presses with the fewest losses against it, with their counts."""
+    fams = _jacap_families(summary)
+    rows = fams[0]["rows"]
+    names = Counter(_baseline_name(r["baseline_spec"]) for r in rows)
+    n = len(rows)
+    better = sum(verdict_counts(f["rows"]).get("better", 0) for f in fams)
+    if len(names) == 1:
+        who = f"{next(iter(names))}, the best tuned baseline in all {n} cells"
+    else:
+        who = "the best tuned baseline of each cell (" + ", ".join(f"{k} in {v}" for k, v in names.most_common()) + ")"
+    s1 = (f"To keep the model's next-token predictions, use {who}; "
+          + ("no Jacap setting is better in any cell." if better == 0 else
+             f"Jacap settings are better in {better} (setting, cell) pairs."))
+
+    def losses(f):  # worse verdicts where the setting's own score chose some tokens
+        return sum(verdict_word(r["verdict"]) == "worse" for r in f["rows"])
+
+    ranked = sorted(fams, key=losses)
+    top = [f for f in ranked if f["role"] not in SETTING_NAMES and f["role"] != "tuned jacap_adakv"][:2]
+    if not top:
+        top = ranked[:1]
+    parts = " and ".join(setting_name(f) for f in top)
+    counts = " and ".join(str(losses(f)) for f in top)
+    s2 = (f"Of the Jacap presses, {parts} come closest: worse in {counts} of {n} cells, against "
+          f"{losses(fams[0])} for Algorithm 1 tuned.")
+    return [s1, s2]
+
+
+def _facts(summary: dict, needle: dict, max_ratio: float = 0.75) -> str | None:
+    """One sentence: the baseline that keeps a hidden fact best at c <= ``max_ratio`` (the highest lowest accuracy
+    over those cells), its range, beside the best baseline by KL's and the best Jacap setting's highest accuracy."""
+    cells = [c for c in needle.get("cells", []) if float(c["ratio"]) <= max_ratio]
+    if not cells:
+        return None
+    acc: dict[str, list[float]] = {}
+    for c in cells:
+        for x in c["settings"]:
+            acc.setdefault(x["spec"], []).append(x["accuracy"])
+    complete = {s: a for s, a in acc.items() if len(a) == len(cells)}
+    baselines = {s: a for s, a in complete.items() if not s.startswith("jacap")}
+    if not baselines:
+        return None
+    best = max(baselines, key=lambda s: (min(baselines[s]), sum(baselines[s])))
+    lo, hi = 100 * min(baselines[best]), 100 * max(baselines[best])
+    by_kl = next((f for f in needle.get("comparisons", []) if f.get("reference") == "best baseline"), None)
+    kl_top = max((100 * r["reference_accuracy"] for r in (by_kl or {}).get("rows", []) if float(r["ratio"]) <= max_ratio),
+                 default=None)
+    rng = f"{lo:.0f} %" if lo == hi else f"{lo:.0f}–{hi:.0f} %"
+    s = (f"To keep one fact of a long prompt, use {_baseline_name(best)}: it answers {rng} of needle prompts at "
+         f"c ≤ {max_ratio:g}")
+    if kl_top is not None:
+        s += ("; the best baseline by KL answers 0 %" if kl_top == 0 else
+              f"; the best baseline by KL at most {kl_top:.0f} %")
+    return s + "."
+
+
+def _why(mechanisms: list | None) -> str | None:
+    """One sentence: at the paper's settings the two mechanisms stay off (no token saturates; the kept set is almost
+    the per-token ranking), so Algorithm 1 acts as a per-token score (the mechanism diagnostics' medians)."""
+    if not mechanisms:
+        return None
+    from .diagnostics import defaults_summary
+
+    d = defaults_summary(mechanisms)
+    sat = (f"no token saturates in any of {d['n_heads']} heads" if d["heads_saturated"] == 0 else
+           f"a token saturates in only {d['heads_saturated']} of {d['n_heads']} heads")
+    return (f"Why: at the paper's settings {sat}, and the leverage changes {100 * (1 - d['overlap']):.0f} % of the "
+            "kept tokens: Jacap acts as a per-token score.")
+
+
+def _kvzip(ladder: dict | None) -> str | None:
+    """One sentence: where kvpress's KVzip beats and loses to the default on the tune documents (the ladder's
+    whole-gap verdicts), and what its prefill costs, measured."""
+    if not ladder or not ladder.get("cells"):
+        return None
+    word = Counter(verdict_word(c["total_verdict"]) for c in ladder["cells"])
+    n = len(ladder["cells"])
+    timing = ladder.get("prefill_timing") or []
+    ratios = [t["kvzip"]["cpu_seconds"] / t["none"]["cpu_seconds"] for t in timing if "kvzip" in t and "none" in t]
+    cost = ""
+    if ratios:
+        lo, hi = min(ratios), max(ratios)
+        cost = (f", for {lo:.1f}–{hi:.1f} times the prefill" if hi - lo >= 0.05 else
+                f", for {lo:.1f} times the prefill")
+    return (f"On the tune documents, kvpress's KVzip has a lower KL than the default in {word.get('better', 0)} of {n} "
+            f"cells and a higher one in {word.get('worse', 0)}{cost}.")
+
+
+def answer_lines(summary: dict, needle: dict | None = None, mechanisms: list | None = None, ladder: dict | None = None,
+                 *, confirmatory: bool = False) -> list[str]:
+    """The label line, then at most :data:`MAX_SENTENCES` sentences: which press keeps the predictions, which Jacap
+    presses come closest, which keeps a fact, why Jacap behaves as it does, and what KVzip does on the tune documents.
+    ``confirmatory``: the summary is the confirmatory one (else the label says exploratory)."""
+    label = ("*The answer, from the confirmatory summary:*" if confirmatory else
+             "*The answer, from the exploratory dev summary (documents that also chose the settings):*")
+    out = _predictions(summary)
+    for s in (_facts(summary, needle) if needle else None, _why(mechanisms), _kvzip(ladder)):
+        if s:
+            out.append(s)
+    out = out[:MAX_SENTENCES]
+    return [label, *out]
+
+
+def answer_text(summary: dict, needle: dict | None = None, mechanisms: list | None = None, ladder: dict | None = None,
+                *, confirmatory: bool = False) -> str:
+    """:func:`answer_lines` as one MyST paragraph."""
+    return " ".join(answer_lines(summary, needle, mechanisms, ladder, confirmatory=confirmatory)) + "\n"
+
+
+def write(out_dir=None) -> Path | None:
+    """Rewrite ``answer.md`` in ``out_dir`` (default ``data/results/eval``) from the summaries there (the
+    confirmatory ``confirm_summary.json`` when present, else ``summary.json``), ``needle_summary.json``,
+    ``peers/ladder_summary.json`` and the mechanism diagnostics. ``None`` (nothing written) without a summary."""
+    from .paths import data_path
+
+    d = Path(out_dir) if out_dir is not None else data_path("results", "eval", must_exist=False)
+    confirm = d / "confirm_summary.json"
+    source = confirm if confirm.exists() else d / "summary.json"
+    if not source.exists():
+        return None
+    summary = files.read_json(source, require=("config", "families"), hint="jacap evaluate summary")
+    needle_path, ladder_path = d / "needle_summary.json", d / "peers" / "ladder_summary.json"
+    needle = files.read_json(needle_path, require=("cells",)) if needle_path.exists() else None
+    ladder = files.read_json(ladder_path, require=("cells",)) if ladder_path.exists() else None
+    mech_path = d.parent.parent / "diagnostics" / "mechanisms.json"
+    mechanisms = files.read_results(mech_path)[1] if mech_path.exists() else None
+    path = d / FILE
+    path.write_text(answer_text(summary, needle, mechanisms, ladder, confirmatory=confirm.exists()), encoding="utf-8")
+    return path

@@ -1,0 +1,105 @@
+"""The landing page's answer (jacap_lib.results.answer): generated from the committed files, at most five sentences
+of at most 30 words, labelled by the summary it reads, and every number in it recomputed here from the files."""
+from __future__ import annotations
+
+import math
+import re
+import shutil
+
+import pytest
+
+from jacap_lib.results import answer as A
+from jacap_lib.results import loaders as R
+from jacap_lib.results.paths import data_path
+
+
+def _inputs():
+    _, mech = R.load_mechanisms()
+    return R.load_eval_summary(), R.load_needle_summary(), mech, R.load_ladder_summary()
+
+
+def _sentences(text: str) -> list[str]:
+    body = text.split(":*", 1)[1]
+    return [s for s in re.split(r"(?<=\.)\s+(?=[A-Z])", body.strip()) if s]
+
+
+def test_committed_answer_is_what_the_files_say(tmp_path):
+    committed = data_path("results", "eval", A.FILE).read_text(encoding="utf-8")
+    assert A.answer_text(*_inputs()) == committed
+    # write() reads the same files from a folder laid out like data/: results/eval (+ peers) and diagnostics
+    root = tmp_path / "data"
+    (root / "results" / "eval" / "peers").mkdir(parents=True)
+    (root / "diagnostics").mkdir()
+    for name in ("summary.json", "needle_summary.json"):
+        shutil.copy(data_path("results", "eval", name), root / "results" / "eval" / name)
+    shutil.copy(data_path("results", "eval", "peers", "ladder_summary.json"), root / "results" / "eval" / "peers")
+    shutil.copy(data_path("diagnostics", "mechanisms.json"), root / "diagnostics")
+    assert A.write(root / "results" / "eval").read_text(encoding="utf-8") == committed
+    assert A.write(tmp_path / "empty") is None
+
+
+def test_answer_is_short_plain_and_labelled():
+    text = A.answer_text(*_inputs())
+    assert text.startswith("*The answer, from the exploratory dev summary")
+    sentences = _sentences(text)
+    assert 1 <= len(sentences) <= A.MAX_SENTENCES
+    for s in sentences:
+        assert len(s.split()) <= A.MAX_WORDS, s
+    confirm = A.answer_text(*_inputs(), confirmatory=True)
+    assert confirm.startswith("*The answer, from the confirmatory summary:*")
+
+
+def test_answer_numbers_recomputed_from_the_files():
+    summary, needle, mech, ladder = _inputs()
+    text = A.answer_text(summary, needle, mech, ladder)
+    # the best tuned baseline: the one press named in every cell of Algorithm 1 tuned's family picked on tune
+    fam = next(f for f in summary["families"] if f["role"] == "algorithm 1" and f["picked_on"] == "tune")
+    names = {r["baseline_spec"].split("[", 1)[0] for r in fam["rows"]}
+    if names == {"expected_attention"}:
+        assert f"use Expected Attention, the best tuned baseline in all {len(fam['rows'])} cells" in text
+    worse = sum(r["verdict"].startswith("worse") for r in fam["rows"])
+    assert f"against {worse} for Algorithm 1 tuned" in text
+    # the fact keeper: the baseline whose lowest accuracy over the cells with c <= 0.75 is highest
+    cells = [c for c in needle["cells"] if c["ratio"] <= 0.75]
+    low = {}
+    for c in cells:
+        for x in c["settings"]:
+            if not x["spec"].startswith("jacap"):
+                low[x["spec"]] = min(low.get(x["spec"], 1.0), x["accuracy"])
+    best = max(low.values())
+    assert any(f"it answers {100 * best:.0f}" in text for _ in [0])
+    # the mechanisms: the share of rows (tau 10, sigma^2 1, c 0.9) with a token above 1/2, and the median overlap
+    sel = [r for r in mech if r["tau"] == 10.0 and r["rule"] == "fixed=1" and r["ratio"] == 0.9]
+    overlaps = sorted(r["overlap"] for r in sel)
+    n = len(overlaps)
+    median = overlaps[n // 2] if n % 2 else (overlaps[n // 2 - 1] + overlaps[n // 2]) / 2
+    assert f"changes {100 * (1 - median):.0f} % of the kept tokens" in text
+    if not any(r["n_saturated"] for r in sel):
+        assert f"no token saturates in any of {n} heads" in text
+    # KVzip: cells whose whole-gap interval lies below / above 1
+    lower = sum(c["total_high"] < 1 for c in ladder["cells"])
+    higher = sum(c["total_low"] > 1 for c in ladder["cells"])
+    assert f"lower KL than the default in {lower} of {len(ladder['cells'])} cells and a higher one in {higher}" in text
+    ratios = [t["kvzip"]["cpu_seconds"] / t["none"]["cpu_seconds"] for t in ladder["prefill_timing"]]
+    assert f"{min(ratios):.1f}" in text and f"{max(ratios):.1f}" in text
+
+
+def test_answer_without_optional_files_still_answers_the_predictions():
+    summary = R.load_eval_summary()
+    text = A.answer_text(summary)
+    assert 2 == len(_sentences(text))
+    with pytest.raises(ValueError, match="jacap evaluate summary"):
+        A.answer_text({"config": {}, "families": []})
+
+
+def test_every_kvpress_press_has_a_reader_name():
+    """press_name covers every kvpress press of the registry, and agrees with the name its description ends with."""
+    from jacap_lib.presses.registry import BASELINES, METHODS, PRESS_NAMES, press_name
+
+    assert set(PRESS_NAMES) == set(BASELINES)
+    for name in BASELINES:
+        m = re.search(r"\(([^(),]*)[,)]", METHODS[name].description)
+        if m and m.group(1)[0].isupper() and " " not in m.group(1).strip("'s"):
+            assert press_name(name) == m.group(1) or press_name(name) in METHODS[name].description, name
+    assert press_name("expected_attention[n_future_positions=32]") == "Expected Attention"
+    assert press_name("jacap_ea") == "jacap_ea"
