@@ -599,3 +599,18 @@ def test_probe_specs_are_algorithm1_the_paper_the_default_press_and_the_baseline
     del chosen["jacap_obs"]
     with pytest.raises(ValueError, match="jacap_obs"):
         N.probe_specs({"chosen": chosen})
+
+
+def test_probe_figure_draws_each_jacap_setting_in_its_own_colour():
+    """Algorithm 1 tuned and Algorithm 1 as published are two settings of one method: the probe figure gives each its
+    own colour (its short spec's style), named as the book names them."""
+    from jacap_lib.results import loaders as R
+    from jacap_lib.results import protocol as P
+    from jacap_lib.viz import needle as VN
+    from jacap_lib.viz.style import METHOD_STYLES
+
+    assert VN.style_key(P.PAPER_PRESET) in METHOD_STYLES and VN.style_key(P.PAPER_PRESET) != "jacap"
+    fig = VN.survival_figure(R.load_needle_probe_summary())
+    colours = {t.name.split(":")[0]: t.line.color for t in fig.data if t.showlegend}
+    assert colours["Algorithm 1 tuned"] != colours["Algorithm 1 as published"]
+    assert len(set(colours.values())) == len(colours)

@@ -10,16 +10,21 @@ from plotly.subplots import make_subplots
 
 from ..results.findings import short_spec
 from ..results.precision import interval_text
-from .evaluation import short_verdict
+from .evaluation import setting_name, short_verdict
 from .style import METHOD_STYLES, finish, wrapped
 
 __all__ = ["style_key", "survival_figure", "survival_frame", "mode_effect_frame"]
 
 
 def style_key(spec: str) -> str:
-    """The :data:`~jacap_lib.viz.style.METHOD_STYLES` key a setting is drawn with: the spec itself when it has
-    its own colour (the Jacap settings, SnapKV's window), else its method's (``capkv[tau=10]`` -> ``capkv``)."""
-    return spec if spec in METHOD_STYLES else spec.split("[", 1)[0]
+    """The :data:`~jacap_lib.viz.style.METHOD_STYLES` key a setting is drawn with: the spec itself, or its short
+    spec (:func:`~jacap_lib.results.findings.short_spec`), when that has its own colour (the Jacap settings:
+    Algorithm 1 tuned and as published are two colours, SnapKV's window), else its method's (``capkv[tau=10]`` ->
+    ``capkv``)."""
+    if spec in METHOD_STYLES:
+        return spec
+    short = short_spec(spec)
+    return short if short in METHOD_STYLES else spec.split("[", 1)[0]
 
 
 def _mode(summary: dict, mode: str) -> dict:
@@ -49,7 +54,7 @@ def survival_figure(summary: dict, mode: str = "after", *, title: str | None = N
                         subplot_titles=[f"prompt {L} tokens, c = {c}" for L, c in cells])
     for spec in specs:
         accs = ", ".join(f"{100 * acc[(spec, L, c)]['accuracy']:.0f}%" for L, c in cells)
-        name = f"{short_spec(spec)}: accuracy {accs}"
+        name = f"{setting_name(spec)}: accuracy {accs}"
         jac = spec.startswith("jacap")
         for j, (L, c) in enumerate(cells, start=1):
             s = next((x for x in surv if x["spec"] == spec and x["length"] == L and x["ratio"] == c), None)
