@@ -253,3 +253,33 @@ def test_chapter_five_tables_by_hand():
     e = VK.end_to_end_table({"rows": rows})
     assert e.loc[(2048, "jacap", "0.6")].tolist() == ["14.3", "1.27", "8.9%", "5.1%", "1092"]
     assert e.loc[(2048, "none", "—"), "prefill (s)"] == "12.1"
+
+
+def test_verdict_tables_label_the_cells_where_protection_fills_the_budget():
+    """pair_frame, target_frame and kl_and_needle_frame note every cell whose Jacap setting keeps only its sinks and
+    window: the note is there exactly where the budget floor((1 - c) P) is at most the protected tokens."""
+    from jacap_lib.presses.registry import press_from_spec
+    from jacap_lib.results import evaluation as E
+    from jacap_lib.results import loaders as R
+    from jacap_lib.results import protocol as P
+
+    choices, rows, summary = R.load_eval_choices(), R.load_eval_rows("dev"), R.load_eval_summary()
+    alg1 = choices["chosen"]["jacap"]
+
+    def fills(spec, L, c):  # independent of results.protection: the press's own sink and window counts
+        press = press_from_spec(spec, c)
+        return int(L * (1 - c)) <= press.n_sink + press.window
+
+    pairs = E.compare_settings(rows, alg1, P.PAPER_PRESET)
+    frame = VE.pair_frame(pairs)
+    for r in pairs:
+        note = frame.loc[f"{r['length']} / {r['ratio']:g}", "note"]
+        both = fills(alg1, r["length"], r["ratio"]) and fills(P.PAPER_PRESET, r["length"], r["ratio"])
+        one = fills(alg1, r["length"], r["ratio"]) or fills(P.PAPER_PRESET, r["length"], r["ratio"])
+        assert (note == "protection fills the budget") == both and bool(note) == one, (r["length"], r["ratio"], note)
+    status = E.target_status(summary)
+    target = VE.target_frame(status)
+    for s in status:
+        assert bool(target.loc[f"{s['length']} / {s['ratio']:g}", "note"]) == fills(alg1, s["length"], s["ratio"])
+    assert "note" not in VE.pair_frame([{k: v for k, v in r.items() if k not in ("setting", "reference")}
+                                        for r in pairs])

@@ -160,20 +160,37 @@ def corpus_frame(documents: list[dict], *, details: bool = False) -> pd.DataFram
                          for k, v in rows.items()]).set_index("kind")
 
 
+def _protection_note(specs, length, ratio) -> str:
+    """:data:`~jacap_lib.results.protection.LABEL` where the protection of every Jacap setting of ``specs`` fills the
+    budget of the cell ("… of <name>" where it fills only one's), else ``""``."""
+    jac = [s for s in specs if s and s.split("[", 1)[0].startswith("jacap")]
+    filled = [s for s in jac if protection.protection_fills_budget(s, int(length), float(ratio))]
+    if not filled:
+        return ""
+    if len(filled) == len(jac):
+        return protection.LABEL
+    return f"{protection.LABEL} of {setting_name(filled[0])}"
+
+
 def pair_frame(rows: list[dict], *, details: bool = False) -> pd.DataFrame:
     """:func:`~jacap_lib.results.evaluation.compare_settings` rows as a table, one row per "prompt / c": the
     geometric-mean KL ratio with its interval and the verdict; ``details=True``: the supporting columns
-    (mean-KL ratio, documents won/lost, Wilcoxon and Holm p)."""
-    out = [{"prompt / c": _cell(r["length"], r["ratio"]), **(_ratio_details(r) if details else _ratio_columns(r))}
+    (mean-KL ratio, documents won/lost, Wilcoxon and Holm p). A "note" column says where protection fills the
+    budget (:func:`_protection_note`), when the rows name their settings and some cell is such."""
+    out = [{"prompt / c": _cell(r["length"], r["ratio"]), **(_ratio_details(r) if details else _ratio_columns(r)),
+            "note": _protection_note((r.get("setting"), r.get("reference")), r["length"], r["ratio"])}
            for r in rows]
-    return wrapped(pd.DataFrame(out).set_index("prompt / c"), [] if details else ["verdict"])
+    frame = pd.DataFrame(out).set_index("prompt / c")
+    if not frame["note"].any():
+        frame = frame.drop(columns="note")
+    return wrapped(frame, ([] if details else ["verdict"]) + (["note"] if "note" in frame else []))
 
 
 def target_frame(status: list[dict]) -> pd.DataFrame:
     """:func:`~jacap_lib.results.evaluation.target_status` rows as a table, one row per "prompt / c" (grouped by
     c): what the target asks, the best baseline (picked on tune), the geometric-mean ratio with the interval it
-    is judged on (the multiplicity-adjusted one when the rows have it), whether the target is met, and by how far
-    that interval misses (in % of the baseline's KL)."""
+    is judged on (the multiplicity-adjusted one when the rows have it), whether the target is met, by how far
+    that interval misses (in % of the baseline's KL), and a note where the setting's protection fills the budget."""
     adjusted = any(r.get("gm_low_adjusted") is not None for r in status)
     label = f"KL ratio [{'adjusted' if adjusted else '95 %'} CI]"
     rows = []
@@ -182,8 +199,12 @@ def target_frame(status: list[dict]) -> pd.DataFrame:
                      "baseline": _short(r["baseline"]),
                      label: "" if r["gm_ratio"] is None else _interval(r["gm_ratio"], *verdict_interval(r)[:2]),
                      "met": {True: "yes", False: "no", None: "not measured"}[r["met"]],
-                     "missed by": "" if not r["shortfall"] else f"{100 * r['shortfall']:.1f} %"})
-    return wrapped(pd.DataFrame(rows).set_index("prompt / c"), ["baseline"])
+                     "missed by": "" if not r["shortfall"] else f"{100 * r['shortfall']:.1f} %",
+                     "note": _protection_note((r.get("setting"),), r["length"], r["ratio"])})
+    frame = pd.DataFrame(rows).set_index("prompt / c")
+    if not frame["note"].any():
+        frame = frame.drop(columns="note")
+    return wrapped(frame, ["baseline"] + (["note"] if "note" in frame else []))
 
 
 def _spec_options(spec: str, method: str) -> str:
@@ -412,8 +433,12 @@ def kl_and_needle_frame(summary: dict, needle: dict, *, role: str) -> pd.DataFra
         kl = _ratio_columns(r)
         needle_pct, full_pct = acc.get((int(r["length"]), float(r["ratio"])), ("–", "–"))
         rows.append({"prompt / c": _cell(r["length"], r["ratio"]), "baseline": _short(r["baseline_spec"]), **kl,
-                     "needle % [95 % CI]": needle_pct, "uncompr. %": full_pct})
-    return wrapped(pd.DataFrame(rows).set_index("prompt / c"), ["baseline", "verdict"])
+                     "needle % [95 % CI]": needle_pct, "uncompr. %": full_pct,
+                     "note": _protection_note((fam["setting"],), r["length"], r["ratio"])})
+    frame = pd.DataFrame(rows).set_index("prompt / c")
+    if not frame["note"].any():
+        frame = frame.drop(columns="note")
+    return wrapped(frame, ["baseline", "verdict"] + (["note"] if "note" in frame else []))
 
 
 def tuned_line(summary: dict, role: str) -> tuple[str, str]:

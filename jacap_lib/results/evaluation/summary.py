@@ -127,7 +127,7 @@ def compare_settings(rows: list[dict], setting: str, reference: str, *, seed: in
     """``setting`` against ``reference`` in every (length, ratio) cell where both have rows on the same
     documents: :func:`jacap_lib.results.verdicts.compare_cells` rows (ratio intervals, the geometric-mean
     interval adjusted for these cells, wins, Wilcoxon p, Holm over these cells, the verdict from the adjusted
-    interval, ``verdict_unadjusted``) with ``length`` and ``ratio``. For comparisons outside the protocol's
+    interval, ``verdict_unadjusted``) with ``length``, ``ratio``, ``setting`` and ``reference``. For comparisons outside the protocol's
     primary one (e.g. Jacap against CapKV, the paper's headline). ``confidence`` / ``n_resamples``: the
     unadjusted intervals' level and bootstrap size (default ``verdicts.CONFIDENCE`` / ``N_RESAMPLES``; a family
     wider than these cells passes its own simultaneous level, :func:`~jacap_lib.results.verdicts.simultaneous_confidence`)."""
@@ -146,7 +146,7 @@ def compare_settings(rows: list[dict], setting: str, reference: str, *, seed: in
             meta[f"{L}/{c}"] = {"length": L, "ratio": c}
     if not cells:
         raise ValueError(f"no cell holds rows of both {setting!r} and {reference!r} on the same documents")
-    return [{**meta[r["cell"]], **r, "losses": r["n"] - r["wins"] - r["ties"]}
+    return [{**meta[r["cell"]], "setting": setting, "reference": reference, **r, "losses": r["n"] - r["wins"] - r["ties"]}
             for r in V.compare_cells(cells, **{k: v for k, v in (("seed", seed), ("confidence", confidence),
                                                                  ("n_resamples", n_resamples)) if v is not None})]
 
@@ -193,7 +193,7 @@ def target_status(summary: dict, *, target: dict | None = None) -> list[dict]:
             met = hi < 1 if need == "better" else lo <= 1
             gap = (hi - 1 if need == "better" else lo - 1) if not met else 0.0
             out.append({"length": L, "ratio": float(c), "requirement": need, "met": bool(met),
-                        "baseline": r["baseline_spec"], "gm_ratio": r["gm_ratio"], "gm_low": r["gm_low"],
+                        "setting": fam.get("setting"), "baseline": r["baseline_spec"], "gm_ratio": r["gm_ratio"], "gm_low": r["gm_low"],
                         "gm_high": r["gm_high"], "gm_low_adjusted": lo, "gm_high_adjusted": hi,
                         "verdict": r["verdict"], "shortfall": max(gap, 0.0),
                         "met_unadjusted": bool(r["gm_high"] < 1 if need == "better" else r["gm_low"] <= 1),
