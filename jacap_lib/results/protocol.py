@@ -37,7 +37,7 @@ import math
 
 from ..presses.registry import ADAKV_BASELINES, BASELINES, explicit_spec, parse_method, press_from_spec
 
-__all__ = ["SEARCH_SPACE", "PEER_SPACE", "SPACES", "PAPER_PRESET", "ALGORITHM1_AS_PUBLISHED", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
+__all__ = ["SEARCH_SPACE", "PEER_SPACE", "CONTEXT_SPACE", "SPACES", "PAPER_PRESET", "ALGORITHM1_AS_PUBLISHED", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
            "protocol_config", "fingerprint", "compare_configs", "same_measurements", "neighbours", "grid_edges", "quick_space"]
 
@@ -50,7 +50,7 @@ CONFIGS_PER_METHOD = 5
 AROUND_CHOICE: dict[str, tuple[str, ...]] = {
     "snapkv": ("kernel_size",), "expected_attention": ("n_sink",), "capkv": ("n_sink",),
     "jacap": ("n_sink", "window"), "jacap_adakv": ("n_sink", "window"), "jacap_obs": ("n_sink",),
-    "jacap_ea": ("n_sink", "window"),
+    "jacap_ea": ("n_sink", "window"), "jacap_context": ("n_sink",),
 }
 KL_FLOOR = 1e-8  # nats; a KL below it (a cache that changes nothing) counts as KL_FLOOR in the log
 RULE = ("smallest mean over the tune documents, prompt lengths and compression ratios of log max(KL, 1e-8) "
@@ -159,8 +159,20 @@ PEER_SPACE: dict[str, tuple[str, ...]] = {
                        "critical_adakv[first_stage_ratio=0.75]", "critical_adakv[scorer=snapkv]",
                        "critical_adakv[alpha_safeguard=0.1]"),
 }
-#: the search spaces by name (``jacap evaluate tune --space``): the first rounds' methods, and the peers
-SPACES: dict[str, dict] = {"first": SEARCH_SPACE, "peers": PEER_SPACE}
+#: The capacity press whose query prior is the context (``jacap_context``: Jacap's score on the queries of KVzip's
+#: reconstruction pass), in its own folder (``jacap evaluate tune --space context``: ``data/results/eval/context``),
+#: tuned by the same RULE on the same tune documents. Its defaults first (the observed centre, one budget across
+#: layers and heads, KVzip's sinks and no window); then each knob it adds to KVzip moved once: the budget per layer
+#: and per KV head (Jacap's uniform one), Expected Attention's centre, a 16-token recent window (JacapPress()'s).
+#: The budget and the window are read after the scoring, so those settings share one reconstruction pass per
+#: (document, prompt length) (``measure_group(share_scoring=True)``). Its sinks come second, around the choice
+#: (:data:`AROUND_CHOICE`).
+CONTEXT_SPACE: dict[str, tuple[str, ...]] = {
+    "jacap_context": ("jacap_context", "jacap_context[budget=layer]", "jacap_context[budget=head]",
+                      "jacap_context[centre=ea]", "jacap_context[window=16]"),
+}
+#: the search spaces by name (``jacap evaluate tune --space``): the first rounds' methods, the peers, the context press
+SPACES: dict[str, dict] = {"first": SEARCH_SPACE, "peers": PEER_SPACE, "context": CONTEXT_SPACE}
 # The budget: 5 settings for every method with options (1 for TOVA, KNorm, KeyDiff), plus, for each baseline whose
 # scores differ across KV heads, its choice of the earlier rounds (on the first 12 tune documents) under kvpress's
 # head-adaptive allocation (adakv=true; Jacap's scores get it as the method jacap_adakv, jacap_obs as budget=layer).

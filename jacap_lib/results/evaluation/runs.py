@@ -72,7 +72,7 @@ def check_processes(args, *, quick: bool) -> None:
 
 def eval_dir(given, *, quick: bool, space: str = "first") -> Path:
     """``--dir``: the folder given, else ``data/results/eval`` (``.../eval/quick`` with ``--quick``,
-    ``.../eval/peers`` for ``--space peers``); not a file."""
+    ``.../eval/<space>`` for ``--space peers`` or ``context``); not a file."""
     from ..paths import data_path
 
     sub = ("quick",) if quick else () if space == "first" else (space,)
@@ -282,8 +282,9 @@ def add_arguments(parser: argparse.ArgumentParser, job: str = "tune") -> None:
     J.grid_options(parser, lengths=DEFAULT_LENGTHS, ratios=DEFAULT_RATIOS, continuation=DEFAULT_CONTINUATION)
     parser.add_argument("--space", choices=sorted(P.SPACES), default="first",
                         help="the search space: 'first' (protocol.SEARCH_SPACE, the first rounds' methods; folder "
-                             "data/results/eval) or 'peers' (protocol.PEER_SPACE, kvpress's newer presses; folder "
-                             "data/results/eval/peers)")
+                             "data/results/eval), 'peers' (protocol.PEER_SPACE, kvpress's newer presses; folder "
+                             "data/results/eval/peers) or 'context' (protocol.CONTEXT_SPACE, the capacity press with "
+                             "the context as its query prior; folder data/results/eval/context)")
     parser.add_argument("--methods", nargs="+", default=None,
                         help="registry names of the search space to run (default: every method of --space); the "
                              "tune job's choices.json still covers every method of --space whose rows are complete")
@@ -415,8 +416,9 @@ def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
     import functools
 
     # KVzip and KVgrad score the same at every ratio: one real prefill scores all of a group's ratios (same rows)
+    # settings that differ only in what compress_post reads (budget, window: jacap_context's) share one scoring
     measure = functools.partial(measure_group, continuation=plan.continuation, model_name=plan.model_label,
-                                reuse_scores=True)
+                                reuse_scores=True, share_scoring=True)
     n = run_groups(groups, out, measure=measure, model=model, tokenizer=tokenizer, model_name=plan.model_name,
                    workers=plan.workers, threads=plan.threads, seed=plan.seed, progress=plan.progress)
     res = {"rows_written": n, "file": str(out)}
