@@ -93,11 +93,17 @@ def selection_figure(records: list) -> go.Figure:
     return finish(fig)
 
 
+#: what each sensitivity of :func:`loo_figure` is, for its title (two figures of one chapter plot different ones)
+_SENSITIVITY = {"rho": "Jacobian sensitivity ρ = ᾱ(1 − ᾱ)", "weight": "Algorithm 1's weight w",
+                "score": "Jacap score r"}
+
+
 def loo_figure(records: list, *, tau: float = 1.0, saturated: float = 0.5, sensitivity: str = "rho",
                saturated_tau: float = 1.0) -> go.Figure:
     """Deletion damage vs Jacobian sensitivity, one point per (layer, head, token).
 
-    x = ``sensitivity`` (``"rho"`` = ᾱ(1-ᾱ) or ``"weight"`` = w) at temperature ``tau``; y = the
+    x = ``sensitivity`` (``"rho"`` = ᾱ(1-ᾱ), ``"weight"`` = w or ``"score"`` = Algorithm 1's r) at temperature
+    ``tau``, named in the title (two figures that plot different sensitivities never share a title); y = the
     leave-one-out damage (relative to the head's output norm). Tokens with ᾱ ≥ ``saturated`` under the
     model's own softmax (``saturated_tau``, default 1 — at τ = 10 nothing saturates) are drawn in red:
     tiny ρ, large damage is the note's §13.3 / §19.1 warning."""
@@ -116,9 +122,10 @@ def loo_figure(records: list, *, tau: float = 1.0, saturated: float = 0.5, sensi
             text=[f"layer {r['layer']} head {r['head']} pos {r['position']}<br>ᾱ={r[akey]:.3f}" for r in pts],
             hovertemplate="%{text}<br>x=%{x:.2e}<br>damage=%{y:.2e}<extra></extra>"))
     fig.update_layout(template="plotly_white", xaxis_type="log", yaxis_type="log",
-                      xaxis_title=f"Jacobian {sensitivity} (τ = {tau:g}); red: ᾱ ≥ {saturated} at τ = {saturated_tau:g}",
+                      xaxis_title=f"{_SENSITIVITY.get(sensitivity, sensitivity)} (τ = {tau:g}); red: ᾱ ≥ {saturated} at "
+                                  f"τ = {saturated_tau:g}",
                       yaxis_title="leave-one-out damage / ‖f_C‖",
-                      title=f"Deleting a token vs its local sensitivity (τ = {tau:g})",
+                      title=f"Deletion damage vs {_SENSITIVITY.get(sensitivity, sensitivity)} (τ = {tau:g})",
                       legend=dict(orientation="h", y=-0.2))
     return finish(fig)
 
