@@ -43,6 +43,18 @@ def _by_layer(records, getter):
     return xs, ys
 
 
+#: top margin (px) that keeps a one-line title clear of plotly's mode bar: with the 62 px that ``finish`` gives a
+#: one-line title, the title sits across the bar's icons in the book's column
+_TOP = 84
+
+
+def _finish(fig: go.Figure) -> go.Figure:
+    """:func:`~.style.finish` with the top margin at least :data:`_TOP` (``finish`` raises it for longer titles)."""
+    if fig.layout.title.text and (fig.layout.margin.t is None or fig.layout.margin.t < _TOP):
+        fig.update_layout(margin={"t": _TOP})
+    return finish(fig)
+
+
 def taylor_error_figure(records: list, *, stat: str = "q50") -> go.Figure:
     """E_Taylor: per layer, the distribution over heads of each head's ``stat`` (median by
     default) relative tangent-plane error ‖f(q)-f(μ)-Jδq‖/‖f(q)-f(μ)‖ for the later queries."""
@@ -53,7 +65,7 @@ def taylor_error_figure(records: list, *, stat: str = "q50") -> go.Figure:
     fig.update_layout(title="E_Taylor: tangent-plane error of the retained attention, per layer",
                       xaxis_title="layer", yaxis_title="relative error (per-head median over later queries)",
                       yaxis_type="log", showlegend=False, template="plotly_white")
-    return finish(fig)
+    return _finish(fig)
 
 
 def diagonal_error_figure(records: list, *, metric: str = "rel_error") -> go.Figure:
@@ -75,7 +87,7 @@ def diagonal_error_figure(records: list, *, metric: str = "rel_error") -> go.Fig
                       xaxis_title="layer", yaxis_title=ytitle, template="plotly_white", legend=dict(orientation="h", y=-0.2))
     if metric == "rel_error":  # a few subsets' errors run to thousands: show the bulk, name the extreme
         clip_outliers(fig, "yaxis")
-    return finish(fig)
+    return _finish(fig)
 
 
 def selection_figure(records: list) -> go.Figure:
@@ -90,14 +102,20 @@ def selection_figure(records: list) -> go.Figure:
                       yaxis_title="capacity / exhaustive capacity",
                       title=f"E_selection: small caches (n = {n}, B = {b}) sampled from real heads",
                       legend=dict(orientation="h", y=-0.2))
-    return finish(fig)
+    return _finish(fig)
+
+
+#: what each sensitivity of :func:`loo_figure` is, for its title (two figures of one chapter plot different ones)
+_SENSITIVITY = {"rho": "Jacobian sensitivity ρ = ᾱ(1 − ᾱ)", "weight": "Algorithm 1's weight w",
+                "score": "Jacap score r"}
 
 
 def loo_figure(records: list, *, tau: float = 1.0, saturated: float = 0.5, sensitivity: str = "rho",
                saturated_tau: float = 1.0) -> go.Figure:
     """Deletion damage vs Jacobian sensitivity, one point per (layer, head, token).
 
-    x = ``sensitivity`` (``"rho"`` = ᾱ(1-ᾱ) or ``"weight"`` = w) at temperature ``tau``; y = the
+    x = ``sensitivity`` (``"rho"`` = ᾱ(1-ᾱ), ``"weight"`` = w or ``"score"`` = Algorithm 1's r) at temperature
+    ``tau``, named in the title (two figures that plot different sensitivities never share a title); y = the
     leave-one-out damage (relative to the head's output norm). Tokens with ᾱ ≥ ``saturated`` under the
     model's own softmax (``saturated_tau``, default 1 — at τ = 10 nothing saturates) are drawn in red:
     tiny ρ, large damage is the note's §13.3 / §19.1 warning."""
@@ -116,11 +134,12 @@ def loo_figure(records: list, *, tau: float = 1.0, saturated: float = 0.5, sensi
             text=[f"layer {r['layer']} head {r['head']} pos {r['position']}<br>ᾱ={r[akey]:.3f}" for r in pts],
             hovertemplate="%{text}<br>x=%{x:.2e}<br>damage=%{y:.2e}<extra></extra>"))
     fig.update_layout(template="plotly_white", xaxis_type="log", yaxis_type="log",
-                      xaxis_title=f"Jacobian {sensitivity} (τ = {tau:g}); red: ᾱ ≥ {saturated} at τ = {saturated_tau:g}",
+                      xaxis_title=f"{_SENSITIVITY.get(sensitivity, sensitivity)} (τ = {tau:g}); red: ᾱ ≥ {saturated} at "
+                                  f"τ = {saturated_tau:g}",
                       yaxis_title="leave-one-out damage / ‖f_C‖",
-                      title=f"Deleting a token vs its local sensitivity (τ = {tau:g})",
+                      title=f"Deletion damage vs {_SENSITIVITY.get(sensitivity, sensitivity)} (τ = {tau:g})",
                       legend=dict(orientation="h", y=-0.2))
-    return finish(fig)
+    return _finish(fig)
 
 
 _PARAMETER = re.compile(r"^(?P<stem>.*?)\s*\((?P<param>[^()]*=[^()]*)\)$")  # "stem (name=value)"
@@ -187,13 +206,22 @@ def failure_figure(demo: dict, *, metric: str = "answer_logprob") -> go.Figure:
     titles = {"answer_logprob": "log-probability of the answer", "kl": "next-token KL(full ‖ compressed)",
               "critical_kept": "fraction of (layer, KV head) keeping the critical tokens",
               "margin": "log p(answer) − log p(rival)"}
-    fig.update_layout(template="plotly_white", yaxis_title=titles.get(metric, metric),
+    # the axis titles short enough to stay beside the plot (a long one runs up into the figure's title)
+    axis_titles = {"answer_logprob": "log p(answer)", "kl": "KL(full ‖ compressed)",
+                   "critical_kept": "critical tokens kept (share)", "margin": "log p(answer) − log p(rival)"}
+    if not several:  # the x labels name the settings: the legend keeps the reference only, beside the plot, where
+        # it cannot run into the (rotated) x labels
+        for tr in fig.data:
+            if tr.type == "bar":
+                tr.showlegend = False
+    fig.update_layout(template="plotly_white", yaxis_title=axis_titles.get(metric, metric),
                       xaxis={"title": "compression ratio" if several else "setting", "type": "category",
                              "categoryorder": "array", "categoryarray": categories},
                       title=f"{demo['name'].replace('_', ' ')}: {titles.get(metric, metric)} "
                             "(above each bar: ✓ greedy answer correct, ✗ wrong)",
-                      legend=dict(orientation="h", y=-0.2))
-    return finish(fig)
+                      legend=dict(orientation="h", y=-0.2) if several else
+                      dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"))
+    return _finish(fig)
 
 
 def lag_figure(lag: dict) -> go.Figure:
@@ -217,7 +245,7 @@ def lag_figure(lag: dict) -> go.Figure:
     fig.update_layout(template="plotly_white", xaxis={"title": "β (EMA decay; values evenly spaced)", "type": "category"},
                       yaxis_title="‖μ_β − mean future query‖ / ‖mean future query‖",
                       title="How far the query statistics lag behind a phase change")
-    return finish(fig)
+    return _finish(fig)
 
 
 def failure_frame(demo: dict):

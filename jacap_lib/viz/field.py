@@ -13,10 +13,11 @@ from .style import finish, setting_colours
 
 __all__ = ["tune_ratio_figure", "STEP_NAMES", "ladder_frame", "ladder_figure"]
 
-#: the ladder's steps (``results.ladder.STEPS``) as a reader names them: what each changes from the step before
-STEP_NAMES = {"L1": "(a) queries of the reconstruction", "L1b": "no recent window",
-              "L2": "(b) max attention instead of Algorithm 1", "L3": "(c) global budget (= KVzip)",
-              "d": "(d) Algorithm 1 on KVzip's queries and budget, vs KVzip"}
+#: the ladder's steps (``results.ladder.STEPS``) as a reader names them: the step's label (the table's column, so the
+#: legend and :func:`ladder_frame` name a step alike) and what it changes from the step before
+STEP_NAMES = {"L1": "L1: the reconstruction's queries", "L1b": "L1b: no recent window",
+              "L2": "L2: max attention instead of Algorithm 1", "L3": "L3: global budget (= KVzip)",
+              "d": "d: Algorithm 1 on KVzip's queries and budget, vs KVzip"}
 
 
 def tune_ratio_figure(table: list[dict], *, pending=(), title: str | None = None) -> go.Figure:
@@ -91,5 +92,5 @@ def ladder_figure(summary: dict, *, title: str | None = None) -> go.Figure:
                       xaxis={"title": "prompt length L / compression ratio c"},
                       yaxis={"title": "KL ratio to the step before (log)", "type": "log"},
                       legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.2, "yanchor": "top"},
-                      margin={"b": 150})
+                      margin={"b": 150, "t": 84})  # t: a one-line title clear of plotly's mode bar
     return finish(fig)
