@@ -280,6 +280,9 @@ def category_frame(data: dict, *, kinds=None) -> pd.DataFrame:
 # The figures below name every setting as the book does (results.anatomy.book_name / swap_name), never by its spec,
 # and draw a method in its own colour (style.METHOD_STYLES): Algorithm 1 tuned, the default, Expected Attention.
 
+_WIDTH = 680  # the book's figures below fit the text column
+
+
 def _method_colour(spec: str) -> str:
     """The colour of a setting: its short spec's when the book has one (Algorithm 1 tuned, as published), else its
     registry name's (``expected_attention[n_future_positions=32]`` -> Expected Attention's)."""
@@ -300,7 +303,8 @@ def _method_colour(spec: str) -> str:
 def loss_frame(rows: list[dict]) -> pd.DataFrame:
     """:func:`jacap_lib.results.anatomy.loss_rows` as a table: per losing cell, the verdict of the interval adjusted
     for the table's cells, the verdict of the cell's own 95 % interval, the documents lost / won, and how many of the
-    kept tokens the score chooses (0: protection fills the budget)."""
+    kept tokens the score chooses (0: protection fills the budget). The baseline's column (``against``) only when the
+    cells have different baselines."""
     from ..results.anatomy import book_name
 
     out = []
@@ -310,7 +314,10 @@ def loss_frame(rows: list[dict]) -> pd.DataFrame:
         out.append({"prompt / c": f"{r['length']} / {r['ratio']:g}", "against": book_name(r["baseline"]),
                     "adjusted": r["adjusted"], "own 95 %": r["own"], "lost/won": f"{r['losses']}/{r['wins']}",
                     "tokens the score chooses": chosen})
-    return wrapped(pd.DataFrame(out).set_index("prompt / c"), ["tokens the score chooses"])
+    frame = pd.DataFrame(out).set_index("prompt / c")
+    if frame["against"].nunique() == 1:  # one baseline in every cell: the text names it once
+        frame = frame.drop(columns="against")
+    return wrapped(frame, ["tokens the score chooses"])
 
 
 def _kind_colours(labels) -> dict[str, str]:
@@ -362,7 +369,7 @@ def kind_figure(part: dict, *, fills=None) -> go.Figure:
     fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=rows, autorange="reversed", title_text="prompt / c")
     setting, baseline = book_name(entries[0]["setting"]), book_name(entries[0]["baseline"])
     fig.update_layout(title=f"KL of {setting} / KL of {baseline}, per document kind (95 % intervals)",
-                      height=140 + 46 * len(rows), width=780, margin={"l": 190, "t": 80, "b": 110},
+                      height=140 + 46 * len(rows), width=_WIDTH, margin={"l": 190, "t": 80, "b": 110},
                       legend={"orientation": "h", "y": -0.12 - 2.0 / (len(rows) + 3), "x": 0, "yanchor": "top"})
     return finish(fig)
 
@@ -370,7 +377,8 @@ def kind_figure(part: dict, *, fills=None) -> go.Figure:
 _COARSE = (0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100)  # the forest plots' ticks: few, so three panels fit
 
 
-def _forest(rows: list[dict], groups: list[str], colour_of, legend_of, *, title: str, xtitle: str) -> go.Figure:
+def _forest(rows: list[dict], groups: list[str], colour_of, legend_of, *, title: str, xtitle: str,
+            ytitle: str) -> go.Figure:
     """One panel per group: each row a point at its ratio with its (adjusted) interval; filled where the interval
     excludes 1, open where it holds 1; the colour and legend entry of a row from ``colour_of`` / ``legend_of``."""
     names = list(dict.fromkeys(r["name"] for r in rows))
@@ -405,10 +413,11 @@ def _forest(rows: list[dict], groups: list[str], colour_of, legend_of, *, title:
         ticks = ticks[::2] if len(ticks) > 4 else ticks
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks], tickangle=0,
                      range=[math.log10(lo) - 0.05, math.log10(hi) + 0.05])
-    fig.update_xaxes(title_text=xtitle, row=1, col=(len(groups) + 1) // 2)
+    fig.update_xaxes(title_text=xtitle)  # every panel: its own axis title
     fig.update_yaxes(categoryorder="array", categoryarray=names[::-1])
+    fig.update_yaxes(title_text=ytitle, row=1, col=1)
     height = 200 + 30 * len(names)
-    fig.update_layout(title=title, height=height, width=780, margin={"l": 300, "t": 90, "b": 120},
+    fig.update_layout(title=title, height=height, width=_WIDTH, margin={"l": 260, "r": 20, "t": 90, "b": 120},
                       legend={"orientation": "h", "y": -70 / (height - 210), "x": 0, "yanchor": "top"})
     return finish(fig)
 
@@ -431,7 +440,7 @@ def swap_forest(data: dict) -> go.Figure:
                    lambda r: f"{b_name}'s score" if r["key"] in ea else f"{a_name}, one change",
                    title=f"One change at a time: KL / KL of {a_name}, prompt {cfg['length']}, c = {cfg['ratio']:g} "
                          f"({100 * conf:.1f} % intervals, adjusted)",
-                   xtitle=f"KL / KL of {a_name}")
+                   xtitle="KL ratio", ytitle="one change")
 
 
 def ladder_figure(data: dict) -> go.Figure:
@@ -451,7 +460,7 @@ def ladder_figure(data: dict) -> go.Figure:
                    lambda r: f"the last rung: {b_name}'s score" if r["key"] == last else "a rung of the ladder",
                    title=f"From {a_name}'s score to {b_name}'s: each rung / the rung before "
                          f"({100 * conf:.0f} % intervals, adjusted)",
-                   xtitle="KL / KL of the rung before")
+                   xtitle="KL ratio", ytitle="rung")
 
 
 def kept_position_figure(data: dict) -> go.Figure:
@@ -465,6 +474,7 @@ def kept_position_figure(data: dict) -> go.Figure:
         spec = cfg["baseline"] if tr.legendgroup == "b_only" else cfg["default"]
         tr.name = f"kept by {book_name(spec)} only"
         tr.marker.color = _method_colour(spec)
+    fig.update_layout(width=_WIDTH, margin={"l": 70, "r": 20})
     return fig
 
 
@@ -476,6 +486,7 @@ def named_layer_figure(data: dict, **kw) -> go.Figure:
     e = data["layers"][0]
     fig.layout.title.text = wrap_title(f"Attention-output error per layer: {book_name(e['setting'])} / "
                                        f"{book_name(e['baseline'])}", 56)
+    fig.update_layout(width=_WIDTH, margin={"l": 60, "r": 20})
     return fig
 
 
@@ -498,7 +509,7 @@ def ablation_count_figure(summaries: list[dict]) -> go.Figure:
     n = max(sum(c.values()) for c in counts.values())
     fig.update_layout(barmode="stack", title="Each component replaced alone: verdicts over the cells (tune documents)",
                       xaxis={"title": "cells", "dtick": 1, "range": [0, n]}, yaxis={"title": "ablation"},
-                      height=160 + 24 * len(labels), width=780, margin={"l": 160, "t": 80, "b": 120},
+                      height=160 + 24 * len(labels), width=_WIDTH, margin={"l": 160, "r": 20, "t": 80, "b": 120},
                       legend={"orientation": "h", "y": -0.55 * 100 / (100 + 24 * len(labels)) - 0.1, "x": 0,
                               "yanchor": "top"})
     return finish(fig)
