@@ -44,7 +44,9 @@ from . import protocol as P
 from . import rowstats as RS
 
 __all__ = ["swap_settings", "split_wrapper", "pick_documents", "add_arguments", "prepare", "execute", "JOB", "DEFAULT_LENGTH",
-           "DEFAULT_RATIO", "DEFAULT_PER_KIND", "OBS_WINDOW", "NO_LEVERAGE_NOISE", "BASELINE_HORIZON"]
+           "DEFAULT_RATIO", "DEFAULT_PER_KIND", "OBS_WINDOW", "NO_LEVERAGE_NOISE", "BASELINE_HORIZON",
+           "SWAP_NAMES", "BASELINE_NAMES", "swap_name", "book_name", "budget_split", "loss_rows", "kind_counts",
+           "swap_verdicts", "ladder_verdicts"]
 
 DEFAULT_LENGTH = 2048
 DEFAULT_RATIO = 0.5
@@ -408,3 +410,148 @@ JOB = J.Job("why Algorithm 1's tuned Jacap setting loses: per-layer error ratios
             add_arguments, _run)
 
 
+
+
+# --------------------------------------------------------------------------------------------- the book's reading
+#: How the book names each swap setting of :func:`swap_settings` (and the ladder's rungs) in a figure or a table:
+#: what the one change is, in words (the spec behind each key is :func:`jacap_lib.viz.anatomy.swap_setting_lines`').
+SWAP_NAMES = {
+    "default": "Algorithm 1 tuned",
+    "baseline": "Expected Attention (the baseline)",
+    "jacap_baseline_protection": "no recent window (the baseline's protection)",
+    "jacap_no_protection": "no protection at all",
+    "baseline_jacap_protection": "Expected Attention's score, Jacap's protection",
+    "tau_1": "temperature τ = 1",
+    "tau_10": "temperature τ = 10",
+    "no_leverage": "no leverage (A = I)",
+    "gqa_mean": "scores per query head, averaged",
+    "observed_centre": "centre: the observed attention",
+    "oracle_statistics": "statistics of the queries that follow",
+    "sensitivity_alpha": "sensitivity ᾱ instead of ρ²",
+    "kappa_mean": "κ flattened to its mean",
+    "ea_centre": "centre: Expected Attention's",
+    "future_positions": "the baseline's RoPE horizon",
+    "flat_statistics": "flat statistics instead of the EMA",
+    "ea_alpha": "+ sensitivity ᾱ instead of ρ²",
+    "ea_alpha_kappa": "+ κ flattened to its mean",
+    "ea_alpha_kappa_identity": "+ no leverage (A = I)",
+    "ea_alpha_kappa_identity_horizon": "+ the baseline's RoPE horizon",
+    "ea_alpha_kappa_identity_horizon_flat": "+ flat statistics",
+}
+
+#: The book's names of the kvpress baselines (registry name -> name in prose and figures).
+BASELINE_NAMES = {"expected_attention": "Expected Attention", "snapkv": "SnapKV", "tova": "TOVA", "keydiff": "KeyDiff",
+                  "knorm": "K-norm", "capkv": "CapKV", "streaming_llm": "StreamingLLM", "kvzip": "KVzip"}
+
+
+def swap_name(key: str) -> str:
+    """The book's name of a swap setting or ladder rung (:data:`SWAP_NAMES`); an unknown key as words."""
+    return SWAP_NAMES.get(key, key.replace("_", " "))
+
+
+def book_name(spec: str, algorithm1: str | None = None) -> str:
+    """The book's name of a setting: "the default" (the press ``JacapPress()`` builds), "Algorithm 1 tuned" (the
+    spec ``algorithm1``, default: the tune choice of ``jacap`` in the committed ``choices.json``), "Algorithm 1 as
+    published" (the paper's preset), a baseline's name (:data:`BASELINE_NAMES`), else its short spec."""
+    from .findings import short_spec
+
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"spec must be a method spec, got {spec!r}")
+    if RS.is_library_default(spec):
+        return "the default"
+    if algorithm1 is None:
+        from .loaders import load_eval_choices
+
+        algorithm1 = load_eval_choices()["chosen"]["jacap"]
+    if written_out(spec) == written_out(algorithm1):
+        return "Algorithm 1 tuned"
+    if written_out(spec) == written_out(P.PAPER_PRESET):
+        return "Algorithm 1 as published"
+    name = parse_method(spec)[0]
+    return BASELINE_NAMES.get(name, short_spec(spec))
+
+
+def budget_split(spec: str, length: int, ratio: float) -> dict:
+    """``{"kept", "sinks", "window", "scored"}`` of setting ``spec`` on a prompt of ``length`` tokens at compression
+    ratio ``ratio`` (:meth:`jacap_lib.presses.jacap.JacapPress.budget_split`; an AdaKV wrapper's scorer), ``None``
+    for a press without protection."""
+    import dataclasses
+
+    press = press_from_spec(spec, float(ratio))
+    scorer = press if hasattr(press, "budget_split") else getattr(press, "press", None)
+    if not hasattr(scorer, "budget_split"):
+        return None
+    return dataclasses.replace(scorer, compression_ratio=float(ratio)).budget_split(int(length))
+
+
+def loss_rows(family: dict) -> list[dict]:
+    """The cells of a ``summary.json`` family (``RS.family(...)``) where its setting is worse than the best baseline
+    picked on tune, by the interval adjusted for the table's cells (``adjusted``) or by the cell's own 95 % interval
+    alone: ``[{"length", "ratio", "baseline", "adjusted", "own", "verdict", "verdict_unadjusted", "wins", "losses",
+    "kept", "scored", "fills"}]`` — ``scored``: the tokens the score chooses (``kept`` minus the sinks and the window),
+    ``fills``: whether protection fills the budget there (:func:`~jacap_lib.results.protection.protection_fills_budget`),
+    so that the score chooses no token."""
+    from .findings import verdict_word
+    from .protection import protection_fills_budget
+
+    out = []
+    for r in family["rows"]:
+        adjusted, own = verdict_word(r["verdict"]), verdict_word(r["verdict_unadjusted"])
+        if "worse" not in (adjusted, own):
+            continue
+        split = budget_split(family["setting"], int(r["length"]), float(r["ratio"]))
+        fills = protection_fills_budget(family["setting"], int(r["length"]), float(r["ratio"]))
+        out.append({"length": int(r["length"]), "ratio": float(r["ratio"]), "baseline": r["baseline_spec"],
+                    "adjusted": adjusted, "own": own, "verdict": r["verdict"],
+                    "verdict_unadjusted": r["verdict_unadjusted"], "wins": int(r["wins"]), "losses": int(r["losses"]),
+                    "kept": split["kept"] if split else None, "scored": split["scored"] if split else None,
+                    "fills": fills})
+    return out
+
+
+def kind_counts(part: dict) -> dict[str, dict]:
+    """Per document kind, over the losing cells of ``part`` (``anatomy.json``, or its ``library_default`` part):
+    ``{"largest": cells where that kind has the largest KL ratio of the kinds, "above": cells where its 95 % interval
+    lies wholly above 1, "cells": the losing cells}``."""
+    kinds = [k["kind"] for k in part["kinds"][0]["kinds"] if k["kind"] != "all"]
+    out = {k: {"largest": 0, "above": 0, "cells": len(part["kinds"])} for k in kinds}
+    for e in part["kinds"]:
+        rows = [k for k in e["kinds"] if k["kind"] != "all"]
+        out[max(rows, key=lambda k: k["ratio"])["kind"]]["largest"] += 1
+        for k in rows:
+            out[k["kind"]]["above"] += k["low"] > 1
+    return out
+
+
+def _groups(docs: list[dict]) -> dict[str, list[dict]]:
+    return {"all documents": docs, "dialogue": [d for d in docs if d["kind"] == "dialogue"],
+            "other kinds": [d for d in docs if d["kind"] != "dialogue"]}
+
+
+def swap_verdicts(docs: list[dict]) -> list[dict]:
+    """Each one-knob swap setting against Algorithm 1 tuned (the key ``default``), per group of documents (all,
+    dialogue, the other kinds): the paired geometric-mean KL ratio with its interval adjusted for the one-knob
+    settings judged together (Bonferroni, as :func:`jacap_lib.results.findings.swap_lines`), its verdict and the
+    documents where it is lower: ``[{"group", "key", "name", "ratio", "low", "high", "verdict", "lower", "n"}]``."""
+    from . import verdicts as V
+
+    keys = [k for k in docs[0]["kl"] if k != "default" and k not in RS.LADDER_ONLY]
+    conf = V.simultaneous_confidence(V.CONFIDENCE, len(keys))
+    out = []
+    for group, sel in _groups(docs).items():
+        for r in RS.swap_ratios(sel, confidence=conf):
+            if r["key"] in keys:
+                out.append({"group": group, "name": swap_name(r["key"]), "confidence": conf, **r})
+    return out
+
+
+def ladder_verdicts(docs: list[dict]) -> list[dict]:
+    """The ladder (:data:`jacap_lib.results.rowstats.LADDER`) per group of documents: each step's KL / the step
+    before it, with its interval adjusted for the steps of a group (Bonferroni, as
+    :func:`jacap_lib.results.findings.ladder_lines`): ``[{"group", "key", "name", "ratio", "low", "high", "verdict",
+    "lower", "n"}]``."""
+    from . import verdicts as V
+
+    conf = V.simultaneous_confidence(V.CONFIDENCE, len(RS.LADDER) - 1)
+    return [{"group": group, "name": swap_name(r["key"]), "confidence": conf, **r}
+            for group, sel in _groups(docs).items() for r in RS.ladder_ratios(sel, confidence=conf)]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from . import files, job as J
 
-__all__ = ["row_runs", "run_rounds", "dev_record", "record_table", "RECORD"]
+__all__ = ["row_runs", "run_rounds", "dev_record", "record_table", "RECORD", "ablation_counts", "ablation_copies"]
 
 FILE = "dev_record.json"
 
@@ -173,3 +173,40 @@ def _run(args):
 
 RECORD = J.Job("every setting ever run on the dev documents, with its round, first run, rows and what it led to "
                "-> data/results/eval/dev_record.json (reads the committed dev rows and runs)", _add, _run)
+
+
+# --------------------------------------------------------------------------------------------- the ablations (tune)
+def ablation_copies(summaries: list[dict]) -> dict[str, str]:
+    """``{label: label it copies}``: the ablations of the tune summaries (``ablation_summary.json`` and its per-ratio
+    siblings, :func:`jacap_lib.results.loaders.load_ablation_summaries`) whose every row (cell, ratio and interval)
+    equals a row of another ablation measured in more cells (an earlier name of the same setting)."""
+    rows: dict[str, dict] = {}
+    for s in summaries:
+        for a in s["ablations"]:
+            for r in a["rows"]:
+                rows.setdefault(a["label"], {})[(r["length"], r["ratio"])] = (r["gm_ratio"], r["gm_low"], r["gm_high"])
+    out = {}
+    for a, ra in rows.items():
+        for b, rb in rows.items():
+            if a != b and len(rb) > len(ra) and ra.items() <= rb.items():
+                out[a] = b
+                break
+    return out
+
+
+def ablation_counts(summaries: list[dict]) -> dict[str, dict[str, int]]:
+    """Per ablation label of the tune summaries (in their order; copies, :func:`ablation_copies`, left out), how
+    many cells each verdict kind (:data:`jacap_lib.results.findings.WORDS`) holds: ``{label: {word: cells}}``, the
+    verdicts those of the intervals adjusted for each summary's comparisons."""
+    from .findings import WORDS, verdict_word
+
+    copies = ablation_copies(summaries)
+    out: dict[str, dict[str, int]] = {}
+    for s in summaries:
+        for a in s["ablations"]:
+            if a["label"] in copies:
+                continue
+            counts = out.setdefault(a["label"], dict.fromkeys(WORDS, 0))
+            for r in a["rows"]:
+                counts[verdict_word(r["verdict"])] += 1
+    return out

@@ -23,7 +23,9 @@ from .style import finish, method_style, setting_colours, wrap_title, wrapped
 
 __all__ = ["layer_ratio_figure", "position_figure", "swap_figure", "kind_frame", "kind_pair_frame", "category_frame", "swap_frame",
            "swap_setting_lines",
-           "log_tickvals", "distance_labels"]
+           "log_tickvals", "distance_labels",
+           "loss_frame", "kind_figure", "swap_forest", "ladder_figure", "kept_position_figure", "named_layer_figure",
+           "ablation_count_figure"]
 
 _NICE = (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 20, 30, 50, 100)
 _KIND_DASH = {"all": "solid", "dialogue": "dash", "prose": "dot", "expository": "dashdot", "code": "longdash"}
@@ -272,3 +274,242 @@ def category_frame(data: dict, *, kinds=None) -> pd.DataFrame:
              "kept by Jacap only": f"{s['a_only_categories'][c]:.1%}", "share of the prompt": f"{s['prompt_categories'][c]:.1%}"}
             for c in s["prompt_categories"]]
     return pd.DataFrame(rows).set_index("category")
+
+
+# --------------------------------------------------------------------------------------------- the book's figures
+# The figures below name every setting as the book does (results.anatomy.book_name / swap_name), never by its spec,
+# and draw a method in its own colour (style.METHOD_STYLES): Algorithm 1 tuned, the default, Expected Attention.
+
+_WIDTH = 680  # the book's figures below fit the text column
+
+
+def _method_colour(spec: str) -> str:
+    """The colour of a setting: its short spec's when the book has one (Algorithm 1 tuned, as published), else its
+    registry name's (``expected_attention[n_future_positions=32]`` -> Expected Attention's)."""
+    from ..presses.registry import parse_method
+    from ..results.findings import short_spec
+    from .style import METHOD_STYLES
+
+    short = short_spec(spec)
+    if short in METHOD_STYLES:
+        return METHOD_STYLES[short][0]
+    from ..results.rowstats import is_library_default
+
+    if is_library_default(spec):
+        return METHOD_STYLES[parse_method(spec)[0]][0]
+    return method_style(parse_method(spec)[0])["color"]
+
+
+def loss_frame(rows: list[dict]) -> pd.DataFrame:
+    """:func:`jacap_lib.results.anatomy.loss_rows` as a table: per losing cell, the verdict of the interval adjusted
+    for the table's cells, the verdict of the cell's own 95 % interval, the documents lost / won, and how many of the
+    kept tokens the score chooses (0: protection fills the budget). The baseline's column (``against``) only when the
+    cells have different baselines."""
+    from ..results.anatomy import book_name
+
+    out = []
+    for r in rows:
+        chosen = (f"0 of {r['kept']}: protection fills the budget" if r["fills"]
+                  else f"{r['scored']} of {r['kept']}")
+        out.append({"prompt / c": f"{r['length']} / {r['ratio']:g}", "against": book_name(r["baseline"]),
+                    "adjusted": r["adjusted"], "own 95 %": r["own"], "lost/won": f"{r['losses']}/{r['wins']}",
+                    "tokens the score chooses": chosen})
+    frame = pd.DataFrame(out).set_index("prompt / c")
+    if frame["against"].nunique() == 1:  # one baseline in every cell: the text names it once
+        frame = frame.drop(columns="against")
+    return wrapped(frame, ["tokens the score chooses"])
+
+
+def _kind_colours(labels) -> dict[str, str]:
+    """One colour per kind of documents: "all documents" and "dialogue" as :func:`layer_ratio_figure` draws them
+    (the first two setting colours), the other kinds the next setting colours but Jacap's red."""
+    from .style import SETTING_COLOURS
+
+    fixed = {"all documents": SETTING_COLOURS[0], "dialogue": SETTING_COLOURS[1]}
+    rest = iter(c for c in SETTING_COLOURS[2:] if c != "#d62728")
+    return {k: fixed[k] if k in fixed else next(rest) for k in labels}
+
+
+def kind_figure(part: dict, *, fills=None) -> go.Figure:
+    """Per losing cell of ``part`` (``anatomy.json``, or its ``library_default`` part; one row each) and document
+    kind (one colour each), the paired geometric-mean KL ratio of the setting to the best baseline with its 95 %
+    interval (12 dev documents per kind). ``fills``: ``{(length, ratio): bool}``, cells where the setting's
+    protection fills the budget, marked "(protection fills)" in the row's label."""
+    from ..results.anatomy import book_name
+
+    entries = part["kinds"]
+    kinds = [k["kind"] for k in entries[0]["kinds"]]
+    labels = {k: "all documents" if k == "all" else k for k in kinds}
+    colours = _kind_colours(list(labels.values()))
+    fills = fills or {}
+    rows = [f"{e['length']} / {e['ratio']:g}" + (" (protection fills)" if fills.get((e["length"], e["ratio"])) else "")
+            for e in entries]
+    fig = go.Figure()
+    step = 0.8 / max(len(kinds) - 1, 1)
+    allv = []
+    for j, kind in enumerate(kinds):
+        ys, xs, lo, hi, text = [], [], [], [], []
+        for i, e in enumerate(entries):
+            k = next(x for x in e["kinds"] if x["kind"] == kind)
+            ys.append(i - 0.4 + j * step)
+            xs.append(k["ratio"])
+            lo.append(k["ratio"] - k["low"])
+            hi.append(k["high"] - k["ratio"])
+            allv += [k["low"], k["high"]]
+            text.append(f"{rows[i]}, {labels[kind]} (n={k['n']}): %{{x:.2f}} [{k['low']:.2f}, {k['high']:.2f}]")
+        colour = colours[labels[kind]]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=labels[kind], marker={"color": colour, "size": 7},
+                                 error_x={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo,
+                                          "color": colour, "thickness": 1.2},
+                                 hovertext=text, hovertemplate="%{hovertext}<extra></extra>"))
+    fig.add_vline(x=1, line={"color": "black", "width": 1})
+    ticks = log_tickvals(allv + [1])
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks],
+                     title_text="KL ratio (geometric mean over the documents)")
+    fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=rows, autorange="reversed", title_text="prompt / c")
+    setting, baseline = book_name(entries[0]["setting"]), book_name(entries[0]["baseline"])
+    fig.update_layout(title=f"KL of {setting} / KL of {baseline}, per document kind (95 % intervals)",
+                      height=140 + 46 * len(rows), width=_WIDTH, margin={"l": 190, "t": 80, "b": 110},
+                      legend={"orientation": "h", "y": -0.12 - 2.0 / (len(rows) + 3), "x": 0, "yanchor": "top"})
+    return finish(fig)
+
+
+_COARSE = (0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100)  # the forest plots' ticks: few, so three panels fit
+
+
+def _forest(rows: list[dict], groups: list[str], colour_of, legend_of, *, title: str, xtitle: str,
+            ytitle: str) -> go.Figure:
+    """One panel per group: each row a point at its ratio with its (adjusted) interval; filled where the interval
+    excludes 1, open where it holds 1; the colour and legend entry of a row from ``colour_of`` / ``legend_of``."""
+    names = list(dict.fromkeys(r["name"] for r in rows))
+    n_of = {g: next(r["n"] for r in rows if r["group"] == g) for g in groups}
+    fig = make_subplots(rows=1, cols=len(groups), shared_yaxes=True, horizontal_spacing=0.03,
+                        subplot_titles=[f"{g} ({n_of[g]})" for g in groups])
+    shown, allv = set(), []
+    for col, g in enumerate(groups, 1):
+        for r in (x for x in rows if x["group"] == g):
+            allv += [r["low"], r["high"]]
+            excl = r["low"] > 1 or r["high"] < 1
+            colour, legend = colour_of(r), legend_of(r)
+            if legend not in shown:  # the legend's entry: a filled marker and a line in the row's colour
+                fig.add_trace(go.Scatter(x=[None], y=[r["name"]], mode="lines+markers", name=legend,
+                                         legendgroup=legend, marker={"color": colour, "size": 9, "symbol": "circle"},
+                                         line={"color": colour}, hoverinfo="skip"), row=1, col=col)
+            fig.add_trace(go.Scatter(
+                x=[r["ratio"]], y=[r["name"]], mode="markers", name=legend, legendgroup=legend,
+                showlegend=False,
+                marker={"color": colour, "size": 9, "symbol": "circle" if excl else "circle-open",
+                        "line": {"color": colour, "width": 1.5}},
+                error_x={"type": "data", "symmetric": False, "array": [r["high"] - r["ratio"]],
+                         "arrayminus": [r["ratio"] - r["low"]], "color": colour, "thickness": 1.5},
+                hovertemplate=f"{r['name']}, {g}: %{{x:.2f}} [{r['low']:.2f}, {r['high']:.2f}]; {r['verdict']}; lower on "
+                              f"{r['lower']} of {r['n']}<extra></extra>"), row=1, col=col)
+            shown.add(legend)
+        fig.add_vline(x=1, line={"color": "black", "width": 1}, row=1, col=col)
+    lo, hi = min(allv + [1]), max(allv + [1])
+    ticks = [t for t in _COARSE if lo <= t <= hi]
+    if len(ticks) < 3:  # a narrow range: finer round values
+        ticks = [t for t in log_tickvals([lo, hi]) if lo <= t <= hi] or [1]
+        ticks = ticks[::2] if len(ticks) > 4 else ticks
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks], tickangle=0,
+                     range=[math.log10(lo) - 0.05, math.log10(hi) + 0.05])
+    fig.update_xaxes(title_text=xtitle)  # every panel: its own axis title
+    fig.update_yaxes(categoryorder="array", categoryarray=names[::-1])
+    fig.update_yaxes(title_text=ytitle, row=1, col=1)
+    height = 200 + 30 * len(names)
+    fig.update_layout(title=title, height=height, width=_WIDTH, margin={"l": 260, "r": 20, "t": 90, "b": 120},
+                      legend={"orientation": "h", "y": -70 / (height - 210), "x": 0, "yanchor": "top"})
+    return finish(fig)
+
+
+def swap_forest(data: dict) -> go.Figure:
+    """The one-knob swaps of ``anatomy.json`` as a forest plot: per group of documents (all, dialogue, the other
+    kinds), each setting's paired KL ratio to Algorithm 1 tuned with its interval adjusted for the settings judged
+    together (:func:`jacap_lib.results.anatomy.swap_verdicts`); a change of Jacap's score in Algorithm 1 tuned's
+    colour, Expected Attention's score in its own; filled: the interval excludes 1."""
+    from ..results.anatomy import book_name, swap_verdicts
+
+    cfg = data["config"]
+    rows = swap_verdicts(data["documents"])
+    a_col, b_col = _method_colour(cfg["default"]), _method_colour(cfg["baseline"])
+    a_name, b_name = book_name(cfg["default"]), book_name(cfg["baseline"])
+    ea = {"baseline", "baseline_jacap_protection"}
+    conf = rows[0]["confidence"]
+    return _forest(rows, list(dict.fromkeys(r["group"] for r in rows)),
+                   lambda r: b_col if r["key"] in ea else a_col,
+                   lambda r: f"{b_name}'s score" if r["key"] in ea else f"{a_name}, one change",
+                   title=f"One change at a time: KL / KL of {a_name}, prompt {cfg['length']}, c = {cfg['ratio']:g} "
+                         f"({100 * conf:.1f} % intervals, adjusted)",
+                   xtitle="KL ratio", ytitle="one change")
+
+
+def ladder_figure(data: dict) -> go.Figure:
+    """The ladder of ``anatomy.json`` from Algorithm 1 tuned's score to Expected Attention's (under Jacap's
+    protection), one knob per rung: per group of documents, each rung's KL / the KL of the rung before it, with its
+    interval adjusted for the rungs of a group (:func:`jacap_lib.results.anatomy.ladder_verdicts`)."""
+    from ..results.anatomy import book_name, ladder_verdicts
+
+    cfg = data["config"]
+    rows = ladder_verdicts(data["documents"])
+    a_col, b_col = _method_colour(cfg["default"]), _method_colour(cfg["baseline"])
+    a_name, b_name = book_name(cfg["default"]), book_name(cfg["baseline"])
+    last = rows[-1]["key"]
+    conf = rows[0]["confidence"]
+    return _forest(rows, list(dict.fromkeys(r["group"] for r in rows)),
+                   lambda r: b_col if r["key"] == last else a_col,
+                   lambda r: f"the last rung: {b_name}'s score" if r["key"] == last else "a rung of the ladder",
+                   title=f"From {a_name}'s score to {b_name}'s: each rung / the rung before "
+                         f"({100 * conf:.0f} % intervals, adjusted)",
+                   xtitle="KL ratio", ytitle="rung")
+
+
+def kept_position_figure(data: dict) -> go.Figure:
+    """:func:`position_figure` with the book's names and each press in its own colour (Algorithm 1 tuned's,
+    Expected Attention's)."""
+    from ..results.anatomy import book_name
+
+    cfg = data["config"]
+    fig = position_figure(data)
+    for tr in fig.data:
+        spec = cfg["baseline"] if tr.legendgroup == "b_only" else cfg["default"]
+        tr.name = f"kept by {book_name(spec)} only"
+        tr.marker.color = _method_colour(spec)
+    fig.update_layout(width=_WIDTH, margin={"l": 70, "r": 20})
+    return fig
+
+
+def named_layer_figure(data: dict, **kw) -> go.Figure:
+    """:func:`layer_ratio_figure` titled with the book's names of the two settings."""
+    from ..results.anatomy import book_name
+
+    fig = layer_ratio_figure(data, **kw)
+    e = data["layers"][0]
+    fig.layout.title.text = wrap_title(f"Attention-output error per layer: {book_name(e['setting'])} / "
+                                       f"{book_name(e['baseline'])}", 56)
+    fig.update_layout(width=_WIDTH, margin={"l": 60, "r": 20})
+    return fig
+
+
+_VERDICT_COLOURS = {"better": "#2166ac", "no detectable difference": "#bdbdbd", "identical": "#f4a582",
+                    "worse": "#b2182b"}
+
+
+def ablation_count_figure(summaries: list[dict]) -> go.Figure:
+    """Per one-knob ablation of the tune documents (:func:`jacap_lib.results.record.ablation_counts`), the cells
+    where it lowers the KL against its base, makes no detectable difference, is identical, or raises it (verdicts
+    of the intervals adjusted for each compression ratio's comparisons)."""
+    from ..results.record import ablation_counts
+
+    counts = ablation_counts(summaries)
+    labels = list(counts)[::-1]
+    fig = go.Figure()
+    for word, colour in _VERDICT_COLOURS.items():
+        fig.add_trace(go.Bar(y=labels, x=[counts[a].get(word, 0) for a in labels], orientation="h", name=word,
+                             marker={"color": colour}, hovertemplate=f"%{{y}}: {word} in %{{x}} cells<extra></extra>"))
+    n = max(sum(c.values()) for c in counts.values())
+    fig.update_layout(barmode="stack", title="Each component replaced alone: verdicts over the cells (tune documents)",
+                      xaxis={"title": "cells", "dtick": 1, "range": [0, n]}, yaxis={"title": "ablation"},
+                      height=160 + 24 * len(labels), width=_WIDTH, margin={"l": 160, "r": 20, "t": 80, "b": 120},
+                      legend={"orientation": "h", "y": -0.55 * 100 / (100 + 24 * len(labels)) - 0.1, "x": 0,
+                              "yanchor": "top"})
+    return finish(fig)
