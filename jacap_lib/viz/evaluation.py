@@ -19,7 +19,8 @@ from .style import METHOD_STYLES, finish, wrapped
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
            "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval",
-           "kl_and_needle_frame", "tuned_line", "record_frame", "setting_name"]
+           "kl_and_needle_frame", "tuned_line", "record_frame", "setting_name", "pair_verdict_frame",
+           "document_ratio_figure"]
 
 
 def _interval(est, lo, hi) -> str:
@@ -448,3 +449,61 @@ def record_frame(record: dict) -> pd.DataFrame:
         raise ValueError("record has no settings; run `jacap evaluate record`")
     frame["led to"] = frame["led to"].fillna("")
     return wrapped(frame.set_index(["round", "setting"]), ["setting", "status", "led to"])
+
+
+def _fill_note(spec: str, length: int, ratio: float) -> bool:
+    return protection.protection_fills_budget(spec, int(length), float(ratio))
+
+
+def pair_verdict_frame(rows: list[dict], setting: str, reference: str) -> pd.DataFrame:
+    """:func:`pair_frame` of ``setting`` against ``reference`` (``rows``:
+    :func:`~jacap_lib.results.evaluation.compare_settings` rows of that pair) with a note column: where either
+    setting's sinks and recent window fill the whole budget (:func:`~jacap_lib.results.protection.protection_fills_budget`),
+    which of the two — "both", or the one named by :func:`setting_name` — so that the verdict beside it reads as a
+    verdict on a recency rule, not on a score."""
+    frame = pair_frame(rows)
+    notes = []
+    for r in rows:
+        fills = [_fill_note(s, r["length"], r["ratio"]) for s in (setting, reference)]
+        who = "both" if all(fills) else setting_name(setting) if fills[0] else setting_name(reference) if fills[1] else ""
+        notes.append(f"{protection.LABEL}: {who}" if who else "")
+    out = pd.DataFrame(frame).assign(note=notes)
+    return wrapped(out, ["verdict", "note"])
+
+
+def document_ratio_figure(rows: list[dict], setting: str, reference: str, length: int, ratio: float, *,
+                          verdict: dict | None = None) -> go.Figure:
+    """One cell's verdict from its rows: the per-document KL ratio ``setting / reference`` (log axis), documents
+    sorted by it, with the line at 1 (no difference), the geometric mean of the ratios (the KL ratio) and, given
+    ``verdict`` (a :func:`~jacap_lib.results.evaluation.compare_settings` or summary row of that cell), the band
+    of its adjusted interval. ``rows``: evaluation rows of one split."""
+    kl = {}
+    for r in rows:
+        if r["method"] in (setting, reference) and int(r["length"]) == int(length) and float(r["ratio"]) == float(ratio):
+            kl.setdefault(r["method"], {})[r["doc"]] = (float(r["kl"]), r.get("kind", "?"))
+    a, b = kl.get(setting, {}), kl.get(reference, {})
+    if not a or set(a) != set(b):
+        raise ValueError(f"no cell prompt {length}, c = {ratio} holds rows of both {setting!r} and {reference!r} "
+                         "on the same documents")
+    pts = sorted(((a[d][0] / b[d][0], d, a[d][1]) for d in a), key=lambda t: t[0])
+    gm = math.exp(sum(math.log(x) for x, _, _ in pts) / len(pts))
+    fig = go.Figure()
+    fig.add_hline(y=1, line={"color": "#444444", "width": 1}, annotation_text="no difference",
+                  annotation_position="bottom right")
+    if verdict is not None:
+        lo, hi, adj = verdict_interval(verdict)
+        fig.add_hrect(y0=lo, y1=hi, fillcolor="#bbbbbb", opacity=0.35, line_width=0,
+                      annotation_text=f"{'adjusted' if adj else '95 %'} interval", annotation_position="top left")
+    fig.add_hline(y=gm, line={"color": "#222222", "width": 2, "dash": "dash"},
+                  annotation_text=f"KL ratio {gm:.3g}", annotation_position="top right")
+    method = setting.split("[", 1)[0]
+    fig.add_trace(go.Scatter(x=list(range(1, len(pts) + 1)), y=[x for x, _, _ in pts], mode="markers",
+                             name=f"{setting_name(setting)} / {setting_name(reference)}", legendgroup=method,
+                             customdata=[[d, k] for _, d, k in pts],
+                             hovertemplate="%{customdata[0]} (%{customdata[1]})<br>ratio %{y:.3g}<extra></extra>"))
+    fig.update_yaxes(type="log", title_text="per-document KL ratio")
+    fig.update_xaxes(title_text="dev document, sorted by its ratio")
+    fig.update_layout(height=420, showlegend=False,
+                      title=f"{setting_name(setting)} against {setting_name(reference)}, prompt {length}, "
+                            f"c = {float(ratio):g}: one point per document")
+    return finish(fig)
