@@ -120,9 +120,31 @@ def test_document_ratio_figure_plots_the_rows(committed):
     base = choices["best_baseline"]["cells"][f"{L}/{c}"]["spec"]
     a, b = _cell_kls(rows, default, L, c), _cell_kls(rows, base, L, c)
     fig = VE.document_ratio_figure(rows, default, base, L, c)
-    ys = list(fig.data[0].y)
+    ys = list(fig.data[-1].y)
     assert ys == sorted(a[k] / b[k] for k in a)
     gm = math.exp(sum(math.log(y) for y in ys) / len(ys))
-    assert any(f"KL ratio {gm:.3g}" == (ann.text or "") for ann in fig.layout.annotations)
+    assert any(tr.name.startswith(f"KL ratio {gm:.3g} ") and list(tr.y) == [gm, gm] for tr in fig.data)
+    assert not any("interval" in tr.name for tr in fig.data)
+    row = next(r for f in summary["families"] if f["role"] == "tuned jacap_obs" and f["picked_on"] == "tune"
+               for r in f["rows"] if (r["length"], r["ratio"]) == (L, c))
+    band = VE.document_ratio_figure(rows, default, base, L, c, verdict=row).data[0]
+    assert band.name.startswith("adjusted interval") and min(band.y) == row["gm_low_adjusted"]
     with pytest.raises(ValueError, match="no cell"):
         VE.document_ratio_figure(rows, default, base, 999, c)
+
+
+def test_verdict_counts_frame_counts_each_family(committed):
+    _, summary, _ = committed
+    frame = VE.verdict_counts_frame(summary)
+    fams = [f for f in summary["families"] if f["picked_on"] == "tune"]
+    assert len(frame) == len(fams) and frame.index[0] == "Algorithm 1 tuned"
+    assert "the default JacapPress()" in frame.index
+    by_total = {int(frame.loc[i, ["better", "worse", "no det. diff.", "identical"]].sum()) for i in frame.index}
+    assert by_total == {len(fams[0]["rows"])}
+    alg1 = next(f for f in fams if f["role"] == "algorithm 1")
+    worse = [r for r in alg1["rows"] if _word(r["verdict"]) == "worse"]
+    filled = sum(math.floor((1 - r["ratio"]) * r["length"] + 1e-9) <= 132 for r in worse)
+    assert frame.loc["Algorithm 1 tuned", "worse"] == len(worse)
+    assert frame.loc["Algorithm 1 tuned", "worse where protection fills the budget"] == filled
+    with pytest.raises(ValueError, match="picked on"):
+        VE.verdict_counts_frame(summary, picked_on="nowhere")
