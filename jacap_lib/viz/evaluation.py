@@ -19,7 +19,8 @@ from .style import METHOD_STYLES, finish, wrapped
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
            "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval",
-           "kl_and_needle_frame", "tuned_line", "record_frame", "setting_name"]
+           "kl_and_needle_frame", "tuned_line", "record_frame", "setting_name", "pair_verdict_frame",
+           "document_ratio_figure", "verdict_counts_frame"]
 
 
 def _interval(est, lo, hi) -> str:
@@ -464,3 +465,88 @@ def record_frame(record: dict) -> pd.DataFrame:
         raise ValueError("record has no settings; run `jacap evaluate record`")
     frame["led to"] = frame["led to"].fillna("")
     return wrapped(frame.set_index(["round", "setting"]), ["setting", "status", "led to"])
+
+
+def _fill_note(spec: str, length: int, ratio: float) -> bool:
+    return protection.protection_fills_budget(spec, int(length), float(ratio))
+
+
+def pair_verdict_frame(rows: list[dict], setting: str, reference: str) -> pd.DataFrame:
+    """:func:`pair_frame` of ``setting`` against ``reference`` (``rows``:
+    :func:`~jacap_lib.results.evaluation.compare_settings` rows of that pair) with a note column: where either
+    setting's sinks and recent window fill the whole budget (:func:`~jacap_lib.results.protection.protection_fills_budget`),
+    which of the two — "both", or the one named by :func:`setting_name` — so that the verdict beside it reads as a
+    verdict on a recency rule, not on a score."""
+    frame = pair_frame(rows)
+    notes = []
+    for r in rows:
+        fills = [_fill_note(s, r["length"], r["ratio"]) for s in (setting, reference)]
+        who = "both" if all(fills) else setting_name(setting) if fills[0] else setting_name(reference) if fills[1] else ""
+        notes.append(f"{protection.LABEL}: {who}" if who else "")
+    out = pd.DataFrame(frame).assign(note=notes)
+    return wrapped(out, ["verdict", "note"])
+
+
+def document_ratio_figure(rows: list[dict], setting: str, reference: str, length: int, ratio: float, *,
+                          verdict: dict | None = None) -> go.Figure:
+    """One cell's verdict from its rows: the per-document KL ratio ``setting / reference`` (log axis), documents
+    sorted by it, with the line at 1 (no difference), the geometric mean of the ratios (the KL ratio) and, given
+    ``verdict`` (a :func:`~jacap_lib.results.evaluation.compare_settings` or summary row of that cell), the band
+    of its adjusted interval. ``rows``: evaluation rows of one split."""
+    kl = {}
+    for r in rows:
+        if r["method"] in (setting, reference) and int(r["length"]) == int(length) and float(r["ratio"]) == float(ratio):
+            kl.setdefault(r["method"], {})[r["doc"]] = (float(r["kl"]), r.get("kind", "?"))
+    a, b = kl.get(setting, {}), kl.get(reference, {})
+    if not a or set(a) != set(b):
+        raise ValueError(f"no cell prompt {length}, c = {ratio} holds rows of both {setting!r} and {reference!r} "
+                         "on the same documents")
+    pts = sorted(((a[d][0] / b[d][0], d, a[d][1]) for d in a), key=lambda t: t[0])
+    gm = math.exp(sum(math.log(x) for x, _, _ in pts) / len(pts))
+    xs = [0.5, len(pts) + 0.5]
+    fig = go.Figure()
+    # the reference lines as traces, named in the legend under the plot (no label over the points)
+    if verdict is not None:
+        lo, hi, adj = verdict_interval(verdict)
+        fig.add_trace(go.Scatter(x=xs + xs[::-1], y=[lo, lo, hi, hi], fill="toself", fillcolor="rgba(150,150,150,0.3)",
+                                 line={"width": 0}, mode="lines", hoverinfo="skip",
+                                 name=f"{'adjusted' if adj else '95 %'} interval [{lo:.3g}, {hi:.3g}]"))
+    fig.add_trace(go.Scatter(x=xs, y=[1, 1], mode="lines", line={"color": "#444444", "width": 1},
+                             name="1: no difference", hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=xs, y=[gm, gm], mode="lines", line={"color": "#222222", "width": 2, "dash": "dash"},
+                             name=f"KL ratio {gm:.3g} (geometric mean)", hoverinfo="skip"))
+    method = setting.split("[", 1)[0]
+    fig.add_trace(go.Scatter(x=list(range(1, len(pts) + 1)), y=[x for x, _, _ in pts], mode="markers",
+                             name="one dev document", legendgroup=method,
+                             customdata=[[d, k] for _, d, k in pts],
+                             hovertemplate="%{customdata[0]} (%{customdata[1]})<br>ratio %{y:.3g}<extra></extra>"))
+    fig.update_yaxes(type="log", title_text="per-document KL ratio")
+    fig.update_xaxes(title_text="dev document, sorted by its ratio", range=xs)
+    fig.update_layout(height=480, legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.22, "yanchor": "top"},
+                      margin={"b": 110},
+                      title=f"{setting_name(setting)} against {setting_name(reference)}, prompt {length}, "
+                            f"c = {float(ratio):g}: one point per document")
+    return finish(fig)
+
+
+def verdict_counts_frame(summary: dict, *, picked_on: str = "tune") -> pd.DataFrame:
+    """One row per Jacap setting of ``summary`` (Algorithm 1 tuned, as published, then the tuned Jacap methods)
+    against the best baseline of each cell picked on ``picked_on``: how many cells each verdict has (from the
+    adjusted intervals), and how many of the "worse" cells are cells where the setting's sinks and recent window
+    fill the whole budget (:func:`~jacap_lib.results.protection.protection_fills_budget`). A table, where
+    :func:`~jacap_lib.results.findings.kl_findings` gives the same counts as MyST text."""
+    from ..results import findings as F
+
+    fams = [f for f in summary.get("families", []) if f["picked_on"] == picked_on]
+    if not fams:
+        raise ValueError(f"summary has no family picked on {picked_on!r}; run `jacap evaluate summary`")
+    order = {"algorithm 1": 0, "paper preset": 1}
+    rows = []
+    for f in sorted(fams, key=lambda f: order.get(f["role"], 2)):
+        c = F.verdict_counts(f["rows"])
+        worse_filled = sum(F.verdict_word(r["verdict"]) == "worse" and _fill_note(f["setting"], r["length"], r["ratio"])
+                           for r in f["rows"])
+        rows.append({"setting": F.setting_name(f).replace("`", ""), "better": c["better"], "worse": c["worse"],
+                     "no det. diff.": c["no detectable difference"], "identical": c["identical"],
+                     "worse where protection fills the budget": worse_filled})
+    return wrapped(pd.DataFrame(rows).set_index("setting"), ["setting"])
