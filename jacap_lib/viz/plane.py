@@ -61,7 +61,7 @@ def kl_retrieval_figure(points: list[dict], *, lengths=None, ratios=None, interv
     fig = make_subplots(rows=len(Ls), cols=len(cs), shared_xaxes="all", shared_yaxes="all",
                         subplot_titles=[f"prompt {L}, c = {c:g}" for L in Ls for c in cs],
                         horizontal_spacing=0.04, vertical_spacing=0.1 if len(Ls) > 1 else 0.0,
-                        x_title=f"KL ratio to {ref_text} (log; left of 1: predictions closer to the full cache)",
+                        x_title=f"KL ratio to {ref_text} (log; left of 1: closer to the full cache)",
                         y_title="needle prompts answered right (%)")
     xs = [p["kl_ratio"] for p in keep]
     lo, hi = min(xs + [1.0]) / 1.25, max(xs + [1.0]) * 1.25
@@ -109,9 +109,8 @@ def kl_retrieval_figure(points: list[dict], *, lengths=None, ratios=None, interv
     note = (f"KL over the {span(docs)} dev documents (exploratory: used in four rounds, they helped choose the "
             f"default); {span(prompts)} needle prompts per panel (a 5-digit key hidden in filler, the question asked "
             "after the compressed prompt). One point per method's chosen setting.")
-    head = title or ("Keeping the predictions against keeping a fact: each method's KL ratio and needle accuracy, "
-                     "per budget")
-    lines, note_lines = textwrap.wrap(head, 62), textwrap.wrap(note, 112)
+    head = title or "Predictions kept (KL ratio) against a fact kept (needle accuracy), per budget"
+    lines, note_lines = textwrap.wrap(head, 48), textwrap.wrap(note, 96)  # short lines: clear of the modebar
     # pixels: the title's lines, the note under it and the panels' titles above the plots; under the plots the tick
     # labels, the x title, then the legend (three entries a row) — fixed sizes, so nothing overlaps at any height
     title_h, note_h = 22 * len(lines) + 14, 16 * len(note_lines)
@@ -120,8 +119,8 @@ def kl_retrieval_figure(points: list[dict], *, lengths=None, ratios=None, interv
     height = top + plot_h + below + 22 * legend_rows + 20
     fig.update_layout(
         height=height,
-        title={"text": "<br>".join(lines), "x": 0.01, "xanchor": "left", "y": 1, "yref": "container",
-               "yanchor": "top", "pad": {"t": 12}},
+        title={"text": "<br>".join(lines), "x": 0.01, "xanchor": "left", "y": 1 - 14 / height, "yref": "container",
+               "yanchor": "top"},
         legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -below / plot_h, "yanchor": "top",
                 "font": {"size": 11}, "entrywidth": 190, "entrywidthmode": "pixels"},
         margin={"l": 70, "r": 20, "t": top, "b": below + 22 * legend_rows + 20})
