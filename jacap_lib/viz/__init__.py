@@ -25,7 +25,7 @@ from .._lazy import lazy_attributes
 STATIC_RENDERER = "jacap_static_html"
 
 _SUBMODULES = ("style", "theory", "live", "serving", "kernels", "decomposition", "diagnostics", "eviction",
-               "evaluation", "anatomy", "needle", "ablation")
+               "evaluation", "anatomy", "needle", "ablation", "plane")
 
 __all__ = ["setup_notebook", "in_book_build", "STATIC_RENDERER", "BOOK_BUILD_ENV", *_SUBMODULES]
 

@@ -1,0 +1,200 @@
+"""The KL–retrieval plane: for each budget cell the needle task covers, where each method's chosen setting lies
+between keeping the model's predictions (KL) and keeping one fact (the needle).
+
+:func:`kl_retrieval_points` builds one point per (cell, setting) from the committed files and nothing else:
+
+* ``x`` — the paired geometric-mean KL ratio of the setting to a reference over the dev documents of the cell
+  (``dev.jsonl``; KLs floored at the protocol's :data:`~jacap_lib.results.protocol.KL_FLOOR`, as the rule floors
+  them). The reference is the cell's best baseline by KL picked on the tune documents (``choices.json``'s
+  ``best_baseline``; :data:`BEST_BASELINE`) or one named spec; every point names it (``reference``,
+  ``reference_spec``). For a Jacap setting against the best baseline this is ``summary.json``'s ``gm_ratio``;
+* ``y`` — the share of the needle prompts the setting answers right with the question asked after the compressed
+  prompt (``needle_summary.json``: ``accuracy``, its 95 % Wilson interval, ``correct`` of ``n_prompts``), beside
+  the uncompressed model's share on the same prompts (``full_accuracy``);
+* ``accuracy_inside`` — the share with the question inside the compressed prompt, where the digit-survival probe
+  (``needle_probe_summary.json``, mode ``"inside"``) measured that setting in that cell, else ``None``; with the
+  probe's own after-compression share on the same prompts (``probe_after_accuracy``) and the verdict of the paired
+  exact test between the two modes (``inside_verdict``, ``inside_p_holm``: Holm over the probe's settings and cells).
+
+Every point carries its spec, its family (the registry name), the book's name for it (:func:`setting_name`), the
+number of dev documents and of needle prompts, and whether a Jacap setting's protection fills the budget there
+(:func:`~jacap_lib.results.protection.protection_fills_budget`). The dev documents are exploratory (they helped
+choose the default), so the points describe; they judge nothing. :func:`answer_lines` turns the points into the
+chapter's opening sentences.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["BEST_BASELINE", "SPLIT", "setting_name", "kl_retrieval_points", "cell_points", "answer_lines", "name_cell"]
+
+#: the default reference: each cell's best baseline by KL, picked on the tune documents
+BEST_BASELINE = "best baseline"
+#: the documents the KL ratios are computed on
+SPLIT = "dev"
+
+
+def setting_name(spec: str, choices: dict) -> str:
+    """The book's name of a setting (the glossary's named settings): "Algorithm 1 as published" (the paper
+    preset), "the default" (what ``JacapPress()`` builds), "Algorithm 1 tuned" (the tune choice of ``jacap``);
+    any other setting by its registry name (``keydiff``, ``jacap_ea``, ...)."""
+    from . import protocol as P
+    from .rowstats import is_library_default
+
+    if spec == "full":
+        return "uncompressed"
+    if P.same_setting(spec, P.PAPER_PRESET):
+        return "Algorithm 1 as published"
+    if is_library_default(spec):
+        return "the default"
+    if spec == choices["chosen"].get("jacap"):
+        return "Algorithm 1 tuned"
+    return P.method_of(spec)
+
+
+def _kl_by_doc(rows: list[dict], length: int, ratio: float) -> dict:
+    """``{spec: {doc: kl}}`` of one cell of ``dev.jsonl``'s rows."""
+    out: dict = {}
+    for r in rows:
+        if int(r["length"]) == length and math.isclose(float(r["ratio"]), ratio):
+            out.setdefault(r["method"], {})[r["doc"]] = float(r["kl"])
+    return out
+
+
+def _gm_ratio(a: dict, b: dict) -> tuple[float, int]:
+    """Geometric mean over the documents both hold of ``a[doc] / b[doc]`` (KLs floored), and that number of documents."""
+    from .protocol import KL_FLOOR
+
+    docs = sorted(set(a) & set(b))
+    if len(docs) < 3:
+        raise ValueError(f"{len(docs)} dev documents hold both settings; a geometric-mean ratio needs at least 3")
+    x = np.maximum([a[d] for d in docs], KL_FLOOR)
+    y = np.maximum([b[d] for d in docs], KL_FLOOR)
+    return float(np.exp(np.mean(np.log(x) - np.log(y)))), len(docs)
+
+
+def kl_retrieval_points(*, reference: str = BEST_BASELINE, dev_rows=None, choices=None, needle=None,
+                        probe=None) -> list[dict]:
+    """One point per (needle cell, needle setting) with dev rows in that cell, in the needle summary's order (see
+    the module docstring for the fields). ``reference``: :data:`BEST_BASELINE` (each cell's best baseline by KL on
+    tune) or a spec with dev rows in every cell. The inputs default to the committed files (``dev_rows``:
+    ``load_eval_rows("dev")``, ``choices``: ``load_eval_choices()``, ``needle``: ``load_needle_summary()``,
+    ``probe``: ``load_needle_probe_summary()``; pass ``probe={}`` to leave the question-inside mode out)."""
+    from . import loaders as R
+    from .protection import protection_fills_budget
+    from .protocol import method_of
+
+    dev_rows = R.load_eval_rows(SPLIT) if dev_rows is None else dev_rows
+    choices = R.load_eval_choices() if choices is None else choices
+    needle = R.load_needle_summary() if needle is None else needle
+    probe = R.load_needle_probe_summary() if probe is None else probe
+    if not isinstance(reference, str) or not reference:
+        raise ValueError(f"reference must be {BEST_BASELINE!r} or a method spec, got {reference!r}")
+    inside, probe_after = {}, {}
+    effect = {(int(e["length"]), float(e["ratio"]), e["spec"]): e for e in probe.get("mode_effect") or []}
+    for mode, store in (("inside", inside), ("after", probe_after)):
+        for cell in ((probe.get("modes") or {}).get(mode) or {}).get("cells", []):
+            key = (int(cell["length"]), float(cell["ratio"]))
+            store[key + ("full",)] = (cell["full"], cell["n_prompts"])
+            for a in cell["settings"]:
+                store[key + (a["spec"],)] = (a, cell["n_prompts"])
+    points = []
+    for cell in needle["cells"]:
+        L, c = int(cell["length"]), float(cell["ratio"])
+        if reference == BEST_BASELINE:
+            ref_spec = choices["best_baseline"]["cells"][f"{L}/{c:g}"]["spec"]
+            ref_label = "the best baseline by KL (picked on tune)"
+        else:
+            ref_spec, ref_label = reference, setting_name(reference, choices)
+        kl = _kl_by_doc(dev_rows, L, c)
+        if ref_spec not in kl:
+            raise ValueError(f"the reference {ref_spec!r} has no dev rows in cell {L}/{c:g}; name a measured setting")
+        full_in = inside.get((L, c, "full"))
+        for a in cell["settings"]:
+            spec = a["spec"]
+            if spec not in kl:
+                continue
+            ratio, n_docs = _gm_ratio(kl[spec], kl[ref_spec])
+            ins, aft = inside.get((L, c, spec)), probe_after.get((L, c, spec))
+            points.append({
+                "length": L, "ratio": c, "cell": f"{L}/{c:g}", "spec": spec, "family": method_of(spec),
+                "name": setting_name(spec, choices),
+                "reference": ref_label, "reference_spec": ref_spec, "reference_name": setting_name(ref_spec, choices),
+                "kl_ratio": ratio, "n_docs": n_docs, "split": SPLIT,
+                "accuracy": float(a["accuracy"]), "accuracy_low": float(a["low"]), "accuracy_high": float(a["high"]),
+                "correct": int(a["correct"]), "n_prompts": int(cell["n_prompts"]),
+                "full_accuracy": float(cell["full"]["accuracy"]),
+                "accuracy_inside": None if ins is None else float(ins[0]["accuracy"]),
+                "n_prompts_inside": None if ins is None else int(ins[1]),
+                "full_accuracy_inside": None if ins is None or full_in is None else float(full_in[0]["accuracy"]),
+                "probe_after_accuracy": None if aft is None else float(aft[0]["accuracy"]),
+                "inside_verdict": (effect.get((L, c, spec)) or {}).get("verdict"),
+                "inside_p_holm": (effect.get((L, c, spec)) or {}).get("p_holm"),
+                "protection_fills_budget": protection_fills_budget(spec, L, c),
+            })
+    if not points:
+        raise ValueError("no needle setting has dev rows in a needle cell; nothing to place in the plane")
+    return points
+
+
+def cell_points(points: list[dict], length: int, ratio: float) -> list[dict]:
+    """The points of one cell (``ValueError`` when the plane has none there)."""
+    out = [p for p in points if p["length"] == int(length) and math.isclose(p["ratio"], float(ratio))]
+    if not out:
+        have = sorted({p["cell"] for p in points})
+        raise ValueError(f"the plane has no point at prompt {length}, c = {ratio}; its cells are {have}")
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def answer_lines(points: list[dict]) -> list[str]:
+    """The chapter's answer in a few sentences, each counted from the points: where the reference (the best
+    baseline by KL) keeps the fact, how often the setting with the lowest KL of a cell also answers best, which
+    setting answers most often and how far its KL lies from the reference's, and what asking the question inside
+    the compressed prompt changes where the probe measured it."""
+    cells = list(dict.fromkeys((p["length"], p["ratio"]) for p in points))
+    n = len(cells)
+    refs = {p["reference_name"] for p in points}
+    ref = refs.pop() if len(refs) == 1 else "the reference of each cell"
+    ref_acc = sorted({p["accuracy"] for p in points if p["spec"] == p["reference_spec"]})
+    full = sorted({p["full_accuracy"] for p in points})
+    out = [f"Uncompressed, the model finds the key in {_range(full)} of the prompts in each of the {n} cells; "
+           f"{ref}, the best baseline by KL there, finds it in "
+           + (f"{_range(ref_acc)} of them." if ref_acc else "none: it was not run on the needle task.")]
+    low_best, wins = 0, {}
+    for cell in cells:
+        ps = cell_points(points, *cell)
+        top = max(p["accuracy"] for p in ps)
+        low_best += min(ps, key=lambda p: p["kl_ratio"])["accuracy"] >= top
+        for p in ps:
+            if p["accuracy"] == top:
+                wins.setdefault(p["name"], []).append(p)
+    out.append(f"In {low_best} of the {n} cells, the setting with the lowest KL also finds the key most often.")
+    name, best = max(wins.items(), key=lambda kv: len(kv[1]))
+    ratios = [p["kl_ratio"] for p in best]
+    out.append(f"In {len(best)} of the {n} cells, {name} finds it most often ({_pct(min(p['accuracy'] for p in best))} "
+               f"or more), with a KL {min(ratios):.1f} to {max(ratios):.1f} times the reference's.")
+    inside = [p for p in points if p["accuracy_inside"] is not None and p["probe_after_accuracy"] is not None]
+    if inside:
+        better = [p for p in inside if p["inside_verdict"] == "better"]
+        most = max(inside, key=lambda p: p["accuracy_inside"] - p["probe_after_accuracy"])
+        out.append(f"Asking the question inside the compressed prompt instead of after it is better for "
+                   f"{len(better)} of the {len(inside)} settings and cells the probe measured (exact paired test, "
+                   f"Holm); the largest change is {name_cell(most)}, from {_pct(most['probe_after_accuracy'])} to "
+                   f"{_pct(most['accuracy_inside'])}.")
+    return out
+
+
+def _range(values) -> str:
+    values = sorted(values)
+    return _pct(values[0]) if values[0] == values[-1] else f"{_pct(values[0])} to {_pct(values[-1])}"
+
+
+def name_cell(p: dict) -> str:
+    """A point as a sentence names it: "Algorithm 1 tuned at prompt 1024, c = 0.5"."""
+    return f"{p['name']} at prompt {p['length']}, c = {p['ratio']:g}"
