@@ -9,10 +9,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 SLUGS = ["00_preface_kv_memory", "01_softmax_jacobian", "02_capacity", "03_leverage_2d", "04_roadmap",
          "05_algorithm1_gpu", "06_live_eviction", "07_serving", "07b_kvpress", "08_error_decomposition", "09_baselines",
-         "10_critique", "10b_failure_cases", "11_kvzip", "appendix_record"]
+         "10_critique", "10b_failure_cases", "11_kvzip", "12_fair_comparison", "13_facts", "appendix_record"]
 READING_ORDER = ["00_preface_kv_memory", "01_softmax_jacobian", "02_capacity", "03_leverage_2d", "04_roadmap",
-                 "05_algorithm1_gpu", "06_live_eviction", "07_serving", "07b_kvpress", "09_baselines", "08_error_decomposition",
-                 "10_critique", "10b_failure_cases", "11_kvzip", "appendix_record"]
+                 "05_algorithm1_gpu", "06_live_eviction", "07_serving", "07b_kvpress", "12_fair_comparison", "09_baselines",
+                 "13_facts", "10_critique", "08_error_decomposition", "10b_failure_cases", "11_kvzip", "appendix_record"]
 
 
 def test_sync_check_passes():
@@ -43,8 +43,8 @@ def test_toc_lists_every_chapter_in_its_part():
     files = [c["file"] for part in toc["parts"] for c in part["chapters"]]
     notebooks = [f for f in files if (ROOT / f"{f}.ipynb").is_file()]
     assert sorted(notebooks) == sorted(f"book/{s}" for s in SLUGS)
-    # reading order: the roadmap bridges the derivations and Algorithm 1; baselines before the error
-    # decomposition that uses them; the critique and failure cases after both
+    # reading order: the roadmap bridges the derivations and Algorithm 1; the analysis opens with how methods are
+    # compared, then the predictions, the fact, and why (critique, error decomposition, failure cases, KVzip)
     assert notebooks == [f"book/{s}" for s in READING_ORDER]
     assert [f for f in files if f not in notebooks] == ["book/reading_note", "book/glossary", "book/references"]
     assert files[0] == "book/reading_note" and files[-1] == "book/references"

@@ -52,7 +52,7 @@ a dropdown, and the solution's code in a hidden cell that executes in the build:
 """
 from __future__ import annotations
 
-from . import (algorithm1, baselines, capacity, critique, error_decomposition, failure_cases,
+from . import (algorithm1, baselines, capacity, critique, error_decomposition, facts, failure_cases,
                fair_comparison, kv_memory, kvpress_usage, kvzip, leverage, live_eviction, roadmap, serving,
                softmax_jacobian)
 from ._core import Exercise, Verdict, custom, integer, number, tensor
@@ -61,7 +61,7 @@ __all__ = ["check", "data", "question", "ids", "get", "CHAPTERS", "Exercise", "V
            "number", "integer", "tensor", "custom"]
 
 _MODULES = (kv_memory, softmax_jacobian, capacity, leverage, roadmap, algorithm1, live_eviction, serving, kvpress_usage,
-            fair_comparison, baselines, critique, error_decomposition, failure_cases, kvzip)
+            fair_comparison, baselines, facts, critique, error_decomposition, failure_cases, kvzip)
 #: the chapter modules, in book order (module name = chapter label with "-" replaced by "_")
 CHAPTERS = tuple(m.__name__.rpartition(".")[2] for m in _MODULES)
 

@@ -37,21 +37,20 @@ SPLIT = "dev"
 
 
 def setting_name(spec: str, choices: dict) -> str:
-    """The book's name of a setting (the glossary's named settings): "Algorithm 1 as published" (the paper
-    preset), "the default" (what ``JacapPress()`` builds), "Algorithm 1 tuned" (the tune choice of ``jacap``);
-    any other setting by its registry name (``keydiff``, ``jacap_ea``, ...)."""
+    """The book's name of a setting in the plane (the glossary's named settings): "Algorithm 1 as published",
+    "the default", "Algorithm 1 tuned" (the tune choice of ``jacap``; :func:`~jacap_lib.results.findings.spec_name`
+    names these), "uncompressed" for ``"full"``; any other setting by its registry name (``keydiff``, ``jacap_ea``)."""
     from . import protocol as P
-    from .rowstats import is_library_default
+    from .findings import spec_name
 
     if spec == "full":
         return "uncompressed"
-    if P.same_setting(spec, P.PAPER_PRESET):
-        return "Algorithm 1 as published"
-    if is_library_default(spec):
-        return "the default"
     if spec == choices["chosen"].get("jacap"):
         return "Algorithm 1 tuned"
-    return P.method_of(spec)
+    name = spec_name(spec, legend=True)
+    if name == "default JacapPress()":
+        return "the default"
+    return name if name == "Algorithm 1 as published" else P.method_of(spec)
 
 
 def _kl_by_doc(rows: list[dict], length: int, ratio: float) -> dict:

@@ -11,20 +11,9 @@ from plotly.subplots import make_subplots
 from ..results.findings import short_spec
 from ..results.precision import interval_text
 from .evaluation import setting_name, short_verdict
-from .style import METHOD_STYLES, finish, wrapped
+from .style import METHOD_STYLES, finish, style_key, wrapped
 
 __all__ = ["style_key", "survival_figure", "survival_frame", "mode_effect_frame"]
-
-
-def style_key(spec: str) -> str:
-    """The :data:`~jacap_lib.viz.style.METHOD_STYLES` key a setting is drawn with: the spec itself, or its short
-    spec (:func:`~jacap_lib.results.findings.short_spec`), when that has its own colour (the Jacap settings:
-    Algorithm 1 tuned and as published are two colours, SnapKV's window), else its method's (``capkv[tau=10]`` ->
-    ``capkv``)."""
-    if spec in METHOD_STYLES:
-        return spec
-    short = short_spec(spec)
-    return short if short in METHOD_STYLES else spec.split("[", 1)[0]
 
 
 def _mode(summary: dict, mode: str) -> dict:

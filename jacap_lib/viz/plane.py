@@ -16,19 +16,12 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..results.findings import short_spec
-from .style import METHOD_STYLES, REFERENCE_COLOUR, finish
+from .style import METHOD_STYLES, REFERENCE_COLOUR, finish, style_key
 
 __all__ = ["style_key", "kl_retrieval_figure", "LINE_COLOUR"]
 
 #: the colour of the x = 1 line (the reference's KL): a grey no method uses
 LINE_COLOUR = "#444444"
-
-
-def style_key(spec: str) -> str:
-    """The :data:`~jacap_lib.viz.style.METHOD_STYLES` key a setting is drawn with: its short spec where that has a
-    colour of its own (Algorithm 1 tuned, Algorithm 1 as published, SnapKV's window), else its method's."""
-    short = short_spec(spec)
-    return short if short in METHOD_STYLES else spec.split("[", 1)[0]
 
 
 def _order(points: list[dict]) -> list[str]:

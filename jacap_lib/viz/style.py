@@ -34,7 +34,7 @@ import pandas as pd
 import plotly.colors
 import plotly.graph_objects as go
 
-__all__ = ["wrapped", "WrappedFrame", "METHOD_STYLES", "SETTING_COLOURS", "SETTING_SCALE", "REFERENCE_COLOUR", "method_style", "method_of", "setting_colours",
+__all__ = ["wrapped", "WrappedFrame", "METHOD_STYLES", "SETTING_COLOURS", "SETTING_SCALE", "REFERENCE_COLOUR", "method_style", "method_of", "style_key", "setting_colours",
            "finish", "log_ticks", "clip_outliers", "wrap_title"]
 
 #: method name -> (colour, marker symbol): the one mapping of the book. Jacap and its configurations in
@@ -144,6 +144,18 @@ def method_style(name: str) -> dict:
         base = name.split("[", 1)[0]
         symbol = METHOD_STYLES.get(base, (None, "circle"))[1]
     return {"color": color, "symbol": symbol}
+
+
+def style_key(spec: str) -> str:
+    """The :data:`METHOD_STYLES` key a setting is drawn with: the spec itself, or its short spec
+    (:func:`~jacap_lib.results.findings.short_spec`), when that has a colour of its own (Algorithm 1 tuned and as
+    published are two colours, SnapKV's window), else its method's (``capkv[tau=10]`` -> ``capkv``)."""
+    from ..results.findings import short_spec
+
+    if spec in METHOD_STYLES:
+        return spec
+    short = short_spec(spec)
+    return short if short in METHOD_STYLES else spec.split("[", 1)[0]
 
 
 def method_of(trace) -> str | None:
