@@ -64,7 +64,7 @@ def test_one_point_by_hand(points, choices):
     acc, n_prompts = _hand_accuracy("keydiff", L, c)
     assert p["accuracy"] == pytest.approx(acc) and p["n_prompts"] == n_prompts == 20
     assert p["full_accuracy"] == pytest.approx(_hand_accuracy("full", L, c)[0])
-    assert p["family"] == "keydiff" and p["name"] == "keydiff" and p["split"] == "dev"
+    assert p["family"] == "keydiff" and p["name"] == "KeyDiff" and p["split"] == "dev"
     # the reference itself sits at x = 1, and its accuracy is counted like any other
     r = _point(points, ref, L, c)
     assert r["kl_ratio"] == pytest.approx(1.0, abs=1e-15)
@@ -118,7 +118,7 @@ def test_named_reference(points, choices):
     tova = choices["chosen"]["tova"]
     named = PL.kl_retrieval_points(reference=tova, probe={})
     p = _point(named, "keydiff", L, c)
-    assert p["reference_spec"] == tova and p["reference"] == "tova"
+    assert p["reference_spec"] == tova and p["reference"] == "TOVA"  # a kvpress press by its reader name
     assert p["kl_ratio"] == pytest.approx(_hand_ratio("keydiff", tova, L, c)[0], rel=1e-12)
     # the same documents: a ratio to tova is the ratio to the best baseline divided by tova's
     assert p["kl_ratio"] == pytest.approx(_point(points, "keydiff", L, c)["kl_ratio"]
@@ -132,7 +132,7 @@ def test_names_follow_the_glossary(points, choices):
     assert names[choices["chosen"]["jacap"]] == "Algorithm 1 tuned"
     assert names[choices["chosen"]["jacap_obs"]] == "the default"
     assert "Algorithm 1 as published" in names.values()
-    assert names[choices["chosen"]["snapkv"]] == "snapkv"
+    assert names[choices["chosen"]["snapkv"]] == "SnapKV"
     assert len(set(names.values())) == len(names)
 
 
@@ -141,12 +141,12 @@ def test_answer_lines_count_from_the_points(points):
     assert 3 <= len(lines) <= 4
     cells = {p["cell"] for p in points}
     ref_acc = {p["accuracy"] for p in points if p["spec"] == p["reference_spec"]}
-    assert ref_acc == {0.0} and "finds it in 0 % of them" in lines[0] and "expected_attention" in lines[0]
+    assert ref_acc == {0.0} and "finds it in 0 % of them" in lines[0] and "Expected Attention" in lines[0]
     # the lowest-KL setting of each cell against the cell's best accuracy, counted here independently
     n = sum(min(ps, key=lambda p: p["kl_ratio"])["accuracy"] == max(p["accuracy"] for p in ps)
             for ps in ([p for p in points if p["cell"] == k] for k in cells))
     assert lines[1].startswith(f"In {n} of the {len(cells)} cells")
-    assert f"keydiff finds it most often" in lines[2]
+    assert "KeyDiff finds it most often" in lines[2]
 
 
 def test_figure(points):
@@ -158,16 +158,16 @@ def test_figure(points):
     assert len(markers) == len(points)  # one marker per point, nothing dropped
     shown = [t.name for t in markers if t.showlegend]
     assert len(shown) == len(set(shown)) == len({p["spec"] for p in points})
-    assert {"Algorithm 1 tuned", "Algorithm 1 as published", "the default", "keydiff"} <= set(shown)
+    assert {"Algorithm 1 tuned", "Algorithm 1 as published", "the default", "KeyDiff"} <= set(shown)
     tuned = next(t for t in markers if t.name == "Algorithm 1 tuned")
     assert tuned.marker.color == METHOD_STYLES["jacap[centre=tempered,tau=3,window=128]"][0]
     assert next(t for t in markers if t.name == "the default").marker.color == METHOD_STYLES["jacap_obs"][0]
-    assert next(t for t in markers if t.name == "keydiff").marker.color == METHOD_STYLES["keydiff"][0]
+    assert next(t for t in markers if t.name == "KeyDiff").marker.color == METHOD_STYLES["keydiff"][0]
     colours = {t.name: t.marker.color for t in markers}
     assert len(set(colours.values())) == len(colours)  # one colour per method
     # a marker's coordinates are its point's
     p = _point(points, "keydiff", *CELL)
-    assert any(t.x[0] == p["kl_ratio"] and t.y[0] == 100 * p["accuracy"] for t in markers if t.name == "keydiff")
+    assert any(t.x[0] == p["kl_ratio"] and t.y[0] == 100 * p["accuracy"] for t in markers if t.name == "KeyDiff")
     layout = fig.layout
     axes = [k for k in layout.to_plotly_json() if k.startswith("xaxis")]
     assert len(axes) == 9 and all(layout[a].type == "log" for a in axes)
@@ -176,7 +176,7 @@ def test_figure(points):
     fulls = [t for t in fig.data if t.legendgroup == "full"]
     assert len(ones) == len(fulls) == 9 and all(list(t.y) == [100.0, 100.0] for t in fulls)
     texts = " ".join(a.text for a in layout.annotations)
-    assert "dev documents" in texts and "exploratory" in texts and "KL ratio to expected_attention" in texts
+    assert "dev documents" in texts and "exploratory" in texts and "KL ratio to Expected Attention" in texts
     assert layout.legend.y < 0 and layout.margin.b > 22 * 4  # the legend under the panels, with room for it
     one = VP.kl_retrieval_figure(points, lengths=[1024])
     assert len([t for t in one.data if t.mode == "markers"]) == len(PL.cell_points(points, 1024, 0.5)) * 3

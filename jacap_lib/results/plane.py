@@ -39,7 +39,8 @@ SPLIT = "dev"
 def setting_name(spec: str, choices: dict) -> str:
     """The book's name of a setting in the plane (the glossary's named settings): "Algorithm 1 as published",
     "the default", "Algorithm 1 tuned" (the tune choice of ``jacap``; :func:`~jacap_lib.results.findings.spec_name`
-    names these), "uncompressed" for ``"full"``; any other setting by its registry name (``keydiff``, ``jacap_ea``)."""
+    names these), "uncompressed" for ``"full"``; a kvpress press by its reader name (:func:`~jacap_lib.presses.registry.press_name`: "KeyDiff"), any other setting by its registry name (``jacap_ea``)."""
+    from ..presses.registry import PRESS_NAMES, press_name
     from . import protocol as P
     from .findings import spec_name
 
@@ -50,7 +51,10 @@ def setting_name(spec: str, choices: dict) -> str:
     name = spec_name(spec, legend=True)
     if name == "default JacapPress()":
         return "the default"
-    return name if name == "Algorithm 1 as published" else P.method_of(spec)
+    if name == "Algorithm 1 as published":
+        return name
+    method = P.method_of(spec)
+    return press_name(method) if method in PRESS_NAMES else method  # a kvpress press by its paper's name
 
 
 def _kl_by_doc(rows: list[dict], length: int, ratio: float) -> dict:
