@@ -113,3 +113,41 @@ def test_tune_ratio_figure_draws_one_bar_per_method_in_its_colour():
     assert "kvgrad" in fig.layout.annotations[0].text
     with pytest.raises(ValueError, match="table"):
         tune_ratio_figure([])
+
+
+def test_shared_ratio_is_the_geometric_mean_over_the_shared_rows_only():
+    import math
+
+    from jacap_lib.results.candidates import shared_ratio
+
+    a = [{"doc": "d1", "length": 512, "ratio": 0.5, "method": "x", "kl": 0.02, "split": "tune"},
+         {"doc": "d2", "length": 512, "ratio": 0.5, "method": "x", "kl": 0.08, "split": "tune"},
+         {"doc": "d3", "length": 1024, "ratio": 0.5, "method": "x", "kl": 5.0, "split": "tune"},  # b lacks it
+         {"doc": "d1", "length": 512, "ratio": 0.5, "method": "y", "kl": 9.0, "split": "tune"}]  # another spec
+    b = [{"doc": "d1", "length": 512, "ratio": 0.5, "method": "k", "kl": 0.01, "split": "tune"},
+         {"doc": "d2", "length": 512, "ratio": 0.5, "method": "k", "kl": 0.0, "split": "tune"},  # floored at 1e-8
+         {"doc": "d2", "length": 512, "ratio": 0.5, "method": "k", "kl": 0.5, "split": "dev"}]  # not a tune row
+    out = shared_ratio(a, "x", b, "k")
+    assert out["n"] == 2
+    assert out["gm_ratio"] == pytest.approx(math.sqrt((0.02 / 0.01) * (0.08 / 1e-8)))
+    assert out["lengths"] == [512] and out["cells"] == [(512, 0.5)]
+    with pytest.raises(ValueError, match="share no tune row"):
+        shared_ratio(a, "y", b, "absent")
+
+
+def test_eval_rows_of_each_space_come_from_its_own_folder():
+    from jacap_lib.results import loaders as R
+    from jacap_lib.results import protocol as P
+
+    for space, table in P.SPACES.items():
+        if space == "first":
+            continue  # its rows hold settings of earlier grids too (written out), so only the folder is checked below
+        try:
+            rows = R.load_eval_rows("tune", space=space)
+        except FileNotFoundError:
+            continue  # a space not measured yet
+        specs = {s for v in table.values() for s in v}
+        assert rows and {r["method"] for r in rows} <= specs, space
+    assert R.load_eval_rows("tune", space="first") == R.load_eval_rows("tune")
+    with pytest.raises(ValueError, match="space must be one of"):
+        R.load_eval_rows("tune", space="nowhere")

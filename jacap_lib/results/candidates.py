@@ -24,7 +24,7 @@ from . import files
 from . import job as J
 from . import protocol as P
 
-__all__ = ["COMPARABLE", "JACAP_FAMILY_PREFIX", "choice_files", "tune_cpu_seconds", "freeze", "score_table", "CANDIDATES"]
+__all__ = ["shared_ratio", "COMPARABLE", "JACAP_FAMILY_PREFIX", "choice_files", "tune_cpu_seconds", "freeze", "score_table", "CANDIDATES"]
 
 #: the configuration keys two choices files must share for their rule scores to be compared
 COMPARABLE = ("model", "lengths", "ratios", "continuation", "rule", "kl_floor", "tune_docs")
@@ -132,6 +132,28 @@ def score_table(candidates: dict) -> list[dict]:
              "tune_score": v["tune_score"], "kl_ratio": math.exp(v["tune_score"] - ref),
              "cpu_seconds_per_row": v.get("tune_cpu_seconds_per_row")} for m, v in candidates["methods"].items()]
     return sorted(rows, key=lambda r: r["tune_score"])
+
+
+def shared_ratio(rows_a: list[dict], spec_a: str, rows_b: list[dict], spec_b: str) -> dict:
+    """Setting ``spec_a`` (rows ``rows_a``) against ``spec_b`` (rows ``rows_b``) on the tune rows both have: the same
+    (document, prompt length, c) keys. ``{"n": keys, "gm_ratio": exp(mean log KL_a - mean log KL_b), "lengths": the
+    prompt lengths covered, "cells": the (length, c) cells covered}``, KLs floored at ``protocol.KL_FLOOR`` as the rule
+    floors them. A screen while one of the two tunes is unfinished: a ratio over the shared rows only, not a verdict.
+    Raises ``ValueError`` when the two share no row."""
+    import math
+
+    def by_key(rows, spec):
+        return {(r["doc"], int(r["length"]), float(r["ratio"])): max(float(r["kl"]), P.KL_FLOOR)
+                for r in rows if r["method"] == spec and r.get("split", "tune") == "tune"}
+
+    a, b = by_key(rows_a, spec_a), by_key(rows_b, spec_b)
+    keys = sorted(set(a) & set(b))
+    if not keys:
+        raise ValueError(f"{spec_a!r} and {spec_b!r} share no tune row (document, prompt length, c); measure both "
+                         "on the same tune documents first")
+    log = sum(math.log(a[k]) - math.log(b[k]) for k in keys) / len(keys)
+    return {"n": len(keys), "gm_ratio": math.exp(log), "lengths": sorted({k[1] for k in keys}),
+            "cells": sorted({(k[1], k[2]) for k in keys})}
 
 
 # --------------------------------------------------------------------------------------------- the job

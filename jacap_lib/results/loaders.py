@@ -119,12 +119,18 @@ def load_eval_choices(path=None) -> dict:
                            require=("config", "fingerprint", "chosen", "choices"), hint="jacap evaluate tune")
 
 
-def load_eval_rows(split: str = "dev", path=None) -> list[dict]:
+def load_eval_rows(split: str = "dev", path=None, *, space: str = "first") -> list[dict]:
     """The evaluation's rows of ``split`` ("tune": every setting on the tune documents; "dev": each method's
-    chosen setting on the dev documents): one per (document, length, ratio, setting)."""
+    chosen setting on the dev documents): one per (document, length, ratio, setting). ``space``: the search space
+    (:data:`~jacap_lib.results.protocol.SPACES`; "first" in ``data/results/eval``, another in its own folder there)."""
+    from . import protocol as P
+
     if split not in ("tune", "dev"):
         raise ValueError(f"split must be 'tune' or 'dev', got {split!r}")
-    path = path or data_path("results", "eval", f"{split}.jsonl", must_exist=False)
+    if space not in P.SPACES:
+        raise ValueError(f"space must be one of {sorted(P.SPACES)}, got {space!r}")
+    sub = () if space == "first" else (space,)
+    path = path or data_path("results", "eval", *sub, f"{split}.jsonl", must_exist=False)
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path} does not exist; run `jacap evaluate {split}`")
     return files.read_jsonl(path)
