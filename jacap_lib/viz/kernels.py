@@ -16,6 +16,9 @@ from ..results import bench
 from ..results.bench import METHOD_NAMES, end_to_end_rows
 from .style import finish, wrapped
 
+#: top margin (px) that keeps a one-line title clear of plotly's mode bar (``finish`` raises it for longer titles)
+_TOP = 84
+
 __all__ = [
     "step_cost_figure", "inverse_vs_solve_figure", "scoring_benchmark_figure", "scoring_table_figure",
     "end_to_end_figure", "inverse_vs_solve_styled", "scoring_table", "fixed_cost_table", "end_to_end_table",
@@ -46,7 +49,7 @@ def step_cost_figure(Ns=(1024, 4096, 16384, 65536), ds=(64, 128)) -> go.Figure:
         yaxis=dict(type="log", title="floating-point operations"), height=460,
         updatemenus=[dict(type="buttons", direction="right", buttons=buttons, active=len(ds) - 1, x=0, xanchor="left",
                           y=-0.2, yanchor="top")],  # under the axis title: clear of the figure title
-        margin=dict(b=110),
+        margin=dict(b=110, t=_TOP),
         legend=dict(font=dict(size=11)),
     )
     return finish(fig)
@@ -102,7 +105,7 @@ def scoring_benchmark_figure(data: dict) -> go.Figure:
         xaxis=dict(type="log", title="cached tokens N"), yaxis=dict(type="log", title="median ms per call"),
         updatemenus=[dict(type="buttons", direction="right", buttons=buttons, active=len(ds) - 1, x=0, xanchor="left",
                           y=-0.2, yanchor="top")],  # under the axis title: clear of the figure title
-        margin=dict(b=110),
+        margin=dict(b=110, t=_TOP),
     )
     return finish(fig)
 
@@ -134,13 +137,19 @@ def end_to_end_figure(data: dict) -> go.Figure:
              ("decode_s", f"decode {rows[0]['new_tokens'] if rows else ''} tokens", "#d9d9d9"))
     fig = go.Figure()
     for key, name, color in parts:
+        # the scoring share is written after the whole bar (the last, decode, segment): inside the thin black
+        # segment plotly would shrink and turn it until it cannot be read
+        last = key == "decode_s"
         fig.add_trace(go.Bar(y=labels, x=[r[key] for r in rows], name=name, orientation="h", marker_color=color,
-                             text=[f"{100 * r['scoring_share_of_total']:.1f}%" if key == "scoring_s" else "" for r in rows],
-                             textposition="outside" if key == "scoring_s" else "none"))
+                             text=[f"scoring {100 * r['scoring_share_of_total']:.1f}%" if last and r["method"] != "none"
+                                   else "" for r in rows],
+                             textposition="outside" if last else "none", cliponaxis=False))
     env = data.get("environment", {})
     where = env.get("gpu") or f"{env.get('cpu', 'CPU')}, {env.get('torch_threads', '?')} thread(s)"
-    fig.update_layout(barmode="stack", height=120 + 28 * len(rows), xaxis_title="seconds",
-                      yaxis=dict(title="prompt length, method", autorange="reversed"),
+    longest = max((sum(r[key] for key, _, _ in parts) for r in rows), default=1.0)
+    fig.update_layout(barmode="stack", height=120 + 28 * len(rows), margin=dict(t=_TOP),
+                      xaxis=dict(title="seconds", range=[0, 1.25 * longest]),  # room for the label after a bar
+                      yaxis=dict(title="prompt length, method", autorange="reversed"), legend=dict(traceorder="normal"),
                       title=f"Prefill + scoring + decode, {data['config'].get('model', '')} ({where})")
     return finish(fig)
 
@@ -172,9 +181,14 @@ def scoring_table(data: dict, d: int):
 
 def fixed_cost_table(data: dict):
     """:func:`jacap_lib.results.bench.fixed_cost_frame` without the fit's residual, three significant digits,
-    the method names free to wrap."""
-    frame = bench.fixed_cost_frame(data).drop(columns="worst residual").map(_sig3)
-    return wrapped(frame, ["method"])
+    the method names free to wrap. A fixed cost of exactly 0 is the fit through the origin (the free line would
+    have crossed below zero, and a call cannot cost less than nothing): it reads ``0 (line through origin)``, not
+    as a measured cost."""
+    frame = bench.fixed_cost_frame(data).drop(columns="worst residual")
+    out = frame.map(_sig3)
+    col = "fixed (µs/call)"
+    out.loc[frame[col] == 0, col] = "0 (line through origin)"
+    return wrapped(out, ["method", col])
 
 
 def end_to_end_table(data: dict):
