@@ -153,7 +153,7 @@ DECODING_LABELS = {"alg2": "Algorithm 2 (EMA)", "alg2_flat": "Algorithm 2 (flat 
                    "streaming_llm": "DecodingPress(StreamingLLM)"}
 
 
-def decoding_comparison(summary: dict, *, title: str = "Compression during decoding at the same cache budget") -> go.Figure:
+def decoding_comparison(summary: dict, *, title: str = "Compression during decoding, one cache budget") -> go.Figure:
     """Three panels from :func:`jacap_lib.results.decoding_comparison.decoding_summary`: the next-token KL along
     the generation (mean over generations, per step range), the per-generation KL after the first compression
     (one dot per generation; the bar is the geometric mean with its bootstrap interval), and where the kept tokens
