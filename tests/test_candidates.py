@@ -151,3 +151,13 @@ def test_eval_rows_of_each_space_come_from_its_own_folder():
     assert R.load_eval_rows("tune", space="first") == R.load_eval_rows("tune")
     with pytest.raises(ValueError, match="space must be one of"):
         R.load_eval_rows("tune", space="nowhere")
+
+
+def test_an_earlier_wording_of_the_rule_is_the_same_rule():
+    """The first rounds' choices.json words the tie-break with "(the library default first)": the same rule, so
+    freeze compares it with a later space's; any other difference still refuses."""
+    from jacap_lib.results import protocol as P
+
+    old = next(iter(P.RULE_WORDINGS))
+    assert old != P.RULE and P.same_rule(old, P.RULE) and P.same_rule(P.RULE, old)
+    assert not P.same_rule(P.RULE, P.RULE.replace("1e-8", "1e-6")) and not P.same_rule(None, P.RULE)

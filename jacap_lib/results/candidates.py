@@ -73,7 +73,8 @@ def freeze(choices: dict[str, dict], tune_rows: dict[str, list] | None = None, *
     chosen = list(choices)  # the spaces that have choices, in the given order
     first = choices[chosen[0]]["config"]
     for s in chosen[1:]:
-        diff = [k for k in COMPARABLE if choices[s]["config"].get(k) != first.get(k)]
+        diff = [k for k in COMPARABLE if not (P.same_rule(choices[s]["config"].get(k), first.get(k)) if k == "rule"
+                                              else choices[s]["config"].get(k) == first.get(k))]
         if diff:
             raise ValueError(f"the tune choices of {chosen[0]!r} and {s!r} were made under different configurations "
                              f"({', '.join(diff)}); their rule scores cannot be compared: tune both alike")

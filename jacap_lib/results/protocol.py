@@ -37,7 +37,7 @@ import math
 
 from ..presses.registry import ADAKV_BASELINES, BASELINES, explicit_spec, parse_method, press_from_spec
 
-__all__ = ["SEARCH_SPACE", "PEER_SPACE", "CONTEXT_SPACE", "SPACES", "PAPER_PRESET", "ALGORITHM1_AS_PUBLISHED", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "BASELINE_METHODS", "JACAP_METHODS",
+__all__ = ["SEARCH_SPACE", "PEER_SPACE", "CONTEXT_SPACE", "SPACES", "PAPER_PRESET", "ALGORITHM1_AS_PUBLISHED", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "RULE_WORDINGS", "same_rule", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
            "protocol_config", "fingerprint", "compare_configs", "same_measurements", "neighbours", "grid_edges", "quick_space"]
 
@@ -57,6 +57,21 @@ RULE = ("smallest mean over the tune documents, prompt lengths and compression r
         "(= log geometric-mean KL ratio to any common reference); ties (to 1e-12) go to the setting listed "
         "first. Per method over all cells for its setting; within each (length, "
         "ratio) cell, over the baselines' chosen settings, for the best baseline.")
+
+#: Earlier wordings of :data:`RULE` that state the same rule: the first rounds' choices.json says "ties ... go to the
+#: setting listed first (the library default first)"; the parenthetical described how those grids were listed (the
+#: library default first), not the rule, and went when every setting was written out in full. Read by
+#: :func:`same_rule`.
+RULE_WORDINGS: dict[str, str] = {
+    RULE.replace("go to the setting listed first.", "go to the setting listed first (the library default first)."): RULE,
+}
+
+
+def same_rule(a: str | None, b: str | None) -> bool:
+    """Whether two recorded rule texts state the same selection rule (:data:`RULE_WORDINGS` maps an earlier
+    wording to today's)."""
+    return RULE_WORDINGS.get(a, a) == RULE_WORDINGS.get(b, b)
+
 
 #: Algorithm 1 as published (tau = 10 from the paper's ablation, channel noise sigma^2 = 1, flat prompt statistics,
 #: the tempered centre), with the protection and the query summary the first grids measured (4 sinks, a 32-token
