@@ -6,7 +6,7 @@ the mechanism diagnostics of ``data/diagnostics/mechanisms.json`` (:func:`~jacap
 and, when it exists, the tune-document ladder from the default to kvpress's KVzip (``peers/ladder_summary.json``).
 
 :func:`answer_lines` returns the label line and the sentences; :func:`answer_text` the MyST paragraph; :func:`write`
-rewrites ``answer.md`` next to ``findings.md`` (:func:`jacap_lib.results.findings.write` calls it), which the book's
+rewrites ``answer.md`` next to ``findings.md`` (the KL and needle summary jobs and the ladder summary call it), which the book's
 front page includes. The label says which documents the verdicts come from: the confirmatory summary once it exists
 (``confirm_summary.json``), until then the exploratory dev summary, labelled so.
 """

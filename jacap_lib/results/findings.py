@@ -443,9 +443,6 @@ def write(out_dir=None) -> Path | None:
               if needle_path.exists() else None)
     path = d / FILE
     path.write_text(findings_text(summary, needle), encoding="utf-8")
-    from . import answer
-
-    answer.write(d)  # the landing page's answer reads the same files
     return path
 
 

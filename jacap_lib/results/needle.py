@@ -397,6 +397,9 @@ def _summary_run(args):
     path = out_dir / "needle_summary.json"
     files.write_json(path, {"config": config, **files.round_floats(summary)})
     written = findings.write(out_dir)  # None until the KL summary of this folder exists
+    from . import answer
+
+    answer.write(out_dir)  # the landing page's answer reads the same summaries
     print(f"wrote {path}" + (f" and {written}" if written else ""))
     if summary["cells_missing"]:
         print(f"  judged {len(summary['cells_measured'])} complete cells; not yet complete (finish `jacap evaluate "

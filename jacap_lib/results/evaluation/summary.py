@@ -292,7 +292,9 @@ def _summary_run(args):
                              "verdict": "from the adjusted interval; verdict_unadjusted from the 95 % interval"}}
     path = out_dir / "summary.json"
     files.write_json(path, {"config": config, **files.round_floats(summary)})
-    print(f"wrote {path} and {findings.write(out_dir)}")
+    from .. import answer
+
+    print(f"wrote {path}, {findings.write(out_dir)} and {answer.write(out_dir)}")
     if summary["cells_missing"]:
         print(f"  judged {len(summary['cells_measured'])} complete cells; not yet measured on every dev document "
               f"(finish `jacap evaluate dev`, it resumes): {', '.join(summary['cells_missing'])}")
