@@ -111,12 +111,19 @@ def load_decoding_comparison(path=None) -> tuple[dict, list]:
                            hint="jacap compare-decoding")
 
 
-def load_eval_choices(path=None) -> dict:
+def load_eval_choices(path=None, *, space: str = "first") -> dict:
     """``choices.json`` of the evaluation: the protocol's configuration and fingerprint, the rule, each method's
     setting chosen on the tune documents (``chosen``, ``choices`` with every candidate's score) and the best
-    baseline per (length, ratio) cell picked on tune."""
-    return files.read_json(path or data_path("results", "eval", "choices.json", must_exist=False),
-                           require=("config", "fingerprint", "chosen", "choices"), hint="jacap evaluate tune")
+    baseline per (length, ratio) cell picked on tune. ``space``: the search space whose choices (as
+    :func:`load_eval_rows`)."""
+    from . import protocol as P
+
+    if space not in P.SPACES:
+        raise ValueError(f"space must be one of {sorted(P.SPACES)}, got {space!r}")
+    sub = () if space == "first" else (space,)
+    return files.read_json(path or data_path("results", "eval", *sub, "choices.json", must_exist=False),
+                           require=("config", "fingerprint", "chosen", "choices"),
+                           hint="jacap evaluate tune" + ("" if space == "first" else f" --space {space}"))
 
 
 def load_eval_rows(split: str = "dev", path=None, *, space: str = "first") -> list[dict]:

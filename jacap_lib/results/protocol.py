@@ -184,7 +184,9 @@ PEER_SPACE: dict[str, tuple[str, ...]] = {
 #: (:data:`AROUND_CHOICE`).
 CONTEXT_SPACE: dict[str, tuple[str, ...]] = {
     "jacap_context": ("jacap_context", "jacap_context[budget=layer]", "jacap_context[budget=head]",
-                      "jacap_context[centre=ea]", "jacap_context[window=16]"),
+                      "jacap_context[centre=ea]", "jacap_context[window=16]",
+                      # second round, around the first choice (window=16): its sinks on both sides of 4
+                      "jacap_context[n_sink=0,window=16]", "jacap_context[n_sink=16,window=16]"),
 }
 #: the search spaces by name (``jacap evaluate tune --space``): the first rounds' methods, the peers, the context press
 SPACES: dict[str, dict] = {"first": SEARCH_SPACE, "peers": PEER_SPACE, "context": CONTEXT_SPACE}
