@@ -57,7 +57,7 @@ class JacapPress(ScorerPress):
         queries actually computed (each at its own RoPE position, causal, averaged with the weights of
         :math:`\mu_Q`: :func:`jacap_lib.presses.utils.observed_attention`; under padding, real tokens only); no
         temperature enters, ``tau`` is unused.
-        ``"tempered"``: Algorithm 1 as published, :math:`\bar\alpha = \mathrm{softmax}(K\mu_Q/(\tau\sqrt d))`.
+        ``"tempered"``: Algorithm 1's centre, :math:`\bar\alpha = \mathrm{softmax}(K\mu_Q/(\tau\sqrt d))`.
         ``"ea"``: Expected Attention's log-normal expectation
         :math:`\bar\alpha = \mathrm{softmax}(K\mu_Q/\sqrt d + \mathrm{diag}(K\Lambda_Q K^\top)/(2d))` (no
         :math:`\tau`; the registry's ``jacap_ea`` pairs it with that method's query statistics).

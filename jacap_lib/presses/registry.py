@@ -116,8 +116,9 @@ METHODS: dict[str, Method] = {
     "random": Method(kvpress.RandomPress, {"seed": 0}, "uniformly random tokens (seed 0)"),
     "jacap": Method(JacapPress, {}, f"Jacap Algorithm 1: sensitivity-weighted leverage (defaults: linearised at the "
                                     f"observed attention of the recent queries, window={DEFAULTS.window}, "
-                                    f"beta={DEFAULTS.beta}, u=v; Algorithm 1 as published: jacap[centre=tempered]; the "
-                                    f"paper's settings: jacap[tau=10,noise=1,beta=none,centre=tempered])"),
+                                    f"beta={DEFAULTS.beta}, u=v; Algorithm 1's tempered centre: jacap[centre=tempered]; "
+                                    f"Algorithm 1 as published (the paper's settings): "
+                                    f"jacap[tau=10,noise=1,beta=none,centre=tempered,window=32])"),
     "jacap_adakv": Method(JacapPress, {"adakv": True},
                           "Jacap scores with kvpress AdaKV head-wise budget allocation (top-k across the heads of a "
                           "layer); an alias of jacap[adakv=true]"),
