@@ -2,6 +2,8 @@
 an independent computation from the committed rows, and each able to fail."""
 from __future__ import annotations
 
+from jacap_lib.results import answer as A
+
 import math
 import random
 
@@ -80,7 +82,7 @@ def test_exercise_3_is_budget_minus_sinks_and_window(committed):
 
 def test_answer_sentences_count_the_summary(committed):
     _, summary, _ = committed
-    lines = E.answer_sentences(summary)
+    lines = A.predictions_lines(summary)
     assert len(lines) == 4 and all(s.endswith(".") for s in lines)
     fams = {f["role"]: f["rows"] for f in summary["families"] if f["picked_on"] == "tune"}
     better = sum(_word(r["verdict"]) == "better" for rows in fams.values() for r in rows)
@@ -95,7 +97,7 @@ def test_answer_sentences_count_the_summary(committed):
     assert (f"in {filled} of its" in lines[2]) == (filled > 0)
     assert "exploratory" in lines[3]
     with pytest.raises(ValueError, match="evaluate summary"):
-        E.answer_sentences({"families": []})
+        A.predictions_lines({"families": []})
 
 
 def test_pair_verdict_frame_names_who_fills_the_budget(committed):

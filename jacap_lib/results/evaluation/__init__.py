@@ -43,12 +43,12 @@ from .runs import (_WORKER, _init_worker, Group, Plan, add_arguments, check_proc
                    check_settings_unchanged, eval_dir, execute, folder_options, map_in_workers, measure_group,
                    prepare, row_key, run_groups, summary_options, dev_groups, tune_groups)  # noqa: F401
 from .summary import (SUMMARY, TARGET, DEV_SHORT_LABEL, TUNE_LABEL, cell_statistics, compare_settings, complete_cells,
-                      identical_documents, summarize, summary_table, target_status, answer_sentences)  # noqa: F401
+                      identical_documents, summarize, summary_table, target_status)  # noqa: F401
 from .timing import estimate, time_methods
 
 __all__ = ["DEFAULT_LENGTHS", "DEFAULT_RATIOS", "DEFAULT_CONTINUATION", "QUICK", "Plan", "row_key", "load_docs",
            "tune_groups", "dev_groups", "run_groups", "measure_group", "write_choices", "read_choices",
            "best_baselines", "jacap_settings", "complete_cells", "dev_specs", "cell_statistics", "compare_settings", "check_settings_unchanged", "summarize", "summary_table",
-           "TARGET", "target_status", "identical_documents", "answer_sentences", "check_ratios", "check_processes",
+           "TARGET", "target_status", "identical_documents", "check_ratios", "check_processes",
            "eval_dir", "map_in_workers", "time_methods", "estimate", "add_arguments", "prepare", "execute", "report", "TUNE", "DEV",
            "TIME", "SUMMARY", "folder_options", "summary_options"]

@@ -15,7 +15,7 @@ from .choices import best_baselines, jacap_settings, dev_specs
 from .runs import eval_dir, summary_options
 
 __all__ = ["TUNE_LABEL", "DEV_SHORT_LABEL", "summarize", "complete_cells", "cell_statistics", "compare_settings",
-           "TARGET", "target_status", "identical_documents", "summary_table", "SUMMARY", "answer_sentences"]
+           "TARGET", "target_status", "identical_documents", "summary_table", "SUMMARY"]
 
 TUNE_LABEL = "picked on tune (the protocol)"
 DEV_SHORT_LABEL = "picked on dev (stricter)"
@@ -310,34 +310,3 @@ SUMMARY = J.Job("per cell, Algorithm 1's tuned Jacap setting (and the paper pres
                 _summary_add, _summary_run)
 
 
-def answer_sentences(summary: dict) -> list[str]:
-    """The dev summary's answer in four short sentences (pure; ``summary``: ``summary.json``'s content): the best
-    baseline of the cells and whether any Jacap setting beats it; the default ``JacapPress()``'s verdict counts;
-    Algorithm 1 tuned's, with the losses where its sinks and window fill the budget; and that the dev documents are
-    exploratory. Every count is read from the families picked on tune (adjusted intervals)."""
-    from .. import findings as F
-    from ..protection import protection_fills_budget
-
-    fams = [f for f in summary.get("families", []) if f["picked_on"] == "tune"]
-    main = RS.family(summary, RS.ALGORITHM1, "tune")
-    default = next((f for f in fams if f["role"].startswith("tuned ") and RS.is_library_default(f["setting"])), None)
-    if main is None or default is None:
-        raise ValueError("summary needs the families of Algorithm 1 tuned and of the default JacapPress() picked on "
-                         "tune; run `jacap evaluate summary`")
-    n_cells = len(main["rows"])
-    n_docs = sorted({int(r["n"]) for r in main["rows"]})
-    bases = sorted({r["baseline_spec"].split("[", 1)[0] for r in main["rows"]})
-    better = sum(F.verdict_word(r["verdict"]) == "better" for f in fams for r in f["rows"])
-    base = f"the best baseline, `{bases[0]}`," if len(bases) == 1 else \
-        "the best baseline of its cell (" + ", ".join(f"`{b}`" for b in bases) + "),"
-    docs = "–".join(map(str, n_docs))
-    first = (f"On the {docs} dev documents, no Jacap setting beats {base} in any of the {n_cells} cells." if not better
-             else f"On the {docs} dev documents, Jacap settings beat {base} in {better} (setting, cell) pairs.")
-    second = f"The default `JacapPress()` against it: {F.counts_text(F.verdict_counts(default['rows']))}."
-    lost = [r for r in main["rows"] if F.verdict_word(r["verdict"]) == "worse"]
-    filled = sum(protection_fills_budget(main["setting"], int(r["length"]), float(r["ratio"])) for r in lost)
-    third = (f"Algorithm 1 tuned: {F.counts_text(F.verdict_counts(main['rows']))}"
-             + (f"; in {filled} of its {len(lost)} losses its protection fills the budget." if filled else "."))
-    fourth = ("These documents served four rounds of choices, the default's among them, so the verdicts are "
-              "exploratory.")
-    return [first, second, third, fourth]
