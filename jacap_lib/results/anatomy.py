@@ -37,11 +37,12 @@ import re
 import time
 from pathlib import Path
 
-from ..presses.registry import parse_method, press_from_spec, with_options, written_out
+from ..presses.registry import PRESS_NAMES, parse_method, press_from_spec, with_options, written_out
 from . import files
 from . import job as J
 from . import protocol as P
 from . import rowstats as RS
+from .protection import budget_split  # noqa: F401  (the one home; re-exported for the book's readers)
 
 __all__ = ["swap_settings", "split_wrapper", "pick_documents", "add_arguments", "prepare", "execute", "JOB", "DEFAULT_LENGTH",
            "DEFAULT_RATIO", "DEFAULT_PER_KIND", "OBS_WINDOW", "NO_LEVERAGE_NOISE", "BASELINE_HORIZON",
@@ -439,9 +440,8 @@ SWAP_NAMES = {
     "ea_alpha_kappa_identity_horizon_flat": "+ flat statistics",
 }
 
-#: The book's names of the kvpress baselines (registry name -> name in prose and figures).
-BASELINE_NAMES = {"expected_attention": "Expected Attention", "snapkv": "SnapKV", "tova": "TOVA", "keydiff": "KeyDiff",
-                  "knorm": "K-norm", "capkv": "CapKV", "streaming_llm": "StreamingLLM", "kvzip": "KVzip"}
+#: The book's names of the kvpress baselines (registry name -> name in prose and figures): the registry's one table.
+BASELINE_NAMES = PRESS_NAMES
 
 
 def swap_name(key: str) -> str:
@@ -469,19 +469,6 @@ def book_name(spec: str, algorithm1: str | None = None) -> str:
         return "Algorithm 1 as published"
     name = parse_method(spec)[0]
     return BASELINE_NAMES.get(name, short_spec(spec))
-
-
-def budget_split(spec: str, length: int, ratio: float) -> dict:
-    """``{"kept", "sinks", "window", "scored"}`` of setting ``spec`` on a prompt of ``length`` tokens at compression
-    ratio ``ratio`` (:meth:`jacap_lib.presses.jacap.JacapPress.budget_split`; an AdaKV wrapper's scorer), ``None``
-    for a press without protection."""
-    import dataclasses
-
-    press = press_from_spec(spec, float(ratio))
-    scorer = press if hasattr(press, "budget_split") else getattr(press, "press", None)
-    if not hasattr(scorer, "budget_split"):
-        return None
-    return dataclasses.replace(scorer, compression_ratio=float(ratio)).budget_split(int(length))
 
 
 def loss_rows(family: dict) -> list[dict]:

@@ -12,10 +12,23 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
-__all__ = ["protection_fills_budget", "LABEL"]
+__all__ = ["protection_fills_budget", "budget_split", "LABEL"]
 
 #: how a table or a sentence labels such a cell
 LABEL = "protection fills the budget"
+
+
+def budget_split(spec: str, length: int, ratio: float) -> dict | None:
+    """``{"kept", "sinks", "window", "scored"}`` of setting ``spec`` on a prompt of ``length`` tokens at compression
+    ratio ``ratio`` (:meth:`jacap_lib.presses.jacap.JacapPress.budget_split`; an AdaKV wrapper's scorer), ``None``
+    for a press without protection."""
+    from ..presses.registry import press_from_spec
+
+    press = press_from_spec(spec, float(ratio))
+    scorer = press if hasattr(press, "budget_split") else getattr(press, "press", None)  # AdaKV wraps a scorer
+    if not hasattr(scorer, "budget_split"):
+        return None
+    return dataclasses.replace(scorer, compression_ratio=float(ratio)).budget_split(int(length))
 
 
 @lru_cache(maxsize=None)
@@ -23,16 +36,11 @@ def protection_fills_budget(spec: str, length: int, ratio: float) -> bool:
     """Whether setting ``spec`` keeps only its protected tokens (sinks and recent window) of a prompt of ``length``
     tokens at compression ratio ``ratio``: its score then chooses no token. ``False`` for a spec that is not a
     Jacap press (no protection to fill the budget)."""
-    from ..presses.registry import press_from_spec
-
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"spec must be a method spec such as 'jacap[window=128]', got {spec!r}")
     if not isinstance(length, int) or isinstance(length, bool) or length < 1:
         raise ValueError(f"length must be a prompt length in tokens (int >= 1), got {length!r}")
     if not 0 <= float(ratio) < 1:
         raise ValueError(f"ratio must be a compression ratio c in [0, 1), got {ratio!r}")
-    press = press_from_spec(spec, float(ratio))
-    scorer = press if hasattr(press, "budget_split") else getattr(press, "press", None)  # AdaKV wraps a scorer
-    if not hasattr(scorer, "budget_split"):
-        return False
-    return dataclasses.replace(scorer, compression_ratio=float(ratio)).budget_split(length)["scored"] == 0
+    split = budget_split(spec, length, ratio)
+    return split is not None and split["scored"] == 0
