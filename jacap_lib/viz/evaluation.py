@@ -161,11 +161,17 @@ def corpus_frame(documents: list[dict], *, details: bool = False) -> pd.DataFram
                          for k, v in rows.items()]).set_index("kind")
 
 
+def _filled(specs, length, ratio) -> list[str]:
+    """The settings of ``specs`` whose protection fills the budget of the cell
+    (:func:`~jacap_lib.results.protection.protection_fills_budget`), in order."""
+    return [s for s in specs if s and protection.protection_fills_budget(s, int(length), float(ratio))]
+
+
 def _protection_note(specs, length, ratio) -> str:
     """:data:`~jacap_lib.results.protection.LABEL` where the protection of every Jacap setting of ``specs`` fills the
     budget of the cell ("… of <name>" where it fills only one's), else ``""``."""
     jac = [s for s in specs if s and s.split("[", 1)[0].startswith("jacap")]
-    filled = [s for s in jac if protection.protection_fills_budget(s, int(length), float(ratio))]
+    filled = _filled(jac, length, ratio)
     if not filled:
         return ""
     if len(filled) == len(jac):
@@ -467,10 +473,6 @@ def record_frame(record: dict) -> pd.DataFrame:
     return wrapped(frame.set_index(["round", "setting"]), ["setting", "status", "led to"])
 
 
-def _fill_note(spec: str, length: int, ratio: float) -> bool:
-    return protection.protection_fills_budget(spec, int(length), float(ratio))
-
-
 def pair_verdict_frame(rows: list[dict], setting: str, reference: str) -> pd.DataFrame:
     """:func:`pair_frame` of ``setting`` against ``reference`` (``rows``:
     :func:`~jacap_lib.results.evaluation.compare_settings` rows of that pair) with a note column: where either
@@ -480,8 +482,8 @@ def pair_verdict_frame(rows: list[dict], setting: str, reference: str) -> pd.Dat
     frame = pair_frame(rows)
     notes = []
     for r in rows:
-        fills = [_fill_note(s, r["length"], r["ratio"]) for s in (setting, reference)]
-        who = "both" if all(fills) else setting_name(setting) if fills[0] else setting_name(reference) if fills[1] else ""
+        filled = _filled((setting, reference), r["length"], r["ratio"])
+        who = "both" if len(filled) == 2 else setting_name(filled[0]) if filled else ""
         notes.append(f"{protection.LABEL}: {who}" if who else "")
     out = pd.DataFrame(frame).assign(note=notes)
     return wrapped(out, ["verdict", "note"])
@@ -544,7 +546,8 @@ def verdict_counts_frame(summary: dict, *, picked_on: str = "tune") -> pd.DataFr
     rows = []
     for f in sorted(fams, key=lambda f: order.get(f["role"], 2)):
         c = F.verdict_counts(f["rows"])
-        worse_filled = sum(F.verdict_word(r["verdict"]) == "worse" and _fill_note(f["setting"], r["length"], r["ratio"])
+        worse_filled = sum(F.verdict_word(r["verdict"]) == "worse" and protection.protection_fills_budget(
+                               f["setting"], int(r["length"]), float(r["ratio"]))
                            for r in f["rows"])
         rows.append({"setting": F.setting_name(f).replace("`", ""), "better": c["better"], "worse": c["worse"],
                      "no det. diff.": c["no detectable difference"], "identical": c["identical"],
