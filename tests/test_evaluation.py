@@ -698,6 +698,38 @@ def test_every_recorded_jacap_setting_is_written_out_and_builds_what_was_recorde
     E.check_settings_unchanged(data_path("results", "eval", "tune.jsonl"), P.SEARCH_SPACE)  # resumes
 
 
+def test_context_space_is_written_out_and_its_migration_renamed_rows_not_measurements():
+    """The context space's settings are CONTEXT_AS_FIRST_TUNED with the named changes, written out in full; the
+    one-off migration renamed the short specs of the first rounds: each old name's written-out form is its map
+    entry, every committed row and run names a written-out setting, each run's recorded options are those the new
+    name builds, and each run's fingerprint is the one its renamed configuration hashes to; the folder resumes."""
+    from jacap_lib.presses.registry import effective_options, method_options, parse_method, written_out
+    from jacap_lib.results import files as FI
+    from jacap_lib.results.paths import data_path
+
+    folder = data_path("results", "eval", "context")
+    specs = P.CONTEXT_SPACE["jacap_context"]
+    assert all(written_out(s) == s for s in specs)
+    assert specs[0] == P._context() and P._context(window=16) in specs
+    first = press_from_spec(specs[0], 0.5)
+    assert (first.budget, first.centre, first.n_sink, first.window, first.chunk_size) == ("global", "observed", 4, 0, 2048)
+    migration = json.loads((folder / "spec_migration.json").read_text())
+    assert migration["eval"]["jacap_context[window=16]"] == P._context(window=16)
+    for old, new in migration["eval"].items():
+        assert written_out(old) == new == P._context(**parse_method(old)[1]) and new in specs
+    rows = FI.read_jsonl(folder / "tune.jsonl")
+    assert {r["method"] for r in rows} <= set(specs) and len(rows) >= migration["rows"]
+    strip = lambda d: {k: v for k, v in d.items() if k != "compression_ratio"}  # noqa: E731
+    for run in FI.read_runs(folder / "tune.jsonl"):
+        assert P.fingerprint(run["protocol"]) == run["fingerprint"]
+        for spec, then in run["settings"].items():
+            assert spec in specs
+            now = json.loads(json.dumps(method_options(press_from_spec(spec, then["compression_ratio"]))))
+            assert effective_options(strip(now)) == effective_options(strip(then)), spec
+    assert set(migration["fingerprints"].values()) <= {r["fingerprint"] for r in FI.read_runs(folder / "tune.jsonl")}
+    E.check_settings_unchanged(folder / "tune.jsonl", P.CONTEXT_SPACE)  # resumes
+
+
 def test_grid_edges_finds_a_choice_on_the_edge_of_its_grid():
     """grid_edges: per method, the numeric options the space varies alone around the choice, the values tried
     and whether the choice is the smallest or largest of three or more (hand-built choices)."""

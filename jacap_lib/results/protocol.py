@@ -37,7 +37,7 @@ import math
 
 from ..presses.registry import ADAKV_BASELINES, BASELINES, explicit_spec, parse_method, press_from_spec
 
-__all__ = ["SEARCH_SPACE", "PEER_SPACE", "CONTEXT_SPACE", "SPACES", "PAPER_PRESET", "ALGORITHM1_AS_PUBLISHED", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "RULE_WORDINGS", "same_rule", "BASELINE_METHODS", "JACAP_METHODS",
+__all__ = ["SEARCH_SPACE", "PEER_SPACE", "CONTEXT_SPACE", "CONTEXT_AS_FIRST_TUNED", "SPACES", "PAPER_PRESET", "ALGORITHM1_AS_PUBLISHED", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "RULE_WORDINGS", "same_rule", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
            "protocol_config", "fingerprint", "compare_configs", "same_measurements", "neighbours", "grid_edges", "quick_space"]
 
@@ -50,7 +50,7 @@ CONFIGS_PER_METHOD = 5
 AROUND_CHOICE: dict[str, tuple[str, ...]] = {
     "snapkv": ("kernel_size",), "expected_attention": ("n_sink",), "capkv": ("n_sink",),
     "jacap": ("n_sink", "window"), "jacap_adakv": ("n_sink", "window"), "jacap_obs": ("n_sink",),
-    "jacap_ea": ("n_sink", "window"), "jacap_context": ("n_sink",),
+    "jacap_ea": ("n_sink", "window"), "jacap_context": ("n_sink", "window"),
 }
 KL_FLOOR = 1e-8  # nats; a KL below it (a cache that changes nothing) counts as KL_FLOOR in the log
 RULE = ("smallest mean over the tune documents, prompt lengths and compression ratios of log max(KL, 1e-8) "
@@ -174,19 +174,37 @@ PEER_SPACE: dict[str, tuple[str, ...]] = {
                        "critical_adakv[first_stage_ratio=0.75]", "critical_adakv[scorer=snapkv]",
                        "critical_adakv[alpha_safeguard=0.1]"),
 }
+#: JacapContextPress's options as its first grid was tuned (its library defaults on 2026-12-04): the observed centre,
+#: one budget across layers and heads, KVzip's 4 sinks and one reconstruction chunk of 2,048 tokens, no recent window.
+#: Every setting of :data:`CONTEXT_SPACE` is this with the options it names changed, written out in full
+#: (:func:`_context`), so no setting depends on what the library's defaults are.
+CONTEXT_AS_FIRST_TUNED: dict = {"budget": "global", "centre": "observed", "chunk_size": 2048, "eps": 1e-6,
+                                "kvzip_plus_normalization": False, "layerwise": False, "n_sink": 4, "noise": 1,
+                                "summary": "jacap", "tau": 3, "window": 0}
+
+
+def _context(**change) -> str:
+    """A setting of :data:`CONTEXT_SPACE`: :data:`CONTEXT_AS_FIRST_TUNED` changed by ``change``, every option written
+    out (:func:`jacap_lib.presses.registry.explicit_spec`)."""
+    return explicit_spec("jacap_context", {**CONTEXT_AS_FIRST_TUNED, **change})
+
+
 #: The capacity press whose query prior is the context (``jacap_context``: Jacap's score on the queries of KVzip's
 #: reconstruction pass), in its own folder (``jacap evaluate tune --space context``: ``data/results/eval/context``),
-#: tuned by the same RULE on the same tune documents. Its defaults first (the observed centre, one budget across
-#: layers and heads, KVzip's sinks and no window); then each knob it adds to KVzip moved once: the budget per layer
-#: and per KV head (Jacap's uniform one), Expected Attention's centre, a 16-token recent window (JacapPress()'s).
-#: The budget and the window are read after the scoring, so those settings share one reconstruction pass per
-#: (document, prompt length) (``measure_group(share_scoring=True)``). Its sinks come second, around the choice
-#: (:data:`AROUND_CHOICE`).
+#: tuned by the same RULE on the same tune documents. Its defaults first (:data:`CONTEXT_AS_FIRST_TUNED`); then each
+#: knob it adds to KVzip moved once: the budget per layer and per KV head (Jacap's uniform one), Expected Attention's
+#: centre, a 16-token recent window (JacapPress()'s). The budget and the window are read after the scoring, so those
+#: settings share one reconstruction pass per (document, prompt length) (``measure_group(share_scoring=True)``).
+#: Second round, around the first choice (a 16-token window, :data:`AROUND_CHOICE`): its sinks on both sides of 4.
+#: Third round: that choice's window was the end of the two values tried ({0, 16}), so 64 was added beyond it
+#: (the window joined AROUND_CHOICE; 0 is the value below). The specs were first recorded in a short form
+#: (``jacap_context[window=16]``); they were written out in full once, by a recorded migration
+#: (``data/results/eval/context/spec_migration.json``).
 CONTEXT_SPACE: dict[str, tuple[str, ...]] = {
-    "jacap_context": ("jacap_context", "jacap_context[budget=layer]", "jacap_context[budget=head]",
-                      "jacap_context[centre=ea]", "jacap_context[window=16]",
-                      # second round, around the first choice (window=16): its sinks on both sides of 4
-                      "jacap_context[n_sink=0,window=16]", "jacap_context[n_sink=16,window=16]"),
+    "jacap_context": tuple(_context(**o) for o in (
+        {}, {"budget": "layer"}, {"budget": "head"}, {"centre": "ea"}, {"window": 16},
+        {"n_sink": 0, "window": 16}, {"n_sink": 16, "window": 16},
+        {"window": 64})),
 }
 #: the search spaces by name (``jacap evaluate tune --space``): the first rounds' methods, the peers, the context press
 SPACES: dict[str, dict] = {"first": SEARCH_SPACE, "peers": PEER_SPACE, "context": CONTEXT_SPACE}
