@@ -77,6 +77,25 @@ def test_kl_bars_groups_by_ratio():
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
 
 
+def test_kl_bars_legend_shows_every_method_of_the_registry():
+    """The live chapter's table holds every method of the registry (~18): the legend sits under the plot in rows,
+    and the figure and its bottom margin grow by one legend row per three methods, so no entry scrolls away."""
+    from jacap_lib.presses.registry import list_methods
+
+    methods = ["jacap"] + list_methods("kvpress")  # what kl_table measures by default
+    assert len(methods) >= 15
+    rows = [{"method": m, "ratio": r, "kl": 0.1} for m in methods for r in (0.5, 0.9)]
+    fig, few = V.kl_bars(rows), V.kl_bars([r for r in rows if r["method"] in methods[:3]])
+    assert [t.name for t in fig.data] == methods and all(t.showlegend is not False for t in fig.data)
+    legend = fig.layout.legend
+    assert legend.orientation == "h" and legend.y < 0 and legend.yanchor == "top"
+    n_rows = -(-len(methods) // 3)
+    assert legend.entrywidthmode == "fraction" and legend.entrywidth * 3 <= 1  # three entries fit in one row
+    # one row of three methods more: 28 px more figure and bottom margin (a row of 11 px legend text)
+    assert fig.layout.height - few.layout.height == fig.layout.margin.b - few.layout.margin.b == 28 * (n_rows - 1)
+    assert fig.layout.margin.b >= 90 + 28 * n_rows
+
+
 @pytest.mark.model
 def test_explorer_callbacks_on_the_bundled_model():
     from jacap_lib import load_model

@@ -116,8 +116,26 @@ def kl_bars(rows: list[dict], title: str = "Next-token KL(full || compressed), l
                     hovertemplate="%{x}: KL %{y:.4g} nats<extra>" + m + "</extra>")
     fig.update_yaxes(type="linear", rangemode="tozero", title="KL (nats)")
     fig.update_xaxes(title="compression ratio")
-    fig.update_layout(barmode="group", title=title, height=420)
+    # the legend under the plot in _LEGEND_COLUMNS columns (each entry a share of the width that leaves room for
+    # its symbol), the figure and its bottom margin as much taller as the legend has rows: every method in sight
+    # (a side legend of the registry's ~18 methods scrolls entries out of view)
+    rows = _legend_rows(len(methods))
+    fig.update_layout(barmode="group", title=title, height=400 + _LEGEND_ROW_PX * rows,
+                      margin={"b": 90 + _LEGEND_ROW_PX * rows},
+                      legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.2, "yanchor": "top",
+                              "entrywidth": 0.75 / _LEGEND_COLUMNS, "entrywidthmode": "fraction", "font": {"size": 11}})
     return finish(fig)
+
+
+#: a legend under a figure: its columns and the height of one row of entries (pixels)
+_LEGEND_COLUMNS, _LEGEND_ROW_PX = 3, 28
+
+
+def _legend_rows(n_entries: int) -> int:
+    """The rows a legend of ``n_entries`` takes under a figure in ``_LEGEND_COLUMNS`` columns."""
+    if n_entries < 1:
+        raise ValueError(f"n_entries must be at least 1, got {n_entries}")
+    return -(-n_entries // _LEGEND_COLUMNS)
 
 
 def answers_note(replies: dict, name_kept: dict | None = None, *, facts: dict | None = None,
