@@ -367,6 +367,9 @@ def test_viz_figures():
     colours = [t.line.color for t in fig.data]
     assert len(set(colours)) == 3 and colours[2] == METHOD_STYLES["window"][0]
     assert colours[:2] == list(style.setting_colours(["0.5", "0.9"], ordered=True).values())
+    # each β its own dash too (the lines cross often), none the window's dash
+    dashes = [t.line.dash for t in fig.data]
+    assert dashes[:2] == list(style.SETTING_DASHES[:2]) and dashes[2] == "dash" and len(set(dashes)) == 3
 
 
 def _summary(age_fraction):

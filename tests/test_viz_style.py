@@ -102,6 +102,30 @@ def test_setting_colours_are_distinct_and_ordered_shades_darken():
     assert min(sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 for a, b in zip(five, five[1:])) > 50
 
 
+def _lightness(rgb) -> float:
+    """CIE L* (0 black, 100 white) of an sRGB triple 0-255, computed here from the sRGB and CIE formulas."""
+    lin = [(u / 12.92 if u <= 0.04045 else ((u + 0.055) / 1.055) ** 2.4) for u in (v / 255 for v in rgb)]
+    y = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    return 116 * y ** (1 / 3) - 16 if y > 216 / 24389 else 24389 / 27 * y
+
+
+def test_ordered_shades_are_one_warm_hue_with_distinct_lightness():
+    """The values of one Jacap knob (the serving chapter's five β): one method, so one warm hue ramp (red >= green
+    >= blue in every shade, no other method's green or blue), whose lightness differs pairwise by at least 10 L*
+    units and falls from light to dark, so the lines are told apart by eye."""
+    assert _lightness((255, 255, 255)) == pytest.approx(100) and _lightness((0, 0, 0)) == 0
+    assert _lightness((119, 119, 119)) == pytest.approx(50, abs=0.5)
+    for n in (2, 5, 7):
+        shades = [[int(v) for v in c[4:-1].split(",")]
+                  for c in style.setting_colours([f"{i}" for i in range(n)], ordered=True).values()]
+        assert all(r >= g >= b for r, g, b in shades), shades
+        light = [_lightness(c) for c in shades]
+        assert light == sorted(light, reverse=True)
+        assert min(a - b for a, b in zip(light, light[1:])) >= (10 if n <= 5 else 7), light
+        assert light[0] - light[-1] >= 50  # the ramp spans light to dark
+    assert len(set(style.SETTING_DASHES)) == len(style.SETTING_DASHES) and "dash" not in style.SETTING_DASHES
+
+
 def test_matched_panels_get_one_axis_type_and_readable_ticks():
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True)
     fig.add_trace(go.Scatter(x=[1, 2], y=[1e-3, 1.0]), row=1, col=1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-from .style import REFERENCE_COLOUR, finish, method_style, setting_colours
+from .style import REFERENCE_COLOUR, SETTING_DASHES, finish, method_style, setting_colours
 
 __all__ = ["DECODING_SHORT", "decoding_summary_table", "decoding_findings_text", "decoding_verdict_table", "decoding_verdict_sentences", "cache_timeline", "age_histograms", "beta_tracking", "beta_tradeoff", "kl_timeline",
            "decoding_comparison"]
@@ -121,14 +121,15 @@ def beta_tradeoff(tradeoff, runs: dict | None = None, *, title: str = "β: noise
 
 
 def kl_timeline(runs: dict, *, title: str = "Next-token KL against the uncompressed model, per step") -> go.Figure:
-    """KL(full ‖ evicted) of every replayed step for each run (β values in shades of one scale, light to dark,
-    and the sliding window). A step's KL comes from its forward pass, which runs before that step's eviction, so
+    """KL(full ‖ evicted) of every replayed step for each run (β values in shades of one warm scale, light to dark, each
+    with a dash of its own, and the sliding window dashed grey). A step's KL comes from its forward pass, which runs before that step's eviction, so
     up to and including a run's first eviction step the cache is the full one and the KL only float rounding
     (1e−8 and below): those steps are left out (shaded, "no eviction yet") and the log axis starts where the
     signal does."""
     fig = go.Figure()
     betas = sorted(float(r["beta"]) for r in runs.values() if r["method"] != "window")
     shades = setting_colours([f"{b:g}" for b in betas], ordered=True)
+    dashes = {f"{b:g}": SETTING_DASHES[i % len(SETTING_DASHES)] for i, b in enumerate(betas)}
     first_any = None
     for name, r in runs.items():
         window = r["method"] == "window"
@@ -138,7 +139,7 @@ def kl_timeline(runs: dict, *, title: str = "Next-token KL against the uncompres
         first_any = first if first_any is None else min(first_any, first)
         kl = [None if i <= first else v for i, v in enumerate(r["kl"])]
         fig.add_scatter(x=list(range(len(kl))), y=kl, name=label, mode="lines", legendgroup="window" if window else label,
-                        line=dict(dash="dash", color=REFERENCE_COLOUR) if window else dict(color=shades[f"{float(r['beta']):g}"]))
+                        line=dict(dash="dash", color=REFERENCE_COLOUR) if window else dict(color=shades[f"{float(r['beta']):g}"], dash=dashes[f"{float(r['beta']):g}"]))
     if first_any:
         fig.add_vrect(x0=0, x1=first_any, fillcolor="#969696", opacity=0.12, line_width=0,
                       annotation_text="no eviction yet", annotation_position="top")

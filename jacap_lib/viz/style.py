@@ -34,7 +34,7 @@ import pandas as pd
 import plotly.colors
 import plotly.graph_objects as go
 
-__all__ = ["wrapped", "WrappedFrame", "METHOD_STYLES", "SETTING_COLOURS", "SETTING_SCALE", "REFERENCE_COLOUR", "method_style", "method_of", "style_key", "setting_colours",
+__all__ = ["wrapped", "WrappedFrame", "METHOD_STYLES", "SETTING_COLOURS", "SETTING_SCALE", "SETTING_DASHES", "REFERENCE_COLOUR", "method_style", "method_of", "style_key", "setting_colours",
            "finish", "log_ticks", "clip_outliers", "wrap_title"]
 
 #: method name -> (colour, marker symbol): the one mapping of the book. Jacap and its configurations in
@@ -106,9 +106,13 @@ SETTING_COLOURS: tuple[str, ...] = tuple(c.lower() for c in plotly.colors.qualit
 REFERENCE_COLOUR = METHOD_STYLES["full"][0]
 
 
-#: the sequential scale (and the part of it used) for the ordered values of one knob of Jacap (β, τ, ...):
-#: warm like Jacap's colours, light to dark
-SETTING_SCALE = ("viridis_r", 0.1, 0.95)  # distinct steps, light to dark, no method's colour
+#: the sequential scale (and the part of it used) for the ordered values of one knob of Jacap (β, τ, ...): one
+#: warm hue ramp like Jacap's colours (one method, one hue), light orange to dark brown, its lightness falling
+#: evenly (CIE L* about 80 to 24: five values are about 14 apart, clearly distinct steps, not near-identical oranges)
+SETTING_SCALE = ("YlOrBr", 0.4, 1.0)
+#: the line dashes of the ordered values of one knob, one each in order, so that lines of neighbouring values stay
+#: apart where they cross (no plain "dash": that marks a reference such as the sliding window)
+SETTING_DASHES = ("solid", "dot", "dashdot", "longdash", "longdashdot")
 
 
 def setting_colours(names, *, ordered: bool = False) -> dict[str, str]:
