@@ -73,7 +73,7 @@ def test_loss_rows_list_every_losing_cell_and_whether_protection_fills_it(summar
     said = ["protection fills the budget" in v for v in frame["tokens the score chooses"]]
     assert said == [r["fills"] for r in rows]
     assert "against" not in frame.columns  # one baseline, Expected Attention, in every cell: named in the text
-    assert {A.book_name(r["baseline"]) for r in rows} == {"Expected Attention"}
+    assert {F.spec_name(r["baseline"]) for r in rows} == {"Expected Attention"}
 
 
 def test_the_default_never_fills_its_budget_where_it_loses(summary):
@@ -135,14 +135,16 @@ def test_ladder_rungs_multiply_to_the_whole_distance(anatomy):
 
 
 def test_book_names(alg1, anatomy):
-    assert A.book_name(alg1) == "Algorithm 1 tuned"
-    assert A.book_name(P.PAPER_PRESET) == "Algorithm 1 as published"
-    assert A.book_name(anatomy["library_default"]["setting"]) == "the default"
-    assert A.book_name(anatomy["config"]["baseline"]) == "Expected Attention"
-    assert A.book_name("snapkv[window_size=16]") == "SnapKV"
-    assert A.book_name("jacap[window=64]", algorithm1=alg1) == "jacap[window=64]"  # no book name: its short spec
-    with pytest.raises(ValueError):
-        A.book_name("")
+    """The anatomy's settings by findings.spec_name, the one home of the book's names."""
+    assert F.spec_name(alg1) == "Algorithm 1 tuned"
+    assert F.spec_name(P.PAPER_PRESET) == "Algorithm 1 as published"
+    assert F.spec_name(anatomy["library_default"]["setting"], legend=True) == "default JacapPress()"
+    assert F.spec_name(anatomy["config"]["default"]) == "Algorithm 1 tuned"  # the anatomy's Jacap setting
+    assert F.spec_name(anatomy["config"]["baseline"]) == "Expected Attention"
+    assert F.spec_name("snapkv[window_size=16]") == "SnapKV"  # SnapKV's tune choice
+    assert F.spec_name("jacap[window=64]") == "`jacap[window=64]`"  # no book name: its short spec
+    with pytest.raises(ValueError, match="spec"):
+        F.spec_name("")
 
 
 def test_ablation_counts_against_the_raw_rows():
@@ -201,7 +203,7 @@ def test_figures_name_settings_as_the_book_does_and_in_their_colours(anatomy):
     for tr in kinds.data:
         assert tr.error_x.color == tr.marker.color
     assert "[" not in VA.named_layer_figure(anatomy).layout.title.text
-    assert "the default" in VA.kind_figure(anatomy["library_default"]).layout.title.text
+    assert "default JacapPress()" in VA.kind_figure(anatomy["library_default"]).layout.title.text
 
 
 def test_ablation_count_figure_stacks_every_cell():

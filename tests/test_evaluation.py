@@ -555,7 +555,7 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     frame = VE.split_frame(split)
     assert frame["chosen by the score"].tolist() == [0, 168] and frame["share chosen by the score"].tolist() == ["0%", "82%"]
     fig = VE.kl_figure(cells)
-    assert [t.name for t in fig.data] == ["default JacapPress()", "knorm"] and fig.layout.yaxis.type == "log"
+    assert [t.name for t in fig.data] == ["default JacapPress()", "KNorm"] and fig.layout.yaxis.type == "log"
     assert fig.data[0].line.color == method_style("jacap")["color"]
     assert VE.cells_frame(cells).shape == (2, 2)
     assert cli.main(["evaluate", "summary", "--dir", str(out)]) == 0
@@ -759,3 +759,21 @@ def test_grid_edges_finds_a_choice_on_the_edge_of_its_grid():
     assert rows[("capkv", "n_sink")]["values"] == [0, 4, 16] and rows[("capkv", "n_sink")]["edge"] is True
     assert rows[("capkv", "n_sink")]["bound"] and rows[("snapkv", "kernel_size")]["bound"]
     assert rows[("snapkv", "kernel_size")]["values"] == [1, 5, 9]
+
+
+def test_kl_figure_names_each_setting_once():
+    """The legend names a setting as the book does (findings.spec_name) and keeps names apart: SnapKV as kvpress
+    ships it and as the tune chose it would both read "SnapKV", so each is named by its short spec there."""
+    from jacap_lib.viz import evaluation as VE
+
+    def cell(method, ratio):
+        return {"method": method, "length": 512, "ratio": ratio, "n_docs": 4, "kl_geomean": 0.1, "kl_low": 0.05,
+                "kl_high": 0.2}
+
+    from jacap_lib.results.paths import data_path
+
+    chosen = json.loads(data_path("results", "eval", "choices.json").read_text())["chosen"]
+    one = VE.kl_figure([cell(chosen["snapkv"], r) for r in (0.5, 0.9)] + [cell("keydiff", r) for r in (0.5, 0.9)])
+    assert [t.name for t in one.data] == ["SnapKV", "KeyDiff"]
+    both = VE.kl_figure([cell(m, r) for m in ("snapkv", chosen["snapkv"]) for r in (0.5, 0.9)])
+    assert [t.name for t in both.data] == ["snapkv", "snapkv[window_size=16]"]

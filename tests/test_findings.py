@@ -211,20 +211,51 @@ def test_kl_and_needle_frame_puts_both_objectives_side_by_side():
 
 
 def test_spec_name_is_the_one_naming_of_settings():
-    """One home names a setting for prose and legends: the paper preset, the press JacapPress() builds, another
-    tempered-centre Jacap setting, any other by its short spec; the legend form drops markup only."""
-    from jacap_lib.presses.registry import with_options
+    """One home names a setting for prose and legends, on the committed specs: the paper preset, the tune choice of
+    jacap (not any tempered-centre setting), the press JacapPress() builds, kvpress presses by their reader names,
+    the uncompressed model, other tune choices by their registry names, any other setting by its short spec; the
+    legend form drops the markup only."""
+    from jacap_lib.presses.registry import build_press, method_options, with_options
     from jacap_lib.results import protocol as P
-    from jacap_lib.viz.evaluation import setting_name
 
-    default = with_options("jacap")  # JacapPress()'s options, written out
-    tuned = with_options("jacap", centre="tempered", tau=3.0, window=128)
+    choices = json.loads(data_path("results", "eval", "choices.json").read_text())
+    chosen = choices["chosen"]
+    record = method_options(build_press("jacap", 0.5))  # JacapPress()'s options, written out one by one
+    default = with_options("jacap", **{k: v for k, v in record.items() if k not in ("class", "compression_ratio")})
+    assert "centre=observed" in default and "window=16" in default
+    tempered = [c["spec"] for c in choices["choices"]["jacap"]["candidates"]  # a candidate the tune did not choose
+                if "beta=0.9" in c["spec"] and "tau=10" in c["spec"] and "window=128" in c["spec"]]
+    assert len(tempered) == 1 and not P.same_setting(tempered[0], chosen["jacap"])
+    context = P.CONTEXT_SPACE["jacap_context"][4]  # written out in full: the third round's window=16
+    assert context.startswith("jacap_context[budget=global,") and "window=16" in context
     cases = {P.PAPER_PRESET: ("Algorithm 1 as published", "Algorithm 1 as published"),
+             chosen["jacap"]: ("Algorithm 1 tuned", "Algorithm 1 tuned"),
+             "jacap[centre=tempered,tau=3,window=128]": ("Algorithm 1 tuned", "Algorithm 1 tuned"),  # the same press
+             tempered[0]: ("`jacap[centre=tempered,tau=10,window=128]`", "jacap[centre=tempered,tau=10,window=128]"),
              default: ("the default `JacapPress()`", "default JacapPress()"),
-             tuned: ("Algorithm 1 tuned", "Algorithm 1 tuned"),
-             "snapkv[window_size=32]": ("`snapkv[window_size=32]`", "snapkv[window_size=32]")}
+             "jacap": ("the default `JacapPress()`", "default JacapPress()"),
+             chosen["jacap_obs"]: ("the default `JacapPress()`", "default JacapPress()"),
+             chosen["jacap_ea"]: ("`jacap_ea`", "jacap_ea"),
+             chosen["expected_attention"]: ("Expected Attention", "Expected Attention"),
+             chosen["snapkv"]: ("SnapKV", "SnapKV"),
+             "keydiff": ("KeyDiff", "KeyDiff"),
+             "snapkv[window_size=32]": ("`snapkv[window_size=32]`", "snapkv[window_size=32]"),  # not SnapKV's choice
+             "full": ("uncompressed", "uncompressed"),
+             context: ("`jacap_context[window=16]`", "jacap_context[window=16]")}
     for spec, (prose, legend) in cases.items():
         assert F.spec_name(spec) == prose, spec
-        assert F.spec_name(spec, legend=True) == legend == setting_name(spec), spec
+        assert F.spec_name(spec, legend=True) == legend, spec
+        assert F.spec_name(spec, choices=choices) == prose, spec  # the committed choices are the default ones
+    # "Algorithm 1 tuned" is the tune choice of the choices given, whatever its options
+    other = {"chosen": {**chosen, "jacap": tempered[0]}}
+    assert F.spec_name(tempered[0], choices=other) == "Algorithm 1 tuned"
+    assert F.spec_name(chosen["jacap"], choices=other) == "`jacap[centre=tempered,tau=3,window=128]`"
+    for bad in ("", None):
+        with pytest.raises(ValueError, match="spec"):
+            F.spec_name(bad)
     assert F.setting_name({"role": "tuned jacap_ea", "setting": "jacap_ea"}) == "`jacap_ea`"
     assert F.setting_name({"role": "tuned jacap_obs", "setting": default}) == "the default `JacapPress()`"
+    # the findings' family names agree with spec_name on the committed summary's settings
+    summary = json.loads(data_path("results", "eval", "summary.json").read_text())
+    for fam in F.tuned_families(summary):
+        assert F.setting_name(fam) == F.spec_name(fam["setting"]), fam["role"]

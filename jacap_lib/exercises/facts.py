@@ -27,11 +27,10 @@ def _cell_rows(length: int, ratio: float) -> list[dict]:
 
 
 def _names() -> dict:
-    from ..results.loaders import load_eval_choices, load_needle_summary
-    from ..results.plane import setting_name
+    from ..results.findings import spec_name
+    from ..results.loaders import load_needle_summary
 
-    choices = load_eval_choices()
-    return {s: setting_name(s, choices) for s in load_needle_summary()["config"]["settings"]}
+    return {s: spec_name(s, legend=True) for s in load_needle_summary()["config"]["settings"]}
 
 
 def _predict_data() -> dict:

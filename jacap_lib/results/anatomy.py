@@ -46,7 +46,7 @@ from .protection import budget_split  # noqa: F401  (the one home; re-exported f
 
 __all__ = ["swap_settings", "split_wrapper", "pick_documents", "add_arguments", "prepare", "execute", "JOB", "DEFAULT_LENGTH",
            "DEFAULT_RATIO", "DEFAULT_PER_KIND", "OBS_WINDOW", "NO_LEVERAGE_NOISE", "BASELINE_HORIZON",
-           "SWAP_NAMES", "BASELINE_NAMES", "swap_name", "book_name", "budget_split", "loss_rows", "kind_counts",
+           "SWAP_NAMES", "BASELINE_NAMES", "swap_name", "budget_split", "loss_rows", "kind_counts",
            "swap_verdicts", "ladder_verdicts"]
 
 DEFAULT_LENGTH = 2048
@@ -447,28 +447,6 @@ BASELINE_NAMES = PRESS_NAMES
 def swap_name(key: str) -> str:
     """The book's name of a swap setting or ladder rung (:data:`SWAP_NAMES`); an unknown key as words."""
     return SWAP_NAMES.get(key, key.replace("_", " "))
-
-
-def book_name(spec: str, algorithm1: str | None = None) -> str:
-    """The book's name of a setting: "the default" (the press ``JacapPress()`` builds), "Algorithm 1 tuned" (the
-    spec ``algorithm1``, default: the tune choice of ``jacap`` in the committed ``choices.json``), "Algorithm 1 as
-    published" (the paper's preset), a baseline's name (:data:`BASELINE_NAMES`), else its short spec."""
-    from .findings import short_spec
-
-    if not isinstance(spec, str) or not spec:
-        raise ValueError(f"spec must be a method spec, got {spec!r}")
-    if RS.is_library_default(spec):
-        return "the default"
-    if algorithm1 is None:
-        from .loaders import load_eval_choices
-
-        algorithm1 = load_eval_choices()["chosen"]["jacap"]
-    if written_out(spec) == written_out(algorithm1):
-        return "Algorithm 1 tuned"
-    if written_out(spec) == written_out(P.PAPER_PRESET):
-        return "Algorithm 1 as published"
-    name = parse_method(spec)[0]
-    return BASELINE_NAMES.get(name, short_spec(spec))
 
 
 def loss_rows(family: dict) -> list[dict]:

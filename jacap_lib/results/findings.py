@@ -27,7 +27,7 @@ from .rowstats import (ALGORITHM1, LADDER, LADDER_ONLY, decompose_gap, family, i
                        swap_ratios)
 from .precision import interval_text
 
-__all__ = ["short_spec", "tuned_families", "setting_name", "spec_name", "SETTING_NAMES", "needle_table", "SOURCE", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
+__all__ = ["short_spec", "tuned_families", "setting_name", "spec_name", "DEFAULT_NAME", "SETTING_NAMES", "needle_table", "SOURCE", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
            "METHOD_WORDS", "accuracy_findings", "kl_findings", "needle_findings", "findings_text", "write", "FILE",
            "needle_baseline_lines", "layer_lines", "kind_lines", "swap_lines", "ladder_setting_lines", "ladder_lines", "needle_lines"]
 
@@ -184,28 +184,61 @@ def _tempered_text(spec: str) -> str:
 
 
 #: How the findings name each summary family's setting (role -> name); the tune choice that ``JacapPress()``
-#: builds is "the default" and any other tuned Jacap method its registry name (:func:`setting_name`).
+#: builds is "the default `JacapPress()`" and any other tuned Jacap method its registry name (:func:`setting_name`,
+#: by the family's role; :func:`spec_name` names a spec the same way).
 SETTING_NAMES = {ALGORITHM1: "Algorithm 1 tuned", "paper preset": "Algorithm 1 as published"}
 
 
-def spec_name(spec: str, *, legend: bool = False) -> str:
-    """The book's name of one setting, the one home of that naming: "Algorithm 1 as published" (the paper preset),
-    "the default `JacapPress()`" (the options ``JacapPress()`` builds today; ``legend=True``: "default
-    JacapPress()", plain text for a figure), "Algorithm 1 tuned" (another ``jacap`` setting with the tempered
-    centre), any other setting by :func:`short_spec` (in backticks unless ``legend``)."""
-    from . import protocol as P
-    from ..presses.registry import parse_method
+#: the plain-text and the prose form of the name of the press ``JacapPress()`` builds ("the default" means that
+#: press only)
+DEFAULT_NAME = {"legend": "default JacapPress()", "prose": "the default `JacapPress()`"}
 
-    if not spec:
-        return spec
-    name, opts = parse_method(spec)
+
+def _committed_chosen() -> dict:
+    """``choices.json``'s tune choices (``{method: spec}``) of the first search space, the committed file's."""
+    from .loaders import load_eval_choices
+
+    return load_eval_choices()["chosen"]
+
+
+def spec_name(spec: str, *, legend: bool = False, choices: dict | None = None) -> str:
+    """The book's name of one setting, the one home of that naming. In this order:
+
+    * ``"full"``: "uncompressed";
+    * the options ``JacapPress()`` builds today: "the default `JacapPress()`" (``legend=True``: "default
+      JacapPress()", plain text for a figure or a printed line);
+    * the tune choice of ``jacap`` (``choices["chosen"]["jacap"]``; ``choices``: a ``choices.json``, by default the
+      committed one): "Algorithm 1 tuned" — the choice defines it, not its options (the paper preset has the tempered
+      centre too);
+    * the paper's preset (:data:`~jacap_lib.results.protocol.PAPER_PRESET`): "Algorithm 1 as published";
+    * a kvpress press as kvpress builds it or as the tune chose it: its reader name
+      (:func:`~jacap_lib.presses.registry.press_name`: "SnapKV", "Expected Attention");
+    * another method's tune choice: its registry name (```jacap_ea```);
+    * any other setting: its :func:`short_spec` (```snapkv[window_size=32]```, ```jacap_context[window=16]```).
+
+    Code (registry names, specs) is in backticks unless ``legend``. Two specs build the same setting when they build
+    the same press (:func:`~jacap_lib.results.protocol.same_setting`)."""
+    from . import protocol as P
+    from ..presses.registry import PRESS_NAMES, parse_method, press_name
+
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"spec must be a method spec such as 'snapkv[window_size=16]' or 'full', got {spec!r}")
+    if spec == "full":
+        return "uncompressed"
+    name = parse_method(spec)[0]
+    if name.startswith("jacap") and is_library_default(spec):
+        return DEFAULT_NAME["legend" if legend else "prose"]
+    chosen = (_committed_chosen() if choices is None else choices["chosen"]).get(name)
+    tuned = chosen is not None and P.same_setting(spec, chosen)
+    if name == "jacap" and tuned:
+        return "Algorithm 1 tuned"
     if name == "jacap" and P.same_setting(spec, P.PAPER_PRESET):
         return "Algorithm 1 as published"
-    if name.startswith("jacap") and is_library_default(spec):
-        return "default JacapPress()" if legend else "the default `JacapPress()`"
-    if name == "jacap" and opts.get("centre") == "tempered":
-        return "Algorithm 1 tuned"
-    return short_spec(spec) if legend else f"`{short_spec(spec)}`"
+    short = short_spec(spec)
+    if name in PRESS_NAMES and (tuned or short == name):
+        return press_name(name)
+    code = name if tuned else short
+    return code if legend else f"`{code}`"
 
 
 def setting_name(fam: dict) -> str:

@@ -16,7 +16,9 @@ between keeping the model's predictions (KL) and keeping one fact (the needle).
   probe's own after-compression share on the same prompts (``probe_after_accuracy``) and the verdict of the paired
   exact test between the two modes (``inside_verdict``, ``inside_p_holm``: Holm over the probe's settings and cells).
 
-Every point carries its spec, its family (the registry name), the book's name for it (:func:`setting_name`), the
+Every point carries its spec, its family (the registry name), the book's name for it
+(:func:`~jacap_lib.results.findings.spec_name`: ``name`` in plain text for a figure or a printed line,
+``prose_name`` for a sentence; the same for the reference), the
 number of dev documents and of needle prompts, and whether a Jacap setting's protection fills the budget there
 (:func:`~jacap_lib.results.protection.protection_fills_budget`). The dev documents are exploratory (they helped
 choose the default), so the points describe; they judge nothing. :func:`answer_lines` turns the points into the
@@ -28,33 +30,12 @@ import math
 
 import numpy as np
 
-__all__ = ["BEST_BASELINE", "SPLIT", "setting_name", "kl_retrieval_points", "cell_points", "answer_lines", "name_cell"]
+__all__ = ["BEST_BASELINE", "SPLIT", "kl_retrieval_points", "cell_points", "answer_lines", "name_cell"]
 
 #: the default reference: each cell's best baseline by KL, picked on the tune documents
 BEST_BASELINE = "best baseline"
 #: the documents the KL ratios are computed on
 SPLIT = "dev"
-
-
-def setting_name(spec: str, choices: dict) -> str:
-    """The book's name of a setting in the plane (the glossary's named settings): "Algorithm 1 as published",
-    "the default", "Algorithm 1 tuned" (the tune choice of ``jacap``; :func:`~jacap_lib.results.findings.spec_name`
-    names these), "uncompressed" for ``"full"``; a kvpress press by its reader name (:func:`~jacap_lib.presses.registry.press_name`: "KeyDiff"), any other setting by its registry name (``jacap_ea``)."""
-    from ..presses.registry import PRESS_NAMES, press_name
-    from . import protocol as P
-    from .findings import spec_name
-
-    if spec == "full":
-        return "uncompressed"
-    if spec == choices["chosen"].get("jacap"):
-        return "Algorithm 1 tuned"
-    name = spec_name(spec, legend=True)
-    if name == "default JacapPress()":
-        return "the default"
-    if name == "Algorithm 1 as published":
-        return name
-    method = P.method_of(spec)
-    return press_name(method) if method in PRESS_NAMES else method  # a kvpress press by its paper's name
 
 
 def _kl_by_doc(rows: list[dict], length: int, ratio: float) -> dict:
@@ -86,6 +67,7 @@ def kl_retrieval_points(*, reference: str = BEST_BASELINE, dev_rows=None, choice
     ``load_eval_rows("dev")``, ``choices``: ``load_eval_choices()``, ``needle``: ``load_needle_summary()``,
     ``probe``: ``load_needle_probe_summary()``; pass ``probe={}`` to leave the question-inside mode out)."""
     from . import loaders as R
+    from .findings import spec_name
     from .protection import protection_fills_budget
     from .protocol import method_of
 
@@ -110,10 +92,11 @@ def kl_retrieval_points(*, reference: str = BEST_BASELINE, dev_rows=None, choice
             ref_spec = choices["best_baseline"]["cells"][f"{L}/{c:g}"]["spec"]
             ref_label = "the best baseline by KL (picked on tune)"
         else:
-            ref_spec, ref_label = reference, setting_name(reference, choices)
+            ref_spec, ref_label = reference, None
         kl = _kl_by_doc(dev_rows, L, c)
         if ref_spec not in kl:
             raise ValueError(f"the reference {ref_spec!r} has no dev rows in cell {L}/{c:g}; name a measured setting")
+        ref_label = ref_label or spec_name(ref_spec, legend=True, choices=choices)  # a named spec by its name
         full_in = inside.get((L, c, "full"))
         for a in cell["settings"]:
             spec = a["spec"]
@@ -123,8 +106,10 @@ def kl_retrieval_points(*, reference: str = BEST_BASELINE, dev_rows=None, choice
             ins, aft = inside.get((L, c, spec)), probe_after.get((L, c, spec))
             points.append({
                 "length": L, "ratio": c, "cell": f"{L}/{c:g}", "spec": spec, "family": method_of(spec),
-                "name": setting_name(spec, choices),
-                "reference": ref_label, "reference_spec": ref_spec, "reference_name": setting_name(ref_spec, choices),
+                "name": spec_name(spec, legend=True, choices=choices), "prose_name": spec_name(spec, choices=choices),
+                "reference": ref_label, "reference_spec": ref_spec,
+                "reference_name": spec_name(ref_spec, legend=True, choices=choices),
+                "reference_prose_name": spec_name(ref_spec, choices=choices),
                 "kl_ratio": ratio, "n_docs": n_docs, "split": SPLIT,
                 "accuracy": float(a["accuracy"]), "accuracy_low": float(a["low"]), "accuracy_high": float(a["high"]),
                 "correct": int(a["correct"]), "n_prompts": int(cell["n_prompts"]),
@@ -162,7 +147,7 @@ def answer_lines(points: list[dict]) -> list[str]:
     the compressed prompt changes where the probe measured it."""
     cells = list(dict.fromkeys((p["length"], p["ratio"]) for p in points))
     n = len(cells)
-    refs = {p["reference_name"] for p in points}
+    refs = {p["reference_prose_name"] for p in points}
     ref = refs.pop() if len(refs) == 1 else "the reference of each cell"
     ref_acc = sorted({p["accuracy"] for p in points if p["spec"] == p["reference_spec"]})
     full = sorted({p["full_accuracy"] for p in points})
@@ -176,7 +161,7 @@ def answer_lines(points: list[dict]) -> list[str]:
         low_best += min(ps, key=lambda p: p["kl_ratio"])["accuracy"] >= top
         for p in ps:
             if p["accuracy"] == top:
-                wins.setdefault(p["name"], []).append(p)
+                wins.setdefault(p["prose_name"], []).append(p)
     out.append(f"In {low_best} of the {n} cells, the setting with the lowest KL also finds the key most often.")
     name, best = max(wins.items(), key=lambda kv: len(kv[1]))
     ratios = [p["kl_ratio"] for p in best]
@@ -200,4 +185,4 @@ def _range(values) -> str:
 
 def name_cell(p: dict) -> str:
     """A point as a sentence names it: "Algorithm 1 tuned at prompt 1024, c = 0.5"."""
-    return f"{p['name']} at prompt {p['length']}, c = {p['ratio']:g}"
+    return f"{p['prose_name']} at prompt {p['length']}, c = {p['ratio']:g}"

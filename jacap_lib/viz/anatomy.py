@@ -277,7 +277,8 @@ def category_frame(data: dict, *, kinds=None) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------------------------- the book's figures
-# The figures below name every setting as the book does (results.anatomy.book_name / swap_name), never by its spec,
+# The figures below name every setting as the book does (results.findings.spec_name in plain text / results.anatomy
+# swap_name), never by its written-out spec,
 # and draw a method in its own colour (style.METHOD_STYLES): Algorithm 1 tuned, the default, Expected Attention.
 
 _WIDTH = 680  # the book's figures below fit the text column
@@ -305,13 +306,13 @@ def loss_frame(rows: list[dict]) -> pd.DataFrame:
     for the table's cells, the verdict of the cell's own 95 % interval, the documents lost / won, and how many of the
     kept tokens the score chooses (0: protection fills the budget). The baseline's column (``against``) only when the
     cells have different baselines."""
-    from ..results.anatomy import book_name
+    from ..results.findings import spec_name
 
     out = []
     for r in rows:
         chosen = (f"0 of {r['kept']}: protection fills the budget" if r["fills"]
                   else f"{r['scored']} of {r['kept']}")
-        out.append({"prompt / c": f"{r['length']} / {r['ratio']:g}", "against": book_name(r["baseline"]),
+        out.append({"prompt / c": f"{r['length']} / {r['ratio']:g}", "against": spec_name(r["baseline"], legend=True),
                     "adjusted": r["adjusted"], "own 95 %": r["own"], "lost/won": f"{r['losses']}/{r['wins']}",
                     "tokens the score chooses": chosen})
     frame = pd.DataFrame(out).set_index("prompt / c")
@@ -335,7 +336,7 @@ def kind_figure(part: dict, *, fills=None) -> go.Figure:
     kind (one colour each), the paired geometric-mean KL ratio of the setting to the best baseline with its 95 %
     interval (12 dev documents per kind). ``fills``: ``{(length, ratio): bool}``, cells where the setting's
     protection fills the budget, marked "(protection fills)" in the row's label."""
-    from ..results.anatomy import book_name
+    from ..results.findings import spec_name
 
     entries = part["kinds"]
     kinds = [k["kind"] for k in entries[0]["kinds"]]
@@ -367,7 +368,7 @@ def kind_figure(part: dict, *, fills=None) -> go.Figure:
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks],
                      title_text="KL ratio (geometric mean over the documents)")
     fig.update_yaxes(tickvals=list(range(len(rows))), ticktext=rows, autorange="reversed", title_text="prompt / c")
-    setting, baseline = book_name(entries[0]["setting"]), book_name(entries[0]["baseline"])
+    setting, baseline = spec_name(entries[0]["setting"], legend=True), spec_name(entries[0]["baseline"], legend=True)
     fig.update_layout(title=f"KL of {setting} / KL of {baseline}, per document kind (95 % intervals)",
                       height=140 + 46 * len(rows), width=_WIDTH, margin={"l": 190, "t": 80, "b": 110},
                       legend={"orientation": "h", "y": -0.12 - 2.0 / (len(rows) + 3), "x": 0, "yanchor": "top"})
@@ -427,12 +428,13 @@ def swap_forest(data: dict) -> go.Figure:
     kinds), each setting's paired KL ratio to Algorithm 1 tuned with its interval adjusted for the settings judged
     together (:func:`jacap_lib.results.anatomy.swap_verdicts`); a change of Jacap's score in Algorithm 1 tuned's
     colour, Expected Attention's score in its own; filled: the interval excludes 1."""
-    from ..results.anatomy import book_name, swap_verdicts
+    from ..results.anatomy import swap_verdicts
+    from ..results.findings import spec_name
 
     cfg = data["config"]
     rows = swap_verdicts(data["documents"])
     a_col, b_col = _method_colour(cfg["default"]), _method_colour(cfg["baseline"])
-    a_name, b_name = book_name(cfg["default"]), book_name(cfg["baseline"])
+    a_name, b_name = spec_name(cfg["default"], legend=True), spec_name(cfg["baseline"], legend=True)
     ea = {"baseline", "baseline_jacap_protection"}
     conf = rows[0]["confidence"]
     return _forest(rows, list(dict.fromkeys(r["group"] for r in rows)),
@@ -447,12 +449,13 @@ def ladder_figure(data: dict) -> go.Figure:
     """The ladder of ``anatomy.json`` from Algorithm 1 tuned's score to Expected Attention's (under Jacap's
     protection), one knob per rung: per group of documents, each rung's KL / the KL of the rung before it, with its
     interval adjusted for the rungs of a group (:func:`jacap_lib.results.anatomy.ladder_verdicts`)."""
-    from ..results.anatomy import book_name, ladder_verdicts
+    from ..results.anatomy import ladder_verdicts
+    from ..results.findings import spec_name
 
     cfg = data["config"]
     rows = ladder_verdicts(data["documents"])
     a_col, b_col = _method_colour(cfg["default"]), _method_colour(cfg["baseline"])
-    a_name, b_name = book_name(cfg["default"]), book_name(cfg["baseline"])
+    a_name, b_name = spec_name(cfg["default"], legend=True), spec_name(cfg["baseline"], legend=True)
     last = rows[-1]["key"]
     conf = rows[0]["confidence"]
     return _forest(rows, list(dict.fromkeys(r["group"] for r in rows)),
@@ -466,13 +469,13 @@ def ladder_figure(data: dict) -> go.Figure:
 def kept_position_figure(data: dict) -> go.Figure:
     """:func:`position_figure` with the book's names and each press in its own colour (Algorithm 1 tuned's,
     Expected Attention's)."""
-    from ..results.anatomy import book_name
+    from ..results.findings import spec_name
 
     cfg = data["config"]
     fig = position_figure(data)
     for tr in fig.data:
         spec = cfg["baseline"] if tr.legendgroup == "b_only" else cfg["default"]
-        tr.name = f"kept by {book_name(spec)} only"
+        tr.name = f"kept by {spec_name(spec, legend=True)} only"
         tr.marker.color = _method_colour(spec)
     fig.update_layout(width=_WIDTH, margin={"l": 70, "r": 20})
     return fig
@@ -480,12 +483,12 @@ def kept_position_figure(data: dict) -> go.Figure:
 
 def named_layer_figure(data: dict, **kw) -> go.Figure:
     """:func:`layer_ratio_figure` titled with the book's names of the two settings."""
-    from ..results.anatomy import book_name
+    from ..results.findings import spec_name
 
     fig = layer_ratio_figure(data, **kw)
     e = data["layers"][0]
-    fig.layout.title.text = wrap_title(f"Attention-output error per layer: {book_name(e['setting'])} / "
-                                       f"{book_name(e['baseline'])}", 56)
+    fig.layout.title.text = wrap_title(f"Attention-output error per layer: {spec_name(e['setting'], legend=True)} / "
+                                       f"{spec_name(e['baseline'], legend=True)}", 56)
     fig.update_layout(width=_WIDTH, margin={"l": 60, "r": 20})
     return fig
 

@@ -14,12 +14,13 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..results import protection, rowstats
+from ..results.findings import spec_name
 from ..results.precision import interval_text
 from .style import METHOD_STYLES, finish, wrapped
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
            "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval",
-           "kl_and_needle_frame", "tuned_line", "record_frame", "setting_name", "pair_verdict_frame",
+           "kl_and_needle_frame", "tuned_line", "record_frame", "pair_verdict_frame",
            "document_ratio_figure", "verdict_counts_frame"]
 
 
@@ -176,7 +177,7 @@ def _protection_note(specs, length, ratio) -> str:
         return ""
     if len(filled) == len(jac):
         return protection.LABEL
-    return f"{protection.LABEL} of {setting_name(filled[0])}"
+    return f"{protection.LABEL} of {spec_name(filled[0], legend=True)}"
 
 
 def pair_frame(rows: list[dict], *, details: bool = False) -> pd.DataFrame:
@@ -328,8 +329,10 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
                         subplot_titles=[f"prompt {L}" for L in lengths], horizontal_spacing=0.04)
     # a setting by its name where the book names it, else by its method's name when it is that method's only
     # setting here (the tuned options are in the choices table)
-    name = {m: setting_name(m) for m in methods}
+    name = {m: spec_name(m, legend=True) for m in methods}
     name = {m: family[m] if n == m and list(family.values()).count(family[m]) == 1 else n for m, n in name.items()}
+    # two settings the book names alike (kvpress's SnapKV as shipped and as tuned): each by its short spec
+    name = {m: m if list(name.values()).count(n) > 1 else n for m, n in name.items()}
     for j, L in enumerate(lengths, start=1):
         for m in methods:
             cs = sorted((c for c in cells if c["method"] == m and c["length"] == L), key=lambda c: c["ratio"])
@@ -355,14 +358,6 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
                               "yanchor": "top", "entrywidth": 0.33, "entrywidthmode": "fraction"},
                       margin={"b": 60 + 24 * rows})
     return finish(fig)
-
-
-def setting_name(spec: str) -> str:
-    """A setting as a figure's legend names it: :func:`jacap_lib.results.findings.spec_name` in plain text
-    ("Algorithm 1 as published", "default JacapPress()", "Algorithm 1 tuned", any other by its short spec)."""
-    from ..results.findings import spec_name
-
-    return spec_name(spec, legend=True)
 
 
 def _pct(a: dict) -> str:
@@ -477,13 +472,13 @@ def pair_verdict_frame(rows: list[dict], setting: str, reference: str) -> pd.Dat
     """:func:`pair_frame` of ``setting`` against ``reference`` (``rows``:
     :func:`~jacap_lib.results.evaluation.compare_settings` rows of that pair) with a note column: where either
     setting's sinks and recent window fill the whole budget (:func:`~jacap_lib.results.protection.protection_fills_budget`),
-    which of the two — "both", or the one named by :func:`setting_name` — so that the verdict beside it reads as a
-    verdict on a recency rule, not on a score."""
+    which of the two — "both", or the one named by :func:`~jacap_lib.results.findings.spec_name` — so that the
+    verdict beside it reads as a verdict on a recency rule, not on a score."""
     frame = pair_frame(rows)
     notes = []
     for r in rows:
         filled = _filled((setting, reference), r["length"], r["ratio"])
-        who = "both" if len(filled) == 2 else setting_name(filled[0]) if filled else ""
+        who = "both" if len(filled) == 2 else spec_name(filled[0], legend=True) if filled else ""
         notes.append(f"{protection.LABEL}: {who}" if who else "")
     out = pd.DataFrame(frame).assign(note=notes)
     return wrapped(out, ["verdict", "note"])
@@ -526,8 +521,8 @@ def document_ratio_figure(rows: list[dict], setting: str, reference: str, length
     fig.update_xaxes(title_text="dev document, sorted by its ratio", range=xs)
     fig.update_layout(height=480, legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.22, "yanchor": "top"},
                       margin={"b": 110},
-                      title=f"{setting_name(setting)} against {setting_name(reference)}, prompt {length}, "
-                            f"c = {float(ratio):g}: one point per document")
+                      title=f"{spec_name(setting, legend=True)} against {spec_name(reference, legend=True)}, "
+                            f"prompt {length}, c = {float(ratio):g}: one point per document")
     return finish(fig)
 
 

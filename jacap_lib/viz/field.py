@@ -25,12 +25,12 @@ def tune_ratio_figure(table: list[dict], *, pending=(), title: str | None = None
     ``pending``: methods without a tune choice yet, named in a note."""
     if not table:
         raise ValueError("table must hold at least one method (rows of results.candidates.score_table)")
-    from .evaluation import setting_name
+    from ..results.findings import spec_name
 
     rows = sorted(table, key=lambda r: r["kl_ratio"], reverse=True)  # plotly draws the first bar at the bottom
     fig = go.Figure()
     for r in rows:
-        label = setting_name(r["spec"]) if "spec" in r else r["setting"]  # the book's names for Jacap's settings
+        label = spec_name(r["spec"], legend=True) if "spec" in r else r["setting"]  # the book's names of the settings
         fig.add_trace(go.Bar(x=[r["kl_ratio"]], y=[label], orientation="h", name=label,
                              legendgroup=r["method"], showlegend=False,
                              hovertemplate=f"{label}<br>KL ratio to the default %{{x:.3g}}<extra></extra>"))

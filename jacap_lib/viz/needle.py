@@ -8,9 +8,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..results.findings import short_spec
+from ..results.findings import short_spec, spec_name
 from ..results.precision import interval_text
-from .evaluation import setting_name, short_verdict
+from .evaluation import short_verdict
 from .style import METHOD_STYLES, finish, style_key, wrapped
 
 __all__ = ["style_key", "survival_figure", "survival_frame", "mode_effect_frame"]
@@ -43,7 +43,7 @@ def survival_figure(summary: dict, mode: str = "after", *, title: str | None = N
                         subplot_titles=[f"prompt {L} tokens, c = {c}" for L, c in cells])
     for spec in specs:
         accs = ", ".join(f"{100 * acc[(spec, L, c)]['accuracy']:.0f}%" for L, c in cells)
-        name = f"{setting_name(spec)}: accuracy {accs}"
+        name = f"{spec_name(spec, legend=True)}: accuracy {accs}"
         jac = spec.startswith("jacap")
         for j, (L, c) in enumerate(cells, start=1):
             s = next((x for x in surv if x["spec"] == spec and x["length"] == L and x["ratio"] == c), None)
