@@ -144,8 +144,13 @@ def test_pair_target_cells_and_choices_frames():
              for m in ("jacap[centre=tempered,tau=3,beta=0.9]", "snapkv[window_size=16]") for c in (0.5, 0.75)]
     f = VE.cells_frame(cells)
     assert list(f.columns) == ["c = 0.5", "c = 0.75"]  # never "0.500000"
-    assert f.loc[(512, "Jacap the tempered centre, τ = 3"), "c = 0.5"] == "0.0123"  # four decimals: the interval is ±0.002
-    assert VE.cells_frame(cells, details=True).loc[(512, "snapkv"), "c = 0.75"] == "[0.0105, 0.0146]"
+    # rows named as the figures name them (setting_names): jacap's only setting here by its method's name, SnapKV's
+    # tune choice by its reader name
+    assert f.loc[(512, "jacap"), "c = 0.5"] == "0.0123"  # four decimals: the interval is ±0.002
+    assert VE.cells_frame(cells, details=True).loc[(512, "SnapKV"), "c = 0.75"] == "[0.0105, 0.0146]"
+    # SnapKV as shipped beside its tune choice: the two would share the reader name, so each row shows its short spec
+    both = cells + [{**c, "method": "snapkv"} for c in cells if c["method"].startswith("snapkv")]
+    assert sorted({k[1] for k in VE.cells_frame(both).index}) == ["jacap", "snapkv", "snapkv[window_size=16]"]
     with pytest.raises(ValueError, match="value"):
         VE.cells_frame(cells, value="kl")
     choices = {"choices": {"snapkv": {"chosen": "snapkv[window_size=16]", "candidates": [

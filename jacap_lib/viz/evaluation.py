@@ -19,7 +19,7 @@ from ..results.precision import interval_text
 from .style import METHOD_STYLES, finish, wrapped
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
-           "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_label", "verdict_interval",
+           "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_names", "verdict_interval",
            "kl_and_needle_frame", "tuned_line", "record_frame", "pair_verdict_frame",
            "document_ratio_figure", "verdict_counts_frame"]
 
@@ -276,15 +276,20 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
     return wrapped(frame, ["Jacap", "baseline setting"] if details else ["Jacap", "baseline", "verdict"])
 
 
-def setting_label(spec: str) -> str:
-    """A setting's name in a table row: a Jacap spec by its values (``Jacap τ = 3, β = 0.9``), any other its
-    method name (the tuned options are in the choices table)."""
-    from ..results.findings import setting_text
-
-    if spec.startswith("jacap"):
-        name = spec.split("[", 1)[0]
-        return ("Jacap" if name == "jacap" else name) + ("" if name == spec else " " + setting_text(spec))
-    return _short(spec)
+def setting_names(specs) -> dict[str, str]:
+    """``{spec: name}``: the names a figure's legend and a table's rows give the settings ``specs`` shown together,
+    the one rule for both. A setting by the book's name where it has one
+    (:func:`~jacap_lib.results.findings.spec_name`, plain text: "Algorithm 1 tuned", "default JacapPress()",
+    "SnapKV"), else by its method's registry name when it is that method's only setting here (the tuned options are
+    in the choices table), else by its short spec; two settings the book names alike (kvpress's SnapKV as shipped
+    and as tuned) each by its short spec, so no two rows or legend entries share a name."""
+    specs = list(dict.fromkeys(specs))
+    shown = [_shorter(s) for s in specs]
+    family = {m: m.split("[", 1)[0] for m in shown}
+    name = {m: spec_name(m, legend=True) for m in shown}
+    name = {m: family[m] if n == m and list(family.values()).count(family[m]) == 1 else n for m, n in name.items()}
+    name = {m: m if list(name.values()).count(n) > 1 else n for m, n in name.items()}
+    return {s: name[_shorter(s)] for s in specs}
 
 
 def cells_frame(cells: list[dict], *, value: str = "kl_geomean", details: bool = False) -> pd.DataFrame:
@@ -294,13 +299,14 @@ def cells_frame(cells: list[dict], *, value: str = "kl_geomean", details: bool =
     if value not in ("kl_geomean", "top1_agreement", "attn_rel_error"):
         raise ValueError(f"value must be 'kl_geomean', 'top1_agreement' or 'attn_rel_error', got {value!r}")
     table: dict = {}
+    names = setting_names(c["method"] for c in cells)
     for c in cells:
         if value == "kl_geomean":
             est, iv = _interval(c["kl_geomean"], c["kl_low"], c["kl_high"]).split(" ", 1)
             txt = iv if details else est
         else:
             txt = f"{c[value]:.3f}"
-        table.setdefault((c["length"], setting_label(c["method"])), {})[f"c = {float(c['ratio']):g}"] = txt
+        table.setdefault((c["length"], names[c["method"]]), {})[f"c = {float(c['ratio']):g}"] = txt
     frame = pd.DataFrame.from_dict(table, orient="index")
     frame.index = pd.MultiIndex.from_tuples(frame.index, names=["prompt", "setting"])
     return wrapped(frame, ["setting"])
@@ -327,12 +333,7 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
     n_docs = sorted({c["n_docs"] for c in cells})
     fig = make_subplots(rows=1, cols=len(lengths), shared_yaxes=True, x_title="compression ratio c (evenly spaced)",
                         subplot_titles=[f"prompt {L}" for L in lengths], horizontal_spacing=0.04)
-    # a setting by its name where the book names it, else by its method's name when it is that method's only
-    # setting here (the tuned options are in the choices table)
-    name = {m: spec_name(m, legend=True) for m in methods}
-    name = {m: family[m] if n == m and list(family.values()).count(family[m]) == 1 else n for m, n in name.items()}
-    # two settings the book names alike (kvpress's SnapKV as shipped and as tuned): each by its short spec
-    name = {m: m if list(name.values()).count(n) > 1 else n for m, n in name.items()}
+    name = setting_names(methods)
     for j, L in enumerate(lengths, start=1):
         for m in methods:
             cs = sorted((c for c in cells if c["method"] == m and c["length"] == L), key=lambda c: c["ratio"])
@@ -368,11 +369,12 @@ def needle_frame(summary: dict) -> pd.DataFrame:
     """The needle summary's accuracies as a table: one row per (prompt, setting), the uncompressed answer (the
     ceiling) first, one column per c, each entry "accuracy [95 % Wilson interval]" in % of its prompts."""
     table: dict = {}
+    names = setting_names(a["spec"] for cell in summary["cells"] for a in cell["settings"])
     for cell in summary["cells"]:
         col = f"c = {float(cell['ratio']):g}"
         table.setdefault((cell["length"], "uncompressed (ceiling)"), {})[col] = _pct(cell["full"])
         for a in cell["settings"]:
-            table.setdefault((cell["length"], setting_label(a["spec"])), {})[col] = _pct(a)
+            table.setdefault((cell["length"], names[a["spec"]]), {})[col] = _pct(a)
     if not table:
         raise ValueError("summary has no complete cell; run the needle job and its summary")
     frame = pd.DataFrame.from_dict(table, orient="index")
