@@ -710,24 +710,26 @@ def test_context_space_is_written_out_and_its_migration_renamed_rows_not_measure
     folder = data_path("results", "eval", "context")
     specs = P.CONTEXT_SPACE["jacap_context"]
     assert all(written_out(s) == s for s in specs)
-    assert specs[0] == P._context() and P._context(window=16) in specs
+    assert specs[0] == P._context() and P._context(window=64) in specs
+    assert all(written_out(s) == s for s in P.CONTEXT_REPLACED) and not set(P.CONTEXT_REPLACED) & set(specs)
     first = press_from_spec(specs[0], 0.5)
     assert (first.budget, first.centre, first.n_sink, first.window, first.chunk_size) == ("global", "observed", 4, 0, 2048)
     migration = json.loads((folder / "spec_migration.json").read_text())
     assert migration["eval"]["jacap_context[window=16]"] == P._context(window=16)
     for old, new in migration["eval"].items():
-        assert written_out(old) == new == P._context(**parse_method(old)[1]) and new in specs
+        assert written_out(old) == new == P._context(**parse_method(old)[1])
+        assert new in specs or new in P.CONTEXT_REPLACED
     rows = FI.read_jsonl(folder / "tune.jsonl")
-    assert {r["method"] for r in rows} <= set(specs) and len(rows) >= migration["rows"]
+    assert {r["method"] for r in rows} <= set(specs) | set(P.CONTEXT_REPLACED) and len(rows) >= migration["rows"]
     strip = lambda d: {k: v for k, v in d.items() if k != "compression_ratio"}  # noqa: E731
     for run in FI.read_runs(folder / "tune.jsonl"):
         assert P.fingerprint(run["protocol"]) == run["fingerprint"]
         for spec, then in run["settings"].items():
-            assert spec in specs
+            assert spec in specs or spec in P.CONTEXT_REPLACED
             now = json.loads(json.dumps(method_options(press_from_spec(spec, then["compression_ratio"]))))
             assert effective_options(strip(now)) == effective_options(strip(then)), spec
     assert set(migration["fingerprints"].values()) <= {r["fingerprint"] for r in FI.read_runs(folder / "tune.jsonl")}
-    E.check_settings_unchanged(folder / "tune.jsonl", P.CONTEXT_SPACE)  # resumes
+    E.check_settings_unchanged(folder / "tune.jsonl", {"jacap_context": specs + P.CONTEXT_REPLACED})  # resumes
 
 
 def test_grid_edges_finds_a_choice_on_the_edge_of_its_grid():

@@ -37,7 +37,7 @@ import math
 
 from ..presses.registry import ADAKV_BASELINES, BASELINES, explicit_spec, parse_method, press_from_spec
 
-__all__ = ["SEARCH_SPACE", "PEER_SPACE", "CONTEXT_SPACE", "CONTEXT_AS_FIRST_TUNED", "SPACES", "PAPER_PRESET", "ALGORITHM1_AS_PUBLISHED", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "RULE_WORDINGS", "same_rule", "BASELINE_METHODS", "JACAP_METHODS",
+__all__ = ["SEARCH_SPACE", "PEER_SPACE", "CONTEXT_SPACE", "CONTEXT_AS_FIRST_TUNED", "CONTEXT_REPLACED", "SPACES", "PAPER_PRESET", "ALGORITHM1_AS_PUBLISHED", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "RULE_WORDINGS", "same_rule", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
            "protocol_config", "fingerprint", "compare_configs", "same_measurements", "neighbours", "grid_edges", "quick_space"]
 
@@ -197,15 +197,21 @@ def _context(**change) -> str:
 #: settings share one reconstruction pass per (document, prompt length) (``measure_group(share_scoring=True)``).
 #: Second round, around the first choice (a 16-token window, :data:`AROUND_CHOICE`): its sinks on both sides of 4.
 #: Third round: that choice's window was the end of the two values tried ({0, 16}), so 64 was added beyond it
-#: (the window joined AROUND_CHOICE; 0 is the value below). The specs were first recorded in a short form
+#: (the window joined AROUND_CHOICE); the rule chose 64 (-2.894 against 16's -2.882), again the end of the grid. Fourth
+#: round, as Algorithm 1's window went on doubling: 256 beyond the choice, the window's value below it the defaults' 0,
+#: the sinks re-centred on the new choice (0 and 16 at window 64); the 16-token window and its two sink settings were
+#: replaced (:data:`CONTEXT_REPLACED`; their rows stay in tune.jsonl). The specs were first recorded in a short form
 #: (``jacap_context[window=16]``); they were written out in full once, by a recorded migration
 #: (``data/results/eval/context/spec_migration.json``).
 CONTEXT_SPACE: dict[str, tuple[str, ...]] = {
     "jacap_context": tuple(_context(**o) for o in (
-        {}, {"budget": "layer"}, {"budget": "head"}, {"centre": "ea"}, {"window": 16},
-        {"n_sink": 0, "window": 16}, {"n_sink": 16, "window": 16},
-        {"window": 64})),
+        {}, {"budget": "layer"}, {"budget": "head"}, {"centre": "ea"}, {"window": 64},
+        {"window": 256}, {"n_sink": 0, "window": 64}, {"n_sink": 16, "window": 64})),
 }
+#: Settings of earlier rounds of :data:`CONTEXT_SPACE` that a later round replaced (their rows stay in the tune file;
+#: the rule no longer chooses among them): the 16-token window and its sinks, replaced when the choice moved to 64.
+CONTEXT_REPLACED: tuple[str, ...] = tuple(_context(**o) for o in (
+    {"window": 16}, {"n_sink": 0, "window": 16}, {"n_sink": 16, "window": 16}))
 #: the search spaces by name (``jacap evaluate tune --space``): the first rounds' methods, the peers, the context press
 SPACES: dict[str, dict] = {"first": SEARCH_SPACE, "peers": PEER_SPACE, "context": CONTEXT_SPACE}
 # The budget: 5 settings for every method with options (1 for TOVA, KNorm, KeyDiff), plus, for each baseline whose
