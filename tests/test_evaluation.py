@@ -698,6 +698,18 @@ def test_every_recorded_jacap_setting_is_written_out_and_builds_what_was_recorde
     E.check_settings_unchanged(data_path("results", "eval", "tune.jsonl"), P.SEARCH_SPACE)  # resumes
 
 
+def test_grid_edges_sees_a_knob_a_press_copies_into_its_private_sub_press():
+    """Compactor copies its sketch dimension into a private LeverageScorePress (``_leverage_press``): moving the knob
+    moves two recorded options, and the edge check must still see it as one knob (the first peers round chose 24 of
+    {24, 48, 96}, the grid's end). Replaced settings are out of the space, their rows kept."""
+    space = {"compactor": ["compactor", "compactor[sketch_dimension=24]", "compactor[sketch_dimension=96]"]}
+    choices = {"config": {"search_space": space}, "chosen": {"compactor": "compactor[sketch_dimension=24]"}}
+    assert P.grid_edges(choices) == [{"method": "compactor", "option": "sketch_dimension", "chosen": 24,
+                                      "values": [24, 48, 96], "edge": True, "bound": False}]
+    assert "compactor[sketch_dimension=12]" in P.PEER_SPACE["compactor"]
+    assert not set(P.PEER_REPLACED) & {s for v in P.PEER_SPACE.values() for s in v}
+
+
 def test_context_space_is_written_out_and_its_migration_renamed_rows_not_measurements():
     """The context space's settings are CONTEXT_AS_FIRST_TUNED with the named changes, written out in full; the
     one-off migration renamed the short specs of the first rounds: each old name's written-out form is its map

@@ -37,7 +37,7 @@ import math
 
 from ..presses.registry import ADAKV_BASELINES, BASELINES, explicit_spec, parse_method, press_from_spec
 
-__all__ = ["SEARCH_SPACE", "PEER_SPACE", "CONTEXT_SPACE", "CONTEXT_AS_FIRST_TUNED", "CONTEXT_REPLACED", "SPACES", "PAPER_PRESET", "ALGORITHM1_AS_PUBLISHED", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "RULE_WORDINGS", "same_rule", "BASELINE_METHODS", "JACAP_METHODS",
+__all__ = ["SEARCH_SPACE", "PEER_SPACE", "CONTEXT_SPACE", "CONTEXT_AS_FIRST_TUNED", "CONTEXT_REPLACED", "PEER_REPLACED", "REPLACED", "SPACES", "PAPER_PRESET", "ALGORITHM1_AS_PUBLISHED", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "RULE_WORDINGS", "same_rule", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
            "protocol_config", "fingerprint", "compare_configs", "same_measurements", "neighbours", "grid_edges", "quick_space"]
 
@@ -152,8 +152,9 @@ PEER_SPACE: dict[str, tuple[str, ...]] = {
               "kvzip[n_sink=16]"),
     # input x gradient on a replay: per-layer budgets; sinks on both sides; the chunk doubled
     "kvgrad": ("kvgrad", "kvgrad[layerwise=true]", "kvgrad[n_sink=0]", "kvgrad[n_sink=16]", "kvgrad[chunk_size=1024]"),
-    # leverage + non-causal attention: the sketch halved and doubled, the chunk halved and doubled
-    "compactor": ("compactor", "compactor[sketch_dimension=24]", "compactor[sketch_dimension=96]",
+    # leverage + non-causal attention: the sketch halved and doubled, the chunk halved and doubled; the choice (24)
+    # was the end of {24, 48, 96}, so 12 replaced the sketch's worst setting (96)
+    "compactor": ("compactor", "compactor[sketch_dimension=24]", "compactor[sketch_dimension=12]",
                   "compactor[chunk_size=128]", "compactor[chunk_size=512]"),
     # the sketch dimension from a quarter to four times kvpress's 48
     "leverage_score": ("leverage_score", "leverage_score[sketch_dimension=12]", "leverage_score[sketch_dimension=24]",
@@ -167,8 +168,9 @@ PEER_SPACE: dict[str, tuple[str, ...]] = {
     "pyramidkv": ("pyramidkv", "pyramidkv[window_size=32]", "pyramidkv[window_size=128]", "pyramidkv[beta=5]",
                   "pyramidkv[beta=50]"),
     # around Expected Attention (the best baseline of the first rounds on tune): the first stage's share on both
-    # sides; around SnapKV instead; epsilon ten times larger
-    "critical_kv": ("critical_kv", "critical_kv[first_stage_ratio=0.25]", "critical_kv[first_stage_ratio=0.75]",
+    # sides; around SnapKV instead; epsilon ten times larger. The choice (0.75) was the end of {0.25, 0.5, 0.75}, so
+    # 0.9 replaced the share's worst setting (0.25)
+    "critical_kv": ("critical_kv", "critical_kv[first_stage_ratio=0.9]", "critical_kv[first_stage_ratio=0.75]",
                     "critical_kv[scorer=snapkv]", "critical_kv[epsilon=0.001]"),
     "critical_adakv": ("critical_adakv", "critical_adakv[first_stage_ratio=0.25]",
                        "critical_adakv[first_stage_ratio=0.75]", "critical_adakv[scorer=snapkv]",
@@ -208,12 +210,18 @@ CONTEXT_SPACE: dict[str, tuple[str, ...]] = {
         {}, {"budget": "layer"}, {"budget": "head"}, {"centre": "ea"}, {"window": 64},
         {"window": 256}, {"n_sink": 0, "window": 64}, {"n_sink": 16, "window": 64})),
 }
+#: Settings of :data:`PEER_SPACE`'s first round that a value beyond a choice on its grid's edge replaced (the knob's
+#: worst setting on the tune documents; their rows stay in the tune file, the rule no longer chooses among them).
+PEER_REPLACED: tuple[str, ...] = ("compactor[sketch_dimension=96]", "critical_kv[first_stage_ratio=0.25]")
 #: Settings of earlier rounds of :data:`CONTEXT_SPACE` that a later round replaced (their rows stay in the tune file;
 #: the rule no longer chooses among them): the 16-token window and its sinks, replaced when the choice moved to 64.
 CONTEXT_REPLACED: tuple[str, ...] = tuple(_context(**o) for o in (
     {"window": 16}, {"n_sink": 0, "window": 16}, {"n_sink": 16, "window": 16}))
 #: the search spaces by name (``jacap evaluate tune --space``): the first rounds' methods, the peers, the context press
 SPACES: dict[str, dict] = {"first": SEARCH_SPACE, "peers": PEER_SPACE, "context": CONTEXT_SPACE}
+#: per space, the settings a later round replaced whose rows its tune file keeps (the first space's written-out rows
+#: of earlier grids are described in the comment below, not listed)
+REPLACED: dict[str, tuple[str, ...]] = {"peers": PEER_REPLACED, "context": CONTEXT_REPLACED}
 # The budget: 5 settings for every method with options (1 for TOVA, KNorm, KeyDiff), plus, for each baseline whose
 # scores differ across KV heads, its choice of the earlier rounds (on the first 12 tune documents) under kvpress's
 # head-adaptive allocation (adakv=true; Jacap's scores get it as the method jacap_adakv, jacap_obs as budget=layer).
@@ -521,6 +529,8 @@ def _flat_options(spec: str) -> dict:
     def flat(record, prefix=""):  # a wrapper's scorer options under "press.<option>" (AdaKV around Jacap, ...)
         out = {}
         for k, v in record.items():
+            if k.startswith("_"):  # a press's private sub-press built from its own options (Compactor's): no knob
+                continue
             if isinstance(v, dict):
                 out.update(flat(v, f"{prefix}{k}."))
             elif k not in ("compression_ratio", "class"):
