@@ -707,6 +707,12 @@ def test_grid_edges_sees_a_knob_a_press_copies_into_its_private_sub_press():
     assert P.grid_edges(choices) == [{"method": "compactor", "option": "sketch_dimension", "chosen": 24,
                                       "values": [24, 48, 96], "edge": True, "bound": False}]
     assert "compactor[sketch_dimension=12]" in P.PEER_SPACE["compactor"]
+    # CriticalKV's first stage at the whole budget (1) is an edge no grid can widen; 0.9 of {0.5, 0.9, 1} is inside
+    space = {"critical_kv": ["critical_kv", "critical_kv[first_stage_ratio=0.9]", "critical_kv[first_stage_ratio=1.0]"]}
+    edge = P.grid_edges({"config": {"search_space": space}, "chosen": {"critical_kv": space["critical_kv"][2]}})
+    assert [(e["chosen"], e["values"], e["edge"], e["bound"]) for e in edge] == [(1.0, [0.5, 0.9, 1.0], True, True)]
+    edge = P.grid_edges({"config": {"search_space": space}, "chosen": {"critical_kv": space["critical_kv"][1]}})
+    assert [(e["edge"], e["bound"]) for e in edge] == [(False, False)]
     assert not set(P.PEER_REPLACED) & {s for v in P.PEER_SPACE.values() for s in v}
 
 

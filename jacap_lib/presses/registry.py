@@ -346,6 +346,16 @@ _BASELINE_INT_MIN = {"window_size": 1, "kernel_size": 1, "n_future_positions": 1
 _CLASS_INT_MIN = {("PyramidKVPress", "beta"): 1}
 
 
+#: the largest value a press option takes, where it has one: CriticalKV's first stage can take the whole budget (1)
+_LARGEST = {"first_stage_ratio": 1.0}
+
+
+def largest_value(option: str) -> float | None:
+    """The largest value a press option takes (``None``: no largest); CriticalKV's ``first_stage_ratio`` 1, where
+    the first stage takes the whole budget and the press is its scorer alone."""
+    return _LARGEST.get(option)
+
+
 def smallest_value(option: str) -> int:
     """The smallest value an integer press option takes (1 for window, kernel sizes and future positions of the
     kvpress baselines, 0 for the others: sinks, Jacap's recent window)."""

@@ -153,8 +153,9 @@ PEER_SPACE: dict[str, tuple[str, ...]] = {
     # input x gradient on a replay: per-layer budgets; sinks on both sides; the chunk doubled
     "kvgrad": ("kvgrad", "kvgrad[layerwise=true]", "kvgrad[n_sink=0]", "kvgrad[n_sink=16]", "kvgrad[chunk_size=1024]"),
     # leverage + non-causal attention: the sketch halved and doubled, the chunk halved and doubled; the choice (24)
-    # was the end of {24, 48, 96}, so 12 replaced the sketch's worst setting (96)
-    "compactor": ("compactor", "compactor[sketch_dimension=24]", "compactor[sketch_dimension=12]",
+    # was the end of {24, 48, 96}, so 12 replaced the sketch's worst setting (96); 12 was chosen, the new end, so 6
+    # replaced the worst setting the grid can drop (24; kvpress's default 48 stays first)
+    "compactor": ("compactor", "compactor[sketch_dimension=12]", "compactor[sketch_dimension=6]",
                   "compactor[chunk_size=128]", "compactor[chunk_size=512]"),
     # the sketch dimension from a quarter to four times kvpress's 48
     "leverage_score": ("leverage_score", "leverage_score[sketch_dimension=12]", "leverage_score[sketch_dimension=24]",
@@ -169,8 +170,9 @@ PEER_SPACE: dict[str, tuple[str, ...]] = {
                   "pyramidkv[beta=50]"),
     # around Expected Attention (the best baseline of the first rounds on tune): the first stage's share on both
     # sides; around SnapKV instead; epsilon ten times larger. The choice (0.75) was the end of {0.25, 0.5, 0.75}, so
-    # 0.9 replaced the share's worst setting (0.25)
-    "critical_kv": ("critical_kv", "critical_kv[first_stage_ratio=0.9]", "critical_kv[first_stage_ratio=0.75]",
+    # 0.9 replaced the share's worst setting (0.25); 0.9 was chosen, the new end, so 1 (the largest share: the whole
+    # budget by the first stage, the scorer alone) replaced 0.75
+    "critical_kv": ("critical_kv", "critical_kv[first_stage_ratio=0.9]", "critical_kv[first_stage_ratio=1.0]",
                     "critical_kv[scorer=snapkv]", "critical_kv[epsilon=0.001]"),
     "critical_adakv": ("critical_adakv", "critical_adakv[first_stage_ratio=0.25]",
                        "critical_adakv[first_stage_ratio=0.75]", "critical_adakv[scorer=snapkv]",
@@ -212,7 +214,8 @@ CONTEXT_SPACE: dict[str, tuple[str, ...]] = {
 }
 #: Settings of :data:`PEER_SPACE`'s first round that a value beyond a choice on its grid's edge replaced (the knob's
 #: worst setting on the tune documents; their rows stay in the tune file, the rule no longer chooses among them).
-PEER_REPLACED: tuple[str, ...] = ("compactor[sketch_dimension=96]", "critical_kv[first_stage_ratio=0.25]")
+PEER_REPLACED: tuple[str, ...] = ("compactor[sketch_dimension=96]", "critical_kv[first_stage_ratio=0.25]",
+                                   "compactor[sketch_dimension=24]", "critical_kv[first_stage_ratio=0.75]")
 #: Settings of earlier rounds of :data:`CONTEXT_SPACE` that a later round replaced (their rows stay in the tune file;
 #: the rule no longer chooses among them): the 16-token window and its sinks, replaced when the choice moved to 64.
 CONTEXT_REPLACED: tuple[str, ...] = tuple(_context(**o) for o in (
@@ -566,9 +569,10 @@ def grid_edges(choices: dict) -> list[dict]:
     setting whose value the search space varies *alone* (:func:`neighbours`; a wrapped scorer's options as
     ``press.<option>``), the values tried and whether the choice is the smallest
     or largest of three or more (``edge``; with two values every choice is an end, so ``edge`` is ``None``), and
-    whether an integer choice is the smallest value the option can take (``bound``: an edge no grid can widen).
+    whether the choice is the smallest integer or the largest value the option can take (``bound``: an edge no
+    grid can widen; :func:`~jacap_lib.presses.registry.largest_value`).
     ``choices``: ``choices.json``'s content. ``[{"method", "option", "chosen", "values", "edge", "bound"}]``."""
-    from ..presses.registry import smallest_value
+    from ..presses.registry import largest_value, smallest_value
 
     out = []
     for method, chosen in choices["chosen"].items():
@@ -576,7 +580,9 @@ def grid_edges(choices: dict) -> list[dict]:
             values = sorted(by_value)
             value = next(v for v, spec in by_value.items() if spec == chosen)  # neighbours lists the choice too
             edge = None if len(values) < 3 else value in (values[0], values[-1])
-            bound = isinstance(value, int) and value == smallest_value(k.rsplit(".", 1)[-1])
+            knob = k.rsplit(".", 1)[-1]
+            bound = ((isinstance(value, int) and value == smallest_value(knob))
+                     or (largest_value(knob) is not None and value == largest_value(knob)))
             out.append({"method": method, "option": k, "chosen": value, "values": values, "edge": edge,
                         "bound": bound})
     return out
