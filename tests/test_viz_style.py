@@ -164,7 +164,7 @@ def test_book_figure_uses_the_mapping_on_every_panel():
     jac = [t for t in fig.data if t.name == "default JacapPress()"]  # the press JacapPress() builds, by that name
     assert len(jac) == 2 and {t.marker.color for t in jac} == {METHOD_STYLES["jacap"][0]}
     assert style.method_of(fig.data[0]) == "jacap"  # the default Jacap, named by what sets it apart: jacap's colour
-    assert {t.marker.color for t in fig.data if t.name == "tova"} == {METHOD_STYLES["tova"][0]}
+    assert {t.marker.color for t in fig.data if t.name == "TOVA"} == {METHOD_STYLES["tova"][0]}  # its reader name
     # the ratios evenly spaced as categories (0.9 and 0.95 no longer bunch), said in the axis title
     assert fig.layout.xaxis.type == "category" and list(fig.layout.xaxis2.categoryarray) == ["0.5", "0.9"]
     # one x title shared below the panels (an annotation of make_subplots), not one per panel; the legend in rows
