@@ -96,7 +96,8 @@ def kl_retrieval_points(*, reference: str = BEST_BASELINE, dev_rows=None, choice
         kl = _kl_by_doc(dev_rows, L, c)
         if ref_spec not in kl:
             raise ValueError(f"the reference {ref_spec!r} has no dev rows in cell {L}/{c:g}; name a measured setting")
-        ref_label = ref_label or spec_name(ref_spec, legend=True, choices=choices)  # a named spec by its name
+        ref_name, ref_prose = spec_name(ref_spec, legend=True, choices=choices), spec_name(ref_spec, choices=choices)
+        ref_label = ref_label or ref_name  # a named spec by its name
         full_in = inside.get((L, c, "full"))
         for a in cell["settings"]:
             spec = a["spec"]
@@ -108,8 +109,7 @@ def kl_retrieval_points(*, reference: str = BEST_BASELINE, dev_rows=None, choice
                 "length": L, "ratio": c, "cell": f"{L}/{c:g}", "spec": spec, "family": method_of(spec),
                 "name": spec_name(spec, legend=True, choices=choices), "prose_name": spec_name(spec, choices=choices),
                 "reference": ref_label, "reference_spec": ref_spec,
-                "reference_name": spec_name(ref_spec, legend=True, choices=choices),
-                "reference_prose_name": spec_name(ref_spec, choices=choices),
+                "reference_name": ref_name, "reference_prose_name": ref_prose,
                 "kl_ratio": ratio, "n_docs": n_docs, "split": SPLIT,
                 "accuracy": float(a["accuracy"]), "accuracy_low": float(a["low"]), "accuracy_high": float(a["high"]),
                 "correct": int(a["correct"]), "n_prompts": int(cell["n_prompts"]),

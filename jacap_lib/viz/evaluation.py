@@ -283,13 +283,15 @@ def setting_names(specs) -> dict[str, str]:
     "SnapKV"), else by its method's registry name when it is that method's only setting here (the tuned options are
     in the choices table), else by its short spec; two settings the book names alike (kvpress's SnapKV as shipped
     and as tuned) each by its short spec, so no two rows or legend entries share a name."""
-    specs = list(dict.fromkeys(specs))
-    shown = [_shorter(s) for s in specs]
-    family = {m: m.split("[", 1)[0] for m in shown}
-    name = {m: spec_name(m, legend=True) for m in shown}
+    from ..results.loaders import load_eval_choices
+
+    shown = {s: _shorter(s) for s in specs}  # each spec shortened once (short_spec builds its press)
+    choices = load_eval_choices()  # read once for every name, not once per setting
+    family = {m: m.split("[", 1)[0] for m in shown.values()}
+    name = {m: spec_name(m, legend=True, choices=choices) for m in family}
     name = {m: family[m] if n == m and list(family.values()).count(family[m]) == 1 else n for m, n in name.items()}
     name = {m: m if list(name.values()).count(n) > 1 else n for m, n in name.items()}
-    return {s: name[_shorter(s)] for s in specs}
+    return {s: name[m] for s, m in shown.items()}
 
 
 def cells_frame(cells: list[dict], *, value: str = "kl_geomean", details: bool = False) -> pd.DataFrame:
@@ -322,7 +324,9 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
         raise ValueError("cells is empty; give cell_statistics rows of a finished run")
     ratios = [f"{r:g}" for r in sorted({c["ratio"] for c in cells})]
     lengths = sorted({c["length"] for c in cells})
-    label = {m: _shorter(m) for m in dict.fromkeys(c["method"] for c in cells)}  # a setting as a reader sees it
+    specs = list(dict.fromkeys(c["method"] for c in cells))
+    label = {m: _shorter(m) for m in specs}  # a setting as a reader sees it
+    names = setting_names(specs)
     cells = [{**c, "method": label[c["method"]]} for c in cells]
     methods = list(dict.fromkeys(c["method"] for c in cells))
     family = {m: m.split("[", 1)[0] for m in methods}
@@ -333,7 +337,7 @@ def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
     n_docs = sorted({c["n_docs"] for c in cells})
     fig = make_subplots(rows=1, cols=len(lengths), shared_yaxes=True, x_title="compression ratio c (evenly spaced)",
                         subplot_titles=[f"prompt {L}" for L in lengths], horizontal_spacing=0.04)
-    name = setting_names(methods)
+    name = {label[m]: names[m] for m in specs}
     for j, L in enumerate(lengths, start=1):
         for m in methods:
             cs = sorted((c for c in cells if c["method"] == m and c["length"] == L), key=lambda c: c["ratio"])
