@@ -242,7 +242,8 @@ def test_spec_name_is_the_one_naming_of_settings():
              "keydiff": ("KeyDiff", "KeyDiff"),
              "snapkv[window_size=32]": ("`snapkv[window_size=32]`", "snapkv[window_size=32]"),  # not SnapKV's choice
              "full": ("uncompressed", "uncompressed"),
-             context: ("`jacap_context[window=64]`", "jacap_context[window=64]")}
+             context: ("`jacap_context`", "jacap_context"),  # the tune choice is JacapContextPress()'s defaults
+             P._context(): ("`jacap_context[window=0]`", "jacap_context[window=0]")}  # its first grid's defaults
     for spec, (prose, legend) in cases.items():
         assert F.spec_name(spec) == prose, spec
         assert F.spec_name(spec, legend=True) == legend, spec

@@ -58,10 +58,10 @@ def test_max_summary_is_kvzip(bundled, prompt, ratio):
     import kvpress
 
     model, _ = bundled
-    ours, _ = _run(model, prompt, JacapContextPress(ratio, summary="max", budget="global"))
+    ours, _ = _run(model, prompt, JacapContextPress(ratio, summary="max", budget="global", window=0))
     theirs, _ = _run(model, prompt, kvpress.KVzipPress(ratio))
     assert ours == theirs and sum(map(len, ours)) == int(30 * 3 * prompt.shape[1] * ratio)
-    ours, _ = _run(model, prompt, R.press_from_spec("jacap_context[summary=max,budget=layer]", ratio))
+    ours, _ = _run(model, prompt, R.press_from_spec("jacap_context[summary=max,budget=layer,window=0]", ratio))
     theirs, _ = _run(model, prompt, kvpress.KVzipPress(ratio, layerwise=True))
     assert ours == theirs and all(len(m) == int(3 * prompt.shape[1] * ratio) for m in ours)
 
@@ -183,7 +183,7 @@ def test_window_is_protected_under_a_global_budget(bundled, prompt):
     flat = {s for m in masks for _, _, s in m}
     assert not flat & set(range(n - 16, n)) and not flat & set(range(4))
     assert sum(map(len, masks)) == int(30 * 3 * n * 0.75)
-    plain, _ = _run(model, prompt, JacapContextPress(0.75, summary="max", budget="global"))
+    plain, _ = _run(model, prompt, JacapContextPress(0.75, summary="max", budget="global", window=0))
     assert {s for m in plain for _, _, s in m} & set(range(n - 16, n))  # without the window some are masked
 
 
@@ -243,3 +243,15 @@ def test_registry_and_quality_treat_it_like_kvzip(bundled, prompt):
         shared.append(_masks(model))
     separate = [_run(model, prompt, R.press_from_spec(s, c))[0] for s, c in specs]
     assert shared == separate
+
+
+def test_defaults_are_the_tune_choice():
+    """JacapContextPress()'s defaults build the setting the protocol's rule chose on the tune documents (the context
+    space's choices.json), option by option, and differ from the options its first grid was tuned with."""
+    from jacap_lib.results import loaders, protocol
+
+    chosen = loaders.load_eval_choices(space="context")["chosen"]["jacap_context"]
+    built = R.method_options(R.press_from_spec(chosen, 0.5))
+    default = R.method_options(JacapContextPress(0.5))
+    assert built == default
+    assert default["window"] == 64 != protocol.CONTEXT_AS_FIRST_TUNED["window"]

@@ -68,8 +68,9 @@ class JacapPress(ScorerPress):
         knobs were tuned too (the tempered centre then chose a 128-token window), it is better in 8 of 12 cells and
         worse in none (``dev.jsonl``; the book's critique chapter prints the verdicts) -- a choice made on the dev
         documents, not by the tune rule. By the rule, the Jacap-family setting with the lowest tune score is now
-        ``jacap_context[window=16]`` (Jacap's score on the queries of KVzip's reconstruction pass; about 3-5 times
-        the CPU of an uncompressed prefill on the bundled model, where this press costs about 1.2-1.3 times;
+        :class:`~jacap_lib.presses.jacap_context.JacapContextPress` at its defaults (Jacap's score on the queries of
+        KVzip's reconstruction pass, a 64-token window; about 3-8 times the CPU of an uncompressed prefill on the
+        bundled model, prompts 512 to 2,048, where this press costs about 1.2-1.3 times;
         ``data/results/eval/candidates.json``, ``jacap evaluate candidates``); the default moves to the rule's
         choice once every candidate's tune is finished, and this one-prefill press stays one option away. The capacity objective and
         the score are Algorithm 1's; only the point of the linearisation moves. The observed and EA centres are
