@@ -255,3 +255,23 @@ def test_defaults_are_the_tune_choice():
     default = R.method_options(JacapContextPress(0.5))
     assert built == default
     assert default["window"] == 64 != protocol.CONTEXT_AS_FIRST_TUNED["window"]
+
+
+@pytest.mark.parametrize("ratio", [0.5, 0.9])
+def test_budget_split_says_where_protection_fills_a_global_budget(bundled, prompt, ratio):
+    """budget_split's scored == 0 exactly where the masks keep protected entries only (and then keep no other):
+    at c = 0.9 the 96-token prompt keeps ~10 tokens per head, fewer than 4 sinks + 16 recent ones."""
+    model, _ = bundled
+    n = prompt.shape[1]
+    press = JacapContextPress(ratio, summary="jacap", budget="global", window=16)
+    split = press.budget_split(n)
+    masks, _ = _run(model, prompt, press)
+    protected = set(range(4)) | set(range(n - 16, n))
+    masked = {(layer, h, s) for layer, m in enumerate(masks) for _, h, s in m}
+    kept = [(layer, h, s) for layer in range(30) for h in range(3) for s in range(n) if (layer, h, s) not in masked]
+    assert len(kept) == 30 * 3 * n - int(30 * 3 * n * ratio)
+    if ratio == 0.9:
+        assert split["scored"] == 0 and all(s in protected for _, _, s in kept)
+    else:
+        assert split["scored"] == split["kept"] - 20 > 0
+        assert {(layer, h, s) for layer in range(30) for h in range(3) for s in protected} <= set(kept)

@@ -38,6 +38,7 @@ from .. import _checks, config
 from ..config import DEFAULTS
 from ..hf import apply_rope
 from ..scoring.core import validated_scores
+from ..selection import fit_protection, n_kept
 from . import utils
 from .jacap import CENTRES
 
@@ -225,6 +226,21 @@ class JacapContextPress(KVzipPress):
         return parts.score
 
     # ---- the masks --------------------------------------------------------------------------------------------
+    def budget_split(self, n_tokens: int) -> dict:
+        """How the kept entries of a prompt of ``n_tokens`` tokens are filled, per KV head on average:
+        ``{"kept", "sinks", "window", "scored"}`` (``kept = sinks + window + scored``, by
+        :func:`jacap_lib.selection.fit_protection`); ``scored`` is how many kept tokens the score chose. Every budget
+        keeps ``n_kept(n_tokens, compression_ratio)`` tokens per head on average (KVzip masks ``int(c * entries)`` of
+        all entries, globally or per layer). Where that is at most the protected tokens (``scored == 0``), a global or
+        per-layer budget keeps a tie-broken part of the protected entries (every protected entry has the same score,
+        the sinks above them), and the score chooses nothing there:
+        :func:`jacap_lib.results.protection.protection_fills_budget`."""
+        _checks.int_at_least("n_tokens", n_tokens, 1)
+        budget = n_kept(n_tokens, self.compression_ratio)
+        sinks = min(self.n_sink, n_tokens)
+        fit = fit_protection(budget, sinks, min(self.window, n_tokens - sinks))
+        return {"kept": budget, "sinks": fit.n_sink, "window": fit.window, "scored": budget - fit.n_sink - fit.window}
+
     def protected(self, n: int, device=None) -> torch.Tensor:
         """Boolean ``(N,)``: KVzip's ``n_sink`` sinks and the last ``window`` prompt tokens. With ``budget="head"``
         by Jacap's rule (:func:`jacap_lib.presses.utils.protection`: fitted to the head's budget
