@@ -1,0 +1,161 @@
+"""The field on the dev documents: the context press, the default and KVzip, paired per document.
+
+``jacap evaluate field-summary``  the dev rows of three search spaces -> ``data/results/eval/peers/field_summary.json``
+
+Three tune choices meet here, each measured on the 48 dev documents by ``jacap evaluate dev`` in its own folder:
+
+* ``context``: the context press's tune choice (``jacap_context``, :data:`~jacap_lib.results.protocol.CONTEXT_SPACE`);
+* ``kvzip``: KVzip's tune choice (kvpress's defaults, :data:`~jacap_lib.results.protocol.PEER_SPACE`);
+* ``one_prefill``: the setting ``JacapPress()`` builds (``jacap_obs``'s tune choice, the first space).
+
+Per (prompt length, c) cell each comparison of :data:`COMPARISONS` is the paired geometric-mean KL ratio with a
+BCa interval simultaneous over every (comparison, cell) judged together (Bonferroni; Holm over the same for the
+Wilcoxon p-values), :func:`jacap_lib.results.verdicts.compare_cells`. A cell where a setting's protected tokens fill
+its budget (:func:`jacap_lib.results.protection.protection_fills_budget`) is labelled: its score chose nothing there.
+
+The dev documents were looked at in four earlier rounds (the first space's default was chosen after seeing them), so
+these verdicts are exploratory; the three settings compared were chosen on the tune documents only and had not run
+on the dev documents before.
+"""
+from __future__ import annotations
+
+import math
+
+from . import files
+from . import job as J
+
+__all__ = ["ROLES", "COMPARISONS", "FILE", "settings", "summarize_field", "JOB"]
+
+#: role -> (search space, method of that space whose tune choice plays it)
+ROLES = {"context": ("context", "jacap_context"), "kvzip": ("peers", "kvzip"), "one_prefill": ("first", "jacap_obs")}
+#: (setting role, reference role): the ratio is the setting's KL over the reference's
+COMPARISONS = (("context", "kvzip"), ("one_prefill", "kvzip"), ("context", "one_prefill"))
+FILE = "field_summary.json"
+ALPHA = 0.05
+
+
+def settings(choices_by_space: dict) -> dict:
+    """``{role: spec}``: each role's tune choice from ``choices_by_space`` (``{space: choices.json's content}``)."""
+    out = {}
+    for role, (space, method) in ROLES.items():
+        chosen = choices_by_space.get(space, {}).get("chosen", {})
+        if method not in chosen:
+            raise ValueError(f"the {space!r} space's choices.json has no choice for {method!r}; run "
+                             f"`jacap evaluate tune --space {space}` first")
+        out[role] = chosen[method]
+    return out
+
+
+def summarize_field(rows_by_space: dict, specs: dict, *, seed: int | None = None) -> dict:
+    """Per comparison of :data:`COMPARISONS` and (length, c) cell the paired verdict, simultaneous over all of them.
+
+    ``rows_by_space``: ``{space: dev rows}``; ``specs``: ``{role: spec}`` (:func:`settings`). Documents are paired
+    within a cell; a cell needs at least 3 documents holding both settings. Returns ``{"m", "confidence",
+    "settings", "comparisons": [{"setting", "reference", "cells": [...]}], "cells_missing", "no_higher"}``, where
+    ``no_higher[comparison]`` counts the cells whose geometric-mean ratio is at most 1."""
+    from . import verdicts as V
+    from .protection import protection_fills_budget
+    from .protocol import KL_FLOOR  # the rule's floor, as the tune scores floor KL
+
+    def by_cell(role):
+        space = ROLES[role][0]
+        out: dict = {}
+        for r in rows_by_space.get(space, []):
+            if r["method"] == specs[role] and r.get("split", "dev") == "dev":
+                out.setdefault((int(r["length"]), float(r["ratio"])), {})[r["doc"]] = max(float(r["kl"]), KL_FLOOR)
+        return out
+
+    cells = {role: by_cell(role) for role in ROLES}
+    pairs, keys, missing = {}, [], []
+    grid = sorted(set().union(*(set(c) for c in cells.values())))
+    for setting, reference in COMPARISONS:
+        for cell in grid:
+            a, b = cells[setting].get(cell, {}), cells[reference].get(cell, {})
+            docs = sorted(set(a) & set(b))
+            if len(docs) < 3:
+                missing.append({"setting": setting, "reference": reference, "length": cell[0], "ratio": cell[1],
+                                "documents": len(docs)})
+                continue
+            name = f"{setting}/{reference}/{cell[0]}/{cell[1]}"
+            pairs[name] = ([a[d] for d in docs], [b[d] for d in docs])
+            keys.append((setting, reference, cell))
+    if not pairs:
+        raise ValueError("no (comparison, cell) has 3 documents holding both settings; run `jacap evaluate dev` for "
+                         "each space (--space context, --space peers --methods kvzip) first")
+    rows = V.compare_cells(pairs, seed=V.SEED if seed is None else seed, alpha=ALPHA)
+    out = []
+    for (setting, reference, (L, c)), row in zip(keys, rows):
+        row = {"length": L, "ratio": c, **{k: v for k, v in row.items() if k != "cell"},
+               "protection_fills": sorted(role for role in (setting, reference)
+                                          if protection_fills_budget(specs[role], L, c))}
+        block = next((b for b in out if b["setting"] == setting and b["reference"] == reference), None)
+        if block is None:
+            block = {"setting": setting, "reference": reference, "cells": []}
+            out.append(block)
+        block["cells"].append(row)
+    no_higher = {f"{b['setting']}/{b['reference']}": {"cells": sum(r["gm_ratio"] <= 1 for r in b["cells"]),
+                                                      "of": len(b["cells"])} for b in out}
+    return {"m": len(pairs), "confidence": rows[0]["confidence_adjusted"], "settings": dict(specs),
+            "comparisons": out, "cells_missing": missing, "no_higher": no_higher}
+
+
+# --------------------------------------------------------------------------------------------- the job
+def _add(parser):
+    from . import evaluation as E
+
+    E.summary_options(parser, "the evaluation folder (default data/results/eval): reads dev.jsonl and choices.json "
+                              "there and in its context/ and peers/ folders, writes peers/field_summary.json")
+
+
+def _load(args):
+    from . import evaluation as E
+
+    if args.quick:
+        raise ValueError("--quick: the field summary reads the protocol's folders; the smoke run has no context or "
+                         "peers folder")
+    root = E.eval_dir(args.dir, quick=False)
+    folders = {"first": root, "context": root / "context", "peers": root / "peers"}
+    choices, rows, runs = {}, {}, {}
+    for space, folder in folders.items():
+        for name in ("choices.json", "dev.jsonl"):
+            if not (folder / name).is_file():
+                hint = "tune" if name == "choices.json" else "dev"
+                raise ValueError(f"--dir: {folder / name} does not exist; run `jacap evaluate {hint}"
+                                 f"{'' if space == 'first' else ' --space ' + space}` first")
+        choices[space] = files.read_json(folder / "choices.json")
+        rows[space] = files.read_jsonl(folder / "dev.jsonl")
+        runs[space] = files.read_runs(folder / "dev.jsonl")
+    specs = settings(choices)
+    return root, specs, rows, runs, summarize_field(rows, specs, seed=args.seed)
+
+
+def _run(args):
+    from . import verdicts as V
+
+    root, specs, rows, runs, summary = J.prepared(_load, args)
+    docs = sorted({r["doc"] for space in rows.values() for r in space if r["method"] in specs.values()})
+    config = {"inputs": {space: f"{'' if space == 'first' else space + '/'}dev.jsonl" for space in rows},
+              "command": getattr(args, "command", None), "settings": specs, "roles": {k: list(v) for k, v in ROLES.items()},
+              "runs": {space: [r.get("command") for r in rs] for space, rs in runs.items()},
+              "model": runs["peers"][-1].get("model") if runs["peers"] else None,
+              "continuation": runs["peers"][-1].get("continuation") if runs["peers"] else None,
+              "documents": docs,
+              "statistics": {"primary": "geometric-mean KL ratio of the setting to the reference, paired per dev "
+                                        "document", "adjustment": f"Bonferroni: each interval at 1 - {ALPHA}/m over the "
+                                                                  "m (comparison, cell) pairs; Holm over the same",
+                             "method": V.METHOD, "seed": V.SEED if args.seed is None else args.seed},
+              "exploratory": "the dev documents were looked at in four earlier rounds; these three settings were "
+                             "chosen on the tune documents only"}
+    out = root / "peers" / FILE
+    files.write_json(out, {"config": config, **files.round_floats(summary)})
+    print(f"wrote {out}: {summary['m']} comparisons at {summary['confidence']:.5f}")
+    for block in summary["comparisons"]:
+        print(f"{block['setting']} / {block['reference']}: " + "; ".join(
+            f"{r['length']}/{r['ratio']} {r['gm_ratio']:.3f} [{r['gm_low_adjusted']:.3f}, {r['gm_high_adjusted']:.3f}]"
+            for r in block["cells"]))
+    return out
+
+
+JOB = J.Job("on the dev documents, per cell, the context press's tune choice against KVzip's and against the setting "
+            "JacapPress() builds, and that setting against KVzip: paired geometric-mean KL ratios with simultaneous "
+            "intervals -> data/results/eval/peers/field_summary.json", _add, _run)

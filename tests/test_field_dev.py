@@ -1,0 +1,64 @@
+"""The field summary on the dev documents: paired ratios against closed forms, the adjustment's m, the labels."""
+import math
+
+import numpy as np
+import pytest
+
+from jacap_lib.results import field_dev as FD, loaders, protocol as P
+
+
+def _specs():
+    return {"context": P._context(window=64), "kvzip": "kvzip",
+            "one_prefill": loaders.load_eval_choices()["chosen"]["jacap_obs"]}
+
+
+def _rows(spec, factor, cells, docs, *, split="dev"):
+    rng = np.random.default_rng(0)
+    base = {d: float(rng.uniform(0.01, 0.1)) for d in docs}  # the same KL per document in every call
+    return [{"doc": d, "length": L, "ratio": c, "method": spec, "kl": base[d] * factor(i), "split": split}
+            for (L, c) in cells for i, d in enumerate(docs)]
+
+
+def test_ratios_are_the_paired_geometric_means_and_judged_together():
+    specs, docs = _specs(), [f"d{i}" for i in range(8)]
+    cells = [(512, 0.5), (512, 0.95)]
+    rows = {"context": _rows(specs["context"], lambda i: 0.5, cells, docs),
+            "peers": _rows(specs["kvzip"], lambda i: 1.0, cells, docs) + _rows("kvzip", lambda i: 9.0, cells, docs,
+                                                                                split="tune"),
+            "first": _rows(specs["one_prefill"], lambda i: 2.0 ** (i % 2), cells, docs[:6])}
+    out = FD.summarize_field(rows, specs, seed=1)
+    assert out["m"] == 3 * 2 and math.isclose(out["confidence"], 1 - 0.05 / 6)
+    by = {(b["setting"], b["reference"]): {(r["length"], r["ratio"]): r for r in b["cells"]} for b in out["comparisons"]}
+    assert by["context", "kvzip"][512, 0.5]["gm_ratio"] == pytest.approx(0.5)  # the tune row is not a dev row
+    assert by["context", "kvzip"][512, 0.5]["n"] == 8 and by["context", "kvzip"][512, 0.5]["wins"] == 8
+    # one_prefill / kvzip on 6 documents: three at 1, three at 2 -> 2 ** (1/2)
+    assert by["one_prefill", "kvzip"][512, 0.5]["gm_ratio"] == pytest.approx(2 ** 0.5)
+    assert by["context", "one_prefill"][512, 0.5]["gm_ratio"] == pytest.approx(0.5 / 2 ** 0.5)
+    # the 64-token window and 4 sinks hold more than the 25 tokens a 512-token prompt keeps at c = 0.95
+    assert by["context", "kvzip"][512, 0.95]["protection_fills"] == ["context"]
+    assert by["context", "kvzip"][512, 0.5]["protection_fills"] == []
+    assert out["no_higher"]["context/kvzip"] == {"cells": 2, "of": 2}
+    assert out["no_higher"]["one_prefill/kvzip"] == {"cells": 0, "of": 2}
+
+
+def test_cells_without_three_paired_documents_are_listed_not_judged():
+    specs, docs = _specs(), ["a", "b", "c"]
+    rows = {"context": _rows(specs["context"], lambda i: 1.0, [(512, 0.5)], docs),
+            "peers": _rows(specs["kvzip"], lambda i: 1.0, [(512, 0.5)], docs[:2]),
+            "first": _rows(specs["one_prefill"], lambda i: 1.0, [(512, 0.5)], docs)}
+    out = FD.summarize_field(rows, specs)
+    assert out["m"] == 1 and [b["setting"] + "/" + b["reference"] for b in out["comparisons"]] == ["context/one_prefill"]
+    assert {(m["setting"], m["reference"], m["documents"]) for m in out["cells_missing"]} == {
+        ("context", "kvzip", 2), ("one_prefill", "kvzip", 2)}
+    with pytest.raises(ValueError, match="jacap evaluate dev"):
+        FD.summarize_field({"context": rows["context"]}, specs)
+
+
+def test_settings_name_each_roles_tune_choice():
+    first, context = loaders.load_eval_choices(), loaders.load_eval_choices(space="context")
+    peers = loaders.load_eval_choices(space="peers")
+    specs = FD.settings({"first": first, "context": context, "peers": peers})
+    assert specs == {"context": context["chosen"]["jacap_context"], "kvzip": "kvzip",
+                     "one_prefill": first["chosen"]["jacap_obs"]}
+    with pytest.raises(ValueError, match="--space context"):
+        FD.settings({"first": first, "peers": peers})
