@@ -616,3 +616,22 @@ def test_probe_figure_draws_each_jacap_setting_in_its_own_colour():
     colours = {t.name.split(":")[0]: t.line.color for t in fig.data if t.showlegend}
     assert colours["Algorithm 1 tuned"] != colours["Algorithm 1 as published"]
     assert len(set(colours.values())) == len(colours)
+
+
+def test_space_runs_that_spaces_choices_into_its_folder(tmp_path):
+    """--space context: the context space's own choices.json, its choice as the one setting, rows in its folder;
+    --quick/--probe/--methods refused where they have no meaning, before any work."""
+    from jacap_lib.results.paths import data_path
+
+    ch = io.read_json(data_path("results", "eval", "context", "choices.json"))
+    plan = N.prepare(_parse(["--space", "context", "--dir", str(tmp_path / "c"), "--no-progress"]))
+    assert plan.specs == [ch["chosen"]["jacap_context"]] and plan.out == tmp_path / "c" / "needle.jsonl"
+    assert plan.choices_path == data_path("results", "eval", "context", "choices.json")
+    peers = io.read_json(data_path("results", "eval", "peers", "choices.json"))
+    plan = N.prepare(_parse(["--space", "peers", "--methods", "kvzip", "--dir", str(tmp_path / "p")]))
+    assert plan.specs == [peers["chosen"]["kvzip"]]
+    for argv, match in ((["--space", "peers", "--quick"], "--quick"), (["--space", "context", "--probe"], "--probe"),
+                        (["--methods", "kvzip"], "--methods"), (["--space", "peers", "--methods", "nope"], "nope")):
+        with pytest.raises(ValueError, match=match):
+            N.prepare(_parse(argv + ["--dir", str(tmp_path / "x")]))
+    assert not (tmp_path / "x").exists() and not (tmp_path / "c").exists()

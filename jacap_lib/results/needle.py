@@ -47,6 +47,11 @@ a time. Every row also records the needle's DIGIT SURVIVAL (:func:`~jacap_lib.me
 per layer and KV head the fraction of the key's digit tokens kept, at their true positions, and of the needle's
 other tokens; overall fractions; whether every key digit survived everywhere).
 
+``--space peers|context`` (default ``first``): the tune choices of that search space (``--methods``: some of them),
+from its own ``choices.json``, every row in its folder (``data/results/eval/<space>/needle.jsonl``), the same prompts
+and keys; the presses that score after the prefill (KVzip, ``jacap_context``) run the real prefill on each prompt,
+scored once for every ratio. ``--quick`` and ``--probe`` are the first space's only.
+
 ``--probe``: the digit-survival probe, written to ``needle_probe.jsonl`` (never ``needle.jsonl``): prompt
 1024, c 0.5/0.75, the default depths x keys, the :data:`PROBE_METHODS`' tuned settings and the paper preset;
 run it once per ``--mode``. ``jacap evaluate needle-summary --probe`` -> ``needle_probe_summary.json``
@@ -99,9 +104,10 @@ def needle_keys(depths, trials: int, seed: int) -> dict:
 
 
 # --------------------------------------------------------------------------------------------- choices
-def read_choices(path: Path, record: dict, lengths, ratios) -> dict:
-    """``choices.json`` if it was made under the evaluation's configuration for this model and has a best
-    baseline for every (length, ratio) cell asked for; else ``ValueError`` saying what to run."""
+def read_choices(path: Path, record: dict, lengths, ratios, *, space: str = "first") -> dict:
+    """``choices.json`` if it was made under the evaluation's configuration for this model on the search space
+    ``space`` (:data:`~jacap_lib.results.protocol.SPACES`) and, for the first space, has a best baseline for every
+    (length, ratio) cell asked for; else ``ValueError`` saying what to run."""
     path = Path(path)
     data = RS.read_choices_file(path, flag="--choices")
     cfg = data["config"]
@@ -110,15 +116,21 @@ def read_choices(path: Path, record: dict, lengths, ratios) -> dict:
         raise ValueError(f"--choices: {path} was made for another model ({model.get('name')}, sha256 "
                          f"{str(model.get('sha256'))[:12]}...) than --model ({record.get('name')}, sha256 "
                          f"{str(record.get('sha256'))[:12]}...); run `jacap evaluate tune` with this model")
-    space = {m: list(v) for m, v in P.SEARCH_SPACE.items()}
+    which, table = space, P.SEARCH_SPACE if space == "first" else P.SPACES[space]
+    space = {m: list(v) for m, v in table.items()}
+    tune = "jacap evaluate tune" + ("" if which == "first" else f" --space {which}")
     if cfg.get("search_space") != space:
         diff = sorted(set(space) ^ set(cfg.get("search_space") or {})) or sorted(
             m for m in space if (cfg.get("search_space") or {}).get(m) != space[m])
         raise ValueError(f"--choices: {path} was made with another search space than the protocol's (differs in: "
                          f"{', '.join(diff)}; a --quick or --methods tune?); use the full tune's choices.json")
     missing = sorted(set(space) - set(data["chosen"]))
+    if which != "first":  # the peers' and the context press's needles judge no best baseline; a stage may be pending
+        if not data["chosen"]:
+            raise ValueError(f"--choices: {path} has no choice yet; finish a method's tune first (`{tune}`)")
+        return data
     if missing or "best_baseline" not in data:
-        raise ValueError(f"--choices: {path} has no choice for {missing or 'the best baseline'}; rerun `jacap evaluate tune`")
+        raise ValueError(f"--choices: {path} has no choice for {missing or 'the best baseline'}; rerun `{tune}`")
     cells = data["best_baseline"].get("cells", {})
     lack = [f"{int(L)}/{float(c)}" for L in lengths for c in ratios if f"{int(L)}/{float(c)}" not in cells]
     if lack:
@@ -195,7 +207,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=None,
                         help=f"keys per depth (default {DEFAULT_TRIALS}; 5-digit keys from random.Random(--seed))")
     parser.add_argument("--choices", type=Path, default=None,
-                        help="the tune's choices.json (default data/results/eval/choices.json, also with --quick)")
+                        help="the tune's choices.json (default: --space's, data/results/eval[/<space>]/choices.json, "
+                             "also with --quick)")
+    parser.add_argument("--space", choices=sorted(P.SPACES), default="first",
+                        help="the search space whose tune choices run (default 'first'; 'peers' or 'context': rows "
+                             "in data/results/eval/<space>/needle.jsonl)")
+    parser.add_argument("--methods", nargs="+", default=None,
+                        help="with --space peers or context: only these methods' tune choices (default: every "
+                             "method of the space with a choice)")
     E.folder_options(parser, quick="smoke run: prompt 512, c 0.75/0.9, depth 0.5 x 2 keys, Algorithm 1's tuned Jacap setting, the "
                                    "paper preset and the best baseline")
     parser.add_argument("--workers", type=int, default=None,
@@ -264,12 +283,29 @@ def prepare(args) -> Plan:
         raise ValueError(f"--trials must be >= 1, got {trials}")
     E.check_processes(args, quick=quick)
     J.check_model(args.model)
-    out_dir = E.eval_dir(args.dir, quick=quick)
-    choices_path = Path(args.choices or data_path("results", "eval", "choices.json", must_exist=False))
+    which = getattr(args, "space", None) or "first"
+    if which not in P.SPACES:
+        raise ValueError(f"--space must be one of {sorted(P.SPACES)}, got {which!r}")
+    methods = getattr(args, "methods", None)
+    if which != "first" and (quick or probe):
+        raise ValueError(f"--space {which} with --{'quick' if quick else 'probe'}: the smoke run and the probe use the "
+                         "first space's choices; drop one")
+    if methods and which == "first":
+        raise ValueError("--methods: give it with --space peers or context (the first space runs every choice)")
+    out_dir = E.eval_dir(args.dir, quick=quick, space=which)
+    sub = () if which == "first" else (which,)
+    choices_path = Path(args.choices or data_path("results", "eval", *sub, "choices.json", must_exist=False))
     record = model_record(args.model)
-    choices = read_choices(choices_path, record, lengths, ratios)
+    choices = read_choices(choices_path, record, lengths, ratios, space=which)
     cells = [f"{int(L)}/{c}" for L in lengths for c in ratios]
-    specs = probe_specs(choices) if probe else needle_specs(choices, quick=quick, cells=cells)
+    if which != "first":
+        unknown = sorted(set(methods or ()) - set(choices["chosen"]))
+        if unknown:
+            raise ValueError(f"--methods: {unknown} have no tune choice in {choices_path} (choices: "
+                             f"{sorted(choices['chosen'])})")
+        specs = list(dict.fromkeys(choices["chosen"][m] for m in (methods or choices["chosen"])))
+    else:
+        specs = probe_specs(choices) if probe else needle_specs(choices, quick=quick, cells=cells)
     out = Path(out_dir) / (PROBE_FILE if probe else "needle.jsonl")
     E.check_settings_unchanged(out, None, specs, ratios)
     return Plan(out=out, model_name=args.model, record=record, choices=choices, choices_path=choices_path,
