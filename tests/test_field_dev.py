@@ -62,3 +62,19 @@ def test_settings_name_each_roles_tune_choice():
                      "one_prefill": first["chosen"]["jacap_obs"]}
     with pytest.raises(ValueError, match="--space context"):
         FD.settings({"first": first, "peers": peers})
+
+
+def test_field_frame_prints_each_comparison_per_cell_and_marks_protection():
+    from jacap_lib.viz.field import field_frame
+
+    specs, docs = _specs(), [f"d{i}" for i in range(8)]
+    cells = [(512, 0.5), (512, 0.95)]
+    rows = {"context": _rows(specs["context"], lambda i: 0.5, cells, docs),
+            "peers": _rows(specs["kvzip"], lambda i: 1.0, cells, docs),
+            "first": _rows(specs["one_prefill"], lambda i: 1.0, cells, docs)}
+    frame = field_frame(FD.summarize_field(rows, specs, seed=1))
+    assert list(frame.columns) == ["jacap_context / KVzip", "JacapPress() / KVzip", "jacap_context / JacapPress()"]
+    assert list(frame.index) == ["512 / 0.5", "512 / 0.95"]
+    assert frame.loc["512 / 0.5", "jacap_context / KVzip"] == "0.50 better"  # 8 of 8 documents halve their KL
+    assert frame.loc["512 / 0.95", "jacap_context / KVzip"] == "0.50 better (p)"
+    assert frame.loc["512 / 0.5", "JacapPress() / KVzip"] == "1.00 identical"

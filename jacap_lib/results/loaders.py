@@ -30,7 +30,7 @@ from pathlib import Path
 from . import files
 from .paths import data_dir, data_path
 
-__all__ = ["load_ladder_summary", "load_candidates", "load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
+__all__ = ["load_ladder_summary", "load_field_summary", "load_candidates", "load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
            "load_mechanisms", "load_query_stats", "load_decoding_comparison",
            "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary", "load_dev_record",
@@ -224,6 +224,14 @@ def load_ladder_summary(path=None) -> dict:
     :func:`jacap_lib.viz.field.ladder_frame`, :func:`~jacap_lib.viz.field.ladder_figure`."""
     return files.read_json(path or data_path("results", "eval", "peers", "ladder_summary.json", must_exist=False),
                            require=("cells", "m", "sentence", "cost"), hint="jacap evaluate kvzip-ladder-summary")
+
+
+def load_field_summary(path=None) -> dict:
+    """``peers/field_summary.json``: on the dev documents, per (length, ratio) cell, the context press's tune choice
+    against KVzip's and against the setting ``JacapPress()`` builds, and that setting against KVzip, with intervals
+    simultaneous over all of them (:mod:`jacap_lib.results.field_dev`). Table: :func:`jacap_lib.viz.field.field_frame`."""
+    return files.read_json(path or data_path("results", "eval", "peers", "field_summary.json", must_exist=False),
+                           require=("config", "comparisons", "m", "no_higher"), hint="jacap evaluate field-summary")
 
 
 def load_candidates(path=None) -> dict:

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from .style import finish, setting_colours
 
-__all__ = ["tune_ratio_figure", "STEP_NAMES", "ladder_frame", "ladder_figure"]
+__all__ = ["tune_ratio_figure", "STEP_NAMES", "ladder_frame", "ladder_figure", "ROLE_NAMES", "field_frame"]
 
 #: the ladder's steps (``results.ladder.STEPS``) as a reader names them: the step's label (the table's column, so the
 #: legend and :func:`ladder_frame` name a step alike) and what it changes from the step before
@@ -63,6 +63,30 @@ def ladder_frame(summary: dict) -> pd.DataFrame:
         row = {s["step"]: f"{s['gm_ratio']:.2f} {short[verdict_word(s['verdict'])]}" for s in cell["steps"]}
         row["KVzip / default"] = f"{cell['total_L3_over_L0']:.2f} {short[verdict_word(cell['total_verdict'])]}"
         rows[key] = row
+    frame = pd.DataFrame.from_dict(rows, orient="index")
+    frame.index.name = "L / c"
+    return frame
+
+
+#: the field summary's roles (``results.field_dev.ROLES``) as a table's column names
+ROLE_NAMES = {"context": "jacap_context", "kvzip": "KVzip", "one_prefill": "JacapPress()"}
+
+
+def field_frame(summary: dict) -> pd.DataFrame:
+    """The field summary (``peers/field_summary.json``) as a table: one row per cell (L / c), one column per
+    comparison ("jacap_context / KVzip", ...), each entry the geometric-mean KL ratio on the dev documents and its
+    verdict's word (interval adjusted over every comparison and cell), marked "(p)" where a setting's protected tokens
+    fill its budget (its score chose nothing there)."""
+    from ..results.findings import verdict_word
+
+    short = {"better": "better", "worse": "worse", "no detectable difference": "n.d.", "identical": "identical"}
+    rows: dict = {}
+    for block in summary["comparisons"]:
+        column = f"{ROLE_NAMES[block['setting']]} / {ROLE_NAMES[block['reference']]}"
+        for r in block["cells"]:
+            mark = " (p)" if r["protection_fills"] else ""
+            rows.setdefault(f"{r['length']} / {float(r['ratio']):g}", {})[column] = (
+                f"{r['gm_ratio']:.2f} {short[verdict_word(r['verdict'])]}{mark}")
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.index.name = "L / c"
     return frame
