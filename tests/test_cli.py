@@ -30,7 +30,7 @@ def test_the_table_names_every_job():
                            ["evaluate", "confirm-plan"], ["evaluate", "ablate"],
                            ["evaluate", "ablate-summary"], ["evaluate", "needle"], ["evaluate", "needle-summary"],
                            ["evaluate", "record"], ["evaluate", "kvzip-ladder"], ["evaluate", "kvzip-ladder-summary"],
-                           ["evaluate", "anatomy"], ["inspect"], ["serve-run"],
+                           ["evaluate", "field-summary"], ["evaluate", "anatomy"], ["inspect"], ["serve-run"],
                            ["texts"], ["time", "scoring"], ["time", "e2e"]]
 
 

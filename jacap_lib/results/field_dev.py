@@ -157,5 +157,5 @@ def _run(args):
 
 
 JOB = J.Job("on the dev documents, per cell, the context press's tune choice against KVzip's and against the setting "
-            "JacapPress() builds, and that setting against KVzip: paired geometric-mean KL ratios with simultaneous "
-            "intervals -> data/results/eval/peers/field_summary.json", _add, _run)
+            "JacapPress() builds, and that setting against KVzip: simultaneous intervals and verdicts -> "
+            "data/results/eval/peers/field_summary.json", _add, _run)
