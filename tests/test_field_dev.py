@@ -78,3 +78,29 @@ def test_field_frame_prints_each_comparison_per_cell_and_marks_protection():
     assert frame.loc["512 / 0.5", "jacap_context / KVzip"] == "0.50 better"  # 8 of 8 documents halve their KL
     assert frame.loc["512 / 0.95", "jacap_context / KVzip"] == "0.50 better (p)"
     assert frame.loc["512 / 0.5", "JacapPress() / KVzip"] == "1.00 identical"
+
+
+def _needle(spec, correct, mode="after", L=512, c=0.5):
+    return [{"length": L, "depth": 0.5, "trial": t, "key": str(10000 + t), "method": spec, "ratio": c, "mode": mode,
+             "correct": bool(x)} for t, x in enumerate(correct)]
+
+
+def test_needle_pairs_prompts_and_counts_discordant_ones():
+    from scipy.stats import binomtest
+
+    specs = _specs()
+    rows = {"context": _needle(specs["context"], [1] * 10) + _needle(specs["context"], [1, 0], mode="inside"),
+            "peers": _needle(specs["kvzip"], [1, 1] + [0] * 8) + _needle("full", [1] * 10, c=0.0),
+            "first": _needle(specs["one_prefill"], [0] * 10)}
+    out = FD.summarize_needle(rows, specs)
+    cell = out["modes"]["after"]["cells"][0]
+    assert cell["uncompressed"] == 1.0 and cell["accuracy"]["kvzip"]["accuracy"] == pytest.approx(0.2)
+    by = {(t["setting"], t["reference"]): t for t in cell["comparisons"]}
+    assert (by["context", "kvzip"]["wins"], by["context", "kvzip"]["losses"]) == (8, 0)
+    assert by["context", "kvzip"]["p_mcnemar"] == pytest.approx(binomtest(8, 8, 0.5).pvalue)
+    assert (by["one_prefill", "kvzip"]["wins"], by["one_prefill", "kvzip"]["losses"]) == (0, 2)
+    # inside: only the context press has rows, so nothing is paired there; Holm counts the 3 after-mode tests
+    assert out["m"] == 3 and out["modes"]["inside"]["cells"][0]["comparisons"] == []
+    # Holm: context / one_prefill (10 of 10, the smallest p) is multiplied by 3, this second-smallest by 2
+    assert by["context", "kvzip"]["p_holm"] == pytest.approx(2 * binomtest(8, 8, 0.5).pvalue)
+    assert by["context", "kvzip"]["verdict"] == "better"

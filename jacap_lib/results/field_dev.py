@@ -13,6 +13,9 @@ BCa interval simultaneous over every (comparison, cell) judged together (Bonferr
 Wilcoxon p-values), :func:`jacap_lib.results.verdicts.compare_cells`. A cell where a setting's protected tokens fill
 its budget (:func:`jacap_lib.results.protection.protection_fills_budget`) is labelled: its score chose nothing there.
 
+The needle rows of the same three settings (``needle.jsonl`` of each folder, both modes where measured) are summed up
+beside them (:func:`summarize_needle`): accuracies, and each comparison paired per prompt with an exact McNemar test.
+
 The dev documents were looked at in four earlier rounds (the first space's default was chosen after seeing them), so
 these verdicts are exploratory; the three settings compared were chosen on the tune documents only and had not run
 on the dev documents before.
@@ -24,7 +27,7 @@ import math
 from . import files
 from . import job as J
 
-__all__ = ["ROLES", "COMPARISONS", "FILE", "settings", "summarize_field", "JOB"]
+__all__ = ["ROLES", "COMPARISONS", "FILE", "settings", "summarize_field", "summarize_needle", "JOB"]
 
 #: role -> (search space, method of that space whose tune choice plays it)
 ROLES = {"context": ("context", "jacap_context"), "kvzip": ("peers", "kvzip"), "one_prefill": ("first", "jacap_obs")}
@@ -99,6 +102,58 @@ def summarize_field(rows_by_space: dict, specs: dict, *, seed: int | None = None
             "comparisons": out, "cells_missing": missing, "no_higher": no_higher}
 
 
+def summarize_needle(rows_by_space: dict, specs: dict) -> dict:
+    """Per needle mode and (length, c) cell: each role's accuracy with its Wilson interval and the uncompressed one,
+    and each comparison of :data:`COMPARISONS` paired per prompt (length, depth, trial, key): wins (prompts only the
+    setting answers), losses, exact McNemar p, Holm over every (mode, comparison, cell) judged, and the verdict.
+
+    ``rows_by_space``: ``{space: needle rows}`` (a role whose space has no rows is left out). Returns ``{"modes":
+    {mode: {"cells": [...]}}, "m"}``; ``{"modes": {}, "m": 0}`` when no comparison has paired prompts."""
+    from . import verdicts as V
+    from .rowstats import FULL, row_mode
+
+    def prompt(r):
+        return int(r["length"]), float(r["depth"]), int(r["trial"]), str(r["key"])
+
+    answers: dict = {}  # (mode, role, length, ratio) -> {prompt: correct}
+    full: dict = {}  # (mode, length) -> {prompt: correct}, the first space's uncompressed answers first
+    for role, (space, _) in ROLES.items():
+        for r in rows_by_space.get(space, []):
+            mode = row_mode(r)
+            if r["method"] == FULL:
+                full.setdefault((mode, int(r["length"])), {}).setdefault(prompt(r), bool(r["correct"]))
+            elif r["method"] == specs[role]:
+                answers.setdefault((mode, role, int(r["length"]), float(r["ratio"])), {})[prompt(r)] = bool(r["correct"])
+    tests = []
+    for mode, (setting, reference) in ((m, pair) for m in sorted({k[0] for k in answers}) for pair in COMPARISONS):
+        for L, c in sorted({(k[2], k[3]) for k in answers if k[0] == mode}):
+            a, b = answers.get((mode, setting, L, c), {}), answers.get((mode, reference, L, c), {})
+            keys = sorted(set(a) & set(b))
+            if keys:
+                x, y = [int(a[k]) for k in keys], [int(b[k]) for k in keys]
+                tests.append({"mode": mode, "setting": setting, "reference": reference, "length": L, "ratio": c,
+                              "n": len(keys), "wins": sum(p > q for p, q in zip(x, y)),
+                              "losses": sum(p < q for p, q in zip(x, y)), "p_mcnemar": V.mcnemar_p(x, y)})
+    for t, p in zip(tests, V.holm([t["p_mcnemar"] for t in tests]) if tests else []):
+        t["p_holm"] = float(p)
+        t["verdict"] = V.mcnemar_verdict(t["wins"], t["losses"], float(p), alpha=ALPHA)
+    modes: dict = {}
+    for (mode, role, L, c), got in sorted(answers.items()):
+        acc, lo, hi = V.accuracy_interval([int(v) for v in got.values()])
+        cell = next((x for x in modes.setdefault(mode, {"cells": []})["cells"]
+                     if x["length"] == L and x["ratio"] == c), None)
+        if cell is None:
+            ceiling = full.get((mode, L), {})
+            cell = {"length": L, "ratio": c, "accuracy": {}, "comparisons": [],
+                    "uncompressed": (sum(ceiling.values()) / len(ceiling)) if ceiling else None}
+            modes[mode]["cells"].append(cell)
+        cell["accuracy"][role] = {"accuracy": acc, "low": lo, "high": hi, "n": len(got)}
+    for t in tests:
+        cell = next(x for x in modes[t["mode"]]["cells"] if x["length"] == t["length"] and x["ratio"] == t["ratio"])
+        cell["comparisons"].append({k: v for k, v in t.items() if k not in ("mode", "length", "ratio")})
+    return {"modes": modes, "m": len(tests)}
+
+
 # --------------------------------------------------------------------------------------------- the job
 def _add(parser):
     from . import evaluation as E
@@ -126,7 +181,11 @@ def _load(args):
         rows[space] = files.read_jsonl(folder / "dev.jsonl")
         runs[space] = files.read_runs(folder / "dev.jsonl")
     specs = settings(choices)
-    return root, specs, rows, runs, summarize_field(rows, specs, seed=args.seed)
+    needle = {space: files.read_jsonl(folder / "needle.jsonl") for space, folder in folders.items()
+              if (folder / "needle.jsonl").is_file()}
+    summary = summarize_field(rows, specs, seed=args.seed)
+    summary["needle"] = summarize_needle(needle, specs)
+    return root, specs, rows, runs, summary
 
 
 def _run(args):
@@ -134,7 +193,8 @@ def _run(args):
 
     root, specs, rows, runs, summary = J.prepared(_load, args)
     docs = sorted({r["doc"] for space in rows.values() for r in space if r["method"] in specs.values()})
-    config = {"inputs": {space: f"{'' if space == 'first' else space + '/'}dev.jsonl" for space in rows},
+    config = {"inputs": {space: [f"{'' if space == 'first' else space + '/'}{name}" for name in ("dev.jsonl", "needle.jsonl")]
+                         for space in rows},
               "command": getattr(args, "command", None), "settings": specs, "roles": {k: list(v) for k, v in ROLES.items()},
               "runs": {space: [r.get("command") for r in rs] for space, rs in runs.items()},
               "model": runs["peers"][-1].get("model") if runs["peers"] else None,
@@ -143,7 +203,9 @@ def _run(args):
               "statistics": {"primary": "geometric-mean KL ratio of the setting to the reference, paired per dev "
                                         "document", "adjustment": f"Bonferroni: each interval at 1 - {ALPHA}/m over the "
                                                                   "m (comparison, cell) pairs; Holm over the same",
-                             "method": V.METHOD, "seed": V.SEED if args.seed is None else args.seed},
+                             "method": V.METHOD, "seed": V.SEED if args.seed is None else args.seed,
+                             "needle": "per mode and cell, accuracy with a Wilson interval; each comparison paired per "
+                                       "prompt, exact McNemar p, Holm over every (mode, comparison, cell) judged"},
               "exploratory": "the dev documents were looked at in four earlier rounds; these three settings were "
                              "chosen on the tune documents only"}
     out = root / "peers" / FILE
