@@ -160,13 +160,16 @@ PEER_SPACE: dict[str, tuple[str, ...]] = {
     # the sketch dimension from a quarter to four times kvpress's 48
     "leverage_score": ("leverage_score", "leverage_score[sketch_dimension=12]", "leverage_score[sketch_dimension=24]",
                        "leverage_score[sketch_dimension=96]", "leverage_score[sketch_dimension=192]"),
-    # the lag halved, quartered and doubled; cross scoring
-    "lagkv": ("lagkv", "lagkv[lag_size=32]", "lagkv[lag_size=64]", "lagkv[lag_size=256]", "lagkv[cross_scoring=true]"),
-    # which leverage (keys alone, the mean of keys and values); the local window halved and doubled
+    # the lag halved, quartered and doubled; cross scoring. The choice (32) was the end of {32, 64, 128, 256}, so 16
+    # replaced the lag's worst setting the grid can drop (64; kvpress's default 128 stays first)
+    "lagkv": ("lagkv", "lagkv[lag_size=32]", "lagkv[lag_size=16]", "lagkv[lag_size=256]", "lagkv[cross_scoring=true]"),
+    # which leverage (keys alone, the mean of keys and values); the local window halved and doubled. The choice (8)
+    # was the end of {8, 16, 32}, so 4 replaced the window's worst droppable setting (32)
     "cur": ("cur", "cur[leverage_type=key]", "cur[leverage_type=kv_avg]", "cur[local_window_size=8]",
-            "cur[local_window_size=32]"),
-    # the observation window halved and doubled; the pyramid's slope (beta) on both sides
-    "pyramidkv": ("pyramidkv", "pyramidkv[window_size=32]", "pyramidkv[window_size=128]", "pyramidkv[beta=5]",
+            "cur[local_window_size=4]"),
+    # the observation window halved and doubled; the pyramid's slope (beta) on both sides. The choice (32) was the
+    # end of {32, 64, 128}, so 16 replaced the window's worst droppable setting (128)
+    "pyramidkv": ("pyramidkv", "pyramidkv[window_size=32]", "pyramidkv[window_size=16]", "pyramidkv[beta=5]",
                   "pyramidkv[beta=50]"),
     # around Expected Attention (the best baseline of the first rounds on tune): the first stage's share on both
     # sides; around SnapKV instead; epsilon ten times larger. The choice (0.75) was the end of {0.25, 0.5, 0.75}, so
@@ -215,7 +218,8 @@ CONTEXT_SPACE: dict[str, tuple[str, ...]] = {
 #: Settings of :data:`PEER_SPACE`'s first round that a value beyond a choice on its grid's edge replaced (the knob's
 #: worst setting on the tune documents; their rows stay in the tune file, the rule no longer chooses among them).
 PEER_REPLACED: tuple[str, ...] = ("compactor[sketch_dimension=96]", "critical_kv[first_stage_ratio=0.25]",
-                                   "compactor[sketch_dimension=24]", "critical_kv[first_stage_ratio=0.75]")
+                                   "compactor[sketch_dimension=24]", "critical_kv[first_stage_ratio=0.75]",
+                                   "lagkv[lag_size=64]", "cur[local_window_size=32]", "pyramidkv[window_size=128]")
 #: Settings of earlier rounds of :data:`CONTEXT_SPACE` that a later round replaced (their rows stay in the tune file;
 #: the rule no longer chooses among them): the 16-token window and its sinks, replaced when the choice moved to 64.
 CONTEXT_REPLACED: tuple[str, ...] = tuple(_context(**o) for o in (
