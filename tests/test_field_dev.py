@@ -104,3 +104,20 @@ def test_needle_pairs_prompts_and_counts_discordant_ones():
     # Holm: context / one_prefill (10 of 10, the smallest p) is multiplied by 3, this second-smallest by 2
     assert by["context", "kvzip"]["p_holm"] == pytest.approx(2 * binomtest(8, 8, 0.5).pvalue)
     assert by["context", "kvzip"]["verdict"] == "better"
+
+
+def test_needle_frame_prints_accuracies_and_won_lost_counts():
+    from jacap_lib.viz.field import needle_frame
+
+    specs = _specs()
+    rows = {"context": _needle(specs["context"], [1] * 10),
+            "peers": _needle(specs["kvzip"], [1, 1] + [0] * 8) + _needle("full", [1] * 9 + [0], c=0.0),
+            "first": _needle(specs["one_prefill"], [0] * 10)}
+    frame = needle_frame(FD.summarize_needle(rows, specs))
+    row = frame.loc[("after", "512 / 0.5")]
+    assert row["uncompressed"] == "90"
+    # Wilson interval of 2 of 10 at 95 %: [5.7 %, 51.0 %]
+    assert row["KVzip"] == "20 [6, 51]" and row["jacap_context"].startswith("100 [")
+    assert row["jacap_context vs KVzip"] == "8-0 better"
+    assert row["JacapPress() vs KVzip"] == "0-2 n.d."
+    assert needle_frame({"modes": {}, "m": 0}).empty

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from .style import finish, setting_colours
 
-__all__ = ["tune_ratio_figure", "STEP_NAMES", "ladder_frame", "ladder_figure", "ROLE_NAMES", "field_frame"]
+__all__ = ["tune_ratio_figure", "STEP_NAMES", "ladder_frame", "ladder_figure", "ROLE_NAMES", "field_frame", "needle_frame"]
 
 #: the ladder's steps (``results.ladder.STEPS``) as a reader names them: the step's label (the table's column, so the
 #: legend and :func:`ladder_frame` name a step alike) and what it changes from the step before
@@ -91,6 +91,33 @@ def field_frame(summary: dict) -> pd.DataFrame:
     frame.index.name = "L / c"
     return frame
 
+
+
+def needle_frame(summary: dict) -> pd.DataFrame:
+    """The needle half of the field summary (``summary["needle"]``) as a table: one row per mode and cell, the
+    uncompressed model's accuracy, each role's accuracy with its Wilson interval (percent of the prompts), and each
+    comparison as prompts won-lost with its verdict's word (exact McNemar, Holm over every mode, comparison and
+    cell judged). An empty frame when no needle rows were summed up."""
+    from ..results.findings import verdict_word
+
+    short = {"better": "better", "worse": "worse", "no detectable difference": "n.d.", "identical": "identical"}
+    pct = lambda x: f"{100 * x:.0f}"
+    rows: dict = {}
+    for mode, block in sorted(summary.get("modes", {}).items()):
+        for cell in block["cells"]:
+            row = rows.setdefault((mode, f"{cell['length']} / {float(cell['ratio']):g}"), {})
+            full = cell.get("uncompressed")
+            row["uncompressed"] = "" if full is None else pct(full)
+            for role, name in ROLE_NAMES.items():
+                a = cell["accuracy"].get(role)
+                row[name] = "" if a is None else f"{pct(a['accuracy'])} [{pct(a['low'])}, {pct(a['high'])}]"
+            for t in cell["comparisons"]:
+                column = f"{ROLE_NAMES[t['setting']]} vs {ROLE_NAMES[t['reference']]}"
+                row[column] = f"{t['wins']}-{t['losses']} {short[verdict_word(t['verdict'])]}"
+    frame = pd.DataFrame.from_dict(rows, orient="index").fillna("")
+    if len(frame):
+        frame.index = pd.MultiIndex.from_tuples(frame.index, names=["mode", "L / c"])
+    return frame
 
 def ladder_figure(summary: dict, *, title: str | None = None) -> go.Figure:
     """Each ladder step's geometric-mean KL ratio to the step before, per cell, with its adjusted interval (log axis;
