@@ -16,7 +16,7 @@ kvpress = pytest.importorskip("kvpress")
 from jacap_lib import cli  # noqa: E402
 from jacap_lib.measure.quality import (  # noqa: E402
     capture_prefill, compressed_forward, continue_from_cache, replay_press)
-from jacap_lib.presses.registry import BASELINES, press_from_spec  # noqa: E402
+from jacap_lib.presses.registry import BASELINES, build_press, press_from_spec  # noqa: E402
 from jacap_lib.results import evaluation as E  # noqa: E402
 from jacap_lib.results import files as io  # noqa: E402
 from jacap_lib.results import protocol as P  # noqa: E402
@@ -284,8 +284,20 @@ def test_dev_job_refuses_missing_or_foreign_choices(tiny, corpus, tmp_path, monk
     assert "evaluate tune" in capsys.readouterr().err
     E.execute(E.prepare(_args("tune", corpus, out), tokenizer=tok), model=tiny[0], tokenizer=tok)
     E.prepare(_args("dev", corpus, out), tokenizer=tok)  # the same configuration: accepted
-    for extra, what in ((["--continuation", "9"], "continuation"), (["--methods", "knorm", "snapkv"], "search_space"),
-                        (["--ratios", "0.5"], "ratios")):
+    # a --methods stage has the whole table's configuration, so it reads the same choices and runs only its methods
+    stage = E.prepare(_args("dev", corpus, out, "--methods", "knorm", "snapkv"), tokenizer=tok)
+    assert list(stage.space) == ["knorm", "snapkv"] and stage.config["search_space"] == {m: list(v) for m, v in SPACE.items()}
+    # a method whose choice is missing is refused by name, unless the stage leaves it out
+    path = out / "choices.json"
+    saved = path.read_text()
+    data = json.loads(saved)
+    del data["chosen"]["jacap"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"no choice for \['jacap'\].*--methods"):
+        E.prepare(_args("dev", corpus, out), tokenizer=tok)
+    E.prepare(_args("dev", corpus, out, "--methods", "knorm"), tokenizer=tok)
+    path.write_text(saved)
+    for extra, what in ((["--continuation", "9"], "continuation"), (["--ratios", "0.5"], "ratios")):
         args = _args("dev", corpus, out, *extra)
         with pytest.raises(ValueError, match=f"different configuration.*{what}"):
             E.prepare(args, tokenizer=tok)
@@ -714,6 +726,29 @@ def test_grid_edges_sees_a_knob_a_press_copies_into_its_private_sub_press():
     edge = P.grid_edges({"config": {"search_space": space}, "chosen": {"critical_kv": space["critical_kv"][1]}})
     assert [(e["edge"], e["bound"]) for e in edge] == [(False, False)]
     assert not set(P.PEER_REPLACED) & {s for v in P.PEER_SPACE.values() for s in v}
+
+
+def test_curs_two_token_window_is_a_bound_because_one_token_scores_every_key_alike():
+    """kvpress's CUR normalises each key's (and value's) squared norm within a local window: with one token per
+    window every score is the same (1/N after the final normalisation), so the press chooses nothing. The registry
+    refuses that window and the edge check counts 2 as a bound of the knob."""
+    import kvpress
+    import torch
+
+    keys, values = torch.randn(1, 3, 40, 64), torch.randn(1, 3, 40, 64)
+    flat = kvpress.CURPress(local_window_size=1, num_sinks=0).score(None, None, keys, values, None, {})
+    assert torch.allclose(flat, torch.full_like(flat, 1 / 40))
+    two = kvpress.CURPress(local_window_size=2, num_sinks=0).score(None, None, keys, values, None, {})
+    assert two.std() > 1e-3  # a two-token window already ranks keys
+    with pytest.raises(ValueError, match="local_window_size"):
+        build_press("cur", 0.5, local_window_size=1)
+    space = {"cur": ["cur", "cur[local_window_size=2]", "cur[local_window_size=4]"]}
+    edge = P.grid_edges({"config": {"search_space": space}, "chosen": {"cur": space["cur"][1]}})
+    assert [(e["chosen"], e["values"], e["edge"], e["bound"]) for e in edge] == [(2, [2, 4, 16], True, True)]
+    # the floor is CUR's own: another press's window of 2 is no bound
+    space = {"snapkv": ["snapkv", "snapkv[window_size=2]", "snapkv[window_size=16]"]}
+    edge = P.grid_edges({"config": {"search_space": space}, "chosen": {"snapkv": space["snapkv"][1]}})
+    assert [(e["chosen"], e["bound"]) for e in edge] == [(2, False)]
 
 
 def test_context_space_is_written_out_and_its_migration_renamed_rows_not_measurements():

@@ -342,8 +342,9 @@ def build_press(name: str, compression_ratio: float, **opts):
 # sketch sizes of the newer presses are >= 1 too
 _BASELINE_INT_MIN = {"window_size": 1, "kernel_size": 1, "n_future_positions": 1, "chunk_size": 1, "lag_size": 1,
                      "local_window_size": 1, "sketch_dimension": 1}
-# per press class: PyramidKV's pyramid shape (kvpress asserts beta >= 1)
-_CLASS_INT_MIN = {("PyramidKVPress", "beta"): 1}
+# per press class: PyramidKV's pyramid shape (kvpress asserts beta >= 1); CUR's local window (a window of one
+# token normalises each key's norm by itself, so every score is 1 and the press chooses nothing)
+_CLASS_INT_MIN = {("PyramidKVPress", "beta"): 1, ("CURPress", "local_window_size"): 2}
 
 
 #: the largest value a press option takes, where it has one: CriticalKV's first stage can take the whole budget (1)
@@ -356,10 +357,14 @@ def largest_value(option: str) -> float | None:
     return _LARGEST.get(option)
 
 
-def smallest_value(option: str) -> int:
+def smallest_value(option: str, method: str | None = None) -> int:
     """The smallest value an integer press option takes (1 for window, kernel sizes and future positions of the
-    kvpress baselines, 0 for the others: sinks, Jacap's recent window)."""
-    return _BASELINE_INT_MIN.get(option, 0)
+    kvpress baselines, 0 for the others: sinks, Jacap's recent window); with ``method`` (a registry name) the
+    press class's own floor where it has one (2 for CUR's ``local_window_size``, whose one-token window scores
+    every key alike)."""
+    cls = METHODS[method].press if method in METHODS else None
+    name = getattr(cls, "__name__", None)
+    return _CLASS_INT_MIN.get((name, option), _BASELINE_INT_MIN.get(option, 0))
 
 
 def _check_baseline_options(cls, opts: dict) -> None:

@@ -161,15 +161,18 @@ PEER_SPACE: dict[str, tuple[str, ...]] = {
     "leverage_score": ("leverage_score", "leverage_score[sketch_dimension=12]", "leverage_score[sketch_dimension=24]",
                        "leverage_score[sketch_dimension=96]", "leverage_score[sketch_dimension=192]"),
     # the lag halved, quartered and doubled; cross scoring. The choice (32) was the end of {32, 64, 128, 256}, so 16
-    # replaced the lag's worst setting the grid can drop (64; kvpress's default 128 stays first)
-    "lagkv": ("lagkv", "lagkv[lag_size=32]", "lagkv[lag_size=16]", "lagkv[lag_size=256]", "lagkv[cross_scoring=true]"),
+    # replaced the lag's worst setting the grid can drop (64; kvpress's default 128 stays first). The choice moved
+    # to 16, again the end, so 8 replaced the next worst (256)
+    "lagkv": ("lagkv", "lagkv[lag_size=32]", "lagkv[lag_size=16]", "lagkv[lag_size=8]", "lagkv[cross_scoring=true]"),
     # which leverage (keys alone, the mean of keys and values); the local window halved and doubled. The choice (8)
-    # was the end of {8, 16, 32}, so 4 replaced the window's worst droppable setting (32)
-    "cur": ("cur", "cur[leverage_type=key]", "cur[leverage_type=kv_avg]", "cur[local_window_size=8]",
+    # was the end of {8, 16, 32}, so 4 replaced the window's worst droppable setting (32); the choice moved to 4,
+    # again the end, so 2 replaced the next worst (8)
+    "cur": ("cur", "cur[leverage_type=key]", "cur[leverage_type=kv_avg]", "cur[local_window_size=2]",
             "cur[local_window_size=4]"),
     # the observation window halved and doubled; the pyramid's slope (beta) on both sides. The choice (32) was the
-    # end of {32, 64, 128}, so 16 replaced the window's worst droppable setting (128)
-    "pyramidkv": ("pyramidkv", "pyramidkv[window_size=32]", "pyramidkv[window_size=16]", "pyramidkv[beta=5]",
+    # end of {32, 64, 128}, so 16 replaced the window's worst droppable setting (128); the choice moved to 16, again
+    # the end, so 8 replaced the next worst (32)
+    "pyramidkv": ("pyramidkv", "pyramidkv[window_size=8]", "pyramidkv[window_size=16]", "pyramidkv[beta=5]",
                   "pyramidkv[beta=50]"),
     # around Expected Attention (the best baseline of the first rounds on tune): the first stage's share on both
     # sides; around SnapKV instead; epsilon ten times larger. The choice (0.75) was the end of {0.25, 0.5, 0.75}, so
@@ -219,7 +222,8 @@ CONTEXT_SPACE: dict[str, tuple[str, ...]] = {
 #: worst setting on the tune documents; their rows stay in the tune file, the rule no longer chooses among them).
 PEER_REPLACED: tuple[str, ...] = ("compactor[sketch_dimension=96]", "critical_kv[first_stage_ratio=0.25]",
                                    "compactor[sketch_dimension=24]", "critical_kv[first_stage_ratio=0.75]",
-                                   "lagkv[lag_size=64]", "cur[local_window_size=32]", "pyramidkv[window_size=128]")
+                                   "lagkv[lag_size=64]", "cur[local_window_size=32]", "pyramidkv[window_size=128]",
+                                   "lagkv[lag_size=256]", "cur[local_window_size=8]", "pyramidkv[window_size=32]")
 #: Settings of earlier rounds of :data:`CONTEXT_SPACE` that a later round replaced (their rows stay in the tune file;
 #: the rule no longer chooses among them): the 16-token window and its sinks, replaced when the choice moved to 64.
 CONTEXT_REPLACED: tuple[str, ...] = tuple(_context(**o) for o in (
@@ -585,7 +589,7 @@ def grid_edges(choices: dict) -> list[dict]:
             value = next(v for v, spec in by_value.items() if spec == chosen)  # neighbours lists the choice too
             edge = None if len(values) < 3 else value in (values[0], values[-1])
             knob = k.rsplit(".", 1)[-1]
-            bound = ((isinstance(value, int) and value == smallest_value(knob))
+            bound = ((isinstance(value, int) and value == smallest_value(knob, None if "." in k else method))
                      or (largest_value(knob) is not None and value == largest_value(knob)))
             out.append({"method": method, "option": k, "chosen": value, "values": values, "edge": edge,
                         "bound": bound})

@@ -56,9 +56,10 @@ def _baselines():
     return BASELINES
 
 
-def read_choices(path: Path, config: dict) -> dict:
-    """``choices.json`` if it exists and was made under ``config`` (same fingerprint); else ``ValueError``
-    saying what to run."""
+def read_choices(path: Path, config: dict, *, methods=None) -> dict:
+    """``choices.json`` if it exists and was made under ``config`` (same fingerprint) and holds a choice for every
+    method of ``methods`` (default: the whole search space of ``config``; a ``--methods`` stage names its own);
+    else ``ValueError`` saying what to run."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path} does not exist: the dev job needs the tune choices; run `jacap evaluate tune` "
@@ -68,9 +69,10 @@ def read_choices(path: Path, config: dict) -> dict:
         diff = P.compare_configs(data["config"], config)
         raise ValueError(f"{path} was made with a different configuration (differs in: {', '.join(diff) or 'fingerprint'}); "
                          "rerun `jacap evaluate tune` with this run's options, or run the dev job with the tune's options")
-    missing = sorted(set(config["search_space"]) - set(data["chosen"]))
+    missing = sorted(set(config["search_space"] if methods is None else methods) - set(data["chosen"]))
     if missing:
-        raise ValueError(f"{path} has no choice for {missing}; rerun `jacap evaluate tune`")
+        raise ValueError(f"{path} has no choice for {missing}; rerun `jacap evaluate tune` (its rows of them are "
+                         "incomplete), or leave them out of --methods")
     return data
 
 

@@ -365,16 +365,17 @@ def prepare(args, *, tokenizer=None) -> Plan:
     else:
         check_lengths(tok, docs, lengths, continuation)
     record = model_record(args.model)
-    # the configuration names the whole table of --space (a --methods run is one stage of it: same fingerprint)
+    # the configuration names the whole table of --space (a --methods run of tune or dev is one stage of it: same
+    # fingerprint, so a dev stage reads the choices its tune stages wrote)
     config = P.protocol_config(model=record, lengths=lengths, ratios=ratios, continuation=continuation,
-                               space=table if args.job == "tune" else space, docs=docs)
+                               space=table if args.job in ("tune", "dev") else space, docs=docs)
     plan = Plan(job=args.job, out_dir=Path(out_dir), model_name=args.model, model_label=record["name"], lengths=lengths,
                 ratios=ratios, continuation=int(continuation), space=space, docs=docs, config=config, record=record,
                 threads=args.threads, workers=getattr(args, "workers", 1), seed=args.seed,
                 progress=not args.no_progress, extra=extra)
     plan.extra["command"] = getattr(args, "command", None)
     if args.job == "dev":
-        plan.extra["choices"] = read_choices(plan.out_dir / "choices.json", config)
+        plan.extra["choices"] = read_choices(plan.out_dir / "choices.json", config, methods=space)
     return plan
 
 
