@@ -121,3 +121,20 @@ def test_needle_frame_prints_accuracies_and_won_lost_counts():
     assert row["jacap_context vs KVzip"] == "8-0 better"
     assert row["JacapPress() vs KVzip"] == "0-2 n.d."
     assert needle_frame({"modes": {}, "m": 0}).empty
+
+
+def test_cost_ratio_sums_a_prompts_ratios_then_takes_the_geometric_mean_over_documents():
+    specs = _specs()
+
+    def rows(spec, seconds):  # seconds[doc] = the CPU seconds of each of the prompt's two ratios
+        return [{"doc": d, "length": 512, "ratio": c, "method": spec, "kl": 0.1, "split": "dev", "cpu_seconds": s}
+                for d, s in seconds.items() for c in (0.5, 0.9)]
+
+    out = FD.summarize_cost({"context": rows(specs["context"], {"a": 3.0, "b": 8.0}),
+                             "peers": rows(specs["kvzip"], {"a": 1.0, "b": 2.0}),
+                             "first": rows(specs["one_prefill"], {"a": 0.5})}, specs)
+    (block,) = out["lengths"]
+    by = {(c["setting"], c["reference"]): c for c in block["comparisons"]}
+    assert by["context", "kvzip"]["ratio"] == pytest.approx(math.sqrt(3 * 4)) and by["context", "kvzip"]["n"] == 2
+    # the one-prefill press replays a captured prefill its rows do not hold: its cost is not compared
+    assert set(by) == {("context", "kvzip")}

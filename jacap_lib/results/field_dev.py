@@ -15,6 +15,7 @@ its budget (:func:`jacap_lib.results.protection.protection_fills_budget`) is lab
 
 The needle rows of the same three settings (``needle.jsonl`` of each folder, both modes where measured) are summed up
 beside them (:func:`summarize_needle`): accuracies, and each comparison paired per prompt with an exact McNemar test.
+What each setting's rows cost in CPU time, against the reference's on the same prompts, is :func:`summarize_cost`.
 
 The dev documents were looked at in four earlier rounds (the first space's default was chosen after seeing them), so
 these verdicts are exploratory; the three settings compared were chosen on the tune documents only and had not run
@@ -27,12 +28,14 @@ import math
 from . import files
 from . import job as J
 
-__all__ = ["ROLES", "COMPARISONS", "FILE", "settings", "summarize_field", "summarize_needle", "JOB"]
+__all__ = ["ROLES", "COMPARISONS", "FILE", "settings", "summarize_field", "summarize_needle", "summarize_cost", "JOB"]
 
 #: role -> (search space, method of that space whose tune choice plays it)
 ROLES = {"context": ("context", "jacap_context"), "kvzip": ("peers", "kvzip"), "one_prefill": ("first", "jacap_obs")}
 #: (setting role, reference role): the ratio is the setting's KL over the reference's
 COMPARISONS = (("context", "kvzip"), ("one_prefill", "kvzip"), ("context", "one_prefill"))
+#: the comparisons whose cost the rows measure alike (both presses run their own prefill): :func:`summarize_cost`
+COST_COMPARISONS = (("context", "kvzip"),)
 FILE = "field_summary.json"
 ALPHA = 0.05
 
@@ -154,6 +157,37 @@ def summarize_needle(rows_by_space: dict, specs: dict) -> dict:
     return {"modes": modes, "m": len(tests)}
 
 
+def summarize_cost(rows_by_space: dict, specs: dict) -> dict:
+    """Per prompt length, the context press's cost over KVzip's on the dev documents: the CPU seconds its rows spent
+    on one (document, length) over KVzip's, geometric mean over the documents both have (:data:`COST_COMPARISONS`).
+
+    Both presses run the real prefill inside their rows (kvpress's context manager, then the reconstruction
+    passes), so a row's ``cpu_seconds`` holds the whole press: prefill, reconstruction, scoring, and the
+    teacher-forced continuation both share; a score shared by several ratios is split among them
+    (``scores_shared_by``), so a (document, length) costs the sum over its ratios. A replayed press (the
+    one-prefill press) reuses a captured prefill whose time is not in its rows, so it is left out: its cost is
+    one prefill by construction. The jobs ran on a shared machine: read the ratios as rough factors. Returns
+    ``{"lengths": [{"length", "comparisons": [{"setting", "reference", "ratio", "n"}]}]}``."""
+    cost: dict = {}  # role -> {(length, doc): CPU seconds}
+    for role, (space, _) in ROLES.items():
+        for r in rows_by_space.get(space, []):
+            if r["method"] == specs[role] and r.get("split", "dev") == "dev" and r.get("cpu_seconds") is not None:
+                key = (int(r["length"]), r["doc"])
+                cost.setdefault(role, {})[key] = cost.get(role, {}).get(key, 0.0) + float(r["cpu_seconds"])
+    out = []
+    for L in sorted({k[0] for c in cost.values() for k in c}):
+        block = {"length": L, "comparisons": []}
+        for setting, reference in COST_COMPARISONS:
+            a, b = cost.get(setting, {}), cost.get(reference, {})
+            docs = sorted(k for k in set(a) & set(b) if k[0] == L and a[k] > 0 and b[k] > 0)
+            if docs:
+                ratio = math.exp(sum(math.log(a[k] / b[k]) for k in docs) / len(docs))
+                block["comparisons"].append({"setting": setting, "reference": reference, "ratio": ratio,
+                                             "n": len(docs)})
+        out.append(block)
+    return {"lengths": out}
+
+
 # --------------------------------------------------------------------------------------------- the job
 def _add(parser):
     from . import evaluation as E
@@ -185,6 +219,7 @@ def _load(args):
               if (folder / "needle.jsonl").is_file()}
     summary = summarize_field(rows, specs, seed=args.seed)
     summary["needle"] = summarize_needle(needle, specs)
+    summary["cost"] = summarize_cost(rows, specs)
     return root, specs, rows, runs, summary
 
 
