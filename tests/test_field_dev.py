@@ -113,14 +113,17 @@ def test_needle_frame_prints_accuracies_and_won_lost_counts():
     rows = {"context": _needle(specs["context"], [1] * 10),
             "peers": _needle(specs["kvzip"], [1, 1] + [0] * 8) + _needle("full", [1] * 9 + [0], c=0.0),
             "first": _needle(specs["one_prefill"], [0] * 10)}
-    frame = needle_frame(FD.summarize_needle(rows, specs))
-    row = frame.loc[("after", "512 / 0.5")]
+    summary = FD.summarize_needle(rows, specs)
+    row = needle_frame(summary).loc[("after", "512 / 0.5")]
     assert row["uncompressed"] == "90"
     # Wilson interval of 2 of 10 at 95 %: [5.7 %, 51.0 %]
     assert row["KVzip"] == "20 [6, 51]" and row["jacap_context"].startswith("100 [")
+    row = needle_frame(summary, "comparisons").loc[("after", "512 / 0.5")]
     assert row["jacap_context vs KVzip"] == "8-0 better"
     assert row["JacapPress() vs KVzip"] == "0-2 n.d."
     assert needle_frame({"modes": {}, "m": 0}).empty
+    with pytest.raises(ValueError, match="part"):
+        needle_frame(summary, "both")
 
 
 def test_cost_ratio_sums_a_prompts_ratios_then_takes_the_geometric_mean_over_documents():

@@ -93,24 +93,30 @@ def field_frame(summary: dict) -> pd.DataFrame:
 
 
 
-def needle_frame(summary: dict) -> pd.DataFrame:
-    """The needle half of the field summary (``summary["needle"]``) as a table: one row per mode and cell, the
-    uncompressed model's accuracy, each role's accuracy with its Wilson interval (percent of the prompts), and each
-    comparison as prompts won-lost with its verdict's word (exact McNemar, Holm over every mode, comparison and
-    cell judged). An empty frame when no needle rows were summed up."""
+def needle_frame(summary: dict, part: str = "accuracy") -> pd.DataFrame:
+    """The needle half of the field summary (``summary["needle"]``) as a table, one row per mode and cell.
+
+    ``part="accuracy"``: the uncompressed model's accuracy and each role's with its Wilson interval (percent of the
+    prompts). ``part="comparisons"``: each comparison as prompts won-lost with its verdict's word (exact McNemar,
+    Holm over every mode, comparison and cell judged). Two tables, so each fits a text column. An empty frame when
+    no needle rows were summed up."""
     from ..results.findings import verdict_word
 
+    if part not in ("accuracy", "comparisons"):
+        raise ValueError(f"part must be 'accuracy' or 'comparisons', got {part!r}")
     short = {"better": "better", "worse": "worse", "no detectable difference": "n.d.", "identical": "identical"}
     pct = lambda x: f"{100 * x:.0f}"
     rows: dict = {}
     for mode, block in sorted(summary.get("modes", {}).items()):
         for cell in block["cells"]:
             row = rows.setdefault((mode, f"{cell['length']} / {float(cell['ratio']):g}"), {})
-            full = cell.get("uncompressed")
-            row["uncompressed"] = "" if full is None else pct(full)
-            for role, name in ROLE_NAMES.items():
-                a = cell["accuracy"].get(role)
-                row[name] = "" if a is None else f"{pct(a['accuracy'])} [{pct(a['low'])}, {pct(a['high'])}]"
+            if part == "accuracy":
+                full = cell.get("uncompressed")
+                row["uncompressed"] = "" if full is None else pct(full)
+                for role, name in ROLE_NAMES.items():
+                    a = cell["accuracy"].get(role)
+                    row[name] = "" if a is None else f"{pct(a['accuracy'])} [{pct(a['low'])}, {pct(a['high'])}]"
+                continue
             for t in cell["comparisons"]:
                 column = f"{ROLE_NAMES[t['setting']]} vs {ROLE_NAMES[t['reference']]}"
                 row[column] = f"{t['wins']}-{t['losses']} {short[verdict_word(t['verdict'])]}"
