@@ -141,3 +141,85 @@ def test_cost_ratio_sums_a_prompts_ratios_then_takes_the_geometric_mean_over_doc
     assert by["context", "kvzip"]["ratio"] == pytest.approx(math.sqrt(3 * 4)) and by["context", "kvzip"]["n"] == 2
     # the one-prefill press replays a captured prefill its rows do not hold: its cost is not compared
     assert set(by) == {("context", "kvzip")}
+
+
+def _field_rows(spec, kl, docs, cells=((512, 0.5), (512, 0.9)), split="dev"):
+    """Dev rows of one setting; ``kl(doc_index, cell_index)`` is each row's KL."""
+    return [{"doc": d, "length": L, "ratio": c, "method": spec, "kl": kl(i, j), "split": split}
+            for j, (L, c) in enumerate(cells) for i, d in enumerate(docs)]
+
+
+def test_field_table_ratios_are_paired_geometric_means_to_kvzip_and_sorted():
+    docs = ["a", "b", "c", "d"]
+    chosen = {"peers": {"kvzip": "kvzip", "cur": "cur[local_window_size=2]", "lagkv": "lagkv[lag_size=16]"},
+              "first": {"snapkv": "snapkv[window_size=16]", "knorm": "knorm"}}
+    ref = lambda i, j: 0.01 * (i + 1)  # noqa: E731
+    rows = {"peers": _field_rows("kvzip", ref, docs) + _field_rows("kvzip", lambda i, j: 5.0, docs, split="tune")
+            # cur: twice KVzip's KL in the first cell, half in the second, and a KL of 0 (floored) on one document
+            + _field_rows("cur[local_window_size=2]", lambda i, j: ref(i, j) * (2.0 if j == 0 else 0.5), docs)
+            # lagkv: three times KVzip's, one document missing in the second cell
+            + [r for r in _field_rows("lagkv[lag_size=16]", lambda i, j: 3 * ref(i, j), docs)
+               if not (r["doc"] == "d" and r["ratio"] == 0.9)],
+            "first": _field_rows("snapkv[window_size=16]", lambda i, j: 0.0 if i == 0 else ref(i, j), docs)}
+    out = FD.field_table(rows, chosen)
+    by = {m["method"]: m for m in out["methods"]}
+    assert out["reference_spec"] == "kvzip" and out["missing"] == [{"method": "knorm", "space": "first", "spec": "knorm"}]
+    assert by["cur"]["cells"][0]["gm_ratio"] == pytest.approx(2.0) and by["cur"]["cells"][1]["gm_ratio"] == pytest.approx(0.5)
+    assert by["cur"]["gm_ratio"] == pytest.approx(1.0) and by["cur"]["cells_lower"] == 1 and by["cur"]["complete"]
+    # the tune rows of KVzip (KL 5) are not dev rows: KVzip against itself is 1 in every cell
+    assert by["kvzip"]["gm_ratio"] == pytest.approx(1.0)
+    assert by["lagkv"]["complete"] is False and by["lagkv"]["cells"][1]["n"] == 3
+    assert by["lagkv"]["gm_ratio"] == pytest.approx(3.0)
+    # snapkv: KL 0 on document a is floored at the rule's floor, 1e-8, against KVzip's 0.01
+    expected = math.exp((math.log(1e-8 / 0.01) + 0.0 * 3) / 4)
+    assert by["snapkv"]["cells"][0]["gm_ratio"] == pytest.approx(expected)
+    assert by["snapkv"]["cells"][0]["gm_kl"] == pytest.approx(math.exp(
+        (math.log(1e-8) + math.log(0.02) + math.log(0.03) + math.log(0.04)) / 4))
+    assert [m["method"] for m in out["methods"]] == ["snapkv", "cur", "kvzip", "lagkv"]
+    with pytest.raises(ValueError, match="reference"):
+        FD.field_table(rows, chosen, reference="tova")
+    with pytest.raises(ValueError, match="jacap evaluate dev --space peers --methods kvzip"):
+        FD.field_table({"first": rows["first"]}, chosen)
+
+
+def test_field_needle_pools_lengths_per_mode_and_c():
+    chosen = {"peers": {"kvzip": "kvzip"}, "first": {"knorm": "knorm"}}
+    rows = {"peers": _needle("kvzip", [1] * 6 + [0] * 4) + _needle("kvzip", [1] * 10, L=1024)
+            + _needle("kvzip", [0] * 10, mode="inside") + _needle("full", [1] * 10, c=0.0)
+            # a first-space setting in the peers' file is not the peers' choice: left out
+            + _needle("knorm", [1] * 10),
+            "first": _needle("knorm", [0] * 10) + _needle("full", [1] * 9 + [0], c=0.0)}
+    out = FD.field_needle(rows, chosen)
+    after = out["modes"]["after"]
+    (kv,) = after["methods"]["kvzip"]
+    assert kv["n"] == 20 and kv["accuracy"] == pytest.approx(16 / 20) and kv["low"] < 0.8 < kv["high"]
+    assert after["methods"]["knorm"] == [{"ratio": 0.5, "accuracy": 0.0, "low": 0.0, "high": pytest.approx(0.2775, abs=1e-3),
+                                          "n": 10}]
+    # the first space's uncompressed answers come first: 9 of 10
+    assert after["uncompressed"] == [{"length": 512, "accuracy": 0.9, "n": 10}]
+    assert out["modes"]["inside"]["methods"]["kvzip"][0]["accuracy"] == 0.0
+
+
+def test_field_figures_draw_complete_methods_and_name_the_rest():
+    from jacap_lib.viz.field import field_heatmap, field_needle_frame
+
+    docs = ["a", "b", "c"]
+    chosen = {"peers": {"kvzip": "kvzip", "cur": "cur[local_window_size=2]"},
+              "first": {"knorm": "knorm", "tova": "tova"}}
+    rows = {"peers": _field_rows("kvzip", lambda i, j: 0.1, docs)
+            + _field_rows("cur[local_window_size=2]", lambda i, j: 0.4, docs[:2]),
+            "first": _field_rows("knorm", lambda i, j: 0.05, docs)}
+    table = FD.field_table(rows, chosen)
+    fig = field_heatmap(table)
+    (trace,) = fig.data
+    assert list(trace.y) == ["KVzip (1.00)", "KNorm (0.50)"]  # best at the top: plotly's last row
+    assert trace.z[1][0] == pytest.approx(-1.0) and trace.text[1][0] == "0.50"
+    note = fig.layout.annotations[-1].text
+    assert "cur" in note and "tova" in note
+    with pytest.raises(ValueError, match="complete"):
+        field_heatmap({**table, "methods": [m for m in table["methods"] if not m["complete"]]})
+    needle = FD.field_needle({"peers": _needle("kvzip", [1] * 3 + [0]) + _needle("full", [1] * 4, c=0.0)}, chosen)
+    frame = field_needle_frame(needle)
+    assert frame.loc["uncompressed", ("question after", "c = 0.5")] == "100"
+    assert frame.loc["KVzip", ("question after", "c = 0.5")] == "75"
+    assert field_needle_frame({"modes": {}}).empty

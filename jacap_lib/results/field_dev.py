@@ -17,6 +17,11 @@ The needle rows of the same three settings (``needle.jsonl`` of each folder, bot
 beside them (:func:`summarize_needle`): accuracies, and each comparison paired per prompt with an exact McNemar test.
 What each setting's rows cost in CPU time, against the reference's on the same prompts, is :func:`summarize_cost`.
 
+Beside these three, :func:`field_table` lays out every method's tune choice of every search space on the same dev
+documents, each by its geometric-mean KL ratio to KVzip's per cell, and :func:`field_needle` their needle accuracies.
+Those two rank and judge nothing: twenty methods in twelve cells would need an adjustment so wide that no interval
+could say much, so the verdicts stay with the three settings above.
+
 The dev documents were looked at in four earlier rounds (the first space's default was chosen after seeing them), so
 these verdicts are exploratory; the three settings compared were chosen on the tune documents only and had not run
 on the dev documents before.
@@ -28,7 +33,8 @@ import math
 from . import files
 from . import job as J
 
-__all__ = ["ROLES", "COMPARISONS", "FILE", "settings", "summarize_field", "summarize_needle", "summarize_cost", "JOB"]
+__all__ = ["ROLES", "COMPARISONS", "FILE", "settings", "summarize_field", "summarize_needle", "summarize_cost",
+           "field_table", "field_needle", "JOB"]
 
 #: role -> (search space, method of that space whose tune choice plays it)
 ROLES = {"context": ("context", "jacap_context"), "kvzip": ("peers", "kvzip"), "one_prefill": ("first", "jacap_obs")}
@@ -188,6 +194,93 @@ def summarize_cost(rows_by_space: dict, specs: dict) -> dict:
     return {"lengths": out}
 
 
+def field_table(rows_by_space: dict, chosen_by_space: dict, *, reference: str = "kvzip") -> dict:
+    """Every method's tune choice on the dev documents beside ``reference``'s (a method name; KVzip's choice).
+
+    ``rows_by_space``: ``{space: dev rows}``; ``chosen_by_space``: ``{space: {method: spec}}`` (each space's
+    ``choices.json`` ``chosen``). KL is floored at the rule's floor. Per method and (length, c) cell: ``gm_kl`` (the
+    geometric mean over the method's documents) and ``gm_ratio`` (the geometric mean over the documents both have of
+    the method's KL over the reference's); over all paired (document, cell) pairs, ``gm_ratio`` of the method and
+    ``cells_lower``, how many cells' ratio is below 1. ``complete``: the method has every (document, cell) the
+    reference has. Methods are sorted by their overall ratio, lowest first; those without dev rows are listed in
+    ``missing``. A description, not a verdict (no interval). Returns ``{"reference", "reference_spec", "methods",
+    "missing"}``."""
+    from .protocol import KL_FLOOR
+
+    owner = {m: (space, spec) for space, chosen in chosen_by_space.items() for m, spec in chosen.items()}
+    if reference not in owner:
+        raise ValueError(f"reference: no search space has a tune choice for {reference!r}; the choices name "
+                         f"{sorted(owner)}")
+
+    def kl_by_cell(method):
+        space, spec = owner[method]
+        out: dict = {}
+        for r in rows_by_space.get(space, []):
+            if r["method"] == spec and r.get("split", "dev") == "dev":
+                out.setdefault((int(r["length"]), float(r["ratio"])), {})[r["doc"]] = max(float(r["kl"]), KL_FLOOR)
+        return out
+
+    ref = kl_by_cell(reference)
+    if not ref:
+        raise ValueError(f"reference: {reference!r} has no dev rows; run `jacap evaluate dev --space "
+                         f"{owner[reference][0]} --methods {reference}` first")
+    methods, missing = [], []
+    for method, (space, spec) in owner.items():
+        mine = kl_by_cell(method)
+        if not mine:
+            missing.append({"method": method, "space": space, "spec": spec})
+            continue
+        cells, logs = [], []
+        for cell in sorted(mine):
+            docs = sorted(set(mine[cell]) & set(ref.get(cell, {})))
+            own = [math.log(v) for v in mine[cell].values()]
+            pair = [math.log(mine[cell][d] / ref[cell][d]) for d in docs]
+            logs += pair
+            cells.append({"length": cell[0], "ratio": cell[1], "n": len(docs), "documents": len(own),
+                          "gm_kl": math.exp(sum(own) / len(own)),
+                          "gm_ratio": math.exp(sum(pair) / len(pair)) if pair else None})
+        complete = all(set(ref[cell]) <= set(mine.get(cell, {})) for cell in ref)
+        methods.append({"method": method, "space": space, "spec": spec, "complete": complete, "cells": cells,
+                        "gm_ratio": math.exp(sum(logs) / len(logs)) if logs else None,
+                        "cells_lower": sum(c["gm_ratio"] is not None and c["gm_ratio"] < 1 for c in cells)})
+    methods.sort(key=lambda m: (m["gm_ratio"] is None, m["gm_ratio"] or 0.0, m["method"]))
+    return {"reference": reference, "reference_spec": owner[reference][1], "methods": methods, "missing": missing}
+
+
+def field_needle(rows_by_space: dict, chosen_by_space: dict) -> dict:
+    """Every method's tune choice on the needle, per mode and c, pooled over the prompt lengths measured.
+
+    ``rows_by_space``: ``{space: needle rows}``; ``chosen_by_space`` as :func:`field_table`. Per mode: the
+    uncompressed model's accuracy per prompt length (``uncompressed``, the first space's rows first), and per method
+    and c the accuracy over its prompts with a Wilson 95 % interval and ``n``. Returns ``{"modes": {mode:
+    {"uncompressed": [{"length", "accuracy", "n"}], "methods": {method: [{"ratio", "accuracy", "low", "high",
+    "n"}]}}}}`` (lists, so no number becomes a JSON key)."""
+    from . import verdicts as V
+    from .rowstats import FULL, row_mode
+
+    owner = {spec: (space, m) for space, chosen in chosen_by_space.items() for m, spec in chosen.items()}
+    got: dict = {}  # (mode, method, c) -> [0/1]
+    full: dict = {}  # (mode, length) -> {prompt: 0/1}
+    for space in sorted(chosen_by_space, key=lambda s: s != "first"):  # the first space's uncompressed answers first
+        for r in rows_by_space.get(space, []):
+            mode = row_mode(r)
+            if r["method"] == FULL:
+                key = (int(r["length"]), float(r["depth"]), int(r["trial"]), str(r["key"]))
+                full.setdefault((mode, int(r["length"])), {}).setdefault(key, int(bool(r["correct"])))
+            elif owner.get(r["method"], (None,))[0] == space:
+                got.setdefault((mode, owner[r["method"]][1], float(r["ratio"])), []).append(int(bool(r["correct"])))
+    modes: dict = {}
+    for (mode, L), answers in sorted(full.items()):
+        modes.setdefault(mode, {"uncompressed": [], "methods": {}})["uncompressed"].append(
+            {"length": L, "accuracy": sum(answers.values()) / len(answers), "n": len(answers)})
+    for (mode, method, c), xs in sorted(got.items()):
+        acc, lo, hi = V.accuracy_interval(xs)
+        block = modes.setdefault(mode, {"uncompressed": [], "methods": {}})
+        block["methods"].setdefault(method, []).append({"ratio": c, "accuracy": acc, "low": lo, "high": hi,
+                                                        "n": len(xs)})
+    return {"modes": modes}
+
+
 # --------------------------------------------------------------------------------------------- the job
 def _add(parser):
     from . import evaluation as E
@@ -220,6 +313,9 @@ def _load(args):
     summary = summarize_field(rows, specs, seed=args.seed)
     summary["needle"] = summarize_needle(needle, specs)
     summary["cost"] = summarize_cost(rows, specs)
+    chosen = {space: c["chosen"] for space, c in choices.items()}
+    summary["table"] = field_table(rows, chosen)
+    summary["needle_table"] = field_needle(needle, chosen)
     return root, specs, rows, runs, summary
 
 
@@ -241,6 +337,8 @@ def _run(args):
                              "method": V.METHOD, "seed": V.SEED if args.seed is None else args.seed,
                              "needle": "per mode and cell, accuracy with a Wilson interval; each comparison paired per "
                                        "prompt, exact McNemar p, Holm over every (mode, comparison, cell) judged"},
+              "table": "every method's tune choice of every space (table) and its needle accuracy per mode and c "
+                       "(needle_table), beside KVzip's: geometric-mean KL ratios and accuracies, no interval or verdict",
               "exploratory": "the dev documents were looked at in four earlier rounds; these three settings were "
                              "chosen on the tune documents only"}
     out = root / "peers" / FILE
@@ -250,9 +348,13 @@ def _run(args):
         print(f"{block['setting']} / {block['reference']}: " + "; ".join(
             f"{r['length']}/{r['ratio']} {r['gm_ratio']:.3f} [{r['gm_low_adjusted']:.3f}, {r['gm_high_adjusted']:.3f}]"
             for r in block["cells"]))
+    table = summary["table"]
+    print("every tune choice, KL ratio to KVzip over all cells: " + "; ".join(
+        f"{m['method']} {m['gm_ratio']:.3f}{'' if m['complete'] else ' (incomplete)'}" for m in table["methods"]))
     return out
 
 
 JOB = J.Job("on the dev documents, per cell, the context press's tune choice against KVzip's and against the setting "
-            "JacapPress() builds, and that setting against KVzip: simultaneous intervals and verdicts -> "
+            "JacapPress() builds, and that setting against KVzip: simultaneous intervals and verdicts; beside them "
+            "every method's tune choice by its KL ratio to KVzip and its needle accuracy -> "
             "data/results/eval/peers/field_summary.json", _add, _run)

@@ -195,10 +195,11 @@ DEFAULT_NAME = {"legend": "default JacapPress()", "prose": "the default `JacapPr
 
 
 def _committed_chosen() -> dict:
-    """``choices.json``'s tune choices (``{method: spec}``) of the first search space, the committed file's."""
-    from .loaders import load_eval_choices
+    """The committed tune choices (``{method: spec}``) of every search space (kvpress's newer presses and the context
+    press beside the first rounds' methods): :func:`~jacap_lib.results.loaders.load_all_chosen`."""
+    from .loaders import load_all_chosen
 
-    return load_eval_choices()["chosen"]
+    return load_all_chosen()
 
 
 def spec_name(spec: str, *, legend: bool = False, choices: dict | None = None) -> str:
@@ -208,7 +209,7 @@ def spec_name(spec: str, *, legend: bool = False, choices: dict | None = None) -
     * the options ``JacapPress()`` builds today: "the default `JacapPress()`" (``legend=True``: "default
       JacapPress()", plain text for a figure or a printed line);
     * the tune choice of ``jacap`` (``choices["chosen"]["jacap"]``; ``choices``: a ``choices.json``, by default the
-      committed one): "Algorithm 1 tuned" — the choice defines it, not its options (the paper preset has the tempered
+      committed choices of every search space): "Algorithm 1 tuned" — the choice defines it, not its options (the paper preset has the tempered
       centre too);
     * the paper's preset (:data:`~jacap_lib.results.protocol.PAPER_PRESET`): "Algorithm 1 as published";
     * a kvpress press as kvpress builds it or as the tune chose it: its reader name

@@ -13,6 +13,7 @@ loader                        file(s)                               written by
 :func:`load_mechanisms`       ``data/diagnostics/mechanisms.json``  ``jacap diagnose mechanisms``
 :func:`load_query_stats`      ``data/diagnostics/query_stats.json`` ``jacap diagnose query-stats``
 :func:`load_eval_choices`     ``data/results/eval/choices.json``    ``jacap evaluate tune``
+:func:`load_all_chosen`       ``.../eval[/<space>]/choices.json``   ``jacap evaluate tune [--space]``
 :func:`load_eval_rows`        ``data/results/eval/<split>.jsonl``   ``jacap evaluate tune|dev``
 :func:`load_eval_summary`     ``data/results/eval/summary.json``    ``jacap evaluate summary``
 :func:`load_dev_record`       ``data/results/eval/dev_record.json`` ``jacap evaluate record``
@@ -33,7 +34,7 @@ from .paths import data_dir, data_path
 __all__ = ["load_ladder_summary", "load_field_summary", "load_candidates", "load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
            "load_mechanisms", "load_query_stats", "load_decoding_comparison",
-           "load_eval_choices", "load_eval_rows", "load_eval_runs", "load_eval_summary", "load_dev_record",
+           "load_eval_choices", "load_all_chosen", "load_eval_rows", "load_eval_runs", "load_eval_summary", "load_dev_record",
            "load_needle_rows", "load_needle_runs", "load_needle_summary", "load_needle_probe_rows",
            "load_needle_probe_summary", "load_anatomy",
            "load_ablation_summary", "load_ablation_summaries"]
@@ -124,6 +125,21 @@ def load_eval_choices(path=None, *, space: str = "first") -> dict:
     return files.read_json(path or data_path("results", "eval", *sub, "choices.json", must_exist=False),
                            require=("config", "fingerprint", "chosen", "choices"),
                            hint="jacap evaluate tune" + ("" if space == "first" else f" --space {space}"))
+
+
+def load_all_chosen(folder=None) -> dict[str, str]:
+    """``{method: spec}``: every search space's tune choices together (the first space's ``choices.json``, then
+    ``peers/`` and ``context/`` where they are committed; a method belongs to one space). ``folder``: the
+    evaluation folder (default ``data/results/eval``)."""
+    from . import protocol as P
+
+    root = Path(folder) if folder is not None else data_path("results", "eval", must_exist=False)
+    out: dict[str, str] = {}
+    for space in P.SPACES:
+        path = root / ("choices.json" if space == "first" else f"{space}/choices.json")
+        if path.is_file():
+            out.update(load_eval_choices(path, space=space)["chosen"])
+    return out
 
 
 def load_eval_rows(split: str = "dev", path=None, *, space: str = "first") -> list[dict]:

@@ -283,10 +283,10 @@ def setting_names(specs) -> dict[str, str]:
     "SnapKV"), else by its method's registry name when it is that method's only setting here (the tuned options are
     in the choices table), else by its short spec; two settings the book names alike (kvpress's SnapKV as shipped
     and as tuned) each by its short spec, so no two rows or legend entries share a name."""
-    from ..results.loaders import load_eval_choices
+    from ..results.loaders import load_all_chosen
 
     shown = {s: _shorter(s) for s in specs}  # each spec shortened once (short_spec builds its press)
-    choices = load_eval_choices()  # read once for every name, not once per setting
+    choices = {"chosen": load_all_chosen()}  # every space's choices, read once for every name, not once per setting
     family = {m: m.split("[", 1)[0] for m in shown.values()}
     name = {m: spec_name(m, legend=True, choices=choices) for m in family}
     name = {m: family[m] if n == m and list(family.values()).count(family[m]) == 1 else n for m, n in name.items()}

@@ -11,7 +11,8 @@ import plotly.graph_objects as go
 
 from .style import finish, setting_colours
 
-__all__ = ["tune_ratio_figure", "STEP_NAMES", "ladder_frame", "ladder_figure", "ROLE_NAMES", "field_frame", "needle_frame"]
+__all__ = ["tune_ratio_figure", "STEP_NAMES", "ladder_frame", "ladder_figure", "ROLE_NAMES", "field_frame", "needle_frame",
+           "field_heatmap", "field_needle_frame"]
 
 #: the ladder's steps (``results.ladder.STEPS``) as a reader names them: the step's label (the table's column, so the
 #: legend and :func:`ladder_frame` name a step alike) and what it changes from the step before
@@ -151,3 +152,86 @@ def ladder_figure(summary: dict, *, title: str | None = None) -> go.Figure:
                       legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.2, "yanchor": "top"},
                       margin={"b": 150, "t": 84})  # t: a one-line title clear of plotly's mode bar
     return finish(fig)
+
+
+def _names(specs) -> dict:
+    from .evaluation import setting_names
+
+    return setting_names(list(specs))
+
+
+def field_heatmap(table: dict, *, title: str | None = None) -> go.Figure:
+    """The whole field on the dev documents (``field_summary.json``'s ``table``,
+    :func:`jacap_lib.results.field_dev.field_table`): one row per method whose dev rows are complete, one column per
+    cell, the colour and the printed number its geometric-mean KL ratio to the reference (KVzip) on a log scale
+    centred at 1 (blue: lower KL than the reference; red: higher). Best overall at the top; methods whose rows are not
+    complete are named under the plot."""
+    import math
+    import textwrap
+
+    shown = [m for m in table["methods"] if m["complete"]]
+    if not shown:
+        raise ValueError("table has no method with complete dev rows: run `jacap evaluate dev` for the spaces first")
+    names = _names([m["spec"] for m in table["methods"]])
+    ref = names[table["reference_spec"]]
+    cells = [(c["length"], c["ratio"]) for c in shown[0]["cells"]]
+    x = [f"{L}<br>{c:g}" for L, c in cells]  # two short lines: twelve columns fit a text column unrotated
+    rows = list(reversed(shown))  # plotly draws the first row at the bottom
+    y = [f"{names[m['spec']]} ({m['gm_ratio']:.2f})" for m in rows]
+    by = [{(c["length"], c["ratio"]): c["gm_ratio"] for c in m["cells"]} for m in rows]
+    z = [[math.log2(b[cell]) if b.get(cell) else None for cell in cells] for b in by]
+    text = [[f"{b[cell]:.2f}" if b.get(cell) else "" for cell in cells] for b in by]
+    top = 3  # the colour scale spans ratios 1/8 to 8; larger ones take its end colour
+    ticks = list(range(-top, top + 1))
+    fig = go.Figure(go.Heatmap(
+        x=x, y=y, z=z, text=text, texttemplate="%{text}", textfont={"size": 10}, zmin=-top, zmax=top, zmid=0,
+        colorscale="RdBu_r", xgap=1, ygap=1,
+        colorbar={"title": {"text": f"ratio to {ref}", "side": "right"}, "tickvals": ticks,
+                  "ticktext": [f"{2.0 ** t:g}" for t in ticks], "len": 0.8},
+        hovertemplate="%{y}<br>L, c = %{x}<br>KL ratio %{text}<extra></extra>"))
+    left = [m["method"] for m in table["methods"] if not m["complete"]] + [m["method"] for m in table["missing"]]
+    note = "<br>".join(textwrap.wrap(f"dev rows not complete yet: {', '.join(left)}", 90)) if left else None
+    lines = note.count("<br>") + 1 if note else 0
+    fig.update_layout(title=title or f"Every method's tune choice on the dev documents: KL ratio to {ref}",
+                      xaxis={"title": "prompt length L (upper line) and compression ratio c (lower line)",
+                             "tickangle": 0, "type": "category"},
+                      yaxis={"title": None, "automargin": True},
+                      height=190 + 26 * len(rows) + 16 * lines, margin={"l": 10, "r": 10, "b": 90 + 16 * lines})
+    if note:
+        fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=0, yshift=-76, showarrow=False,
+                           xanchor="left", yanchor="top", align="left", font={"size": 11})
+    return finish(fig)
+
+
+def field_needle_frame(needle: dict) -> pd.DataFrame:
+    """Every method's needle accuracy (``field_summary.json``'s ``needle_table``,
+    :func:`jacap_lib.results.field_dev.field_needle`) as a table: one row per method (the uncompressed model first),
+    one column per mode and c, each entry the percent of the prompts answered, pooled over the prompt lengths. A
+    method without rows in a mode has an empty entry there."""
+    modes = sorted(needle.get("modes", {}))
+    if not modes:
+        return pd.DataFrame()
+    from ..results.loaders import load_all_chosen
+
+    chosen = load_all_chosen()
+    methods = sorted({m for mode in modes for m in needle["modes"][mode]["methods"]})
+    names = _names([chosen[m] for m in methods if m in chosen])
+    label = {m: names.get(chosen.get(m), m) for m in methods}
+    ratios = sorted({r["ratio"] for mode in modes for v in needle["modes"][mode]["methods"].values() for r in v})
+    columns = [(mode, c) for mode in modes for c in ratios]
+    rows = {"uncompressed": {}}
+    for mode in modes:
+        full = needle["modes"][mode]["uncompressed"]
+        k = sum(u["accuracy"] * u["n"] for u in full)
+        n = sum(u["n"] for u in full)
+        for c in ratios:
+            rows["uncompressed"][(mode, c)] = f"{100 * k / n:.0f}" if n else ""
+        for m, values in needle["modes"][mode]["methods"].items():
+            for v in values:
+                rows.setdefault(label[m], {})[(mode, v["ratio"])] = f"{100 * v['accuracy']:.0f}"
+    order = ["uncompressed"] + sorted((k for k in rows if k != "uncompressed"),
+                                      key=lambda k: -sum(float(v or 0) for v in rows[k].values()))
+    frame = pd.DataFrame([[rows[k].get(col, "") for col in columns] for k in order], index=order,
+                         columns=pd.MultiIndex.from_tuples([(f"question {m}", f"c = {c:g}") for m, c in columns]))
+    frame.index.name = "method"
+    return frame
