@@ -15,7 +15,7 @@ from jacap_lib.results.paths import data_path
 
 def _inputs():
     _, mech = R.load_mechanisms()
-    return R.load_eval_summary(), R.load_needle_summary(), mech, R.load_ladder_summary()
+    return R.load_eval_summary(), R.load_needle_summary(), mech, R.load_ladder_summary(), R.load_field_summary()
 
 
 def _sentences(text: str) -> list[str]:
@@ -32,7 +32,8 @@ def test_committed_answer_is_what_the_files_say(tmp_path):
     (root / "diagnostics").mkdir()
     for name in ("summary.json", "needle_summary.json"):
         shutil.copy(data_path("results", "eval", name), root / "results" / "eval" / name)
-    shutil.copy(data_path("results", "eval", "peers", "ladder_summary.json"), root / "results" / "eval" / "peers")
+    for name in ("ladder_summary.json", "field_summary.json"):
+        shutil.copy(data_path("results", "eval", "peers", name), root / "results" / "eval" / "peers")
     shutil.copy(data_path("diagnostics", "mechanisms.json"), root / "diagnostics")
     assert A.write(root / "results" / "eval").read_text(encoding="utf-8") == committed
     assert A.write(tmp_path / "empty") is None
@@ -49,8 +50,46 @@ def test_answer_is_short_plain_and_labelled():
     assert confirm.startswith("*The answer, from the confirmatory summary:*")
 
 
+def test_answer_from_the_field_recomputed_from_the_files():
+    """With the whole field on the dev documents, the answer names the presses of lowest KL, the closest one-prefill
+    press and the default by their ratios to KVzip, the fact keepers and the cost, each recomputed from the rows."""
+    from jacap_lib.presses.registry import RECONSTRUCTION_METHODS
+    from jacap_lib.results import field_dev as FD, files
+    from jacap_lib.results.findings import spec_name
+
+    summary, needle, mech, ladder, field = _inputs()
+    text = A.answer_text(summary, needle, mech, ladder, field)
+    # recompute the field table from the dev rows of the three spaces, with every space's tune choices
+    root = data_path("results", "eval")
+    folders = {"first": root, "peers": root / "peers", "context": root / "context"}
+    rows = {s: files.read_jsonl(f / "dev.jsonl") for s, f in folders.items()}
+    chosen = {s: R.load_eval_choices(space=s)["chosen"] for s in folders}
+    table = FD.field_table(rows, chosen)
+    done = [m for m in table["methods"] if m["complete"]]
+    top = [spec_name(m["spec"]) for m in done[:2]]
+    assert f"use {top[0]} or {top[1]}: the lowest KL of the {len(done)} presses" in text
+    once = next(m for m in done if m["method"] not in RECONSTRUCTION_METHODS)
+    assert f"{spec_name(once['spec'])} comes closest, at {once['gm_ratio']:.2f} times KVzip's KL" in text
+    default = next(m for m in done if m["method"] == "jacap_obs")
+    assert f"keeps {default['gm_ratio']:.2f} times" in text
+    # the fact keepers: the highest lowest accuracy at c <= 0.75, question after the compression, over the raw rows
+    needles = {s: files.read_jsonl(f / "needle.jsonl") for s, f in folders.items() if (f / "needle.jsonl").is_file()}
+    by: dict = {}
+    owner = {spec: (s, m) for s, ch in chosen.items() for m, spec in ch.items()}
+    for s, rs in needles.items():
+        for r in rs:
+            if r.get("mode", "after") == "after" and r["method"] in owner and owner[r["method"]][0] == s \
+                    and r["ratio"] <= 0.75:
+                by.setdefault(owner[r["method"]][1], {}).setdefault(r["ratio"], []).append(bool(r["correct"]))
+    lows = {m: min(sum(v) / len(v) for v in cs.values()) for m, cs in by.items() if len(cs) == 2}
+    assert f"answers {100 * max(lows.values()):.0f} % of needle prompts at c ≤ 0.75" in text
+    ratios = [t["kvzip"]["cpu_seconds"] / t["none"]["cpu_seconds"] for t in ladder["prefill_timing"]]
+    assert f"costs {min(ratios):.1f}–{max(ratios):.1f} times an uncompressed one" in text
+
+
 def test_answer_numbers_recomputed_from_the_files():
-    summary, needle, mech, ladder = _inputs()
+    """Without the field summary, the first rounds' summary answers (the fallback while no field is measured)."""
+    summary, needle, mech, ladder, _ = _inputs()
     text = A.answer_text(summary, needle, mech, ladder)
     # the best tuned baseline: the one press named in every cell of Algorithm 1 tuned's family picked on tune
     fam = next(f for f in summary["families"] if f["role"] == "algorithm 1" and f["picked_on"] == "tune")

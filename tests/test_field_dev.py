@@ -223,3 +223,27 @@ def test_field_figures_draw_complete_methods_and_name_the_rest():
     assert frame.loc["uncompressed", ("question after", "c = 0.5")] == "100"
     assert frame.loc["KVzip", ("question after", "c = 0.5")] == "75"
     assert field_needle_frame({"modes": {}}).empty
+
+
+def test_field_points_pair_each_cells_kl_ratio_with_its_needle_accuracy():
+    from jacap_lib.viz.plane import kl_retrieval_figure
+
+    docs = ["a", "b", "c"]
+    chosen = {"peers": {"kvzip": "kvzip", "cur": "cur[local_window_size=2]"}, "first": {"knorm": "knorm"}}
+    cells = ((512, 0.5), (1024, 0.5))
+    rows = {"peers": _field_rows("kvzip", lambda i, j: 0.1, docs, cells)
+            + _field_rows("cur[local_window_size=2]", lambda i, j: 0.4, docs[:2], cells),  # incomplete: no point
+            "first": _field_rows("knorm", lambda i, j: 0.05 * (j + 1), docs, cells)}
+    needle = {"peers": _needle("kvzip", [1, 1, 1, 0]) + _needle("full", [1] * 4, c=0.0)
+              + _needle("full", [1, 1, 0, 0], L=1024, c=0.0) + _needle("cur[local_window_size=2]", [1] * 4),
+              "first": _needle("knorm", [1, 0, 0, 0], L=1024)}
+    summary = {"table": FD.field_table(rows, chosen), "needle_table": FD.field_needle(needle, chosen)}
+    points = FD.field_points(summary)
+    by = {(p["family"], p["length"]): p for p in points}
+    assert set(by) == {("kvzip", 512), ("knorm", 1024)}  # knorm has no needle rows at 512; cur is incomplete
+    assert by["knorm", 1024]["kl_ratio"] == pytest.approx(1.0) and by["knorm", 1024]["accuracy"] == 0.25
+    assert by["knorm", 1024]["full_accuracy"] == 0.5 and by["kvzip", 512]["correct"] == 3
+    assert by["kvzip", 512]["reference_name"] == "KVzip" and by["knorm", 1024]["name"] == "KNorm"
+    fig = kl_retrieval_figure(points)
+    assert {tr.name for tr in fig.data if tr.mode == "markers"} == {"KVzip", "KNorm"}
+    assert FD.field_points({**summary, "needle_table": {"modes": {}}}) == []

@@ -2,8 +2,10 @@
 
 Generated from the committed summary files, so it cannot drift from them: the KL verdicts of ``summary.json``
 (each Jacap setting against the best tuned baseline of each cell), the needle accuracies of ``needle_summary.json``,
-the mechanism diagnostics of ``data/diagnostics/mechanisms.json`` (:func:`~jacap_lib.results.diagnostics.defaults_summary`)
-and, when it exists, the tune-document ladder from the default to kvpress's KVzip (``peers/ladder_summary.json``).
+the mechanism diagnostics of ``data/diagnostics/mechanisms.json`` (:func:`~jacap_lib.results.diagnostics.defaults_summary`),
+the tune-document ladder from the default to kvpress's KVzip (``peers/ladder_summary.json``) and, when it exists, the
+whole field on the dev documents (``peers/field_summary.json``: every method's tune choice, kvpress's newer presses
+among them, beside KVzip), which then answers which press keeps the predictions and which keeps a fact.
 
 :func:`answer_lines` returns the label line and the sentences; :func:`answer_text` the MyST paragraph; :func:`write`
 rewrites ``answer.md`` next to ``findings.md`` (the KL and needle summary jobs and the ladder summary call it), which the book's
@@ -130,25 +132,109 @@ def _kvzip(ladder: dict | None) -> str | None:
             f"cells and a higher one in {word.get('worse', 0)}{cost}.")
 
 
+def _or(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _field_predictions(field: dict) -> list[str]:
+    """Two sentences from the whole field on the dev documents (``field_summary.json``'s ``table``): the two presses
+    with the lowest KL over all cells (and whether both read the context a second time), then the closest press that
+    reads it once and the default ``JacapPress()``'s ratio, both as multiples of the reference's (KVzip's) KL."""
+    from ..presses.registry import RECONSTRUCTION_METHODS
+    from .findings import spec_name
+    from .rowstats import is_library_default
+
+    done = [m for m in field["table"]["methods"] if m["complete"]]
+    if len(done) < 2:
+        return []
+    ref = spec_name(field["table"]["reference_spec"])
+    top = done[:2]
+    twice = all(m["method"] in RECONSTRUCTION_METHODS for m in top)
+    s1 = (f"To keep the next-token predictions, use {_or([spec_name(m['spec']) for m in top])}: the lowest KL of the "
+          f"{len(done)} presses measured on the dev documents" + ("; both read the context twice." if twice else "."))
+    once = next((m for m in done if m["method"] not in RECONSTRUCTION_METHODS), None)
+    default = next((m for m in done if is_library_default(m["spec"])), None)
+    if once is None:
+        return [s1]
+    s2 = f"Reading it once, {spec_name(once['spec'])} comes closest, at {once['gm_ratio']:.2f} times {ref}'s KL"
+    if default is not None and default is not once:
+        s2 += f"; {spec_name(default['spec'])} keeps {default['gm_ratio']:.2f} times"
+    return [s1, s2 + "."]
+
+
+def _field_facts(field: dict, max_ratio: float = 0.75, mode: str = "after") -> str | None:
+    """One sentence from the field's needle table: the presses whose lowest accuracy at c <= ``max_ratio`` (question
+    after the compression) is highest, and, beside them, the accuracy of the press that reads the context once and
+    comes closest by KL."""
+    from ..presses.registry import RECONSTRUCTION_METHODS
+    from .findings import spec_name
+    from .loaders import load_all_chosen
+
+    block = field.get("needle_table", {}).get("modes", {}).get(mode)
+    if not block:
+        return None
+    acc = {m: [v["accuracy"] for v in vs if v["ratio"] <= max_ratio] for m, vs in block["methods"].items()}
+    ratios = {v["ratio"] for vs in block["methods"].values() for v in vs if v["ratio"] <= max_ratio}
+    acc = {m: a for m, a in acc.items() if len(a) == len(ratios) and a}
+    if not acc:
+        return None
+    key = lambda m: (min(acc[m]), sum(acc[m]))  # noqa: E731
+    top = max(key(m) for m in acc)
+    best = sorted(m for m in acc if key(m) == top)
+    chosen = load_all_chosen()
+    lo, hi = 100 * min(acc[best[0]]), 100 * max(acc[best[0]])
+    rng = f"{lo:.0f} %" if lo == hi else f"{lo:.0f}–{hi:.0f} %"
+    s = (f"To keep one fact of a long prompt, use {_or([spec_name(chosen[m]) for m in best])}: "
+         f"{'each answers' if len(best) > 1 else 'it answers'} {rng} of needle prompts at c ≤ {max_ratio:g}")
+    done = [m for m in field["table"]["methods"] if m["complete"] and m["method"] not in RECONSTRUCTION_METHODS]
+    once = next((m for m in done if m["method"] in acc), None)
+    if once is not None and once["method"] not in best:
+        a = 100 * max(acc[once["method"]])
+        s += f"; {spec_name(once['spec'])} answers {'at most ' if a else ''}{a:.0f} %"
+    return s + "."
+
+
+def _field_cost(field: dict, ladder: dict | None) -> str | None:
+    """One sentence: what the second reading costs, measured: KVzip's prefill against an uncompressed one (the
+    ladder's timing), and the context press's rows against KVzip's on the dev documents (the field's cost)."""
+    if not ladder or not ladder.get("prefill_timing"):
+        return None
+    ratios = [t["kvzip"]["cpu_seconds"] / t["none"]["cpu_seconds"] for t in ladder["prefill_timing"]
+              if "kvzip" in t and "none" in t]
+    if not ratios:
+        return None
+    s = f"The second reading has a price: KVzip's prefill costs {min(ratios):.1f}–{max(ratios):.1f} times an uncompressed one"
+    rel = [c["ratio"] for b in field.get("cost", {}).get("lengths", []) for c in b["comparisons"]
+           if (c["setting"], c["reference"]) == ("context", "kvzip")]
+    if rel:
+        s += f", and `jacap_context`'s {min(rel):.2f}–{max(rel):.2f} times KVzip's"
+    return s + "."
+
+
 def answer_lines(summary: dict, needle: dict | None = None, mechanisms: list | None = None, ladder: dict | None = None,
-                 *, confirmatory: bool = False) -> list[str]:
-    """The label line, then at most :data:`MAX_SENTENCES` sentences: which press keeps the predictions, which Jacap
-    presses come closest, which keeps a fact, why Jacap behaves as it does, and what KVzip does on the tune documents.
+                 field: dict | None = None, *, confirmatory: bool = False) -> list[str]:
+    """The label line, then at most :data:`MAX_SENTENCES` sentences. With the whole field on the dev documents
+    (``field``: ``peers/field_summary.json``, every method's tune choice beside KVzip): which presses keep the
+    predictions, the closest one that reads the context once, which keeps a fact, why Jacap's Algorithm 1 behaves as
+    it does, and what the second reading costs. Without it, from the first rounds' summary: which baseline keeps the
+    predictions, which Jacap presses come closest, which keeps a fact, why, and what KVzip does on the tune documents.
     ``confirmatory``: the summary is the confirmatory one (else the label says exploratory)."""
     label = ("*The answer, from the confirmatory summary:*" if confirmatory else
              "*The answer, from the exploratory dev summary (documents that also chose the settings):*")
-    out = _predictions(summary)
-    for s in (_facts(summary, needle) if needle else None, _why(mechanisms), _kvzip(ladder)):
-        if s:
-            out.append(s)
-    out = out[:MAX_SENTENCES]
-    return [label, *out]
+    lines = _field_predictions(field) if field and field.get("table") else []
+    if lines:
+        rest = (_field_facts(field), _why(mechanisms), _field_cost(field, ladder))
+    else:
+        lines = _predictions(summary)
+        rest = (_facts(summary, needle) if needle else None, _why(mechanisms), _kvzip(ladder))
+    out = lines + [s for s in rest if s]
+    return [label, *out[:MAX_SENTENCES]]
 
 
 def answer_text(summary: dict, needle: dict | None = None, mechanisms: list | None = None, ladder: dict | None = None,
-                *, confirmatory: bool = False) -> str:
+                field: dict | None = None, *, confirmatory: bool = False) -> str:
     """:func:`answer_lines` as one MyST paragraph."""
-    return " ".join(answer_lines(summary, needle, mechanisms, ladder, confirmatory=confirmatory)) + "\n"
+    return " ".join(answer_lines(summary, needle, mechanisms, ladder, field, confirmatory=confirmatory)) + "\n"
 
 
 def write(out_dir=None) -> Path | None:
@@ -164,12 +250,15 @@ def write(out_dir=None) -> Path | None:
         return None
     summary = files.read_json(source, require=("config", "families"), hint="jacap evaluate summary")
     needle_path, ladder_path = d / "needle_summary.json", d / "peers" / "ladder_summary.json"
+    field_path = d / "peers" / "field_summary.json"
     needle = files.read_json(needle_path, require=("cells",)) if needle_path.exists() else None
     ladder = files.read_json(ladder_path, require=("cells",)) if ladder_path.exists() else None
+    field = files.read_json(field_path, require=("comparisons",)) if field_path.exists() else None
     mech_path = d.parent.parent / "diagnostics" / "mechanisms.json"
     mechanisms = files.read_results(mech_path)[1] if mech_path.exists() else None
     path = d / FILE
-    path.write_text(answer_text(summary, needle, mechanisms, ladder, confirmatory=confirm.exists()), encoding="utf-8")
+    path.write_text(answer_text(summary, needle, mechanisms, ladder, field, confirmatory=confirm.exists()),
+                    encoding="utf-8")
     return path
 
 

@@ -34,7 +34,7 @@ from . import files
 from . import job as J
 
 __all__ = ["ROLES", "COMPARISONS", "FILE", "settings", "summarize_field", "summarize_needle", "summarize_cost",
-           "field_table", "field_needle", "JOB"]
+           "field_table", "field_needle", "field_points", "JOB"]
 
 #: role -> (search space, method of that space whose tune choice plays it)
 ROLES = {"context": ("context", "jacap_context"), "kvzip": ("peers", "kvzip"), "one_prefill": ("first", "jacap_obs")}
@@ -260,6 +260,7 @@ def field_needle(rows_by_space: dict, chosen_by_space: dict) -> dict:
 
     owner = {spec: (space, m) for space, chosen in chosen_by_space.items() for m, spec in chosen.items()}
     got: dict = {}  # (mode, method, c) -> [0/1]
+    per_length: dict = {}  # (mode, method, length, c) -> [0/1]
     full: dict = {}  # (mode, length) -> {prompt: 0/1}
     for space in sorted(chosen_by_space, key=lambda s: s != "first"):  # the first space's uncompressed answers first
         for r in rows_by_space.get(space, []):
@@ -268,17 +269,57 @@ def field_needle(rows_by_space: dict, chosen_by_space: dict) -> dict:
                 key = (int(r["length"]), float(r["depth"]), int(r["trial"]), str(r["key"]))
                 full.setdefault((mode, int(r["length"])), {}).setdefault(key, int(bool(r["correct"])))
             elif owner.get(r["method"], (None,))[0] == space:
-                got.setdefault((mode, owner[r["method"]][1], float(r["ratio"])), []).append(int(bool(r["correct"])))
+                x, m = int(bool(r["correct"])), owner[r["method"]][1]
+                got.setdefault((mode, m, float(r["ratio"])), []).append(x)
+                per_length.setdefault((mode, m, int(r["length"]), float(r["ratio"])), []).append(x)
     modes: dict = {}
+    new = lambda: {"uncompressed": [], "methods": {}, "cells": {}}  # noqa: E731
     for (mode, L), answers in sorted(full.items()):
-        modes.setdefault(mode, {"uncompressed": [], "methods": {}})["uncompressed"].append(
+        modes.setdefault(mode, new())["uncompressed"].append(
             {"length": L, "accuracy": sum(answers.values()) / len(answers), "n": len(answers)})
     for (mode, method, c), xs in sorted(got.items()):
         acc, lo, hi = V.accuracy_interval(xs)
-        block = modes.setdefault(mode, {"uncompressed": [], "methods": {}})
+        block = modes.setdefault(mode, new())
         block["methods"].setdefault(method, []).append({"ratio": c, "accuracy": acc, "low": lo, "high": hi,
                                                         "n": len(xs)})
+    for (mode, method, L, c), xs in sorted(per_length.items()):
+        acc, lo, hi = V.accuracy_interval(xs)
+        modes[mode]["cells"].setdefault(method, []).append({"length": L, "ratio": c, "accuracy": acc, "low": lo,
+                                                            "high": hi, "n": len(xs), "correct": sum(xs)})
     return {"modes": modes}
+
+
+def field_points(summary: dict, mode: str = "after") -> list[dict]:
+    """The KL–retrieval plane of the whole field (``summary``: ``field_summary.json``): one point per (cell, method)
+    with complete dev rows and needle rows in ``mode`` there, in the shape of
+    :func:`jacap_lib.results.plane.kl_retrieval_points` (so :func:`jacap_lib.viz.plane.kl_retrieval_figure` draws
+    it): x the method's geometric-mean KL ratio to KVzip on the dev documents of the cell, y its needle accuracy
+    with its Wilson interval, beside the uncompressed model's."""
+    from .findings import spec_name
+
+    table, needle = summary["table"], summary.get("needle_table", {}).get("modes", {}).get(mode)
+    if not needle:
+        return []
+    ref = table["reference_spec"]
+    full = {u["length"]: u["accuracy"] for u in needle["uncompressed"]}
+    points = []
+    for m in table["methods"]:
+        if not m["complete"]:
+            continue
+        acc = {(a["length"], a["ratio"]): a for a in needle["cells"].get(m["method"], [])}
+        for cell in m["cells"]:
+            a = acc.get((cell["length"], cell["ratio"]))
+            if a is None or cell["length"] not in full:
+                continue
+            points.append({
+                "length": cell["length"], "ratio": cell["ratio"], "cell": f"{cell['length']}/{cell['ratio']:g}",
+                "spec": m["spec"], "family": m["method"], "name": spec_name(m["spec"], legend=True),
+                "prose_name": spec_name(m["spec"]), "reference": spec_name(ref, legend=True), "reference_spec": ref,
+                "reference_name": spec_name(ref, legend=True), "reference_prose_name": spec_name(ref),
+                "kl_ratio": cell["gm_ratio"], "n_docs": cell["n"], "split": "dev", "accuracy": a["accuracy"],
+                "accuracy_low": a["low"], "accuracy_high": a["high"], "correct": a["correct"], "n_prompts": a["n"],
+                "full_accuracy": full[cell["length"]]})
+    return points
 
 
 # --------------------------------------------------------------------------------------------- the job
@@ -344,6 +385,9 @@ def _run(args):
     out = root / "peers" / FILE
     files.write_json(out, {"config": config, **files.round_floats(summary)})
     print(f"wrote {out}: {summary['m']} comparisons at {summary['confidence']:.5f}")
+    from . import answer
+
+    answer.write(root)  # the landing page's answer reads the whole field
     for block in summary["comparisons"]:
         print(f"{block['setting']} / {block['reference']}: " + "; ".join(
             f"{r['length']}/{r['ratio']} {r['gm_ratio']:.3f} [{r['gm_low_adjusted']:.3f}, {r['gm_high_adjusted']:.3f}]"
