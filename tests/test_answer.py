@@ -142,3 +142,14 @@ def test_every_kvpress_press_has_a_reader_name():
             assert press_name(name) == m.group(1) or press_name(name) in METHODS[name].description, name
     assert press_name("expected_attention[n_future_positions=32]") == "Expected Attention"
     assert press_name("jacap_ea") == "jacap_ea"
+
+
+def test_field_lines_are_the_answers_field_sentences():
+    """The predictions chapter's field lines are the landing answer's first three sentences, and nothing without a
+    field of at least two complete methods."""
+    summary, needle, mech, ladder, field = _inputs()
+    lines = A.answer_lines(summary, needle, mech, ladder, field)[1:]
+    assert A.field_lines(field) == [lines[0], lines[1], lines[2]]
+    assert lines[2].startswith("To keep one fact")
+    one = {**field, "table": {**field["table"], "methods": field["table"]["methods"][:1]}}
+    assert A.field_lines(one) == []

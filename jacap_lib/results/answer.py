@@ -21,7 +21,8 @@ from . import files
 from .findings import SETTING_NAMES, setting_name, tuned_families, verdict_counts, verdict_word
 from .rowstats import ALGORITHM1, family
 
-__all__ = ["FILE", "answer_lines", "predictions_lines", "answer_text", "write", "MAX_SENTENCES", "MAX_WORDS"]
+__all__ = ["FILE", "answer_lines", "predictions_lines", "field_lines", "answer_text", "write", "MAX_SENTENCES",
+           "MAX_WORDS"]
 
 FILE = "answer.md"
 #: the landing page's limits: sentences, and words per sentence
@@ -160,6 +161,15 @@ def _field_predictions(field: dict) -> list[str]:
     if default is not None and default is not once:
         s2 += f"; {spec_name(default['spec'])} keeps {default['gm_ratio']:.2f} times"
     return [s1, s2 + "."]
+
+
+def field_lines(field: dict) -> list[str]:
+    """The whole field's answer on the dev documents (``field``: ``peers/field_summary.json``'s content), in at most
+    three sentences: which presses keep the predictions best, the closest one that reads the context once beside the
+    default, and which keep a fact. Empty when fewer than two methods have complete dev rows."""
+    lines = _field_predictions(field) if field.get("table") else []
+    fact = _field_facts(field) if lines else None
+    return lines + ([fact] if fact else [])
 
 
 def _field_facts(field: dict, max_ratio: float = 0.75, mode: str = "after") -> str | None:
