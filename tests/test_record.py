@@ -99,14 +99,36 @@ def test_the_committed_record_agrees_with_the_rows():
     rec = loaders.load_dev_record()
     rows = loaders.load_eval_rows("dev")
     counts = collections.Counter(r["method"] for r in rows if r["split"] == "dev")
-    assert {s["spec"]: s["n_rows"] for s in rec["settings"]} == dict(counts)
-    assert sum(b["rows"] for b in rec["rounds"]) == len(rows)
-    assert sorted({s["round"] for s in rec["settings"]}) == [1, 2, 3, 4]
+    first = {"settings": [s for s in rec["settings"] if s["space"] == "first"],
+             "rounds": [b for b in rec["rounds"] if b["space"] == "first"]}
+    assert {s["spec"]: s["n_rows"] for s in first["settings"]} == dict(counts)
+    assert sum(b["rows"] for b in first["rounds"]) == len(rows)
+    assert sorted({s["round"] for s in first["settings"]}) == [1, 2, 3, 4]
     runs = loaders.load_eval_runs("dev")
     migration = io.read_json(data_path("results", "eval", "split_migration.json"))
     again = REC.dev_record(rows, runs, loaders.load_eval_choices(), migration["led_to"])
-    assert again["settings"] == rec["settings"] and again["rounds"] == rec["rounds"]
+    strip = lambda xs: [{k: v for k, v in x.items() if k != "space"} for x in xs]  # noqa: E731
+    assert again["settings"] == strip(first["settings"]) and again["rounds"] == strip(first["rounds"])
     assert all(s["current"] == (s["status"] != "superseded") for s in rec["settings"])
+    # the other spaces: every dev row of their folders is counted once, in rounds after the first space's
+    for space in ("peers", "context"):
+        theirs = collections.Counter(r["method"] for r in loaders.load_eval_rows("dev", space=space))
+        assert {s["spec"]: s["n_rows"] for s in rec["settings"] if s["space"] == space} == dict(theirs)
+        assert all(s["round"] > 4 for s in rec["settings"] if s["space"] == space)
+
+
+def test_other_spaces_rounds_follow_the_first_spaces_in_time_order():
+    first = REC.dev_record(_rows("knorm", "ab"), [_run("2026-01-01T10:00:00+00:00", "a", [], 0)],
+                           {"chosen": {"knorm": "knorm"}})
+    late = REC.dev_record(_rows("kvzip", "ab"), [_run("2026-01-03T10:00:00+00:00", "a", [], 0)],
+                          {"chosen": {"kvzip": "kvzip"}})
+    early = REC.dev_record(_rows("cur", "ab"), [_run("2026-01-02T10:00:00+00:00", "a", [], 0)],
+                           {"chosen": {"cur": "cur"}})
+    rec = REC.merge_spaces(first, {"peers": late, "context": early})
+    assert [(s["space"], s["round"], s["spec"]) for s in rec["settings"]] == [
+        ("first", 1, "knorm"), ("context", 2, "cur"), ("peers", 3, "kvzip")]
+    assert [(b["space"], b["round"], b["rows"]) for b in rec["rounds"]] == [("first", 1, 4), ("context", 2, 4),
+                                                                           ("peers", 3, 4)]
 
 
 def test_the_split_migration_left_consistent_fingerprints():
@@ -142,4 +164,5 @@ def test_the_record_table_fits_the_text_column():
     assert list(frame.columns) == ["dev rows", "first run", "status", "led to"]
     assert frame.loc[(1, "snapkv")].tolist() == [2, "01-01 10:00", "superseded", "superseded by snapkv[window_size=16]"]
     committed = VE.record_frame(loaders.load_dev_record())
-    assert len(committed) == 19 and committed["dev rows"].sum() == len(loaders.load_eval_rows("dev"))
+    every = sum(len(loaders.load_eval_rows("dev", space=space)) for space in ("first", "peers", "context"))
+    assert committed["dev rows"].sum() == every

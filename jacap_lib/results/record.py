@@ -15,6 +15,10 @@ next round when its rows measure a setting no earlier row measured, else the rou
 A setting's first run is the earliest run of its round whose recorded settings hold it (else the run that wrote
 its first row).
 
+The other search spaces (kvpress's newer presses in ``peers/``, the context press in ``context/``) measure their
+tune choices on the same dev documents from their own folders; :func:`merge_spaces` adds their settings to the
+record, each round numbered on after the first space's four in the order it began, every setting with its space.
+
 ``jacap evaluate record`` -> ``data/results/eval/dev_record.json`` (reads committed files only; seconds).
 """
 from __future__ import annotations
@@ -23,7 +27,8 @@ from pathlib import Path
 
 from . import files, job as J
 
-__all__ = ["row_runs", "run_rounds", "dev_record", "record_table", "RECORD", "ablation_counts", "ablation_copies"]
+__all__ = ["row_runs", "run_rounds", "dev_record", "merge_spaces", "record_table", "RECORD", "ablation_counts",
+           "ablation_copies"]
 
 FILE = "dev_record.json"
 
@@ -126,6 +131,24 @@ def dev_record(rows: list[dict], runs: list[dict], choices: dict, led_to: dict |
     return {"settings": out, "rounds": sorted(by_round.values(), key=lambda b: (b["round"] is None, b["round"] or 0))}
 
 
+def merge_spaces(first: dict, others: dict[str, dict]) -> dict:
+    """One record of every search space's dev rows. ``first``: :func:`dev_record` of the first space (its rounds keep
+    their numbers); ``others``: ``{space: dev_record(...) of that space's folder}``. Each other space's rounds are
+    numbered on after the first space's last round, all of them in the order of their first run (a look at the dev
+    documents is a round whichever folder it writes to); every setting and round says its ``space``."""
+    last = max((b["round"] for b in first["rounds"] if b["round"] is not None), default=0)
+    blocks = sorted(((space, b) for space, rec in others.items() for b in rec["rounds"] if b["round"] is not None),
+                    key=lambda sb: (sb[1]["first_run"] or "", sb[0], sb[1]["round"]))
+    number = {(space, b["round"]): last + k for k, (space, b) in enumerate(blocks, start=1)}
+    settings = [{**s, "space": "first"} for s in first["settings"]]
+    rounds = [{**b, "space": "first"} for b in first["rounds"]]
+    for space, rec in others.items():
+        settings += [{**s, "space": space, "round": number.get((space, s["round"]))} for s in rec["settings"]]
+        rounds += [{**b, "space": space, "round": number.get((space, b["round"]))} for b in rec["rounds"]]
+    key = lambda x: (x["round"] is None, x["round"] or 0)  # noqa: E731
+    return {"settings": sorted(settings, key=key), "rounds": sorted(rounds, key=key)}
+
+
 def record_table(record: dict) -> list[dict]:
     """The book's table: one row per setting, few short columns."""
     return [{"round": s["round"], "setting": s["label"], "dev rows": s["n_rows"],
@@ -152,13 +175,30 @@ def _inputs(args):
         files.read_json(d / "choices.json"), migration
 
 
+def _other_spaces(d: Path) -> dict:
+    """``{space: (rows, runs, choices)}`` of every other search space's folder under ``d`` that has dev rows."""
+    from .protocol import SPACES
+
+    out = {}
+    for space in SPACES:
+        f = d / space
+        if space != "first" and (f / "dev.jsonl").is_file() and files.config_path(f / "dev.jsonl").is_file() \
+                and (f / "choices.json").is_file():
+            out[space] = (files.read_jsonl(f / "dev.jsonl"), files.read_runs(f / "dev.jsonl"),
+                          files.read_json(f / "choices.json"))
+    return out
+
+
 def _run(args):
     from .provenance import provenance
 
     d, rows, runs, choices, migration = J.prepared(_inputs, args)
-    rec = dev_record(rows, runs, choices, migration.get("led_to"))
+    others = _other_spaces(d)
+    rec = merge_spaces(dev_record(rows, runs, choices, migration.get("led_to")),
+                       {space: dev_record(*inputs) for space, inputs in others.items()})
     config = {**provenance(command=getattr(args, "command", None)), "inputs": ["dev.jsonl", "dev.config.json",
-              "choices.json"] + (["split_migration.json"] if migration else []),
+              "choices.json"] + (["split_migration.json"] if migration else [])
+              + [f"{space}/{name}" for space in others for name in ("dev.jsonl", "dev.config.json", "choices.json")],
               "fingerprint": choices.get("fingerprint"),
               "rule": ("a row belongs to the last run that began at or before it (rows_before); a run's round is "
                        "the round it records, else the next when its rows measure a new setting, else the round it "
