@@ -6,6 +6,12 @@ The 48 dev documents of data/results/eval/dev.jsonl are called "dev" documents
 here: they were used in four rounds of the evaluation, so their effects are not a confirmation; only their
 spread is used to plan one. Writes data/results/eval/power.json.
 
+Beside the cells (the first rounds' comparison), ``comparisons`` holds the spread of every comparison the
+confirmatory plan makes (jacap_lib.results.confirm_plan.planned_comparisons: each Jacap-family candidate against
+the cell's best tuned baseline over every search space, the default against KVzip and against Expected Attention),
+each from the dev rows of its two settings, wherever both have rows on every dev document of the cell; ``m_planned``
+is the number of judged comparisons, the plan's adjustment.
+
     PYTHONPATH=$PWD python3 notes/power_analysis.py
 """
 from __future__ import annotations
@@ -89,10 +95,67 @@ def plan(rows: list[dict], choices: dict) -> dict:
     }
 
 
+def comparisons(rows: list[dict], candidates: dict, best_per_cell: dict, docs: list[str]) -> dict:
+    """``{"m_planned", "comparisons": [...]}``: per planned (setting, reference, cell) with dev rows of both on every
+    document of ``docs``, the sd of the per-document log KL ratios (KL floored at the rule's floor), the dev ratio,
+    and the detectable ratio at each planned n under the plan's own m (and the MS); ``missing`` lists the planned
+    comparisons without complete dev rows."""
+    from jacap_lib.results import confirm_plan as CP
+    from jacap_lib.results.protocol import KL_FLOOR
+
+    cells = [(int(k.split("/")[0]), float(k.split("/")[1])) for k in best_per_cell]
+    planned = CP.planned_comparisons(candidates, cells, best_per_cell)
+    m_planned = sum(c["judged"] for c in planned)
+    kl = {(r["method"], int(r["length"]), float(r["ratio"]), r["doc"]): max(float(r["kl"]), KL_FLOOR) for r in rows
+          if r.get("split", "dev") == "dev"}
+    out, missing = [], []
+    for c in planned:
+        L, ratio = int(c["cell"].split("/")[0]), float(c["cell"].split("/")[1])
+        keys = [((c["a"], L, ratio, d), (c["b"], L, ratio, d)) for d in docs]
+        if not all(a in kl and b in kl for a, b in keys):
+            missing.append({k: c[k] for k in ("a", "b", "what", "cell")})
+            continue
+        d = np.log([kl[a] for a, _ in keys]) - np.log([kl[b] for _, b in keys])
+        sd = float(np.std(d, ddof=1))
+        entry = {k: c[k] for k in ("a", "b", "what", "cell", "judged")}
+        entry.update({"n_dev": int(d.size), "dev_gm_ratio": math.exp(float(np.mean(d))), "log_ratio_sd": sd,
+                      "detectable": {f"m={m},n={n}": V.detectable_ratio(sd, n, m, POWER, alpha=ALPHA)
+                                     for m in sorted({m_planned, *MS}) for n in NS}})
+        out.append(entry)
+    return {"m_planned": m_planned, "comparisons": out, "missing": missing}
+
+
+def _best_per_cell() -> dict:
+    """Per cell, the best tuned baseline over every search space's ``choices.json`` (the rule's score, on tune): the
+    plan's reference for the Jacap-family candidates (as ``jacap evaluate confirm-plan`` picks it)."""
+    from jacap_lib.results.candidates import choice_files
+
+    best: dict = {}
+    for _, p in choice_files(data_path("results", "eval")).items():
+        for key, v in (files.read_json(p).get("best_baseline") or {}).get("cells", {}).items():
+            if key not in best or v["score"] < best[key]["score"]:
+                best[key] = {"spec": v["spec"], "score": v["score"]}
+    return {k: v["spec"] for k, v in best.items()}
+
+
 if __name__ == "__main__":
     out = plan(R.load_eval_rows("dev"), R.load_eval_choices())
+    every = [r for space in ("first", "peers", "context") for r in R.load_eval_rows("dev", space=space)]
+    docs = [d for d, _ in R.load_eval_choices()["config"]["dev_docs"]]
+    extra = comparisons(every, R.load_candidates(), _best_per_cell(), docs)
+    out["m_planned"], out["comparisons"], out["comparisons_missing"] = (extra["m_planned"], extra["comparisons"],
+                                                                        extra["missing"])
+    out["config"]["comparisons"] = ("every comparison of confirm_plan.planned_comparisons with dev rows of both "
+                                    "settings on every dev document of its cell (rows of data/results/eval, peers/ "
+                                    "and context/), its sd as the cells'; detectable ratios at m_planned (the plan's "
+                                    "judged comparisons) and at each m of MS")
     path = files.write_json(data_path("results", "eval", "power.json", must_exist=False), out)
     for c in out["cells"]:
         row = " ".join(f"{k}: {v['ratio_t']:.3f}" for k, v in c["detectable"].items())
         print(f"{c['cell']:>9} sd {c['log_ratio_sd']:.3f} dev gm {c['dev_gm_ratio']:.3f}  {row}")
+    m = out["m_planned"]
+    for c in out["comparisons"]:
+        print(f"{c['what'][:40]:>40} {c['cell']:>9} sd {c['log_ratio_sd']:.3f} detectable at n=96, m={m}: "
+              f"{c['detectable'][f'm={m},n=96']:.3f}")
+    print(f"{len(out['comparisons_missing'])} planned comparisons without complete dev rows")
     print("wrote", path)

@@ -67,6 +67,24 @@ def test_plan_counts_comparisons_and_plans_power_at_that_count():
     assert plan["default"]["method"] == "jacap_ea"
 
 
+def test_each_comparison_is_planned_with_its_own_spread_where_the_dev_rows_hold_it():
+    manifest = {"documents": [{"id": f"d{i}", "kind": "prose", "group": f"w{i}"} for i in range(30)]}
+    best = {f"{L}/{c}": "kvzip" for L in (512, 1024, 2048) for c in (0.5, 0.75, 0.9, 0.95)}
+    power = {**_power(0.5), "comparisons": [{"a": "jacap_ea", "b": "kvzip", "cell": "512/0.5", "log_ratio_sd": 0.2}]}
+    plan = CP.make_plan(_candidates(), power, manifest, best_per_cell=best, manifest_sha256="x")
+    per = {(p["a"], p["b"], p["cell"]): p for p in plan["power"]["per_comparison"]}
+    assert len(plan["power"]["per_comparison"]) == plan["judged"] == 42  # one entry per judged comparison
+    own, other = per["jacap_ea", "kvzip", "512/0.5"], per["jacap_ea", "kvzip", "512/0.75"]
+    assert own["log_ratio_sd"] == 0.2 and own["sd_from"] == "its two settings' dev rows"
+    assert other["log_ratio_sd"] == 0.5 and other["sd_from"].startswith("the cell's spread")
+    # 30 works at level 0.05/42: a smaller spread detects a ratio closer to 1, at 80 % power each
+    assert own["detectable_ratio_80"] > other["detectable_ratio_80"]
+    for p in (own, other):
+        assert paired_power(-math.log(p["detectable_ratio_80"]), p["log_ratio_sd"], 30, 42) == pytest.approx(0.8, abs=5e-4)
+    assert plan["power"]["ten_percent_detectable_comparisons"] == sum(
+        p["detectable_ratio_80"] >= 0.9 for p in per.values())
+
+
 def test_unfrozen_candidates_are_refused():
     with pytest.raises(ValueError, match="not frozen.*kvgrad"):
         CP.make_plan(_candidates(frozen=False), _power(), {"documents": []}, best_per_cell={}, manifest_sha256="x")

@@ -48,3 +48,28 @@ def test_power_json_recomputes_from_the_dev_rows(power):
         # more planned documents detect a ratio closer to 1
         r = [cell["detectable"][f"m=48,n={n}"]["ratio_t"] for n in (48, 96, 144)]
         assert r[0] < r[1] < r[2]
+
+
+def test_each_planned_comparisons_spread_recomputes_from_its_two_settings_rows(power):
+    """power.json's ``comparisons``: the plan's comparisons with dev rows of both settings, each spread the sd of
+    the per-document log KL ratios (KL floored at 1e-8) over the 48 dev documents, read from every space's rows."""
+    from jacap_lib.results import confirm_plan as CP
+
+    if "comparisons" not in power:
+        pytest.skip("power.json predates the per-comparison spreads")
+    kl = {(r["method"], r["length"], r["ratio"], r["doc"]): max(r["kl"], 1e-8)
+          for space in ("first", "peers", "context") for r in R.load_eval_rows("dev", space=space)}
+    docs = [d for d, _ in R.load_eval_choices()["config"]["dev_docs"]]
+    assert power["comparisons"], "no planned comparison has dev rows"
+    for c in power["comparisons"]:
+        L, ratio = int(c["cell"].split("/")[0]), float(c["cell"].split("/")[1])
+        d = np.array([math.log(kl[(c["a"], L, ratio, doc)] / kl[(c["b"], L, ratio, doc)]) for doc in docs])
+        assert c["log_ratio_sd"] == pytest.approx(float(np.std(d, ddof=1)), rel=1e-12)
+        m = power["m_planned"]
+        assert c["detectable"][f"m={m},n=96"] == pytest.approx(detectable_ratio(c["log_ratio_sd"], 96, m), rel=1e-9)
+    # every planned comparison is either measured or listed as missing
+    cand = R.load_candidates()
+    assert len(power["comparisons"]) + len(power["comparisons_missing"]) == len(
+        [p for p in CP.planned_comparisons(cand, [(int(k.split("/")[0]), float(k.split("/")[1]))
+                                                  for k in R.load_eval_choices()["best_baseline"]["cells"]],
+                                           {k: "x" for k in R.load_eval_choices()["best_baseline"]["cells"]})])

@@ -11,7 +11,9 @@ confirmatory manifest (``data/texts/confirm/manifest.json``), and writes ``data/
 * the comparisons: each Jacap-family setting against the cell's best tuned baseline (picked on tune by the rule,
   over kvpress's baselines and the peers), the default against KVzip and against Expected Attention;
 * the adjustment over all of them (Bonferroni simultaneous intervals, Holm over the p-values), the detectable ratio
-  with 80 % power in every planned cell at that adjustment, the needle design and the sentence each outcome prints.
+  with 80 % power in every planned cell at that adjustment (and per comparison, from the spread of its own two
+  settings on the dev documents where ``power.json`` holds it), the needle design and the sentence each outcome
+  prints.
 
 The job refuses while the candidates are not frozen (a method's tune unfinished), and refuses to overwrite a plan
 (a plan is written once; a changed plan needs fresh documents). It reads committed files only.
@@ -89,6 +91,17 @@ def make_plan(candidates: dict, power: dict, manifest: dict, *, best_per_cell: d
     works = len({(d.get("kind"), d.get("group", d["id"])) for d in docs})
     sd = {c["cell"]: c["log_ratio_sd"] for c in power["cells"]}
     detect = {k: detectable_ratio(v, works, m) for k, v in sd.items()}
+    own = {(c["a"], c["b"], c["cell"]): c["log_ratio_sd"] for c in power.get("comparisons", [])}
+    per = []
+    for c in comps:
+        if not c["judged"]:
+            continue
+        spread = own.get((c["a"], c["b"], c["cell"]))
+        source = "its two settings' dev rows"
+        if spread is None:
+            spread, source = sd[c["cell"]], "the cell's spread (no dev rows of this pair)"
+        per.append({"a": c["a"], "b": c["b"], "what": c["what"], "cell": c["cell"], "log_ratio_sd": spread,
+                    "sd_from": source, "detectable_ratio_80": round(detectable_ratio(spread, works, m), 4)})
     settings = list(dict.fromkeys([v["spec"] for v in candidates["methods"].values()]))
     cost = sum((v.get("tune_cpu_seconds_per_row") or 0.0) for v in candidates["methods"].values()) * n * len(cells)
     return {
@@ -104,7 +117,9 @@ def make_plan(candidates: dict, power: dict, manifest: dict, *, best_per_cell: d
                        "p_values": "Wilcoxon signed-rank per comparison, Holm over all m"},
         "power": {"from": "power.json (the dev documents' spread)", "n_effective": works, "m": m,
                   "detectable_ratio_80": {k: round(v, 4) for k, v in detect.items()},
-                  "ten_percent_detectable_in": sorted(k for k, v in detect.items() if v >= 0.9)},
+                  "ten_percent_detectable_in": sorted(k for k, v in detect.items() if v >= 0.9),
+                  "per_comparison": per,
+                  "ten_percent_detectable_comparisons": sum(p["detectable_ratio_80"] >= 0.9 for p in per)},
         "needle": NEEDLE, "sentences": SENTENCES,
         "cost_cpu_hours": round(cost / 3600, 2),
         "rules": ["run once, resumable; nothing re-tuned afterwards",
