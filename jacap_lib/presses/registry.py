@@ -12,8 +12,10 @@ head-adaptive ``AdaKVPress``, the same way for every method.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
+import logging
 import re
 import typing
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from .jacap_two_stage import JacapTwoStagePress
 from .variants import jacap_ablate
 
 __all__ = ["Method", "METHODS", "BASELINES", "PEERS", "RECONSTRUCTION_METHODS", "NOT_OFFLINE", "CRITICAL_SCORER", "ADAKV_BASELINES", "WRAPPER_OPTIONS", "list_methods", "describe_method", "alias_of", "valid_options", "full_spec", "explicit_spec", "written_out", "build_press", "method_factory", "parse_method", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
-           "method_options", "expand_methods", "PRESS_NAMES", "press_name"]
+           "method_options", "expand_methods", "PRESS_NAMES", "press_name", "quiet_kvpress"]
 
 @dataclass(frozen=True)
 class Method:
@@ -182,6 +184,19 @@ PRESS_NAMES: dict[str, str] = {
     "kvzip": "KVzip", "kvgrad": "KVgrad", "compactor": "Compactor", "leverage_score": "LeverageScore",
     "lagkv": "LagKV", "cur": "CUR", "pyramidkv": "PyramidKV", "critical_kv": "CriticalKV",
     "critical_adakv": "CriticalAdaKV"}
+
+
+@contextlib.contextmanager
+def quiet_kvpress():
+    """Silence kvpress's log warnings while a press is built only to read its options: KVzip warns of its prefill
+    cost whenever it is built, which a reader of a setting's name or record has not asked about."""
+    logger = logging.getLogger("kvpress")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def press_name(spec: str) -> str:
@@ -590,7 +605,8 @@ def changed_options(spec: str, base: str = "jacap") -> dict:
     ``same_as_parent_at_defaults`` class, else None); ``"wrapper"`` is a kvpress wrapper (its class and options)
     around the scorer, or None.
     """
-    (ca, a, wa), (cb, b, wb) = (_scorer_record(press_from_spec(s, 0.5)) for s in (base, spec))
+    with quiet_kvpress():  # built only to read their options
+        (ca, a, wa), (cb, b, wb) = [_scorer_record(press_from_spec(s, 0.5)) for s in (base, spec)]
     out = {}
     if ca is not cb:
         sub, parent = (cb, ca) if issubclass(cb, ca) else (ca, cb) if issubclass(ca, cb) else (None, None)

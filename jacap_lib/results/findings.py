@@ -79,11 +79,12 @@ def _differing_options(spec: str) -> dict:
     cannot change what the press does left out): what tells a written-out setting apart in a sentence."""
     import math
 
-    from ..presses.registry import build_press, inert_options, method_options, parse_method
+    from ..presses.registry import build_press, inert_options, method_options, parse_method, quiet_kvpress
 
     name, opts = parse_method(spec)
     try:
-        record = method_options(build_press(name, 0.5))
+        with quiet_kvpress():
+            record = method_options(build_press(name, 0.5))
     except ValueError:
         return opts
     if isinstance(record.get("press"), dict):  # a wrapper's own options beside its scorer's
@@ -95,7 +96,8 @@ def _differing_options(spec: str) -> dict:
         return a == b
 
     try:
-        own = method_options(build_press(name, 0.5, **opts))
+        with quiet_kvpress():
+            own = method_options(build_press(name, 0.5, **opts))
     except ValueError:
         own = {}
     own = {**own.get("press", {}), **own} if isinstance(own.get("press"), dict) else own

@@ -273,12 +273,13 @@ def method_of(spec: str) -> str:
 
 def same_setting(a: str, b: str) -> bool:
     """Whether two method specs build the same press (same registry name and resolved options)."""
-    from ..presses.registry import effective_options, method_options
+    from ..presses.registry import effective_options, method_options, quiet_kvpress
 
     if method_of(a) != method_of(b):
         return False
-    return (effective_options(method_options(press_from_spec(a, 0.5)))
-            == effective_options(method_options(press_from_spec(b, 0.5))))
+    with quiet_kvpress():  # built only to read their options
+        return (effective_options(method_options(press_from_spec(a, 0.5)))
+                == effective_options(method_options(press_from_spec(b, 0.5))))
 
 
 def _takes_options(name: str) -> bool:
