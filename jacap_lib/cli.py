@@ -12,7 +12,7 @@
     jacap evaluate anatomy [--length 2048 --ratio 0.5] why the default loses a cell -> data/results/eval/anatomy.json
     jacap evaluate record                          every setting run on the dev documents -> dev_record.json
     jacap evaluate kvzip-ladder|kvzip-ladder-summary  default -> KVzip one knob at a time -> data/results/eval/peers/
-    jacap evaluate field-summary  the context press, the default and KVzip on the dev documents -> data/results/eval/peers/
+    jacap evaluate field-summary  the whole field beside KVzip on the dev documents -> data/results/eval/peers/
     jacap evaluate needle [--mode inside] --probe  digit survival per layer and KV head -> needle_probe.jsonl
     jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token
     jacap inspect --layer 3 --head 1 [--text ...]  one head's text, kept/protected/evicted marked
@@ -112,7 +112,8 @@ COMMANDS = {
                                  "jacap_lib.results.ladder:LADDER_SUMMARY"),
         "field-summary": ("on the dev documents, per cell, the context press's tune choice against KVzip's and "
                           "against the setting JacapPress() builds, and that setting against KVzip: simultaneous "
-                          "intervals and verdicts -> data/results/eval/peers/field_summary.json",
+                          "intervals and verdicts; beside them every method's tune choice by its KL ratio to KVzip "
+                          "and its needle accuracy -> data/results/eval/peers/field_summary.json",
                           "jacap_lib.results.field_dev:JOB"),
         "anatomy": ("why Algorithm 1's tuned Jacap setting loses: per-layer error ratios and KL by document kind in the "
                     "losing cells (from the dev rows), and on one cell's dev documents the kept sets of the default "
