@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from .style import finish, setting_colours
+from .style import finish, setting_colours, wrapped
 
 __all__ = ["tune_ratio_figure", "STEP_NAMES", "ladder_frame", "ladder_figure", "ROLE_NAMES", "field_frame", "needle_frame",
            "field_heatmap", "field_needle_frame"]
@@ -124,7 +124,7 @@ def needle_frame(summary: dict, part: str = "accuracy") -> pd.DataFrame:
     frame = pd.DataFrame.from_dict(rows, orient="index").fillna("")
     if len(frame):
         frame.index = pd.MultiIndex.from_tuples(frame.index, names=["mode", "L / c"])
-    return frame
+    return wrapped(frame)  # headers such as "jacap_context vs JacapPress()" wrap at their spaces
 
 def ladder_figure(summary: dict, *, title: str | None = None) -> go.Figure:
     """Each ladder step's geometric-mean KL ratio to the step before, per cell, with its adjusted interval (log axis;
@@ -195,7 +195,7 @@ def field_heatmap(table: dict, *, title: str | None = None) -> go.Figure:
     fig.update_layout(title=title or f"Every method's tune choice on the dev documents: KL ratio to {ref}",
                       xaxis={"title": "prompt length L (upper line) and compression ratio c (lower line)",
                              "tickangle": 0, "type": "category"},
-                      yaxis={"title": None, "automargin": True},
+                      yaxis={"title": "method (its ratio over all cells)", "automargin": True},
                       height=190 + 26 * len(rows) + 16 * lines, margin={"l": 10, "r": 10, "b": 90 + 16 * lines})
     if note:
         fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=0, yshift=-76, showarrow=False,
@@ -234,4 +234,4 @@ def field_needle_frame(needle: dict) -> pd.DataFrame:
     frame = pd.DataFrame([[rows[k].get(col, "") for col in columns] for k in order], index=order,
                          columns=pd.MultiIndex.from_tuples([(f"question {m}", f"c = {c:g}") for m, c in columns]))
     frame.index.name = "method"
-    return frame
+    return wrapped(frame)
