@@ -125,24 +125,13 @@ def comparisons(rows: list[dict], candidates: dict, best_per_cell: dict, docs: l
     return {"m_planned": m_planned, "comparisons": out, "missing": missing}
 
 
-def _best_per_cell() -> dict:
-    """Per cell, the best tuned baseline over every search space's ``choices.json`` (the rule's score, on tune): the
-    plan's reference for the Jacap-family candidates (as ``jacap evaluate confirm-plan`` picks it)."""
-    from jacap_lib.results.candidates import choice_files
-
-    best: dict = {}
-    for _, p in choice_files(data_path("results", "eval")).items():
-        for key, v in (files.read_json(p).get("best_baseline") or {}).get("cells", {}).items():
-            if key not in best or v["score"] < best[key]["score"]:
-                best[key] = {"spec": v["spec"], "score": v["score"]}
-    return {k: v["spec"] for k, v in best.items()}
-
-
 if __name__ == "__main__":
     out = plan(R.load_eval_rows("dev"), R.load_eval_choices())
     every = [r for space in ("first", "peers", "context") for r in R.load_eval_rows("dev", space=space)]
     docs = [d for d, _ in R.load_eval_choices()["config"]["dev_docs"]]
-    extra = comparisons(every, R.load_candidates(), _best_per_cell(), docs)
+    from jacap_lib.results.confirm_plan import best_per_cell
+
+    extra = comparisons(every, R.load_candidates(), best_per_cell(data_path("results", "eval")), docs)
     out["m_planned"], out["comparisons"], out["comparisons_missing"] = (extra["m_planned"], extra["comparisons"],
                                                                         extra["missing"])
     out["config"]["comparisons"] = ("every comparison of confirm_plan.planned_comparisons with dev rows of both "

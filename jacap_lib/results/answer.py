@@ -122,8 +122,7 @@ def _kvzip(ladder: dict | None) -> str | None:
         return None
     word = Counter(verdict_word(c["total_verdict"]) for c in ladder["cells"])
     n = len(ladder["cells"])
-    timing = ladder.get("prefill_timing") or []
-    ratios = [t["kvzip"]["cpu_seconds"] / t["none"]["cpu_seconds"] for t in timing if "kvzip" in t and "none" in t]
+    ratios = _kvzip_prefill_ratios(ladder)
     cost = ""
     if ratios:
         lo, hi = min(ratios), max(ratios)
@@ -131,6 +130,12 @@ def _kvzip(ladder: dict | None) -> str | None:
                 f", for {lo:.1f} times the prefill")
     return (f"On the tune documents, kvpress's KVzip has a lower KL than the default in {word.get('better', 0)} of {n} "
             f"cells and a higher one in {word.get('worse', 0)}{cost}.")
+
+
+def _kvzip_prefill_ratios(ladder: dict) -> list[float]:
+    """KVzip's prefill CPU time over an uncompressed prefill's, per prompt length the ladder timed."""
+    return [t["kvzip"]["cpu_seconds"] / t["none"]["cpu_seconds"] for t in ladder.get("prefill_timing") or []
+            if "kvzip" in t and "none" in t]
 
 
 def _or(names: list[str]) -> str:
@@ -178,7 +183,6 @@ def _field_facts(field: dict, max_ratio: float = 0.75, mode: str = "after") -> s
     comes closest by KL."""
     from ..presses.registry import RECONSTRUCTION_METHODS
     from .findings import spec_name
-    from .loaders import load_all_chosen
 
     block = field.get("needle_table", {}).get("modes", {}).get(mode)
     if not block:
@@ -191,12 +195,13 @@ def _field_facts(field: dict, max_ratio: float = 0.75, mode: str = "after") -> s
     key = lambda m: (min(acc[m]), sum(acc[m]))  # noqa: E731
     top = max(key(m) for m in acc)
     best = sorted(m for m in acc if key(m) == top)
-    chosen = load_all_chosen()
+    table = field["table"]
+    chosen = {m["method"]: m["spec"] for m in table["methods"] + table["missing"]}  # every method's tune choice
     lo, hi = 100 * min(acc[best[0]]), 100 * max(acc[best[0]])
     rng = f"{lo:.0f} %" if lo == hi else f"{lo:.0f}–{hi:.0f} %"
     s = (f"To keep one fact of a long prompt, use {_or([spec_name(chosen[m]) for m in best])}: "
          f"{'each answers' if len(best) > 1 else 'it answers'} {rng} of needle prompts at c ≤ {max_ratio:g}")
-    done = [m for m in field["table"]["methods"] if m["complete"] and m["method"] not in RECONSTRUCTION_METHODS]
+    done = [m for m in table["methods"] if m["complete"] and m["method"] not in RECONSTRUCTION_METHODS]
     once = next((m for m in done if m["method"] in acc), None)
     if once is not None and once["method"] not in best:
         a = 100 * max(acc[once["method"]])
@@ -207,10 +212,7 @@ def _field_facts(field: dict, max_ratio: float = 0.75, mode: str = "after") -> s
 def _field_cost(field: dict, ladder: dict | None) -> str | None:
     """One sentence: what the second reading costs, measured: KVzip's prefill against an uncompressed one (the
     ladder's timing), and the context press's rows against KVzip's on the dev documents (the field's cost)."""
-    if not ladder or not ladder.get("prefill_timing"):
-        return None
-    ratios = [t["kvzip"]["cpu_seconds"] / t["none"]["cpu_seconds"] for t in ladder["prefill_timing"]
-              if "kvzip" in t and "none" in t]
+    ratios = _kvzip_prefill_ratios(ladder) if ladder else []
     if not ratios:
         return None
     s = f"The second reading has a price: KVzip's prefill costs {min(ratios):.1f}–{max(ratios):.1f} times an uncompressed one"

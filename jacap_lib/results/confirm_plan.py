@@ -28,7 +28,7 @@ from pathlib import Path
 from . import files
 from . import job as J
 
-__all__ = ["CONFIDENCE", "ALPHA", "NEEDLE", "SENTENCES", "planned_comparisons", "make_plan",
+__all__ = ["CONFIDENCE", "ALPHA", "NEEDLE", "SENTENCES", "planned_comparisons", "make_plan", "best_per_cell",
            "CONFIRM_PLAN"]
 
 CONFIDENCE = 0.95
@@ -127,6 +127,19 @@ def make_plan(candidates: dict, power: dict, manifest: dict, *, best_per_cell: d
     }
 
 
+def best_per_cell(eval_dir) -> dict:
+    """``{"L/c": spec}``: per cell, the best tuned baseline over every search space's ``choices.json`` under
+    ``eval_dir`` (the rule's score on the tune documents): the plan's reference for the Jacap-family candidates."""
+    from .candidates import choice_files
+
+    best: dict = {}
+    for _, p in choice_files(Path(eval_dir)).items():
+        for key, v in (files.read_json(p).get("best_baseline") or {}).get("cells", {}).items():
+            if key not in best or v["score"] < best[key]["score"]:
+                best[key] = {"spec": v["spec"], "score": v["score"]}
+    return {k: v["spec"] for k, v in best.items()}
+
+
 # --------------------------------------------------------------------------------------------- the job
 def _add(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", type=Path, default=None,
@@ -136,7 +149,6 @@ def _add(parser: argparse.ArgumentParser) -> None:
 
 def _run(args):
     from .paths import data_path
-    from .candidates import choice_files
 
     eval_dir = Path(args.dir or data_path("results", "eval", must_exist=False))
     out = eval_dir / "confirm" / "plan.json"
@@ -145,12 +157,7 @@ def _run(args):
     power = files.read_json(eval_dir / "power.json", require=("cells",))
     mpath = data_path("texts", "confirm", "manifest.json")
     manifest = files.read_json(mpath, require=("documents",))
-    best = {}
-    for space, p in choice_files(eval_dir).items():  # per cell, the best of every space's tuned baselines
-        for key, v in (files.read_json(p).get("best_baseline") or {}).get("cells", {}).items():
-            if key not in best or v["score"] < best[key]["score"]:
-                best[key] = {"spec": v["spec"], "score": v["score"]}
-    plan = J.prepared(make_plan, cand, power, manifest, best_per_cell={k: v["spec"] for k, v in best.items()},
+    plan = J.prepared(make_plan, cand, power, manifest, best_per_cell=best_per_cell(eval_dir),
                       manifest_sha256=hashlib.sha256(Path(mpath).read_bytes()).hexdigest())
     files.write_json(out, plan)
     print(f"wrote {out}: {len(plan['settings'])} settings, {plan['judged']} judged comparisons, "

@@ -58,6 +58,18 @@ def settings(choices_by_space: dict) -> dict:
     return out
 
 
+def _kl_by_cell(rows: list[dict], spec: str) -> dict:
+    """``{(length, c): {doc: KL}}`` of one setting's dev rows, KL floored at the rule's floor (as the tune scores
+    floor it)."""
+    from .protocol import KL_FLOOR
+
+    out: dict = {}
+    for r in rows:
+        if r["method"] == spec and r.get("split", "dev") == "dev":
+            out.setdefault((int(r["length"]), float(r["ratio"])), {})[r["doc"]] = max(float(r["kl"]), KL_FLOOR)
+    return out
+
+
 def summarize_field(rows_by_space: dict, specs: dict, *, seed: int | None = None) -> dict:
     """Per comparison of :data:`COMPARISONS` and (length, c) cell the paired verdict, simultaneous over all of them.
 
@@ -67,17 +79,8 @@ def summarize_field(rows_by_space: dict, specs: dict, *, seed: int | None = None
     ``no_higher[comparison]`` counts the cells whose geometric-mean ratio is at most 1."""
     from . import verdicts as V
     from .protection import protection_fills_budget
-    from .protocol import KL_FLOOR  # the rule's floor, as the tune scores floor KL
 
-    def by_cell(role):
-        space = ROLES[role][0]
-        out: dict = {}
-        for r in rows_by_space.get(space, []):
-            if r["method"] == specs[role] and r.get("split", "dev") == "dev":
-                out.setdefault((int(r["length"]), float(r["ratio"])), {})[r["doc"]] = max(float(r["kl"]), KL_FLOOR)
-        return out
-
-    cells = {role: by_cell(role) for role in ROLES}
+    cells = {role: _kl_by_cell(rows_by_space.get(ROLES[role][0], []), specs[role]) for role in ROLES}
     pairs, keys, missing = {}, [], []
     grid = sorted(set().union(*(set(c) for c in cells.values())))
     for setting, reference in COMPARISONS:
@@ -205,8 +208,6 @@ def field_table(rows_by_space: dict, chosen_by_space: dict, *, reference: str = 
     reference has. Methods are sorted by their overall ratio, lowest first; those without dev rows are listed in
     ``missing``. A description, not a verdict (no interval). Returns ``{"reference", "reference_spec", "methods",
     "missing"}``."""
-    from .protocol import KL_FLOOR
-
     owner = {m: (space, spec) for space, chosen in chosen_by_space.items() for m, spec in chosen.items()}
     if reference not in owner:
         raise ValueError(f"reference: no search space has a tune choice for {reference!r}; the choices name "
@@ -214,11 +215,7 @@ def field_table(rows_by_space: dict, chosen_by_space: dict, *, reference: str = 
 
     def kl_by_cell(method):
         space, spec = owner[method]
-        out: dict = {}
-        for r in rows_by_space.get(space, []):
-            if r["method"] == spec and r.get("split", "dev") == "dev":
-                out.setdefault((int(r["length"]), float(r["ratio"])), {})[r["doc"]] = max(float(r["kl"]), KL_FLOOR)
-        return out
+        return _kl_by_cell(rows_by_space.get(space, []), spec)
 
     ref = kl_by_cell(reference)
     if not ref:
