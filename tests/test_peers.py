@@ -214,6 +214,45 @@ def test_scores_once_gives_the_masks_of_separate_runs(bundled, name):
 
 
 @pytest.mark.model
+@pytest.mark.parametrize("name", ["kvzip", "kvgrad"])
+def test_one_scoring_serves_the_layerwise_budget(bundled, name):
+    """``layerwise`` is read by KVzip's ``compress_post`` alone, which KVgrad inherits: one scoring masked for the
+    global and the per-layer budget leaves each setting's own masks, and ``n_sink`` (read by the scoring) is not
+    shared."""
+    from transformers import DynamicCache
+
+    from jacap_lib.measure import quality as Q
+    from jacap_lib.results.evaluation.corpus import load_docs
+
+    model, tok = bundled
+    doc = next(d for d in load_docs(None) if d["split"] == "tune")
+    prompt, _ = prompt_and_continuation(tok, doc["text"], 160, 8)
+    specs = [(name, 0.5), (f"{name}[layerwise=true]", 0.75)]
+    presses = [R.press_from_spec(s, c) for s, c in specs]
+    assert Q.post_fields(presses[0]) == ("compression_ratio", "layerwise")
+    assert Q.scoring_record(presses[0]) == Q.scoring_record(presses[1])
+    assert Q.scoring_record(presses[0]) != Q.scoring_record(R.press_from_spec(f"{name}[n_sink=0]", 0.5))
+
+    def masks():
+        return [tuple(i.tolist() for i in layer.self_attn.masked_key_indices) for layer in model.model.layers]
+
+    shared = [masks() for _ in Q.caches_by_setting(model, prompt, presses)]
+    separate = []
+    for s, c in specs:
+        press, seen = R.press_from_spec(s, c), []
+        post = press.compress_post
+        press.compress_post = lambda m, post=post: (post(m), seen.append(masks()))
+        with torch.inference_mode(), press(model):  # KVzip's pass reads the cache handed to the prefill
+            model(input_ids=prompt, past_key_values=DynamicCache(), use_cache=True, logits_to_keep=1)
+        separate.append(seen[0])
+    assert shared == separate
+    # the per-layer budget masks c of every layer's entries; the global one does not (its layers differ)
+    per_layer = [len(m[0]) for m in shared[1]]
+    assert set(per_layer) == {int(0.75 * 3 * 160)}
+    assert len(set(len(m[0]) for m in shared[0])) > 1
+
+
+@pytest.mark.model
 def test_measure_group_reuses_kvzip_scores_across_ratios(bundled):
     """The evaluation's group measurement with ``reuse_scores``: the same rows as one real prefill per ratio."""
     from jacap_lib.results.evaluation.corpus import load_docs

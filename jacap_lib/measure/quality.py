@@ -470,9 +470,10 @@ def next_token_kl_by_ratio(model, prompt_ids, continuation_ids, press, ratios, *
 
 def post_fields(press) -> tuple[str, ...]:
     """The fields of a press that :func:`scores_once` which only its ``compress_post`` reads: kvpress ``KVzipPress``
-    reads ``compression_ratio`` and ``layerwise`` there alone; a subclass declares its own in a ``post_only`` class
-    attribute (:class:`~jacap_lib.presses.jacap_context.JacapContextPress`: the budget and the window too); any other
-    (``KVgradPress``) only ``compression_ratio``."""
+    reads ``compression_ratio`` and ``layerwise`` there alone, and so does ``KVgradPress``, which inherits that
+    ``compress_post`` and scores with a gradient pass that reads neither; a subclass declares its own in a
+    ``post_only`` class attribute (:class:`~jacap_lib.presses.jacap_context.JacapContextPress`: the budget and the
+    window too); any other subclass only ``compression_ratio``."""
     from kvpress import KVzipPress
 
     if not scores_once(press):
@@ -481,7 +482,9 @@ def post_fields(press) -> tuple[str, ...]:
     own = getattr(type(press), "post_only", None)
     if own is not None:
         return tuple(own)
-    return ("compression_ratio", "layerwise") if type(press) is KVzipPress else ("compression_ratio",)
+    from kvpress import KVgradPress
+
+    return ("compression_ratio", "layerwise") if type(press) in (KVzipPress, KVgradPress) else ("compression_ratio",)
 
 
 def scoring_record(press) -> tuple:
