@@ -52,7 +52,9 @@ SENTENCES = {
 
 def planned_comparisons(candidates: dict, cells: list[tuple[int, float]], best_per_cell: dict) -> list[dict]:
     """Every comparison of the plan, one per (pair, cell): each Jacap-family setting against the cell's best tuned
-    baseline (``best_per_cell``: ``{"L/c": spec}``), the default against KVzip and against Expected Attention. A cell
+    baseline (``best_per_cell``: ``{"L/c": spec}``), the default against KVzip and against Expected Attention. Where
+    two purposes name the same two settings in one cell (the default against KVzip, KVzip the cell's best baseline),
+    the comparison is listed once and its ``what`` names both: it is one test, counted once in the adjustment. A cell
     where the Jacap-family setting's protection fills the budget is listed with ``judged: False``."""
     from .protection import LABEL, protection_fills_budget
 
@@ -63,15 +65,18 @@ def planned_comparisons(candidates: dict, cells: list[tuple[int, float]], best_p
     for name in ("kvzip", "expected_attention"):
         if name in methods:
             pairs.append((default, methods[name]["spec"], f"the default against {name}"))
-    out = []
+    out: dict = {}
     for a, b, what in pairs:
         for L, c in cells:
             key = f"{L}/{c}"
             ref = b or best_per_cell[key]
+            if (a, ref, key) in out:  # the same two settings in the same cell are judged once, for both purposes
+                out[a, ref, key]["what"] += f"; {what}"
+                continue
             fills = protection_fills_budget(a, int(L), float(c))
-            out.append({"a": a, "b": ref, "what": what, "cell": key, "judged": not fills,
-                        **({"label": LABEL} if fills else {})})
-    return out
+            out[a, ref, key] = {"a": a, "b": ref, "what": what, "cell": key, "judged": not fills,
+                                **({"label": LABEL} if fills else {})}
+    return list(out.values())
 
 
 def make_plan(candidates: dict, power: dict, manifest: dict, *, best_per_cell: dict, manifest_sha256: str,
