@@ -83,6 +83,10 @@ COMMANDS = {
         "confirm-plan": ("the confirmatory plan from the frozen candidates and the power analysis -> "
                          "data/results/eval/confirm/plan.json (written once, before any confirmatory row)",
                          "jacap_lib.results.confirm_plan:CONFIRM_PLAN"),
+        "confirm": ("the committed confirmatory plan, once, on the fresh documents: --part kl (every run setting at "
+                    "every planned cell) or --part needle --mode after|inside -> data/results/eval/confirm/ "
+                    "(resumable)",
+                    "jacap_lib.results.confirm_run:CONFIRM"),
         "ablate": ("Algorithm 1's tuned Jacap press and each one-knob ablation of it on every tune document -> "
                    "data/results/eval/ablation.jsonl (resumable)",
                    "jacap_lib.results.ablation:ABLATE"),

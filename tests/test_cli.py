@@ -27,7 +27,7 @@ def test_the_table_names_every_job():
     assert SUBCOMMANDS == [["book", "build"], ["compare-decoding"], ["decompose"],
                            ["diagnose", "mechanisms"], ["diagnose", "query-stats"], ["evaluate", "tune"],
                            ["evaluate", "dev"], ["evaluate", "time"], ["evaluate", "summary"], ["evaluate", "candidates"],
-                           ["evaluate", "confirm-plan"], ["evaluate", "ablate"],
+                           ["evaluate", "confirm-plan"], ["evaluate", "confirm"], ["evaluate", "ablate"],
                            ["evaluate", "ablate-summary"], ["evaluate", "needle"], ["evaluate", "needle-summary"],
                            ["evaluate", "record"], ["evaluate", "kvzip-ladder"], ["evaluate", "kvzip-ladder-summary"],
                            ["evaluate", "field-summary"], ["evaluate", "anatomy"], ["inspect"], ["serve-run"],

@@ -35,7 +35,9 @@ CONFIDENCE = 0.95
 ALPHA = 0.05
 #: the needle design of the confirmatory run: both modes, every planned setting, exact paired tests
 NEEDLE = {"lengths": [512, 1024, 2048], "ratios": [0.5, 0.75, 0.9], "depths": [0.1, 0.3, 0.5, 0.7, 0.9],
-          "trials": 8, "modes": ["after", "inside"],
+          "trials": 8, "modes": ["after", "inside"], "seed": 1,
+          "keys": "fresh: drawn with seed 1 (the tune and dev needle rows used seed 0); the settings are the plan's run "
+                  "settings, each with the uncompressed answer per prompt",
           "test": "exact McNemar per cell on the prompts both settings answered (discordant pairs), Holm over the "
                   "cells and comparisons of one mode; accuracy with a 95 % Wilson interval"}
 #: what each outcome of a comparison prints (``{a}``, ``{b}``: the two settings; ``{ratio}``, ``{low}``, ``{high}``:
@@ -80,8 +82,11 @@ def planned_comparisons(candidates: dict, cells: list[tuple[int, float]], best_p
 
 
 def make_plan(candidates: dict, power: dict, manifest: dict, *, best_per_cell: dict, manifest_sha256: str,
-              lengths=(512, 1024, 2048), ratios=(0.5, 0.75, 0.9, 0.95)) -> dict:
-    """The plan record (see the module docstring). Raises ``ValueError`` when ``candidates`` is not frozen."""
+              lengths=(512, 1024, 2048), ratios=(0.5, 0.75, 0.9, 0.95), continuation: int = 128,
+              model: dict | None = None) -> dict:
+    """The plan record (see the module docstring). ``settings`` lists every frozen candidate; ``run`` the settings
+    the comparisons name (the ones the confirmatory run measures, on every document and cell and on the needle).
+    Raises ``ValueError`` when ``candidates`` is not frozen."""
     from .verdicts import detectable_ratio, simultaneous_confidence
 
     if not candidates.get("frozen"):
@@ -108,14 +113,17 @@ def make_plan(candidates: dict, power: dict, manifest: dict, *, best_per_cell: d
         per.append({"a": c["a"], "b": c["b"], "what": c["what"], "cell": c["cell"], "log_ratio_sd": spread,
                     "sd_from": source, "detectable_ratio_80": round(detectable_ratio(spread, works, m), 4)})
     settings = list(dict.fromkeys([v["spec"] for v in candidates["methods"].values()]))
-    cost = sum((v.get("tune_cpu_seconds_per_row") or 0.0) for v in candidates["methods"].values()) * n * len(cells)
+    run = [s for s in settings if any(s in (c["a"], c["b"]) for c in comps)]
+    per_row = {v["spec"]: v.get("tune_cpu_seconds_per_row") or 0.0 for v in candidates["methods"].values()}
+    cost = sum(per_row[s] for s in run) * n * len(cells)
     return {
         "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "documents": {"manifest": "data/texts/confirm/manifest.json", "sha256": manifest_sha256, "n": n,
                       "works": works, "bootstrap": "resample works (clusters), every excerpt of a work together"},
         "candidates_fingerprints": {s: v["fingerprint"] for s, v in candidates["spaces"].items()},
-        "settings": settings, "default": candidates["default"]["chosen"],
-        "cells": [f"{L}/{c}" for L, c in cells], "best_baseline_per_cell": best_per_cell,
+        "model": model, "settings": settings, "run": run, "default": candidates["default"]["chosen"],
+        "cells": [f"{L}/{c}" for L, c in cells], "continuation": int(continuation),
+        "best_baseline_per_cell": best_per_cell,
         "comparisons": comps, "judged": m,
         "adjustment": {"confidence": CONFIDENCE, "m": m, "per_interval": simultaneous_confidence(CONFIDENCE, m),
                        "intervals": "paired bootstrap (BCa) of the geometric-mean KL ratio, resampling works",
@@ -127,6 +135,8 @@ def make_plan(candidates: dict, power: dict, manifest: dict, *, best_per_cell: d
                   "ten_percent_detectable_comparisons": sum(p["detectable_ratio_80"] >= 0.9 for p in per)},
         "needle": NEEDLE, "sentences": SENTENCES,
         "cost_cpu_hours": round(cost / 3600, 2),
+        "cost_from": "each run setting's mean CPU-seconds per tune row x documents x cells (the KL rows; the needle "
+                     "and the shared prefills come on top)",
         "rules": ["run once, resumable; nothing re-tuned afterwards",
                   "a bug found after the run: fix it, rerun the whole plan, say so"],
     }
@@ -162,8 +172,11 @@ def _run(args):
     power = files.read_json(eval_dir / "power.json", require=("cells",))
     mpath = data_path("texts", "confirm", "manifest.json")
     manifest = files.read_json(mpath, require=("documents",))
+    from .provenance import model_record
+
     plan = J.prepared(make_plan, cand, power, manifest, best_per_cell=best_per_cell(eval_dir),
-                      manifest_sha256=hashlib.sha256(Path(mpath).read_bytes()).hexdigest())
+                      manifest_sha256=hashlib.sha256(Path(mpath).read_bytes()).hexdigest(),
+                      model=model_record(None))
     files.write_json(out, plan)
     print(f"wrote {out}: {len(plan['settings'])} settings, {plan['judged']} judged comparisons, "
           f"~{plan['cost_cpu_hours']} CPU-hours; commit it before any confirmatory row")
