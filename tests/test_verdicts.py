@@ -313,3 +313,51 @@ def test_detectable_ratio_bad_input(kwargs, match):
     args = {"log_ratio_sd": 0.5, "n": 48, "m": 48, **kwargs}
     with pytest.raises(ValueError, match=match):
         detectable_ratio(**args)
+
+
+def brute_work_bootstrap(d, labels, *, B=40000, seed=5, bca=False, confidence=0.95):
+    """Works resampled by hand: draw works with replacement, pool every document of the drawn works, take the mean
+    log ratio; BCa's acceleration from leaving out one work at a time."""
+    names = sorted(set(labels))
+    per = [d[labels == w] for w in names]
+    k = len(names)
+    idx = np.random.default_rng(seed).integers(0, k, size=(B, k))
+    sums, counts = np.array([p.sum() for p in per]), np.array([p.size for p in per], dtype=float)
+    boot = sums[idx].sum(1) / counts[idx].sum(1)
+    est = d.mean()
+    a = np.array([(1 - confidence) / 2, (1 + confidence) / 2])
+    if bca:
+        z0 = norm.ppf(np.mean(boot < est))
+        jack = np.array([(sums.sum() - sums[i]) / (counts.sum() - counts[i]) for i in range(k)])
+        dev = jack.mean() - jack
+        acc = np.sum(dev ** 3) / (6 * np.sum(dev ** 2) ** 1.5)
+        z = norm.ppf(a)
+        a = norm.cdf(z0 + (z0 + z) / (1 - acc * (z0 + z)))
+    return np.exp(np.quantile(boot, a))
+
+
+@pytest.mark.parametrize("method", ["percentile", "BCa"])
+def test_work_ratio_resamples_works(method):
+    from jacap_lib.results.verdicts import work_ratio
+
+    g = np.random.default_rng(3)
+    labels = np.array([f"w{i}" for i in range(12) for _ in range(1 + i % 3)])  # 12 works of 1-3 excerpts
+    work_effect = {f"w{i}": g.normal(-0.1, 0.3) for i in range(12)}  # excerpts of a work move together
+    ref = g.lognormal(-2.0, 1.0, labels.size)
+    m = ref * np.exp(np.array([work_effect[w] for w in labels]) + g.normal(0, 0.05, labels.size))
+    got = work_ratio(m, ref, labels, method=method, n_resamples=20000, seed=7)
+    lo, hi = brute_work_bootstrap(np.log(m / ref), labels, bca=method == "BCa")
+    assert got.estimate == pytest.approx(geometric_mean_ratio(m, ref).estimate, rel=1e-12)
+    assert got.n == 12 and abs(got.low - lo) < 0.06 * (hi - lo) and abs(got.high - hi) < 0.06 * (hi - lo)
+    # the documents' bootstrap treats the 24 excerpts as independent: its interval is narrower than the works'
+    docs = geometric_mean_ratio(m, ref, method=method, n_resamples=20000, seed=7)
+    assert docs.high - docs.low < got.high - got.low
+    # one document per work: the works' bootstrap is the documents' (same draws, same statistic)
+    single = np.array([f"d{i}" for i in range(labels.size)])
+    a = work_ratio(m, ref, single, method=method, n_resamples=2000, seed=1)
+    b = geometric_mean_ratio(m, ref, method=method, n_resamples=2000, seed=1)
+    assert abs(a.low - b.low) < 0.06 * (b.high - b.low) and abs(a.high - b.high) < 0.06 * (b.high - b.low)
+    with pytest.raises(ValueError, match="one label per document"):
+        work_ratio(m, ref, labels[:-1])
+    with pytest.raises(ValueError, match="at least 3 works"):
+        work_ratio(m[:3], ref[:3], ["a", "a", "b"])

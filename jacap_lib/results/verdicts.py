@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-__all__ = ["RatioInterval", "DifferenceInterval", "log_ratios", "geometric_mean_ratio", "geometric_mean", "mean_ratio", "wilcoxon_p", "holm",
+__all__ = ["RatioInterval", "DifferenceInterval", "log_ratios", "geometric_mean_ratio", "work_ratio", "geometric_mean", "mean_ratio", "wilcoxon_p", "holm",
            "verdict", "simultaneous_confidence", "compare_cells", "accuracy_difference", "mcnemar_p",
            "accuracy_interval", "mcnemar_verdict", "paired_power", "detectable_ratio",
            "DIFFERENCE_METHOD", "N_RESAMPLES", "CONFIDENCE", "SEED", "METHOD"]
@@ -141,6 +141,33 @@ def geometric_mean_ratio(method_kl, reference_kl, *, confidence: float = CONFIDE
                             n_resamples=n_resamples, method=method, seed=seed)
     return RatioInterval("geometric-mean ratio", math.exp(est), math.exp(lo), math.exp(hi), confidence, method,
                          int(d.size), int(n_resamples), int(seed))
+
+
+def work_ratio(method_kl, reference_kl, works, *, confidence: float = CONFIDENCE, n_resamples: int = N_RESAMPLES,
+               method: str = METHOD, seed: int = SEED) -> RatioInterval:
+    """:func:`geometric_mean_ratio` when documents come in clusters (``works``: one label per document, e.g. the
+    excerpts of one novel): the same estimate, the geometric mean of the per-document KL ratios, with a bootstrap
+    interval that resamples *works*, every document of a drawn work together (the statistic of a resample is its
+    works' summed log ratios over their document count). With one document per work it is the documents' bootstrap.
+    ``n`` of the result counts works, the independent units."""
+    d = log_ratios(method_kl, reference_kl)
+    labels = np.asarray(works, dtype=object)
+    if labels.shape != d.shape:
+        raise ValueError(f"works must give one label per document ({d.size}), got {labels.size}")
+    _options(confidence, n_resamples, method)
+    names = list(dict.fromkeys(labels.tolist()))
+    if len(names) < 3:
+        raise ValueError(f"works: a bootstrap over works needs at least 3 works, got {len(names)}")
+    sums = np.array([d[labels == w].sum() for w in names])
+    counts = np.array([float((labels == w).sum()) for w in names])
+    est = float(np.mean(d))
+    if np.ptp(d) <= 1e-12:
+        lo = hi = est
+    else:
+        lo, hi = _bootstrap((sums, counts), lambda a, b, axis: a.sum(axis=axis) / b.sum(axis=axis), paired=True,
+                            confidence=confidence, n_resamples=n_resamples, method=method, seed=seed)
+    return RatioInterval("geometric-mean ratio (works resampled)", math.exp(est), math.exp(lo), math.exp(hi),
+                         confidence, method, len(names), int(n_resamples), int(seed))
 
 
 def geometric_mean(kl, *, confidence: float = CONFIDENCE, n_resamples: int = N_RESAMPLES, method: str = METHOD,
