@@ -87,6 +87,9 @@ COMMANDS = {
                     "every planned cell) or --part needle --mode after|inside -> data/results/eval/confirm/ "
                     "(resumable)",
                     "jacap_lib.results.confirm_run:CONFIRM"),
+        "confirm-summary": ("the committed confirmatory plan's verdicts from its rows -> "
+                            "data/results/eval/confirm/summary.json",
+                            "jacap_lib.results.confirm_summary:CONFIRM_SUMMARY"),
         "ablate": ("Algorithm 1's tuned Jacap press and each one-knob ablation of it on every tune document -> "
                    "data/results/eval/ablation.jsonl (resumable)",
                    "jacap_lib.results.ablation:ABLATE"),
