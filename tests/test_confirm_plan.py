@@ -92,3 +92,24 @@ def test_each_comparison_is_planned_with_its_own_spread_where_the_dev_rows_hold_
 def test_unfrozen_candidates_are_refused():
     with pytest.raises(ValueError, match="not frozen.*kvgrad"):
         CP.make_plan(_candidates(frozen=False), _power(), {"documents": []}, best_per_cell={}, manifest_sha256="x")
+
+
+def test_plan_frame_rows_are_the_plans_purposes():
+    from jacap_lib.viz.evaluation import plan_frame
+
+    manifest = {"documents": [{"id": f"d{i}", "kind": "prose", "group": f"w{i}"} for i in range(30)]}
+    best = {f"{L}/{c}": ("kvzip" if c < 0.9 else "expected_attention[n_future_positions=32]")
+            for L in (512, 1024, 2048) for c in (0.5, 0.75, 0.9, 0.95)}
+    power = {**_power(0.5), "comparisons": [{"a": "jacap_ea", "b": "kvzip", "cell": "512/0.5", "log_ratio_sd": 0.2}]}
+    plan = CP.make_plan(_candidates(), power, manifest, best_per_cell=best, manifest_sha256="x")
+    frame = plan_frame(plan).reset_index()
+    assert len(frame) == 4  # two family settings against the best baseline, the default against KVzip and EA
+    alg1 = frame.iloc[0]
+    assert alg1["against"] == "the cell's best tuned baseline" and alg1["cells judged"] == 6
+    assert alg1["left out (protection fills the budget)"].split(", ") == ["512/0.75", "512/0.9", "512/0.95",
+                                                                           "1024/0.9", "1024/0.95", "2048/0.95"]
+    vs_kvzip = frame[(frame["against"] == "KVzip")].iloc[0]
+    det = [p["detectable_ratio_80"] for p in plan["power"]["per_comparison"] if p["a"] == "jacap_ea" and p["b"] == "kvzip"]
+    assert vs_kvzip["cells judged"] == 12 and len(det) == 12  # at c < 0.9 also the best-baseline comparison: one test
+    assert vs_kvzip["detectable ratio (80 % power)"] == f"{min(det):.2f}–{max(det):.2f}"
+    assert {r["cells judged"] for _, r in frame.iterrows()} == {6, 12}

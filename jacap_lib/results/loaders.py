@@ -257,6 +257,14 @@ def load_candidates(path=None) -> dict:
                            require=("methods", "pending", "frozen"), hint="jacap evaluate candidates")
 
 
+def load_confirm_plan(path=None) -> dict:
+    """``confirm/plan.json``: the confirmatory plan, written once and committed before any confirmatory row
+    (:mod:`jacap_lib.results.confirm_plan`). Table: :func:`jacap_lib.viz.evaluation.plan_frame`."""
+    return files.read_json(path or data_path("results", "eval", "confirm", "plan.json", must_exist=False),
+                           require=("run", "cells", "comparisons", "adjustment", "power"),
+                           hint="jacap evaluate confirm-plan")
+
+
 def load_ablation_summary(path=None) -> dict:
     """``ablation_summary.json``: per one-knob ablation of Jacap and (length, ratio) cell, the paired geometric-mean
     KL ratio to its base on the tune documents with its simultaneous (Bonferroni) and 95 % intervals, wins/losses,

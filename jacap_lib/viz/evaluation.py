@@ -19,7 +19,7 @@ from ..results.precision import interval_text
 from .style import METHOD_STYLES, finish, wrapped
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
-           "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_names", "verdict_interval",
+           "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_names", "plan_frame", "verdict_interval",
            "kl_and_needle_frame", "tuned_line", "record_frame", "pair_verdict_frame",
            "document_ratio_figure", "verdict_counts_frame"]
 
@@ -274,6 +274,35 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
         raise ValueError(f"summary has no family picked on {picked_on!r}" + (f" with role {role!r}" if role else ""))
     frame = pd.DataFrame(rows).set_index(["Jacap", "prompt / c"])
     return wrapped(frame, ["Jacap", "baseline setting"] if details else ["Jacap", "baseline", "verdict"])
+
+
+def plan_frame(plan: dict) -> pd.DataFrame:
+    """The confirmatory plan's comparisons, one row per purpose (``what``): the two settings by their book names
+    (the reference "best tuned baseline" where it changes from cell to cell), the cells it judges, the cells it leaves
+    out because protection fills the budget, and the KL ratio each judged comparison detects with 80 % power at the
+    plan's adjustment (the range over its cells; :func:`jacap_lib.results.verdicts.detectable_ratio`)."""
+    names = setting_names([s for c in plan["comparisons"] for s in (c["a"], c["b"])])
+    power = {(p["a"], p["b"], p["cell"]): p["detectable_ratio_80"] for p in plan["power"]["per_comparison"]}
+    rows: dict = {}
+    for c in plan["comparisons"]:
+        for what in c["what"].split("; "):
+            key = (c["a"], what)
+            row = rows.setdefault(key, {"setting": names[c["a"]], "against": set(), "judged": 0, "left out": [],
+                                        "detectable": []})
+            row["against"].add(names[c["b"]])
+            if c["judged"]:
+                row["judged"] += 1
+                row["detectable"].append(power[c["a"], c["b"], c["cell"]])
+            else:
+                row["left out"].append(c["cell"])
+    out = []
+    for (_, what), r in rows.items():
+        ref = next(iter(r["against"])) if len(r["against"]) == 1 else "the cell's best tuned baseline"
+        det = r["detectable"]
+        out.append({"setting": r["setting"], "against": ref, "cells judged": r["judged"],
+                    "left out (protection fills the budget)": ", ".join(r["left out"]) or "none",
+                    "detectable ratio (80 % power)": f"{min(det):.2f}–{max(det):.2f}" if det else "—"})
+    return wrapped(pd.DataFrame(out).set_index("setting"), ["left out (protection fills the budget)"])
 
 
 def setting_names(specs) -> dict[str, str]:
