@@ -113,3 +113,16 @@ def test_plan_frame_rows_are_the_plans_purposes():
     assert vs_kvzip["cells judged"] == 12 and len(det) == 12  # at c < 0.9 also the best-baseline comparison: one test
     assert vs_kvzip["detectable ratio (80 % power)"] == f"{min(det):.2f}–{max(det):.2f}"
     assert {r["cells judged"] for _, r in frame.iterrows()} == {6, 12}
+
+
+def test_reading_a_budget_prints_no_kvpress_warning(caplog):
+    """The plan and every verdict table ask where protection fills the budget; building KVzip's subclass for that
+    must not print kvpress's prefill-cost warning into the book."""
+    import logging
+
+    from jacap_lib.results.protection import budget_split
+
+    with caplog.at_level(logging.WARNING, logger="kvpress"):
+        split = budget_split("jacap_context[window=64]", 512, 0.95)
+    assert not [r for r in caplog.records if r.name.startswith("kvpress")]
+    assert split is not None and split["window"] + split["sinks"] >= split["kept"]

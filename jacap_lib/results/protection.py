@@ -22,13 +22,14 @@ def budget_split(spec: str, length: int, ratio: float) -> dict | None:
     """``{"kept", "sinks", "window", "scored"}`` of setting ``spec`` on a prompt of ``length`` tokens at compression
     ratio ``ratio`` (:meth:`jacap_lib.presses.jacap.JacapPress.budget_split`; an AdaKV wrapper's scorer), ``None``
     for a press without protection."""
-    from ..presses.registry import press_from_spec
+    from ..presses.registry import press_from_spec, quiet_kvpress
 
-    press = press_from_spec(spec, float(ratio))
-    scorer = press if hasattr(press, "budget_split") else getattr(press, "press", None)  # AdaKV wraps a scorer
-    if not hasattr(scorer, "budget_split"):
-        return None
-    return dataclasses.replace(scorer, compression_ratio=float(ratio)).budget_split(int(length))
+    with quiet_kvpress():  # built to read its budget: KVzip's prefill-cost warning is not the reader's question
+        press = press_from_spec(spec, float(ratio))
+        scorer = press if hasattr(press, "budget_split") else getattr(press, "press", None)  # AdaKV wraps a scorer
+        if not hasattr(scorer, "budget_split"):
+            return None
+        return dataclasses.replace(scorer, compression_ratio=float(ratio)).budget_split(int(length))
 
 
 @lru_cache(maxsize=None)
