@@ -69,7 +69,7 @@ def test_each_planned_comparisons_spread_recomputes_from_its_two_settings_rows(p
         assert c["detectable"][f"m={m},n=96"] == pytest.approx(detectable_ratio(c["log_ratio_sd"], 96, m), rel=1e-9)
     # every planned comparison is either measured or listed as missing
     cand = R.load_candidates()
-    assert len(power["comparisons"]) + len(power["comparisons_missing"]) == len(
-        [p for p in CP.planned_comparisons(cand, [(int(k.split("/")[0]), float(k.split("/")[1]))
-                                                  for k in R.load_eval_choices()["best_baseline"]["cells"]],
-                                           {k: "x" for k in R.load_eval_choices()["best_baseline"]["cells"]})])
+    cells = [(int(k.split("/")[0]), float(k.split("/")[1])) for k in R.load_eval_choices()["best_baseline"]["cells"]]
+    planned = CP.planned_comparisons(cand, cells, CP.best_per_cell(paths.data_path("results", "eval")))
+    assert len(power["comparisons"]) + len(power["comparisons_missing"]) == len(planned)
+    assert power["m_planned"] == sum(p["judged"] for p in planned)
