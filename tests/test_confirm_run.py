@@ -118,3 +118,37 @@ def test_needle_rows_use_the_plans_fresh_keys(bundled, tmp_path):
     assert sorted(r["method"] for r in rows) == ["full", "knorm"] and {r["key"] for r in rows} == {key}
     assert {r["mode"] for r in rows} == {"after"} and all(r["length"] == 64 for r in rows)
     assert files.read_runs(tmp_path / "confirm" / "needle.jsonl")[0]["choices_fingerprint"] == "abc"
+
+
+def test_the_committed_plan_came_before_its_rows():
+    """The repository's own plan: it names the committed manifest and the frozen candidates' settings, and git's
+    history adds it before any confirmatory row file (skipped until the plan is committed)."""
+    from jacap_lib.results import loaders
+
+    path = data_path("results", "eval", "confirm", "plan.json", must_exist=False)
+    if not path.is_file():
+        pytest.skip("no confirmatory plan committed yet")
+    plan = loaders.load_confirm_plan()
+    assert plan["documents"]["sha256"] == _manifest_sha()
+    cand = loaders.load_candidates()
+    assert cand["frozen"] and plan["candidates_fingerprints"] == {s: v["fingerprint"] for s, v in cand["spaces"].items()}
+    assert plan["settings"] == list(dict.fromkeys(v["spec"] for v in cand["methods"].values()))
+    assert set(plan["run"]) == {s for c in plan["comparisons"] for s in (c["a"], c["b"])}
+
+    def first_commit(rel):
+        try:
+            out = subprocess.run(["git", "-C", str(path.parent), "log", "--format=%ct %H", "--diff-filter=A", "--",
+                                  rel], capture_output=True, text=True, check=True).stdout.split()
+        except (FileNotFoundError, subprocess.CalledProcessError):
+            pytest.skip("not a git checkout")
+        return out
+
+    plan_added = first_commit("plan.json")
+    if not plan_added:
+        pytest.skip("the plan is not committed yet")
+    for rows in ("kl.jsonl", "needle.jsonl"):
+        added = first_commit(rows)
+        if added:  # the rows' first commit descends from the plan's
+            ok = subprocess.run(["git", "-C", str(path.parent), "merge-base", "--is-ancestor", plan_added[-1],
+                                 added[-1]], capture_output=True).returncode == 0
+            assert ok and added[-1] != plan_added[-1], f"{rows} was committed before (or with) the plan"
