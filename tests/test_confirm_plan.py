@@ -126,3 +126,22 @@ def test_reading_a_budget_prints_no_kvpress_warning(caplog):
         split = budget_split("jacap_context[window=64]", 512, 0.95)
     assert not [r for r in caplog.records if r.name.startswith("kvpress")]
     assert split is not None and split["window"] + split["sinks"] >= split["kept"]
+
+
+def test_each_setting_runs_where_a_comparison_names_it():
+    manifest = {"documents": [{"id": f"d{i}", "kind": "prose", "group": f"w{i}"} for i in range(30)]}
+    cells = [(L, c) for L in (512, 1024, 2048) for c in (0.5, 0.75, 0.9, 0.95)]
+    # KNorm is the best baseline of 512/0.95 alone, KVzip of every other cell; KeyDiff is frozen but never named
+    best = {f"{L}/{c}": "kvzip" for L, c in cells} | {"512/0.95": "knorm"}
+    cand = _candidates()
+    for name in ("knorm", "keydiff"):
+        cand["methods"][name] = {"spec": name, "tune_score": -1.0, "family": "baseline", "tune_cpu_seconds_per_row": 1.0}
+    plan = CP.make_plan(cand, _power(), manifest, best_per_cell=best, manifest_sha256="x")
+    assert "keydiff" in plan["settings"] and "keydiff" not in plan["run"]
+    assert plan["run_cells"]["knorm"] == ["512/0.95"]
+    assert plan["run_cells"]["kvzip"] == [f"{L}/{c}" for L, c in cells]  # the default against KVzip: every cell
+    assert plan["run_cells"][ALG1_TUNED] == [f"{L}/{c}" for L, c in cells]  # listed even where not judged
+    # the cost counts each setting's own cells: 4 settings x 12 cells (one CPU-second a row, KVzip's 10) + KNorm x 1
+    assert plan["cost_cpu_hours"] == round(((1 + 10 + 1 + 1) * 12 + 1) * 30 / 3600, 2)  # rounded as recorded
+    # the needle's settings: those of the judged comparisons at c 0.5-0.9, so not KNorm (named at c = 0.95 only)
+    assert set(plan["needle"]["settings"]) == {ALG1_TUNED, "jacap_ea", "kvzip", "expected_attention[n_future_positions=32]"}

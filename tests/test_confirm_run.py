@@ -83,24 +83,26 @@ def test_kl_rows_are_the_plans_settings_at_its_cells(bundled, tmp_path):
     from jacap_lib.results.texts import load_corpus
 
     model, tok = bundled
-    plan, _ = _plan(tmp_path)
+    # KVzip is named only at c = 0.5 (say, the best baseline of that cell alone): it is measured there only
+    plan, _ = _plan(tmp_path, cells=["64/0.5", "64/0.75"], run_cells={"knorm": ["64/0.5", "64/0.75"],
+                                                                      "kvzip": ["64/0.5"]})
     res = CR.run_kl(tmp_path, plan, "abc", model=model, tokenizer=tok, workers=1, progress=False, limit_docs=2)
     rows = files.read_jsonl(tmp_path / "confirm" / "kl.jsonl")
     docs = load_corpus(split="confirm", which="confirm")[:2]
-    assert res["rows_written"] == len(rows) == 4
+    assert res["rows_written"] == len(rows) == 6
     assert {(r["doc"], r["length"], r["ratio"], r["method"], r["split"]) for r in rows} == {
-        (d["id"], 64, 0.5, s, "confirm") for d in docs for s in ("knorm", "kvzip")}
+        (d["id"], 64, c, s, "confirm") for d in docs for s, c in (("knorm", 0.5), ("knorm", 0.75), ("kvzip", 0.5))}
     # each row is what a separate measurement of that press on that prompt gives (kvpress's own path)
     for r in rows:
         doc = next(d for d in docs if d["id"] == r["doc"])
         prompt, cont = prompt_and_continuation(tok, doc["text"], 64, 8)
         ref = full_reference(model, None, prompt, cont)
-        own = next_token_kl(model, None, prompt, cont, press_from_spec(r["method"], 0.5), reference=ref)
+        own = next_token_kl(model, None, prompt, cont, press_from_spec(r["method"], r["ratio"]), reference=ref)
         assert r["kl"] == pytest.approx(own.kl, rel=1e-4, abs=1e-6) and r["kept_tokens"] == own.kept_tokens
     run = files.read_runs(tmp_path / "confirm" / "kl.jsonl")[0]
-    assert run["plan_sha256"] == "abc" and run["cells"] == ["64/0.5"] and len(run["documents"]) == 2
+    assert run["plan_sha256"] == "abc" and run["cells"] == ["64/0.5", "64/0.75"] and len(run["documents"]) == 2
     again = CR.run_kl(tmp_path, plan, "abc", model=model, tokenizer=tok, workers=1, progress=False, limit_docs=2)
-    assert again["rows_written"] == 0 and len(files.read_jsonl(tmp_path / "confirm" / "kl.jsonl")) == 4
+    assert again["rows_written"] == 0 and len(files.read_jsonl(tmp_path / "confirm" / "kl.jsonl")) == 6
 
 
 @pytest.mark.model
@@ -108,7 +110,8 @@ def test_needle_rows_use_the_plans_fresh_keys(bundled, tmp_path):
     from jacap_lib.results.needle import needle_keys
 
     model, tok = bundled
-    plan, _ = _plan(tmp_path, run=["knorm"])
+    plan, _ = _plan(tmp_path)
+    plan["needle"]["settings"] = ["knorm"]  # the needle's own settings, not every run setting
     with pytest.raises(ValueError, match="needle modes"):
         CR.run_needle(tmp_path, plan, "abc", mode="inside", model=model, tokenizer=tok, workers=1, progress=False)
     CR.run_needle(tmp_path, plan, "abc", mode="after", model=model, tokenizer=tok, workers=1, progress=False)

@@ -83,7 +83,8 @@ def test_needle_pairs_are_exact_mcnemar_with_holm_over_the_mode():
     acc = {e["setting"]: e for e in out["after"]["accuracy"]}
     assert acc["full"]["accuracy"] == 1 and acc["jacap_context"]["accuracy"] == pytest.approx(5 / 6)
     pairs = {(t["a"], t["b"]): t for t in out["after"]["pairs"]}
-    assert set(pairs) == {("jacap_context", "kvzip"), ("jacap_ea", "kvzip"), ("jacap", "kvzip")}
+    # the judged comparisons of the needle cell 512/0.5 (jacap's is at 512/0.95 and not judged): two pairs
+    assert set(pairs) == {("jacap_context", "kvzip"), ("jacap_ea", "kvzip")}
     first = pairs["jacap_context", "kvzip"]
     assert (first["wins"], first["losses"]) == (4, 0)
     assert first["p"] == pytest.approx(binomtest(4, 4, 0.5).pvalue)

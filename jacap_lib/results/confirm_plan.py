@@ -33,11 +33,14 @@ __all__ = ["CONFIDENCE", "ALPHA", "NEEDLE", "SENTENCES", "planned_comparisons", 
 
 CONFIDENCE = 0.95
 ALPHA = 0.05
-#: the needle design of the confirmatory run: both modes, every planned setting, exact paired tests
+#: the needle design of the confirmatory run: both modes, the settings of the planned comparisons at the needle's
+#: cells, exact paired tests (make_plan adds ``settings``)
 NEEDLE = {"lengths": [512, 1024, 2048], "ratios": [0.5, 0.75, 0.9], "depths": [0.1, 0.3, 0.5, 0.7, 0.9],
           "trials": 8, "modes": ["after", "inside"], "seed": 1,
-          "keys": "fresh: drawn with seed 1 (the tune and dev needle rows used seed 0); the settings are the plan's run "
-                  "settings, each with the uncompressed answer per prompt",
+          "keys": "fresh: drawn with seed 1 (the tune and dev needle rows used seed 0); every prompt also gets the "
+                  "uncompressed answer",
+          "pairs": "the plan's judged KL comparisons whose cell is a needle cell: the same two settings in the same "
+                   "cell",
           "test": "exact McNemar per cell on the prompts both settings answered (discordant pairs), Holm over the "
                   "cells and comparisons of one mode; accuracy with a 95 % Wilson interval"}
 #: what each outcome of a comparison prints (``{a}``, ``{b}``: the two settings; ``{ratio}``, ``{low}``, ``{high}``:
@@ -85,7 +88,8 @@ def make_plan(candidates: dict, power: dict, manifest: dict, *, best_per_cell: d
               lengths=(512, 1024, 2048), ratios=(0.5, 0.75, 0.9, 0.95), continuation: int = 128,
               model: dict | None = None) -> dict:
     """The plan record (see the module docstring). ``settings`` lists every frozen candidate; ``run`` the settings
-    the comparisons name (the ones the confirmatory run measures, on every document and cell and on the needle).
+    the comparisons name, ``run_cells`` the cells where each is named (the confirmatory run measures it there, on
+    every document), ``needle["settings"]`` those of the judged comparisons at the needle's cells.
     Raises ``ValueError`` when ``candidates`` is not frozen."""
     from .verdicts import detectable_ratio, simultaneous_confidence
 
@@ -114,14 +118,22 @@ def make_plan(candidates: dict, power: dict, manifest: dict, *, best_per_cell: d
                     "sd_from": source, "detectable_ratio_80": round(detectable_ratio(spread, works, m), 4)})
     settings = list(dict.fromkeys([v["spec"] for v in candidates["methods"].values()]))
     run = [s for s in settings if any(s in (c["a"], c["b"]) for c in comps)]
+    # each run setting is measured in the cells where a comparison names it (a reference that is the best baseline
+    # of one cell only is not measured in the others)
+    run_cells = {s: [f"{L}/{c}" for L, c in cells if any(s in (x["a"], x["b"]) and x["cell"] == f"{L}/{c}"
+                                                         for x in comps)] for s in run}
+    needle_cells = {f"{L}/{c}" for L in NEEDLE["lengths"] for c in NEEDLE["ratios"]}
+    needle_settings = [s for s in run if any(s in (c["a"], c["b"]) and c["judged"] and c["cell"] in needle_cells
+                                             for c in comps)]
     per_row = {v["spec"]: v.get("tune_cpu_seconds_per_row") or 0.0 for v in candidates["methods"].values()}
-    cost = sum(per_row[s] for s in run) * n * len(cells)
+    cost = sum(per_row[s] * len(run_cells[s]) for s in run) * n
     return {
         "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "documents": {"manifest": "data/texts/confirm/manifest.json", "sha256": manifest_sha256, "n": n,
                       "works": works, "bootstrap": "resample works (clusters), every excerpt of a work together"},
         "candidates_fingerprints": {s: v["fingerprint"] for s, v in candidates["spaces"].items()},
-        "model": model, "settings": settings, "run": run, "default": candidates["default"]["chosen"],
+        "model": model, "settings": settings, "run": run, "run_cells": run_cells,
+        "default": candidates["default"]["chosen"],
         "cells": [f"{L}/{c}" for L, c in cells], "continuation": int(continuation),
         "best_baseline_per_cell": best_per_cell,
         "comparisons": comps, "judged": m,
@@ -138,9 +150,9 @@ def make_plan(candidates: dict, power: dict, manifest: dict, *, best_per_cell: d
                   "ten_percent_detectable_in": sorted(k for k, v in detect.items() if v >= 0.9),
                   "per_comparison": per,
                   "ten_percent_detectable_comparisons": sum(p["detectable_ratio_80"] >= 0.9 for p in per)},
-        "needle": NEEDLE, "sentences": SENTENCES,
+        "needle": {**NEEDLE, "settings": needle_settings}, "sentences": SENTENCES,
         "cost_cpu_hours": round(cost / 3600, 2),
-        "cost_from": "each run setting's mean CPU-seconds per tune row x documents x cells (the KL rows; the needle "
+        "cost_from": "each run setting's mean CPU-seconds per tune row x documents x its cells (the KL rows; the needle "
                      "and the shared prefills come on top)",
         "rules": ["run once, resumable; nothing re-tuned afterwards",
                   "a bug found after the run: fix it, rerun the whole plan, say so"],

@@ -1,14 +1,14 @@
 """The confirmatory run: the committed plan, once, on the fresh documents.
 
 ``jacap evaluate confirm --part kl``
-    every run setting of ``data/results/eval/confirm/plan.json`` (:mod:`jacap_lib.results.confirm_plan`) at every
-    planned cell on every document of the confirmatory set (``data/texts/confirm``), the next-token KL of the
+    every run setting of ``data/results/eval/confirm/plan.json`` (:mod:`jacap_lib.results.confirm_plan`) at each
+    cell where a planned comparison names it, on every document of the confirmatory set (``data/texts/confirm``), the next-token KL of the
     plan's continuation, measured as the tune and dev rows are (:func:`~jacap_lib.results.evaluation.measure_group`:
     one captured prefill per document and length, replayed per setting; the presses that score after the prefill
     run it for real, scored once for every ratio) -> ``confirm/kl.jsonl``
 ``jacap evaluate confirm --part needle --mode after|inside``
-    the plan's needle design (its lengths, ratios, depths, trials and fresh keys) with every run setting and the
-    uncompressed answer (:mod:`jacap_lib.results.needle`'s measurement) -> ``confirm/needle.jsonl``
+    the plan's needle design (its lengths, ratios, depths, trials, fresh keys and settings) with the uncompressed
+    answer (:mod:`jacap_lib.results.needle`'s measurement) -> ``confirm/needle.jsonl``
 
 Both are resumable: a rerun skips the rows already written and records its own invocation in the sidecar
 (``kl.config.json``, ``needle.config.json``). Before anything is loaded or written the job refuses (exit 2) when:
@@ -103,8 +103,8 @@ def _docs(manifest=None, limit: int | None = None) -> list[dict]:
 def run_kl(eval_dir: Path, plan: dict, plan_sha256: str, *, model=None, tokenizer=None, workers: int = 2,
            threads: int = 1, seed: int = 0, progress: bool = True, command: str | None = None,
            manifest=None, limit_docs: int | None = None) -> dict:
-    """The KL rows of the plan (see the module) -> ``eval_dir/confirm/kl.jsonl``; returns ``{"rows_written",
-    "file"}``. ``model``/``tokenizer``: use these in this process instead of loading the bundled model;
+    """The KL rows of the plan (see the module): each run setting at its ``run_cells`` on every document ->
+    ``eval_dir/confirm/kl.jsonl``; returns ``{"rows_written", "file"}``. ``model``/``tokenizer``: use these in this process instead of loading the bundled model;
     ``limit_docs``: the first documents only (a test's; the confirmatory run itself takes every document)."""
     from ..models import load_tokenizer
     from . import protocol as P
@@ -122,10 +122,11 @@ def run_kl(eval_dir: Path, plan: dict, plan_sha256: str, *, model=None, tokenize
     check_settings_unchanged(out, None, specs, ratios)
     had = files.read_jsonl(out)
     label = model_record(None)["name"]
-    keep = {(L, c) for L, c in ((int(k.split("/")[0]), float(k.split("/")[1])) for k in plan["cells"])}
+    where = plan.get("run_cells") or {s: plan["cells"] for s in specs}
+    keep = {(s, int(k.split("/")[0]), float(k.split("/")[1])) for s in specs for k in where[s]}
     groups = _groups(docs, lengths, ratios, lambda d: specs, continuation, label, {row_key(r) for r in had})
-    for g in groups:  # the plan's cells only (a plan's cells need not fill the lengths x ratios grid)
-        g.jobs = [(s, c) for s, c in g.jobs if (g.length, c) in keep]
+    for g in groups:  # each setting at its planned cells only
+        g.jobs = [(s, c) for s, c in g.jobs if (s, g.length, c) in keep]
     groups = [g for g in groups if g.jobs]
     out.parent.mkdir(parents=True, exist_ok=True)
     files.append_run(out, {**provenance(model, model_name=None, command=command), "job": "confirm kl",
@@ -155,7 +156,7 @@ def run_needle(eval_dir: Path, plan: dict, plan_sha256: str, *, mode: str, model
     if mode not in design["modes"] or mode not in MODES:
         raise ValueError(f"--mode must be one of the plan's needle modes {design['modes']}, got {mode!r}")
     out = Path(eval_dir) / "confirm" / "needle.jsonl"
-    specs = list(plan["run"])
+    specs = list(design.get("settings", plan["run"]))
     ratios = tuple(float(c) for c in design["ratios"])
     check_settings_unchanged(out, None, specs, ratios)
     npl = N.Plan(out=out, model_name=None, record=model_record(None),

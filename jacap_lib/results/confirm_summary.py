@@ -10,9 +10,9 @@ manifest (which work each document comes from), and writes ``confirm/summary.jso
   verdict that interval gives (below 1: better; above 1: worse; holding 1: no detectable difference), the
   works-level Wilcoxon p and its Holm adjustment over the judged comparisons, and the plan's sentence for the
   outcome; a comparison the plan does not judge (protection fills the budget) gets the plan's label and sentence;
-* per needle mode: each run setting's accuracy per (length, c) cell with a Wilson interval, and each planned pair
-  of settings per cell with the exact McNemar p on the prompts both answered, Holm over the cells and pairs of the
-  mode, and the verdict of the adjusted test;
+* per needle mode: each needle setting's accuracy per (length, c) cell with a Wilson interval, and each judged KL
+  comparison of a needle cell (the same two settings there) with the exact McNemar p on the prompts both answered,
+  Holm over the cells and pairs of the mode, and the verdict of the adjusted test;
 * ``complete``: whether every planned row is there. A comparison whose rows are not all there gets no verdict
   (``"incomplete"``); the adjustment stays the plan's ``m`` whatever is complete.
 
@@ -114,7 +114,11 @@ def summarize_needle(plan: dict, rows: list[dict]) -> dict:
     design = plan["needle"]
     keys = needle_keys(tuple(float(d) for d in design["depths"]), int(design["trials"]), int(design["seed"]))
     prompts = [(float(d), int(t), k) for (d, t), k in keys.items()]
-    pairs = list(dict.fromkeys((c["a"], c["b"]) for c in plan["comparisons"]))
+    pairs = {}  # per needle cell, the plan's judged comparisons there
+    for c in plan["comparisons"]:
+        if c["judged"]:
+            pairs.setdefault(c["cell"], []).append((c["a"], c["b"]))
+    settings = list(design.get("settings", plan["run"]))
     out = {}
     for mode in design["modes"]:
         got: dict = {}
@@ -129,7 +133,7 @@ def summarize_needle(plan: dict, rows: list[dict]) -> dict:
             full = [got.get((FULL, int(L), 0.0, d, t, k)) for d, t, k in prompts]
             for ratio in design["ratios"]:
                 answered = {}
-                for s in [FULL, *plan["run"]]:
+                for s in [FULL, *settings]:
                     rr = 0.0 if s == FULL else float(ratio)
                     vals = [got.get((s, int(L), rr, d, t, k)) for d, t, k in prompts]
                     if s == FULL:
@@ -142,7 +146,7 @@ def summarize_needle(plan: dict, rows: list[dict]) -> dict:
                     a, lo, hi = accuracy_interval(answered[s])
                     acc.append({"setting": s, "cell": f"{L}/{ratio}", "n": len(vals), "complete": True,
                                 "accuracy": a, "low": lo, "high": hi})
-                for x, y in pairs:
+                for x, y in pairs.get(f"{L}/{ratio}", []):
                     if x in answered and y in answered:
                         m, r = answered[x], answered[y]
                         tests.append({"a": x, "b": y, "cell": f"{L}/{ratio}", "n": int(m.size),
@@ -151,8 +155,8 @@ def summarize_needle(plan: dict, rows: list[dict]) -> dict:
         for t, q in zip(tests, holm([t["p"] for t in tests]) if tests else []):
             t["holm_p"] = float(q)
             t["verdict"] = mcnemar_verdict(t["wins"], t["losses"], float(q))
-        complete = all(e["complete"] for e in acc) and len(tests) == len(pairs) * len(design["lengths"]) * len(
-            design["ratios"])
+        planned = sum(len(pairs.get(f"{L}/{c}", [])) for L in design["lengths"] for c in design["ratios"])
+        complete = all(e["complete"] for e in acc) and len(tests) == planned
         out[mode] = {"accuracy": acc, "pairs": tests, "complete": complete,
                      "holm": "over every cell and pair of this mode"}
     return out
