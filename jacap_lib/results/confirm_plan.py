@@ -136,6 +136,11 @@ def make_plan(candidates: dict, power: dict, manifest: dict, *, best_per_cell: d
         "default": candidates["default"]["chosen"],
         "cells": [f"{L}/{c}" for L, c in cells], "continuation": int(continuation),
         "best_baseline_per_cell": best_per_cell,
+        "best_baseline_rule": "per cell, among every baseline's tune choice in every search space, the one with the "
+                              "smallest mean log KL (floored at 1e-8) over the tune documents in that cell; picked "
+                              "on tune only",
+        "protection_rule": "a Jacap-family setting is not judged in a cell where kvpress's budget int((1 - c) L) "
+                           "holds no more than its sinks and recent window (protection.protection_fills_budget)",
         "comparisons": comps, "judged": m,
         "adjustment": {"confidence": CONFIDENCE, "m": m, "per_interval": simultaneous_confidence(CONFIDENCE, m),
                        "intervals": "the geometric-mean KL ratio over the documents with a paired BCa bootstrap "
