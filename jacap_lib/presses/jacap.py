@@ -71,8 +71,9 @@ class JacapPress(ScorerPress):
         :class:`~jacap_lib.presses.jacap_context.JacapContextPress` at its defaults (Jacap's score on the queries of
         KVzip's reconstruction pass, a 64-token window; about 3-8 times the CPU of an uncompressed prefill on the
         bundled model, prompts 512 to 2,048, where this press costs about 1.2-1.3 times;
-        ``data/results/eval/candidates.json``, ``jacap evaluate candidates``); the default moves to the rule's
-        choice once every candidate's tune is finished, and this one-prefill press stays one option away. The capacity objective and
+        ``data/results/eval/candidates.json``, ``jacap evaluate candidates``). Every candidate's tune is finished and
+        that file is frozen, but this class's default is not switched yet: until it is, the rule's choice is
+        ``JacapContextPress()`` and this press is the one-prefill choice. The capacity objective and
         the score are Algorithm 1's; only the point of the linearisation moves. The observed and EA centres are
         scored on the torch path (``backend="triton"`` computes the tempered centre in its kernels and is refused
         with them).
