@@ -68,7 +68,7 @@ def test_the_command_refuses_before_writing(tmp_path, capsys):
     from jacap_lib.cli import main
 
     _plan(tmp_path)
-    for argv, word in ((["--part", "needle"], "--mode"), (["--part", "kl", "--mode", "after"], "--mode"),
+    for argv, word in (([], "--part"), (["--part", "needle"], "--mode"), (["--part", "kl", "--mode", "after"], "--mode"),
                        (["--part", "kl", "--workers", "0"], "--workers"), (["--part", "kl"], "not in a git work tree")):
         with pytest.raises(SystemExit) as e:
             main(["evaluate", "confirm", "--dir", str(tmp_path), *argv])

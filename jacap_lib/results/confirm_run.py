@@ -172,9 +172,9 @@ def run_needle(eval_dir: Path, plan: dict, plan_sha256: str, *, mode: str, model
 # --------------------------------------------------------------------------------------------- the job
 def _add(parser: argparse.ArgumentParser) -> None:
     J.shared_options(parser, model=False)
-    parser.add_argument("--part", choices=PARTS, required=True,
-                        help="kl: the KL rows on every confirmatory document and planned cell; needle: the plan's "
-                             "needle design in one --mode")
+    parser.add_argument("--part", choices=PARTS, default=None,
+                        help="(required) kl: the KL rows on every confirmatory document and planned cell; needle: the "
+                             "plan's needle design in one --mode")
     parser.add_argument("--mode", default=None,
                         help="with --part needle: after or inside (the plan runs both, one invocation each)")
     parser.add_argument("--workers", type=int, default=2, help="processes, one prefill at a time each (default 2)")
@@ -186,6 +186,8 @@ def _add(parser: argparse.ArgumentParser) -> None:
 def _check(args):
     from .paths import data_path
 
+    if args.part is None:
+        raise ValueError("--part: give kl (the KL rows) or needle (with --mode after or inside)")
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     if args.part == "needle" and args.mode is None:
