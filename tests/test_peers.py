@@ -68,6 +68,13 @@ def test_not_offline_presses_are_kvpress_presses_outside_the_registry():
     built = {type(R.build_press(n, 0.5)).__name__ for n in R.METHODS}
     for cls in R.NOT_OFFLINE:
         assert hasattr(kvpress, cls) and cls not in built
+    # the book's table of them: one row per press, the reason unchanged (wrapped with HTML breaks only)
+    from jacap_lib.viz.field import not_offline_frame
+
+    frame = not_offline_frame()
+    assert list(frame.index) == list(R.NOT_OFFLINE)
+    for cls, why in frame.iloc[:, 0].items():
+        assert why.replace("<br>", " ").split() == R.NOT_OFFLINE[cls].split()
 
 
 # --------------------------------------------------------------------------------------------- replay or real

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from .style import finish, setting_colours, wrapped
 
-__all__ = ["tune_ratio_figure", "STEP_NAMES", "ladder_frame", "ladder_figure", "ROLE_NAMES", "field_frame", "needle_frame",
+__all__ = ["not_offline_frame", "tune_ratio_figure", "STEP_NAMES", "ladder_frame", "ladder_figure", "ROLE_NAMES", "field_frame", "needle_frame",
            "field_heatmap", "field_needle_frame"]
 
 #: the ladder's steps (``results.ladder.STEPS``) as a reader names them: the step's label (the table's column, so the
@@ -235,3 +235,12 @@ def field_needle_frame(needle: dict) -> pd.DataFrame:
                          columns=pd.MultiIndex.from_tuples([(f"question {m}", f"c = {c:g}") for m, c in columns]))
     frame.index.name = "method"
     return wrapped(frame)
+
+
+def not_offline_frame() -> pd.DataFrame:
+    """kvpress's presses that cannot run offline on the bundled model, one row each with the reason
+    (:data:`jacap_lib.presses.registry.NOT_OFFLINE`), the reason wrapped to the column."""
+    from ..presses.registry import NOT_OFFLINE
+
+    frame = pd.DataFrame([{"press": k, "why it cannot run here": v} for k, v in NOT_OFFLINE.items()])
+    return wrapped(frame.set_index("press"), ["why it cannot run here"])
