@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from jacap_lib.results import files, loaders as R, verdicts as V
+from jacap_lib.results import confirm_plan as CP, files, loaders as R, verdicts as V
 from jacap_lib.results.paths import data_path
 
 METHOD = "jacap_obs"  # the Jacap default of the plan: the tune choice of jacap_obs (choices.json), as written there
@@ -51,7 +51,8 @@ def plan(rows: list[dict], choices: dict) -> dict:
     per_cell = []
     for name, (d, baseline) in cells(rows, choices).items():
         sd = float(np.std(d, ddof=1))
-        entry = {"cell": name, "length": int(name.split("/")[0]), "ratio": float(name.split("/")[1]),
+        length, ratio = CP.parse_cell(name)
+        entry = {"cell": name, "length": length, "ratio": ratio,
                  "baseline_spec": baseline, "n_dev": int(d.size), "dev_gm_ratio": math.exp(float(np.mean(d))),
                  "dev_mean_log_ratio": float(np.mean(d)), "log_ratio_sd": sd, "detectable": {}}
         for m in MS:
@@ -100,17 +101,16 @@ def comparisons(rows: list[dict], candidates: dict, best_per_cell: dict, docs: l
     document of ``docs``, the sd of the per-document log KL ratios (KL floored at the rule's floor), the dev ratio,
     and the detectable ratio at each planned n under the plan's own m (and the MS); ``missing`` lists the planned
     comparisons without complete dev rows."""
-    from jacap_lib.results import confirm_plan as CP
     from jacap_lib.results.protocol import KL_FLOOR
 
-    cells = [(int(k.split("/")[0]), float(k.split("/")[1])) for k in best_per_cell]
+    cells = [CP.parse_cell(k) for k in best_per_cell]
     planned = CP.planned_comparisons(candidates, cells, best_per_cell)
     m_planned = sum(c["judged"] for c in planned)
     kl = {(r["method"], int(r["length"]), float(r["ratio"]), r["doc"]): max(float(r["kl"]), KL_FLOOR) for r in rows
           if r.get("split", "dev") == "dev"}
     out, missing = [], []
     for c in planned:
-        L, ratio = int(c["cell"].split("/")[0]), float(c["cell"].split("/")[1])
+        L, ratio = CP.parse_cell(c["cell"])
         keys = [((c["a"], L, ratio, d), (c["b"], L, ratio, d)) for d in docs]
         if not all(a in kl and b in kl for a, b in keys):
             missing.append({k: c[k] for k in ("a", "b", "what", "cell")})

@@ -28,7 +28,7 @@ from pathlib import Path
 from . import files
 from . import job as J
 
-__all__ = ["CONFIDENCE", "ALPHA", "NEEDLE", "SENTENCES", "planned_comparisons", "make_plan", "best_per_cell",
+__all__ = ["CONFIDENCE", "ALPHA", "NEEDLE", "SENTENCES", "parse_cell", "planned_comparisons", "make_plan", "best_per_cell",
            "CONFIRM_PLAN"]
 
 CONFIDENCE = 0.95
@@ -53,6 +53,12 @@ SENTENCES = {
     "protection fills the budget": "In {cell}, {a} keeps only its protected tokens, so its score chooses nothing; "
                                    "the cell is not judged for it.",
 }
+
+
+def parse_cell(key: str) -> tuple[int, float]:
+    """``(prompt length, c)`` of a cell name ``"L/c"``, as the plan writes its cells (``"1024/0.9"``)."""
+    L, c = key.split("/")
+    return int(L), float(c)
 
 
 def planned_comparisons(candidates: dict, cells: list[tuple[int, float]], best_per_cell: dict) -> list[dict]:

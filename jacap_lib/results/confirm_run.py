@@ -89,7 +89,9 @@ def load_plan(eval_dir: Path, *, require_commit: bool = True, manifest=None) -> 
 
 def plan_cells(plan: dict) -> tuple[tuple, tuple]:
     """``(lengths, ratios)`` of the plan's cells (``"L/c"`` names), each sorted."""
-    pairs = [(int(k.split("/")[0]), float(k.split("/")[1])) for k in plan["cells"]]
+    from .confirm_plan import parse_cell
+
+    pairs = [parse_cell(k) for k in plan["cells"]]
     return tuple(sorted({L for L, _ in pairs})), tuple(sorted({c for _, c in pairs}))
 
 
@@ -104,10 +106,12 @@ def run_kl(eval_dir: Path, plan: dict, plan_sha256: str, *, model=None, tokenize
            threads: int = 1, seed: int = 0, progress: bool = True, command: str | None = None,
            manifest=None, limit_docs: int | None = None) -> dict:
     """The KL rows of the plan (see the module): each run setting at its ``run_cells`` on every document ->
-    ``eval_dir/confirm/kl.jsonl``; returns ``{"rows_written", "file"}``. ``model``/``tokenizer``: use these in this process instead of loading the bundled model;
-    ``limit_docs``: the first documents only (a test's; the confirmatory run itself takes every document)."""
+    ``eval_dir/confirm/kl.jsonl``; returns ``{"rows_written", "file"}``. ``model``/``tokenizer``: use these in
+    this process instead of loading the bundled model; ``limit_docs``: the first documents only (a test's; the
+    confirmatory run itself takes every document)."""
     from ..models import load_tokenizer
     from . import protocol as P
+    from .confirm_plan import parse_cell
     from .evaluation import check_settings_unchanged, measure_group, run_groups
     from .evaluation.corpus import check_lengths
     from .evaluation.runs import _groups, row_key
@@ -123,7 +127,7 @@ def run_kl(eval_dir: Path, plan: dict, plan_sha256: str, *, model=None, tokenize
     had = files.read_jsonl(out)
     label = model_record(None)["name"]
     where = plan.get("run_cells") or {s: plan["cells"] for s in specs}
-    keep = {(s, int(k.split("/")[0]), float(k.split("/")[1])) for s in specs for k in where[s]}
+    keep = {(s, *parse_cell(k)) for s in specs for k in where[s]}
     groups = _groups(docs, lengths, ratios, lambda d: specs, continuation, label, {row_key(r) for r in had})
     for g in groups:  # each setting at its planned cells only
         g.jobs = [(s, c) for s, c in g.jobs if (s, g.length, c) in keep]

@@ -32,11 +32,6 @@ from . import job as J
 __all__ = ["summarize_kl", "summarize_needle", "summarize", "CONFIRM_SUMMARY"]
 
 
-def _cell(key: str) -> tuple[int, float]:
-    L, c = key.split("/")
-    return int(L), float(c)
-
-
 def _name(spec: str) -> str:
     from .protocol import method_of
 
@@ -53,6 +48,7 @@ def summarize_kl(plan: dict, rows: list[dict], works: dict[str, str], *, n_resam
     confirmatory document)."""
     from scipy.stats import wilcoxon
 
+    from .confirm_plan import parse_cell
     from .protocol import KL_FLOOR
     from .verdicts import N_RESAMPLES, SEED, holm, work_ratio
 
@@ -66,7 +62,7 @@ def summarize_kl(plan: dict, rows: list[dict], works: dict[str, str], *, n_resam
     out = []
     for c in plan["comparisons"]:
         entry = {k: c[k] for k in ("a", "b", "what", "cell", "judged")}
-        L, ratio = _cell(c["cell"])
+        L, ratio = parse_cell(c["cell"])
         a, b = kl.get((c["a"], L, ratio), {}), kl.get((c["b"], L, ratio), {})
         have = [d for d in docs if d in a and d in b]
         entry["n_documents"] = len(have)
@@ -130,14 +126,11 @@ def summarize_needle(plan: dict, rows: list[dict]) -> dict:
             continue
         acc, tests = [], []
         for L in design["lengths"]:
-            full = [got.get((FULL, int(L), 0.0, d, t, k)) for d, t, k in prompts]
             for ratio in design["ratios"]:
                 answered = {}
-                for s in [FULL, *settings]:
+                for s in [FULL, *settings]:  # the uncompressed answer is recorded at ratio 0
                     rr = 0.0 if s == FULL else float(ratio)
                     vals = [got.get((s, int(L), rr, d, t, k)) for d, t, k in prompts]
-                    if s == FULL:
-                        vals = full
                     if any(v is None for v in vals):
                         acc.append({"setting": s, "cell": f"{L}/{ratio}", "n": sum(v is not None for v in vals),
                                     "complete": False})
