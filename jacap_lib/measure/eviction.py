@@ -104,7 +104,7 @@ class EvictionInspection:
     score : FloatTensor (L, H, N) or None - the press's score (higher = keep), before protection.
     alpha, rho, kappa, weight, leverage : FloatTensor (L, H, N) or None - Jacap's components.
     protected : BoolTensor (L, H, N) or None - True for the positions the press keeps *whatever their
-        score*: for :class:`~jacap_lib.presses.jacap.JacapPress` and its variants, the first ``n_sink``
+        score*: for :class:`~jacap_lib.presses.jacap.JacapPromptPress` and its variants, the first ``n_sink``
         positions (attention sinks) and the last ``window`` positions (the recent window, shrunk when the
         budget cannot hold it), as the press's own ``protected`` mask reports them. All False for kvpress
         baselines: they protect nothing explicitly (their built-in recency - SnapKV's observation window,
@@ -432,7 +432,7 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     from transformers import DynamicCache
 
     from ..models import describe_model
-    from ..presses.jacap import JacapPress
+    from ..presses.jacap import JacapPromptPress
 
     press, name = _press_for(method, compression_ratio, opts)
     compression_ratio = float(getattr(press, "compression_ratio", DEFAULT_RATIO if compression_ratio is None
@@ -440,7 +440,7 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     ids = _ids(tokenizer, text, chat).to(next(model.parameters()).device)
 
     scores, protected, layer = {}, {}, [None]
-    is_jacap = isinstance(press, JacapPress)
+    is_jacap = isinstance(press, JacapPromptPress)
     if is_jacap:
         press.trace = {}
     patched = []
@@ -456,7 +456,7 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
 
         press.score = recording_score
         patched.append("score")
-    if callable(getattr(press, "protected", None)):  # JacapPress and its variants: the sink/window mask
+    if callable(getattr(press, "protected", None)):  # JacapPromptPress and its variants: the sink/window mask
         raw_protected = press.protected
 
         def recording_protected(*args, **kwargs):
@@ -483,7 +483,7 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     token_ids = ids[0].tolist()
     n_heads, n = kept.shape[1], len(token_ids)
     prot = torch.zeros(n_layers, n_heads, n, dtype=torch.bool)
-    for i, mask in protected.items():  # (N,) per layer from JacapPress.protected, the same for every head
+    for i, mask in protected.items():  # (N,) per layer from JacapPromptPress.protected, the same for every head
         if i is not None:
             mask = mask.cpu()
             prot[i] = mask.expand(n_heads, n) if mask.dim() == 1 else mask.reshape(-1, n_heads, n)[0]

@@ -49,12 +49,12 @@ def measured_spec(spec: str) -> str:
     every option written out (:func:`~jacap_lib.presses.registry.written_out`)."""
     import dataclasses
 
-    from ..presses.jacap import JacapPress
+    from ..presses.jacap import JacapPromptPress
     from ..presses.registry import METHODS, parse_method, with_options, written_out
 
     name, opts = parse_method(spec)
     press = METHODS[name].press
-    inherited = {f.name: f.default for f in dataclasses.fields(JacapPress)}
+    inherited = {f.name: f.default for f in dataclasses.fields(JacapPromptPress)}
     own = ({f.name for f in dataclasses.fields(press) if f.default != inherited.get(f.name, f.default)}
            if isinstance(press, type) else set())
     then = {k: v for k, v in TUNED_THEN.items() if k not in opts and k not in METHODS[name].options and k not in own}

@@ -244,7 +244,7 @@ def load_ladder_summary(path=None) -> dict:
 
 def load_field_summary(path=None) -> dict:
     """``peers/field_summary.json``: on the dev documents, per (length, ratio) cell, the context press's tune choice
-    against KVzip's and against the setting ``JacapPress()`` builds, and that setting against KVzip, with intervals
+    against KVzip's and against the setting ``JacapPromptPress()`` builds, and that setting against KVzip, with intervals
     simultaneous over all of them (:mod:`jacap_lib.results.field_dev`). Table: :func:`jacap_lib.viz.field.field_frame`."""
     return files.read_json(path or data_path("results", "eval", "peers", "field_summary.json", must_exist=False),
                            require=("config", "comparisons", "m", "no_higher"), hint="jacap evaluate field-summary")
