@@ -8,9 +8,10 @@ whole field on the dev documents (``peers/field_summary.json``: every method's t
 among them, beside KVzip), which then answers which press keeps the predictions and which keeps a fact.
 
 :func:`answer_lines` returns the label line and the sentences; :func:`answer_text` the MyST paragraph; :func:`write`
-rewrites ``answer.md`` next to ``findings.md`` (the KL and needle summary jobs and the ladder summary call it), which the book's
-front page includes. The label says which documents the verdicts come from: the confirmatory summary once it exists
-(``confirm_summary.json``), until then the exploratory dev summary, labelled so.
+rewrites ``answer.md`` next to ``findings.md`` (the KL and needle summary jobs, the ladder, field and confirmatory
+summaries call it), which the book's front page includes. The label says which documents the verdicts come from: the
+confirmatory run once its summary is complete (``confirm/summary.json``, :mod:`~jacap_lib.results.confirm_findings`),
+until then the exploratory dev summary, labelled so.
 """
 from __future__ import annotations
 
@@ -226,13 +227,22 @@ def _field_cost(field: dict, ladder: dict | None) -> str | None:
 
 
 def answer_lines(summary: dict, needle: dict | None = None, mechanisms: list | None = None, ladder: dict | None = None,
-                 field: dict | None = None, *, confirmatory: bool = False) -> list[str]:
+                 field: dict | None = None, *, confirmatory: bool = False, confirm: dict | None = None) -> list[str]:
     """The label line, then at most :data:`MAX_SENTENCES` sentences. With the whole field on the dev documents
     (``field``: ``peers/field_summary.json``, every method's tune choice beside KVzip): which presses keep the
     predictions, the closest one that reads the context once, which keeps a fact, why Jacap's Algorithm 1 behaves as
     it does, and what the second reading costs. Without it, from the first rounds' summary: which baseline keeps the
     predictions, which Jacap presses come closest, which keeps a fact, why, and what KVzip does on the tune documents.
-    ``confirmatory``: the summary is the confirmatory one (else the label says exploratory)."""
+    ``confirmatory``: the summary is the confirmatory one (else the label says exploratory). ``confirm``: a complete
+    confirmatory summary (``confirm/summary.json``): then the answer is its verdicts
+    (:func:`jacap_lib.results.confirm_findings.answer_lines`) and the measured cost of the second reading, labelled
+    confirmatory."""
+    if confirm is not None:
+        from .confirm_findings import answer_lines as confirm_lines
+
+        out = confirm_lines(confirm) + [s for s in (_field_cost(field, ladder) if field else None,) if s]
+        return ["*The answer, from the confirmatory run (fresh documents, judged once by a plan committed first):*",
+                *out[:MAX_SENTENCES]]
     label = ("*The answer, from the confirmatory summary:*" if confirmatory else
              "*The answer, from the exploratory dev summary (documents that also chose the settings):*")
     lines = _field_predictions(field) if field and field.get("table") else []
@@ -246,22 +256,25 @@ def answer_lines(summary: dict, needle: dict | None = None, mechanisms: list | N
 
 
 def answer_text(summary: dict, needle: dict | None = None, mechanisms: list | None = None, ladder: dict | None = None,
-                field: dict | None = None, *, confirmatory: bool = False) -> str:
+                field: dict | None = None, *, confirmatory: bool = False, confirm: dict | None = None) -> str:
     """:func:`answer_lines` as one MyST paragraph."""
-    return " ".join(answer_lines(summary, needle, mechanisms, ladder, field, confirmatory=confirmatory)) + "\n"
+    return " ".join(answer_lines(summary, needle, mechanisms, ladder, field, confirmatory=confirmatory,
+                                 confirm=confirm)) + "\n"
 
 
 def write(out_dir=None) -> Path | None:
-    """Rewrite ``answer.md`` in ``out_dir`` (default ``data/results/eval``) from the summaries there (the
-    confirmatory ``confirm_summary.json`` when present, else ``summary.json``), ``needle_summary.json``,
-    ``peers/ladder_summary.json`` and the mechanism diagnostics. ``None`` (nothing written) without a summary."""
+    """Rewrite ``answer.md`` in ``out_dir`` (default ``data/results/eval``) from the summaries there: the confirmatory
+    ``confirm/summary.json`` once it is complete (:func:`jacap_lib.results.confirm_findings.load`), else the dev
+    ``summary.json``, ``needle_summary.json`` and the whole field (``peers/field_summary.json``), with
+    ``peers/ladder_summary.json`` and the mechanism diagnostics. ``None`` (nothing written) without a dev summary."""
+    from .confirm_findings import load as load_confirm
     from .paths import data_path
 
     d = Path(out_dir) if out_dir is not None else data_path("results", "eval", must_exist=False)
-    confirm = d / "confirm_summary.json"
-    source = confirm if confirm.exists() else d / "summary.json"
+    source = d / "summary.json"
     if not source.exists():
         return None
+    confirm = load_confirm(d)
     summary = files.read_json(source, require=("config", "families"), hint="jacap evaluate summary")
     needle_path, ladder_path = d / "needle_summary.json", d / "peers" / "ladder_summary.json"
     field_path = d / "peers" / "field_summary.json"
@@ -271,8 +284,7 @@ def write(out_dir=None) -> Path | None:
     mech_path = d.parent.parent / "diagnostics" / "mechanisms.json"
     mechanisms = files.read_results(mech_path)[1] if mech_path.exists() else None
     path = d / FILE
-    path.write_text(answer_text(summary, needle, mechanisms, ladder, field, confirmatory=confirm.exists()),
-                    encoding="utf-8")
+    path.write_text(answer_text(summary, needle, mechanisms, ladder, field, confirm=confirm), encoding="utf-8")
     return path
 
 

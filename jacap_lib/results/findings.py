@@ -397,7 +397,8 @@ def target_lines(summary: dict, needle: dict, role: str, *, max_ratio: float = 0
 
 #: The line that opens the findings: where the numbers come from and what they can say.
 SOURCE = ("*From the exploratory dev summary.* The 48 dev documents served four rounds of choices, so these counts "
-          "guide the next measurement; they confirm nothing.")
+          "guide the next measurement; they confirm nothing. They judge Jacap's settings against the best of the "
+          "book's first seven baselines.")
 
 
 def needle_table(summary: dict, needle: dict) -> list[str]:
@@ -472,14 +473,21 @@ def _paragraphs(lines: list[str]) -> list[str]:
 
 
 def write(out_dir=None) -> Path | None:
-    """Rewrite ``findings.md`` in ``out_dir`` (default ``data/results/eval``) from the ``summary.json`` and (when
-    present) ``needle_summary.json`` there, as written (rounded). Returns the path; ``None`` (nothing written)
+    """Rewrite ``findings.md`` in ``out_dir`` (default ``data/results/eval``): from the confirmatory summary once it
+    is complete (:func:`jacap_lib.results.confirm_findings.findings_text`), else from the dev ``summary.json`` and
+    (when present) ``needle_summary.json`` there, as written (rounded). Returns the path; ``None`` (nothing written)
     when the folder has no ``summary.json`` yet."""
+    from .confirm_findings import findings_text as confirm_text, load as load_confirm
     from .paths import data_path
 
     d = Path(out_dir) if out_dir is not None else data_path("results", "eval", must_exist=False)
     if not (d / "summary.json").exists():
         return None
+    confirm = load_confirm(d)
+    if confirm is not None:
+        path = d / FILE
+        path.write_text(confirm_text(confirm), encoding="utf-8")
+        return path
     summary = files.read_json(d / "summary.json", require=("config", "families"), hint="jacap evaluate summary")
     needle_path = d / "needle_summary.json"
     needle = (files.read_json(needle_path, require=("config", "cells", "comparisons"))
