@@ -154,7 +154,11 @@ def test_write_uses_the_confirmatory_summary_only_when_complete(tmp_path, summar
     (ev / "confirm" / "summary.json").write_text(json.dumps(summary))
     assert CF.load(ev)["complete"] is True
     assert A.write(ev).read_text(encoding="utf-8").startswith("*The answer, from the confirmatory run")
+    assert CF.write(ev).read_text(encoding="utf-8") == CF.findings_text(json.loads(json.dumps(summary)))
+    # a later dev summary job leaves the confirmatory findings as they are
     assert F.write(ev).read_text(encoding="utf-8") == CF.findings_text(json.loads(json.dumps(summary)))
+    (ev / "confirm" / "summary.json").unlink()
+    assert CF.write(ev) is None and F.write(ev).read_text(encoding="utf-8") == dev_findings
 
 
 def test_an_unknown_purpose_or_verdict_is_refused(summary):

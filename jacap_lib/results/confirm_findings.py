@@ -10,12 +10,12 @@ once on the confirmatory documents. This module only words them; it chooses noth
 * :func:`answer_lines` gives the landing page's sentences (at most :data:`~jacap_lib.results.answer.MAX_SENTENCES`
   with the cost sentence :mod:`~jacap_lib.results.answer` adds, each at most
   :data:`~jacap_lib.results.answer.MAX_WORDS` words);
-* :func:`findings_text` gives ``findings.md``: the source, the verdict table, the needle table and one-claim
-  sentences.
+* :func:`findings_text` gives ``findings.md`` (:func:`write` writes it): the source, the verdict table, the needle
+  table and one-claim sentences.
 
 :func:`load` returns the summary only when the run is complete (every planned row there); until then the answer and
 the findings stay on the dev documents, labelled exploratory (:func:`jacap_lib.results.answer.write`,
-:func:`jacap_lib.results.findings.write`).
+:func:`jacap_lib.results.findings.write`, which leaves a confirmatory ``findings.md`` alone).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from . import files
 
-__all__ = ["FILE", "load", "verdict_groups", "needle_accuracy", "answer_lines", "findings_text", "BEST_BASELINE",
+__all__ = ["FILE", "load", "write", "verdict_groups", "needle_accuracy", "answer_lines", "findings_text", "BEST_BASELINE",
            "VERDICTS"]
 
 #: where the confirmatory summary lives, under the evaluation folder
@@ -38,15 +38,26 @@ _PLAN_WHAT = {"against the best tuned baseline": None, "the default against kvzi
 
 def load(eval_dir=None) -> dict | None:
     """The confirmatory summary of ``eval_dir`` (default ``data/results/eval``) when it exists and is complete;
-    ``None`` otherwise (no run yet, or rows still missing)."""
+    ``None`` otherwise (no run yet, or rows still missing): :func:`jacap_lib.results.loaders.load_confirm_summary`."""
+    from .loaders import load_confirm_summary
+
+    return load_confirm_summary(eval_dir)
+
+
+def write(eval_dir=None) -> Path | None:
+    """Rewrite ``findings.md`` in ``eval_dir`` (default ``data/results/eval``) from the complete confirmatory summary
+    there (:func:`findings_text`); ``None`` (nothing written) while it is missing or incomplete. The dev findings'
+    writer (:func:`jacap_lib.results.findings.write`) leaves the file alone from then on."""
+    from .findings import FILE as FINDINGS
     from .paths import data_path
 
     d = Path(eval_dir) if eval_dir is not None else data_path("results", "eval", must_exist=False)
-    path = d.joinpath(*FILE)
-    if not path.is_file():
+    summary = load(d)
+    if summary is None:
         return None
-    data = files.read_json(path, require=("config", "complete", "kl", "needle"), hint="jacap evaluate confirm-summary")
-    return data if data["complete"] else None
+    path = d / FINDINGS
+    path.write_text(findings_text(summary), encoding="utf-8")
+    return path
 
 
 def _whats(entry: dict) -> list[str]:
