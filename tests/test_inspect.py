@@ -81,6 +81,12 @@ def test_inspect_refuses_masking_presses(model_tok):
     model, tok = model_tok
     with pytest.raises(ValueError, match="masking"):
         inspect_eviction(model, tok, TEXT, AdaKVPress(press=JacapPromptPress(0.5)))
+    assert all(getattr(layer.self_attn, "masked_key_indices", None) is None for layer in model.model.layers)
+    # the default JacapPress, KVzip and KVgrad mask after the prefill: refused before it, the model left without masks
+    for method in ("jacap_context", "kvzip", "kvgrad"):
+        with pytest.raises(ValueError, match="scores after the prefill"):
+            inspect_eviction(model, tok, TEXT, method, 0.5)
+    assert all(getattr(layer.self_attn, "masked_key_indices", None) is None for layer in model.model.layers)
 
 
 # ----------------------------------------------------------------------------- statuses, view, HTML

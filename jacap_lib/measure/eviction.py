@@ -390,6 +390,8 @@ def capture_kept(model, press, store: dict):
         if i in full and keys.shape[2] <= full[i].shape[2]:
             store[i] = (full[i], kept_indices(full[i], keys))
 
+    from ..hf import clear_masks
+
     first = [a.register_forward_hook(before, with_kwargs=True) for a in attns]  # run before the press's hooks
     try:
         with press(model):
@@ -399,9 +401,21 @@ def capture_kept(model, press, store: dict):
             finally:
                 for h in last:
                     h.remove()
+    except BaseException:
+        clear_masks(model)  # a refused masking press leaves no mask on the model
+        raise
     finally:
         for h in first:
             h.remove()
+    if any(getattr(a, "masked_key_indices", None) is not None for a in attns):
+        # a press that scores after the prefill (kvpress KVzip, the default JacapPress) masks keys across heads and
+        # layers when its context closes: the cache the hooks saw kept every token, so there is nothing true to show
+        clear_masks(model)
+        raise ValueError(
+            f"{type(press).__name__} masks keys across heads and layers after the prefill (kvpress's "
+            "masked_key_indices, as KVzip does) instead of shrinking the cache, so each head keeps its own number of "
+            "tokens; inspect_eviction shows presses that evict from the cache per head: inspect the prompt press "
+            "(method 'jacap', JacapPromptPress) or another ScorerPress")
 
 
 def _ids(tokenizer, text, chat: bool) -> torch.Tensor:
@@ -435,6 +449,13 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     from ..presses.jacap import JacapPromptPress
 
     press, name = _press_for(method, compression_ratio, opts)
+    import kvpress
+
+    if isinstance(press, kvpress.KVzipPress):  # KVzip, KVgrad and the default JacapPress: masks, set after the prefill
+        raise ValueError(f"method {name!r}: {type(press).__name__} scores after the prefill and masks keys across heads "
+                         "and layers (kvpress's masked_key_indices), so every head keeps its own number of tokens; "
+                         "inspect_eviction shows presses that evict per head from the cache: inspect the prompt press "
+                         "(method 'jacap', JacapPromptPress) or another ScorerPress")
     compression_ratio = float(getattr(press, "compression_ratio", DEFAULT_RATIO if compression_ratio is None
                                       else compression_ratio))
     ids = _ids(tokenizer, text, chat).to(next(model.parameters()).device)

@@ -342,6 +342,6 @@ def _summary_run(args):
 
 ABLATE = J.Job("Algorithm 1's tuned Jacap press and each one-knob ablation of it on every tune document -> "
                "data/results/eval/ablation.jsonl (resumable)", _add_arguments, _ablate_run)
-ABLATE_SUMMARY = J.Job("per ablation and cell, the paired geometric-mean KL ratio to the default with simultaneous "
+ABLATE_SUMMARY = J.Job("per ablation and cell, the paired geometric-mean KL ratio to the ablations' base setting with simultaneous "
                        "(Bonferroni) and unadjusted intervals, wins, Wilcoxon and Holm p, verdicts, and per-layer "
                        "attention-error ratios -> data/results/eval/ablation_summary.json", _summary_add, _summary_run)

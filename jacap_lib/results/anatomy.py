@@ -406,7 +406,7 @@ def _run(args):
 
 
 JOB = J.Job("why Algorithm 1's tuned Jacap setting loses: per-layer error ratios and KL by document kind in the losing "
-            "cells (from the dev rows), and on one cell's dev documents the kept sets of the default and the best "
+            "cells (from the dev rows), and on one cell's dev documents the kept sets of that setting and the best "
             "baseline and a one-knob swap of score and protection -> data/results/eval/anatomy.json",
             add_arguments, _run)
 

@@ -7,7 +7,7 @@
 ``jacap evaluate kvzip-ladder-summary``  ladder.jsonl -> ``ladder_summary.json``: per (length, c) cell, each step's
                                  geometric-mean KL ratio to the step before with a BCa interval simultaneous over
                                  every (step, cell) judged (Bonferroni), its verdict, and each step's share of the
-                                 log gap default -> KVzip (the step ratios multiply to the total ratio)
+                                 log gap prompt press -> KVzip (the step ratios multiply to the total ratio)
 
 The steps change one thing each (:class:`~jacap_lib.presses.jacap_context.JacapPress`):
 
@@ -397,9 +397,9 @@ def _summary_run(args):
     return out
 
 
-LADDER_JOB = J.Job("the one-knob ladder from the default Jacap press to kvpress KVzip (which queries, the protection, "
+LADDER_JOB = J.Job("the one-knob ladder from the prompt press JacapPromptPress() to kvpress KVzip (which queries, the protection, "
                    "how they are summarised, the budget; and Jacap's score on KVzip's queries and budget) on every tune "
                    "document -> data/results/eval/peers/ladder.jsonl (resumable)", _add_arguments, _ladder_run)
 LADDER_SUMMARY = J.Job("per cell, each ladder step's geometric-mean KL ratio to the step before with simultaneous "
-                       "(Bonferroni) intervals and verdicts, and each step's share of the log gap default -> KVzip -> "
+                       "(Bonferroni) intervals and verdicts, and each step's share of the log gap prompt press -> KVzip -> "
                        "data/results/eval/peers/ladder_summary.json", _summary_add, _summary_run)
