@@ -56,7 +56,8 @@ _EXPORTS = {
     "EMAQueryStats": "jacap_lib.stats",
     # model, presses, registry
     "load_model": "jacap_lib.models",
-    "JacapPress": "jacap_lib.presses.jacap",
+    "JacapPress": "jacap_lib.presses.jacap_context",
+    "JacapPromptPress": "jacap_lib.presses.jacap",
     "list_methods": "jacap_lib.presses.registry",
     "build_press": "jacap_lib.presses.registry",
     "press_from_spec": "jacap_lib.presses.registry",

@@ -9,9 +9,9 @@
     jacap evaluate tune|dev|time|summary [--quick] the evaluation protocol -> data/results/eval/
     jacap evaluate needle|needle-summary [--quick] needle retrieval with the tuned methods -> data/results/eval/
     jacap evaluate ablate|ablate-summary [--quick] one-knob ablations of Jacap on the tune documents -> data/results/eval/
-    jacap evaluate anatomy [--length 2048 --ratio 0.5] why the default loses a cell -> data/results/eval/anatomy.json
+    jacap evaluate anatomy [--length 2048 --ratio 0.5] why Algorithm 1 tuned loses a cell -> data/results/eval/anatomy.json
     jacap evaluate record                          every setting run on the dev documents -> dev_record.json
-    jacap evaluate kvzip-ladder|kvzip-ladder-summary  default -> KVzip one knob at a time -> data/results/eval/peers/
+    jacap evaluate kvzip-ladder|kvzip-ladder-summary  prompt press -> KVzip one knob at a time -> data/results/eval/peers/
     jacap evaluate field-summary  the whole field beside KVzip on the dev documents -> data/results/eval/peers/
     jacap evaluate needle [--mode inside] --probe  digit survival per layer and KV head -> needle_probe.jsonl
     jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token
@@ -93,7 +93,7 @@ COMMANDS = {
         "ablate": ("Algorithm 1's tuned Jacap press and each one-knob ablation of it on every tune document -> "
                    "data/results/eval/ablation.jsonl (resumable)",
                    "jacap_lib.results.ablation:ABLATE"),
-        "ablate-summary": ("per ablation and cell, the paired geometric-mean KL ratio to the default with simultaneous "
+        "ablate-summary": ("per ablation and cell, the paired geometric-mean KL ratio to the ablations' base setting with simultaneous "
                            "(Bonferroni) and unadjusted intervals, wins, Wilcoxon and Holm p, verdicts, and per-layer "
                            "attention-error ratios -> data/results/eval/ablation_summary.json",
                            "jacap_lib.results.ablation:ABLATE_SUMMARY"),
@@ -101,29 +101,29 @@ COMMANDS = {
                    "c 0.5/0.75/0.9, 5 depths x 4 keys, plus the uncompressed answer -> data/results/eval/needle.jsonl "
                    "(needs the tune's choices.json)",
                    "jacap_lib.results.needle:NEEDLE"),
-        "needle-summary": ("per cell, each setting's needle accuracy (and the uncompressed ceiling) and the default "
-                           "Jacap setting against the best baseline by KL on tune and the paper preset, paired per "
+        "needle-summary": ("per cell, each setting's needle accuracy (and the uncompressed ceiling) and Algorithm 1 "
+                           "tuned against the best baseline by KL on tune and the paper preset, paired per "
                            "prompt: accuracy difference intervals, McNemar and Holm p, verdicts -> "
                            "data/results/eval/needle_summary.json",
                            "jacap_lib.results.needle:NEEDLE_SUMMARY"),
         "record": ("every setting ever run on the dev documents, with its round, first run, rows and what it led "
                    "to -> data/results/eval/dev_record.json (reads the committed dev rows and runs)",
                    "jacap_lib.results.record:RECORD"),
-        "kvzip-ladder": ("the one-knob ladder from the default Jacap press to kvpress KVzip (which queries, the "
+        "kvzip-ladder": ("the one-knob ladder from the prompt press JacapPromptPress() to kvpress KVzip (which queries, the "
                          "protection, how they are summarised, the budget; and Jacap's score on KVzip's queries and "
                          "budget) on every tune document -> data/results/eval/peers/ladder.jsonl (resumable)",
                          "jacap_lib.results.ladder:LADDER_JOB"),
         "kvzip-ladder-summary": ("per cell, each ladder step's geometric-mean KL ratio to the step before with "
                                  "simultaneous (Bonferroni) intervals and verdicts, and each step's share of the log "
-                                 "gap default -> KVzip -> data/results/eval/peers/ladder_summary.json",
+                                 "gap prompt press -> KVzip -> data/results/eval/peers/ladder_summary.json",
                                  "jacap_lib.results.ladder:LADDER_SUMMARY"),
         "field-summary": ("on the dev documents, per cell, the context press's tune choice against KVzip's and "
-                          "against the setting JacapPress() builds, and that setting against KVzip: simultaneous "
+                          "against the setting JacapPromptPress() builds, and that setting against KVzip: simultaneous "
                           "intervals and verdicts; beside them every method's tune choice by its KL ratio to KVzip "
                           "and its needle accuracy -> data/results/eval/peers/field_summary.json",
                           "jacap_lib.results.field_dev:JOB"),
         "anatomy": ("why Algorithm 1's tuned Jacap setting loses: per-layer error ratios and KL by document kind in the "
-                    "losing cells (from the dev rows), and on one cell's dev documents the kept sets of the default "
+                    "losing cells (from the dev rows), and on one cell's dev documents the kept sets of that setting "
                     "and the best baseline and a one-knob swap of score and protection -> "
                     "data/results/eval/anatomy.json",
                     "jacap_lib.results.anatomy:JOB"),

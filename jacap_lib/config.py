@@ -1,7 +1,7 @@
 r"""Jacap's parameters: each default and each validation rule written once.
 
 :class:`JacapConfig` is the one owner of the parameters that the press
-(:class:`~jacap_lib.presses.jacap.JacapPress`), the decode-time controller
+(:class:`~jacap_lib.presses.jacap.JacapPromptPress`), the decode-time controller
 (:class:`~jacap_lib.controller.JacapDecodeController`) and the scorers
 (:func:`jacap_lib.jacap_scores`, :func:`jacap_lib.triton_jacap_scores`) share. Their signatures read their
 defaults from :data:`DEFAULTS`, and they validate a value with :func:`check` where it enters (the public
@@ -36,7 +36,7 @@ rule (smallest mean log KL over every prompt length and compression ratio). Amon
 paper's settings, which stay one named preset away (``jacap[centre=tempered,tau=10,noise=1,beta=none]``).
 
 Why ``window = 16``: the press's default centre is the attention the recent queries observed
-(:class:`~jacap_lib.presses.jacap.JacapPress` ``centre="observed"``); the protocol's capacity press with that centre
+(:class:`~jacap_lib.presses.jacap.JacapPromptPress` ``centre="observed"``); the protocol's capacity press with that centre
 (``jacap_obs``) was tuned over its recent window (8, 16, 32) and other knobs, chose 16 on the tune documents, and beat
 the tempered centre at ``tau = 3, beta = 0.9`` (window 32) in every cell of the dev documents, so both
 became the defaults (against the tempered centre's later choice, a 128-token window: better in 8 of 12 cells, worse in

@@ -43,7 +43,7 @@ REASON = ("the 48 documents of split 'test' were measured in four rounds and the
           "documents (exploratory) everywhere")
 DEV_NOTE = ("the 48 'dev' documents (called 'test' until 2026-12-03) were measured in four rounds of the evaluation "
             "(2026-12-01 to 2026-12-02; data/results/eval/dev_record.json lists every setting run on them, with its "
-            "round), and the library's default (JacapPress's observed centre with a 16-token window) was chosen "
+            "round), and the library's default (JacapPromptPress's observed centre with a 16-token window) was chosen "
             "after seeing them: they are exploratory, not a test; the confirmatory documents are data/texts/confirm")
 
 J1 = "backend=auto,beta=0.9,centre=tempered,eps=1e-06,gqa=pool,n_future_positions=512,n_queries=none,n_sink=4,noise=1"

@@ -1,5 +1,5 @@
 """One-knob ablations of Algorithm 1 (jacap_lib.presses.jacap_ablation): the default is Jacap bit for bit (the
-registry builds a JacapPress where no ablation field is set), every knob against an independent float64
+registry builds a JacapPromptPress where no ablation field is set), every knob against an independent float64
 computation, every ONE_KNOB spec changes exactly one option and runs."""
 import math
 
@@ -13,7 +13,7 @@ from transformers import DynamicCache  # noqa: E402
 from jacap_lib import jacap_scores, theory  # noqa: E402
 from jacap_lib.hf import clear_masks  # noqa: E402
 from jacap_lib.measure.kvpress_grid import tiny_model  # noqa: E402
-from jacap_lib.presses.jacap import JacapPress  # noqa: E402
+from jacap_lib.presses.jacap import JacapPromptPress  # noqa: E402
 from jacap_lib.results import ablation as A  # noqa: E402
 from jacap_lib.presses.jacap_ablation import ONE_KNOB, JacapAblationPress, base_spec, marginal_capacity  # noqa: E402
 from jacap_lib.presses.utils import observed_attention  # noqa: E402
@@ -74,7 +74,7 @@ def test_no_option_is_jacap_bit_for_bit(attn_module, opts):
     hs, keys, values = _cache(2)
     a = JacapAblationPress(0.6, window=8, **opts)
     b = build_press("jacap", 0.6, window=8, **opts)
-    assert type(build_press("jacap_ablate", 0.6, window=8, **opts)) is JacapPress  # no ablation field: JacapPress
+    assert type(build_press("jacap_ablate", 0.6, window=8, **opts)) is JacapPromptPress  # no ablation field: JacapPromptPress
     with torch.no_grad():
         sa = a.score(attn_module, hs, keys, values, None, {})
         sb = b.score(attn_module, hs, keys, values, None, {})
@@ -104,7 +104,7 @@ def test_centre_ea_is_the_log_normal_expectation(noise):
     d = k.shape[-1]
     alpha = torch.softmax(k @ mu / math.sqrt(d) + torch.diag(k @ torch.diag(lam) @ k.T) / (2 * d), -1)
     expected, _ = _brute(k, v, mu, lam, alpha=alpha, noise=noise)
-    for press in (JacapPress(0.5, centre="ea", noise=noise, tau=7.0), JacapAblationPress(0.5, centre="ea", noise=noise)):
+    for press in (JacapPromptPress(0.5, centre="ea", noise=noise, tau=7.0), JacapAblationPress(0.5, centre="ea", noise=noise)):
         got = _press_scores(press, k, v, mu, lam)  # tau unused
         torch.testing.assert_close(got.alpha[0, 0].double(), alpha, rtol=1e-6, atol=1e-12)
         torch.testing.assert_close(got.score[0, 0].double(), expected, rtol=1e-5, atol=1e-12)
@@ -280,7 +280,7 @@ def test_every_ablation_changes_one_thing():
                                                                            "alpha_safeguard": 0.0}
     assert changed_options("jacap_ablate[budget=model]")["wrapper"][1] == {"class": "JacapGlobalBudgetPress"}
     # the diff sees real changes, and options a subclass adds once they leave their default
-    assert changed_options("jacap_two_stage[expand=3]") == {"class": ("JacapPress", "JacapTwoStagePress"),
+    assert changed_options("jacap_two_stage[expand=3]") == {"class": ("JacapPromptPress", "JacapTwoStagePress"),
                                                             "centre": ("observed", "tempered"), "expand": (None, 3)}
     assert changed_options("jacap_ablate[centre=ea,noise=deff]") == {"centre": ("observed", "ea"),
                                                                      "noise": (1.0, "deff")}

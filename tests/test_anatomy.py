@@ -72,7 +72,7 @@ def test_losing_cells_are_those_whose_interval_lies_above_one():
 
 
 def test_the_library_defaults_part_reads_its_own_family_and_cells():
-    """library_default_part measures the family whose setting JacapPress() builds today (the observed centre, window
+    """library_default_part measures the family whose setting JacapPromptPress() builds today (the observed centre, window
     16), on that family's own losing cells; Algorithm 1's family (the tempered centre) is not it."""
     from jacap_lib.presses.registry import changed_options
     obs = "jacap_obs[window=16]"  # today's default; Algorithm 1's tuned setting is the tempered centre
@@ -332,7 +332,7 @@ def test_the_committed_file_agrees_with_the_summary_and_its_configuration():
         assert all_docs["ratio"] == pytest.approx(losing[e["cell"]]["gm_ratio"], rel=1e-3)
         assert all_docs["losses"] == losing[e["cell"]]["losses"]
     part = data.get("library_default")
-    if RS.default_role(summary) not in (None, "algorithm 1"):  # the press JacapPress() builds, on its own losing cells
+    if RS.default_role(summary) not in (None, "algorithm 1"):  # the press JacapPromptPress() builds, on its own losing cells
         assert part is not None and part["role"] == RS.default_role(summary)
         own = {f"{r['length']}/{float(r['ratio'])}": r for r in RS.losing_cells(summary, part["role"])}
         assert {e["cell"] for e in part["kinds"]} == set(own)
@@ -442,18 +442,18 @@ def test_future_statistics_are_the_moments_of_the_continuations_own_queries(tiny
 
 
 def test_given_statistics_press_scores_as_jacap_with_those_statistics(tiny_llama):
-    """Handed the very statistics JacapPress estimates from the prompt, the given-statistics press keeps the same
+    """Handed the very statistics JacapPromptPress estimates from the prompt, the given-statistics press keeps the same
     tokens; handed the continuation's (the oracle), it scores what Jacap's own components give at those moments."""
     from jacap_lib.hf import decoder_layers_of
     from jacap_lib.measure.quality import capture_prefill
-    from jacap_lib.presses.jacap import JacapPress
+    from jacap_lib.presses.jacap import JacapPromptPress
     from jacap_lib.measure.instruments import JacapGivenStatisticsPress
 
     torch.manual_seed(4)
     ids = torch.randint(0, 96, (1, 40))
     cap = capture_prefill(tiny_llama, ids)
     opts = dict(compression_ratio=0.5, centre="tempered", tau=3.0, beta=0.9, n_sink=2, window=4)
-    jacap = JacapPress(**opts)
+    jacap = JacapPromptPress(**opts)
     mods = [layer.self_attn for layer in decoder_layers_of(tiny_llama)]
     inputs = [(m, r["kwargs"]["hidden_states"], r["keys"], r["values"], r["kwargs"]) for m, r in zip(mods, cap.layers)]
     with torch.inference_mode():  # the captured hidden states are inference tensors

@@ -70,8 +70,10 @@ def test_answer_from_the_field_recomputed_from_the_files():
     assert f"use {top[0]} or {top[1]}: the lowest KL of the {len(done)} presses" in text
     once = next(m for m in done if m["method"] not in RECONSTRUCTION_METHODS)
     assert f"{spec_name(once['spec'])} comes closest, at {once['gm_ratio']:.2f} times KVzip's KL" in text
-    default = next(m for m in done if m["method"] == "jacap_obs")
-    assert f"keeps {default['gm_ratio']:.2f} times" in text
+    prompt = next(m for m in done if m["method"] == "jacap_obs")  # the prompt press, JacapPromptPress()'s setting
+    assert f"the prompt press `JacapPromptPress()` keeps {prompt['gm_ratio']:.2f} times" in text
+    # the rule's Jacap-family choice is the context press, which JacapPress() builds: named "the default"
+    assert spec_name(chosen["context"]["jacap_context"]) == "the default `JacapPress()`"
     # the fact keepers: the highest lowest accuracy at c <= 0.75, question after the compression, over the raw rows
     needles = {s: files.read_jsonl(f / "needle.jsonl") for s, f in folders.items() if (f / "needle.jsonl").is_file()}
     by: dict = {}
@@ -118,7 +120,7 @@ def test_answer_numbers_recomputed_from_the_files():
     # KVzip: cells whose whole-gap interval lies below / above 1
     lower = sum(c["total_high"] < 1 for c in ladder["cells"])
     higher = sum(c["total_low"] > 1 for c in ladder["cells"])
-    assert f"lower KL than the default in {lower} of {len(ladder['cells'])} cells and a higher one in {higher}" in text
+    assert f"lower KL than the prompt press in {lower} of {len(ladder['cells'])} cells and a higher one in {higher}" in text
     ratios = [t["kvzip"]["cpu_seconds"] / t["none"]["cpu_seconds"] for t in ladder["prefill_timing"]]
     assert f"{min(ratios):.1f}" in text and f"{max(ratios):.1f}" in text
 
@@ -150,6 +152,6 @@ def test_field_lines_are_the_answers_field_sentences():
     summary, needle, mech, ladder, field = _inputs()
     lines = A.answer_lines(summary, needle, mech, ladder, field)[1:]
     assert A.field_lines(field) == [lines[0], lines[1], lines[2]]
-    assert lines[2].startswith("To keep one fact")
+    assert lines[2].startswith("To keep a fact")
     one = {**field, "table": {**field["table"], "methods": field["table"]["methods"][:1]}}
     assert A.field_lines(one) == []

@@ -138,7 +138,7 @@ def test_book_names(alg1, anatomy):
     """The anatomy's settings by findings.spec_name, the one home of the book's names."""
     assert F.spec_name(alg1) == "Algorithm 1 tuned"
     assert F.spec_name(P.PAPER_PRESET) == "Algorithm 1 as published"
-    assert F.spec_name(anatomy["library_default"]["setting"], legend=True) == "default JacapPress()"
+    assert F.spec_name(anatomy["library_default"]["setting"], legend=True) == "JacapPromptPress()"
     assert F.spec_name(anatomy["config"]["default"]) == "Algorithm 1 tuned"  # the anatomy's Jacap setting
     assert F.spec_name(anatomy["config"]["baseline"]) == "Expected Attention"
     assert F.spec_name("snapkv[window_size=16]") == "SnapKV"  # SnapKV's tune choice
@@ -203,7 +203,7 @@ def test_figures_name_settings_as_the_book_does_and_in_their_colours(anatomy):
     for tr in kinds.data:
         assert tr.error_x.color == tr.marker.color
     assert "[" not in VA.named_layer_figure(anatomy).layout.title.text
-    assert "default JacapPress()" in VA.kind_figure(anatomy["library_default"]).layout.title.text
+    assert "JacapPromptPress()" in VA.kind_figure(anatomy["library_default"]).layout.title.text
 
 
 def test_ablation_count_figure_stacks_every_cell():

@@ -434,14 +434,14 @@ def _exhaustive_brute(r, env):
 
 ok("theory-exhaustive-chunk-one", lambda env: T().select_exhaustive(_K, _U, _tmu, _tlam, 3, chunk=1), _exhaustive_brute)
 
-# ============================================================================= JacapPress options
-category("JacapPress options")
+# ============================================================================= JacapPromptPress options
+category("JacapPromptPress options")
 
 
 def JP(*a, **kw):
-    from jacap_lib import JacapPress
+    from jacap_lib import JacapPromptPress
 
-    return JacapPress(*a, **kw)
+    return JacapPromptPress(*a, **kw)
 
 
 for _name, _val in [("one", 1.0), ("negative", -0.1), ("nan", nan), ("string", "0.5"), ("bool", False)]:

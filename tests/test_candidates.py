@@ -57,6 +57,8 @@ def test_default_and_best_baseline_are_the_rule_argmin(tmp_path):
     assert out["methods"]["snapkv"]["spec"] == "snapkv[window_size=16]"
     assert out["methods"]["kvzip"]["tune_cpu_seconds_per_row"] == pytest.approx(2.0)  # mean of 1, 2, 3
     assert out["default"]["jacap_press_today"]["same_press_as_chosen"] is False
+    # jacap[window=64] is not JacapPromptPress() (window 16, observed centre), nor JacapPress() (the context press)
+    assert out["default"]["prompt_press_today"] == {"same_press_as_chosen": False, "equals": None}
 
 
 def test_missing_space_is_pending_and_other_configurations_are_refused(tmp_path):
@@ -84,6 +86,9 @@ def test_committed_candidates_agree_with_the_committed_choices():
             assert data["methods"][m]["spec"] == v["chosen"] and data["methods"][m]["tune_score"] == v["score"]
     fam = data["default"]["eligible"]
     assert data["default"]["chosen"]["tune_score"] == min(e["tune_score"] for e in fam)
+    # the rule's choice is what JacapPress() builds; the prompt press is jacap_obs's tune choice
+    assert data["default"]["jacap_press_today"] == {"same_press_as_chosen": True, "equals": "jacap_context"}
+    assert data["default"]["prompt_press_today"]["equals"] == "jacap_obs"
 
 
 def test_score_table_ratios_are_geometric_mean_ratios_of_the_rows(tmp_path):

@@ -49,12 +49,12 @@ def test_the_config_holds_the_documented_defaults():
 
 
 def test_press_defaults_are_the_config():
-    from jacap_lib.presses.jacap import JacapPress
+    from jacap_lib.presses.jacap import JacapPromptPress
 
-    press = JacapPress()
+    press = JacapPromptPress()
     for field, attr in PRESS.items():
         assert getattr(press, attr) == getattr(DEFAULTS, field), field
-    declared = {f.name: f.default for f in dataclasses.fields(JacapPress)}
+    declared = {f.name: f.default for f in dataclasses.fields(JacapPromptPress)}
     assert {attr: declared[attr] for attr in PRESS.values()} == {a: getattr(DEFAULTS, f) for f, a in PRESS.items()}
 
 
@@ -136,13 +136,13 @@ def _message(call) -> str:
 
 @pytest.mark.parametrize("field,value", BAD, ids=[f"{f}={v}" for f, v in BAD])
 def test_a_bad_value_raises_the_same_error_everywhere(field, value, tiny_llama):
-    from jacap_lib.presses.jacap import JacapPress
+    from jacap_lib.presses.jacap import JacapPromptPress
 
     expected = _message(lambda: JacapConfig(**{field: value}))
     assert f"`{field}`" in expected and repr(value) in expected
     entries = {}
     if field in PRESS:
-        entries["press"] = lambda: JacapPress(0.5, **{PRESS[field]: value})
+        entries["press"] = lambda: JacapPromptPress(0.5, **{PRESS[field]: value})
     if field in CONTROLLER:
         entries["controller"] = lambda: controller_cls()(tiny_llama, high=64, budget=40, interval=8,
                                                          **{CONTROLLER[field]: value})

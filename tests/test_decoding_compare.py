@@ -64,7 +64,7 @@ def test_kl_rows_match_an_independent_replay(tiny_llama, seq):
     """The KL of a DecodingPress run equals KL(reference || replay) computed here from kvpress directly."""
     import kvpress
 
-    from jacap_lib.presses.jacap import JacapPress
+    from jacap_lib.presses.jacap import JacapPromptPress
 
     res = compare_decoding(tiny_llama, seq, N_PROMPT, ["jacap"], budget=BUDGET, interval=INTERVAL, window=WINDOW)
     row = res["methods"]["jacap"]
@@ -80,7 +80,7 @@ def test_kl_rows_match_an_independent_replay(tiny_llama, seq):
                                       position_ids=pos[None]).logits[:, -1])
         return torch.cat(out)
 
-    press = kvpress.DecodingPress(base_press=JacapPress(n_sink=4, window=WINDOW), compression_interval=INTERVAL,
+    press = kvpress.DecodingPress(base_press=JacapPromptPress(n_sink=4, window=WINDOW), compression_interval=INTERVAL,
                                   target_size=BUDGET)
     kl = kl_from_logits(replay(None), replay(press))
     torch.testing.assert_close(torch.tensor(row["kl"]), kl, rtol=1e-4, atol=1e-7)

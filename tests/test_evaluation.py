@@ -567,7 +567,7 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     frame = VE.split_frame(split)
     assert frame["chosen by the score"].tolist() == [0, 168] and frame["share chosen by the score"].tolist() == ["0%", "82%"]
     fig = VE.kl_figure(cells)
-    assert [t.name for t in fig.data] == ["default JacapPress()", "KNorm"] and fig.layout.yaxis.type == "log"
+    assert [t.name for t in fig.data] == ["JacapPromptPress()", "KNorm"] and fig.layout.yaxis.type == "log"
     assert fig.data[0].line.color == method_style("jacap")["color"]
     assert VE.cells_frame(cells).shape == (2, 2)
     assert cli.main(["evaluate", "summary", "--dir", str(out)]) == 0
@@ -684,7 +684,7 @@ def test_target_frame_shows_each_cell_with_its_shortfall():
 def test_every_recorded_jacap_setting_is_written_out_and_builds_what_was_recorded():
     """No setting depends on the library's defaults: every Jacap spec of the search space, the choices and the rows
     writes out every option of its press (so it builds the same press whatever the defaults become), and builds
-    exactly the press options the latest run recorded for it; the committed tune resumes. Today's ``JacapPress()``
+    exactly the press options the latest run recorded for it; the committed tune resumes. Today's ``JacapPromptPress()``
     is the tune's jacap_obs choice (the same options)."""
     from jacap_lib.presses.registry import changed_options, effective_options, method_options, written_out
     from jacap_lib.results import loaders
@@ -706,7 +706,7 @@ def test_every_recorded_jacap_setting_is_written_out_and_builds_what_was_recorde
     assert (first.centre, first.tau, first.beta, first.noise, first.window) == ("tempered", 10, None, 1, 32)
     chosen = loaders.load_eval_choices()["chosen"]
     assert not P.same_setting(chosen["jacap"], "jacap")  # Algorithm 1's choice is not the default
-    assert changed_options(chosen["jacap_obs"], "jacap") == {}  # JacapPress() is the jacap_obs choice
+    assert changed_options(chosen["jacap_obs"], "jacap") == {}  # JacapPromptPress() is the jacap_obs choice
     E.check_settings_unchanged(data_path("results", "eval", "tune.jsonl"), P.SEARCH_SPACE)  # resumes
 
 

@@ -61,7 +61,7 @@ def test_serving_3_best_beta_against_an_independent_lag_error():
 
 
 def test_kvpress_usage_budgets_by_hand():
-    # JacapPress defaults: 4 sinks, a 16-token window; kvpress keeps int(N (1 - c))
+    # JacapPromptPress defaults: 4 sinks, a 16-token window; kvpress keeps int(N (1 - c))
     assert E.check("kvpress-usage.1", int(1000 * (1 - 0.75)) - 4 - 16)
     assert "every kept token" in msg("kvpress-usage.1", int(1000 * (1 - 0.75)))
     n = next(n for n in range(1, 2000) if int(n * (1 - 0.9)) > 20)

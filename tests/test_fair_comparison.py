@@ -140,7 +140,7 @@ def test_verdict_counts_frame_counts_each_family(committed):
     frame = VE.verdict_counts_frame(summary)
     fams = [f for f in summary["families"] if f["picked_on"] == "tune"]
     assert len(frame) == len(fams) and frame.index[0] == "Algorithm 1 tuned"
-    assert "the default JacapPress()" in frame.index
+    assert "the prompt press JacapPromptPress()" in frame.index
     by_total = {int(frame.loc[i, ["better", "worse", "no det. diff.", "identical"]].sum()) for i in frame.index}
     assert by_total == {len(fams[0]["rows"])}
     alg1 = next(f for f in fams if f["role"] == "algorithm 1")

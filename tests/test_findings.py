@@ -78,7 +78,7 @@ def test_findings_text_is_short_sentences_with_the_source_first():
     assert max(n) <= 30 and sum(n) / len(n) <= 25, n
     # the needle's reference named beside the Jacap settings' accuracies
     assert ("| L / c | best baseline by KL | best-answering baseline | Algorithm 1 tuned | "
-            "Algorithm 1 as published | default | jacap_ea |") in text
+            "Algorithm 1 as published | prompt press | jacap_ea |") in text
     assert "| 512 / 0.5 | 0 | 100 (keydiff) | 20 | 65 | 0 | 5 |" in text
     assert "The uncompressed model answers 100 % of the prompts in every cell." in text
     assert "The best baseline by KL is expected_attention in every cell." in text
@@ -148,7 +148,7 @@ def _obs_summary():
 
 def test_tuned_jacap_methods_get_their_row_and_needle_accuracy():
     """Every tuned Jacap method other than Algorithm 1's gets a row of verdict counts; its needle accuracy sits beside
-    the uncompressed model's; the setting JacapPress() builds is named the default."""
+    the uncompressed model's; the setting JacapPromptPress() builds is named the default."""
     summary = _obs_summary()
     needle = {"cells": [{"length": 512, "ratio": r, "full": {"accuracy": 0.9},
                          "settings": [{"spec": "jacap_obs[window=32]", "accuracy": a}, {"spec": "knorm", "accuracy": 0.1}]}
@@ -162,10 +162,10 @@ def test_tuned_jacap_methods_get_their_row_and_needle_accuracy():
                                                         "85 % (uncompressed 90 %); prompt 512, c = 0.75 95 % "
                                                         "(uncompressed 90 %).")
     assert F.accuracy_findings(needle, "tova") is None
-    # the setting JacapPress() builds today is named as the default (jacap_obs at a 16-token window)
+    # the setting JacapPromptPress() builds today is named as the default (jacap_obs at a 16-token window)
     summary["families"][1]["setting"] = "jacap_obs[window=16]"
-    assert "| The default `JacapPress()` | 1 | 0 | 1 | 0 | 0 |" in F.kl_findings(summary)
-    assert not RS.is_library_default("jacap_obs[window=32]") and not RS.is_library_default("jacap[centre=tempered,tau=3,beta=0.9]")
+    assert "| The prompt press `JacapPromptPress()` | 1 | 0 | 1 | 0 | 0 |" in F.kl_findings(summary)
+    assert not RS.is_prompt_default("jacap_obs[window=32]") and not RS.is_prompt_default("jacap[centre=tempered,tau=3,beta=0.9]")
 
 
 def test_target_lines_check_the_bar_from_the_counts_and_the_needle_cells():
@@ -212,7 +212,7 @@ def test_kl_and_needle_frame_puts_both_objectives_side_by_side():
 
 def test_spec_name_is_the_one_naming_of_settings():
     """One home names a setting for prose and legends, on the committed specs: the paper preset, the tune choice of
-    jacap (not any tempered-centre setting), the press JacapPress() builds, kvpress presses by their reader names,
+    jacap (not any tempered-centre setting), the press JacapPromptPress() builds, kvpress presses by their reader names,
     the uncompressed model, other tune choices by their registry names, any other setting by its short spec; the
     legend form drops the markup only."""
     from jacap_lib.presses.registry import build_press, method_options, with_options
@@ -220,7 +220,7 @@ def test_spec_name_is_the_one_naming_of_settings():
 
     choices = json.loads(data_path("results", "eval", "choices.json").read_text())
     chosen = choices["chosen"]
-    record = method_options(build_press("jacap", 0.5))  # JacapPress()'s options, written out one by one
+    record = method_options(build_press("jacap", 0.5))  # JacapPromptPress()'s options, written out one by one
     default = with_options("jacap", **{k: v for k, v in record.items() if k not in ("class", "compression_ratio")})
     assert "centre=observed" in default and "window=16" in default
     tempered = [c["spec"] for c in choices["choices"]["jacap"]["candidates"]  # a candidate the tune did not choose
@@ -233,16 +233,17 @@ def test_spec_name_is_the_one_naming_of_settings():
              chosen["jacap"]: ("Algorithm 1 tuned", "Algorithm 1 tuned"),
              "jacap[centre=tempered,tau=3,window=128]": ("Algorithm 1 tuned", "Algorithm 1 tuned"),  # the same press
              tempered[0]: ("`jacap[centre=tempered,tau=10,window=128]`", "jacap[centre=tempered,tau=10,window=128]"),
-             default: ("the default `JacapPress()`", "default JacapPress()"),
-             "jacap": ("the default `JacapPress()`", "default JacapPress()"),
-             chosen["jacap_obs"]: ("the default `JacapPress()`", "default JacapPress()"),
+             default: ("the prompt press `JacapPromptPress()`", "JacapPromptPress()"),
+             "jacap": ("the prompt press `JacapPromptPress()`", "JacapPromptPress()"),
+             chosen["jacap_obs"]: ("the prompt press `JacapPromptPress()`", "JacapPromptPress()"),
              chosen["jacap_ea"]: ("`jacap_ea`", "jacap_ea"),
              chosen["expected_attention"]: ("Expected Attention", "Expected Attention"),
              chosen["snapkv"]: ("SnapKV", "SnapKV"),
              "keydiff": ("KeyDiff", "KeyDiff"),
              "snapkv[window_size=32]": ("`snapkv[window_size=32]`", "snapkv[window_size=32]"),  # not SnapKV's choice
              "full": ("uncompressed", "uncompressed"),
-             context: ("`jacap_context`", "jacap_context"),  # the tune choice is JacapContextPress()'s defaults
+             context: ("the default `JacapPress()`", "default JacapPress()"),  # the tune choice: JacapPress()'s defaults
+             "jacap_context": ("the default `JacapPress()`", "default JacapPress()"),
              P._context(): ("`jacap_context[window=0]`", "jacap_context[window=0]")}  # its first grid's defaults
     for spec, (prose, legend) in cases.items():
         assert F.spec_name(spec) == prose, spec
@@ -256,7 +257,7 @@ def test_spec_name_is_the_one_naming_of_settings():
         with pytest.raises(ValueError, match="spec"):
             F.spec_name(bad)
     assert F.setting_name({"role": "tuned jacap_ea", "setting": "jacap_ea"}) == "`jacap_ea`"
-    assert F.setting_name({"role": "tuned jacap_obs", "setting": default}) == "the default `JacapPress()`"
+    assert F.setting_name({"role": "tuned jacap_obs", "setting": default}) == "the prompt press `JacapPromptPress()`"
     # the findings' family names agree with spec_name on the committed summary's settings
     summary = json.loads(data_path("results", "eval", "summary.json").read_text())
     for fam in F.tuned_families(summary):

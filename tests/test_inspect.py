@@ -76,11 +76,17 @@ def test_inspect_baseline_records_score_only(model_tok):
 def test_inspect_refuses_masking_presses(model_tok):
     from kvpress import AdaKVPress
 
-    from jacap_lib.presses.jacap import JacapPress
+    from jacap_lib.presses.jacap import JacapPromptPress
 
     model, tok = model_tok
     with pytest.raises(ValueError, match="masking"):
-        inspect_eviction(model, tok, TEXT, AdaKVPress(press=JacapPress(0.5)))
+        inspect_eviction(model, tok, TEXT, AdaKVPress(press=JacapPromptPress(0.5)))
+    assert all(getattr(layer.self_attn, "masked_key_indices", None) is None for layer in model.model.layers)
+    # the default JacapPress, KVzip and KVgrad mask after the prefill: refused before it, the model left without masks
+    for method in ("jacap_context", "kvzip", "kvgrad"):
+        with pytest.raises(ValueError, match="scores after the prefill"):
+            inspect_eviction(model, tok, TEXT, method, 0.5)
+    assert all(getattr(layer.self_attn, "masked_key_indices", None) is None for layer in model.model.layers)
 
 
 # ----------------------------------------------------------------------------- statuses, view, HTML
@@ -183,7 +189,7 @@ def test_statuses_against_an_independent_computation(model_tok):
     prefill (captured hook inputs, no cache reading)."""
     from jacap_lib.hf import attention_modules
     from jacap_lib.measure.quality import capture_prefill
-    from jacap_lib.presses.jacap import JacapPress
+    from jacap_lib.presses.jacap import JacapPromptPress
 
     model, tok = model_tok
     res = inspect_eviction(model, tok, TEXT, "jacap", window=8)  # the default ratio
@@ -195,7 +201,7 @@ def test_statuses_against_an_independent_computation(model_tok):
     assert torch.equal(res.status == 2, prot.expand(L, H, N))
     assert res.n_scored.eq(budget - 12).all() and (res.status != 0).sum(-1).eq(budget).all()
     # the press's own scores, recomputed layer by layer from an uncompressed prefill
-    press = JacapPress(DEFAULT_RATIO, window=8)
+    press = JacapPromptPress(DEFAULT_RATIO, window=8)
     cap = capture_prefill(model, tok(TEXT, return_tensors="pt", add_special_tokens=False).input_ids)
     for i, (module, rec) in enumerate(zip(attention_modules(model), cap.layers)):
         kw = rec["kwargs"]

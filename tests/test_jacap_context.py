@@ -1,4 +1,4 @@
-"""JacapContextPress against independent computations on the bundled model (short prompts).
+"""JacapPress against independent computations on the bundled model (short prompts).
 
 * summary="max" is kvpress KVzip: the same masked_key_indices sets (global budget; layerwise for budget="layer");
 * summary="jacap": the reconstruction queries captured by our own hooks on q_proj / k_proj (RoPE applied here),
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from jacap_lib.presses import registry as R
-from jacap_lib.presses.jacap_context import JacapContextPress
+from jacap_lib.presses.jacap_context import JacapPress
 
 pytestmark = pytest.mark.model
 
@@ -58,7 +58,7 @@ def test_max_summary_is_kvzip(bundled, prompt, ratio):
     import kvpress
 
     model, _ = bundled
-    ours, _ = _run(model, prompt, JacapContextPress(ratio, summary="max", budget="global", window=0))
+    ours, _ = _run(model, prompt, JacapPress(ratio, summary="max", budget="global", window=0))
     theirs, _ = _run(model, prompt, kvpress.KVzipPress(ratio))
     assert ours == theirs and sum(map(len, ours)) == int(30 * 3 * prompt.shape[1] * ratio)
     ours, _ = _run(model, prompt, R.press_from_spec("jacap_context[summary=max,budget=layer,window=0]", ratio))
@@ -84,7 +84,7 @@ def test_jacap_summary_matches_brute_force(bundled, prompt):
         for name, proj in (("q", layer.self_attn.q_proj), ("k", layer.self_attn.k_proj)):
             hooks.append(proj.register_forward_hook(
                 lambda m, a, out, i=i, name=name: seen[name].setdefault(i, []).append(out.detach().double())))
-    press = JacapContextPress(0.5, summary="jacap", budget="global")
+    press = JacapPress(0.5, summary="jacap", budget="global")
     try:
         _, cache = _run(model, prompt, press)
     finally:
@@ -133,7 +133,7 @@ def test_jacap_statistics_pool_the_group(bundled, prompt):
     """The press's (mu, lam) are the group-pooled moments of the reconstruction queries (rank check on one layer):
     tempered centre at tau = 1 from them equals softmax(K mu / sqrt d) computed here."""
     model, _ = bundled
-    press = JacapContextPress(0.5, summary="jacap", centre="tempered", tau=1.0)
+    press = JacapPress(0.5, summary="jacap", centre="tempered", tau=1.0)
     stats = {}
     orig = press.jacap_scores
 
@@ -158,7 +158,7 @@ def test_jacap_statistics_pool_the_group(bundled, prompt):
 def test_head_budget_masks_each_heads_lowest(bundled, prompt, window):
     model, _ = bundled
     ratio = 0.75
-    press = JacapContextPress(ratio, summary="jacap", budget="head", window=window)
+    press = JacapPress(ratio, summary="jacap", budget="head", window=window)
     masks, _ = _run(model, prompt, press)
     n = prompt.shape[1]
     protected = set(range(4)) | set(range(n - window, n))
@@ -179,11 +179,11 @@ def test_window_is_protected_under_a_global_budget(bundled, prompt):
     model, _ = bundled
     n = prompt.shape[1]
     # c = 0.75 masks fewer entries than the 30 x 3 x (n - 20) unprotected ones: the window and sinks all stay
-    masks, _ = _run(model, prompt, JacapContextPress(0.75, summary="max", budget="global", window=16))
+    masks, _ = _run(model, prompt, JacapPress(0.75, summary="max", budget="global", window=16))
     flat = {s for m in masks for _, _, s in m}
     assert not flat & set(range(n - 16, n)) and not flat & set(range(4))
     assert sum(map(len, masks)) == int(30 * 3 * n * 0.75)
-    plain, _ = _run(model, prompt, JacapContextPress(0.75, summary="max", budget="global", window=0))
+    plain, _ = _run(model, prompt, JacapPress(0.75, summary="max", budget="global", window=0))
     assert {s for m in plain for _, _, s in m} & set(range(n - 16, n))  # without the window some are masked
 
 
@@ -193,7 +193,7 @@ def test_window_is_protected_under_a_global_budget(bundled, prompt):
 def test_bad_options_name_the_field(field, value):
     kwargs = {field: value} if field != "compression_ratio" else {}
     with pytest.raises(ValueError, match=field):
-        JacapContextPress(value if field == "compression_ratio" else 0.5, **kwargs)
+        JacapPress(value if field == "compression_ratio" else 0.5, **kwargs)
     with pytest.raises(ValueError, match=field):
         R.press_from_spec(f"jacap_context[{field}={value}]" if field != "compression_ratio" else "jacap_context", value
                           if field == "compression_ratio" else 0.5)
@@ -204,7 +204,7 @@ def test_failing_press_leaves_the_cache(bundled, prompt):
     from transformers import DynamicCache
 
     model, _ = bundled
-    press = JacapContextPress(0.5)
+    press = JacapPress(0.5)
 
     def boom(*a, **k):
         raise RuntimeError("scoring failed")
@@ -229,7 +229,7 @@ def test_registry_and_quality_treat_it_like_kvzip(bundled, prompt):
     from jacap_lib.measure import quality as Q
 
     press = R.press_from_spec("jacap_context[budget=head]", 0.5)
-    assert isinstance(press, JacapContextPress) and press.budget == "head" and press.summary == "jacap"
+    assert isinstance(press, JacapPress) and press.budget == "head" and press.summary == "jacap"
     assert {"summary", "budget", "window", "centre", "tau", "noise", "n_sink"} <= R.valid_options("jacap_context")
     assert R.method_options(press)["budget"] == "head"
     assert not Q.can_replay(press) and Q.scores_once(press)
@@ -246,13 +246,13 @@ def test_registry_and_quality_treat_it_like_kvzip(bundled, prompt):
 
 
 def test_defaults_are_the_tune_choice():
-    """JacapContextPress()'s defaults build the setting the protocol's rule chose on the tune documents (the context
+    """JacapPress()'s defaults build the setting the protocol's rule chose on the tune documents (the context
     space's choices.json), option by option, and differ from the options its first grid was tuned with."""
     from jacap_lib.results import loaders, protocol
 
     chosen = loaders.load_eval_choices(space="context")["chosen"]["jacap_context"]
     built = R.method_options(R.press_from_spec(chosen, 0.5))
-    default = R.method_options(JacapContextPress(0.5))
+    default = R.method_options(JacapPress(0.5))
     assert built == default
     assert default["window"] == 64 != protocol.CONTEXT_AS_FIRST_TUNED["window"]
 
@@ -263,7 +263,7 @@ def test_budget_split_says_where_protection_fills_a_global_budget(bundled, promp
     at c = 0.9 the 96-token prompt keeps ~10 tokens per head, fewer than 4 sinks + 16 recent ones."""
     model, _ = bundled
     n = prompt.shape[1]
-    press = JacapContextPress(ratio, summary="jacap", budget="global", window=16)
+    press = JacapPress(ratio, summary="jacap", budget="global", window=16)
     split = press.budget_split(n)
     masks, _ = _run(model, prompt, press)
     protected = set(range(4)) | set(range(n - 16, n))

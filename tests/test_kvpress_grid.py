@@ -181,7 +181,7 @@ def test_pipeline_with_a_question(kind, bundled):
     import kvpress  # noqa: F401  (registers the pipeline)
     from transformers import pipeline
 
-    from jacap_lib.presses.jacap import JacapPress
+    from jacap_lib.presses.jacap import JacapPromptPress
 
     model, tok = bundled
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tok)
@@ -197,13 +197,13 @@ def test_pipeline_with_a_question(kind, bundled):
         # quality finding; this test checks that the pipeline runs the press and the model still answers.
         from jacap_lib.config import PAPER
 
-        press = JacapPress(0.5, window=0, tau=PAPER.tau, beta=PAPER.beta)
+        press = JacapPromptPress(0.5, window=0, tau=PAPER.tau, beta=PAPER.beta)
     else:
         import kvpress
 
         # 120 context tokens cut to 96 slots every 4 steps (at 64 slots Jacap's answer loses the shed while
         # TOVA and Expected Attention keep it: a quality finding of the book, not a compatibility one)
-        press = kvpress.DecodingPress(base_press=JacapPress(), compression_interval=4, target_size=96,
+        press = kvpress.DecodingPress(base_press=JacapPromptPress(), compression_interval=4, target_size=96,
                                       hidden_states_buffer_size=8)
     answer = pipe(context, question=question, press=press, max_new_tokens=12)["answer"]
     assert "shed" in answer.lower(), answer  # the uncompressed model answers "... in the blue shed behind the bakery."

@@ -130,9 +130,9 @@ def test_named_reference(points, choices):
 def test_names_follow_the_glossary(points, choices):
     names = {p["spec"]: p["name"] for p in points}
     assert names[choices["chosen"]["jacap"]] == "Algorithm 1 tuned"
-    assert names[choices["chosen"]["jacap_obs"]] == "default JacapPress()"  # plain text for the figure
+    assert names[choices["chosen"]["jacap_obs"]] == "JacapPromptPress()"  # plain text for the figure
     prose = {p["spec"]: p["prose_name"] for p in points}  # for a sentence
-    assert prose[choices["chosen"]["jacap_obs"]] == "the default `JacapPress()`"
+    assert prose[choices["chosen"]["jacap_obs"]] == "the prompt press `JacapPromptPress()`"
     assert prose[choices["chosen"]["jacap_ea"]] == "`jacap_ea`" and names[choices["chosen"]["jacap_ea"]] == "jacap_ea"
     assert "Algorithm 1 as published" in names.values()
     assert names[choices["chosen"]["snapkv"]] == "SnapKV"
@@ -161,10 +161,10 @@ def test_figure(points):
     assert len(markers) == len(points)  # one marker per point, nothing dropped
     shown = [t.name for t in markers if t.showlegend]
     assert len(shown) == len(set(shown)) == len({p["spec"] for p in points})
-    assert {"Algorithm 1 tuned", "Algorithm 1 as published", "default JacapPress()", "KeyDiff"} <= set(shown)
+    assert {"Algorithm 1 tuned", "Algorithm 1 as published", "JacapPromptPress()", "KeyDiff"} <= set(shown)
     tuned = next(t for t in markers if t.name == "Algorithm 1 tuned")
     assert tuned.marker.color == METHOD_STYLES["jacap[centre=tempered,tau=3,window=128]"][0]
-    assert next(t for t in markers if t.name == "default JacapPress()").marker.color == METHOD_STYLES["jacap_obs"][0]
+    assert next(t for t in markers if t.name == "JacapPromptPress()").marker.color == METHOD_STYLES["jacap_obs"][0]
     assert next(t for t in markers if t.name == "KeyDiff").marker.color == METHOD_STYLES["keydiff"][0]
     colours = {t.name: t.marker.color for t in markers}
     assert len(set(colours.values())) == len(colours)  # one colour per method

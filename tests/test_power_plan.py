@@ -22,7 +22,7 @@ def power():
 def test_power_json_recomputes_from_the_dev_rows(power):
     cfg = power["config"]
     choices = R.load_eval_choices()
-    setting = choices["chosen"]["jacap_obs"]  # the tune choice, written out: today's JacapPress()
+    setting = choices["chosen"]["jacap_obs"]  # the tune choice, written out: today's JacapPromptPress()
     assert setting in cfg["comparison"] and cfg["n"] == [48, 96, 144] and cfg["m"] == [24, 48]
     assert cfg["choices_fingerprint"] == choices["fingerprint"]
     kl = {}

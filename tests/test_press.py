@@ -1,4 +1,4 @@
-"""JacapPress and the method registry, checked against independent computations on the bundled model.
+"""JacapPromptPress and the method registry, checked against independent computations on the bundled model.
 
 * registry: names, errors, variant merging (no model);
 * query statistics: recomputed by hand (q_proj, RoPE applied at each future position and averaged,
@@ -23,7 +23,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, repea
 
 from jacap_lib import jacap_scores
 from jacap_lib.presses import registry
-from jacap_lib.presses.jacap import JacapPress
+from jacap_lib.presses.jacap import JacapPromptPress
 from jacap_lib.stats import ema_query_stats, flat_query_stats
 
 TEXT = (
@@ -42,7 +42,7 @@ def test_registry_lists_all_methods():
     assert registry.list_methods("kvpress") == [n for n in names if not n.startswith("jacap")]
     assert type(registry.build_press("capkv", 0.5)).__name__ == "CapPress"
     press = registry.build_press("jacap", 0.25, tau=3.0)
-    assert isinstance(press, JacapPress) and press.tau == 3.0 and press.compression_ratio == 0.25
+    assert isinstance(press, JacapPromptPress) and press.tau == 3.0 and press.compression_ratio == 0.25
     assert registry.build_press("snapkv", 0.5, window_size=8).window_size == 8
 
 
@@ -58,9 +58,9 @@ def test_registry_errors_name_valid_choices():
     with pytest.raises(ValueError, match="window_size"):
         registry.build_press("snapkv", 0.5, windw_size=3)
     with pytest.raises(ValueError, match="tau"):
-        JacapPress(0.5, tau=0)
+        JacapPromptPress(0.5, tau=0)
     with pytest.raises(ValueError, match="gqa"):
-        JacapPress(0.5, gqa="max")
+        JacapPromptPress(0.5, gqa="max")
 
 
 def test_registry_is_a_table_of_methods_and_aliases():
@@ -132,7 +132,7 @@ def test_query_statistics_match_hand_computation(model_tok, beta, n_queries, gqa
     attn = _attn(model, 5)
     T, n_sink, n_future = 40, 4, 64
     hidden = torch.randn(1, T, model.config.hidden_size)
-    press = JacapPress(0.5, n_sink=n_sink, n_future_positions=n_future, beta=beta, n_queries=n_queries, gqa=gqa,
+    press = JacapPromptPress(0.5, n_sink=n_sink, n_future_positions=n_future, beta=beta, n_queries=n_queries, gqa=gqa,
                        eps=eps)
     keys = torch.zeros(1, 3, T, 64)
     mu, lam = press.query_statistics(attn, hidden, keys, {})
@@ -171,8 +171,8 @@ def test_backend_torch_equals_auto_on_cpu_and_tau_noise_reach_the_scores(model_t
     attn = _attn(model, 3)
     keys, values = torch.randn(1, 3, 30, 64), torch.randn(1, 3, 30, 64)
     mu, lam = torch.randn(1, 3, 64), torch.rand(1, 3, 64) + 0.1
-    a = JacapPress(0.5, tau=3.0, noise=7.0, centre="tempered", backend="torch").token_scores(keys, values, mu, lam, attn)
-    b = JacapPress(0.5, tau=3.0, noise=7.0, centre="tempered", backend="auto").token_scores(keys, values, mu, lam, attn)
+    a = JacapPromptPress(0.5, tau=3.0, noise=7.0, centre="tempered", backend="torch").token_scores(keys, values, mu, lam, attn)
+    b = JacapPromptPress(0.5, tau=3.0, noise=7.0, centre="tempered", backend="auto").token_scores(keys, values, mu, lam, attn)
     assert torch.equal(a, b)
     ref = jacap_scores(keys.double(), values.double(), mu.double(), lam.double(), tau=3.0, noise=7.0).score
     torch.testing.assert_close(a.double(), ref.double(), rtol=1e-4, atol=1e-10)
@@ -187,7 +187,7 @@ def test_out_proj_factor_gives_full_wo_leverage(model_tok, gqa):
     keys, values = torch.randn(1, 3, 30, 64), torch.randn(1, 3, 30, 64)
     n_stat = 3 if gqa == "pool" else 9
     mu, lam = torch.randn(1, n_stat, 64), torch.rand(1, n_stat, 64) + 0.1
-    press = JacapPress(0.5, use_out_proj=True, gqa=gqa, centre="tempered")
+    press = JacapPromptPress(0.5, use_out_proj=True, gqa=gqa, centre="tempered")
     got = press.components(keys, values, mu, lam, attn)
 
     w = attn.o_proj.weight.detach()  # (hidden, 9*64)
@@ -251,7 +251,7 @@ def test_compressed_cache_equals_masked_attention(model_tok, ratio, opts):
     model, tok = model_tok
     ids, cont = _ids(tok, TEXT), _ids(tok, CONTINUATION)
     P = ids.shape[1]
-    press = JacapPress(ratio, **opts)
+    press = JacapPromptPress(ratio, **opts)
     store = {}
     cache = DynamicCache()
     with torch.inference_mode(), capture_kept(model, press, store):
@@ -288,7 +288,7 @@ def test_per_layer_wrapper_takes_jacap(model_tok):
     P = ids.shape[1]
     n_layers = model.config.num_hidden_layers
     ratios = [0.25 if layer % 2 else 0.75 for layer in range(n_layers)]
-    cache = _prefill(model, ids, PerLayerCompressionPress(press=JacapPress(), compression_ratios=ratios))
+    cache = _prefill(model, ids, PerLayerCompressionPress(press=JacapPromptPress(), compression_ratios=ratios))
     assert [cache.layers[i].keys.shape[2] for i in range(n_layers)] == [compute_n_kept(P, r) for r in ratios]
 
 

@@ -1,4 +1,4 @@
-"""JacapPress's three centres against an independent dense computation, and the one protection rule under padding.
+"""JacapPromptPress's three centres against an independent dense computation, and the one protection rule under padding.
 
 * every ``centre`` ("observed", "tempered", "ea") and both GQA conventions: the press's scores equal a float64
   Algorithm 1 from a centre computed here from its formula (the observed one from the attention weights an eager
@@ -18,7 +18,7 @@ from kvpress import KnormPress  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
 from jacap_lib.measure.instruments import ProtectedPress  # noqa: E402
-from jacap_lib.presses.jacap import CENTRES, JacapPress  # noqa: E402
+from jacap_lib.presses.jacap import CENTRES, JacapPromptPress  # noqa: E402
 from jacap_lib.presses.jacap_two_stage import JacapTwoStagePress  # noqa: E402
 from jacap_lib.presses.utils import real_tokens  # noqa: E402
 from jacap_lib.selection import n_kept  # noqa: E402
@@ -48,7 +48,7 @@ def _observed(attn, rows, beta):
 def test_every_centre_scores_as_a_dense_algorithm1_from_that_centre(centre, gqa):
     n, n_sink, window, tau, noise = 48, 4, 6, 2.5, 0.3
     module, hs, keys, values, attn = eager_layer(n, seed=31)
-    press = JacapPress(0.5, centre=centre, gqa=gqa, n_sink=n_sink, window=window, tau=tau, noise=noise)
+    press = JacapPromptPress(0.5, centre=centre, gqa=gqa, n_sink=n_sink, window=window, tau=tau, noise=noise)
     with torch.no_grad():
         mu, lam = press.query_statistics(module, hs, keys, {})  # (1, H, d): H = H_kv (pool) or H_q (mean)
         got = press.score(module, hs, keys, values, None, {})
@@ -81,12 +81,12 @@ def test_every_centre_scores_as_a_dense_algorithm1_from_that_centre(centre, gqa)
 
 def test_the_ea_centre_refuses_triton_and_needs_no_tau():
     with pytest.raises(ValueError, match="triton"):
-        JacapPress(0.5, centre="ea", backend="triton")
+        JacapPromptPress(0.5, centre="ea", backend="triton")
     g = torch.Generator().manual_seed(3)
     k, v = torch.randn(1, 2, 30, 8, generator=g), torch.randn(1, 2, 30, 8, generator=g)
     mu, lam = torch.randn(1, 2, 8, generator=g), torch.rand(1, 2, 8, generator=g) + 0.1
-    a = JacapPress(0.5, centre="ea", tau=1.0).components(k, v, mu, lam, None)
-    b = JacapPress(0.5, centre="ea", tau=40.0).components(k, v, mu, lam, None)
+    a = JacapPromptPress(0.5, centre="ea", tau=1.0).components(k, v, mu, lam, None)
+    b = JacapPromptPress(0.5, centre="ea", tau=40.0).components(k, v, mu, lam, None)
     assert torch.equal(a.score, b.score)
 
 
@@ -135,7 +135,7 @@ def test_under_right_padding_sinks_and_window_are_real_tokens(tiny_llama, ratio,
     hs = kw["hidden_states"]
     assert real_tokens(kw, n) is not None and torch.equal(real_tokens(kw, n), mask2d.bool())
     want = _brute_protected(mask2d, n_sink, window, n_kept(n, ratio))
-    presses = [JacapPress(ratio, n_sink=n_sink, window=window),
+    presses = [JacapPromptPress(ratio, n_sink=n_sink, window=window),
                JacapTwoStagePress(ratio, n_sink=n_sink, window=window),
                ProtectedPress(press=KnormPress(compression_ratio=ratio), compression_ratio=ratio, n_sink=n_sink,
                               window=window)]
@@ -157,7 +157,7 @@ def test_under_right_padding_the_observed_centre_is_the_rows_own(tiny_llama):
     tokens prefilled alone (no padding); the unpadded row of the batch is unchanged too."""
     n, lengths = 40, (27, 40)
     ids, mask2d, module, kw, keys, values = _padded_prefill(tiny_llama, lengths, n)
-    press = JacapPress(0.5, n_sink=3, window=5)
+    press = JacapPromptPress(0.5, n_sink=3, window=5)
     with torch.no_grad():
         alpha = press.centre_attention(module, kw["hidden_states"], keys, kw)  # (2, H_kv, n)
         assert bool((alpha[0, :, lengths[0]:] == 0).all())
@@ -174,7 +174,7 @@ def test_under_right_padding_a_row_scores_as_if_prefilled_alone(tiny_llama, cent
     scores of the row prefilled alone (the centre puts no mass on pads, so they weigh nothing in A): pads score 0."""
     n, lengths = 40, (27, 40)
     ids, mask2d, module, kw, keys, values = _padded_prefill(tiny_llama, lengths, n)
-    press = JacapPress(0.5, centre=centre, gqa=gqa, n_sink=3, window=5, noise=0.2)
+    press = JacapPromptPress(0.5, centre=centre, gqa=gqa, n_sink=3, window=5, noise=0.2)
     with torch.no_grad():
         mu, lam = press.query_statistics(module, kw["hidden_states"], keys, kw)
         scores = press.score(module, kw["hidden_states"], keys, values, None, kw)

@@ -13,7 +13,7 @@ from transformers import DynamicCache
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from jacap_lib.presses import utils
-from jacap_lib.presses.jacap import JacapPress
+from jacap_lib.presses.jacap import JacapPromptPress
 from jacap_lib.presses.registry import RECONSTRUCTION_METHODS, build_press, list_methods
 from jacap_lib.stats import flat_query_stats
 
@@ -42,7 +42,7 @@ def test_decoding_buffer_statistics_use_true_positions(tiny_llama):
     g = torch.Generator().manual_seed(0)
     buffer = torch.randn(1, 3, 64, generator=g)  # 3 buffered steps (fewer than n_sink = 4)
     keys = torch.randn(1, 2, 50, 16, generator=g)
-    press = JacapPress(0.5, n_future_positions=F, beta=None)  # flat statistics: compared with the by-hand mean
+    press = JacapPromptPress(0.5, n_future_positions=F, beta=None)  # flat statistics: compared with the by-hand mean
     step = 57
     mu, lam = press.query_statistics(attn, buffer, keys, {"cache_position": torch.tensor([step]),
                                                           "hidden_states": buffer[:, -1:]})
@@ -69,7 +69,7 @@ def test_chunk_statistics_and_protection_from_the_slice_offset(tiny_llama):
     P, c = 24, 8
     hidden = torch.randn(1, P, 64, generator=g)
     kwargs = {"cache_position": torch.arange(P), "hidden_states": hidden}
-    press = JacapPress(0.5, n_sink=4, window=3, n_future_positions=F, beta=None)
+    press = JacapPromptPress(0.5, n_sink=4, window=3, n_future_positions=F, beta=None)
     for i in range(0, P, c):
         chunk = hidden[:, i:i + c]
         keys = torch.randn(1, 2, c, 16, generator=g)
@@ -90,7 +90,7 @@ def test_few_queries_fall_back_to_those_there_are(tiny_llama):
     model, attn = tiny_llama, _attn(tiny_llama)
     g = torch.Generator().manual_seed(2)
     keys = torch.randn(1, 2, 10, 16, generator=g)
-    press = JacapPress(0.5, n_sink=4, n_future_positions=F, beta=None)
+    press = JacapPromptPress(0.5, n_sink=4, n_future_positions=F, beta=None)
     # a prompt of 3 tokens, all of them sinks: the statistics use the 3 queries instead of none
     short = torch.randn(1, 3, 64, generator=g)
     mu, lam = press.query_statistics(attn, short, keys, {"cache_position": torch.arange(3)})
@@ -100,10 +100,10 @@ def test_few_queries_fall_back_to_those_there_are(tiny_llama):
     # one query per head: the pooled group still has G = 2 queries; with gqa="mean" each head has one,
     # its variance is 0 and floored at eps
     one = torch.randn(1, 1, 64, generator=g)
-    mu, lam = JacapPress(0.5, gqa="mean", n_future_positions=F).query_statistics(
+    mu, lam = JacapPromptPress(0.5, gqa="mean", n_future_positions=F).query_statistics(
         attn, one, keys, {"cache_position": torch.tensor([30])})
     assert torch.isfinite(mu).all() and torch.equal(lam, torch.full_like(lam, 1e-6))
-    scores = JacapPress(0.5, gqa="mean").score(attn, one, keys, keys, None, {"cache_position": torch.tensor([30])})
+    scores = JacapPromptPress(0.5, gqa="mean").score(attn, one, keys, keys, None, {"cache_position": torch.tensor([30])})
     assert scores.shape == (1, 2, 10) and torch.isfinite(scores).all()
 
 
@@ -116,7 +116,7 @@ def test_decoding_press_with_short_interval_keeps_sinks_window_and_order(tiny_ll
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(0, 96, (1, 40), generator=g)
     P, target, interval, window = 12, 16, 3, 2
-    press = DecodingPress(base_press=JacapPress(n_future_positions=F, window=window), compression_interval=interval,
+    press = DecodingPress(base_press=JacapPromptPress(n_future_positions=F, window=window), compression_interval=interval,
                           target_size=target, hidden_states_buffer_size=8)
     full = DynamicCache()
     model(input_ids=ids, past_key_values=full)  # uncompressed keys of every position (to locate kept slots)
@@ -154,7 +154,7 @@ def test_every_jacap_press_takes_ratio_one(tiny_llama, name):
     """kvpress's PerLayerCompressionPress with a ratio of 1.0 drops a layer; decoding goes on."""
     model = tiny_llama
     press = build_press(name, 0.5, n_future_positions=F)
-    if not isinstance(press, JacapPress):  # registry wrappers (AdaKV, pyramid): kvpress refuses them here,
+    if not isinstance(press, JacapPromptPress):  # registry wrappers (AdaKV, pyramid): kvpress refuses them here,
         with pytest.raises(AssertionError, match="compression_ratio can't be set|ScorerPress"):
             PerLayerCompressionPress(press=press, compression_ratios=[1.0, 0.5])
         press = press.press  # ... their Jacap scorer is what takes the ratio
@@ -180,7 +180,7 @@ def test_chunk_press_with_chunks_shorter_than_n_sink(tiny_llama):
     model = tiny_llama
     ids = torch.randint(0, 96, (1, 21), generator=torch.Generator().manual_seed(5))
     cache = DynamicCache()
-    with ChunkPress(press=JacapPress(0.5, n_future_positions=F, window=0), chunk_length=3)(model):
+    with ChunkPress(press=JacapPromptPress(0.5, n_future_positions=F, window=0), chunk_length=3)(model):
         model(input_ids=ids, past_key_values=cache)
     # 7 chunks of 3, each keeps max(1, int(3 * 0.5)) = 1
     assert [cache.layers[i].keys.shape[2] for i in range(2)] == [7, 7]

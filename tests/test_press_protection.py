@@ -1,4 +1,4 @@
-"""JacapPress: the recent window and the sinks under tight budgets, and the noise="deff" option.
+"""JacapPromptPress: the recent window and the sinks under tight budgets, and the noise="deff" option.
 
 Kept sets are checked on a real prefill of a tiny random GQA Llama (conftest) against what the budget
 arithmetic says must be kept; the "deff" scores against jacap_scores with the per-head sigma^2 solved
@@ -14,7 +14,7 @@ from kvpress.utils import compute_n_kept
 from transformers import DynamicCache
 
 from jacap_lib import jacap_scores
-from jacap_lib.presses.jacap import JacapPress
+from jacap_lib.presses.jacap import JacapPromptPress
 
 
 def prefill(model, press, n=64, seed=0):
@@ -28,7 +28,7 @@ def prefill(model, press, n=64, seed=0):
 
 def kept_positions(model, press, n=64):
     """Original positions kept per (layer, KV head), recovered by matching keys against an uncompressed cache."""
-    full = prefill(model, JacapPress(0.0), n)
+    full = prefill(model, JacapPromptPress(0.0), n)
     comp = prefill(model, press, n)
     out = []
     for lf, lc in zip(full.layers, comp.layers):
@@ -41,7 +41,7 @@ def kept_positions(model, press, n=64):
 @pytest.mark.parametrize("ratio,window", [(0.5, 8), (0.75, 8), (0.9, 4)])
 def test_window_and_sinks_kept_when_they_fit(tiny_llama, ratio, window):
     n = 64
-    press = JacapPress(ratio, window=window, n_sink=2)
+    press = JacapPromptPress(ratio, window=window, n_sink=2)
     assert 2 + window <= compute_n_kept(n, ratio)
     for pos in kept_positions(tiny_llama, press, n):
         for head in pos:
@@ -52,7 +52,7 @@ def test_window_and_sinks_kept_when_they_fit(tiny_llama, ratio, window):
 def test_window_larger_than_budget_shrinks_and_keeps_sinks(tiny_llama):
     n, ratio = 64, 0.9  # keeps 6 tokens; sinks 4 + window 32 do not fit
     n_kept = compute_n_kept(n, ratio)
-    press = JacapPress(ratio, window=32, n_sink=4)
+    press = JacapPromptPress(ratio, window=32, n_sink=4)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         kept = kept_positions(tiny_llama, press, n)
@@ -64,7 +64,7 @@ def test_window_larger_than_budget_shrinks_and_keeps_sinks(tiny_llama):
 
 
 def test_budget_below_sinks_keeps_the_earliest_sinks_and_warns(tiny_llama):
-    press = JacapPress(0.95, n_sink=8, window=16)  # 64 tokens -> 3 kept < 8 sinks
+    press = JacapPromptPress(0.95, n_sink=8, window=16)  # 64 tokens -> 3 kept < 8 sinks
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         kept = kept_positions(tiny_llama, press, 64)
@@ -77,7 +77,7 @@ def test_budget_below_sinks_keeps_the_earliest_sinks_and_warns(tiny_llama):
 def test_deff_option_matches_brute_force_sigma2(tiny_llama):
     """Scores under noise='deff' equal jacap_scores at the sigma^2 a grid search finds for the target."""
     n, ratio, frac = 64, 0.75, 0.5
-    press = JacapPress(ratio, noise="deff", deff_frac=frac, n_sink=0, centre="tempered")
+    press = JacapPromptPress(ratio, noise="deff", deff_frac=frac, n_sink=0, centre="tempered")
     attn = tiny_llama.model.layers[0].self_attn
     attn.rotary_emb = tiny_llama.model.rotary_emb
     g = torch.Generator().manual_seed(1)
@@ -102,7 +102,7 @@ def test_deff_option_matches_brute_force_sigma2(tiny_llama):
                                     ({"deff_frac": 1.5}, "deff_frac")])
 def test_bad_noise_options(kw, msg):
     with pytest.raises(ValueError, match=msg):
-        JacapPress(0.5, **kw)
+        JacapPromptPress(0.5, **kw)
 
 
 def test_decode_controller_deff_option(tiny_llama):
@@ -124,7 +124,7 @@ def test_decode_controller_deff_option(tiny_llama):
                                                    (6, 0.5, 4, 32), (3, 0.5, 4, 2)])
 def test_budget_split_counts_what_protected_keeps(n, ratio, n_sink, window):
     """budget_split's arithmetic against the mask protected() builds on a prefill-shaped cache, and kvpress's budget."""
-    press = JacapPress(ratio, n_sink=n_sink, window=window)
+    press = JacapPromptPress(ratio, n_sink=n_sink, window=window)
     keys = torch.zeros(1, 1, n, 8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from jacap_lib.presses.jacap import JacapPress
+from jacap_lib.presses.jacap import JacapPromptPress
 from jacap_lib.results import paths
 from jacap_lib.results.defaults import MARKER, deviations, unexplained
 
-DEFAULT = JacapPress()
+DEFAULT = JacapPromptPress()
 
 
 def results_files():
@@ -35,7 +35,7 @@ def test_committed_options_are_defaults_or_explained(path):
 
 
 def jacap_record(**over):
-    rec = {"class": "JacapPress", "compression_ratio": 0.5, "tau": DEFAULT.tau, "noise": DEFAULT.noise,
+    rec = {"class": "JacapPromptPress", "compression_ratio": 0.5, "tau": DEFAULT.tau, "noise": DEFAULT.noise,
            "n_sink": DEFAULT.n_sink, "window": DEFAULT.window, "gqa": DEFAULT.gqa, "centre": DEFAULT.centre}
     rec.update(over)
     return rec
@@ -136,7 +136,7 @@ def test_every_committed_jacap_record_names_its_centre():
 
     def missing(o, where):
         if isinstance(o, dict):
-            if "tau" in o and "noise" in o and o.get("class", "JacapPress") != "CapPress" and "centre" not in o:
+            if "tau" in o and "noise" in o and o.get("class", "JacapPromptPress") != "CapPress" and "centre" not in o:
                 yield where
             for k, v in o.items():
                 yield from missing(v, f"{where}.{k}")

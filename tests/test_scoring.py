@@ -305,12 +305,12 @@ def test_a_given_centre_replaces_the_tempered_softmax():
 
 
 def test_the_press_refuses_triton_with_the_observed_centre():
-    from jacap_lib.presses.jacap import JacapPress
+    from jacap_lib.presses.jacap import JacapPromptPress
 
     with pytest.raises(ValueError, match="backend='triton'"):
-        JacapPress(0.5, backend="triton")
-    assert JacapPress(0.5, backend="triton", centre="tempered").backend == "triton"
+        JacapPromptPress(0.5, backend="triton")
+    assert JacapPromptPress(0.5, backend="triton", centre="tempered").backend == "triton"
     with pytest.raises(ValueError, match="backend='triton'"):
-        JacapPress(0.5, backend="triton", centre="ea")  # Expected Attention's centre: the torch path too
+        JacapPromptPress(0.5, backend="triton", centre="ea")  # Expected Attention's centre: the torch path too
     with pytest.raises(ValueError, match="centre"):
-        JacapPress(0.5, centre="median")
+        JacapPromptPress(0.5, centre="median")

@@ -9,7 +9,7 @@ from kvpress.utils import compute_n_kept  # noqa: E402
 
 from jacap_lib import jacap_scores  # noqa: E402
 from jacap_lib.presses import utils  # noqa: E402
-from jacap_lib.presses.jacap import JacapPress  # noqa: E402
+from jacap_lib.presses.jacap import JacapPromptPress  # noqa: E402
 from jacap_lib.presses.jacap_multicenter import JacapMultiCenterPress, kmeans  # noqa: E402
 from jacap_lib.presses.jacap_rank1 import JacapRank1Press  # noqa: E402
 from jacap_lib.presses.jacap_two_stage import JacapTwoStagePress  # noqa: E402
@@ -40,7 +40,7 @@ def test_rank_one_press_matches_dense_softmax_jacobian(tau, noise):
     got = press.token_scores(k[None, None], v[None, None], mu[None, None], lam[None, None], module=None)[0, 0]
     torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
     # and it is *not* Algorithm 1's diagonal score
-    diag = JacapPress(0.5, tau=tau, noise=noise, centre="tempered").token_scores(k[None, None], v[None, None], mu[None, None],
+    diag = JacapPromptPress(0.5, tau=tau, noise=noise, centre="tempered").token_scores(k[None, None], v[None, None], mu[None, None],
                                                               lam[None, None], module=None)[0, 0]
     assert not torch.allclose(diag.double(), got, rtol=1e-3)
 
@@ -106,7 +106,7 @@ def test_multicenter_one_center_equals_flat_jacap(attn_module):
     values = torch.randn(1, 2, 32, 16, generator=g)
     with torch.no_grad():
         one = JacapMultiCenterPress(0.5, n_centers=1, aggregate="mean").score(attn_module, hs, keys, values, None, {})
-        flat = JacapPress(0.5, beta=None, centre="tempered").score(attn_module, hs, keys, values, None, {})
+        flat = JacapPromptPress(0.5, beta=None, centre="tempered").score(attn_module, hs, keys, values, None, {})
     torch.testing.assert_close(one, flat, rtol=1e-4, atol=1e-10)
 
 

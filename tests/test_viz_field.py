@@ -22,9 +22,9 @@ def _summary():
 
 def test_ladder_frame_rows_are_cells_and_entries_ratio_and_verdict():
     frame = VF.ladder_frame(_summary())
-    assert list(frame.index) == ["512 / 0.5", "1024 / 0.9"] and list(frame.columns) == ["L1", "L3", "KVzip / default"]
+    assert list(frame.index) == ["512 / 0.5", "1024 / 0.9"] and list(frame.columns) == ["L1", "L3", "KVzip / prompt press"]
     assert frame.loc["512 / 0.5", "L3"] == "0.50 better" and frame.loc["1024 / 0.9", "L1"] == "2.00 worse"
-    assert frame.loc["512 / 0.5", "L1"] == "1.00 n.d." and frame.loc["1024 / 0.9", "KVzip / default"] == "2.00 worse"
+    assert frame.loc["512 / 0.5", "L1"] == "1.00 n.d." and frame.loc["1024 / 0.9", "KVzip / prompt press"] == "2.00 worse"
 
 
 def test_ladder_figure_one_trace_per_step_with_its_interval():

@@ -18,7 +18,7 @@ def test_one_distinct_colour_per_method():
         colours.setdefault(colour, []).append(name)
     shared = {c: n for c, n in colours.items() if len(n) > 1}
     from jacap_lib.presses.registry import method_options, press_from_spec
-    # only aliases of one method (Jacap's torch reference; the tune choice, which JacapPress() now is) and the
+    # only aliases of one method (Jacap's torch reference; the tune choice, which JacapPromptPress() now is) and the
     # two references share a colour
     assert shared == {METHOD_STYLES["jacap"][0]: ["jacap", "jacap_torch", "jacap[tau=3,beta=0.9]"],
                       "#ff7f0e": ["jacap[window=0]", "jacap[tau=3,beta=0.9,n_sink=4,window=0]"],
@@ -161,7 +161,7 @@ def test_book_figure_uses_the_mapping_on_every_panel():
              for L in (512, 1024) for c in (0.5, 0.9) for m, kl in (("jacap[tau=3,beta=0.9]", 0.1), ("tova", 0.2))]
     fig = evaluation.kl_figure(cells)
     assert {fig.layout[f"yaxis{k if k > 1 else ''}"].type for k in range(1, 3)} == {"log"}
-    jac = [t for t in fig.data if t.name == "default JacapPress()"]  # the press JacapPress() builds, by that name
+    jac = [t for t in fig.data if t.name == "JacapPromptPress()"]  # the press JacapPromptPress() builds, by that name
     assert len(jac) == 2 and {t.marker.color for t in jac} == {METHOD_STYLES["jacap"][0]}
     assert style.method_of(fig.data[0]) == "jacap"  # the default Jacap, named by what sets it apart: jacap's colour
     assert {t.marker.color for t in fig.data if t.name == "TOVA"} == {METHOD_STYLES["tova"][0]}  # its reader name

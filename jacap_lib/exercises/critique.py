@@ -24,9 +24,9 @@ def _sigma2():
 def _scored_slots():
     from kvpress.utils import compute_n_kept
 
-    from ..presses.jacap import JacapPress
+    from ..presses.jacap import JacapPromptPress
 
-    p = JacapPress(0.9)
+    p = JacapPromptPress(0.9)
     return compute_n_kept(512, 0.9) - p.n_sink - p.window
 
 
@@ -86,7 +86,7 @@ EXERCISES = [
         number(rtol=1e-3, hint="d_eff falls monotonically in sigma^2: bisect between 1e-12 and sum(lambda) / 2."),
         data=_spectrum),
     Exercise(
-        f"A 512-token prompt at c = 0.9 with JacapPress's defaults (n_sink = {DEFAULTS.n_sink}, window = "
+        f"A 512-token prompt at c = 0.9 with JacapPromptPress's defaults (n_sink = {DEFAULTS.n_sink}, window = "
         f"{DEFAULTS.window}): how many of the kept "
         "slots are left for Algorithm 1's scores?",
         _scored_slots,

@@ -13,7 +13,7 @@ WORDS = ("better", "worse", "no detectable difference")
 
 
 def _cell():
-    """The two settings and the cell of exercises 1 and 2: the default ``JacapPress()`` (the tune choice of
+    """The two settings and the cell of exercises 1 and 2: the default ``JacapPromptPress()`` (the tune choice of
     ``jacap_obs``) and the best baseline of the cell picked on tune, both as the dev rows name them, with the number
     of cells the summary judges together."""
     from ..results.loaders import load_eval_choices, load_eval_summary
@@ -28,10 +28,10 @@ def _cell():
 def _summary_row():
     """The summary's row of the default against the best baseline picked on tune in the exercise's cell."""
     from ..results.loaders import load_eval_summary
-    from ..results.rowstats import is_library_default
+    from ..results.rowstats import is_prompt_default
 
     fam = next(f for f in load_eval_summary()["families"]
-               if f["picked_on"] == "tune" and f["role"].startswith("tuned ") and is_library_default(f["setting"]))
+               if f["picked_on"] == "tune" and f["role"].startswith("tuned ") and is_prompt_default(f["setting"]))
     return next(r for r in fam["rows"] if int(r["length"]) == LENGTH and float(r["ratio"]) == RATIO)
 
 
@@ -62,7 +62,7 @@ def _grade_word(answer, expected):
     if a == "no detectable difference":
         return False, ("Does your whole interval lie on one side of 1? Use the adjusted level 1 - 0.05 / m for the "
                        "m cells judged together, not 95 %.")
-    return False, ("Check the side: the ratio is the default's KL over the baseline's, so above 1 means the "
+    return False, ("Check the side: the ratio is the prompt press's KL over the baseline's, so above 1 means the "
                    "default moved the predictions more (worse).")
 
 
@@ -77,7 +77,7 @@ def _scored():
 EXERCISES = [
     Exercise(
         "With d = exercises.data('fair-comparison.1') and rows = R.load_eval_rows('dev'), take the rows of the cell "
-        "prompt d['length'], c = d['ratio'] whose method is d['setting'] (the default) or d['baseline'] (the best "
+        "prompt d['length'], c = d['ratio'] whose method is d['setting'] (the prompt press) or d['baseline'] (the best "
         "baseline picked on tune). Compute the KL ratio: the geometric mean over the documents of the per-document "
         "ratio KL(default) / KL(baseline).",
         _kl_ratio,
@@ -95,7 +95,7 @@ EXERCISES = [
         "Algorithm 1 tuned keeps 4 sinks and a 128-token recent window. At prompt 2048 and c = 0.9, how many of the "
         "kept tokens per KV head does its score choose?",
         _scored,
-        integer(slips=[(lambda e: e + 128 - 16, "That is the default's 16-token window; Algorithm 1 tuned protects "
+        integer(slips=[(lambda e: e + 128 - 16, "That is the prompt press's 16-token window; Algorithm 1 tuned protects "
                                                 "128 recent tokens."),
                        (lambda e: e + 4, "Do not forget the 4 attention sinks.")],
                 hint="kvpress keeps floor((1 - c) * L) tokens; take the sinks and the window away."),

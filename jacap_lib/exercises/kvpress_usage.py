@@ -1,22 +1,22 @@
 """Exercises of the chapter labelled ``kvpress-usage`` (Jacap inside kvpress): how a budget is filled,
-computed from :meth:`jacap_lib.presses.jacap.JacapPress.budget_split` and kvpress's own rounding."""
+computed from :meth:`jacap_lib.presses.jacap.JacapPromptPress.budget_split` and kvpress's own rounding."""
 from __future__ import annotations
 
-from ..presses.jacap import JacapPress
+from ..presses.jacap import JacapPromptPress
 from ..selection import n_kept
 from ._core import Exercise, integer
 
-_PROTECTED = JacapPress().n_sink + JacapPress().window  # the default sinks + recent window
+_PROTECTED = JacapPromptPress().n_sink + JacapPromptPress().window  # the prompt press's sinks + recent window
 
 CHAPTER = "kvpress-usage"
 
 
 def _scored_1000():
-    return JacapPress(0.75).budget_split(1000)["scored"]
+    return JacapPromptPress(0.75).budget_split(1000)["scored"]
 
 
 def _first_scored_length(ratio: float = 0.9) -> int:
-    press = JacapPress(ratio)
+    press = JacapPromptPress(ratio)
     n = 1
     while press.budget_split(n)["scored"] < 1:
         n += 1
@@ -29,22 +29,22 @@ def _first_full_length(ratio: float = 0.9) -> int:
 
 
 def _decoding_scored(target_size: int = 96) -> int:
-    press = JacapPress()
+    press = JacapPromptPress()
     return target_size - press.n_sink - press.window
 
 
 EXERCISES = [
     Exercise(
-        "A 1000-token context compressed by JacapPress(compression_ratio=0.75) with every other option at its "
+        "A 1000-token context compressed by JacapPromptPress(compression_ratio=0.75) with every other option at its "
         "default: how many of the kept tokens does Algorithm 1's score choose (not counting the protected sinks "
         "and recent window)?",
         _scored_1000,
         integer(slips=[(lambda e: e + _PROTECTED, "That is every kept token; subtract the sinks and the recent window."),
-                       (lambda e: e + JacapPress().n_sink, "Subtract the recent window too, not only the sinks."),
-                       (lambda e: e + JacapPress().window, "Subtract the sinks too, not only the recent window.")],
+                       (lambda e: e + JacapPromptPress().n_sink, "Subtract the recent window too, not only the sinks."),
+                       (lambda e: e + JacapPromptPress().window, "Subtract the sinks too, not only the recent window.")],
                 hint="kvpress keeps int(N (1 - c)) tokens; the sinks and the window come out of that budget.")),
     Exercise(
-        "JacapPress(compression_ratio=0.9) with its defaults: what is the shortest prompt (in tokens) for which "
+        "JacapPromptPress(compression_ratio=0.9) with its defaults: what is the shortest prompt (in tokens) for which "
         "the score chooses at least one kept token? kvpress computes the budget as int(N * (1 - c)) in floating "
         "point.",
         _first_scored_length,
@@ -54,11 +54,11 @@ EXERCISES = [
                                                          "window.")],
                 hint="Find the smallest N with int(N * (1 - 0.9)) > n_sink + window.")),
     Exercise(
-        "kvpress.DecodingPress(base_press=JacapPress(), compression_interval=4, target_size=96) cuts the cache "
+        "kvpress.DecodingPress(base_press=JacapPromptPress(), compression_interval=4, target_size=96) cuts the cache "
         "back to 96 slots every 4 generated tokens. How many of those 96 slots does Jacap's score choose?",
         _decoding_scored,
         integer(slips=[(lambda e: e + _PROTECTED, "That is every slot; the sinks and the recent window are protected."),
-                       (lambda e: e + JacapPress().window, "The sinks count too.")],
-                hint="JacapPress locates the sinks and the recent window by true position in a decoding buffer "
+                       (lambda e: e + JacapPromptPress().window, "The sinks count too.")],
+                hint="JacapPromptPress locates the sinks and the recent window by true position in a decoding buffer "
                      "too; they come out of the target size.")),
 ]

@@ -7,7 +7,7 @@ import math
 from ._core import Exercise, integer, number
 
 CHAPTER = "kvzip"
-TOTAL_CELL = (1024, 0.5)  # exercise 1: KVzip (step L3) against the default (step L0)
+TOTAL_CELL = (1024, 0.5)  # exercise 1: KVzip (step L3) against the prompt press (step L0)
 D_CELL = (1024, 0.95)  # exercise 2: step d against KVzip (step L3)
 
 
@@ -47,8 +47,8 @@ def _d_wins():
 EXERCISES = [
     Exercise(
         "With d = exercises.data('kvzip.1'), rows = d['rows'] (the ladder's rows) and steps = d['steps'] (step label -> "
-        "the method name its rows carry), compute KVzip's geometric-mean KL ratio to the default at prompt 1024, "
-        "c = 0.5: pair the rows of step 'L3' (KVzip) and step 'L0' (the default) by document and take "
+        "the method name its rows carry), compute KVzip's geometric-mean KL ratio to the prompt press at prompt 1024, "
+        "c = 0.5: pair the rows of step 'L3' (KVzip) and step 'L0' (the prompt press) by document and take "
         "exp(mean(log(KL_L3 / KL_L0))).",
         _total,
         number(rtol=1e-6,

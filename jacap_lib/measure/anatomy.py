@@ -34,7 +34,7 @@ __all__ = ["DISTANCE_EDGES", "CATEGORIES", "kept_positions", "kept_mask", "jacca
            "token_categories", "category_counts", "top_tokens", "future_statistics", "document_kl", "measure_document"]
 
 #: bin edges of the distance from the end of the prompt (``N - 1 - position``; 0 = the last prompt token): the
-#: first two bins are the last 32 positions (a recent window of that size; JacapPress's default window is 16)
+#: first two bins are the last 32 positions (a recent window of that size; JacapPromptPress's default window is 16)
 DISTANCE_EDGES = (0, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 #: token categories of :func:`token_categories`, in the order they are tested
 CATEGORIES = ("line break", "name line", "markup/punctuation", "space", "word", "other")

@@ -14,7 +14,7 @@ eigenvalues of :math:`G`), :math:`\lVert A - I\rVert_2 = \lambda_{\max}/\sigma^2
 :math:`\bar\alpha_i > 1/2`, and the overlap of the top-``budget`` set of Algorithm 1's score with the
 top-``budget`` set of the plain per-token score :math:`w_i\lVert u_i\rVert^2` (1 = the leverage changes
 nothing). :func:`model_mechanisms` runs it on every layer and KV head of a model, with the query
-statistics :class:`~jacap_lib.presses.jacap.JacapPress` would use.
+statistics :class:`~jacap_lib.presses.jacap.JacapPromptPress` would use.
 
 :func:`query_stat_errors` measures how well statistics of the prompt's queries (flat mean, the last
 ``n``, an EMA with factor :math:`\beta`) predict the mean and variance of the queries that actually
@@ -26,7 +26,7 @@ import torch
 
 from ..config import DEFAULTS
 from ..hf import attention_modules, capture_heads, decoder_layers_of
-from ..presses.jacap import JacapPress
+from ..presses.jacap import JacapPromptPress
 from ..scoring import deff_noise, effective_dimension, jacap_weight, leverage, weighted_gram
 from ..stats import ema_weights, moment_stats
 
@@ -65,7 +65,7 @@ def mechanism_diagnostics(keys: torch.Tensor, values: torch.Tensor, mu: torch.Te
             "overlap": (top_r & top_p).sum(-1).double() / budget}
 
 
-def layer_statistics(model, capture, press: JacapPress):
+def layer_statistics(model, capture, press: JacapPromptPress):
     """Per decoder layer ``(keys (1, H_kv, N, d), values, mu (1, H_kv, d), lam)`` of a prefill capture.
 
     ``capture`` is a :class:`~jacap_lib.measure.quality.PrefillCapture`; ``mu, lam`` are the statistics
@@ -83,16 +83,16 @@ def layer_statistics(model, capture, press: JacapPress):
 
 
 def model_mechanisms(model, capture, *, taus=(1.0, 3.0, 10.0), rules=(("fixed", 1.0),),
-                     ratios=(0.75, 0.9), press: JacapPress | None = None) -> list[dict]:
+                     ratios=(0.75, 0.9), press: JacapPromptPress | None = None) -> list[dict]:
     """:func:`mechanism_diagnostics` on every layer and KV head: one record per (layer, head, tau, rule, ratio).
 
     ``rules`` is a sequence of ``(name, value)``: ``("fixed", sigma2)`` or ``("deff", frac)`` (target
-    ``frac * min(budget, d)``, as :class:`~jacap_lib.presses.jacap.JacapPress` with ``noise="deff"``).
+    ``frac * min(budget, d)``, as :class:`~jacap_lib.presses.jacap.JacapPromptPress` with ``noise="deff"``).
     The budget at ratio ``c`` is kvpress's ``compute_n_kept(N, c)``.
     """
     from kvpress.utils import compute_n_kept
 
-    press = press or JacapPress(0.5)
+    press = press or JacapPromptPress(0.5)
     out = []
     for layer, (k, v, mu, lam) in enumerate(layer_statistics(model, capture, press)):
         n, d = k.shape[-2], k.shape[-1]
@@ -149,7 +149,7 @@ def query_stat_errors(model, input_ids: torch.Tensor, prompt_len: int, names=DEF
 
     One forward over ``input_ids (1, P + M)`` captures every layer's pre-RoPE queries
     (:func:`jacap_lib.hf.capture_heads`); the G query heads of a KV head are pooled, as
-    ``JacapPress(gqa="pool")`` does. Per estimator: ``mu_err`` :math:`=\lVert\hat\mu-\mu_c\rVert/\lVert\mu_c\rVert`
+    ``JacapPromptPress(gqa="pool")`` does. Per estimator: ``mu_err`` :math:`=\lVert\hat\mu-\mu_c\rVert/\lVert\mu_c\rVert`
     and ``lam_err`` :math:`=\lVert\hat\lambda-\lambda_c\rVert/\lVert\lambda_c\rVert`, with
     :math:`\mu_c, \lambda_c` the mean and variance of the ``M`` continuation queries (pre-RoPE; the
     averaged future rotation the press applies is one fixed linear map for both sides).

@@ -104,7 +104,7 @@ class EvictionInspection:
     score : FloatTensor (L, H, N) or None - the press's score (higher = keep), before protection.
     alpha, rho, kappa, weight, leverage : FloatTensor (L, H, N) or None - Jacap's components.
     protected : BoolTensor (L, H, N) or None - True for the positions the press keeps *whatever their
-        score*: for :class:`~jacap_lib.presses.jacap.JacapPress` and its variants, the first ``n_sink``
+        score*: for :class:`~jacap_lib.presses.jacap.JacapPromptPress` and its variants, the first ``n_sink``
         positions (attention sinks) and the last ``window`` positions (the recent window, shrunk when the
         budget cannot hold it), as the press's own ``protected`` mask reports them. All False for kvpress
         baselines: they protect nothing explicitly (their built-in recency - SnapKV's observation window,
@@ -390,6 +390,8 @@ def capture_kept(model, press, store: dict):
         if i in full and keys.shape[2] <= full[i].shape[2]:
             store[i] = (full[i], kept_indices(full[i], keys))
 
+    from ..hf import clear_masks
+
     first = [a.register_forward_hook(before, with_kwargs=True) for a in attns]  # run before the press's hooks
     try:
         with press(model):
@@ -399,9 +401,21 @@ def capture_kept(model, press, store: dict):
             finally:
                 for h in last:
                     h.remove()
+    except BaseException:
+        clear_masks(model)  # a refused masking press leaves no mask on the model
+        raise
     finally:
         for h in first:
             h.remove()
+    if any(getattr(a, "masked_key_indices", None) is not None for a in attns):
+        # a press that scores after the prefill (kvpress KVzip, the default JacapPress) masks keys across heads and
+        # layers when its context closes: the cache the hooks saw kept every token, so there is nothing true to show
+        clear_masks(model)
+        raise ValueError(
+            f"{type(press).__name__} masks keys across heads and layers after the prefill (kvpress's "
+            "masked_key_indices, as KVzip does) instead of shrinking the cache, so each head keeps its own number of "
+            "tokens; inspect_eviction shows presses that evict from the cache per head: inspect the prompt press "
+            "(method 'jacap', JacapPromptPress) or another ScorerPress")
 
 
 def _ids(tokenizer, text, chat: bool) -> torch.Tensor:
@@ -432,15 +446,22 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     from transformers import DynamicCache
 
     from ..models import describe_model
-    from ..presses.jacap import JacapPress
+    from ..presses.jacap import JacapPromptPress
 
     press, name = _press_for(method, compression_ratio, opts)
+    import kvpress
+
+    if isinstance(press, kvpress.KVzipPress):  # KVzip, KVgrad and the default JacapPress: masks, set after the prefill
+        raise ValueError(f"method {name!r}: {type(press).__name__} scores after the prefill and masks keys across heads "
+                         "and layers (kvpress's masked_key_indices), so every head keeps its own number of tokens; "
+                         "inspect_eviction shows presses that evict per head from the cache: inspect the prompt press "
+                         "(method 'jacap', JacapPromptPress) or another ScorerPress")
     compression_ratio = float(getattr(press, "compression_ratio", DEFAULT_RATIO if compression_ratio is None
                                       else compression_ratio))
     ids = _ids(tokenizer, text, chat).to(next(model.parameters()).device)
 
     scores, protected, layer = {}, {}, [None]
-    is_jacap = isinstance(press, JacapPress)
+    is_jacap = isinstance(press, JacapPromptPress)
     if is_jacap:
         press.trace = {}
     patched = []
@@ -456,7 +477,7 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
 
         press.score = recording_score
         patched.append("score")
-    if callable(getattr(press, "protected", None)):  # JacapPress and its variants: the sink/window mask
+    if callable(getattr(press, "protected", None)):  # JacapPromptPress and its variants: the sink/window mask
         raw_protected = press.protected
 
         def recording_protected(*args, **kwargs):
@@ -483,7 +504,7 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     token_ids = ids[0].tolist()
     n_heads, n = kept.shape[1], len(token_ids)
     prot = torch.zeros(n_layers, n_heads, n, dtype=torch.bool)
-    for i, mask in protected.items():  # (N,) per layer from JacapPress.protected, the same for every head
+    for i, mask in protected.items():  # (N,) per layer from JacapPromptPress.protected, the same for every head
         if i is not None:
             mask = mask.cpu()
             prot[i] = mask.expand(n_heads, n) if mask.dim() == 1 else mask.reshape(-1, n_heads, n)[0]

@@ -1,7 +1,7 @@
 r"""The reading note's three failure cases (§20), as runnable measurements on a real model.
 
 Each demo builds a prompt in which one piece of context matters only later, compresses the
-prompt's KV cache with :class:`jacap_lib.JacapPress` (kvpress) and measures, on the continuation
+prompt's KV cache with :class:`jacap_lib.JacapPromptPress` (kvpress) and measures, on the continuation
 that needs that piece:
 
 * the log-probability of the critical answer token(s) and whether greedy decoding would get them,
@@ -13,7 +13,7 @@ that needs that piece:
 2. :func:`competing_evidence` (§20.2) — two statements with opposite values; Algorithm 1's
    diagonal scoring vs the exact rank-one-corrected scoring (:class:`JacapRank1Press`).
 3. :func:`phase_change` (§20.3) — the queries switch from prose to a table; EMA statistics with
-   large vs small β (:func:`jacap_lib.stats.ema_query_stats` for the lag, ``JacapPress(beta=...)``
+   large vs small β (:func:`jacap_lib.stats.ema_query_stats` for the lag, ``JacapPromptPress(beta=...)``
    for the eviction).
 
 The bundled model is small: each result object reports what was measured, and the chapter says
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..config import DEFAULTS
-from ..presses.jacap import JacapPress
+from ..presses.jacap import JacapPromptPress
 from ..presses.jacap_rank1 import JacapRank1Press
 from ..selection import n_kept, protect_within, protected_mask
 
@@ -134,7 +134,7 @@ class FailureDemo:
 def _kept_indices(trace: dict, n_tokens: int, ratio: float, press) -> dict:
     """Per layer, the ``(H_kv, n_kept)`` indices kvpress kept (re-derived from the traced scores), with the
     protected region the press uses for a cache in position order (:func:`jacap_lib.selection.protect_within`,
-    the rule of :meth:`JacapPress.protected`: sinks first, then the window shrunk to the budget left)."""
+    the rule of :meth:`JacapPromptPress.protected`: sinks first, then the window shrunk to the budget left)."""
     budget = n_kept(n_tokens, ratio)
     protect, _ = protect_within(protected_mask(n_tokens, n_sink=press.n_sink),
                                 protected_mask(n_tokens, n_sink=0, window=press.window), budget)
@@ -205,7 +205,7 @@ def delayed_constraint(model, tok, *, ratios=(0.5, 0.75, 0.9), n_queries: int = 
                        prompt: dict = DELAYED_PROMPT) -> FailureDemo:
     """§20.1: the access code sits in the system prefix; the question comes after a long user message.
 
-    JacapPress with statistics from the last ``n_queries`` prompt queries (what "recent" queries
+    JacapPromptPress with statistics from the last ``n_queries`` prompt queries (what "recent" queries
     look like) and ``n_sink = 4`` (attention sinks only) vs ``n_sink = `` the whole system prefix."""
     sys_text = tok.apply_chat_template([{"role": "system", "content": prompt["system"]}], tokenize=False)
     full_prompt = tok.apply_chat_template(
@@ -223,7 +223,7 @@ def delayed_constraint(model, tok, *, ratios=(0.5, 0.75, 0.9), n_queries: int = 
         # a budget below the prefix cannot protect all of it (the press refuses): protect its first `budget` tokens
         n_protect = min(n_prefix, n_kept(p.shape[1], ratio))
         for protect, n_sink in (("sinks only (n_sink=4)", 4), (f"system prefix protected (n_sink={n_protect})", n_protect)):
-            press = JacapPress(compression_ratio=ratio, tau=tau, n_sink=n_sink, n_queries=n_queries)
+            press = JacapPromptPress(compression_ratio=ratio, tau=tau, n_sink=n_sink, n_queries=n_queries)
             r = run_case(model, p, c, answer_slice=answer_slice, press=press, critical=critical, label=protect,
                          reference=ref_out)
             r.options = dict(n_sink=n_sink, protection=protect)
@@ -239,7 +239,7 @@ def competing_evidence(model, tok, *, ratios=(0.5, 0.75, 0.9), tau: float = DEFA
                        n_queries: int | None = None, prompt: dict = COMPETING_PROMPT) -> FailureDemo:
     """§20.2: "North: open" and "South: closed"; the question asks for South's value.
 
-    Algorithm 1's diagonal scoring (JacapPress) vs the exact-S scoring (JacapRank1Press), same
+    Algorithm 1's diagonal scoring (JacapPromptPress) vs the exact-S scoring (JacapRank1Press), same
     statistics and protection. ``margin`` = log p(" closed") - log p(" open") at the answer."""
     p, c = _split(tok, prompt["context"], prompt["question"] + prompt["answer"])
     n_q = len(tok(prompt["question"], add_special_tokens=False).input_ids)
@@ -250,7 +250,7 @@ def competing_evidence(model, tok, *, ratios=(0.5, 0.75, 0.9), tau: float = DEFA
     ref = run_case(model, p, c, answer_slice=answer_slice, rival_id=rival_id, label="full cache", reference=ref_out)
     cases = []
     for ratio in ratios:
-        for label, cls in (("diagonal S (Algorithm 1)", JacapPress), ("exact S (rank-one corrected)", JacapRank1Press)):
+        for label, cls in (("diagonal S (Algorithm 1)", JacapPromptPress), ("exact S (rank-one corrected)", JacapRank1Press)):
             press = cls(compression_ratio=ratio, tau=tau, n_sink=n_sink, n_queries=n_queries)
             r = run_case(model, p, c, answer_slice=answer_slice, press=press, critical=critical, rival_id=rival_id,
                          label=label, reference=ref_out)
@@ -291,7 +291,7 @@ def query_lag(queries: torch.Tensor, switch: int, betas, *, future: torch.Tensor
 def phase_change(model, tok, *, ratio: float = 0.75, betas=(0.5, 0.8, 0.9, 0.95, 0.99, 0.999), tau: float = DEFAULTS.tau,
                  n_sink: int = DEFAULTS.n_sink, prompt: dict = PHASE_PROMPT, lag_layers=(5, 15, 25)) -> FailureDemo:
     """§20.3: prose, then a table that recalls the quantities; the cache is compressed a few rows
-    into the table. JacapPress with EMA statistics over the prompt's queries for each β (and the
+    into the table. JacapPromptPress with EMA statistics over the prompt's queries for each β (and the
     flat mean). Answer = the remaining table rows (their number tokens); ``setup["lag"]`` holds the
     EMA centre's distance to the table's later (pre-RoPE) queries for each β."""
     from ..hf import capture_heads
@@ -302,7 +302,7 @@ def phase_change(model, tok, *, ratio: float = 0.75, betas=(0.5, 0.8, 0.9, 0.95,
     ref = run_case(model, p, c, answer_slice=answer_slice, label="full cache", reference=ref_out)
     cases = []
     for beta in (None, *betas):
-        press = JacapPress(compression_ratio=ratio, tau=tau, n_sink=n_sink, beta=beta)
+        press = JacapPromptPress(compression_ratio=ratio, tau=tau, n_sink=n_sink, beta=beta)
         label = "flat mean" if beta is None else f"EMA beta={beta}"
         r = run_case(model, p, c, answer_slice=answer_slice, press=press, label=label, reference=ref_out)
         r.options = dict(beta=beta)

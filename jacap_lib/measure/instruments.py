@@ -5,12 +5,12 @@ a spec cannot name a press inside another, nor hand statistics in).
 * :class:`ProtectedPress` -- any kvpress scorer under Jacap's protection rule (the swap that separates *score* from
   *protection*);
 * :class:`JacapObservedPress` -- Jacap with its centre replaced by the attention the last ``obs_window`` prompt
-  queries paid, as kvpress SnapKV computes it (not JacapPress's ``centre="observed"``, which averages the recent
+  queries paid, as kvpress SnapKV computes it (not JacapPromptPress's ``centre="observed"``, which averages the recent
   queries with :math:`\mu_Q`'s weights and keeps the window's own keys);
 * :class:`JacapGivenStatisticsPress` -- Jacap with the query statistics :math:`(\mu_Q, \Lambda_Q)` handed in (the
   oracle statistics of the queries that follow the prompt, :func:`jacap_lib.measure.anatomy.future_statistics`).
 
-Each scores with :class:`~jacap_lib.presses.jacap.JacapPress`'s one Algorithm 1 and protects with its one rule
+Each scores with :class:`~jacap_lib.presses.jacap.JacapPromptPress`'s one Algorithm 1 and protects with its one rule
 (:func:`jacap_lib.presses.utils.protection`).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from kvpress import ScorerPress, SnapKVPress
 
 from .. import _checks
 from ..presses import utils
-from ..presses.jacap import JacapPress, TemperedCentrePress
+from ..presses.jacap import JacapPromptPress, TemperedCentrePress
 
 __all__ = ["ProtectedPress", "JacapObservedPress", "JacapGivenStatisticsPress"]
 
@@ -44,9 +44,9 @@ class ProtectedPress(ScorerPress):
     compression_ratio : float or None, default=None
         Fraction of the prompt's KV pairs removed (``None``: ``press.compression_ratio``).
     n_sink : int, default=4
-        Protected first positions (JacapPress's default).
+        Protected first positions (JacapPromptPress's default).
     window : int, default=32
-        Protected last positions (JacapPress's default is 16; 32 is the window the tempered-centre settings of the
+        Protected last positions (JacapPromptPress's default is 16; 32 is the window the tempered-centre settings of the
         protocol were measured with).
     """
 
@@ -72,7 +72,7 @@ class ProtectedPress(ScorerPress):
         self.press.post_init_from_model(model)
 
     def protected(self, hidden_states, keys, kwargs) -> torch.Tensor:
-        """Boolean mask of the protected slots, ``(N,)`` (``(B, 1, N)`` under padding), by JacapPress's rule
+        """Boolean mask of the protected slots, ``(N,)`` (``(B, 1, N)`` under padding), by JacapPromptPress's rule
         (:func:`jacap_lib.presses.utils.protection`); a truncation is noted in ``_noted`` (once), not warned."""
         mask, note = utils.protection(hidden_states, keys, kwargs, n_sink=self.n_sink, window=self.window,
                                       compression_ratio=self.compression_ratio)
@@ -91,13 +91,13 @@ class JacapObservedPress(TemperedCentrePress):
     r"""Jacap's score with :math:`\bar\alpha` = the observed attention of the last ``obs_window`` prompt queries
     (``gqa="pool"`` only).
 
-    :class:`~jacap_lib.presses.jacap.JacapPress` (``centre="tempered"``, the field it records) except for one
+    :class:`~jacap_lib.presses.jacap.JacapPromptPress` (``centre="tempered"``, the field it records) except for one
     quantity: the centre :math:`\bar\alpha_i = \mathrm{softmax}_i(k_i^\top\mu_Q/(\tau\sqrt d))` becomes the
     attention of the last ``obs_window`` prompt queries to token ``i`` (kvpress's
     ``SnapKVPress.compute_window_attention``: true RoPE positions, causal), averaged over those queries and over the
     query heads of the KV head (:meth:`observed_alpha`). The weight
     :math:`w_i = [\bar\alpha_i(1-\bar\alpha_i)]^2 k_i^\top\Lambda_Q k_i / d`, the leverage and the protection are
-    Jacap's (:meth:`~jacap_lib.presses.jacap.JacapPress.components` with that centre given; ``tau`` is unused).
+    Jacap's (:meth:`~jacap_lib.presses.jacap.JacapPromptPress.components` with that centre given; ``tau`` is unused).
     kvpress's window attention leaves out the window's own keys: they get :math:`\bar\alpha = 0` (weight 0); with
     ``window >= obs_window`` they are protected, so only their share of ``A`` changes.
 
@@ -105,7 +105,7 @@ class JacapObservedPress(TemperedCentrePress):
     ----------
     obs_window : int, default=32
         How many of the last prompt queries are averaged (capped at ``N - 1``).
-    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`)
+    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPromptPress`)
     """
 
     obs_window: int = 32
@@ -128,20 +128,20 @@ class JacapObservedPress(TemperedCentrePress):
         return torch.nn.functional.pad(alpha, (0, keys.shape[-2] - n))
 
     def centre_attention(self, module, hidden_states, keys, kwargs) -> torch.Tensor:
-        """The centre :meth:`~jacap_lib.presses.jacap.JacapPress.components` is given: :meth:`observed_alpha`."""
+        """The centre :meth:`~jacap_lib.presses.jacap.JacapPromptPress.components` is given: :meth:`observed_alpha`."""
         return self.observed_alpha(module, hidden_states, keys, kwargs)
 
 
 @dataclass
-class JacapGivenStatisticsPress(JacapPress):
+class JacapGivenStatisticsPress(JacapPromptPress):
     r"""Jacap's score with ``(mu, lam)`` read from ``statistics``: ``{layer index: (mu, lam)}``, each ``(H_kv, d)``
     (``gqa="pool"``) or ``(H_q, d)`` (``gqa="mean"``), or with a leading batch dimension. Every layer the press
     compresses must be there; set the field (or :meth:`set_statistics`) before each prompt.
 
-    :class:`~jacap_lib.presses.jacap.JacapPress` except for one step: :math:`(\mu_Q, \Lambda_Q)` are not estimated
-    from the prompt's recent queries (:meth:`~jacap_lib.presses.jacap.JacapPress.query_statistics`) but read from
+    :class:`~jacap_lib.presses.jacap.JacapPromptPress` except for one step: :math:`(\mu_Q, \Lambda_Q)` are not estimated
+    from the prompt's recent queries (:meth:`~jacap_lib.presses.jacap.JacapPromptPress.query_statistics`) but read from
     ``statistics``. Everything downstream (the centre of its ``centre`` field, the weight, the leverage, the
-    protection) is JacapPress's; the observed centre still comes from the prompt's own recent queries. Handed the
+    protection) is JacapPromptPress's; the observed centre still comes from the prompt's own recent queries. Handed the
     moments of the queries that actually come after the prompt, it answers "what would Jacap keep if it knew the
     future queries' statistics": the anatomy's *oracle statistics*.
 
@@ -149,7 +149,7 @@ class JacapGivenStatisticsPress(JacapPress):
     ----------
     statistics : dict, default={}
         ``{layer index: (mu, lam)}`` as above.
-    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`)
+    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPromptPress`)
     """
 
     statistics: dict = field(default_factory=dict, repr=False,

@@ -187,7 +187,7 @@ def known_refusal(wrapper: str, name: str):
     """``(exception type, message regex, reason)`` kvpress answers this combination with, or None if it runs.
 
     * the registry's wrapper variant (``jacap_adakv`` is an ``AdaKVPress``) in wrappers that assert a
-      ``ScorerPress`` inside (use ``press.press``, the ``JacapPress`` within, there);
+      ``ScorerPress`` inside (use ``press.press``, the ``JacapPromptPress`` within, there);
     * ``ComposedPress`` refuses ``AdaKVPress`` by design; ``CAMPress`` admits ``AdaKVPress`` through
       ``DecodingPress``'s type check but then calls its missing ``score``;
     * kvpress SnapKV asserts more queries than its window (a decoding buffer or a chunk has fewer).
@@ -195,7 +195,7 @@ def known_refusal(wrapper: str, name: str):
     if name in REGISTRY_WRAPPERS:
         if wrapper in NEEDS_SCORER:  # kvpress asserts isinstance(press, ScorerPress) (KeyRerotation: no message)
             return (AssertionError, r"ScorerPress|compression_ratio can't be set|^AssertionError: $",
-                    "kvpress asserts a ScorerPress inside; wrap the JacapPress (press.press) instead")
+                    "kvpress asserts a ScorerPress inside; wrap the JacapPromptPress (press.press) instead")
         if name == "jacap_adakv" and wrapper == "ComposedPress":
             return AssertionError, "ComposedPress cannot contains AdaKVPress", "kvpress refuses AdaKVPress in a ComposedPress"
         if name == "jacap_adakv" and wrapper == "CAMPress":
@@ -231,7 +231,7 @@ def grid_table(model, names, wrappers=WRAPPERS, prompt_len: int = 48, seed: int 
         for name in names:
             try:
                 with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", message="JacapPress: the budget", category=RuntimeWarning)
+                    warnings.filterwarnings("ignore", message="JacapPromptPress: the budget", category=RuntimeWarning)
                     r = run_combo(model, wrapper, name, ids)
             except (AttributeError, IndexError) as err:
                 r = {"refused": f"{type(err).__name__}: {err}"}

@@ -418,7 +418,7 @@ def _result(reference: FullReference, logq, attn, kept) -> QualityResult:
 def scores_once(press) -> bool:
     """Whether a press scores the prompt the same at every compression ratio and only its masks depend on it:
     kvpress ``KVzipPress`` and its subclasses, ``KVgradPress`` and
-    :class:`~jacap_lib.presses.jacap_context.JacapContextPress` (the reconstruction passes fill ``score_val``
+    :class:`~jacap_lib.presses.jacap_context.JacapPress` (the reconstruction passes fill ``score_val``
     whatever the ratio; ``compress_post`` alone reads ``compression_ratio``, to mask the bottom of ``score_val``)."""
     from kvpress import KVzipPress
 
@@ -472,7 +472,7 @@ def post_fields(press) -> tuple[str, ...]:
     """The fields of a press that :func:`scores_once` which only its ``compress_post`` reads: kvpress ``KVzipPress``
     reads ``compression_ratio`` and ``layerwise`` there alone, and so does ``KVgradPress``, which inherits that
     ``compress_post`` and scores with a gradient pass that reads neither; a subclass declares its own in a
-    ``post_only`` class attribute (:class:`~jacap_lib.presses.jacap_context.JacapContextPress`: the budget and the
+    ``post_only`` class attribute (:class:`~jacap_lib.presses.jacap_context.JacapPress`: the budget and the
     window too); any other subclass only ``compression_ratio``."""
     from kvpress import KVzipPress
 

@@ -1,14 +1,18 @@
 """kvpress presses of the book, one press per file (kvpress layout), and the method registry.
 
-* :class:`~.jacap.JacapPress` — Algorithm 1 as a kvpress ``ScorerPress`` (only ``score()``; kvpress does the
-  hooks, the top-k per KV head and the cache update); ``JacapPress(centre="tempered")`` is Algorithm 1 as
-  published, the default centre is the observed attention of the recent queries;
+* :class:`~.jacap_context.JacapPress` — the library's default: Jacap's score on the queries of a second reading of
+  the context (kvpress KVzip's reconstruction pass), its budget spread across heads and layers; the tune rule's
+  choice, at several times the cost of a prefill;
+* :class:`~.jacap.JacapPromptPress` — the prompt press, Algorithm 1 on the prompt's own queries as a kvpress
+  ``ScorerPress`` (only ``score()``; kvpress does the hooks, the top-k per KV head and the cache update; one prefill,
+  usable in every kvpress wrapper); ``JacapPromptPress(centre="tempered")`` is Algorithm 1 as published, its default
+  centre is the observed attention of the recent queries;
 * the Jacap variants, each a registry name beginning with ``jacap`` (:mod:`.variants` lists them: e.g.
   ``jacap_ablate``, one component of Algorithm 1 swapped at a time, with the one-knob table ``ONE_KNOB``;
   ``jacap_ea``, Jacap with Expected Attention's summary of the queries to come; a press with new scoring
   logic has its own file);
 * :mod:`.registry` — one name per method, Jacap's and kvpress's baselines alike: :func:`~.registry.list_methods`,
-  :func:`~.registry.build_press` (``build_press("jacap", 0.5)`` is ``JacapPress(0.5)``), method specs
+  :func:`~.registry.build_press` (``build_press("jacap", 0.5)`` is ``JacapPromptPress(0.5)``), method specs
   ``name[key=value,...]`` (:func:`~.registry.press_from_spec`) and :func:`~.registry.changed_options` (what two
   specs' presses differ in);
 * presses that are not registry methods, the one-knob swaps of the critique's anatomy:

@@ -1,4 +1,10 @@
-r"""JacapPress: Jacap's Algorithm 1 as a kvpress :class:`~kvpress.ScorerPress`.
+r"""JacapPromptPress: Jacap's Algorithm 1 on the prompt's own queries, as a kvpress :class:`~kvpress.ScorerPress`.
+
+The *prompt press*: it reads the prompt once (one prefill) and takes its query statistics from the prompt's recent
+queries, so it works inside every kvpress wrapper (AdaKV, per-layer budgets, decoding) and in the decode-time
+controller. The library's default, :class:`~jacap_lib.presses.jacap_context.JacapPress`, scores with the same
+objective on the queries of a second reading of the context (KVzip's reconstruction pass), at several times the
+prefill's cost.
 
 For every layer and KV head, after the prompt has been prefilled:
 
@@ -34,7 +40,7 @@ from ..selection import fit_protection, n_kept
 from ..stats import ema_weights, moment_stats
 from . import utils
 
-__all__ = ["JacapPress", "TemperedCentrePress", "CENTRES"]
+__all__ = ["JacapPromptPress", "TemperedCentrePress", "CENTRES"]
 
 #: the centres the press linearises at: the observed attention, Algorithm 1's tempered softmax, Expected Attention's
 CENTRES = ("observed", "tempered", "ea")
@@ -44,7 +50,7 @@ _SHARED = ("tau", "noise", "deff_frac", "n_sink", "window", "n_queries", "beta",
 
 
 @dataclass
-class JacapPress(ScorerPress):
+class JacapPromptPress(ScorerPress):
     r"""Jacap KV-cache eviction (Yang et al., arXiv 2609.08131) for kvpress.
 
     Parameters
@@ -61,19 +67,16 @@ class JacapPress(ScorerPress):
         ``"ea"``: Expected Attention's log-normal expectation
         :math:`\bar\alpha = \mathrm{softmax}(K\mu_Q/\sqrt d + \mathrm{diag}(K\Lambda_Q K^\top)/(2d))` (no
         :math:`\tau`; the registry's ``jacap_ea`` pairs it with that method's query statistics).
-        Why ``"observed"`` (with ``window=16``) is the default today: it is the tune choice of ``jacap_obs``'s grid
-        (``data/results/eval/choices.json``), and it became the default after it beat, on the dev documents, the
-        tempered centre with
-        its own tuned ``tau=3, beta=0.9`` (window 32) in every (prompt length, ratio) cell; once the protection
-        knobs were tuned too (the tempered centre then chose a 128-token window), it is better in 8 of 12 cells and
-        worse in none (``dev.jsonl``; the book's critique chapter prints the verdicts) -- a choice made on the dev
-        documents, not by the tune rule. By the rule, the Jacap-family setting with the lowest tune score is now
-        :class:`~jacap_lib.presses.jacap_context.JacapContextPress` at its defaults (Jacap's score on the queries of
-        KVzip's reconstruction pass, a 64-token window; about 3-8 times the CPU of an uncompressed prefill on the
-        bundled model, prompts 512 to 2,048, where this press costs about 1.2-1.3 times;
-        ``data/results/eval/candidates.json``, ``jacap evaluate candidates``). Every candidate's tune is finished and
-        that file is frozen, but this class's default is not switched yet: until it is, the rule's choice is
-        ``JacapContextPress()`` and this press is the one-prefill choice. The capacity objective and
+        Why ``"observed"`` (with ``window=16``) is this press's default: it is the tune choice of ``jacap_obs``'s grid
+        (``data/results/eval/choices.json``), and it became the library's default after it beat, on the dev
+        documents, the tempered centre with its own tuned ``tau=3, beta=0.9`` (window 32) in every (prompt length,
+        ratio) cell; once the protection knobs were tuned too (the tempered centre then chose a 128-token window),
+        it is better in 8 of 12 cells and worse in none (``dev.jsonl``; the book's critique chapter prints the
+        verdicts) -- a choice made on the dev documents, not by the tune rule. When the candidates were frozen, the
+        tune rule chose another Jacap-family setting, the context press at its defaults, and that press is now the
+        library's default :class:`~jacap_lib.presses.jacap_context.JacapPress` (``data/results/eval/candidates.json``).
+        This press stays the one-prefill choice: about 1.2-1.3 times the CPU of an uncompressed prefill on the
+        bundled model (prompts 512 to 2,048) where ``JacapPress()`` costs about 3-8 times. The capacity objective and
         the score are Algorithm 1's; only the point of the linearisation moves. The observed and EA centres are
         scored on the torch path (``backend="triton"`` computes the tempered centre in its kernels and is refused
         with them).
@@ -271,7 +274,7 @@ class JacapPress(ScorerPress):
         mask, note = utils.protection(hidden_states, keys, kwargs, n_sink=self.n_sink, window=self.window,
                                       compression_ratio=self.compression_ratio)
         if note is not None:
-            self._warn_once(f"JacapPress: {note}")
+            self._warn_once(f"JacapPromptPress: {note}")
         return mask
 
     def budget_split(self, n_tokens: int) -> dict:
@@ -334,10 +337,10 @@ class JacapPress(ScorerPress):
 
 
 @dataclass
-class TemperedCentrePress(JacapPress):
+class TemperedCentrePress(JacapPromptPress):
     """Base of the variants built on Algorithm 1's tempered centre (two-stage, rank-one, multi-centre, hybrid; the
     anatomy's observed-window instrument, :class:`jacap_lib.measure.instruments.JacapObservedPress`, replaces it):
-    ``centre="tempered"`` is their default and their only centre, since JacapPress's observed centre (its default)
+    ``centre="tempered"`` is their default and their only centre, since JacapPromptPress's observed centre (its default)
     would bypass what they change. Under padding they protect real tokens (the one rule, :meth:`protected`) but,
     except the observed-window instrument, score every slot, pads included."""
 

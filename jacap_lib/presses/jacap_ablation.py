@@ -7,15 +7,15 @@ Algorithm 1 scores token :math:`i` of one KV head by
     r_i = \frac{w_i}{\sigma^2}\,u_i^\top A^{-1}u_i,\qquad
     w_i = s(\bar\alpha_i)\,\kappa_i/d,\qquad A = I + \textstyle\sum_j (w_j/\sigma^2)\,u_ju_j^\top,
 
-with the *centre* :math:`\bar\alpha` (JacapPress's ``centre`` field: the observed attention by default, the
+with the *centre* :math:`\bar\alpha` (JacapPromptPress's ``centre`` field: the observed attention by default, the
 tempered softmax of :math:`K\mu_Q/(\tau\sqrt d)`, or Expected Attention's), the *sensitivity factor*
 :math:`s = \rho^2`, :math:`\rho_i = \bar\alpha_i(1-\bar\alpha_i)`, the *response variance*
 :math:`\kappa_i = k_i^\top\Lambda_Q k_i` and the *leverage* :math:`u_i^\top A^{-1}u_i`.
-:class:`JacapAblationPress` adds one field per component that is not a JacapPress option (the sensitivity, the
+:class:`JacapAblationPress` adds one field per component that is not a JacapPromptPress option (the sensitivity, the
 response variance, the leverage, the query prior, the budget); each field's default is Algorithm 1's choice, and
-with every field at its default the press *is* :class:`~jacap_lib.presses.jacap.JacapPress` (same code path, same
+with every field at its default the press *is* :class:`~jacap_lib.presses.jacap.JacapPromptPress` (same code path, same
 scores bit for bit). The swaps are options of the one Algorithm 1, :func:`jacap_lib.scoring.core.validated_scores`
-(``sensitivity``, ``kappa_rule``, ``leverage_rule``); the registry's ``jacap_ablate`` builds a JacapPress where no
+(``sensitivity``, ``kappa_rule``, ``leverage_rule``); the registry's ``jacap_ablate`` builds a JacapPromptPress where no
 such field is set. :data:`ONE_KNOB` lists the one-knob ablations as registry specs (label -> spec, what it
 changes); ablations that an existing registry name or option already expresses (``u = W_O v``: ``jacap_wo``;
 two-stage selection: ``jacap_two_stage``; the query window: ``jacap[n_queries=32]``) use it.
@@ -29,12 +29,12 @@ import torch
 
 from .. import _checks
 from ..scoring.core import KAPPAS, LEVERAGES, SENSITIVITIES
-from .jacap import JacapPress
+from .jacap import JacapPromptPress
 
 __all__ = ["JacapAblationPress", "marginal_capacity", "ONE_KNOB", "BASE_OF", "base_spec", "BUDGETS", "ABLATION_FIELDS"]
 
 BUDGETS = ("uniform", "layer", "model")
-#: JacapAblationPress's own fields (not JacapPress options) and their defaults, Algorithm 1's choices
+#: JacapAblationPress's own fields (not JacapPromptPress options) and their defaults, Algorithm 1's choices
 ABLATION_FIELDS = {"sensitivity": "rho2", "kappa": "on", "leverage": "A", "prior_iso": 0.0, "budget": "uniform"}
 
 
@@ -48,8 +48,8 @@ def marginal_capacity(score: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class JacapAblationPress(JacapPress):
-    r"""JacapPress with one field per component of Algorithm 1 that is not a JacapPress option; every default is
+class JacapAblationPress(JacapPromptPress):
+    r"""JacapPromptPress with one field per component of Algorithm 1 that is not a JacapPromptPress option; every default is
     Algorithm 1's own choice.
 
     Parameters
@@ -77,10 +77,10 @@ class JacapAblationPress(JacapPress):
         (the model's total split across every layer and head). Sinks and windows stay protected in every head.
         The press alone (no wrapper) keeps the same tokens as ``"uniform"`` (the transform is increasing).
     (all other parameters, ``centre`` included, default ``"observed"``: see
-    :class:`~jacap_lib.presses.jacap.JacapPress`)
+    :class:`~jacap_lib.presses.jacap.JacapPromptPress`)
     """
 
-    # at its field defaults this press is JacapPress (registry.changed_options reads it; a test checks it)
+    # at its field defaults this press is JacapPromptPress (registry.changed_options reads it; a test checks it)
     same_as_parent_at_defaults: ClassVar[bool] = True
 
     sensitivity: str = ABLATION_FIELDS["sensitivity"]
@@ -107,7 +107,7 @@ class JacapAblationPress(JacapPress):
         return {"sensitivity": self.sensitivity, "kappa_rule": self.kappa, "leverage_rule": self.leverage}
 
     def query_statistics(self, module, hidden_states, keys, kwargs):
-        """JacapPress's ``(mu, lam)``, with ``lam + prior_iso * mean(lam)`` when ``prior_iso > 0``."""
+        """JacapPromptPress's ``(mu, lam)``, with ``lam + prior_iso * mean(lam)`` when ``prior_iso > 0``."""
         mu, lam = super().query_statistics(module, hidden_states, keys, kwargs)
         if self.prior_iso:
             lam = lam + self.prior_iso * lam.mean(-1, keepdim=True)

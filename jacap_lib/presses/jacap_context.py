@@ -1,10 +1,19 @@
-r"""JacapContextPress: Jacap's capacity score with the context itself as the query prior (kvpress KVzip's machinery).
+r"""JacapPress, the library's default: Jacap's capacity score with the context itself as the query prior (kvpress
+KVzip's machinery).
+
+``JacapPress()`` is the Jacap-family setting the evaluation protocol's rule chose on the tune documents when the
+candidates were frozen (the smallest rule score of the five Jacap-family tune choices: ``data/results/eval/
+candidates.json``, ``jacap evaluate candidates``). It reads the context twice: on the bundled model it costs about
+3-8 times the CPU of an uncompressed prefill (prompts 512 to 2,048), against about 1.2-1.3 times for the prompt
+press. The one-prefill press is :class:`~jacap_lib.presses.jacap.JacapPromptPress` (Algorithm 1 on the prompt's own
+recent queries), which also works inside kvpress's wrappers; this press masks keys across heads and layers after the
+prefill, so it is used on its own (``with press(model): model(...)``, or kvpress's pipeline).
 
 kvpress's :class:`~kvpress.KVzipPress` prefills the prompt, then feeds "Repeat the previous context exactly." and
 the context again (the *reconstruction pass*) under hooks, and scores every cached KV pair by the largest attention
 a reconstruction query pays it; the lowest scores are masked (kvpress's ``masked_key_indices``) across layers and
-heads. This press keeps that pass and changes, one knob each, what Jacap's default press
-(:class:`~jacap_lib.presses.jacap.JacapPress`) and KVzip differ in:
+heads. This press keeps that pass and changes, one knob each, what the prompt press
+(:class:`~jacap_lib.presses.jacap.JacapPromptPress`) and KVzip differ in:
 
 * ``summary``: how the reconstruction queries are summarised. ``"max"``: KVzip's own score (the max attention).
   ``"jacap"``: per KV head, the mean :math:`\mu_Q` and diagonal covariance :math:`\Lambda_Q` of the post-RoPE queries
@@ -42,7 +51,7 @@ from ..selection import fit_protection, n_kept
 from . import utils
 from .jacap import CENTRES
 
-__all__ = ["JacapContextPress", "SUMMARIES", "BUDGETS"]
+__all__ = ["JacapPress", "SUMMARIES", "BUDGETS"]
 
 #: how the reconstruction queries are summarised: Jacap's statistics and Algorithm 1, or KVzip's max attention
 SUMMARIES = ("jacap", "max")
@@ -51,8 +60,9 @@ BUDGETS = ("global", "layer", "head")
 
 
 @dataclass
-class JacapContextPress(KVzipPress):
-    r"""KVzip's reconstruction pass as Jacap's query prior (see the module).
+class JacapPress(KVzipPress):
+    r"""Jacap KV-cache eviction (Yang et al., arXiv 2609.08131) with KVzip's reconstruction pass as the query prior;
+    the library's default (see the module: the tune rule's choice, its cost, and the one-prefill press).
 
     Parameters
     ----------
@@ -69,14 +79,14 @@ class JacapContextPress(KVzipPress):
     centre : {"observed", "tempered", "ea"}, default="observed"
         With ``summary="jacap"``, where the attention is linearised. ``"observed"``: the attention the
         reconstruction queries actually paid each key (KVzip's cross-attention of the pass), averaged with
-        :math:`\mu_Q`'s flat weights over those queries and the KV head's query heads, as JacapPress's default
+        :math:`\mu_Q`'s flat weights over those queries and the KV head's query heads, as JacapPromptPress's default
         centre averages the recent prompt queries' rows. ``"tempered"``: Algorithm 1's
         :math:`\mathrm{softmax}(K\mu_Q/(\tau\sqrt d))`; ``"ea"``: Expected Attention's
         (:func:`jacap_lib.scoring.core.centre_attention`).
     tau : float, default=3.0
-        Temperature of the tempered centre (unused by the others); JacapPress's default.
+        Temperature of the tempered centre (unused by the others); JacapPromptPress's default.
     noise : float, default=1.0
-        Channel noise :math:`\sigma^2` (> 0); JacapPress's default. The effective-dimension rule (``"deff"``) needs a
+        Channel noise :math:`\sigma^2` (> 0); JacapPromptPress's default. The effective-dimension rule (``"deff"``) needs a
         per-head budget and is refused.
     eps : float, default=1e-6
         Floor of :math:`\mathrm{diag}(\Lambda_Q)`.

@@ -41,7 +41,7 @@ def kmeans(x: torch.Tensor, n_centers: int, iters: int = 10) -> torch.Tensor:
 
 @dataclass
 class JacapMultiCenterPress(TemperedCentrePress):
-    """JacapPress with ``n_centers`` query centres per KV head (``gqa="pool"`` only).
+    """JacapPromptPress with ``n_centers`` query centres per KV head (``gqa="pool"`` only).
 
     Parameters
     ----------
@@ -53,12 +53,12 @@ class JacapMultiCenterPress(TemperedCentrePress):
     kmeans_iters : int, default=10
         Lloyd iterations of the k-means.
     beta : None, default=None
-        Must be None (flat statistics per cluster; JacapPress's default is an EMA).
-    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`; ``centre="tempered"`` is the default
+        Must be None (flat statistics per cluster; JacapPromptPress's default is an EMA).
+    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPromptPress`; ``centre="tempered"`` is the default
     and only centre: each cluster's tempered softmax)
     """
 
-    beta: float | None = None  # the clusters replace the prompt EMA (JacapPress's default is an EMA)
+    beta: float | None = None  # the clusters replace the prompt EMA (JacapPromptPress's default is an EMA)
     n_centers: int = 3
     aggregate: str = "max"
     kmeans_iters: int = 10

@@ -32,9 +32,9 @@ __all__ = ["JacapRank1Press"]
 
 @dataclass
 class JacapRank1Press(TemperedCentrePress):
-    """JacapPress scoring with the exact softmax Jacobian ``S = Diag(alpha) - alpha alpha^T``.
+    """JacapPromptPress scoring with the exact softmax Jacobian ``S = Diag(alpha) - alpha alpha^T``.
 
-    Parameters: those of :class:`~jacap_lib.presses.jacap.JacapPress`, with ``centre="tempered"`` (its default and
+    Parameters: those of :class:`~jacap_lib.presses.jacap.JacapPromptPress`, with ``centre="tempered"`` (its default and
     only centre), a numeric ``noise`` (the ``"deff"`` rule is not implemented for the centred scoring; it is refused
     when scoring) and ``backend`` ignored (the centred scoring runs in torch).
     """

@@ -21,13 +21,13 @@ __all__ = ["JacapTwoStagePress"]
 
 @dataclass
 class JacapTwoStagePress(TemperedCentrePress):
-    """JacapPress with a second scoring pass on the top ``expand * B`` candidates.
+    """JacapPromptPress with a second scoring pass on the top ``expand * B`` candidates.
 
     Parameters
     ----------
     expand : float, default=2.0
         Candidates kept by the first pass, as a multiple of the final budget B (capped at N).
-    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPress`; ``centre="tempered"`` is the default
+    (all other parameters: see :class:`~jacap_lib.presses.jacap.JacapPromptPress`; ``centre="tempered"`` is the default
     and only centre: both passes recompute the tempered softmax on their own pool)
     """
 

@@ -2,7 +2,7 @@
 
 :data:`METHODS` is the table, literal: each name is a distinct method or an alias of one spec. Baselines are the
 field's own implementations (kvpress presses at kvpress's defaults); ``jacap`` is
-:class:`~jacap_lib.presses.jacap.JacapPress` at the library's defaults; the other names beginning with ``jacap`` are
+:class:`~jacap_lib.presses.jacap.JacapPromptPress` at the library's defaults; the other names beginning with ``jacap`` are
 Jacap's variants. A spec ``name[key=value,...]`` sets options; ``adakv=true`` wraps any scorer in kvpress's
 head-adaptive ``AdaKVPress``, the same way for every method.
 
@@ -26,9 +26,9 @@ import torch
 
 from .. import _checks
 from ..config import DEFAULTS
-from .jacap import JacapPress
+from .jacap import JacapPromptPress
 from .jacap_ablation import ABLATION_FIELDS  # Algorithm 1's own choice of the ablation fields: never written out
-from .jacap_context import JacapContextPress
+from .jacap_context import JacapPress
 from .jacap_multicenter import JacapMultiCenterPress
 from .jacap_rank1 import JacapRank1Press
 from .jacap_two_stage import JacapTwoStagePress
@@ -104,7 +104,7 @@ def critical_adakv(compression_ratio: float = 0.0, scorer: str = CRITICAL_SCORER
 critical_kv.kvpress_press, critical_adakv.kvpress_press = kvpress.CriticalKVPress, kvpress.CriticalAdaKVPress
 
 #: The registry: name -> what it builds. kvpress's presses at kvpress's own defaults (they never move); Jacap's
-#: presses at today's defaults of :class:`~jacap_lib.presses.jacap.JacapPress` (``jacap``), and the Jacap names that
+#: presses at today's defaults of :class:`~jacap_lib.presses.jacap.JacapPromptPress` (``jacap``), and the Jacap names that
 #: are an alias of one spec (their ``options``) or a different method (their own press class).
 METHODS: dict[str, Method] = {
     "snapkv": Method(kvpress.SnapKVPress, {}, "attention of the last prompt window (SnapKV)"),
@@ -116,15 +116,15 @@ METHODS: dict[str, Method] = {
     "streaming_llm": Method(kvpress.StreamingLLMPress, {}, "sink + most recent tokens (StreamingLLM)"),
     "tova": Method(kvpress.TOVAPress, {}, "attention of the last prompt token (TOVA)"),
     "random": Method(kvpress.RandomPress, {"seed": 0}, "uniformly random tokens (seed 0)"),
-    "jacap": Method(JacapPress, {}, f"Jacap Algorithm 1: sensitivity-weighted leverage (defaults: linearised at the "
+    "jacap": Method(JacapPromptPress, {}, f"Jacap Algorithm 1: sensitivity-weighted leverage (defaults: linearised at the "
                                     f"observed attention of the recent queries, window={DEFAULTS.window}, "
                                     f"beta={DEFAULTS.beta}, u=v; Algorithm 1's tempered centre: jacap[centre=tempered]; "
                                     f"Algorithm 1 as published (the paper's settings): "
                                     f"jacap[tau=10,noise=1,beta=none,centre=tempered,window=32])"),
-    "jacap_adakv": Method(JacapPress, {"adakv": True},
+    "jacap_adakv": Method(JacapPromptPress, {"adakv": True},
                           "Jacap scores with kvpress AdaKV head-wise budget allocation (top-k across the heads of a "
                           "layer); an alias of jacap[adakv=true]"),
-    "jacap_wo": Method(JacapPress, {"use_out_proj": True},
+    "jacap_wo": Method(JacapPromptPress, {"use_out_proj": True},
                        "Jacap with the true output directions u = W_O v (the head's slice of the output projection); "
                        "an alias of jacap[use_out_proj=true]"),
     "jacap_ablate": Method(jacap_ablate, {},
@@ -144,7 +144,7 @@ METHODS: dict[str, Method] = {
                                 "Jacap with a 3-centre query prior (k-means per KV head, max of normalised scores)"),
     # KVzip's reconstruction pass as Jacap's query prior: scored after the prefill like kvzip (real prefill, scored
     # once for every ratio); summary=max,budget=global is kvpress KVzip itself
-    "jacap_context": Method(JacapContextPress, {},
+    "jacap_context": Method(JacapPress, {},
                             "Jacap Algorithm 1 with the query statistics of KVzip's context-reconstruction pass, budget "
                             "across layers and heads (defaults summary=jacap, budget=global; summary=max is KVzip's "
                             "score, budget=layer|head the per-layer and per-KV-head budgets, window= Jacap's recent "
@@ -298,7 +298,7 @@ def _own_options(press) -> set:
     params = inspect.signature(target).parameters.values()
     valid = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     if any(p.kind == p.VAR_KEYWORD for p in params):
-        forwards = getattr(target, "forwards_to", JacapPress)
+        forwards = getattr(target, "forwards_to", JacapPromptPress)
         valid |= {f.name for f in dataclasses.fields(forwards) if f.init}
     return valid - {"compression_ratio"}
 

@@ -3,14 +3,14 @@
 * :func:`future_query_states` - the prompt's pre-RoPE queries rotated by kvpress's averaged
   future-RoPE matrix, so that they live in the same (rotated) space as the cached keys;
 * :func:`observed_attention` - the attention rows those queries actually computed (own RoPE positions,
-  causal), averaged with the same weights: the observed centre of :class:`~jacap_lib.presses.jacap.JacapPress`;
+  causal), averaged with the same weights: the observed centre of :class:`~jacap_lib.presses.jacap.JacapPromptPress`;
 * :func:`group_query_heads` - GQA: the G query heads that share one KV head, pooled along time;
 * :func:`out_proj_factors` - a ``(d, d)`` stand-in for a head's slice of ``W_O`` that gives exactly
   the same leverages as ``u = W_O v`` (see the function);
 * :func:`real_tokens` - which slots hold real tokens when the attention module is handed a padding mask;
 * :func:`protection` - the one protection rule of every Jacap press and instrument: the sink and recent-window
   slots (real tokens only) that fit the budget; the presses give them the largest finite score so kvpress's top-k
-  always keeps them (:meth:`JacapPress.protect <jacap_lib.presses.jacap.JacapPress.protect>`).
+  always keeps them (:meth:`JacapPromptPress.protect <jacap_lib.presses.jacap.JacapPromptPress.protect>`).
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def hook_positions(hidden_states: torch.Tensor, keys: torch.Tensor, kwargs: dict
 
     Returns ``query_pos (T,)``, ``key_pos (N,)`` or ``None`` when the cache slots' positions are not
     known from the hook (a cache compressed earlier: slot order is then assumed to be position order,
-    which :meth:`JacapPress.compress <jacap_lib.presses.jacap.JacapPress.compress>` keeps), and
+    which :meth:`JacapPromptPress.compress <jacap_lib.presses.jacap.JacapPromptPress.compress>` keeps), and
     ``next_pos`` = current position + 1, the first position a future query can have.
     """
     cur = _current_positions(hidden_states, kwargs)

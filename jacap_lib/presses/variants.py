@@ -10,7 +10,7 @@ from __future__ import annotations
 from kvpress import AdaKVPress
 
 from .. import _checks
-from .jacap import JacapPress
+from .jacap import JacapPromptPress
 from .jacap_ablation import ABLATION_FIELDS, JacapAblationPress
 from .jacap_global_budget import JacapGlobalBudgetPress
 
@@ -20,7 +20,7 @@ def jacap_ablate(compression_ratio, alpha_safeguard=None, **opts):
 
     The one-knob ablations are listed in :data:`jacap_lib.presses.jacap_ablation.ONE_KNOB`. The registry's
     ``jacap_obs`` and ``jacap_ea`` are aliases of it with their centre (and EA's summary of the queries). Returns a
-    :class:`~jacap_lib.presses.jacap.JacapPress` when only JacapPress's own options are set (``centre`` among
+    :class:`~jacap_lib.presses.jacap.JacapPromptPress` when only JacapPromptPress's own options are set (``centre`` among
     them: the same press, the same scores), else a
     :class:`~jacap_lib.presses.jacap_ablation.JacapAblationPress`; with ``budget="layer"`` a kvpress
     ``AdaKVPress`` around it (top-k of the marginal capacity across the KV heads of a layer; ``alpha_safeguard``
@@ -34,7 +34,7 @@ def jacap_ablate(compression_ratio, alpha_safeguard=None, **opts):
                          "or budget=layer with it, or drop it")
     if press.budget == "uniform":
         if all(getattr(press, k) == v for k, v in ABLATION_FIELDS.items()):
-            return JacapPress(compression_ratio, **{k: v for k, v in opts.items() if k not in ABLATION_FIELDS})
+            return JacapPromptPress(compression_ratio, **{k: v for k, v in opts.items() if k not in ABLATION_FIELDS})
         return press
     if press.budget == "model":
         return JacapGlobalBudgetPress(press=press)

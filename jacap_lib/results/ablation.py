@@ -49,12 +49,12 @@ def measured_spec(spec: str) -> str:
     every option written out (:func:`~jacap_lib.presses.registry.written_out`)."""
     import dataclasses
 
-    from ..presses.jacap import JacapPress
+    from ..presses.jacap import JacapPromptPress
     from ..presses.registry import METHODS, parse_method, with_options, written_out
 
     name, opts = parse_method(spec)
     press = METHODS[name].press
-    inherited = {f.name: f.default for f in dataclasses.fields(JacapPress)}
+    inherited = {f.name: f.default for f in dataclasses.fields(JacapPromptPress)}
     own = ({f.name for f in dataclasses.fields(press) if f.default != inherited.get(f.name, f.default)}
            if isinstance(press, type) else set())
     then = {k: v for k, v in TUNED_THEN.items() if k not in opts and k not in METHODS[name].options and k not in own}
@@ -342,6 +342,6 @@ def _summary_run(args):
 
 ABLATE = J.Job("Algorithm 1's tuned Jacap press and each one-knob ablation of it on every tune document -> "
                "data/results/eval/ablation.jsonl (resumable)", _add_arguments, _ablate_run)
-ABLATE_SUMMARY = J.Job("per ablation and cell, the paired geometric-mean KL ratio to the default with simultaneous "
+ABLATE_SUMMARY = J.Job("per ablation and cell, the paired geometric-mean KL ratio to the ablations' base setting with simultaneous "
                        "(Bonferroni) and unadjusted intervals, wins, Wilcoxon and Holm p, verdicts, and per-layer "
                        "attention-error ratios -> data/results/eval/ablation_summary.json", _summary_add, _summary_run)

@@ -22,7 +22,7 @@ Three measurements, each isolating one thing:
    (:func:`jacap_lib.results.rowstats.swap_ratios`), and the ladder from Algorithm 1's score to the baseline's
    (:data:`jacap_lib.results.rowstats.LADDER`).
 
-Measurement 1 is also made for the press ``JacapPress()`` builds today when it is another tuned Jacap method
+Measurement 1 is also made for the press ``JacapPromptPress()`` builds today when it is another tuned Jacap method
 (``library_default``: ``{"role", "setting", "layers", "kinds"}``,
 :func:`jacap_lib.results.rowstats.library_default_part`).
 
@@ -126,7 +126,7 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
                            "continuation) instead of the prompt's recent queries; centre rule, weight, leverage, "
                            "protection Jacap's", "protect": None, "oracle": True})
     name, opts = parse_method(default)
-    if name == "jacap":  # the weight's form, one factor at a time (JacapAblationPress = JacapPress at its defaults)
+    if name == "jacap":  # the weight's form, one factor at a time (JacapAblationPress = JacapPromptPress at its defaults)
         base = {**opts, "centre": jacap.centre}
         for key, option, text in (
                 ("sensitivity_alpha", {"sensitivity": "alpha"},
@@ -406,7 +406,7 @@ def _run(args):
 
 
 JOB = J.Job("why Algorithm 1's tuned Jacap setting loses: per-layer error ratios and KL by document kind in the losing "
-            "cells (from the dev rows), and on one cell's dev documents the kept sets of the default and the best "
+            "cells (from the dev rows), and on one cell's dev documents the kept sets of that setting and the best "
             "baseline and a one-knob swap of score and protection -> data/results/eval/anatomy.json",
             add_arguments, _run)
 

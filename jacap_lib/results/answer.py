@@ -3,14 +3,15 @@
 Generated from the committed summary files, so it cannot drift from them: the KL verdicts of ``summary.json``
 (each Jacap setting against the best tuned baseline of each cell), the needle accuracies of ``needle_summary.json``,
 the mechanism diagnostics of ``data/diagnostics/mechanisms.json`` (:func:`~jacap_lib.results.diagnostics.defaults_summary`),
-the tune-document ladder from the default to kvpress's KVzip (``peers/ladder_summary.json``) and, when it exists, the
+the tune-document ladder from the prompt press to kvpress's KVzip (``peers/ladder_summary.json``) and, when it exists, the
 whole field on the dev documents (``peers/field_summary.json``: every method's tune choice, kvpress's newer presses
 among them, beside KVzip), which then answers which press keeps the predictions and which keeps a fact.
 
 :func:`answer_lines` returns the label line and the sentences; :func:`answer_text` the MyST paragraph; :func:`write`
-rewrites ``answer.md`` next to ``findings.md`` (the KL and needle summary jobs and the ladder summary call it), which the book's
-front page includes. The label says which documents the verdicts come from: the confirmatory summary once it exists
-(``confirm_summary.json``), until then the exploratory dev summary, labelled so.
+rewrites ``answer.md`` next to ``findings.md`` (the KL and needle summary jobs, the ladder, field and confirmatory
+summaries call it), which the book's front page includes. The label says which documents the verdicts come from: the
+confirmatory run once its summary is complete (``confirm/summary.json``, :mod:`~jacap_lib.results.confirm_findings`),
+until then the exploratory dev summary, labelled so.
 """
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ def _facts(summary: dict, needle: dict, max_ratio: float = 0.75) -> str | None:
     kl_top = max((100 * r["reference_accuracy"] for r in (by_kl or {}).get("rows", []) if float(r["ratio"]) <= max_ratio),
                  default=None)
     rng = f"{lo:.0f} %" if lo == hi else f"{lo:.0f}–{hi:.0f} %"
-    s = (f"To keep one fact of a long prompt, use {_baseline_name(best)}: it answers {rng} of needle prompts at "
+    s = (f"To keep a fact of the prompt, use {_baseline_name(best)}: it answers {rng} of needle prompts at "
          f"c ≤ {max_ratio:g}")
     if kl_top is not None:
         s += ("; the best baseline by KL answers 0 %" if kl_top == 0 else
@@ -128,7 +129,7 @@ def _kvzip(ladder: dict | None) -> str | None:
         lo, hi = min(ratios), max(ratios)
         cost = (f", for {lo:.1f}–{hi:.1f} times the prefill" if hi - lo >= 0.05 else
                 f", for {lo:.1f} times the prefill")
-    return (f"On the tune documents, kvpress's KVzip has a lower KL than the default in {word.get('better', 0)} of {n} "
+    return (f"On the tune documents, kvpress's KVzip has a lower KL than the prompt press in {word.get('better', 0)} of {n} "
             f"cells and a higher one in {word.get('worse', 0)}{cost}.")
 
 
@@ -145,10 +146,10 @@ def _or(names: list[str]) -> str:
 def _field_predictions(field: dict) -> list[str]:
     """Two sentences from the whole field on the dev documents (``field_summary.json``'s ``table``): the two presses
     with the lowest KL over all cells (and whether both read the context a second time), then the closest press that
-    reads it once and the default ``JacapPress()``'s ratio, both as multiples of the reference's (KVzip's) KL."""
+    reads it once and the default ``JacapPromptPress()``'s ratio, both as multiples of the reference's (KVzip's) KL."""
     from ..presses.registry import RECONSTRUCTION_METHODS
     from .findings import spec_name
-    from .rowstats import is_library_default
+    from .rowstats import is_prompt_default
 
     done = [m for m in field["table"]["methods"] if m["complete"]]
     if len(done) < 2:
@@ -159,7 +160,7 @@ def _field_predictions(field: dict) -> list[str]:
     s1 = (f"To keep the next-token predictions, use {_or([spec_name(m['spec']) for m in top])}: the lowest KL of the "
           f"{len(done)} presses measured on the dev documents" + ("; both read the context twice." if twice else "."))
     once = next((m for m in done if m["method"] not in RECONSTRUCTION_METHODS), None)
-    default = next((m for m in done if is_library_default(m["spec"])), None)
+    default = next((m for m in done if is_prompt_default(m["spec"])), None)
     if once is None:
         return [s1]
     s2 = f"Reading it once, {spec_name(once['spec'])} comes closest, at {once['gm_ratio']:.2f} times {ref}'s KL"
@@ -199,7 +200,7 @@ def _field_facts(field: dict, max_ratio: float = 0.75, mode: str = "after") -> s
     chosen = {m["method"]: m["spec"] for m in table["methods"] + table["missing"]}  # every method's tune choice
     lo, hi = 100 * min(acc[best[0]]), 100 * max(acc[best[0]])
     rng = f"{lo:.0f} %" if lo == hi else f"{lo:.0f}–{hi:.0f} %"
-    s = (f"To keep one fact of a long prompt, use {_or([spec_name(chosen[m]) for m in best])}: "
+    s = (f"To keep a fact of the prompt, use {_or([spec_name(chosen[m]) for m in best])}: "
          f"{'each answers' if len(best) > 1 else 'it answers'} {rng} of needle prompts at c ≤ {max_ratio:g}")
     done = [m for m in table["methods"] if m["complete"] and m["method"] not in RECONSTRUCTION_METHODS]
     once = next((m for m in done if m["method"] in acc), None)
@@ -219,18 +220,29 @@ def _field_cost(field: dict, ladder: dict | None) -> str | None:
     rel = [c["ratio"] for b in field.get("cost", {}).get("lengths", []) for c in b["comparisons"]
            if (c["setting"], c["reference"]) == ("context", "kvzip")]
     if rel:
-        s += f", and `jacap_context`'s {min(rel):.2f}–{max(rel):.2f} times KVzip's"
+        from .findings import DEFAULT_NAME
+
+        s += f", and {DEFAULT_NAME['prose']}'s {min(rel):.2f}–{max(rel):.2f} times KVzip's"
     return s + "."
 
 
 def answer_lines(summary: dict, needle: dict | None = None, mechanisms: list | None = None, ladder: dict | None = None,
-                 field: dict | None = None, *, confirmatory: bool = False) -> list[str]:
+                 field: dict | None = None, *, confirmatory: bool = False, confirm: dict | None = None) -> list[str]:
     """The label line, then at most :data:`MAX_SENTENCES` sentences. With the whole field on the dev documents
     (``field``: ``peers/field_summary.json``, every method's tune choice beside KVzip): which presses keep the
     predictions, the closest one that reads the context once, which keeps a fact, why Jacap's Algorithm 1 behaves as
     it does, and what the second reading costs. Without it, from the first rounds' summary: which baseline keeps the
     predictions, which Jacap presses come closest, which keeps a fact, why, and what KVzip does on the tune documents.
-    ``confirmatory``: the summary is the confirmatory one (else the label says exploratory)."""
+    ``confirmatory``: the summary is the confirmatory one (else the label says exploratory). ``confirm``: a complete
+    confirmatory summary (``confirm/summary.json``): then the answer is its verdicts
+    (:func:`jacap_lib.results.confirm_findings.answer_lines`) and the measured cost of the second reading, labelled
+    confirmatory."""
+    if confirm is not None:
+        from .confirm_findings import answer_lines as confirm_lines
+
+        out = confirm_lines(confirm) + [s for s in (_field_cost(field, ladder) if field else None,) if s]
+        return ["*The answer, from the confirmatory run (fresh documents, judged once by a plan committed first):*",
+                *out[:MAX_SENTENCES]]
     label = ("*The answer, from the confirmatory summary:*" if confirmatory else
              "*The answer, from the exploratory dev summary (documents that also chose the settings):*")
     lines = _field_predictions(field) if field and field.get("table") else []
@@ -244,22 +256,25 @@ def answer_lines(summary: dict, needle: dict | None = None, mechanisms: list | N
 
 
 def answer_text(summary: dict, needle: dict | None = None, mechanisms: list | None = None, ladder: dict | None = None,
-                field: dict | None = None, *, confirmatory: bool = False) -> str:
+                field: dict | None = None, *, confirmatory: bool = False, confirm: dict | None = None) -> str:
     """:func:`answer_lines` as one MyST paragraph."""
-    return " ".join(answer_lines(summary, needle, mechanisms, ladder, field, confirmatory=confirmatory)) + "\n"
+    return " ".join(answer_lines(summary, needle, mechanisms, ladder, field, confirmatory=confirmatory,
+                                 confirm=confirm)) + "\n"
 
 
 def write(out_dir=None) -> Path | None:
-    """Rewrite ``answer.md`` in ``out_dir`` (default ``data/results/eval``) from the summaries there (the
-    confirmatory ``confirm_summary.json`` when present, else ``summary.json``), ``needle_summary.json``,
-    ``peers/ladder_summary.json`` and the mechanism diagnostics. ``None`` (nothing written) without a summary."""
+    """Rewrite ``answer.md`` in ``out_dir`` (default ``data/results/eval``) from the summaries there: the confirmatory
+    ``confirm/summary.json`` once it is complete (:func:`jacap_lib.results.confirm_findings.load`), else the dev
+    ``summary.json``, ``needle_summary.json`` and the whole field (``peers/field_summary.json``), with
+    ``peers/ladder_summary.json`` and the mechanism diagnostics. ``None`` (nothing written) without a dev summary."""
+    from .confirm_findings import load as load_confirm
     from .paths import data_path
 
     d = Path(out_dir) if out_dir is not None else data_path("results", "eval", must_exist=False)
-    confirm = d / "confirm_summary.json"
-    source = confirm if confirm.exists() else d / "summary.json"
+    source = d / "summary.json"
     if not source.exists():
         return None
+    confirm = load_confirm(d)
     summary = files.read_json(source, require=("config", "families"), hint="jacap evaluate summary")
     needle_path, ladder_path = d / "needle_summary.json", d / "peers" / "ladder_summary.json"
     field_path = d / "peers" / "field_summary.json"
@@ -269,14 +284,13 @@ def write(out_dir=None) -> Path | None:
     mech_path = d.parent.parent / "diagnostics" / "mechanisms.json"
     mechanisms = files.read_results(mech_path)[1] if mech_path.exists() else None
     path = d / FILE
-    path.write_text(answer_text(summary, needle, mechanisms, ladder, field, confirmatory=confirm.exists()),
-                    encoding="utf-8")
+    path.write_text(answer_text(summary, needle, mechanisms, ladder, field, confirm=confirm), encoding="utf-8")
     return path
 
 
 def predictions_lines(summary: dict) -> list[str]:
     """The predictions chapter's answer: the dev summary in four short sentences (pure; ``summary``: ``summary.json``'s content): the best
-    baseline of the cells and whether any Jacap setting beats it; the default ``JacapPress()``'s verdict counts;
+    baseline of the cells and whether any Jacap setting beats it; the prompt press ``JacapPromptPress()``'s verdict counts;
     Algorithm 1 tuned's, with the losses where its sinks and window fill the budget; and that the dev documents are
     exploratory. Every count is read from the families picked on tune (adjusted intervals)."""
     from . import findings as F
@@ -285,9 +299,9 @@ def predictions_lines(summary: dict) -> list[str]:
 
     fams = [f for f in summary.get("families", []) if f["picked_on"] == "tune"]
     main = RS.family(summary, RS.ALGORITHM1, "tune")
-    default = next((f for f in fams if f["role"].startswith("tuned ") and RS.is_library_default(f["setting"])), None)
+    default = next((f for f in fams if f["role"].startswith("tuned ") and RS.is_prompt_default(f["setting"])), None)
     if main is None or default is None:
-        raise ValueError("summary needs the families of Algorithm 1 tuned and of the default JacapPress() picked on "
+        raise ValueError("summary needs the families of Algorithm 1 tuned and of the prompt press JacapPromptPress() picked on "
                          "tune; run `jacap evaluate summary`")
     n_cells = len(main["rows"])
     n_docs = sorted({int(r["n"]) for r in main["rows"]})
@@ -298,11 +312,11 @@ def predictions_lines(summary: dict) -> list[str]:
     docs = "–".join(map(str, n_docs))
     first = (f"On the {docs} dev documents, no Jacap setting beats {base} in any of the {n_cells} cells." if not better
              else f"On the {docs} dev documents, Jacap settings beat {base} in {better} (setting, cell) pairs.")
-    second = f"The default `JacapPress()` against it: {F.counts_text(F.verdict_counts(default['rows']))}."
+    second = f"The prompt press `JacapPromptPress()` against it: {F.counts_text(F.verdict_counts(default['rows']))}."
     lost = [r for r in main["rows"] if F.verdict_word(r["verdict"]) == "worse"]
     filled = sum(protection_fills_budget(main["setting"], int(r["length"]), float(r["ratio"])) for r in lost)
     third = (f"Algorithm 1 tuned: {F.counts_text(F.verdict_counts(main['rows']))}"
              + (f"; in {filled} of its {len(lost)} losses its protection fills the budget." if filled else "."))
-    fourth = ("These documents served four rounds of choices, the default's among them, so the verdicts are "
+    fourth = ("These documents served four rounds of choices, the prompt press's among them, so the verdicts are "
               "exploratory.")
     return [first, second, third, fourth]

@@ -7,7 +7,8 @@ methods, ``peers/choices.json`` of kvpress's newer presses; :data:`jacap_lib.res
 * every method's tune choice with its rule score (:data:`~jacap_lib.results.protocol.RULE`: the mean over the
   tune documents, lengths and ratios of log max(KL, floor)) and the mean CPU-seconds of one of its tune rows;
 * the Jacap-family settings eligible as the library's default, and the one the rule picks (the smallest score;
-  ties to the first listed), next to what ``JacapPress()`` builds today and whether the two are the same press;
+  ties to the first listed), next to what ``JacapPress()`` (the default) and ``JacapPromptPress()`` (the prompt press)
+  build today and whether each is that press;
 * the methods whose tune is unfinished (``pending``): while any is, ``frozen`` is false and a confirmatory plan
   must not be written from the file.
 
@@ -65,7 +66,8 @@ def freeze(choices: dict[str, dict], tune_rows: dict[str, list] | None = None, *
 
     Raises ``ValueError`` when two spaces' choices were made under configurations whose scores cannot be compared
     (:data:`COMPARABLE`), naming the keys."""
-    from ..presses.jacap import JacapPress
+    from ..presses.jacap import JacapPromptPress
+    from ..presses.jacap_context import JacapPress
 
     if not choices:
         raise ValueError("no choices.json found: run `jacap evaluate tune` (and `--space peers`) first")
@@ -103,12 +105,15 @@ def freeze(choices: dict[str, dict], tune_rows: dict[str, list] | None = None, *
            "methods": methods, "pending": pending, "frozen": not pending}
     if family:
         pick = min(family, key=lambda e: e["tune_score"])  # min keeps the first listed on a tie
-        today = JacapPress(compression_ratio=0.5)
+        def today(press):
+            return {"same_press_as_chosen": _same_press(pick["spec"], press),
+                    "equals": next((e["method"] for e in family if _same_press(e["spec"], press)), None)}
+
         out["default"] = {
             "eligible": family, "chosen": pick,
             "rule": "the Jacap-family tune choice with the smallest rule score (ties: the first listed)",
-            "jacap_press_today": {"same_press_as_chosen": _same_press(pick["spec"], today),
-                                  "equals": next((e["method"] for e in family if _same_press(e["spec"], today)), None)},
+            "jacap_press_today": today(JacapPress(compression_ratio=0.5)),
+            "prompt_press_today": today(JacapPromptPress(compression_ratio=0.5)),
         }
     if baselines:
         out["best_baseline"] = min(baselines, key=lambda e: e["tune_score"])
@@ -118,16 +123,16 @@ def freeze(choices: dict[str, dict], tune_rows: dict[str, list] | None = None, *
 def score_table(candidates: dict) -> list[dict]:
     """Every chosen method of a candidates record, best first: ``{"method", "spec", "setting" (its short label), "family",
     "space", "tune_score", "kl_ratio"}``, ``kl_ratio`` the geometric-mean KL ratio over the tune rows to the setting
-    ``JacapPress()`` builds today (``exp(score - score of that setting)``: the rule score is a mean log KL over the
-    same tune rows, so the difference of two scores is the log of their geometric-mean KL ratio), and
-    ``cpu_seconds_per_row``. Raises ``ValueError`` when no chosen method is ``JacapPress()``'s setting."""
+    ``JacapPromptPress()`` builds today, the prompt press (``exp(score - score of that setting)``: the rule score is a
+    mean log KL over the same tune rows, so the difference of two scores is the log of their geometric-mean KL ratio),
+    and ``cpu_seconds_per_row``. Raises ``ValueError`` when no chosen method is ``JacapPromptPress()``'s setting."""
     import math
 
     from .findings import short_spec
 
-    today = (candidates.get("default") or {}).get("jacap_press_today", {}).get("equals")
+    today = (candidates.get("default") or {}).get("prompt_press_today", {}).get("equals")
     if today is None or today not in candidates["methods"]:
-        raise ValueError("candidates: no chosen method builds JacapPress()'s setting; the table's ratios are to it")
+        raise ValueError("candidates: no chosen method builds JacapPromptPress()'s setting; the table's ratios are to it")
     ref = candidates["methods"][today]["tune_score"]
     rows = [{"method": m, "spec": v["spec"], "setting": short_spec(v["spec"]), "family": v["family"], "space": v["space"],
              "tune_score": v["tune_score"], "kl_ratio": math.exp(v["tune_score"] - ref),

@@ -190,6 +190,10 @@ def _run(args):
     data = summarize(plan, sha, kl_rows, needle_rows, works)
     out = eval_dir / "confirm" / "summary.json"
     files.write_json(out, data)
+    from . import answer, confirm_findings
+
+    confirm_findings.write(eval_dir)  # the findings and the landing answer read it once it is complete
+    answer.write(eval_dir)
     print(f"wrote {out}: {'complete' if data['complete'] else 'INCOMPLETE (rows missing)'}; "
           + "; ".join(f"{w}: " + ", ".join(f"{k} {v}" for k, v in c.items()) for w, c in data["kl"]["counts"].items()))
     return out

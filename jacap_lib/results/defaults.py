@@ -1,7 +1,7 @@
 """Do a results file's recorded options match the library's defaults, or does the file say why not?
 
 A committed results file carries its configuration. When a recorded press option differs from what the
-library builds today for the same method, a reader comparing the file with ``JacapPress()`` is misled
+library builds today for the same method, a reader comparing the file with ``JacapPromptPress()`` is misled
 unless the file says so. :func:`deviations` lists every such difference in a loaded results file;
 :func:`unexplained` keeps those the file does not explain. A file explains a deviation with a
 ``"non_default"`` mapping in its configuration (for a ``.config.json`` sidecar: in the run that made the
@@ -14,13 +14,13 @@ Where options are recorded (and what they are compared with):
   with :func:`~jacap_lib.presses.registry.method_options` of the press the spec builds today
   (``press_from_spec(spec, ratio)``), recursively for wrapper presses; an option set in the spec
   (``jacap[window=0]``) is thereby the method's own and never a deviation;
-* a ``"jacap"`` mapping of options (the live chapter's KL table): compared with ``JacapPress()``;
-* ``"options"`` and ``"setup"`` mappings inside rows (the failure demos): their ``JacapPress`` fields
-  compared with ``JacapPress()``;
+* a ``"jacap"`` mapping of options (the live chapter's KL table): compared with ``JacapPromptPress()``;
+* ``"options"`` and ``"setup"`` mappings inside rows (the failure demos): their ``JacapPromptPress`` fields
+  compared with ``JacapPromptPress()``;
 * the configuration's own top-level ``tau``, ``noise``, ``deff_frac``, ``n_sink``, ``window``, ``eps`` and ``centre``
   (Jacap's shared parameters, unambiguous wherever they appear: the decomposition, serving and speed runs).
 
-``JacapPress()``'s defaults are :data:`jacap_lib.config.DEFAULTS`, so this follows the one place they live.
+``JacapPromptPress()``'s defaults are :data:`jacap_lib.config.DEFAULTS`, so this follows the one place they live.
 
 ``compression_ratio`` is a per-cell choice, not a default, and is never compared; nor is ``deff_frac`` where the
 record's noise is not ``"deff"`` (it has no effect there: :func:`jacap_lib.presses.registry.effective_options`); neither is a class name
@@ -64,9 +64,9 @@ def _same(a, b) -> bool:
 
 
 def _jacap_defaults() -> dict:
-    from ..presses.jacap import JacapPress
+    from ..presses.jacap import JacapPromptPress
 
-    return {f.name: getattr(JacapPress(), f.name) for f in dataclasses.fields(JacapPress) if f.init}
+    return {f.name: getattr(JacapPromptPress(), f.name) for f in dataclasses.fields(JacapPromptPress) if f.init}
 
 
 def _compare(record: dict, current: dict, where: str, out: list) -> None:

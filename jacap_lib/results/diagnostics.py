@@ -77,7 +77,7 @@ def run_mechanisms(*, segments=TUNE_SEGMENTS, length: int = 512, taus=(1.0, 3.0,
     """Write the mechanism diagnostics of every layer and KV head on ``segments`` (prompt ``length``)."""
     from ..measure.diagnostics import model_mechanisms
     from ..measure.quality import capture_prefill
-    from ..presses.jacap import JacapPress
+    from ..presses.jacap import JacapPromptPress
 
     _check_args(length, taus, ratios)
     for name, value in rules:
@@ -85,14 +85,14 @@ def run_mechanisms(*, segments=TUNE_SEGMENTS, length: int = 512, taus=(1.0, 3.0,
             raise ValueError(f"each rule must be ('fixed', sigma2 > 0) or ('deff', frac in (0, 1]), got {(name, value)}")
     out = Path(out) if out else data_path("diagnostics", "mechanisms.json", must_exist=False)
     model, segs, prompts = _prepare(segments, length, 0, threads)
-    press = JacapPress(0.5)  # statistics only: flat mean over the prompt after 4 sinks, as the paper's defaults
+    press = JacapPromptPress(0.5)  # statistics only: flat mean over the prompt after 4 sinks, as the paper's defaults
     records = []
     for seg, ids in prompts:
         cap = capture_prefill(model, ids)
         for r in model_mechanisms(model, cap, taus=taus, rules=rules, ratios=ratios, press=press):
             records.append({"segment": seg["id"], "kind": seg["kind"], **r})
     cfg = _config(model, command, segs, length=length, taus=list(taus), rules=[list(r) for r in rules], ratios=list(ratios),
-                  statistics="JacapPress defaults: flat mean/variance of the prompt's queries after 4 sinks, "
+                  statistics="JacapPromptPress defaults: flat mean/variance of the prompt's queries after 4 sinks, "
                              "future-RoPE averaged over 512 positions, GQA-pooled; u = v",
                   budget="kvpress compute_n_kept(N, ratio)",
                   deff_target="frac * min(budget, head_dim)")

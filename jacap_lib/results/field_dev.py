@@ -6,7 +6,7 @@ Three tune choices meet here, each measured on the 48 dev documents by ``jacap e
 
 * ``context``: the context press's tune choice (``jacap_context``, :data:`~jacap_lib.results.protocol.CONTEXT_SPACE`);
 * ``kvzip``: KVzip's tune choice (kvpress's defaults, :data:`~jacap_lib.results.protocol.PEER_SPACE`);
-* ``one_prefill``: the setting ``JacapPress()`` builds (``jacap_obs``'s tune choice, the first space).
+* ``one_prefill``: the setting ``JacapPromptPress()`` builds (``jacap_obs``'s tune choice, the first space).
 
 Per (prompt length, c) cell each comparison of :data:`COMPARISONS` is the paired geometric-mean KL ratio with a
 BCa interval simultaneous over every (comparison, cell) judged together (Bonferroni; Holm over the same for the
@@ -396,6 +396,6 @@ def _run(args):
 
 
 JOB = J.Job("on the dev documents, per cell, the context press's tune choice against KVzip's and against the setting "
-            "JacapPress() builds, and that setting against KVzip: simultaneous intervals and verdicts; beside them "
+            "JacapPromptPress() builds, and that setting against KVzip: simultaneous intervals and verdicts; beside them "
             "every method's tune choice by its KL ratio to KVzip and its needle accuracy -> "
             "data/results/eval/peers/field_summary.json", _add, _run)

@@ -23,11 +23,11 @@ from pathlib import Path
 
 from . import files
 from . import verdicts as V
-from .rowstats import (ALGORITHM1, LADDER, LADDER_ONLY, decompose_gap, family, is_library_default, ladder_ratios,
+from .rowstats import (ALGORITHM1, LADDER, LADDER_ONLY, decompose_gap, family, is_library_default, is_prompt_default, ladder_ratios,
                        swap_ratios)
 from .precision import interval_text
 
-__all__ = ["short_spec", "tuned_families", "setting_name", "spec_name", "DEFAULT_NAME", "SETTING_NAMES", "needle_table", "SOURCE", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
+__all__ = ["short_spec", "tuned_families", "setting_name", "spec_name", "DEFAULT_NAME", "PROMPT_NAME", "SETTING_NAMES", "needle_table", "SOURCE", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
            "METHOD_WORDS", "accuracy_findings", "kl_findings", "needle_findings", "findings_text", "write", "FILE",
            "needle_baseline_lines", "layer_lines", "kind_lines", "swap_lines", "ladder_setting_lines", "ladder_lines", "needle_lines"]
 
@@ -185,15 +185,18 @@ def _tempered_text(spec: str) -> str:
     return ", ".join(["the tempered centre", *rest])
 
 
-#: How the findings name each summary family's setting (role -> name); the tune choice that ``JacapPress()``
-#: builds is "the default `JacapPress()`" and any other tuned Jacap method its registry name (:func:`setting_name`,
-#: by the family's role; :func:`spec_name` names a spec the same way).
+#: How the findings name each summary family's setting (role -> name); the tune choice that ``JacapPromptPress()``
+#: builds is "the prompt press `JacapPromptPress()`", the one ``JacapPress()`` builds "the default `JacapPress()`", and
+#: any other tuned Jacap method its registry name (:func:`setting_name`, by the family's role; :func:`spec_name` names a
+#: spec the same way).
 SETTING_NAMES = {ALGORITHM1: "Algorithm 1 tuned", "paper preset": "Algorithm 1 as published"}
 
 
-#: the plain-text and the prose form of the name of the press ``JacapPress()`` builds ("the default" means that
-#: press only)
+#: the plain-text and the prose form of the name of the press ``JacapPress()`` builds ("the default" means that press
+#: only: Jacap on the queries of the context's reconstruction pass)
 DEFAULT_NAME = {"legend": "default JacapPress()", "prose": "the default `JacapPress()`"}
+#: the same for the press ``JacapPromptPress()`` builds (Jacap on the prompt's recent queries, one prefill)
+PROMPT_NAME = {"legend": "JacapPromptPress()", "prose": "the prompt press `JacapPromptPress()`"}
 
 
 def _committed_chosen() -> dict:
@@ -210,6 +213,8 @@ def spec_name(spec: str, *, legend: bool = False, choices: dict | None = None) -
     * ``"full"``: "uncompressed";
     * the options ``JacapPress()`` builds today: "the default `JacapPress()`" (``legend=True``: "default
       JacapPress()", plain text for a figure or a printed line);
+    * the options ``JacapPromptPress()`` builds today: "the prompt press `JacapPromptPress()`" (``legend=True``:
+      "JacapPromptPress()");
     * the tune choice of ``jacap`` (``choices["chosen"]["jacap"]``; ``choices``: a ``choices.json``, by default the
       committed choices of every search space): "Algorithm 1 tuned" — the choice defines it, not its options (the paper preset has the tempered
       centre too);
@@ -229,7 +234,9 @@ def spec_name(spec: str, *, legend: bool = False, choices: dict | None = None) -
     if spec == "full":
         return "uncompressed"
     name = parse_method(spec)[0]
-    if name.startswith("jacap") and is_library_default(spec):
+    if name.startswith("jacap") and is_prompt_default(spec):
+        return PROMPT_NAME["legend" if legend else "prose"]
+    if is_library_default(spec):
         return DEFAULT_NAME["legend" if legend else "prose"]
     chosen = (_committed_chosen() if choices is None else choices["chosen"]).get(name)
     tuned = chosen is not None and P.same_setting(spec, chosen)
@@ -246,11 +253,11 @@ def spec_name(spec: str, *, legend: bool = False, choices: dict | None = None) -
 
 def setting_name(fam: dict) -> str:
     """The name of a summary family's setting in the findings: its role's name where the role names it
-    (:data:`SETTING_NAMES`: "Algorithm 1 tuned", "Algorithm 1 as published"), "the default `JacapPress()`" (the tune
-    choice that ``JacapPress()`` builds), else a tuned method's registry name."""
+    (:data:`SETTING_NAMES`: "Algorithm 1 tuned", "Algorithm 1 as published"), "the prompt press `JacapPromptPress()`"
+    or "the default `JacapPress()`" (the tune choices those build), else a tuned method's registry name."""
     if fam["role"] in SETTING_NAMES:
         return SETTING_NAMES[fam["role"]]
-    if is_library_default(fam["setting"]):
+    if is_prompt_default(fam["setting"]) or is_library_default(fam["setting"]):
         return spec_name(fam["setting"])
     method = fam["role"][len("tuned "):] if fam["role"].startswith("tuned ") else fam["role"]
     return f"`{method}`"
@@ -390,7 +397,8 @@ def target_lines(summary: dict, needle: dict, role: str, *, max_ratio: float = 0
 
 #: The line that opens the findings: where the numbers come from and what they can say.
 SOURCE = ("*From the exploratory dev summary.* The 48 dev documents served four rounds of choices, so these counts "
-          "guide the next measurement; they confirm nothing.")
+          "guide the next measurement; they confirm nothing. They judge Jacap's settings against the best of the "
+          "book's first seven baselines.")
 
 
 def needle_table(summary: dict, needle: dict) -> list[str]:
@@ -414,10 +422,10 @@ def needle_table(summary: dict, needle: dict) -> list[str]:
         acc = {x["spec"]: x["accuracy"] for x in cell["settings"]}
         rows.append([f"{cell['length']} / {float(cell['ratio']):g}", kv, tv,
                      *(f"{100 * acc[f['setting']]:.0f}" if f["setting"] in acc else "–" for f in fams)])
-    # narrow columns: the settings by plain names (the default as "default"), Jacap's AdaKV variant left to the
+    # narrow columns: the settings by plain names (the prompt press as "prompt press"), Jacap's AdaKV variant left to the
     # chapters; a baseline the same in every cell is named by needle_lines' sentence, not in its column
     keep = [i for i, f in enumerate(fams) if f["role"] != "tuned jacap_adakv"]
-    names = ["default" if is_library_default(fams[i]["setting"]) else setting_name(fams[i]).strip("`") for i in keep]
+    names = ["prompt press" if is_prompt_default(fams[i]["setting"]) else setting_name(fams[i]).strip("`") for i in keep]
     rows = [r[:3] + [r[3 + i] for i in keep] for r in rows]
     return _table(["L / c", "best baseline by KL", "best-answering baseline", *names], rows, "lrr" + "r" * len(keep))
 
@@ -465,14 +473,18 @@ def _paragraphs(lines: list[str]) -> list[str]:
 
 
 def write(out_dir=None) -> Path | None:
-    """Rewrite ``findings.md`` in ``out_dir`` (default ``data/results/eval``) from the ``summary.json`` and (when
+    """Rewrite ``findings.md`` in ``out_dir`` (default ``data/results/eval``) from the dev ``summary.json`` and (when
     present) ``needle_summary.json`` there, as written (rounded). Returns the path; ``None`` (nothing written)
-    when the folder has no ``summary.json`` yet."""
+    when the folder has no ``summary.json`` yet. Once the confirmatory summary there is complete, the findings are
+    its own (:func:`jacap_lib.results.confirm_findings.write`) and this leaves the file as it is."""
+    from .loaders import load_confirm_summary
     from .paths import data_path
 
     d = Path(out_dir) if out_dir is not None else data_path("results", "eval", must_exist=False)
     if not (d / "summary.json").exists():
         return None
+    if load_confirm_summary(d) is not None and (d / FILE).exists():
+        return d / FILE
     summary = files.read_json(d / "summary.json", require=("config", "families"), hint="jacap evaluate summary")
     needle_path = d / "needle_summary.json"
     needle = (files.read_json(needle_path, require=("config", "cells", "comparisons"))

@@ -1,4 +1,4 @@
-"""The one-knob ladder from Jacap's default press to kvpress KVzip, on the tune documents.
+"""The one-knob ladder from Jacap's prompt press (``JacapPromptPress()``) to kvpress KVzip, on the tune documents.
 
 ``jacap evaluate kvzip-ladder``  every step of :data:`STEPS` on every tune document (never a dev or confirmatory one) ->
                                  ``data/results/eval/peers/ladder.jsonl`` (the evaluation's rows, resumable) with
@@ -7,9 +7,9 @@
 ``jacap evaluate kvzip-ladder-summary``  ladder.jsonl -> ``ladder_summary.json``: per (length, c) cell, each step's
                                  geometric-mean KL ratio to the step before with a BCa interval simultaneous over
                                  every (step, cell) judged (Bonferroni), its verdict, and each step's share of the
-                                 log gap default -> KVzip (the step ratios multiply to the total ratio)
+                                 log gap prompt press -> KVzip (the step ratios multiply to the total ratio)
 
-The steps change one thing each (:class:`~jacap_lib.presses.jacap_context.JacapContextPress`):
+The steps change one thing each (:class:`~jacap_lib.presses.jacap_context.JacapPress`):
 
 * L0 the default ``jacap`` written out in full;
 * L1 (a) which queries: the reconstruction pass's queries instead of the prompt's recent ones (Jacap's statistics,
@@ -305,13 +305,13 @@ def summarize_ladder(rows: list[dict], runs: list[dict], *, alpha: float = ALPHA
         carrier = max(shares, key=lambda k: shares[k])
         pooled[side] = {"cells": [f"{x['length']}/{x['ratio']}" for x in sel], "total_gm_ratio":
                         math.exp(tot / len(sel)), "shares": shares, "carrier": carrier}
-        sentences.append(f"Where KVzip's KL is {'lower' if side == 'kvzip_lower' else 'higher'} than the default's "
+        sentences.append(f"Where KVzip's KL is {'lower' if side == 'kvzip_lower' else 'higher'} than the prompt press's "
                          f"({', '.join(pooled[side]['cells'])}), step {carrier} ({STEPS[carrier][1]}) carries "
                          f"{100 * shares[carrier]:.0f} % of the log gap (shares: "
                          + ", ".join(f"{k} {100 * v:.0f} %" for k, v in shares.items()) + ").")
     small = [f"{x['length']}/{x['ratio']}" for x in out_cells if x["carrier"] is None]
     if small:
-        sentences.append(f"In {', '.join(small)} the default and KVzip are within a factor {GAP} (no gap to split).")
+        sentences.append(f"In {', '.join(small)} the prompt press and KVzip are within a factor {GAP} (no gap to split).")
     carrier = {k: v["carrier"] for k, v in pooled.items()}
     sentence = " ".join(sentences) or None
     # cells not complete (an interrupted run): point estimates on the documents every step has, not judged
@@ -397,9 +397,9 @@ def _summary_run(args):
     return out
 
 
-LADDER_JOB = J.Job("the one-knob ladder from the default Jacap press to kvpress KVzip (which queries, the protection, "
+LADDER_JOB = J.Job("the one-knob ladder from the prompt press JacapPromptPress() to kvpress KVzip (which queries, the protection, "
                    "how they are summarised, the budget; and Jacap's score on KVzip's queries and budget) on every tune "
                    "document -> data/results/eval/peers/ladder.jsonl (resumable)", _add_arguments, _ladder_run)
 LADDER_SUMMARY = J.Job("per cell, each ladder step's geometric-mean KL ratio to the step before with simultaneous "
-                       "(Bonferroni) intervals and verdicts, and each step's share of the log gap default -> KVzip -> "
+                       "(Bonferroni) intervals and verdicts, and each step's share of the log gap prompt press -> KVzip -> "
                        "data/results/eval/peers/ladder_summary.json", _summary_add, _summary_run)

@@ -19,7 +19,7 @@ def write_kl_table(model, tok, *, out: Path | None = None, ratios=(0.5, 0.75, 0.
     import torch
 
     from ..measure.eviction import DEMO_CONTEXT, DEMO_CONTINUATION, kl_table
-    from ..presses.jacap import JacapPress
+    from ..presses.jacap import JacapPromptPress
 
     torch.manual_seed(0)
     rows = kl_table(model, tok, DEMO_CONTEXT, DEMO_CONTINUATION, ratios=ratios, progress=progress)
@@ -30,7 +30,7 @@ def write_kl_table(model, tok, *, out: Path | None = None, ratios=(0.5, 0.75, 0.
         "prompt_tokens": len(tok(DEMO_CONTEXT, add_special_tokens=False).input_ids),
         "continuation_tokens": len(tok(DEMO_CONTINUATION, add_special_tokens=False).input_ids),
         "ratios": [float(r) for r in ratios],
-        "jacap": {k: v for k, v in vars(JacapPress()).items() if k not in ("compression_ratio", "trace")},
+        "jacap": {k: v for k, v in vars(JacapPromptPress()).items() if k not in ("compression_ratio", "trace")},
         "baselines": "kvpress defaults (random: seed 0)",
         "seed": 0,
         **provenance(model, model_name=model_name),

@@ -31,7 +31,7 @@ from pathlib import Path
 from . import files
 from .paths import data_dir, data_path
 
-__all__ = ["load_ladder_summary", "load_field_summary", "load_candidates", "load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
+__all__ = ["load_ladder_summary", "load_field_summary", "load_confirm_summary", "load_candidates", "load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
            "load_mechanisms", "load_query_stats", "load_decoding_comparison",
            "load_eval_choices", "load_all_chosen", "load_eval_rows", "load_eval_runs", "load_eval_summary", "load_dev_record",
@@ -244,10 +244,22 @@ def load_ladder_summary(path=None) -> dict:
 
 def load_field_summary(path=None) -> dict:
     """``peers/field_summary.json``: on the dev documents, per (length, ratio) cell, the context press's tune choice
-    against KVzip's and against the setting ``JacapPress()`` builds, and that setting against KVzip, with intervals
+    against KVzip's and against the setting ``JacapPromptPress()`` builds, and that setting against KVzip, with intervals
     simultaneous over all of them (:mod:`jacap_lib.results.field_dev`). Table: :func:`jacap_lib.viz.field.field_frame`."""
     return files.read_json(path or data_path("results", "eval", "peers", "field_summary.json", must_exist=False),
                            require=("config", "comparisons", "m", "no_higher"), hint="jacap evaluate field-summary")
+
+
+def load_confirm_summary(eval_dir=None, *, complete_only: bool = True) -> dict | None:
+    """``confirm/summary.json`` of ``eval_dir`` (default ``data/results/eval``): the committed confirmatory plan's
+    verdicts (:mod:`jacap_lib.results.confirm_summary`). ``None`` when there is none yet or, with ``complete_only``,
+    while planned rows are still missing (the answer and the findings then stay on the dev documents)."""
+    d = Path(eval_dir) if eval_dir is not None else data_path("results", "eval", must_exist=False)
+    path = d / "confirm" / "summary.json"
+    if not path.is_file():
+        return None
+    data = files.read_json(path, require=("config", "complete", "kl", "needle"), hint="jacap evaluate confirm-summary")
+    return data if data["complete"] or not complete_only else None
 
 
 def load_candidates(path=None) -> dict:

@@ -86,7 +86,7 @@ DEFAULT_DEPTHS = (0.1, 0.3, 0.5, 0.7, 0.9)
 DEFAULT_TRIALS = 4
 QUICK = {"lengths": (512,), "ratios": (0.75, 0.9), "depths": (0.5,), "trials": 2}
 PROBE = {"lengths": (1024,), "ratios": (0.5, 0.75)}  # the digit-survival probe's defaults (depths, trials: the job's)
-# their tune choices + the paper preset; jacap_obs's is the press JacapPress() builds
+# their tune choices + the paper preset; jacap_obs's is the press JacapPromptPress() builds
 PROBE_METHODS = ("jacap", "jacap_obs", "capkv", "keydiff", "snapkv", "expected_attention", "tova")
 PROBE_FILE = "needle_probe.jsonl"
 MIN_LENGTH = 64  # the needle and its question fit with filler to spare
@@ -488,7 +488,7 @@ def _probe_summary_run(args, out_dir: Path, choices_path: Path):
 NEEDLE = J.Job("needle retrieval with each method's tuned setting and the paper preset at prompts 512/1024/2048, "
                "c 0.5/0.75/0.9, 5 depths x 4 keys, plus the uncompressed answer -> data/results/eval/needle.jsonl "
                "(needs the tune's choices.json)", add_arguments, _needle_run)
-NEEDLE_SUMMARY = J.Job("per cell, each setting's needle accuracy (and the uncompressed ceiling) and the default Jacap "
-                       "setting against the best baseline by KL on tune and the paper preset, paired per prompt: "
+NEEDLE_SUMMARY = J.Job("per cell, each setting's needle accuracy (and the uncompressed ceiling) and Algorithm 1 "
+                       "tuned against the best baseline by KL on tune and the paper preset, paired per prompt: "
                        "accuracy difference intervals, McNemar and Holm p, verdicts -> data/results/eval/needle_summary.json",
                        _summary_add, _summary_run)

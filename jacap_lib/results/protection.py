@@ -1,7 +1,7 @@
 """Where a Jacap setting's protection fills the whole budget, so that its score chooses no token.
 
 Every Jacap press keeps ``n_sink`` first tokens and a ``window`` of the most recent ones before its score chooses
-anything (:meth:`jacap_lib.presses.jacap.JacapPress.budget_split`). kvpress keeps ``floor((1 - c) L)`` of a prompt of
+anything (:meth:`jacap_lib.presses.jacap.JacapPromptPress.budget_split`). kvpress keeps ``floor((1 - c) L)`` of a prompt of
 ``L`` tokens at compression ratio ``c``; where that budget is at most ``n_sink + window``, the kept set is the
 protected tokens alone, every setting with that protection keeps the same tokens, and a verdict there compares
 a recency rule, not the score. The verdict tables and the findings label such cells with
@@ -20,7 +20,7 @@ LABEL = "protection fills the budget"
 
 def budget_split(spec: str, length: int, ratio: float) -> dict | None:
     """``{"kept", "sinks", "window", "scored"}`` of setting ``spec`` on a prompt of ``length`` tokens at compression
-    ratio ``ratio`` (:meth:`jacap_lib.presses.jacap.JacapPress.budget_split`; an AdaKV wrapper's scorer), ``None``
+    ratio ``ratio`` (:meth:`jacap_lib.presses.jacap.JacapPromptPress.budget_split`; an AdaKV wrapper's scorer), ``None``
     for a press without protection."""
     from ..presses.registry import press_from_spec, quiet_kvpress
 

@@ -184,7 +184,7 @@ PEER_SPACE: dict[str, tuple[str, ...]] = {
                        "critical_adakv[first_stage_ratio=0.75]", "critical_adakv[scorer=snapkv]",
                        "critical_adakv[alpha_safeguard=0.1]"),
 }
-#: JacapContextPress's options as its first grid was tuned (its library defaults on 2026-12-04): the observed centre,
+#: JacapPress's options as its first grid was tuned (its library defaults on 2026-12-04): the observed centre,
 #: one budget across layers and heads, KVzip's 4 sinks and one reconstruction chunk of 2,048 tokens, no recent window.
 #: Every setting of :data:`CONTEXT_SPACE` is this with the options it names changed, written out in full
 #: (:func:`_context`), so no setting depends on what the library's defaults are.
@@ -203,7 +203,7 @@ def _context(**change) -> str:
 #: reconstruction pass), in its own folder (``jacap evaluate tune --space context``: ``data/results/eval/context``),
 #: tuned by the same RULE on the same tune documents. Its defaults first (:data:`CONTEXT_AS_FIRST_TUNED`); then each
 #: knob it adds to KVzip moved once: the budget per layer and per KV head (Jacap's uniform one), Expected Attention's
-#: centre, a 16-token recent window (JacapPress()'s). The budget and the window are read after the scoring, so those
+#: centre, a 16-token recent window (JacapPromptPress()'s). The budget and the window are read after the scoring, so those
 #: settings share one reconstruction pass per (document, prompt length) (``measure_group(share_scoring=True)``).
 #: Second round, around the first choice (a 16-token window, :data:`AROUND_CHOICE`): its sinks on both sides of 4.
 #: Third round: that choice's window was the end of the two values tried ({0, 16}), so 64 was added beyond it

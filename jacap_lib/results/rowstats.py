@@ -10,7 +10,7 @@ arrays and back into records. The jobs (:mod:`.anatomy`, :mod:`.needle`, :mod:`.
   (an attention-output relative error below it counts as it in a log ratio).
 * ``choices.json``: :func:`read_choices_file`, the one reader of the tune's choices (present, well-formed, its
   fingerprint its configuration's); the jobs add their own checks on top.
-* ``summary.json``'s families: :data:`ALGORITHM1`, :func:`family`, :func:`is_library_default`.
+* ``summary.json``'s families: :data:`ALGORITHM1`, :func:`family`, :func:`is_prompt_default`.
 * Paired per-document ratios from ``dev.jsonl``'s rows: :func:`paired_values`, :func:`kind_ratios` (KL per
   document kind), :func:`layer_error_ratios` (per-layer attention-output error, with intervals),
   :func:`layer_error_geomeans` (the same ratio pooled over cells, descriptive); the losing cells of a Jacap setting
@@ -32,7 +32,7 @@ from . import files
 from . import verdicts as V
 from .protocol import KL_FLOOR  # the rule's floor: its one home is the protocol, which the rule belongs to
 
-__all__ = ["KL_FLOOR", "ERROR_FLOOR", "read_choices_file", "ALGORITHM1", "family", "is_library_default",
+__all__ = ["KL_FLOOR", "ERROR_FLOOR", "read_choices_file", "ALGORITHM1", "family", "is_prompt_default", "is_library_default",
            "paired_values", "kind_ratios", "layer_error_ratios", "layer_error_geomeans", "losing_cells",
            "default_role", "kind_pairs", "rows_part", "library_default_part", "LADDER", "LADDER_ONLY", "swap_ratios",
            "ladder_ratios", "decompose_gap", "kept_summary", "FULL", "DEFAULT_MODE", "BASELINE_LABEL", "PAPER_LABEL",
@@ -72,12 +72,22 @@ def family(summary: dict, role: str, picked_on: str = "tune") -> dict | None:
     return next((f for f in summary.get("families", []) if f["role"] == role and f["picked_on"] == picked_on), None)
 
 
-def is_library_default(spec: str) -> bool:
-    """Whether ``spec`` builds the press ``JacapPress()`` builds today (same options)."""
+def is_prompt_default(spec: str) -> bool:
+    """Whether ``spec`` builds the press ``JacapPromptPress()`` builds today (same options): the prompt press, Jacap on
+    the prompt's own recent queries (the library's default until the candidates were frozen)."""
     from ..presses.registry import changed_options
     from . import protocol as P
 
     return P.method_of(spec).startswith("jacap") and not changed_options(spec, "jacap")
+
+
+def is_library_default(spec: str) -> bool:
+    """Whether ``spec`` builds the press ``JacapPress()`` builds today (registry ``jacap_context`` with no option
+    changed): the default, Jacap on the queries of the context's reconstruction pass, the tune rule's choice."""
+    from ..presses.registry import changed_options
+    from . import protocol as P
+
+    return P.method_of(spec) == "jacap_context" and not changed_options(spec, "jacap_context")
 
 
 # --------------------------------------------------------------------------------------------- dev.jsonl's rows
@@ -166,10 +176,10 @@ def losing_cells(summary: dict, role: str = ALGORITHM1) -> list[dict]:
 
 
 def default_role(summary: dict) -> str | None:
-    """The role of the summary family whose setting is the press ``JacapPress()`` builds today (picked on tune), or
+    """The role of the summary family whose setting is the press ``JacapPromptPress()`` builds today (picked on tune), or
     ``None`` when no family measures it."""
     return next((f["role"] for f in summary.get("families", [])
-                 if f["picked_on"] == "tune" and is_library_default(f["setting"])), None)
+                 if f["picked_on"] == "tune" and is_prompt_default(f["setting"])), None)
 
 
 def kind_pairs(dev_rows: list[dict], choices: dict, pairs: dict, *, kind: str = "dialogue") -> list[dict]:
@@ -213,7 +223,7 @@ def rows_part(dev_rows: list[dict], summary: dict, *, role: str = ALGORITHM1,
 
 
 def library_default_part(dev_rows: list[dict], summary: dict, **opts) -> dict | None:
-    """Measurement 1 for the press ``JacapPress()`` builds today, when the summary judges it and it is not Algorithm
+    """Measurement 1 for the press ``JacapPromptPress()`` builds today, when the summary judges it and it is not Algorithm
     1's tuned setting: ``{"role", "setting", "layers", "kinds"}`` (:func:`rows_part`), else ``None``."""
     role = default_role(summary)
     if role is None or role == ALGORITHM1:

@@ -294,9 +294,9 @@ def _method_colour(spec: str) -> str:
     short = short_spec(spec)
     if short in METHOD_STYLES:
         return METHOD_STYLES[short][0]
-    from ..results.rowstats import is_library_default
+    from ..results.rowstats import is_prompt_default
 
-    if is_library_default(spec):
+    if is_prompt_default(spec):
         return METHOD_STYLES[parse_method(spec)[0]][0]
     return method_style(parse_method(spec)[0])["color"]
 

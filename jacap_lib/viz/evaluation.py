@@ -134,7 +134,7 @@ def _ratio_details(r: dict) -> dict:
 
 
 def split_frame(split: dict) -> pd.DataFrame:
-    """``{"prompt / c": JacapPress.budget_split(prompt)}`` as a table: kept slots, sinks, window, and how many
+    """``{"prompt / c": JacapPromptPress.budget_split(prompt)}`` as a table: kept slots, sinks, window, and how many
     the score chose (and that share of the budget)."""
     rows = [{"prompt / c": k, "kept": v["kept"], "sinks": v["sinks"], "window": v["window"], "chosen by the score":
              v["scored"], "share chosen by the score": f"{v['scored'] / v['kept']:.0%}"} for k, v in split.items()]
@@ -242,7 +242,7 @@ _ROLE = {"algorithm 1": "Algorithm 1 tuned", "paper preset": "as published"}
 
 def role_label(role: str) -> str:
     """A summary family's role in a narrow table column: ``"Algorithm 1 tuned"``, ``"as published"`` (Algorithm 1's
-    paper preset), ``"default"`` for the tune choice ``JacapPress()`` builds (``"tuned jacap_obs"``), and any other
+    paper preset), ``"default"`` for the tune choice ``JacapPromptPress()`` builds (``"tuned jacap_obs"``), and any other
     tuned Jacap method by its registry name (``"tuned jacap_ea"`` -> ``"jacap_ea"``)."""
     if role == "tuned jacap_obs":
         return "default"
@@ -308,7 +308,7 @@ def plan_frame(plan: dict) -> pd.DataFrame:
 def setting_names(specs) -> dict[str, str]:
     """``{spec: name}``: the names a figure's legend and a table's rows give the settings ``specs`` shown together,
     the one rule for both. A setting by the book's name where it has one
-    (:func:`~jacap_lib.results.findings.spec_name`, plain text: "Algorithm 1 tuned", "default JacapPress()",
+    (:func:`~jacap_lib.results.findings.spec_name`, plain text: "Algorithm 1 tuned", "default JacapPromptPress()",
     "SnapKV"), else by its method's registry name when it is that method's only setting here (the tuned options are
     in the choices table), else by its short spec; two settings the book names alike (kvpress's SnapKV as shipped
     and as tuned) each by its short spec, so no two rows or legend entries share a name."""

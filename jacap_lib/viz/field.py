@@ -1,4 +1,4 @@
-"""The field on the tune documents: every method's tune choice by its geometric-mean KL ratio to the default.
+"""The field on the tune documents: every method's tune choice by its geometric-mean KL ratio to the prompt press.
 
 :func:`tune_ratio_figure` draws :func:`jacap_lib.results.candidates.score_table`: one horizontal bar per method (its
 colour and marker from :data:`jacap_lib.viz.style.METHOD_STYLES`), on a log axis, best at the top, with the methods
@@ -34,14 +34,14 @@ def tune_ratio_figure(table: list[dict], *, pending=(), title: str | None = None
         label = spec_name(r["spec"], legend=True) if "spec" in r else r["setting"]  # the book's names of the settings
         fig.add_trace(go.Bar(x=[r["kl_ratio"]], y=[label], orientation="h", name=label,
                              legendgroup=r["method"], showlegend=False,
-                             hovertemplate=f"{label}<br>KL ratio to the default %{{x:.3g}}<extra></extra>"))
+                             hovertemplate=f"{label}<br>KL ratio to the prompt press %{{x:.3g}}<extra></extra>"))
     fig.add_vline(x=1, line={"color": "#444444", "dash": "dot"})
     import textwrap
 
     note = "<br>".join(textwrap.wrap(f"not tuned yet: {', '.join(pending)}", 70)) if pending else None
     lines = note.count("<br>") + 1 if note else 0
-    fig.update_layout(title=title or "Each method's tune choice: geometric-mean KL ratio to the default (tune documents)",
-                      xaxis={"title": "KL ratio to the default (log; below 1 = closer to the full cache)", "type": "log"},
+    fig.update_layout(title=title or "Each method's tune choice: geometric-mean KL ratio to the prompt press (tune documents)",
+                      xaxis={"title": "KL ratio to the prompt press (log; below 1 = closer to the full cache)", "type": "log"},
                       yaxis={"title": "method (its tune choice)", "automargin": True},
                       height=160 + 26 * len(rows) + 16 * lines, bargap=0.25,
                       margin={"l": 10, "r": 10, "b": 60 + 16 * lines})
@@ -54,7 +54,7 @@ def tune_ratio_figure(table: list[dict], *, pending=(), title: str | None = None
 def ladder_frame(summary: dict) -> pd.DataFrame:
     """The ladder summary (``ladder_summary.json``) as a table: one row per cell (L / c), one column per step, each
     entry the geometric-mean KL ratio to the step before and its verdict's word (adjusted interval), and the total
-    ratio KVzip / default with its verdict's word."""
+    ratio KVzip / prompt press with its verdict's word."""
     from ..results.findings import verdict_word
 
     short = {"better": "better", "worse": "worse", "no detectable difference": "n.d.", "identical": "identical"}
@@ -62,7 +62,7 @@ def ladder_frame(summary: dict) -> pd.DataFrame:
     for cell in summary["cells"]:
         key = f"{cell['length']} / {float(cell['ratio']):g}"
         row = {s["step"]: f"{s['gm_ratio']:.2f} {short[verdict_word(s['verdict'])]}" for s in cell["steps"]}
-        row["KVzip / default"] = f"{cell['total_L3_over_L0']:.2f} {short[verdict_word(cell['total_verdict'])]}"
+        row["KVzip / prompt press"] = f"{cell['total_L3_over_L0']:.2f} {short[verdict_word(cell['total_verdict'])]}"
         rows[key] = row
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.index.name = "L / c"
@@ -70,7 +70,7 @@ def ladder_frame(summary: dict) -> pd.DataFrame:
 
 
 #: the field summary's roles (``results.field_dev.ROLES``) as a table's column names
-ROLE_NAMES = {"context": "jacap_context", "kvzip": "KVzip", "one_prefill": "JacapPress()"}
+ROLE_NAMES = {"context": "jacap_context", "kvzip": "KVzip", "one_prefill": "JacapPromptPress()"}
 
 
 def field_frame(summary: dict) -> pd.DataFrame:
@@ -124,7 +124,7 @@ def needle_frame(summary: dict, part: str = "accuracy") -> pd.DataFrame:
     frame = pd.DataFrame.from_dict(rows, orient="index").fillna("")
     if len(frame):
         frame.index = pd.MultiIndex.from_tuples(frame.index, names=["mode", "L / c"])
-    return wrapped(frame)  # headers such as "jacap_context vs JacapPress()" wrap at their spaces
+    return wrapped(frame)  # headers such as "jacap_context vs JacapPromptPress()" wrap at their spaces
 
 def ladder_figure(summary: dict, *, title: str | None = None) -> go.Figure:
     """Each ladder step's geometric-mean KL ratio to the step before, per cell, with its adjusted interval (log axis;
@@ -146,7 +146,7 @@ def ladder_figure(summary: dict, *, title: str | None = None) -> go.Figure:
                              hovertemplate=f"{name}<br>%{{x}}: ratio %{{y:.3g}}<extra></extra>"))
     fig.add_hline(y=1, line={"color": "#444444", "dash": "dot"})
     fig.update_layout(barmode="group", height=480,
-                      title=title or "From the default to KVzip, one change at a time (tune documents)",
+                      title=title or "From the prompt press to KVzip, one change at a time (tune documents)",
                       xaxis={"title": "prompt length L / compression ratio c"},
                       yaxis={"title": "KL ratio to the step before (log)", "type": "log"},
                       legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.2, "yanchor": "top"},

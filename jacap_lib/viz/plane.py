@@ -28,9 +28,11 @@ def _order(points: list[dict]) -> list[str]:
     """The settings' legend order: Jacap's settings first (the named ones, then the other Jacap methods), then the
     baselines, each in the order of the points."""
     specs = list(dict.fromkeys(p["spec"] for p in points))
-    rank = {"Algorithm 1 tuned": 0, "Algorithm 1 as published": 1, "the default": 2}
+    from ..results.findings import DEFAULT_NAME, PROMPT_NAME
+
+    rank = {DEFAULT_NAME["legend"]: 0, PROMPT_NAME["legend"]: 1, "Algorithm 1 tuned": 2, "Algorithm 1 as published": 3}
     name = {p["spec"]: p["name"] for p in points}
-    return sorted(specs, key=lambda s: (rank.get(name[s], 3 if s.startswith("jacap") else 4), specs.index(s)))
+    return sorted(specs, key=lambda s: (rank.get(name[s], 4 if s.startswith("jacap") else 5), specs.index(s)))
 
 
 def kl_retrieval_figure(points: list[dict], *, lengths=None, ratios=None, intervals: bool = False,

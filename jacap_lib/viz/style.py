@@ -45,7 +45,7 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
     "jacap_triton": ("#e7298a", "circle-open"),      # Jacap's Triton kernels
     "jacap_triton_async": ("#c51b7d", "circle-dot"),  # the same kernels, check=False (no synchronisation)
     "jacap[window=0]": ("#ff7f0e", "diamond"),
-    "jacap[tau=3,beta=0.9]": ("#d62728", "circle"),  # the tune choice = JacapPress()'s defaults: the same press as jacap
+    "jacap[tau=3,beta=0.9]": ("#d62728", "circle"),  # the tune choice = JacapPromptPress()'s defaults: the same press as jacap
     # two settings as a written-out spec is named (results.findings.short_spec): the paper's exact settings
     # (protocol.PAPER_PRESET), and Algorithm 1 tuned
     "jacap[beta=none,centre=tempered,tau=10,window=32]": ("#7b241c", "star"),

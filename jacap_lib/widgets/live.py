@@ -17,7 +17,7 @@ __all__ = ["DEMO_CONTEXT", "DEMO_QUESTION", "DEMO_CONTINUATION", "BETA_CHOICES",
            "EvictionExplorer", "live_app"]
 
 BETA_CHOICES = (None, 0.5, 0.9, 0.99)
-CENTRE_CHOICES = ("observed", "tempered")  # JacapPress's default first
+CENTRE_CHOICES = ("observed", "tempered")  # JacapPromptPress's default first
 
 
 def _centres(method: str) -> tuple:

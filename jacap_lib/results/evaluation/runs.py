@@ -437,7 +437,7 @@ def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(
     """Refuse to resume ``out`` when a setting now builds another press than the rows were made with.
 
     The protocol writes its Jacap settings out in full, but a spec that names fewer options (``"jacap"``, a kvpress
-    baseline) means today's defaults, which may move (``JacapPress``'s defaults are a tune choice). Every earlier
+    baseline) means today's defaults, which may move (``JacapPromptPress``'s defaults are a tune choice). Every earlier
     run of ``out`` recorded each
     setting's resolved options; a spec whose options differ today (the compression ratio aside) would mix two
     presses under one name, so this raises ``ValueError`` naming it and the fix (a new ``--dir``)."""

@@ -1,0 +1,234 @@
+"""The confirmatory summary in plain sentences and tables: the landing page's answer and the findings.
+
+``confirm/summary.json`` (:mod:`jacap_lib.results.confirm_summary`) holds the committed plan's verdicts, computed
+once on the confirmatory documents. This module only words them; it chooses nothing:
+
+* :func:`verdict_groups` counts the verdicts of each planned pair of settings over its cells: each Jacap-family
+  setting against the best tuned baseline of each cell, and the default against KVzip and against Expected
+  Attention. A cell where the setting's protection fills the budget is counted apart, as the plan labels it;
+* :func:`needle_accuracy` pools each setting's needle accuracy over the prompt lengths, per mode and ``c``;
+* :func:`answer_lines` gives the landing page's sentences (at most :data:`~jacap_lib.results.answer.MAX_SENTENCES`
+  with the cost sentence :mod:`~jacap_lib.results.answer` adds, each at most
+  :data:`~jacap_lib.results.answer.MAX_WORDS` words);
+* :func:`findings_text` gives ``findings.md`` (:func:`write` writes it): the source, the verdict table, the needle
+  table and one-claim sentences.
+
+:func:`load` returns the summary only when the run is complete (every planned row there); until then the answer and
+the findings stay on the dev documents, labelled exploratory (:func:`jacap_lib.results.answer.write`,
+:func:`jacap_lib.results.findings.write`, which leaves a confirmatory ``findings.md`` alone).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import files
+
+__all__ = ["FILE", "load", "write", "verdict_groups", "needle_accuracy", "answer_lines", "findings_text", "BEST_BASELINE",
+           "VERDICTS"]
+
+#: where the confirmatory summary lives, under the evaluation folder
+FILE = ("confirm", "summary.json")
+#: the reference name of the comparisons against the best tuned baseline of each cell
+BEST_BASELINE = "the best tuned baseline"
+#: the verdict columns, in order; "protection fills the budget" is the plan's label of an unjudged cell
+VERDICTS = ("better", "worse", "no detectable difference", "protection fills the budget")
+_PLAN_WHAT = {"against the best tuned baseline": None, "the default against kvzip": "kvzip",
+              "the default against expected_attention": "expected_attention"}
+
+
+def load(eval_dir=None) -> dict | None:
+    """The confirmatory summary of ``eval_dir`` (default ``data/results/eval``) when it exists and is complete;
+    ``None`` otherwise (no run yet, or rows still missing): :func:`jacap_lib.results.loaders.load_confirm_summary`."""
+    from .loaders import load_confirm_summary
+
+    return load_confirm_summary(eval_dir)
+
+
+def write(eval_dir=None) -> Path | None:
+    """Rewrite ``findings.md`` in ``eval_dir`` (default ``data/results/eval``) from the complete confirmatory summary
+    there (:func:`findings_text`); ``None`` (nothing written) while it is missing or incomplete. The dev findings'
+    writer (:func:`jacap_lib.results.findings.write`) leaves the file alone from then on."""
+    from .findings import FILE as FINDINGS
+    from .paths import data_path
+
+    d = Path(eval_dir) if eval_dir is not None else data_path("results", "eval", must_exist=False)
+    summary = load(d)
+    if summary is None:
+        return None
+    path = d / FINDINGS
+    path.write_text(findings_text(summary), encoding="utf-8")
+    return path
+
+
+def _whats(entry: dict) -> list[str]:
+    """The plan's purposes of one comparison (a pair named twice carries both, joined by "; ")."""
+    out = [w.strip() for w in entry["what"].split(";")]
+    unknown = [w for w in out if w not in _PLAN_WHAT]
+    if unknown:
+        raise ValueError(f"confirmatory comparison {entry['a']!r} / {entry['b']!r} in {entry['cell']}: unknown purpose "
+                         f"{unknown}; known: {sorted(_PLAN_WHAT)}")
+    return out
+
+
+def verdict_groups(summary: dict) -> list[dict]:
+    """Per planned pair of settings, the verdict counts over its cells: ``{"a", "reference", "references" (the
+    baselines met, for the best tuned baseline), "counts": {verdict: cells}, "cells": [...]}``, the Jacap-family
+    settings against the best tuned baseline first (in the plan's order), then the default against KVzip and against
+    Expected Attention. A comparison the plan names for two purposes counts in both groups."""
+    groups: dict = {}
+    for e in summary["kl"]["comparisons"]:
+        for what in _whats(e):
+            ref = _PLAN_WHAT[what]
+            key = (what, e["a"], ref)
+            g = groups.setdefault(key, {"a": e["a"], "reference": ref or BEST_BASELINE, "references": [],
+                                        "what": what, "counts": dict.fromkeys(VERDICTS, 0), "cells": []})
+            if e["verdict"] not in g["counts"]:
+                raise ValueError(f"comparison {e['a']!r} / {e['b']!r} in {e['cell']}: verdict {e['verdict']!r} is not "
+                                 f"one of {VERDICTS}; the summary is incomplete")
+            g["counts"][e["verdict"]] += 1
+            g["cells"].append(e)
+            if e["b"] not in g["references"]:
+                g["references"].append(e["b"])
+    order = list(_PLAN_WHAT)
+    return sorted(groups.values(), key=lambda g: order.index(g["what"]))
+
+
+def needle_accuracy(summary: dict) -> dict:
+    """``{mode: {setting: {c: accuracy}}}``: each setting's needle accuracy pooled over the prompt lengths (every
+    cell holds the same prompts, so the pooled share is the mean of the cells' shares), the uncompressed answer
+    (``"full"``) at every ``c``."""
+    design = summary["config"]["needle_design"]
+    out: dict = {}
+    for mode, block in summary["needle"].items():
+        acc: dict = {}
+        for e in block["accuracy"]:
+            if not e["complete"]:
+                continue
+            c = float(e["cell"].split("/")[1])
+            acc.setdefault(e["setting"], {}).setdefault(c, []).append(e["accuracy"])
+        n = len(design["lengths"])
+        out[mode] = {s: {c: sum(v) / len(v) for c, v in by.items() if len(v) == n} for s, by in acc.items()}
+    return out
+
+
+def _judged(g: dict) -> int:
+    return sum(v for k, v in g["counts"].items() if k != "protection fills the budget")
+
+
+def _counts(g: dict) -> str:
+    c = g["counts"]
+    return (f"better in {c['better']}, worse in {c['worse']} and not distinguishable in "
+            f"{c['no detectable difference']} of {_judged(g)} judged cells")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def _range(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return _pct(lo) if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}–{100 * hi:.0f} %"
+
+
+def _or(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def answer_lines(summary: dict, *, max_ratio: float = 0.75, mode: str = "after") -> list[str]:
+    """The landing page's answer from a complete confirmatory summary: which press keeps the predictions (the
+    default against KVzip, then against the best tuned baseline), the prompt press beside it, and which press keeps
+    a fact (the highest lowest needle accuracy at ``c <= max_ratio`` with the question asked ``mode`` compression,
+    beside the default's). Four sentences at most; every count is read from the plan's verdicts."""
+    from .findings import spec_name
+    from .rowstats import is_library_default, is_prompt_default
+
+    groups = verdict_groups(summary)
+    n_docs, n_works = summary["config"]["documents"], summary["config"]["works"]
+    default = next((g for g in groups if g["reference"] == "kvzip" and is_library_default(g["a"])), None)
+    out = []
+    if default is not None:
+        c = default["counts"]
+        out.append(f"On {n_docs} fresh documents from {n_works} works, the default `JacapPress()` keeps a lower KL than "
+                   f"KVzip in {c['better']} of {_judged(default)} judged cells and a higher one in {c['worse']}.")
+    best = [g for g in groups if g["reference"] == BEST_BASELINE]
+    mine = next((g for g in best if is_library_default(g["a"])), None)
+    if mine is not None:
+        refs = " or ".join(spec_name(b, legend=True) for b in mine["references"])
+        out.append(f"Against each cell's best tuned baseline ({refs}), the default is {_counts(mine)}.")
+    prompt = next((g for g in best if is_prompt_default(g["a"])), None)
+    if prompt is not None:
+        out.append(f"The prompt press `JacapPromptPress()`, which reads the prompt once, is {_counts(prompt)}.")
+    fact = _fact(summary, max_ratio, mode)
+    return out + ([fact] if fact else [])
+
+
+def _fact(summary: dict, max_ratio: float, mode: str) -> str | None:
+    from .findings import spec_name
+    from .rowstats import is_library_default
+
+    acc = needle_accuracy(summary).get(mode)
+    if not acc:
+        return None
+    low = {s: [a for c, a in by.items() if c <= max_ratio] for s, by in acc.items() if s != "full"}
+    low = {s: v for s, v in low.items() if v}
+    if not low:
+        return None
+    key = lambda s: (min(low[s]), sum(low[s]))  # noqa: E731
+    top = max(key(s) for s in low)
+    best = [s for s in low if key(s) == top]
+    when = "after" if mode == "after" else "inside the prompt"
+    s = (f"To keep a fact of the prompt, use {_or([spec_name(b) for b in best])}: "
+         f"{'each answers' if len(best) > 1 else 'it answers'} {_range(low[best[0]])} of needle prompts at "
+         f"c ≤ {max_ratio:g}, question {when}")
+    default = next((x for x in low if is_library_default(x)), None)
+    if default is not None and default not in best:
+        s += f"; the default answers {_range(low[default])}"
+    return s + "."
+
+
+def findings_text(summary: dict) -> str:
+    """``findings.md`` from a complete confirmatory summary (MyST): the source sentence, the verdict counts of every
+    planned pair (with the cells where protection fills the budget, which the plan does not judge), the pooled needle
+    accuracies of every setting beside the uncompressed answer, and the paired needle tests counted per mode."""
+    from .findings import _table, spec_name
+
+    cfg = summary["config"]
+    kl = summary["kl"]
+    out = [f"*From the confirmatory run.* {cfg['documents']} documents from {cfg['works']} works, never used for a "
+           "choice, were measured once, after the plan was committed.",
+           f"Each verdict comes from an interval over works adjusted for the plan's {kl['m']} judged comparisons "
+           f"(level {kl['level']:.5f}).",
+           ]
+    groups = verdict_groups(summary)
+    best = list(dict.fromkeys(b for g in groups if g["reference"] == BEST_BASELINE for b in g["references"]))
+    if best:
+        out.append(f"A cell's best tuned baseline is the one the tune documents picked there: "
+                   f"{_or([spec_name(b, legend=True) for b in best])}.")
+    out += ["", "Verdicts of each planned pair over its cells (KL ratio below 1: the first setting moved the "
+            "predictions less):", ""]
+    rows = []
+    for g in groups:
+        ref = "best tuned baseline" if g["reference"] == BEST_BASELINE else spec_name(g["reference"], legend=True)
+        rows.append([spec_name(g["a"], legend=True), ref, *(g["counts"][v] for v in VERDICTS)])
+    out += _table(["setting", "against", "better", "worse", "no det. diff.", "protection fills the budget"], rows,
+                  "llrrrr")
+    acc = needle_accuracy(summary)
+    if acc:
+        ratios = sorted({c for by in acc.values() for s in by.values() for c in s})
+        modes = list(acc)
+        settings = list(dict.fromkeys(s for m in modes for s in acc[m]))
+        header = ["setting", *(f"{m} {c:g}" for m in modes for c in ratios)]
+        body = [[spec_name(s, legend=True), *(_pct(acc[m][s][c]) if c in acc[m].get(s, {}) else "–"
+                                               for m in modes for c in ratios)] for s in settings]
+        n = cfg["needle_design"]
+        out += ["", f"Needle accuracy (mode and c), pooled over prompts {', '.join(map(str, n['lengths']))}: "
+                f"{len(n['depths']) * n['trials']} prompts per prompt length and cell, fresh keys:", "",
+                *_table(header, body, "l" + "r" * (len(header) - 1))]
+        for m in modes:
+            pairs = summary["needle"][m]["pairs"]
+            found = sum(p["verdict"] in ("better", "worse") for p in pairs)
+            out += ["", f"With the question {'after compression' if m == 'after' else 'inside the prompt'}, the exact "
+                    f"paired test (Holm) finds a difference in {found} of {len(pairs)} planned pairs."]
+    from .findings import _paragraphs
+
+    return "\n".join(_paragraphs(out)) + "\n"

@@ -1,0 +1,172 @@
+"""The confirmatory summary in words (results.confirm_findings), on a synthetic run with known verdicts: every count
+in the answer and the findings is recounted here from the per-document KL ratios and the needle answers, each
+sentence of the answer is short, an incomplete run leaves the dev text in place, and a complete one replaces the
+landing answer and the findings."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from jacap_lib.results import answer as A
+from jacap_lib.results import confirm_findings as CF
+from jacap_lib.results import confirm_summary as CS
+from jacap_lib.results import findings as F
+from jacap_lib.results import loaders as R
+from jacap_lib.results.confirm_plan import SENTENCES
+from jacap_lib.results.needle import FULL, needle_keys
+from jacap_lib.results.paths import data_path
+
+WORKS = {f"d{i}": f"w{i // 2}" for i in range(12)}  # 6 works of 2 excerpts
+DESIGN = {"lengths": [512, 1024], "ratios": [0.5], "depths": [0.5], "trials": 4, "modes": ["after"], "seed": 1}
+DEFAULT, KVZIP, KVGRAD, EA = "jacap_context", "kvzip", "kvgrad", "expected_attention"
+#: (a, b, purpose, cell, judged); "PROMPT" is the setting JacapPromptPress() builds
+PLAN = [(DEFAULT, KVZIP, "the default against kvzip", "512/0.5", True),
+        (DEFAULT, KVZIP, "the default against kvzip", "1024/0.5", True),
+        (DEFAULT, KVGRAD, "against the best tuned baseline", "512/0.5", True),
+        (DEFAULT, EA, "against the best tuned baseline; the default against expected_attention", "1024/0.5", True),
+        ("PROMPT", KVGRAD, "against the best tuned baseline", "512/0.5", True),
+        ("PROMPT", EA, "against the best tuned baseline", "512/0.95", False)]
+#: each setting's KL per cell, as a multiple of the document's base KL: so every ratio is the same on every document
+#: (the default / KVzip 0.5 and 2; / KVgrad 1; / Expected Attention 0.25; the prompt press / KVgrad 3)
+KL = {"512/0.5": {KVZIP: 2.0, KVGRAD: 1.0, DEFAULT: 1.0, "PROMPT": 3.0},
+      "1024/0.5": {KVZIP: 0.5, EA: 4.0, DEFAULT: 1.0},
+      "512/0.95": {EA: 1.0, "PROMPT": 1.0}}
+#: needle answers per setting (the same at both lengths): right on the first k of the 4 prompts
+RIGHT = {FULL: 4, DEFAULT: 4, KVZIP: 3, KVGRAD: 1, EA: 0, "PROMPT": 2}
+
+
+@pytest.fixture(scope="module")
+def prompt():
+    return R.load_eval_choices()["chosen"]["jacap_obs"]  # the setting JacapPromptPress() builds
+
+
+def _plan(prompt):
+    comps = []
+    for a, b, what, cell, judged in PLAN:
+        c = {"a": prompt if a == "PROMPT" else a, "b": b, "what": what, "cell": cell, "judged": judged}
+        if not judged:
+            c["label"] = "protection fills the budget"
+        comps.append(c)
+    settings = [DEFAULT, KVZIP, KVGRAD, EA, prompt]
+    return {"comparisons": comps, "run": settings, "sentences": SENTENCES,
+            "adjustment": {"m": 5, "per_interval": 1 - 0.05 / 5}, "needle": {**DESIGN, "settings": settings}}
+
+
+def _rows(prompt):
+    kl = []
+    for i, d in enumerate(WORKS):
+        base = 0.01 * (1 + i % 5)
+        for cell, by in KL.items():
+            L, c = cell.split("/")
+            kl += [{"doc": d, "method": prompt if m == "PROMPT" else m, "length": int(L), "ratio": float(c),
+                    "kl": base * x} for m, x in by.items()]
+    needle = []
+    for L in DESIGN["lengths"]:
+        for (depth, t), key in needle_keys((0.5,), 4, 1).items():
+            for s, k in RIGHT.items():
+                needle.append({"method": prompt if s == "PROMPT" else s, "length": L, "ratio": 0.0 if s == FULL else 0.5,
+                               "depth": depth, "trial": t, "key": key, "mode": "after", "correct": t < k})
+    return kl, needle
+
+
+@pytest.fixture(scope="module")
+def summary(prompt):
+    kl, needle = _rows(prompt)
+    out = CS.summarize(_plan(prompt), "sha", kl, needle, WORKS, n_resamples=500)
+    assert out["complete"]
+    return out
+
+
+def test_groups_count_the_plans_verdicts(summary, prompt):
+    groups = {(g["a"], g["reference"]): g for g in CF.verdict_groups(summary)}
+    # recount from the per-document ratios: a constant ratio r gives the interval [r, r]
+    want = {(DEFAULT, "kvzip"): {"better": 1, "worse": 1},
+            (DEFAULT, CF.BEST_BASELINE): {"better": 1, "no detectable difference": 1},  # 0.25 vs EA, 1.0 vs KVgrad
+            (DEFAULT, "expected_attention"): {"better": 1},
+            (prompt, CF.BEST_BASELINE): {"worse": 1, "protection fills the budget": 1}}
+    assert set(groups) == set(want)
+    for key, counts in want.items():
+        assert groups[key]["counts"] == {**dict.fromkeys(CF.VERDICTS, 0), **counts}, key
+    assert groups[DEFAULT, CF.BEST_BASELINE]["references"] == [KVGRAD, EA]
+    assert [g["what"] for g in CF.verdict_groups(summary)][0] == "against the best tuned baseline"
+
+
+def test_needle_accuracy_is_pooled_over_lengths(summary, prompt):
+    acc = CF.needle_accuracy(summary)["after"]
+    for s, k in RIGHT.items():
+        assert acc[prompt if s == "PROMPT" else s] == {0.5: pytest.approx(k / 4)}
+
+
+def test_answer_sentences_are_the_counts_in_plain_words(summary):
+    lines = CF.answer_lines(summary)
+    assert lines[0] == ("On 12 fresh documents from 6 works, the default `JacapPress()` keeps a lower KL than KVzip "
+                        "in 1 of 2 judged cells and a higher one in 1.")
+    assert lines[1] == ("Against each cell's best tuned baseline (KVgrad or Expected Attention), the default is better "
+                        "in 1, worse in 0 and not distinguishable in 1 of 2 judged cells.")
+    assert lines[2] == ("The prompt press `JacapPromptPress()`, which reads the prompt once, is better in 0, worse in 1 "
+                        "and not distinguishable in 0 of 1 judged cells.")
+    assert lines[3] == ("To keep a fact of the prompt, use the default `JacapPress()`: it answers 100 % of needle "
+                        "prompts at c ≤ 0.75, question after.")
+    for s in lines:
+        assert len(s.split()) <= A.MAX_WORDS, s
+    # with the cost sentence the landing answer stays within its limits and is labelled confirmatory
+    _, mech = R.load_mechanisms()
+    text = A.answer_lines(R.load_eval_summary(), R.load_needle_summary(), mech, R.load_ladder_summary(),
+                          R.load_field_summary(), confirm=summary)
+    assert text[0].startswith("*The answer, from the confirmatory run") and text[1:5] == lines
+    assert len(text) - 1 <= A.MAX_SENTENCES and text[-1].startswith("The second reading has a price")
+
+
+def test_findings_table_counts_and_needle(summary, prompt):
+    text = CF.findings_text(summary)
+    assert text.startswith("*From the confirmatory run.* 12 documents from 6 works")
+    assert "adjusted for the plan's 5 judged comparisons (level 0.99000)" in text
+    assert "| default JacapPress() | KVzip | 1 | 1 | 0 | 0 |" in text
+    assert "| JacapPromptPress() | best tuned baseline | 0 | 1 | 0 | 1 |" in text
+    assert "A cell's best tuned baseline is the one the tune documents picked there: KVgrad or Expected Attention." in text
+    assert "| uncompressed | 100 % |" in text and "| KVgrad | 25 % |" in text and "| Expected Attention | 0 % |" in text
+    # the judged pairs at the needle cells 512/0.5 (3) and 1024/0.5 (2): four prompts each
+    pairs = summary["needle"]["after"]["pairs"]
+    assert len(pairs) == 5 and all(p["verdict"] != "better" or p["holm_p"] <= 0.05 for p in pairs)
+    found = sum(p["verdict"] in ("better", "worse") for p in pairs)
+    assert f"finds a difference in {found} of 5 planned pairs" in text
+
+
+def test_write_uses_the_confirmatory_summary_only_when_complete(tmp_path, summary):
+    root = tmp_path / "data"
+    ev = root / "results" / "eval"
+    (ev / "peers").mkdir(parents=True)
+    (ev / "confirm").mkdir()
+    (root / "diagnostics").mkdir()
+    for name in ("summary.json", "needle_summary.json"):
+        shutil.copy(data_path("results", "eval", name), ev / name)
+    for name in ("ladder_summary.json", "field_summary.json"):
+        shutil.copy(data_path("results", "eval", "peers", name), ev / "peers")
+    shutil.copy(data_path("diagnostics", "mechanisms.json"), root / "diagnostics")
+    dev_answer = data_path("results", "eval", A.FILE).read_text(encoding="utf-8")
+    dev_findings = data_path("results", "eval", F.FILE).read_text(encoding="utf-8")
+    (ev / "confirm" / "summary.json").write_text(json.dumps({**summary, "complete": False}))
+    assert CF.load(ev) is None
+    assert A.write(ev).read_text(encoding="utf-8") == dev_answer
+    assert F.write(ev).read_text(encoding="utf-8") == dev_findings
+    (ev / "confirm" / "summary.json").write_text(json.dumps(summary))
+    assert CF.load(ev)["complete"] is True
+    assert A.write(ev).read_text(encoding="utf-8").startswith("*The answer, from the confirmatory run")
+    assert CF.write(ev).read_text(encoding="utf-8") == CF.findings_text(json.loads(json.dumps(summary)))
+    # a later dev summary job leaves the confirmatory findings as they are
+    assert F.write(ev).read_text(encoding="utf-8") == CF.findings_text(json.loads(json.dumps(summary)))
+    (ev / "confirm" / "summary.json").unlink()
+    assert CF.write(ev) is None and F.write(ev).read_text(encoding="utf-8") == dev_findings
+
+
+def test_an_unknown_purpose_or_verdict_is_refused(summary):
+    bad = json.loads(json.dumps(summary))
+    bad["kl"]["comparisons"][0]["what"] = "something else"
+    with pytest.raises(ValueError, match="unknown purpose"):
+        CF.verdict_groups(bad)
+    bad = json.loads(json.dumps(summary))
+    bad["kl"]["comparisons"][0]["verdict"] = "incomplete"
+    with pytest.raises(ValueError, match="incomplete"):
+        CF.verdict_groups(bad)
