@@ -597,6 +597,23 @@ def test_resume_refuses_a_spec_whose_defaults_changed(tmp_path):
     E.check_settings_unchanged(tmp_path / "none.jsonl", {"jacap": ("jacap",)})  # nothing to resume
 
 
+def test_resume_keeps_rows_of_a_renamed_class(tmp_path):
+    """Rows recorded when jacap's press class was named JacapPress (now JacapPromptPress), also inside AdaKV, resume
+    under the same spec; the same options with a changed field still refuse."""
+    from jacap_lib.presses.registry import method_options, press_from_spec
+
+    out = tmp_path / "kl.jsonl"
+    io.append_jsonl(out, {"method": "jacap"})
+    plain, wrapped = (method_options(press_from_spec(s, 0.5)) for s in ("jacap", "jacap_adakv"))
+    assert plain["class"] == "JacapPromptPress" and wrapped["press"]["class"] == "JacapPromptPress"
+    io.append_run(out, {"settings": {"jacap": {**plain, "class": "JacapPress"},
+                                     "jacap_adakv": {**wrapped, "press": {**wrapped["press"], "class": "JacapPress"}}}})
+    E.check_settings_unchanged(out, None, ["jacap", "jacap_adakv"])
+    io.append_run(out, {"settings": {"jacap_adakv": {**wrapped, "press": {**wrapped["press"], "window": 3}}}})
+    with pytest.raises(ValueError, match=r"'jacap_adakv'.*press"):
+        E.check_settings_unchanged(out, None, ["jacap_adakv"])
+
+
 def test_an_option_without_effect_does_not_block_a_resume(tmp_path):
     """deff_frac only sets the effective-dimension rule's target: with a fixed noise a recorded deff_frac that
     differs from today's is no other press (resume allowed, same_setting true); with noise="deff" it is."""

@@ -433,6 +433,11 @@ def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
     return res
 
 
+def _without(record: dict, keys: set) -> dict:
+    """``record`` without ``keys``, in it and in every press record nested in it (a wrapper's scorer)."""
+    return {k: _without(v, keys) if isinstance(v, dict) else v for k, v in record.items() if k not in keys}
+
+
 def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(0.5,), build=None) -> None:
     """Refuse to resume ``out`` when a setting now builds another press than the rows were made with.
 
@@ -440,22 +445,24 @@ def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(
     baseline) means today's defaults, which may move (``JacapPromptPress``'s defaults are a tune choice). Every earlier
     run of ``out`` recorded each
     setting's resolved options; a spec whose options differ today (the compression ratio aside) would mix two
-    presses under one name, so this raises ``ValueError`` naming it and the fix (a new ``--dir``)."""
+    presses under one name, so this raises ``ValueError`` naming it and the fix (a new ``--dir``).
+
+    The press classes' names are not compared: the spec's registry name fixes the method and its options fix the
+    press, so a class renamed under the same registry name keeps its rows (``jacap``'s ``JacapPress``, which became
+    ``JacapPromptPress`` when ``JacapPress`` became the default context press)."""
     from ...presses.registry import effective_options, method_options, press_from_spec
 
     if not Path(out).is_file():
         return
     specs = list(specs or []) + [s for v in (space or {}).values() for s in v]
-    drop = {"compression_ratio"}
+    drop = {"compression_ratio", "class"}
     for run in files.read_runs(out):
         for spec in specs:
             then = (run.get("settings") or {}).get(spec)
             if then is None:
                 continue
-            now = method_options((build or press_from_spec)(spec, float(ratios[0])))
-            now = json.loads(json.dumps({k: v for k, v in now.items() if k not in drop}))
-            a = effective_options({k: v for k, v in then.items() if k not in drop})
-            b = effective_options(now)
+            now = json.loads(json.dumps(method_options((build or press_from_spec)(spec, float(ratios[0])))))
+            a, b = effective_options(_without(then, drop)), effective_options(_without(now, drop))
             if a != b:
                 diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
                 raise ValueError(f"{out} holds rows of {spec!r} made with other options ({', '.join(diff)}: "
