@@ -73,11 +73,11 @@ def test_field_frame_prints_each_comparison_per_cell_and_marks_protection():
             "peers": _rows(specs["kvzip"], lambda i: 1.0, cells, docs),
             "first": _rows(specs["one_prefill"], lambda i: 1.0, cells, docs)}
     frame = field_frame(FD.summarize_field(rows, specs, seed=1))
-    assert list(frame.columns) == ["jacap_context / KVzip", "JacapPromptPress() / KVzip", "jacap_context / JacapPromptPress()"]
+    assert list(frame.columns) == ["default / KVzip", "prompt press / KVzip", "default / prompt press"]
     assert list(frame.index) == ["512 / 0.5", "512 / 0.95"]
-    assert frame.loc["512 / 0.5", "jacap_context / KVzip"] == "0.50 better"  # 8 of 8 documents halve their KL
-    assert frame.loc["512 / 0.95", "jacap_context / KVzip"] == "0.50 better (p)"
-    assert frame.loc["512 / 0.5", "JacapPromptPress() / KVzip"] == "1.00 identical"
+    assert frame.loc["512 / 0.5", "default / KVzip"] == "0.50 better"  # 8 of 8 documents halve their KL
+    assert frame.loc["512 / 0.95", "default / KVzip"] == "0.50 better (p)"
+    assert frame.loc["512 / 0.5", "prompt press / KVzip"] == "1.00 identical"
 
 
 def _needle(spec, correct, mode="after", L=512, c=0.5):
@@ -117,10 +117,10 @@ def test_needle_frame_prints_accuracies_and_won_lost_counts():
     row = needle_frame(summary).loc[("after", "512 / 0.5")]
     assert row["uncompressed"] == "90"
     # Wilson interval of 2 of 10 at 95 %: [5.7 %, 51.0 %]
-    assert row["KVzip"] == "20 [6, 51]" and row["jacap_context"].startswith("100 [")
+    assert row["KVzip"] == "20 [6, 51]" and row["default"].startswith("100 [")
     row = needle_frame(summary, "comparisons").loc[("after", "512 / 0.5")]
-    assert row["jacap_context vs KVzip"] == "8-0 better"
-    assert row["JacapPromptPress() vs KVzip"] == "0-2 n.d."
+    assert row["default vs KVzip"] == "8-0 better"
+    assert row["prompt press vs KVzip"] == "0-2 n.d."
     assert needle_frame({"modes": {}, "m": 0}).empty
     with pytest.raises(ValueError, match="part"):
         needle_frame(summary, "both")

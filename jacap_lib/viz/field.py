@@ -70,12 +70,12 @@ def ladder_frame(summary: dict) -> pd.DataFrame:
 
 
 #: the field summary's roles (``results.field_dev.ROLES``) as a table's column names
-ROLE_NAMES = {"context": "jacap_context", "kvzip": "KVzip", "one_prefill": "JacapPromptPress()"}
+ROLE_NAMES = {"context": "default", "kvzip": "KVzip", "one_prefill": "prompt press"}
 
 
 def field_frame(summary: dict) -> pd.DataFrame:
     """The field summary (``peers/field_summary.json``) as a table: one row per cell (L / c), one column per
-    comparison ("jacap_context / KVzip", ...), each entry the geometric-mean KL ratio on the dev documents and its
+    comparison ("default / KVzip", ...), each entry the geometric-mean KL ratio on the dev documents and its
     verdict's word (interval adjusted over every comparison and cell), marked "(p)" where a setting's protected tokens
     fill its budget (its score chose nothing there)."""
     from ..results.findings import verdict_word
@@ -124,7 +124,7 @@ def needle_frame(summary: dict, part: str = "accuracy") -> pd.DataFrame:
     frame = pd.DataFrame.from_dict(rows, orient="index").fillna("")
     if len(frame):
         frame.index = pd.MultiIndex.from_tuples(frame.index, names=["mode", "L / c"])
-    return wrapped(frame)  # headers such as "jacap_context vs JacapPromptPress()" wrap at their spaces
+    return wrapped(frame)  # headers such as "default vs prompt press" wrap at their spaces
 
 def ladder_figure(summary: dict, *, title: str | None = None) -> go.Figure:
     """Each ladder step's geometric-mean KL ratio to the step before, per cell, with its adjusted interval (log axis;
