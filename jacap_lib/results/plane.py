@@ -21,7 +21,7 @@ Every point carries its spec, its family (the registry name), the book's name fo
 ``prose_name`` for a sentence; the same for the reference), the
 number of dev documents and of needle prompts, and whether a Jacap setting's protection fills the budget there
 (:func:`~jacap_lib.results.protection.protection_fills_budget`). The dev documents are exploratory (they helped
-choose the default), so the points describe; they judge nothing. :func:`answer_lines` turns the points into the
+choose the prompt press), so the points describe; they judge nothing. :func:`answer_lines` turns the points into the
 chapter's opening sentences.
 """
 from __future__ import annotations

@@ -102,7 +102,7 @@ def kl_retrieval_figure(points: list[dict], *, lengths=None, ratios=None, interv
     prompts = sorted({p["n_prompts"] for p in keep})
     span = lambda v: "-".join(map(str, v[:: max(1, len(v) - 1)]))  # noqa: E731
     note = (f"KL over the {span(docs)} dev documents (exploratory: used in four rounds, they helped choose the "
-            f"default); {span(prompts)} needle prompts per panel (a 5-digit key hidden in filler, the question asked "
+            f"prompt press); {span(prompts)} needle prompts per panel (a 5-digit key hidden in filler, the question asked "
             "after the compressed prompt). One point per method's chosen setting.")
     head = title or "Predictions kept (KL ratio) against a fact kept (needle accuracy), per budget"
     lines, note_lines = textwrap.wrap(head, 48), textwrap.wrap(note, 96)  # short lines: clear of the modebar
