@@ -46,8 +46,6 @@ def test_answer_is_short_plain_and_labelled():
     assert 1 <= len(sentences) <= A.MAX_SENTENCES
     for s in sentences:
         assert len(s.split()) <= A.MAX_WORDS, s
-    confirm = A.answer_text(*_inputs(), confirmatory=True)
-    assert confirm.startswith("*The answer, from the confirmatory summary:*")
 
 
 def test_answer_from_the_field_recomputed_from_the_files():

@@ -148,11 +148,11 @@ def test_write_uses_the_confirmatory_summary_only_when_complete(tmp_path, summar
     dev_answer = data_path("results", "eval", A.FILE).read_text(encoding="utf-8")
     dev_findings = data_path("results", "eval", F.FILE).read_text(encoding="utf-8")
     (ev / "confirm" / "summary.json").write_text(json.dumps({**summary, "complete": False}))
-    assert CF.load(ev) is None
+    assert R.load_confirm_summary(ev) is None
     assert A.write(ev).read_text(encoding="utf-8") == dev_answer
     assert F.write(ev).read_text(encoding="utf-8") == dev_findings
     (ev / "confirm" / "summary.json").write_text(json.dumps(summary))
-    assert CF.load(ev)["complete"] is True
+    assert R.load_confirm_summary(ev)["complete"] is True
     assert A.write(ev).read_text(encoding="utf-8").startswith("*The answer, from the confirmatory run")
     assert CF.write(ev).read_text(encoding="utf-8") == CF.findings_text(json.loads(json.dumps(summary)))
     # a later dev summary job leaves the confirmatory findings as they are

@@ -367,6 +367,14 @@ def kept_positions(model, capture, cache) -> torch.Tensor:
     return torch.stack(out)
 
 
+def _masks_after_prefill(press: str) -> str:
+    """Why a press that scores after the prefill cannot be inspected, and what to inspect instead."""
+    return (f"{press} scores after the prefill and masks keys across heads and layers (kvpress's "
+            "masked_key_indices, as KVzip does) instead of shrinking the cache, so each head keeps its own number of "
+            "tokens; inspect_eviction shows presses that evict from the cache per head: inspect the prompt press "
+            "(method 'jacap', JacapPromptPress) or another ScorerPress")
+
+
 @contextmanager
 def capture_kept(model, press, store: dict):
     """Apply ``press`` to ``model`` (like ``with press(model)``) and fill ``store[layer_idx]`` with
@@ -411,11 +419,7 @@ def capture_kept(model, press, store: dict):
         # a press that scores after the prefill (kvpress KVzip, the default JacapPress) masks keys across heads and
         # layers when its context closes: the cache the hooks saw kept every token, so there is nothing true to show
         clear_masks(model)
-        raise ValueError(
-            f"{type(press).__name__} masks keys across heads and layers after the prefill (kvpress's "
-            "masked_key_indices, as KVzip does) instead of shrinking the cache, so each head keeps its own number of "
-            "tokens; inspect_eviction shows presses that evict from the cache per head: inspect the prompt press "
-            "(method 'jacap', JacapPromptPress) or another ScorerPress")
+        raise ValueError(_masks_after_prefill(type(press).__name__))
 
 
 def _ids(tokenizer, text, chat: bool) -> torch.Tensor:
@@ -451,11 +455,8 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     press, name = _press_for(method, compression_ratio, opts)
     import kvpress
 
-    if isinstance(press, kvpress.KVzipPress):  # KVzip, KVgrad and the default JacapPress: masks, set after the prefill
-        raise ValueError(f"method {name!r}: {type(press).__name__} scores after the prefill and masks keys across heads "
-                         "and layers (kvpress's masked_key_indices), so every head keeps its own number of tokens; "
-                         "inspect_eviction shows presses that evict per head from the cache: inspect the prompt press "
-                         "(method 'jacap', JacapPromptPress) or another ScorerPress")
+    if isinstance(press, kvpress.KVzipPress):  # KVzip, KVgrad and the default JacapPress: refused before the prefill
+        raise ValueError(f"method {name!r}: " + _masks_after_prefill(type(press).__name__))
     compression_ratio = float(getattr(press, "compression_ratio", DEFAULT_RATIO if compression_ratio is None
                                       else compression_ratio))
     ids = _ids(tokenizer, text, chat).to(next(model.parameters()).device)

@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from . import files
-from .findings import SETTING_NAMES, setting_name, tuned_families, verdict_counts, verdict_word
+from .findings import DEFAULT_NAME, SETTING_NAMES, or_list, setting_name, tuned_families, verdict_counts, verdict_word
 from .rowstats import ALGORITHM1, family
 
 __all__ = ["FILE", "answer_lines", "predictions_lines", "field_lines", "answer_text", "write", "MAX_SENTENCES",
@@ -139,10 +139,6 @@ def _kvzip_prefill_ratios(ladder: dict) -> list[float]:
             if "kvzip" in t and "none" in t]
 
 
-def _or(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
-
-
 def _field_predictions(field: dict) -> list[str]:
     """Two sentences from the whole field on the dev documents (``field_summary.json``'s ``table``): the two presses
     with the lowest KL over all cells (and whether both read the context a second time), then the closest press that
@@ -157,7 +153,7 @@ def _field_predictions(field: dict) -> list[str]:
     ref = spec_name(field["table"]["reference_spec"])
     top = done[:2]
     twice = all(m["method"] in RECONSTRUCTION_METHODS for m in top)
-    s1 = (f"To keep the next-token predictions, use {_or([spec_name(m['spec']) for m in top])}: the lowest KL of the "
+    s1 = (f"To keep the next-token predictions, use {or_list([spec_name(m['spec']) for m in top])}: the lowest KL of the "
           f"{len(done)} presses measured on the dev documents" + ("; both read the context twice." if twice else "."))
     once = next((m for m in done if m["method"] not in RECONSTRUCTION_METHODS), None)
     default = next((m for m in done if is_prompt_default(m["spec"])), None)
@@ -200,7 +196,7 @@ def _field_facts(field: dict, max_ratio: float = 0.75, mode: str = "after") -> s
     chosen = {m["method"]: m["spec"] for m in table["methods"] + table["missing"]}  # every method's tune choice
     lo, hi = 100 * min(acc[best[0]]), 100 * max(acc[best[0]])
     rng = f"{lo:.0f} %" if lo == hi else f"{lo:.0f}–{hi:.0f} %"
-    s = (f"To keep a fact of the prompt, use {_or([spec_name(chosen[m]) for m in best])}: "
+    s = (f"To keep a fact of the prompt, use {or_list([spec_name(chosen[m]) for m in best])}: "
          f"{'each answers' if len(best) > 1 else 'it answers'} {rng} of needle prompts at c ≤ {max_ratio:g}")
     done = [m for m in table["methods"] if m["complete"] and m["method"] not in RECONSTRUCTION_METHODS]
     once = next((m for m in done if m["method"] in acc), None)
@@ -220,21 +216,19 @@ def _field_cost(field: dict, ladder: dict | None) -> str | None:
     rel = [c["ratio"] for b in field.get("cost", {}).get("lengths", []) for c in b["comparisons"]
            if (c["setting"], c["reference"]) == ("context", "kvzip")]
     if rel:
-        from .findings import DEFAULT_NAME
-
         s += f", and {DEFAULT_NAME['prose']}'s {min(rel):.2f}–{max(rel):.2f} times KVzip's"
     return s + "."
 
 
 def answer_lines(summary: dict, needle: dict | None = None, mechanisms: list | None = None, ladder: dict | None = None,
-                 field: dict | None = None, *, confirmatory: bool = False, confirm: dict | None = None) -> list[str]:
+                 field: dict | None = None, *, confirm: dict | None = None) -> list[str]:
     """The label line, then at most :data:`MAX_SENTENCES` sentences. With the whole field on the dev documents
     (``field``: ``peers/field_summary.json``, every method's tune choice beside KVzip): which presses keep the
     predictions, the closest one that reads the context once, which keeps a fact, why Jacap's Algorithm 1 behaves as
     it does, and what the second reading costs. Without it, from the first rounds' summary: which baseline keeps the
     predictions, which Jacap presses come closest, which keeps a fact, why, and what KVzip does on the tune documents.
-    ``confirmatory``: the summary is the confirmatory one (else the label says exploratory). ``confirm``: a complete
-    confirmatory summary (``confirm/summary.json``): then the answer is its verdicts
+    The label says the dev summary is exploratory. ``confirm``: a complete confirmatory summary
+    (``confirm/summary.json``): then the answer is its verdicts
     (:func:`jacap_lib.results.confirm_findings.answer_lines`) and the measured cost of the second reading, labelled
     confirmatory."""
     if confirm is not None:
@@ -243,8 +237,7 @@ def answer_lines(summary: dict, needle: dict | None = None, mechanisms: list | N
         out = confirm_lines(confirm) + [s for s in (_field_cost(field, ladder) if field else None,) if s]
         return ["*The answer, from the confirmatory run (fresh documents, judged once by a plan committed first):*",
                 *out[:MAX_SENTENCES]]
-    label = ("*The answer, from the confirmatory summary:*" if confirmatory else
-             "*The answer, from the exploratory dev summary (documents that also chose the settings):*")
+    label = "*The answer, from the exploratory dev summary (documents that also chose the settings):*"
     lines = _field_predictions(field) if field and field.get("table") else []
     if lines:
         rest = (_field_facts(field), _why(mechanisms), _field_cost(field, ladder))
@@ -256,25 +249,24 @@ def answer_lines(summary: dict, needle: dict | None = None, mechanisms: list | N
 
 
 def answer_text(summary: dict, needle: dict | None = None, mechanisms: list | None = None, ladder: dict | None = None,
-                field: dict | None = None, *, confirmatory: bool = False, confirm: dict | None = None) -> str:
+                field: dict | None = None, *, confirm: dict | None = None) -> str:
     """:func:`answer_lines` as one MyST paragraph."""
-    return " ".join(answer_lines(summary, needle, mechanisms, ladder, field, confirmatory=confirmatory,
-                                 confirm=confirm)) + "\n"
+    return " ".join(answer_lines(summary, needle, mechanisms, ladder, field, confirm=confirm)) + "\n"
 
 
 def write(out_dir=None) -> Path | None:
     """Rewrite ``answer.md`` in ``out_dir`` (default ``data/results/eval``) from the summaries there: the confirmatory
-    ``confirm/summary.json`` once it is complete (:func:`jacap_lib.results.confirm_findings.load`), else the dev
+    ``confirm/summary.json`` once it is complete (:func:`jacap_lib.results.loaders.load_confirm_summary`), else the dev
     ``summary.json``, ``needle_summary.json`` and the whole field (``peers/field_summary.json``), with
     ``peers/ladder_summary.json`` and the mechanism diagnostics. ``None`` (nothing written) without a dev summary."""
-    from .confirm_findings import load as load_confirm
+    from .loaders import load_confirm_summary
     from .paths import data_path
 
     d = Path(out_dir) if out_dir is not None else data_path("results", "eval", must_exist=False)
     source = d / "summary.json"
     if not source.exists():
         return None
-    confirm = load_confirm(d)
+    confirm = load_confirm_summary(d)
     summary = files.read_json(source, require=("config", "families"), hint="jacap evaluate summary")
     needle_path, ladder_path = d / "needle_summary.json", d / "peers" / "ladder_summary.json"
     field_path = d / "peers" / "field_summary.json"

@@ -13,8 +13,8 @@ once on the confirmatory documents. This module only words them; it chooses noth
 * :func:`findings_text` gives ``findings.md`` (:func:`write` writes it): the source, the verdict table, the needle
   table and one-claim sentences.
 
-:func:`load` returns the summary only when the run is complete (every planned row there); until then the answer and
-the findings stay on the dev documents, labelled exploratory (:func:`jacap_lib.results.answer.write`,
+:func:`jacap_lib.results.loaders.load_confirm_summary` returns the summary only when the run is complete (every
+planned row there); until then the answer and the findings stay on the dev documents, labelled exploratory (:func:`jacap_lib.results.answer.write`,
 :func:`jacap_lib.results.findings.write`, which leaves a confirmatory ``findings.md`` alone).
 """
 from __future__ import annotations
@@ -23,11 +23,9 @@ from pathlib import Path
 
 from . import files
 
-__all__ = ["FILE", "load", "write", "verdict_groups", "needle_accuracy", "answer_lines", "findings_text", "BEST_BASELINE",
+__all__ = ["write", "verdict_groups", "needle_accuracy", "answer_lines", "findings_text", "BEST_BASELINE",
            "VERDICTS"]
 
-#: where the confirmatory summary lives, under the evaluation folder
-FILE = ("confirm", "summary.json")
 #: the reference name of the comparisons against the best tuned baseline of each cell
 BEST_BASELINE = "the best tuned baseline"
 #: the verdict columns, in order; "protection fills the budget" is the plan's label of an unjudged cell
@@ -36,23 +34,16 @@ _PLAN_WHAT = {"against the best tuned baseline": None, "the default against kvzi
               "the default against expected_attention": "expected_attention"}
 
 
-def load(eval_dir=None) -> dict | None:
-    """The confirmatory summary of ``eval_dir`` (default ``data/results/eval``) when it exists and is complete;
-    ``None`` otherwise (no run yet, or rows still missing): :func:`jacap_lib.results.loaders.load_confirm_summary`."""
-    from .loaders import load_confirm_summary
-
-    return load_confirm_summary(eval_dir)
-
-
 def write(eval_dir=None) -> Path | None:
     """Rewrite ``findings.md`` in ``eval_dir`` (default ``data/results/eval``) from the complete confirmatory summary
     there (:func:`findings_text`); ``None`` (nothing written) while it is missing or incomplete. The dev findings'
     writer (:func:`jacap_lib.results.findings.write`) leaves the file alone from then on."""
     from .findings import FILE as FINDINGS
+    from .loaders import load_confirm_summary
     from .paths import data_path
 
     d = Path(eval_dir) if eval_dir is not None else data_path("results", "eval", must_exist=False)
-    summary = load(d)
+    summary = load_confirm_summary(d)
     if summary is None:
         return None
     path = d / FINDINGS
@@ -130,10 +121,6 @@ def _range(values: list[float]) -> str:
     return _pct(lo) if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}–{100 * hi:.0f} %"
 
 
-def _or(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
-
-
 def answer_lines(summary: dict, *, max_ratio: float = 0.75, mode: str = "after") -> list[str]:
     """The landing page's answer from a complete confirmatory summary: which press keeps the predictions (the
     default against KVzip, then against the best tuned baseline), the prompt press beside it, and which press keeps
@@ -163,7 +150,7 @@ def answer_lines(summary: dict, *, max_ratio: float = 0.75, mode: str = "after")
 
 
 def _fact(summary: dict, max_ratio: float, mode: str) -> str | None:
-    from .findings import spec_name
+    from .findings import or_list, spec_name
     from .rowstats import is_library_default
 
     acc = needle_accuracy(summary).get(mode)
@@ -177,7 +164,7 @@ def _fact(summary: dict, max_ratio: float, mode: str) -> str | None:
     top = max(key(s) for s in low)
     best = [s for s in low if key(s) == top]
     when = "after" if mode == "after" else "inside the prompt"
-    s = (f"To keep a fact of the prompt, use {_or([spec_name(b) for b in best])}: "
+    s = (f"To keep a fact of the prompt, use {or_list([spec_name(b) for b in best])}: "
          f"{'each answers' if len(best) > 1 else 'it answers'} {_range(low[best[0]])} of needle prompts at "
          f"c ≤ {max_ratio:g}, question {when}")
     default = next((x for x in low if is_library_default(x)), None)
@@ -190,7 +177,7 @@ def findings_text(summary: dict) -> str:
     """``findings.md`` from a complete confirmatory summary (MyST): the source sentence, the verdict counts of every
     planned pair (with the cells where protection fills the budget, which the plan does not judge), the pooled needle
     accuracies of every setting beside the uncompressed answer, and the paired needle tests counted per mode."""
-    from .findings import _table, spec_name
+    from .findings import _paragraphs, _table, or_list, spec_name
 
     cfg = summary["config"]
     kl = summary["kl"]
@@ -203,7 +190,7 @@ def findings_text(summary: dict) -> str:
     best = list(dict.fromkeys(b for g in groups if g["reference"] == BEST_BASELINE for b in g["references"]))
     if best:
         out.append(f"A cell's best tuned baseline is the one the tune documents picked there: "
-                   f"{_or([spec_name(b, legend=True) for b in best])}.")
+                   f"{or_list([spec_name(b, legend=True) for b in best])}.")
     out += ["", "Verdicts of each planned pair over its cells (KL ratio below 1: the first setting moved the "
             "predictions less):", ""]
     rows = []
@@ -229,6 +216,4 @@ def findings_text(summary: dict) -> str:
             found = sum(p["verdict"] in ("better", "worse") for p in pairs)
             out += ["", f"With the question {'after compression' if m == 'after' else 'inside the prompt'}, the exact "
                     f"paired test (Holm) finds a difference in {found} of {len(pairs)} planned pairs."]
-    from .findings import _paragraphs
-
     return "\n".join(_paragraphs(out)) + "\n"

@@ -29,7 +29,7 @@ from .precision import interval_text
 
 __all__ = ["short_spec", "tuned_families", "setting_name", "spec_name", "DEFAULT_NAME", "PROMPT_NAME", "SETTING_NAMES", "needle_table", "SOURCE", "WORDS", "verdict_word", "verdict_counts", "counts_text", "family_counts", "setting_text",
            "METHOD_WORDS", "accuracy_findings", "kl_findings", "needle_findings", "findings_text", "write", "FILE",
-           "needle_baseline_lines", "layer_lines", "kind_lines", "swap_lines", "ladder_setting_lines", "ladder_lines", "needle_lines"]
+           "needle_baseline_lines", "layer_lines", "kind_lines", "swap_lines", "ladder_setting_lines", "ladder_lines", "needle_lines", "or_list"]
 
 FILE = "findings.md"
 #: the four verdict kinds, in the order the counts are printed
@@ -280,6 +280,11 @@ def _fills(spec: str, r: dict) -> bool:
     from .protection import protection_fills_budget
 
     return protection_fills_budget(spec, int(r["length"]), float(r["ratio"]))
+
+
+def or_list(names: list[str]) -> str:
+    """``"A"``, ``"A or B"``, ``"A, B or C"``: names joined for a sentence."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def _table(header: list[str], rows: list[list], align: str) -> list[str]:
