@@ -27,6 +27,7 @@ def test_press_options_only_steer_jacap():
     assert W.press_options("jacap", 5, 0.9) == {"tau": 5.0, "beta": 0.9}
     assert W.press_options("jacap_two_stage", 5, None) == {"tau": 5.0, "beta": None}
     assert W.press_options("snapkv", 5, 0.9) == {}
+    assert W.press_options("jacap_context", 5, 0.9, "tempered") == {"tau": 5.0, "centre": "tempered"}  # no beta
     # the centre goes to a press that offers it; a variant that rebuilds the tempered centre keeps its own
     assert W.press_options("jacap", 5, 0.9, "tempered") == {"tau": 5.0, "beta": 0.9, "centre": "tempered"}
     assert W.press_options("jacap_two_stage", 5, None, "observed") == {"tau": 5.0, "beta": None}

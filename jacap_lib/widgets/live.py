@@ -30,14 +30,18 @@ def _centres(method: str) -> tuple:
 
 def press_options(method: str, tau: float, beta: float | None, centre: str | None = None) -> dict:
     """Constructor options a control setting means for ``method``: tau/beta (and ``centre``, where the method's press
-    offers it: the variants that rebuild the tempered centre do not) steer only Jacap presses."""
+    offers it: the variants that rebuild the tempered centre do not) steer only Jacap presses, each only where the
+    press has it (the default ``jacap_context`` summarises its reconstruction queries without ``beta``)."""
     if not isinstance(method, str):
         raise ValueError(f"method must be a registry name, got {method!r}")
     if centre is not None and centre not in CENTRE_CHOICES:
         raise ValueError(f"centre must be one of {CENTRE_CHOICES} or None, got {centre!r}")
     if not method.startswith("jacap"):
         return {}
-    out = {"tau": float(tau), "beta": beta}
+    from jacap_lib.presses.registry import valid_options
+
+    valid = valid_options(method)
+    out = {k: v for k, v in (("tau", float(tau)), ("beta", beta)) if k in valid}
     if centre is not None and centre in _centres(method):
         out["centre"] = centre
     return out
