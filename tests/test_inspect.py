@@ -123,6 +123,21 @@ def test_inspect_press_that_masks_after_the_prefill(model_tok, method, opts, rai
 
 
 @pytest.mark.model
+def test_inspect_default_with_a_per_head_budget(model_tok):
+    """JacapPress(budget="head") masks int(N c) entries in every head after its second reading: the inspection shows
+    one budget again, each head's kept set its top scores once the sinks and window are raised."""
+    model, tok = model_tok
+    res = inspect_eviction(model, tok, TEXT, "jacap_context", 0.5, window=8, budget="head")
+    N = res.n_tokens
+    assert res.n_kept.eq(N - int(N * 0.5)).all() and res.budget == N - int(N * 0.5)
+    assert repr(res).splitlines()[1].startswith(f"  per head: budget {N - int(N * 0.5)} = ")
+    score = res.score.masked_fill(res.protected, float("inf"))
+    lowest_kept = score.masked_fill(~res.kept_mask, float("inf")).amin(-1)
+    highest_evicted = score.masked_fill(res.kept_mask, float("-inf")).amax(-1)
+    assert bool((highest_evicted <= lowest_kept).all())
+
+
+@pytest.mark.model
 def test_inspect_head_wise_budget_of_adakv(model_tok):
     """AdaKV around the prompt press keeps the layer's budget summed over its heads, each head its own share (at
     least the safeguard's fraction), chosen by the prompt press's recorded score."""
