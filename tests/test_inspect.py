@@ -192,6 +192,9 @@ def test_masked_positions_count_as_evicted_and_heads_keep_their_own_number():
     assert insp.n_scored.tolist() == [[2, 2], [2, 1]]
     assert repr(insp).endswith("per head: 2-3 kept (mean 2) = 1-2 kept by score + 1 protected (first 1); "
                                "3-4 evicted; no score recorded")
+    # a protected position the mask hides all the same (a global budget below the protected entries) is evicted
+    insp.masked[0, 0, 0] = True
+    assert insp.statuses(0, 0)[0] == "evicted" and insp.n_protected[0, 0] == 0 and insp.n_kept[0, 0] == 2
 
 
 def _expand(runs):

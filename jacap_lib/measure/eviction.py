@@ -179,14 +179,15 @@ class EvictionInspection:
 
     @property
     def status(self) -> torch.Tensor:
-        """Int8Tensor (L, H, N): 0 evicted, 1 kept by score, 2 protected (names: ``STATUSES[code]``)."""
-        out = self.kept_mask.to(torch.int8)
-        return out.masked_fill_(self.protected_mask, PROTECTED)
+        """Int8Tensor (L, H, N): 0 evicted, 1 kept by score, 2 protected (names: ``STATUSES[code]``); a protected
+        position a masking press hid all the same (a budget below the protected entries) is evicted."""
+        kept = self.kept_mask
+        return kept.to(torch.int8).masked_fill_(self.protected_mask & kept, PROTECTED)
 
     @property
     def n_protected(self) -> torch.Tensor:
-        """LongTensor (L, H): protected tokens per head."""
-        return self.protected_mask.sum(-1)
+        """LongTensor (L, H): protected tokens each head keeps."""
+        return (self.protected_mask & self.kept_mask).sum(-1)
 
     @property
     def n_scored(self) -> torch.Tensor:
