@@ -104,10 +104,10 @@ def live_app(model, tokenizer, context: str = DEMO_CONTEXT, question: str = DEMO
     import ipywidgets as W
     from IPython.display import display
 
-    ex = EvictionExplorer(model, tokenizer, context, question)
-    n_layers, n_heads = model.config.num_hidden_layers, model.config.num_key_value_heads
     from jacap_lib.presses.registry import list_methods
 
+    ex = EvictionExplorer(model, tokenizer, context, question)
+    n_layers, n_heads = model.config.num_hidden_layers, model.config.num_key_value_heads
     # every registry press: those that mask keys (the default jacap_context, KVzip) show each head's own count
     method = W.Dropdown(options=list_methods(), value="jacap", description="method")
     ratio = W.FloatSlider(value=0.75, min=0.1, max=0.9, step=0.05, description="c", continuous_update=False)
