@@ -192,7 +192,6 @@ BAD = [
     (["decompose", "--out", "{tmp}/d", "--sel-n", "30"], "sel-n"),
     (["decompose", "--out", "{tmp}/d", "--text", "{tmp}/none.txt"], "text"),
     (["inspect", "--method", "nosuch"], "--method"),
-    (["inspect", "--method", "jacap_context"], "--method jacap_context: it masks keys"),
     (["inspect", "--kl-table", "--ratios", "0.5", "-0.1"], "--ratios"),
     (["inspect", "--kl-table", "--layer", "1"], "--layer"),
     (["inspect", "--layer", "-1"], "--layer"),

@@ -134,6 +134,34 @@ def test_findings_table_counts_and_needle(summary, prompt):
     assert f"finds a difference in {found} of 5 planned pairs" in text
 
 
+def test_kl_verdicts_lead_while_the_needle_run_goes_on(tmp_path, summary, prompt):
+    """Every KL row there, half of the needle prompts: the answer and the findings give the KL verdicts, print no
+    needle accuracy or test (a Holm adjustment over part of the pairs is not the plan's), say how far the needle run
+    has got, and the answer's fact sentence is the dev documents', labelled so."""
+    kl, needle = _rows(prompt)
+    part = CS.summarize(_plan(prompt), "sha", kl, needle[: len(needle) // 2], WORKS, n_resamples=500)
+    assert part["kl"]["complete"] and not part["complete"] and not CF.needle_done(part, "after")
+    # by hand: 2 lengths x 1 cell x 4 prompts x (5 settings + the uncompressed answer) = 48 planned; the first
+    # half of the rows is the whole of prompt length 512
+    assert CF.needle_progress(part, "after") == (24, 48) and CF.needle_accuracy(part) == {}
+    lines = CF.answer_lines(part)
+    assert lines == CF.answer_lines(summary)[:3]  # the same KL sentences, no fact sentence
+    field = R.load_field_summary()
+    _, mech = R.load_mechanisms()
+    text = A.answer_lines(R.load_eval_summary(), R.load_needle_summary(), mech, R.load_ladder_summary(), field,
+                          confirm=part)
+    assert text[0].startswith("*The answer, from the confirmatory run's KL verdicts") and "dev" in text[0]
+    assert text[1:4] == lines and text[4] == A._field_facts(field) and text[4].startswith("To keep a fact")
+    assert len(text) - 1 <= A.MAX_SENTENCES
+    findings = CF.findings_text(part)
+    assert "| default JacapPress() | KVzip | 1 | 1 | 0 | 0 |" in findings
+    assert "Needle accuracy" not in findings and "paired test" not in findings
+    assert ("The needle run with the question after compression is not finished: 24 of 48 planned prompts are "
+            "answered.") in findings
+    with pytest.raises(ValueError, match="part"):
+        R.load_confirm_summary(tmp_path, part="needle")
+
+
 def test_write_uses_the_confirmatory_summary_only_when_complete(tmp_path, summary):
     root = tmp_path / "data"
     ev = root / "results" / "eval"
@@ -147,8 +175,10 @@ def test_write_uses_the_confirmatory_summary_only_when_complete(tmp_path, summar
     shutil.copy(data_path("diagnostics", "mechanisms.json"), root / "diagnostics")
     dev_answer = data_path("results", "eval", A.FILE).read_text(encoding="utf-8")
     dev_findings = data_path("results", "eval", F.FILE).read_text(encoding="utf-8")
-    (ev / "confirm" / "summary.json").write_text(json.dumps({**summary, "complete": False}))
-    assert R.load_confirm_summary(ev) is None
+    missing_kl = {**summary, "complete": False, "kl": {**summary["kl"], "complete": False}}
+    (ev / "confirm" / "summary.json").write_text(json.dumps(missing_kl))
+    assert R.load_confirm_summary(ev) is None and R.load_confirm_summary(ev, part="kl") is None
+    assert R.load_confirm_summary(ev, part=None)["complete"] is False
     assert A.write(ev).read_text(encoding="utf-8") == dev_answer
     assert F.write(ev).read_text(encoding="utf-8") == dev_findings
     (ev / "confirm" / "summary.json").write_text(json.dumps(summary))

@@ -150,6 +150,17 @@ def test_live_eviction_checks_against_the_given_run():
     assert not E.check("live-eviction.3", "sharper", cool=cool, hot=hot)
     with pytest.raises(ValueError, match="inspection="):
         E.check("live-eviction.1", 4)
+    # exercise 4 on a hand-built masking inspection: layer 1 keeps 3 + 2 + 2 = 7 tokens, layer 0 keeps 2 + 4 + 0
+    from jacap_lib.measure.eviction import EvictionInspection
+
+    masked = torch.ones(2, 3, 10, dtype=torch.bool)
+    for (l, h), n in {(0, 0): 2, (0, 1): 4, (0, 2): 0, (1, 0): 3, (1, 1): 2, (1, 2): 2}.items():
+        masked[l, h, :n] = False
+    spread = EvictionInspection(method="jacap_context", compression_ratio=0.5, options={}, token_ids=list(range(10)),
+                                tokens=[str(i) for i in range(10)], kept=torch.arange(10).expand(2, 3, 10),
+                                masked=masked)
+    assert E.check("live-eviction.4", 1, inspection=spread)
+    assert "sum over the heads" in E.check("live-eviction.4", 0, inspection=spread).message
     with pytest.raises(ValueError, match="flatter"):
         E.check("live-eviction.3", 3, cool=cool, hot=hot)
 

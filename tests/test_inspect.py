@@ -72,21 +72,95 @@ def test_inspect_baseline_records_score_only(model_tok):
         inspect_eviction(model, tok, TEXT, "nope", 0.5)
 
 
+def _masks_of(model, press, ids) -> torch.Tensor:
+    """kvpress's own run of ``press`` (no inspection hooks): the (L, H, N) positions its masks hide, read from
+    every attention module's ``masked_key_indices``; the masks are then dropped."""
+    from transformers import DynamicCache
+
+    from jacap_lib.hf import clear_masks
+
+    with torch.inference_mode(), press(model):
+        model.model(input_ids=ids, past_key_values=DynamicCache())
+    L, H, N = model.config.num_hidden_layers, model.config.num_key_value_heads, ids.shape[1]
+    out = torch.zeros(L, H, N, dtype=torch.bool)
+    for layer in model.model.layers:
+        b, h, s = (t.cpu() for t in layer.self_attn.masked_key_indices)
+        out[layer.self_attn.layer_idx, h[b == 0], s[b == 0]] = True
+    clear_masks(model)
+    return out
+
+
+def _no_masks_left(model) -> bool:
+    return all(getattr(layer.self_attn, "masked_key_indices", None) is None for layer in model.model.layers)
+
+
 @pytest.mark.model
-def test_inspect_refuses_masking_presses(model_tok):
+@pytest.mark.parametrize("method,opts,raised", [("jacap_context", {"window": 8}, (4, 8)), ("kvzip", {}, (4, 0))])
+def test_inspect_press_that_masks_after_the_prefill(model_tok, method, opts, raised):
+    """The default JacapPress and KVzip hide, after the prefill, the int(c * entries) lowest-scoring entries of the
+    whole model (a global budget): the inspection's evicted entries are kvpress's own masks, and no evicted entry
+    outscores a kept one once the protected entries (sinks, the default's window) are raised."""
+    from jacap_lib.presses.registry import build_press
+
+    model, tok = model_tok
+    res = inspect_eviction(model, tok, TEXT, method, 0.5, **opts)
+    assert _no_masks_left(model)
+    L, H, N = res.n_layers, res.n_heads, res.n_tokens
+    assert torch.equal(res.kept, torch.arange(N).expand(L, H, N)) and res.masked.shape == (L, H, N)
+    assert int(res.masked.sum()) == int(L * H * N * 0.5) and int(res.n_kept.sum()) == L * H * N - int(L * H * N * 0.5)
+    assert res.n_kept.unique().numel() > 1  # the budget is spread unevenly over heads and layers
+    ids = tok(TEXT, return_tensors="pt", add_special_tokens=False).input_ids
+    assert torch.equal(res.masked, _masks_of(model, build_press(method, 0.5, **opts), ids))
+    n_sink, window = raised
+    up = torch.zeros(N, dtype=torch.bool)
+    up[:n_sink] = True
+    if window:
+        up[N - window:] = True
+    assert torch.equal(res.protected, up.expand(L, H, N))  # the budget holds them: kept in every head
+    score = res.score.masked_fill(up, float("inf"))
+    assert float(score[res.masked].max()) <= float(score[~res.masked].min())  # brute force: the global lowest
+    assert "kept (mean" in repr(res) and res.budget == int(res.n_kept.sum()) // (L * H)
+
+
+@pytest.mark.model
+def test_inspect_default_with_a_per_head_budget(model_tok):
+    """JacapPress(budget="head") masks int(N c) entries in every head after its second reading: the inspection shows
+    one budget again, each head's kept set its top scores once the sinks and window are raised."""
+    model, tok = model_tok
+    res = inspect_eviction(model, tok, TEXT, "jacap_context", 0.5, window=8, budget="head")
+    N = res.n_tokens
+    assert res.n_kept.eq(N - int(N * 0.5)).all() and res.budget == N - int(N * 0.5)
+    assert repr(res).splitlines()[1].startswith(f"  per head: budget {N - int(N * 0.5)} = ")
+    score = res.score.masked_fill(res.protected, float("inf"))
+    lowest_kept = score.masked_fill(~res.kept_mask, float("inf")).amin(-1)
+    highest_evicted = score.masked_fill(res.kept_mask, float("-inf")).amax(-1)
+    assert bool((highest_evicted <= lowest_kept).all())
+
+
+@pytest.mark.model
+def test_inspect_head_wise_budget_of_adakv(model_tok):
+    """AdaKV around the prompt press keeps the layer's budget summed over its heads, each head its own share (at
+    least the safeguard's fraction), chosen by the prompt press's recorded score."""
     from kvpress import AdaKVPress
 
     from jacap_lib.presses.jacap import JacapPromptPress
 
     model, tok = model_tok
-    with pytest.raises(ValueError, match="masking"):
-        inspect_eviction(model, tok, TEXT, AdaKVPress(press=JacapPromptPress(0.5)))
-    assert all(getattr(layer.self_attn, "masked_key_indices", None) is None for layer in model.model.layers)
-    # the default JacapPress, KVzip and KVgrad mask after the prefill: refused before it, the model left without masks
-    for method in ("jacap_context", "kvzip", "kvgrad"):
-        with pytest.raises(ValueError, match="scores after the prefill"):
-            inspect_eviction(model, tok, TEXT, method, 0.5)
-    assert all(getattr(layer.self_attn, "masked_key_indices", None) is None for layer in model.model.layers)
+    press = AdaKVPress(press=JacapPromptPress(0.5, window=4), alpha_safeguard=0.2)
+    res = inspect_eviction(model, tok, TEXT, press)
+    assert _no_masks_left(model)
+    N = res.n_tokens
+    budget = compute_n_kept(N, 0.5)
+    assert res.n_kept.sum(-1).tolist() == [res.n_heads * budget] * res.n_layers
+    assert int(res.n_kept.min()) >= int(0.2 * budget) and res.n_kept.unique().numel() > 1
+    assert res.alpha is not None and res.protected[..., :4].all() and res.protected[..., N - 4:].all()
+    score = res.score.masked_fill(res.protected, float("inf"))
+    for l in range(res.n_layers):  # within a head, every kept token outscores every evicted one
+        for h in range(res.n_heads):
+            kept = res.kept_mask[l, h]
+            if kept.all():
+                continue
+            assert float(score[l, h][~kept].max()) <= float(score[l, h][kept].min())
 
 
 # ----------------------------------------------------------------------------- statuses, view, HTML
@@ -99,6 +173,28 @@ def _hand_built():
     return EvictionInspection(method="jacap", compression_ratio=0.5, options={}, token_ids=list(range(6)),
                               tokens=tokens, kept=kept, protected=prot, score=torch.arange(24.).reshape(2, 2, 6),
                               model="tiny")
+
+
+def test_masked_positions_count_as_evicted_and_heads_keep_their_own_number():
+    """A hand-built masking inspection: the cache holds every position, the masks hide some; by hand, the status,
+    the per-head counts, the mean budget and the repr follow."""
+    base = _hand_built()
+    kept = torch.arange(6).expand(2, 2, 6)
+    masked = torch.ones(2, 2, 6, dtype=torch.bool)
+    masked.scatter_(-1, base.kept, False)  # the same kept sets as the hand-built one ...
+    masked[1, 1, 5] = True  # ... except that layer 1, head 1 also hides position 5
+    insp = EvictionInspection(method="kvzip", compression_ratio=0.5, options={}, token_ids=base.token_ids,
+                              tokens=base.tokens, kept=kept, protected=base.protected, masked=masked)
+    expected = base.status.clone()
+    expected[1, 1, 5] = 0
+    assert torch.equal(insp.status, expected)
+    assert insp.n_kept.tolist() == [[3, 3], [3, 2]] and insp.budget == 11 // 4
+    assert insp.n_scored.tolist() == [[2, 2], [2, 1]]
+    assert repr(insp).endswith("per head: 2-3 kept (mean 2) = 1-2 kept by score + 1 protected (first 1); "
+                               "3-4 evicted; no score recorded")
+    # a protected position the mask hides all the same (a global budget below the protected entries) is evicted
+    insp.masked[0, 0, 0] = True
+    assert insp.statuses(0, 0)[0] == "evicted" and insp.n_protected[0, 0] == 0 and insp.n_kept[0, 0] == 2
 
 
 def _expand(runs):
@@ -123,7 +219,7 @@ def test_status_view_round_trip_and_repr_on_a_hand_built_inspection():
             assert _expand(runs) == per_token
     assert insp.view(0, 0) == "«\\[a\\]»[ b\\·c\\«d\\»]· e\\\\f g·"
     assert repr(insp) == ("EvictionInspection(jacap at c=0.5 on tiny: N=6 prompt tokens, 2 layers x 2 KV heads)\n"
-                          "  per head: budget 3 = 2 kept by score + 1 protected (first 1 + last 0); 3 evicted")
+                          "  per head: budget 3 = 2 kept by score + 1 protected (first 1); 3 evicted")
     rows = insp.head_table(0, 1)
     assert [r["status"] for r in rows] == ["protected", "evicted", "evicted", "kept", "evicted", "kept"]
     assert rows[2]["score"] == 8.0
@@ -232,3 +328,17 @@ def test_baselines_protect_nothing(model_tok):
     res = inspect_eviction(model, tok, TEXT, "streaming_llm", 0.5)
     assert not res.protected.any() and res.n_scored.eq(res.budget).all()
     assert "0 protected" in repr(res) and set(MARKS) == {"kept", "protected", "evicted"}
+
+
+@pytest.mark.model
+def test_cli_inspects_the_default_press(capsys):
+    """`jacap inspect --method jacap_context` (the default JacapPress, which masks after the prefill) prints each
+    head's own count and the marked text of the asked head."""
+    from jacap_lib import cli
+
+    cli.main(["inspect", "--method", "jacap_context[window=8]", "--ratio", "0.5", "--text", TEXT, "--layer", "3",
+              "--head", "1"])
+    out = capsys.readouterr().out
+    assert "kept (mean" in out and "layer 3, KV head 1:" in out
+    marked = out.split("layer 3, KV head 1:", 1)[1].split("\n", 2)[1]
+    assert "".join(text for text, _ in parse_view(marked)) == TEXT

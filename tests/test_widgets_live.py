@@ -27,6 +27,7 @@ def test_press_options_only_steer_jacap():
     assert W.press_options("jacap", 5, 0.9) == {"tau": 5.0, "beta": 0.9}
     assert W.press_options("jacap_two_stage", 5, None) == {"tau": 5.0, "beta": None}
     assert W.press_options("snapkv", 5, 0.9) == {}
+    assert W.press_options("jacap_context", 5, 0.9, "tempered") == {"tau": 5.0, "centre": "tempered"}  # no beta
     # the centre goes to a press that offers it; a variant that rebuilds the tempered centre keeps its own
     assert W.press_options("jacap", 5, 0.9, "tempered") == {"tau": 5.0, "beta": 0.9, "centre": "tempered"}
     assert W.press_options("jacap_two_stage", 5, None, "observed") == {"tau": 5.0, "beta": None}
@@ -127,15 +128,18 @@ def test_explorer_callbacks_on_the_bundled_model():
     assert after.hits == before.hits + 1 and after.misses == before.misses
 
 
-def test_inspectable_methods_are_scorer_presses():
-    from kvpress import ScorerPress
-
-    from jacap_lib.presses.registry import build_press, list_methods
-
-    names = W.inspectable_methods()
-    assert "jacap" in names and "snapkv" in names
-    for name in set(list_methods()) - set(names):
-        assert not isinstance(build_press(name, 0.5), ScorerPress)
+def test_head_budgets_show_each_heads_count():
+    """The heatmap's cells are each (layer, head)'s kept share, also when a masking press gives heads different
+    counts (hand-built: head 1 of layer 0 hides two of its kept positions)."""
+    insp = _fake()
+    masked = torch.zeros(insp.n_layers, insp.n_heads, insp.n_tokens, dtype=torch.bool)
+    masked[0, 1, insp.kept[0, 1, :2]] = True
+    insp.masked = masked
+    fig = V.head_budgets(insp)
+    z = torch.tensor(fig.data[0].z)
+    assert z.shape == (insp.n_heads, insp.n_layers)
+    torch.testing.assert_close(z, insp.n_kept.T.float() / insp.n_tokens)
+    assert int(insp.n_kept[0, 1]) == insp.kept.shape[-1] - 2 and "mean" in V._title(insp, None, None)
 
 
 def test_strip_padding_is_blank_text_not_null():

@@ -17,6 +17,10 @@ def _last_token_kept(inspection):
     return float(inspection.keep_fraction()[-1])
 
 
+def _layer_keeping_most(inspection):
+    return int(inspection.n_kept.sum(-1).argmax())
+
+
 def _spread(alpha) -> float:
     """Median over (layer, head) caches of max/min of alpha."""
     return float((alpha.amax(-1) / alpha.amin(-1)).median())
@@ -54,4 +58,11 @@ EXERCISES = [
         _flatter_or_sharper,
         custom(_grade_word, "exact word"),
         given=("cool", "hot")),
+    Exercise(
+        "The default JacapPress() hides the lowest-scoring entries of the whole model. At c = 0.5 on the demo text, "
+        "which layer keeps the most tokens, summed over its KV heads? (inspection = the default's inspection)",
+        _layer_keeping_most,
+        integer(hint="n_kept is (layers, KV heads): sum over the heads first, then take the layer with the "
+                     "largest sum (layers count from 0)."),
+        given=("inspection",)),
 ]

@@ -3,10 +3,15 @@
 :func:`inspect_eviction` prefills a text with a press active and records, per layer x KV head,
 
 * the kept positions - read back from the cache itself: the compressed keys are matched row by
-  row against the uncompressed keys (exact equality), so this works for any kvpress press;
-* the press's raw score per token (any :class:`kvpress.ScorerPress`, before sink/window protection);
+  row against the uncompressed keys (exact equality), so this works for any kvpress press; keys a press hides
+  from attention instead of dropping them (kvpress's ``masked_key_indices``: KVzip, KVgrad, the default
+  :class:`~jacap_lib.presses.jacap_context.JacapPress`, AdaKV's head-wise budgets) are read from the masks and
+  count as evicted, so each head may keep its own number of tokens;
+* the press's raw score per token (any :class:`kvpress.ScorerPress`, and the presses that score after the
+  prefill from the context's reconstruction: KVzip, KVgrad and the default ``JacapPress``), before protection;
 * the protected positions - the slots the press keeps whatever their score (for Jacap presses: the first
-  ``n_sink`` and the last ``window`` positions, read from the press's own ``protected`` mask);
+  ``n_sink`` and the last ``window`` positions, read from the press's own ``protected`` mask; for KVzip and KVgrad
+  their ``n_sink`` sinks);
 * for Jacap presses, Algorithm 1's components ``alpha, rho, kappa, weight, leverage`` per token.
 
 Every prompt token then has one *status* per layer and KV head: ``"kept"`` (kept because of its score),
@@ -89,7 +94,7 @@ def phrase_kept(inspection, phrase: str) -> float:
 @dataclass
 class EvictionInspection:
     """Result of :func:`inspect_eviction` (L layers, H KV heads, N prompt tokens, B = the budget: tokens
-    kept per head).
+    kept per head; a press that masks keys may give each head its own number, :attr:`n_kept`).
 
     ``repr`` gives two lines (model, method, ratio, N, budget, kept by score vs protected);
     :meth:`view` the text of one head with every token marked; :attr:`status` every token's status in
@@ -100,13 +105,17 @@ class EvictionInspection:
     method, compression_ratio, options : what was run.
     token_ids : list[int] (N,)
     tokens : list[str] (N,) each token decoded on its own.
-    kept : LongTensor (L, H, B), ascending kept positions.
+    kept : LongTensor (L, H, B'), ascending positions the compressed cache holds (B' = B unless the press masks).
+    masked : BoolTensor (L, H, N) or None - positions the cache holds but the press hides from every later query
+        (kvpress's ``masked_key_indices``); they count as evicted. ``None`` for presses that only shrink the cache.
     score : FloatTensor (L, H, N) or None - the press's score (higher = keep), before protection.
     alpha, rho, kappa, weight, leverage : FloatTensor (L, H, N) or None - Jacap's components.
     protected : BoolTensor (L, H, N) or None - True for the positions the press keeps *whatever their
         score*: for :class:`~jacap_lib.presses.jacap.JacapPromptPress` and its variants, the first ``n_sink``
         positions (attention sinks) and the last ``window`` positions (the recent window, shrunk when the
-        budget cannot hold it), as the press's own ``protected`` mask reports them. All False for kvpress
+        budget cannot hold it), as the press's own ``protected`` mask reports them; for the default
+        ``JacapPress`` its sinks and window, for KVzip and KVgrad their sinks (a global budget smaller than the
+        protected entries keeps a tie-broken part of them: the rest shows as evicted). All False for the other kvpress
         baselines: they protect nothing explicitly (their built-in recency - SnapKV's observation window,
         StreamingLLM's sinks and recent tokens - enters through their score, so it shows as kept).
         ``None`` only for hand-built inspections (then treated as all False).
@@ -127,6 +136,7 @@ class EvictionInspection:
     leverage: torch.Tensor | None = None
     protected: torch.Tensor | None = None
     model: str = ""
+    masked: torch.Tensor | None = None
 
     @property
     def n_layers(self) -> int:
@@ -142,14 +152,23 @@ class EvictionInspection:
 
     @property
     def budget(self) -> int:
-        """B: tokens kept per (layer, KV head), protected ones included."""
-        return self.kept.shape[-1]
+        """B: tokens kept per (layer, KV head), protected ones included; where a masking press gives the heads
+        different numbers (:attr:`n_kept`), their mean rounded down."""
+        if self.masked is None:
+            return self.kept.shape[-1]
+        return int(self.n_kept.sum()) // (self.n_layers * self.n_heads)
 
     @property
     def kept_mask(self) -> torch.Tensor:
-        """BoolTensor (L, H, N): True where the token stays in the cache (by score or protected)."""
+        """BoolTensor (L, H, N): True where a later query still sees the token (kept by score or protected)."""
         mask = torch.zeros(self.n_layers, self.n_heads, self.n_tokens, dtype=torch.bool)
-        return mask.scatter_(-1, self.kept, True)
+        mask.scatter_(-1, self.kept, True)
+        return mask if self.masked is None else mask & ~self.masked
+
+    @property
+    def n_kept(self) -> torch.Tensor:
+        """LongTensor (L, H): tokens each head keeps (all :attr:`budget` unless the press masks keys)."""
+        return self.kept_mask.sum(-1)
 
     @property
     def protected_mask(self) -> torch.Tensor:
@@ -160,18 +179,19 @@ class EvictionInspection:
 
     @property
     def status(self) -> torch.Tensor:
-        """Int8Tensor (L, H, N): 0 evicted, 1 kept by score, 2 protected (names: ``STATUSES[code]``)."""
-        out = self.kept_mask.to(torch.int8)
-        return out.masked_fill_(self.protected_mask, PROTECTED)
+        """Int8Tensor (L, H, N): 0 evicted, 1 kept by score, 2 protected (names: ``STATUSES[code]``); a protected
+        position a masking press hid all the same (a budget below the protected entries) is evicted."""
+        kept = self.kept_mask
+        return kept.to(torch.int8).masked_fill_(self.protected_mask & kept, PROTECTED)
 
     @property
     def n_protected(self) -> torch.Tensor:
-        """LongTensor (L, H): protected tokens per head."""
-        return self.protected_mask.sum(-1)
+        """LongTensor (L, H): protected tokens each head keeps."""
+        return (self.protected_mask & self.kept_mask).sum(-1)
 
     @property
     def n_scored(self) -> torch.Tensor:
-        """LongTensor (L, H): tokens kept by score per head (``budget - n_protected``)."""
+        """LongTensor (L, H): tokens kept by score per head (``n_kept - n_protected``)."""
         return (self.kept_mask & ~self.protected_mask).sum(-1)
 
     def __repr__(self) -> str:
@@ -187,10 +207,18 @@ class EvictionInspection:
         lead, trail = prot.int().cumprod(-1).sum(-1), prot.flip(-1).int().cumprod(-1).sum(-1)  # (L, H) runs
         if bool(prot.any()) and not bool(prot.all()) and bool((lead + trail == self.n_protected).all()) \
                 and lead.unique().numel() == 1 and trail.unique().numel() == 1:
-            where = f" (first {int(lead.flatten()[0])} + last {int(trail.flatten()[0])})"
+            first, last = int(lead.flatten()[0]), int(trail.flatten()[0])
+            where = f" (first {first}" + (f" + last {last})" if last else ")")
         scored = "" if self.score is not None else "; no score recorded"
-        return (f"{head}\n  per head: budget {self.budget} = {span(self.n_scored)} kept by score + "
-                f"{span(self.n_protected)} protected{where}; {self.n_tokens - self.budget} evicted{scored}")
+        n_kept = self.n_kept
+        if bool((n_kept == n_kept.flatten()[0]).all()):
+            kept = f"budget {int(n_kept.flatten()[0])}"
+            evicted = f"{self.n_tokens - int(n_kept.flatten()[0])} evicted"
+        else:  # a masking press spreads its budget over heads and layers
+            kept = f"{span(n_kept)} kept (mean {self.budget})"
+            evicted = f"{span(self.n_tokens - n_kept)} evicted"
+        return (f"{head}\n  per head: {kept} = {span(self.n_scored)} kept by score + "
+                f"{span(self.n_protected)} protected{where}; {evicted}{scored}")
 
     def check_head(self, layer, head) -> None:
         for name, value, n in (("layer", layer, self.n_layers), ("head", head, self.n_heads)):
@@ -367,20 +395,29 @@ def kept_positions(model, capture, cache) -> torch.Tensor:
     return torch.stack(out)
 
 
-def _masks_after_prefill(press: str) -> str:
-    """Why a press that scores after the prefill cannot be inspected, and what to inspect instead."""
-    return (f"{press} scores after the prefill and masks keys across heads and layers (kvpress's "
-            "masked_key_indices, as KVzip does) instead of shrinking the cache, so each head keeps its own number of "
-            "tokens; inspect_eviction shows presses that evict from the cache per head: inspect the prompt press "
-            "(method 'jacap', JacapPromptPress) or another ScorerPress")
+def _masked_positions(module, slots: torch.Tensor, n: int) -> torch.Tensor | None:
+    """BoolTensor ``(H, n)``: the prompt positions ``module``'s kvpress mask (``masked_key_indices``, cache slots of
+    batch row 0) hides, ``slots`` (``(H, B')``) giving each cache slot's true position; ``None`` without a mask."""
+    masked = getattr(module, "masked_key_indices", None)
+    if masked is None:
+        return None
+    b, h, s = (t.cpu() for t in masked)
+    sel = b == 0
+    out = torch.zeros(slots.shape[0], n, dtype=torch.bool)
+    out[h[sel], slots.cpu()[h[sel], s[sel]]] = True
+    return out
 
 
 @contextmanager
 def capture_kept(model, press, store: dict):
     """Apply ``press`` to ``model`` (like ``with press(model)``) and fill ``store[layer_idx]`` with
-    ``(full_keys, kept_positions)`` after every layer's compression. Works with any kvpress press."""
+    ``(full_keys, kept_positions, masked)`` after every layer's compression: the uncompressed keys ``(1, H, N, d)``,
+    the positions the compressed cache holds ``(1, H, B')`` and the positions the press hides from attention
+    (``(H, N)`` bool, kvpress's ``masked_key_indices``, or ``None``). Works with any kvpress press: a head-wise budget
+    (AdaKV) masks during the prefill; KVzip, KVgrad and the default JacapPress mask when the context closes, after
+    their reconstruction pass (read then, and dropped from the model: the inspection has them)."""
     attns = attention_modules(model)
-    full = {}
+    full, slots = {}, {}
 
     def before(module, args, kwargs, output):
         cache = kwargs["past_key_values"]
@@ -388,18 +425,15 @@ def capture_kept(model, press, store: dict):
 
     def after(module, args, kwargs, output):
         i = module.layer_idx
-        if getattr(module, "masked_key_indices", None) is not None:
-            raise ValueError(
-                f"{type(press).__name__} evicts by masking keys per head (kvpress head-wise budgets, e.g. AdaKV) "
-                "instead of shrinking the cache; inspect_eviction reads kept positions from the cache and "
-                "supports presses that physically evict (ScorerPress and its budget wrappers)"
-            )
         keys = kwargs["past_key_values"].layers[i].keys.detach()
         if i in full and keys.shape[2] <= full[i].shape[2]:
-            store[i] = (full[i], kept_indices(full[i], keys))
+            slots[i] = kept_indices(full[i], keys, sort=False)  # (1, H, B'): cache slot -> true position
+            n = full[i].shape[2]
+            store[i] = (full[i], slots[i].sort(-1).values, _masked_positions(module, slots[i][0], n))
 
     from ..hf import clear_masks
 
+    clear_masks(model)  # a mask left by an earlier run would hide keys of this prefill
     first = [a.register_forward_hook(before, with_kwargs=True) for a in attns]  # run before the press's hooks
     try:
         with press(model):
@@ -409,17 +443,14 @@ def capture_kept(model, press, store: dict):
             finally:
                 for h in last:
                     h.remove()
-    except BaseException:
-        clear_masks(model)  # a refused masking press leaves no mask on the model
-        raise
+        for a in attns:  # masks set after the prefill (KVzip's reconstruction pass): read them, then drop them
+            i = a.layer_idx
+            if i in store and store[i][2] is None and getattr(a, "masked_key_indices", None) is not None:
+                store[i] = (*store[i][:2], _masked_positions(a, slots[i][0], store[i][0].shape[2]))
     finally:
         for h in first:
             h.remove()
-    if any(getattr(a, "masked_key_indices", None) is not None for a in attns):
-        # a press that scores after the prefill (kvpress KVzip, the default JacapPress) masks keys across heads and
-        # layers when its context closes: the cache the hooks saw kept every token, so there is nothing true to show
         clear_masks(model)
-        raise ValueError(_masks_after_prefill(type(press).__name__))
 
 
 def _ids(tokenizer, text, chat: bool) -> torch.Tensor:
@@ -446,6 +477,9 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     Returns
     -------
     :class:`EvictionInspection`: per layer and KV head, every token kept by score, protected or evicted.
+    A press that hides keys instead of dropping them (the default ``JacapPress``, KVzip, KVgrad: after the prefill,
+    across heads and layers; AdaKV: per layer) gives each head its own number of kept tokens
+    (:attr:`EvictionInspection.n_kept`); no mask is left on the model.
     """
     from transformers import DynamicCache
 
@@ -455,19 +489,19 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     press, name = _press_for(method, compression_ratio, opts)
     import kvpress
 
-    if isinstance(press, kvpress.KVzipPress):  # KVzip, KVgrad and the default JacapPress: refused before the prefill
-        raise ValueError(f"method {name!r}: " + _masks_after_prefill(type(press).__name__))
+    after_prefill = isinstance(press, kvpress.KVzipPress)  # KVzip, KVgrad, the default JacapPress: scored afterwards
     compression_ratio = float(getattr(press, "compression_ratio", DEFAULT_RATIO if compression_ratio is None
                                       else compression_ratio))
     ids = _ids(tokenizer, text, chat).to(next(model.parameters()).device)
 
     scores, protected, layer = {}, {}, [None]
-    is_jacap = isinstance(press, JacapPromptPress)
+    scorer = press.press if type(press) is kvpress.AdaKVPress else press  # AdaKV: its scorer's score and protection
+    is_jacap = isinstance(scorer, JacapPromptPress)
     if is_jacap:
-        press.trace = {}
+        scorer.trace = {}
     patched = []
-    if hasattr(press, "score") and callable(press.score):
-        raw_score = press.score
+    if hasattr(scorer, "score") and callable(scorer.score) and not after_prefill:
+        raw_score = scorer.score
 
         def recording_score(module, *args, **kwargs):
             layer[0] = module.layer_idx
@@ -476,50 +510,71 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
                 scores[module.layer_idx] = s.detach()
             return s
 
-        press.score = recording_score
+        scorer.score = recording_score
         patched.append("score")
-    if callable(getattr(press, "protected", None)):  # JacapPromptPress and its variants: the sink/window mask
-        raw_protected = press.protected
+    if callable(getattr(scorer, "protected", None)) and not after_prefill:  # JacapPromptPress: the sink/window mask
+        raw_protected = scorer.protected
 
         def recording_protected(*args, **kwargs):
             mask = raw_protected(*args, **kwargs)
             protected[layer[0]] = mask.detach()
             return mask
 
-        press.protected = recording_protected
+        scorer.protected = recording_protected
         patched.append("protected")
+    if after_prefill:  # their scores live in score_val until compress_post turns them into masks
+        raw_post = press.compress_post
+
+        def recording_post(*args, **kwargs):
+            scores["all"] = press.score_val.detach().float().clone()  # (L, B, H, N), before any protection
+            return raw_post(*args, **kwargs)
+
+        press.compress_post = recording_post
+        patched.append("compress_post")
     store: dict = {}
     try:
         with capture_kept(model, press, store):
             model.model(input_ids=ids, past_key_values=DynamicCache())
     finally:
         if is_jacap:
-            trace, press.trace = press.trace, None
+            trace, scorer.trace = scorer.trace, None
         for attr in patched:
-            if attr in vars(press):
-                delattr(press, attr)
+            for obj in {id(press): press, id(scorer): scorer}.values():
+                if attr in vars(obj):
+                    delattr(obj, attr)
     n_layers = len(attention_modules(model))
     if sorted(store) != list(range(n_layers)):
         raise RuntimeError(f"compression was recorded for layers {sorted(store)} only, expected all {n_layers}")
     kept = torch.stack([store[i][1][0].cpu() for i in range(n_layers)])
     token_ids = ids[0].tolist()
     n_heads, n = kept.shape[1], len(token_ids)
+    masks = [store[i][2] for i in range(n_layers)]
+    masked = None if all(m is None for m in masks) else torch.stack(
+        [torch.zeros(n_heads, n, dtype=torch.bool) if m is None else m for m in masks])
     prot = torch.zeros(n_layers, n_heads, n, dtype=torch.bool)
     for i, mask in protected.items():  # (N,) per layer from JacapPromptPress.protected, the same for every head
         if i is not None:
             mask = mask.cpu()
             prot[i] = mask.expand(n_heads, n) if mask.dim() == 1 else mask.reshape(-1, n_heads, n)[0]
+    if after_prefill:  # the entries raised above every score: the default's sinks and window, KVzip's sinks
+        raised = press.protected(n) if callable(getattr(press, "protected", None)) else \
+            torch.arange(n) < int(getattr(press, "n_sink", 0))
+        prot[:] = raised.cpu()
     result = EvictionInspection(
         method=name, compression_ratio=float(compression_ratio), options=dict(opts), token_ids=token_ids,
         tokens=[tokenizer.decode([t]) for t in token_ids], kept=kept, protected=prot,
-        model=describe_model(model)["model"],
+        model=describe_model(model)["model"], masked=masked,
     )
-    if bool((prot & ~result.kept_mask).any()):
+    if masked is not None:  # a budget below the protected entries keeps a tie-broken part of them
+        result.protected = prot & result.kept_mask
+    elif bool((prot & ~result.kept_mask).any()):
         raise RuntimeError("a protected position is missing from the compressed cache")
     if is_jacap and len(trace) == n_layers:
         result.score = torch.stack([trace[i]["score"][0].float().cpu() for i in range(n_layers)])
         for comp in COMPONENTS:
             setattr(result, comp, torch.stack([getattr(trace[i]["parts"], comp)[0].cpu() for i in range(n_layers)]))
+    elif "all" in scores:
+        result.score = scores["all"][:, 0].cpu()
     elif len(scores) == n_layers:
         result.score = torch.stack([scores[i][0].float().cpu() for i in range(n_layers)])
     return result

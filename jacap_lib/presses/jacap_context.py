@@ -110,6 +110,8 @@ class JacapPress(KVzipPress):
     #: the scores the last compression ranked, ``(L, B, H_kv, N)`` float32, protection not applied (for inspection)
     last_scores: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
 
+    #: the centres this press can linearise at (as the prompt press's; the live widget offers them)
+    centres: ClassVar[tuple] = CENTRES
     #: the fields only :meth:`compress_post` reads (one scoring serves every value; quality.post_fields)
     post_only: ClassVar[tuple] = ("compression_ratio", "budget", "window", "layerwise")
 
@@ -119,7 +121,7 @@ class JacapPress(KVzipPress):
             raise ValueError(f"compression_ratio must be a number in [0, 1), got {ratio!r}")
         _checks.choice("summary", self.summary, SUMMARIES)
         _checks.choice("budget", self.budget, BUDGETS)
-        _checks.choice("centre", self.centre, CENTRES)
+        _checks.choice("centre", self.centre, self.centres)
         config.check("tau", self.tau)
         if isinstance(self.noise, str):
             raise ValueError(f"noise must be a number > 0 (the effective-dimension rule 'deff' needs a per-head budget, "

@@ -10,8 +10,9 @@ among them, beside KVzip), which then answers which press keeps the predictions 
 :func:`answer_lines` returns the label line and the sentences; :func:`answer_text` the MyST paragraph; :func:`write`
 rewrites ``answer.md`` next to ``findings.md`` (the KL and needle summary jobs, the ladder, field and confirmatory
 summaries call it), which the book's front page includes. The label says which documents the verdicts come from: the
-confirmatory run once its summary is complete (``confirm/summary.json``, :mod:`~jacap_lib.results.confirm_findings`),
-until then the exploratory dev summary, labelled so.
+confirmatory run once its KL rows are complete (``confirm/summary.json``, :mod:`~jacap_lib.results.confirm_findings`;
+the fact sentence stays the dev documents' until its needle run ends), until then the exploratory dev summary,
+labelled so.
 """
 from __future__ import annotations
 
@@ -227,16 +228,25 @@ def answer_lines(summary: dict, needle: dict | None = None, mechanisms: list | N
     predictions, the closest one that reads the context once, which keeps a fact, why Jacap's Algorithm 1 behaves as
     it does, and what the second reading costs. Without it, from the first rounds' summary: which baseline keeps the
     predictions, which Jacap presses come closest, which keeps a fact, why, and what KVzip does on the tune documents.
-    The label says the dev summary is exploratory. ``confirm``: a complete confirmatory summary
-    (``confirm/summary.json``): then the answer is its verdicts
+    The label says the dev summary is exploratory. ``confirm``: the confirmatory summary (``confirm/summary.json``)
+    once its KL rows are complete: then the answer is its verdicts
     (:func:`jacap_lib.results.confirm_findings.answer_lines`) and the measured cost of the second reading, labelled
-    confirmatory."""
+    confirmatory; while its needle run (question after compression) is not finished, the fact sentence is the dev
+    documents' and the label says so."""
     if confirm is not None:
         from .confirm_findings import answer_lines as confirm_lines
+        from .confirm_findings import needle_done
 
-        out = confirm_lines(confirm) + [s for s in (_field_cost(field, ladder) if field else None,) if s]
-        return ["*The answer, from the confirmatory run (fresh documents, judged once by a plan committed first):*",
-                *out[:MAX_SENTENCES]]
+        out = confirm_lines(confirm)
+        label = "*The answer, from the confirmatory run (fresh documents, judged once by a plan committed first):*"
+        if not needle_done(confirm, "after"):
+            fact = _field_facts(field) if field and field.get("table") else None
+            out += [fact] if fact else []
+            label = ("*The answer, from the confirmatory run's KL verdicts (fresh documents, judged once by a plan "
+                     "committed first); until its needle run ends, the fact sentence is from the exploratory dev "
+                     "documents:*")
+        out += [s for s in (_field_cost(field, ladder) if field else None,) if s]
+        return [label, *out[:MAX_SENTENCES]]
     label = "*The answer, from the exploratory dev summary (documents that also chose the settings):*"
     lines = _field_predictions(field) if field and field.get("table") else []
     if lines:
@@ -256,7 +266,7 @@ def answer_text(summary: dict, needle: dict | None = None, mechanisms: list | No
 
 def write(out_dir=None) -> Path | None:
     """Rewrite ``answer.md`` in ``out_dir`` (default ``data/results/eval``) from the summaries there: the confirmatory
-    ``confirm/summary.json`` once it is complete (:func:`jacap_lib.results.loaders.load_confirm_summary`), else the dev
+    ``confirm/summary.json`` once its KL rows are complete (:func:`jacap_lib.results.loaders.load_confirm_summary`), else the dev
     ``summary.json``, ``needle_summary.json`` and the whole field (``peers/field_summary.json``), with
     ``peers/ladder_summary.json`` and the mechanism diagnostics. ``None`` (nothing written) without a dev summary."""
     from .loaders import load_confirm_summary
@@ -266,7 +276,7 @@ def write(out_dir=None) -> Path | None:
     source = d / "summary.json"
     if not source.exists():
         return None
-    confirm = load_confirm_summary(d)
+    confirm = load_confirm_summary(d, part="kl")
     summary = files.read_json(source, require=("config", "families"), hint="jacap evaluate summary")
     needle_path, ladder_path = d / "needle_summary.json", d / "peers" / "ladder_summary.json"
     field_path = d / "peers" / "field_summary.json"

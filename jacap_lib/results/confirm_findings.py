@@ -13,9 +13,12 @@ once on the confirmatory documents. This module only words them; it chooses noth
 * :func:`findings_text` gives ``findings.md`` (:func:`write` writes it): the source, the verdict table, the needle
   table and one-claim sentences.
 
-:func:`jacap_lib.results.loaders.load_confirm_summary` returns the summary only when the run is complete (every
-planned row there); until then the answer and the findings stay on the dev documents, labelled exploratory (:func:`jacap_lib.results.answer.write`,
-:func:`jacap_lib.results.findings.write`, which leaves a confirmatory ``findings.md`` alone).
+:func:`jacap_lib.results.loaders.load_confirm_summary` (``part="kl"``) returns the summary once every planned KL row
+is there; until then the answer and the findings stay on the dev documents, labelled exploratory
+(:func:`jacap_lib.results.answer.write`, :func:`jacap_lib.results.findings.write`, which leaves a confirmatory
+``findings.md`` alone). A needle mode enters the answer and the findings only when every planned prompt of that mode
+is answered (a Holm adjustment over part of the pairs is not the plan's); until then the findings say how far it has
+got and the answer's fact sentence stays on the dev documents, labelled so.
 """
 from __future__ import annotations
 
@@ -23,27 +26,28 @@ from pathlib import Path
 
 from . import files
 
-__all__ = ["write", "verdict_groups", "needle_accuracy", "answer_lines", "findings_text", "BEST_BASELINE",
-           "VERDICTS"]
+__all__ = ["write", "verdict_groups", "needle_done", "needle_progress", "needle_accuracy", "answer_lines",
+           "findings_text", "BEST_BASELINE", "VERDICTS"]
 
 #: the reference name of the comparisons against the best tuned baseline of each cell
 BEST_BASELINE = "the best tuned baseline"
 #: the verdict columns, in order; "protection fills the budget" is the plan's label of an unjudged cell
 VERDICTS = ("better", "worse", "no detectable difference", "protection fills the budget")
+_WHEN = {"after": "after compression", "inside": "inside the prompt"}
 _PLAN_WHAT = {"against the best tuned baseline": None, "the default against kvzip": "kvzip",
               "the default against expected_attention": "expected_attention"}
 
 
 def write(eval_dir=None) -> Path | None:
-    """Rewrite ``findings.md`` in ``eval_dir`` (default ``data/results/eval``) from the complete confirmatory summary
-    there (:func:`findings_text`); ``None`` (nothing written) while it is missing or incomplete. The dev findings'
+    """Rewrite ``findings.md`` in ``eval_dir`` (default ``data/results/eval``) from the confirmatory summary there
+    (:func:`findings_text`) once its KL rows are complete; ``None`` (nothing written) before. The dev findings'
     writer (:func:`jacap_lib.results.findings.write`) leaves the file alone from then on."""
     from .findings import FILE as FINDINGS
     from .loaders import load_confirm_summary
     from .paths import data_path
 
     d = Path(eval_dir) if eval_dir is not None else data_path("results", "eval", must_exist=False)
-    summary = load_confirm_summary(d)
+    summary = load_confirm_summary(d, part="kl")
     if summary is None:
         return None
     path = d / FINDINGS
@@ -84,13 +88,32 @@ def verdict_groups(summary: dict) -> list[dict]:
     return sorted(groups.values(), key=lambda g: order.index(g["what"]))
 
 
+def needle_done(summary: dict, mode: str) -> bool:
+    """Whether every planned needle prompt of ``mode`` is answered (only then are its accuracies and paired tests
+    the plan's)."""
+    return bool(summary["needle"].get(mode, {}).get("complete"))
+
+
+def needle_progress(summary: dict, mode: str) -> tuple[int, int]:
+    """``(answered, planned)`` needle prompts of ``mode``: every setting and the uncompressed answer in every cell."""
+    design = summary["config"]["needle_design"]
+    per_cell = len(design["depths"]) * int(design["trials"])
+    settings = 1 + len(design["settings"])
+    planned = per_cell * settings * len(design["lengths"]) * len(design["ratios"])
+    block = summary["needle"].get(mode)
+    return (0 if block is None else sum(int(e["n"]) for e in block["accuracy"])), planned
+
+
 def needle_accuracy(summary: dict) -> dict:
-    """``{mode: {setting: {c: accuracy}}}``: each setting's needle accuracy pooled over the prompt lengths (every
-    cell holds the same prompts, so the pooled share is the mean of the cells' shares), the uncompressed answer
-    (``"full"``) at every ``c``."""
+    """``{mode: {setting: {c: accuracy}}}`` for each mode whose every planned prompt is answered
+    (:func:`needle_done`): each setting's needle accuracy pooled over the prompt lengths (every cell holds the same
+    prompts, so the pooled share is the mean of the cells' shares), the uncompressed answer (``"full"``) at every
+    ``c``."""
     design = summary["config"]["needle_design"]
     out: dict = {}
     for mode, block in summary["needle"].items():
+        if not needle_done(summary, mode):
+            continue
         acc: dict = {}
         for e in block["accuracy"]:
             if not e["complete"]:
@@ -122,7 +145,7 @@ def _range(values: list[float]) -> str:
 
 
 def answer_lines(summary: dict, *, max_ratio: float = 0.75, mode: str = "after") -> list[str]:
-    """The landing page's answer from a complete confirmatory summary: which press keeps the predictions (the
+    """The landing page's answer from a confirmatory summary with every KL row: which press keeps the predictions (the
     default against KVzip, then against the best tuned baseline), the prompt press beside it, and which press keeps
     a fact (the highest lowest needle accuracy at ``c <= max_ratio`` with the question asked ``mode`` compression,
     beside the default's). Four sentences at most; every count is read from the plan's verdicts."""
@@ -174,7 +197,7 @@ def _fact(summary: dict, max_ratio: float, mode: str) -> str | None:
 
 
 def findings_text(summary: dict) -> str:
-    """``findings.md`` from a complete confirmatory summary (MyST): the source sentence, the verdict counts of every
+    """``findings.md`` from a confirmatory summary with every KL row (MyST): the source sentence, the verdict counts of every
     planned pair (with the cells where protection fills the budget, which the plan does not judge), the pooled needle
     accuracies of every setting beside the uncompressed answer, and the paired needle tests counted per mode."""
     from .findings import _paragraphs, _table, or_list, spec_name
@@ -214,6 +237,11 @@ def findings_text(summary: dict) -> str:
         for m in modes:
             pairs = summary["needle"][m]["pairs"]
             found = sum(p["verdict"] in ("better", "worse") for p in pairs)
-            out += ["", f"With the question {'after compression' if m == 'after' else 'inside the prompt'}, the exact "
-                    f"paired test (Holm) finds a difference in {found} of {len(pairs)} planned pairs."]
+            out += ["", f"With the question {_WHEN[m]}, the exact paired test (Holm) finds a difference in {found} "
+                    f"of {len(pairs)} planned pairs."]
+    for m in cfg["needle_design"]["modes"]:
+        if not needle_done(summary, m):
+            done, planned = needle_progress(summary, m)
+            out += ["", f"The needle run with the question {_WHEN[m]} is not finished: {done} of {planned} planned "
+                    "prompts are answered. Its accuracies and tests appear here when every prompt is."]
     return "\n".join(_paragraphs(out)) + "\n"

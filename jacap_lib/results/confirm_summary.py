@@ -192,7 +192,7 @@ def _run(args):
     files.write_json(out, data)
     from . import answer, confirm_findings
 
-    confirm_findings.write(eval_dir)  # the findings and the landing answer read it once it is complete
+    confirm_findings.write(eval_dir)  # the findings and the landing answer read it once its KL rows are complete
     answer.write(eval_dir)
     print(f"wrote {out}: {'complete' if data['complete'] else 'INCOMPLETE (rows missing)'}; "
           + "; ".join(f"{w}: " + ", ".join(f"{k} {v}" for k, v in c.items()) for w, c in data["kl"]["counts"].items()))

@@ -480,15 +480,15 @@ def _paragraphs(lines: list[str]) -> list[str]:
 def write(out_dir=None) -> Path | None:
     """Rewrite ``findings.md`` in ``out_dir`` (default ``data/results/eval``) from the dev ``summary.json`` and (when
     present) ``needle_summary.json`` there, as written (rounded). Returns the path; ``None`` (nothing written)
-    when the folder has no ``summary.json`` yet. Once the confirmatory summary there is complete, the findings are
-    its own (:func:`jacap_lib.results.confirm_findings.write`) and this leaves the file as it is."""
+    when the folder has no ``summary.json`` yet. Once the confirmatory summary there has every KL row, the findings
+    are its own (:func:`jacap_lib.results.confirm_findings.write`) and this leaves the file as it is."""
     from .loaders import load_confirm_summary
     from .paths import data_path
 
     d = Path(out_dir) if out_dir is not None else data_path("results", "eval", must_exist=False)
     if not (d / "summary.json").exists():
         return None
-    if load_confirm_summary(d) is not None and (d / FILE).exists():
+    if load_confirm_summary(d, part="kl") is not None and (d / FILE).exists():
         return d / FILE
     summary = files.read_json(d / "summary.json", require=("config", "families"), hint="jacap evaluate summary")
     needle_path = d / "needle_summary.json"

@@ -250,16 +250,21 @@ def load_field_summary(path=None) -> dict:
                            require=("config", "comparisons", "m", "no_higher"), hint="jacap evaluate field-summary")
 
 
-def load_confirm_summary(eval_dir=None, *, complete_only: bool = True) -> dict | None:
+def load_confirm_summary(eval_dir=None, *, part: str | None = "all") -> dict | None:
     """``confirm/summary.json`` of ``eval_dir`` (default ``data/results/eval``): the committed confirmatory plan's
-    verdicts (:mod:`jacap_lib.results.confirm_summary`). ``None`` when there is none yet or, with ``complete_only``,
-    while planned rows are still missing (the answer and the findings then stay on the dev documents)."""
+    verdicts (:mod:`jacap_lib.results.confirm_summary`). ``None`` when there is none yet, or while rows of ``part``
+    are missing: ``"all"`` (every planned row), ``"kl"`` (the KL rows; the needle part may still run) or ``None``
+    (whatever is there). The answer and the findings read the KL verdicts from ``"kl"`` on, and stay on the dev
+    documents before."""
+    if part not in ("all", "kl", None):
+        raise ValueError(f"part must be 'all', 'kl' or None, got {part!r}")
     d = Path(eval_dir) if eval_dir is not None else data_path("results", "eval", must_exist=False)
     path = d / "confirm" / "summary.json"
     if not path.is_file():
         return None
     data = files.read_json(path, require=("config", "complete", "kl", "needle"), hint="jacap evaluate confirm-summary")
-    return data if data["complete"] or not complete_only else None
+    done = {"all": data["complete"], "kl": data["kl"].get("complete", False), None: True}[part]
+    return data if done else None
 
 
 def load_candidates(path=None) -> dict:

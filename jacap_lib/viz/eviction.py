@@ -244,15 +244,12 @@ def _check_inspect(args) -> str | None:
         J.check(args.html.suffix.lower() in (".html", ".htm"), f"--html {args.html} must end in .html")
         J.check(not args.html.is_dir(), f"--html {args.html} is a folder; give a file name")
     J.check_model(args.model)  # needs only huggingface_hub: a wrong id fails before torch/kvpress load
-    from ..presses.registry import RECONSTRUCTION_METHODS, parse_method, press_from_spec
+    from ..presses.registry import press_from_spec
 
     try:
         press_from_spec(args.method, args.ratio)
     except ValueError as e:
         raise J.BadArgument(f"--method: {e}") from None
-    J.check(parse_method(args.method)[0] not in RECONSTRUCTION_METHODS,
-            f"--method {args.method}: it masks keys across heads and layers after the prefill, so there is no per-head "
-            "cache to show; inspect the prompt press (--method jacap) or another scorer")
     if args.layer is not None:  # ranges that depend on the model: from its configuration, before the weights
         from ..models import load_config
 

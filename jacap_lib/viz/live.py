@@ -4,6 +4,9 @@
   token; hover shows the token's Jacap components;
 * :func:`token_strip_slider` - the same strip for several inspections (e.g. compression ratios)
   behind a precomputed plotly slider, so it moves in the static site;
+* :func:`head_budgets` - how many tokens each layer and KV head keeps: one number for a press with a per-head
+  budget, a different one per head for a press that spreads its budget over heads and layers (the default
+  ``JacapPress``, KVzip);
 * :func:`kl_bars` - next-token KL per compression ratio and method (linear axis from 0, the book's method
   colours).
 """
@@ -14,7 +17,7 @@ import html
 import plotly.graph_objects as go
 from .style import finish
 
-__all__ = ["strip_data", "token_strip", "token_strip_slider", "kl_bars", "answers_note"]
+__all__ = ["strip_data", "token_strip", "token_strip_slider", "head_budgets", "kl_bars", "answers_note"]
 
 _HOVER_FIELDS = ("score", "alpha", "rho", "kappa", "weight", "leverage")
 
@@ -59,8 +62,29 @@ def strip_data(insp, layer: int | None = None, head: int | None = None, width: i
 def _title(insp, layer, head):
     where = "all layers" if layer is None else f"layer {layer}"
     where += ", all KV heads" if head is None else f", KV head {head}"
-    kept = insp.kept.shape[-1]
-    return f"{insp.method} at c = {insp.compression_ratio:g}: {kept}/{insp.n_tokens} tokens kept per head ({where})"
+    n_kept = insp.n_kept
+    kept = f"{int(n_kept.flatten()[0])}/{insp.n_tokens} tokens kept per head" if n_kept.unique().numel() == 1 else \
+        f"{int(n_kept.min())}–{int(n_kept.max())} of {insp.n_tokens} tokens kept per head (mean {insp.budget})"
+    return f"{insp.method} at c = {insp.compression_ratio:g}: {kept} ({where})"
+
+
+def head_budgets(insp, title: str | None = None) -> go.Figure:
+    """Heatmap: the share of the prompt each (layer, KV head) keeps (:attr:`EvictionInspection.n_kept` over
+    ``N``), layers across, KV heads down, the count in each cell's hover."""
+    n_kept = insp.n_kept  # (L, H)
+    share = (n_kept.float() / insp.n_tokens).T.tolist()
+    hover = [[f"layer {l}, KV head {h}: {int(n_kept[l, h])} of {insp.n_tokens} tokens kept" for l in
+              range(insp.n_layers)] for h in range(insp.n_heads)]
+    fig = go.Figure(go.Heatmap(
+        z=share, x=list(range(insp.n_layers)), y=[f"head {h}" for h in range(insp.n_heads)], customdata=hover,
+        hovertemplate="%{customdata}<extra></extra>", zmin=0, zmax=1, colorscale="Blues",
+        colorbar={"title": "kept"}, xgap=1, ygap=2,
+    ))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title="layer", dtick=5)
+    fig.update_layout(title=title or f"{insp.method} at c = {insp.compression_ratio:g}: share of the prompt each "
+                      "KV head keeps", height=120 + 28 * insp.n_heads, margin={"l": 10, "r": 10, "t": 50, "b": 40})
+    return finish(fig)
 
 
 def token_strip(insp, layer: int | None = None, head: int | None = None, width: int = 16) -> go.Figure:

@@ -13,7 +13,7 @@ from jacap_lib.config import DEFAULTS
 from jacap_lib.measure.eviction import DEMO_CONTEXT, DEMO_CONTINUATION, DEMO_QUESTION  # noqa: F401 (re-exported)
 from jacap_lib.viz import live as V
 
-__all__ = ["DEMO_CONTEXT", "DEMO_QUESTION", "DEMO_CONTINUATION", "BETA_CHOICES", "CENTRE_CHOICES", "press_options", "parse_choice", "inspectable_methods",
+__all__ = ["DEMO_CONTEXT", "DEMO_QUESTION", "DEMO_CONTINUATION", "BETA_CHOICES", "CENTRE_CHOICES", "press_options", "parse_choice",
            "EvictionExplorer", "live_app"]
 
 BETA_CHOICES = (None, 0.5, 0.9, 0.99)
@@ -30,26 +30,21 @@ def _centres(method: str) -> tuple:
 
 def press_options(method: str, tau: float, beta: float | None, centre: str | None = None) -> dict:
     """Constructor options a control setting means for ``method``: tau/beta (and ``centre``, where the method's press
-    offers it: the variants that rebuild the tempered centre do not) steer only Jacap presses."""
+    offers it: the variants that rebuild the tempered centre do not) steer only Jacap presses, each only where the
+    press has it (the default ``jacap_context`` summarises its reconstruction queries without ``beta``)."""
     if not isinstance(method, str):
         raise ValueError(f"method must be a registry name, got {method!r}")
     if centre is not None and centre not in CENTRE_CHOICES:
         raise ValueError(f"centre must be one of {CENTRE_CHOICES} or None, got {centre!r}")
     if not method.startswith("jacap"):
         return {}
-    out = {"tau": float(tau), "beta": beta}
+    from jacap_lib.presses.registry import valid_options
+
+    valid = valid_options(method)
+    out = {k: v for k, v in (("tau", float(tau)), ("beta", beta)) if k in valid}
     if centre is not None and centre in _centres(method):
         out["centre"] = centre
     return out
-
-
-def inspectable_methods() -> list[str]:
-    """Registry names whose press physically evicts (a kvpress ScorerPress), i.e. what the token view can show."""
-    from kvpress import ScorerPress
-
-    from jacap_lib.presses.registry import build_press, list_methods
-
-    return [m for m in list_methods() if isinstance(build_press(m, 0.5), ScorerPress)]
 
 
 def parse_choice(value):
@@ -109,9 +104,12 @@ def live_app(model, tokenizer, context: str = DEMO_CONTEXT, question: str = DEMO
     import ipywidgets as W
     from IPython.display import display
 
+    from jacap_lib.presses.registry import list_methods
+
     ex = EvictionExplorer(model, tokenizer, context, question)
     n_layers, n_heads = model.config.num_hidden_layers, model.config.num_key_value_heads
-    method = W.Dropdown(options=inspectable_methods(), value="jacap", description="method")
+    # every registry press: those that mask keys (the default jacap_context, KVzip) show each head's own count
+    method = W.Dropdown(options=list_methods(), value="jacap", description="method")
     ratio = W.FloatSlider(value=0.75, min=0.1, max=0.9, step=0.05, description="c", continuous_update=False)
     centre = W.Dropdown(options=list(CENTRE_CHOICES), value=CENTRE_CHOICES[0], description="centre")
     tau = W.FloatLogSlider(value=DEFAULTS.tau, base=10, min=-1, max=2, step=0.1, description="τ", continuous_update=False,
