@@ -140,6 +140,7 @@ def test_head_budgets_show_each_heads_count():
     assert z.shape == (insp.n_heads, insp.n_layers)
     torch.testing.assert_close(z, insp.n_kept.T.float() / insp.n_tokens)
     assert int(insp.n_kept[0, 1]) == insp.kept.shape[-1] - 2 and "mean" in V._title(insp, None, None)
+    assert (fig.layout.xaxis.title.text, fig.layout.yaxis.title.text) == ("layer", "KV head")
 
 
 def test_strip_padding_is_blank_text_not_null():

@@ -76,11 +76,11 @@ def head_budgets(insp, title: str | None = None) -> go.Figure:
     hover = [[f"layer {l}, KV head {h}: {int(n_kept[l, h])} of {insp.n_tokens} tokens kept" for l in
               range(insp.n_layers)] for h in range(insp.n_heads)]
     fig = go.Figure(go.Heatmap(
-        z=share, x=list(range(insp.n_layers)), y=[f"head {h}" for h in range(insp.n_heads)], customdata=hover,
+        z=share, x=list(range(insp.n_layers)), y=[str(h) for h in range(insp.n_heads)], customdata=hover,
         hovertemplate="%{customdata}<extra></extra>", zmin=0, zmax=1, colorscale="Blues",
         colorbar={"title": "kept"}, xgap=1, ygap=2,
     ))
-    fig.update_yaxes(autorange="reversed")
+    fig.update_yaxes(autorange="reversed", title="KV head")
     fig.update_xaxes(title="layer", dtick=5)
     fig.update_layout(title=title or f"{insp.method} at c = {insp.compression_ratio:g}: share of the prompt each "
                       "KV head keeps", height=120 + 28 * insp.n_heads, margin={"l": 10, "r": 10, "t": 50, "b": 40})
