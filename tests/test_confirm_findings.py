@@ -101,8 +101,8 @@ def test_needle_accuracy_is_pooled_over_lengths(summary, prompt):
 
 def test_answer_sentences_are_the_counts_in_plain_words(summary):
     lines = CF.answer_lines(summary)
-    assert lines[0] == ("On 12 fresh documents from 6 works, the default `JacapPress()` keeps a lower KL than KVzip "
-                        "in 1 of 2 judged cells and a higher one in 1.")
+    assert lines[0] == ("On 12 fresh documents from 6 works, the default `JacapPress()` against KVzip is better in 1, "
+                        "worse in 1 and not distinguishable in 0 of 2 judged cells.")
     assert lines[1] == ("Against each cell's best tuned baseline (KVgrad or Expected Attention), the default is better "
                         "in 1, worse in 0 and not distinguishable in 1 of 2 judged cells.")
     assert lines[2] == ("The prompt press `JacapPromptPress()`, which reads the prompt once, is better in 0, worse in 1 "
