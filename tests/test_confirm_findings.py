@@ -200,3 +200,25 @@ def test_an_unknown_purpose_or_verdict_is_refused(summary):
     bad["kl"]["comparisons"][0]["verdict"] = "incomplete"
     with pytest.raises(ValueError, match="incomplete"):
         CF.verdict_groups(bad)
+
+
+def test_the_forest_draws_every_judged_comparison_once_per_pair(summary, prompt):
+    from jacap_lib.viz.evaluation import confirm_forest
+
+    fig = confirm_forest(summary)
+    labels = dict(zip(fig.layout.yaxis.tickvals, fig.layout.yaxis.ticktext))
+    points = [t for t in fig.data if t.x[0] is not None]
+    drawn = sorted((labels[round(t.y[0])], t.hovertemplate.split(":")[0].rsplit(", ", 2)[1], t.x[0],
+                    t.marker.symbol) for t in points)
+    # the constant per-document ratios of KL give each interval [r, r]: filled unless r = 1; circles at 512,
+    # squares at 1024; the unjudged 512/0.95 cell draws nothing
+    want = sorted([("default JacapPress() / KVzip", "prompt 512", 0.5, "circle"),
+                   ("default JacapPress() / KVzip", "prompt 1024", 2.0, "square"),
+                   ("default JacapPress() / best tuned baseline", "prompt 512", 1.0, "circle-open"),
+                   ("default JacapPress() / best tuned baseline", "prompt 1024", 0.25, "square"),
+                   ("default JacapPress() / Expected Attention", "prompt 1024", 0.25, "square"),
+                   ("JacapPromptPress() / best tuned baseline", "prompt 512", 3.0, "circle")])
+    assert [(a, b, pytest.approx(x), s) for a, b, x, s in drawn] == want
+    for t in points:  # each interval's ends are the summary's
+        assert t.x[0] - t.error_x.arrayminus[0] == pytest.approx(t.x[0]) and t.error_x.array[0] == pytest.approx(0)
+    assert [a.text for a in fig.layout.annotations] == ["c = 0.5", "c = 0.95"]

@@ -221,6 +221,7 @@ def findings_text(summary: dict) -> str:
         rows.append([spec_name(g["a"], legend=True), ref, *(g["counts"][v] for v in VERDICTS)])
     out += _table(["setting", "against", "better", "worse", "no det. diff.", "protection fills the budget"], rows,
                   "llrrrr")
+    out += ["", "{ref}`fair-comparison-result` draws each ratio with its interval."]
     acc = needle_accuracy(summary)
     if acc:
         ratios = sorted({c for by in acc.values() for s in by.values() for c in s})
