@@ -586,6 +586,7 @@ def verdict_counts_frame(summary: dict, *, picked_on: str = "tune") -> pd.DataFr
 
 
 _LENGTH_SYMBOLS = ("circle", "square", "diamond", "triangle-up")
+_LENGTH_GLYPHS = ("●", "■", "◆", "▲")  # the same shapes, written in the figure's key
 
 
 def confirm_forest(summary: dict) -> go.Figure:
@@ -618,10 +619,6 @@ def confirm_forest(summary: dict) -> go.Figure:
                         subplot_titles=[f"c = {c:g}" for c in ratios])
     step = 0.5 / max(len(lengths), 1)
     allv = [1.0]
-    for j, L in enumerate(lengths):  # the legend: one neutral entry per prompt length
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"prompt {L}", legendgroup=str(L),
-                                 marker={"color": "#444444", "size": 9, "symbol": _LENGTH_SYMBOLS[j]},
-                                 hoverinfo="skip"), row=1, col=1)
     for i, g in enumerate(groups):
         colour = _method_colour(g["a"])
         for e in g["cells"]:
@@ -633,7 +630,7 @@ def confirm_forest(summary: dict) -> go.Figure:
             excl = e["low"] > 1 or e["high"] < 1
             allv += [e["low"], e["high"]]
             fig.add_trace(go.Scatter(
-                x=[e["ratio"]], y=[y], mode="markers", showlegend=False, legendgroup=str(L),
+                x=[e["ratio"]], y=[y], mode="markers", showlegend=False,
                 marker={"color": colour, "size": 9, "symbol": _LENGTH_SYMBOLS[j] + ("" if excl else "-open"),
                         "line": {"color": colour, "width": 1.5}},
                 error_x={"type": "data", "symmetric": False, "array": [e["high"] - e["ratio"]],
@@ -650,9 +647,10 @@ def confirm_forest(summary: dict) -> go.Figure:
                      range=[math.log10(lo) - 0.05, math.log10(hi) + 0.05], title_text="KL ratio")
     fig.update_yaxes(tickvals=list(range(len(groups)))[::-1], ticktext=labels, range=[-0.6, len(groups) - 0.4])
     fig.update_yaxes(title_text="planned pair", row=1, col=1)
+    key = "   ".join(f"{_LENGTH_GLYPHS[j]} prompt {L}" for j, L in enumerate(lengths))
+    fig.add_annotation(text=f"{key};   filled: the interval excludes 1", xref="paper", yref="paper", x=0, y=0,
+                       yshift=-75, xanchor="left", yanchor="top", showarrow=False, align="left")
     height = 260 + 56 * len(groups)
-    fig.update_layout(title=f"Confirmatory run: KL ratio per planned pair, {100 * level:.2f} % intervals (adjusted); "
-                            "filled: the interval excludes 1; no point: protection fills the budget",
-                      height=height, width=_WIDTH, margin={"l": 250, "r": 20, "t": 100, "b": 110},
-                      legend={"orientation": "h", "y": -80 / (height - 210), "x": 0, "yanchor": "top"})
+    fig.update_layout(title=f"Confirmatory KL ratio per planned pair ({100 * level:.2f} % intervals, adjusted)",
+                      height=height, width=_WIDTH, margin={"l": 250, "r": 20, "t": 100, "b": 110}, showlegend=False)
     return finish(fig)
