@@ -242,6 +242,6 @@ def findings_text(summary: dict) -> str:
     for m in cfg["needle_design"]["modes"]:
         if not needle_done(summary, m):
             done, planned = needle_progress(summary, m)
-            out += ["", f"The needle run with the question {_WHEN[m]} is not finished: {done} of {planned} planned "
+            out += ["", f"The needle run with the question {_WHEN[m]} is not finished: {done:,} of {planned:,} planned "
                     "prompts are answered. Its accuracies and tests appear here when every prompt is."]
     return "\n".join(_paragraphs(out)) + "\n"
