@@ -101,8 +101,8 @@ def test_needle_accuracy_is_pooled_over_lengths(summary, prompt):
 
 def test_answer_sentences_are_the_counts_in_plain_words(summary):
     lines = CF.answer_lines(summary)
-    assert lines[0] == ("On 12 fresh documents from 6 works, the default `JacapPress()` keeps a lower KL than KVzip "
-                        "in 1 of 2 judged cells and a higher one in 1.")
+    assert lines[0] == ("On 12 fresh documents from 6 works, the default `JacapPress()` against KVzip is better in 1, "
+                        "worse in 1 and not distinguishable in 0 of 2 judged cells.")
     assert lines[1] == ("Against each cell's best tuned baseline (KVgrad or Expected Attention), the default is better "
                         "in 1, worse in 0 and not distinguishable in 1 of 2 judged cells.")
     assert lines[2] == ("The prompt press `JacapPromptPress()`, which reads the prompt once, is better in 0, worse in 1 "
@@ -200,3 +200,26 @@ def test_an_unknown_purpose_or_verdict_is_refused(summary):
     bad["kl"]["comparisons"][0]["verdict"] = "incomplete"
     with pytest.raises(ValueError, match="incomplete"):
         CF.verdict_groups(bad)
+
+
+def test_the_forest_draws_every_judged_comparison_once_per_pair(summary, prompt):
+    from jacap_lib.viz.evaluation import confirm_forest
+
+    fig = confirm_forest(summary)
+    labels = dict(zip(fig.layout.yaxis.tickvals, fig.layout.yaxis.ticktext))
+    points = [t for t in fig.data if t.x[0] is not None]
+    drawn = sorted((labels[round(t.y[0])], t.hovertemplate.split(":")[0].rsplit(", ", 2)[1], t.x[0],
+                    t.marker.symbol) for t in points)
+    # the constant per-document ratios of KL give each interval [r, r]: filled unless r = 1; circles at 512,
+    # squares at 1024; the unjudged 512/0.95 cell draws nothing
+    want = sorted([("default JacapPress() / KVzip", "prompt 512", 0.5, "circle"),
+                   ("default JacapPress() / KVzip", "prompt 1024", 2.0, "square"),
+                   ("default JacapPress() / best tuned baseline", "prompt 512", 1.0, "circle-open"),
+                   ("default JacapPress() / best tuned baseline", "prompt 1024", 0.25, "square"),
+                   ("default JacapPress() / Expected Attention", "prompt 1024", 0.25, "square"),
+                   ("JacapPromptPress() / best tuned baseline", "prompt 512", 3.0, "circle")])
+    assert [(a, b, pytest.approx(x), s) for a, b, x, s in drawn] == want
+    for t in points:  # each interval's ends are the summary's
+        assert t.x[0] - t.error_x.arrayminus[0] == pytest.approx(t.x[0]) and t.error_x.array[0] == pytest.approx(0)
+    assert [a.text for a in fig.layout.annotations] == ["c = 0.5", "c = 0.95", "● prompt 512   ■ prompt 1024;   "
+                                                        "filled: the interval excludes 1"]

@@ -157,9 +157,8 @@ def answer_lines(summary: dict, *, max_ratio: float = 0.75, mode: str = "after")
     default = next((g for g in groups if g["reference"] == "kvzip" and is_library_default(g["a"])), None)
     out = []
     if default is not None:
-        c = default["counts"]
-        out.append(f"On {n_docs} fresh documents from {n_works} works, the default `JacapPress()` keeps a lower KL than "
-                   f"KVzip in {c['better']} of {_judged(default)} judged cells and a higher one in {c['worse']}.")
+        out.append(f"On {n_docs} fresh documents from {n_works} works, the default `JacapPress()` against KVzip is "
+                   f"{_counts(default)}.")
     best = [g for g in groups if g["reference"] == BEST_BASELINE]
     mine = next((g for g in best if is_library_default(g["a"])), None)
     if mine is not None:
@@ -222,6 +221,7 @@ def findings_text(summary: dict) -> str:
         rows.append([spec_name(g["a"], legend=True), ref, *(g["counts"][v] for v in VERDICTS)])
     out += _table(["setting", "against", "better", "worse", "no det. diff.", "protection fills the budget"], rows,
                   "llrrrr")
+    out += ["", "{ref}`fair-comparison-result` draws each ratio with its interval."]
     acc = needle_accuracy(summary)
     if acc:
         ratios = sorted({c for by in acc.values() for s in by.values() for c in s})
@@ -242,6 +242,6 @@ def findings_text(summary: dict) -> str:
     for m in cfg["needle_design"]["modes"]:
         if not needle_done(summary, m):
             done, planned = needle_progress(summary, m)
-            out += ["", f"The needle run with the question {_WHEN[m]} is not finished: {done} of {planned} planned "
+            out += ["", f"The needle run with the question {_WHEN[m]} is not finished: {done:,} of {planned:,} planned "
                     "prompts are answered. Its accuracies and tests appear here when every prompt is."]
     return "\n".join(_paragraphs(out)) + "\n"

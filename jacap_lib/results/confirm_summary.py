@@ -38,8 +38,8 @@ def _name(spec: str) -> str:
     return method_of(spec)
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.3g}"
+def _fmt(x: float) -> str:  # three decimals: an interval's end near 1 stays readable (1.002, not 1)
+    return f"{x:.3f}"
 
 
 def summarize_kl(plan: dict, rows: list[dict], works: dict[str, str], *, n_resamples: int | None = None,

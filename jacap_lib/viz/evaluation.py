@@ -21,7 +21,7 @@ from .style import METHOD_STYLES, finish, wrapped
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
            "cells_frame", "needle_frame", "needle_verdict_frame", "short_verdict", "setting_names", "plan_frame", "verdict_interval",
            "kl_and_needle_frame", "tuned_line", "record_frame", "pair_verdict_frame",
-           "document_ratio_figure", "verdict_counts_frame"]
+           "document_ratio_figure", "verdict_counts_frame", "confirm_forest"]
 
 
 def _interval(est, lo, hi) -> str:
@@ -583,3 +583,74 @@ def verdict_counts_frame(summary: dict, *, picked_on: str = "tune") -> pd.DataFr
                      "no det. diff.": c["no detectable difference"], "identical": c["identical"],
                      "worse where protection fills the budget": worse_filled})
     return wrapped(pd.DataFrame(rows).set_index("setting"), ["setting"])
+
+
+_LENGTH_SYMBOLS = ("circle", "square", "diamond", "triangle-up")
+_LENGTH_GLYPHS = ("●", "■", "◆", "▲")  # the same shapes, written in the figure's key
+
+
+def confirm_forest(summary: dict) -> go.Figure:
+    """The confirmatory run's KL verdicts (``confirm/summary.json`` with every KL row) as a forest plot: one panel per
+    c, one row per planned pair (each Jacap-family setting against the cell's best tuned baseline, the default against
+    KVzip and against Expected Attention; :func:`jacap_lib.results.confirm_findings.verdict_groups`), one point per
+    prompt length at its KL ratio with the plan's adjusted interval. A point is in its setting's colour, shaped by the
+    prompt length, filled when the interval excludes 1 and open when it holds 1; a cell the plan does not judge
+    (protection fills the budget) has no point."""
+    from ..results.confirm_findings import BEST_BASELINE, verdict_groups
+    from ..results.confirm_plan import parse_cell
+    from .anatomy import _COARSE, _WIDTH, _method_colour
+
+    groups = verdict_groups(summary)
+    if not groups:
+        raise ValueError("summary: no confirmatory comparisons; run `jacap evaluate confirm-summary` first")
+    cells = [parse_cell(e["cell"]) for g in groups for e in g["cells"]]
+    lengths, ratios = sorted({L for L, _ in cells}), sorted({c for _, c in cells})
+    if len(lengths) > len(_LENGTH_SYMBOLS):
+        raise ValueError(f"summary: {len(lengths)} prompt lengths, the figure shapes at most {len(_LENGTH_SYMBOLS)}")
+    names = setting_names([s for g in groups for s in [g["a"], *g["references"]]])
+
+    def label(g):
+        ref = "best tuned baseline" if g["reference"] == BEST_BASELINE else names.get(g["references"][0], g["reference"])
+        return f"{names[g['a']]} / {ref}"
+
+    labels = [label(g) for g in groups]
+    level = float(summary["kl"]["level"])
+    fig = make_subplots(rows=1, cols=len(ratios), shared_yaxes=True, horizontal_spacing=0.025,
+                        subplot_titles=[f"c = {c:g}" for c in ratios])
+    step = 0.5 / max(len(lengths), 1)
+    allv = [1.0]
+    for i, g in enumerate(groups):
+        colour = _method_colour(g["a"])
+        for e in g["cells"]:
+            if "low" not in e:  # not judged: protection fills the budget
+                continue
+            L, c = parse_cell(e["cell"])
+            j = lengths.index(L)
+            y = len(groups) - 1 - i - (j - (len(lengths) - 1) / 2) * step  # the shortest prompt on top
+            excl = e["low"] > 1 or e["high"] < 1
+            allv += [e["low"], e["high"]]
+            fig.add_trace(go.Scatter(
+                x=[e["ratio"]], y=[y], mode="markers", showlegend=False,
+                marker={"color": colour, "size": 9, "symbol": _LENGTH_SYMBOLS[j] + ("" if excl else "-open"),
+                        "line": {"color": colour, "width": 1.5}},
+                error_x={"type": "data", "symmetric": False, "array": [e["high"] - e["ratio"]],
+                         "arrayminus": [e["ratio"] - e["low"]], "color": colour, "thickness": 1.5},
+                hovertemplate=f"{labels[i]}, prompt {L}, c = {c:g}: %{{x:.3f}} [{e['low']:.3f}, {e['high']:.3f}]; "
+                              f"{e['verdict']}<extra></extra>"), row=1, col=ratios.index(c) + 1)
+    for col in range(1, len(ratios) + 1):
+        fig.add_vline(x=1, line={"color": "black", "width": 1}, row=1, col=col)
+    lo, hi = min(allv), max(allv)
+    ticks = [t for t in _COARSE if lo <= t <= hi]
+    if len(ticks) < 3:
+        ticks = [t for t in (0.5, 0.7, 1, 1.5, 2) if lo <= t <= hi] or [1]
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks], tickangle=0,
+                     range=[math.log10(lo) - 0.05, math.log10(hi) + 0.05], title_text="KL ratio")
+    fig.update_yaxes(tickvals=list(range(len(groups)))[::-1], ticktext=labels, range=[-0.6, len(groups) - 0.4])
+    fig.update_yaxes(title_text="planned pair", row=1, col=1)
+    key = "   ".join(f"{_LENGTH_GLYPHS[j]} prompt {L}" for j, L in enumerate(lengths))
+    fig.add_annotation(text=f"{key};   filled: the interval excludes 1", xref="paper", yref="paper", x=0, y=0,
+                       yshift=-75, xanchor="left", yanchor="top", showarrow=False, align="left")
+    height = 260 + 56 * len(groups)
+    fig.update_layout(title=f"Confirmatory KL ratio per planned pair ({100 * level:.2f} % intervals, adjusted)",
+                      height=height, width=_WIDTH, margin={"l": 250, "r": 20, "t": 100, "b": 110}, showlegend=False)
+    return finish(fig)
