@@ -25,7 +25,8 @@ def _sentences(text: str) -> list[str]:
 
 def test_committed_answer_is_what_the_files_say(tmp_path):
     committed = data_path("results", "eval", A.FILE).read_text(encoding="utf-8")
-    assert A.answer_text(*_inputs()) == committed
+    confirm = R.load_confirm_summary(part="kl")  # the confirmatory KL verdicts lead once every KL row is there
+    assert A.answer_text(*_inputs(), confirm=confirm) == committed
     # write() reads the same files from a folder laid out like data/: results/eval (+ peers) and diagnostics
     root = tmp_path / "data"
     (root / "results" / "eval" / "peers").mkdir(parents=True)
@@ -35,6 +36,9 @@ def test_committed_answer_is_what_the_files_say(tmp_path):
     for name in ("ladder_summary.json", "field_summary.json"):
         shutil.copy(data_path("results", "eval", "peers", name), root / "results" / "eval" / "peers")
     shutil.copy(data_path("diagnostics", "mechanisms.json"), root / "diagnostics")
+    if confirm is not None:
+        (root / "results" / "eval" / "confirm").mkdir()
+        shutil.copy(data_path("results", "eval", "confirm", "summary.json"), root / "results" / "eval" / "confirm")
     assert A.write(root / "results" / "eval").read_text(encoding="utf-8") == committed
     assert A.write(tmp_path / "empty") is None
 

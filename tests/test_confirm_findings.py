@@ -173,8 +173,10 @@ def test_write_uses_the_confirmatory_summary_only_when_complete(tmp_path, summar
     for name in ("ladder_summary.json", "field_summary.json"):
         shutil.copy(data_path("results", "eval", "peers", name), ev / "peers")
     shutil.copy(data_path("diagnostics", "mechanisms.json"), root / "diagnostics")
-    dev_answer = data_path("results", "eval", A.FILE).read_text(encoding="utf-8")
-    dev_findings = data_path("results", "eval", F.FILE).read_text(encoding="utf-8")
+    _, mech = R.load_mechanisms()
+    dev_answer = A.answer_text(R.load_eval_summary(), R.load_needle_summary(), mech, R.load_ladder_summary(),
+                               R.load_field_summary())
+    dev_findings = F.findings_text(R.load_eval_summary(), R.load_needle_summary())
     missing_kl = {**summary, "complete": False, "kl": {**summary["kl"], "complete": False}}
     (ev / "confirm" / "summary.json").write_text(json.dumps(missing_kl))
     assert R.load_confirm_summary(ev) is None and R.load_confirm_summary(ev, part="kl") is None

@@ -19,7 +19,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..results.rowstats import LADDER_ONLY
+from .style import FIGURE_WIDTH as _WIDTH
+from .style import FOREST_TICKS as _COARSE
 from .style import finish, method_style, setting_colours, wrap_title, wrapped
+from .style import setting_colour as _method_colour
 
 __all__ = ["layer_ratio_figure", "position_figure", "swap_figure", "kind_frame", "kind_pair_frame", "category_frame", "swap_frame",
            "swap_setting_lines",
@@ -281,26 +284,6 @@ def category_frame(data: dict, *, kinds=None) -> pd.DataFrame:
 # swap_name), never by its written-out spec,
 # and draw a method in its own colour (style.METHOD_STYLES): Algorithm 1 tuned, the default, Expected Attention.
 
-_WIDTH = 680  # the book's figures below fit the text column
-
-
-def _method_colour(spec: str) -> str:
-    """The colour of a setting: its short spec's when the book has one (Algorithm 1 tuned, as published), else its
-    registry name's (``expected_attention[n_future_positions=32]`` -> Expected Attention's)."""
-    from ..presses.registry import parse_method
-    from ..results.findings import short_spec
-    from .style import METHOD_STYLES
-
-    short = short_spec(spec)
-    if short in METHOD_STYLES:
-        return METHOD_STYLES[short][0]
-    from ..results.rowstats import is_prompt_default
-
-    if is_prompt_default(spec):
-        return METHOD_STYLES[parse_method(spec)[0]][0]
-    return method_style(parse_method(spec)[0])["color"]
-
-
 def loss_frame(rows: list[dict]) -> pd.DataFrame:
     """:func:`jacap_lib.results.anatomy.loss_rows` as a table: per losing cell, the verdict of the interval adjusted
     for the table's cells, the verdict of the cell's own 95 % interval, the documents lost / won, and how many of the
@@ -375,7 +358,6 @@ def kind_figure(part: dict, *, fills=None) -> go.Figure:
     return finish(fig)
 
 
-_COARSE = (0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100)  # the forest plots' ticks: few, so three panels fit
 
 
 def _forest(rows: list[dict], groups: list[str], colour_of, legend_of, *, title: str, xtitle: str,

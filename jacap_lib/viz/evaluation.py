@@ -598,7 +598,7 @@ def confirm_forest(summary: dict) -> go.Figure:
     (protection fills the budget) has no point."""
     from ..results.confirm_findings import BEST_BASELINE, verdict_groups
     from ..results.confirm_plan import parse_cell
-    from .anatomy import _COARSE, _WIDTH, _method_colour
+    from .style import FIGURE_WIDTH, FOREST_TICKS, setting_colour
 
     groups = verdict_groups(summary)
     if not groups:
@@ -620,7 +620,7 @@ def confirm_forest(summary: dict) -> go.Figure:
     step = 0.5 / max(len(lengths), 1)
     allv = [1.0]
     for i, g in enumerate(groups):
-        colour = _method_colour(g["a"])
+        colour = setting_colour(g["a"])
         for e in g["cells"]:
             if "low" not in e:  # not judged: protection fills the budget
                 continue
@@ -640,7 +640,7 @@ def confirm_forest(summary: dict) -> go.Figure:
     for col in range(1, len(ratios) + 1):
         fig.add_vline(x=1, line={"color": "black", "width": 1}, row=1, col=col)
     lo, hi = min(allv), max(allv)
-    ticks = [t for t in _COARSE if lo <= t <= hi]
+    ticks = [t for t in FOREST_TICKS if lo <= t <= hi]
     if len(ticks) < 3:
         ticks = [t for t in (0.5, 0.7, 1, 1.5, 2) if lo <= t <= hi] or [1]
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks], tickangle=0,
@@ -652,5 +652,5 @@ def confirm_forest(summary: dict) -> go.Figure:
                        yshift=-75, xanchor="left", yanchor="top", showarrow=False, align="left")
     height = 260 + 56 * len(groups)
     fig.update_layout(title=f"Confirmatory KL ratio per planned pair ({100 * level:.2f} % intervals, adjusted)",
-                      height=height, width=_WIDTH, margin={"l": 250, "r": 20, "t": 100, "b": 110}, showlegend=False)
+                      height=height, width=FIGURE_WIDTH, margin={"l": 250, "r": 20, "t": 100, "b": 110}, showlegend=False)
     return finish(fig)

@@ -34,7 +34,7 @@ import pandas as pd
 import plotly.colors
 import plotly.graph_objects as go
 
-__all__ = ["wrapped", "WrappedFrame", "METHOD_STYLES", "SETTING_COLOURS", "SETTING_SCALE", "SETTING_DASHES", "REFERENCE_COLOUR", "method_style", "method_of", "style_key", "setting_colours",
+__all__ = ["wrapped", "WrappedFrame", "setting_colour", "FIGURE_WIDTH", "FOREST_TICKS", "METHOD_STYLES", "SETTING_COLOURS", "SETTING_SCALE", "SETTING_DASHES", "REFERENCE_COLOUR", "method_style", "method_of", "style_key", "setting_colours",
            "finish", "log_ticks", "clip_outliers", "wrap_title"]
 
 #: method name -> (colour, marker symbol): the one mapping of the book. Jacap and its configurations in
@@ -448,3 +448,23 @@ def wrapped(frame, columns=()) -> WrappedFrame:
     out = WrappedFrame(frame)
     out.wrap_columns = list(columns)
     return out
+
+
+FIGURE_WIDTH = 680  # the analysis chapters' figures fit the text column
+FOREST_TICKS = (0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100)  # the forest plots' ticks: few, so several panels fit
+
+
+def setting_colour(spec: str) -> str:
+    """The colour of a setting: its short spec's when the book has one (Algorithm 1 tuned, as published), else its
+    registry name's (``expected_attention[n_future_positions=32]`` -> Expected Attention's)."""
+    from ..presses.registry import parse_method
+    from ..results.findings import short_spec
+
+    short = short_spec(spec)
+    if short in METHOD_STYLES:
+        return METHOD_STYLES[short][0]
+    from ..results.rowstats import is_prompt_default
+
+    if is_prompt_default(spec):
+        return METHOD_STYLES[parse_method(spec)[0]][0]
+    return method_style(parse_method(spec)[0])["color"]
