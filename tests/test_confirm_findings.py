@@ -12,6 +12,8 @@ import pytest
 from jacap_lib.results import answer as A
 from jacap_lib.results import confirm_findings as CF
 from jacap_lib.results import confirm_summary as CS
+from jacap_lib.results import field_dev as FD
+from jacap_lib.results import landing as L
 from jacap_lib.results import findings as F
 from jacap_lib.results import loaders as R
 from jacap_lib.results.confirm_plan import SENTENCES
@@ -50,7 +52,7 @@ def _plan(prompt):
             c["label"] = "protection fills the budget"
         comps.append(c)
     settings = [DEFAULT, KVZIP, KVGRAD, EA, prompt]
-    return {"comparisons": comps, "run": settings, "sentences": SENTENCES,
+    return {"comparisons": comps, "run": settings, "sentences": SENTENCES, "cells": list(KL),
             "adjustment": {"m": 5, "per_interval": 1 - 0.05 / 5}, "needle": {**DESIGN, "settings": settings}}
 
 
@@ -97,6 +99,42 @@ def test_needle_accuracy_is_pooled_over_lengths(summary, prompt):
     acc = CF.needle_accuracy(summary)["after"]
     for s, k in RIGHT.items():
         assert acc[prompt if s == "PROMPT" else s] == {0.5: pytest.approx(k / 4)}
+
+
+def test_kl_ratio_to_kvzip_is_the_geometric_mean_over_documents(summary, prompt):
+    got = {(e["setting"], e["cell"]): e for e in summary["kl"]["to_reference"]}
+    # every cell where a setting and KVzip both have rows, and no other: the constant multiples of KL above
+    want = {(DEFAULT, "512/0.5"): 0.5, (KVGRAD, "512/0.5"): 0.5, (prompt, "512/0.5"): 1.5, (DEFAULT, "1024/0.5"): 2.0,
+            (EA, "1024/0.5"): 8.0}
+    assert set(got) == set(want)
+    for key, r in want.items():
+        assert got[key]["ratio"] == pytest.approx(r) and got[key]["n_documents"] == 12 and got[key]["complete"], key
+    # a ratio that differs per document: the geometric mean, by hand
+    kl, _ = _rows(prompt)
+    kl = [dict(r, kl=r["kl"] * (4.0 if r["doc"] == "d0" and r["method"] == DEFAULT else 1.0)) for r in kl]
+    one = {(e["setting"], e["cell"]): e["ratio"] for e in CS.to_reference(_plan(prompt), kl, list(WORKS))}
+    assert one[DEFAULT, "512/0.5"] == pytest.approx(0.5 * 4.0 ** (1 / 12))
+
+
+def test_plane_points_pair_each_ratio_with_its_needle_accuracy(summary, prompt):
+    from jacap_lib.viz.plane import kl_retrieval_figure
+
+    points = CF.plane_points(summary)
+    by = {(p["spec"], p["cell"]): p for p in points}
+    # a point needs KL rows beside KVzip's in the cell and needle answers there: KVgrad has no KL at 1024/0.5, nor
+    # Expected Attention at 512/0.5; KVzip sits at 1
+    assert set(by) == {(DEFAULT, "512/0.5"), (DEFAULT, "1024/0.5"), (KVZIP, "512/0.5"), (KVZIP, "1024/0.5"),
+                       (KVGRAD, "512/0.5"), (prompt, "512/0.5"), (EA, "1024/0.5")}
+    assert by[DEFAULT, "1024/0.5"]["kl_ratio"] == pytest.approx(2.0) and by[KVZIP, "512/0.5"]["kl_ratio"] == 1.0
+    assert by[KVGRAD, "512/0.5"]["accuracy"] == 0.25 and by[KVGRAD, "512/0.5"]["correct"] == 1
+    assert all(p["full_accuracy"] == 1.0 and p["n_prompts"] == 4 and p["n_docs"] == 12 for p in points)
+    assert {p["split"] for p in points} == {"confirm"} and by[DEFAULT, "512/0.5"]["name"] == "default JacapPress()"
+    fig = kl_retrieval_figure(points)
+    assert "12 fresh confirmatory documents" in fig.layout.annotations[-1].text
+    # nothing until the needle mode is complete
+    kl, needle = _rows(prompt)
+    part = CS.summarize(_plan(prompt), "sha", kl, needle[:-1], WORKS, n_resamples=200)
+    assert CF.plane_points(part) == [] and CF.plane_points(summary, mode="inside") == []
 
 
 def test_answer_sentences_are_the_counts_in_plain_words(summary):
@@ -183,8 +221,13 @@ def test_write_uses_the_confirmatory_summary_only_when_complete(tmp_path, summar
     assert R.load_confirm_summary(ev, part=None)["complete"] is False
     assert A.write(ev).read_text(encoding="utf-8") == dev_answer
     assert F.write(ev).read_text(encoding="utf-8") == dev_findings
+    # the landing plane comes from the dev field until the confirmatory KL and needle rows are complete
+    dev_points = L.plane_points(ev)
+    assert dev_points and dev_points == FD.field_points(R.load_field_summary())
     (ev / "confirm" / "summary.json").write_text(json.dumps(summary))
     assert R.load_confirm_summary(ev)["complete"] is True
+    assert L.plane_points(ev) == CF.plane_points(json.loads(json.dumps(summary)))
+    assert {p["split"] for p in L.plane_points(ev)} == {"confirm"}
     assert A.write(ev).read_text(encoding="utf-8").startswith("*The answer, from the confirmatory run")
     assert CF.write(ev).read_text(encoding="utf-8") == CF.findings_text(json.loads(json.dumps(summary)))
     # a later dev summary job leaves the confirmatory findings as they are

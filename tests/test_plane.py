@@ -187,3 +187,5 @@ def test_figure(points):
         VP.kl_retrieval_figure(points, lengths=[4096])
     with pytest.raises(ValueError, match="empty"):
         VP.kl_retrieval_figure([])
+    with pytest.raises(ValueError, match="points: they mix"):  # one figure, one run's documents
+        VP.kl_retrieval_figure(points[:1] + [dict(points[1], split="confirm")])

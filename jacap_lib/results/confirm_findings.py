@@ -10,6 +10,8 @@ once on the confirmatory documents. This module only words them; it chooses noth
 * :func:`answer_lines` gives the landing page's sentences (at most :data:`~jacap_lib.results.answer.MAX_SENTENCES`
   with the cost sentence :mod:`~jacap_lib.results.answer` adds, each at most
   :data:`~jacap_lib.results.answer.MAX_WORDS` words);
+* :func:`plane_points` pairs each setting's KL ratio to KVzip with its needle accuracy, cell by cell (the landing
+  page's KL–retrieval plane), once the KL rows and a needle mode are complete;
 * :func:`findings_text` gives ``findings.md`` (:func:`write` writes it): the source, the verdict table, the needle
   table and one-claim sentences.
 
@@ -26,7 +28,7 @@ from pathlib import Path
 
 from . import files
 
-__all__ = ["write", "verdict_groups", "needle_done", "needle_progress", "needle_accuracy", "answer_lines",
+__all__ = ["write", "verdict_groups", "needle_done", "needle_progress", "needle_accuracy", "plane_points", "answer_lines",
            "findings_text", "BEST_BASELINE", "VERDICTS"]
 
 #: the reference name of the comparisons against the best tuned baseline of each cell
@@ -123,6 +125,39 @@ def needle_accuracy(summary: dict) -> dict:
         n = len(design["lengths"])
         out[mode] = {s: {c: sum(v) / len(v) for c, v in by.items() if len(v) == n} for s, by in acc.items()}
     return out
+
+
+def plane_points(summary: dict, mode: str = "after") -> list[dict]:
+    """The KL–retrieval plane of the confirmatory run, in the shape of
+    :func:`jacap_lib.results.field_dev.field_points` (so :func:`jacap_lib.viz.plane.kl_retrieval_figure` draws it):
+    one point per needle setting and needle cell, x its geometric-mean KL ratio to KVzip over the confirmatory
+    documents (``summary["kl"]["to_reference"]``; KVzip itself at 1), y its needle accuracy in ``mode`` with its
+    Wilson interval beside the uncompressed answer's. ``[]`` until the KL rows and every planned prompt of ``mode``
+    are there, or when the summary predates the KL ratios to KVzip."""
+    from .findings import spec_name
+    from .rowstats import FULL
+
+    kl = summary.get("kl", {})
+    if not (kl.get("complete") and kl.get("to_reference") and needle_done(summary, mode)):
+        return []
+    n_docs = int(summary["config"]["documents"])
+    reference = kl["to_reference"][0]["reference"]  # the summary's reference, KVzip
+    x = {(e["setting"], e["cell"]): e["ratio"] for e in kl["to_reference"] if e["complete"]}
+    acc = {(e["setting"], e["cell"]): e for e in summary["needle"][mode]["accuracy"] if e["complete"]}
+    ref = {"reference": spec_name(reference, legend=True), "reference_spec": reference,
+           "reference_name": spec_name(reference, legend=True), "reference_prose_name": spec_name(reference)}
+    points = []
+    for (s, cell), a in acc.items():
+        if s == FULL or (s != reference and (s, cell) not in x) or (FULL, cell) not in acc:
+            continue
+        L, c = cell.split("/")
+        points.append({"length": int(L), "ratio": float(c), "cell": f"{int(L)}/{float(c):g}", "spec": s,
+                       "family": s.split("[")[0], "name": spec_name(s, legend=True), "prose_name": spec_name(s), **ref,
+                       "kl_ratio": 1.0 if s == reference else x[(s, cell)], "n_docs": n_docs, "split": "confirm",
+                       "accuracy": a["accuracy"], "accuracy_low": a["low"], "accuracy_high": a["high"],
+                       "correct": round(a["accuracy"] * a["n"]), "n_prompts": a["n"],
+                       "full_accuracy": acc[(FULL, cell)]["accuracy"]})
+    return points
 
 
 def _judged(g: dict) -> int:

@@ -13,6 +13,8 @@ manifest (which work each document comes from), and writes ``confirm/summary.jso
 * per needle mode: each needle setting's accuracy per (length, c) cell with a Wilson interval, and each judged KL
   comparison of a needle cell (the same two settings there) with the exact McNemar p on the prompts both answered,
   Holm over the cells and pairs of the mode, and the verdict of the adjusted test;
+* per run setting and cell, the geometric-mean KL ratio to :data:`REFERENCE` (KVzip) over the documents both have:
+  a description for the KL–retrieval plane (:func:`jacap_lib.results.confirm_findings.plane_points`), not a verdict;
 * ``complete``: whether every planned row is there. A comparison whose rows are not all there gets no verdict
   (``"incomplete"``); the adjustment stays the plan's ``m`` whatever is complete.
 
@@ -29,7 +31,10 @@ import numpy as np
 from . import files
 from . import job as J
 
-__all__ = ["summarize_kl", "summarize_needle", "summarize", "CONFIRM_SUMMARY"]
+__all__ = ["summarize_kl", "summarize_needle", "summarize", "to_reference", "REFERENCE", "CONFIRM_SUMMARY"]
+
+#: the setting every run setting's KL is divided by in :func:`to_reference` (the dev plane's reference too; each entry names it)
+REFERENCE = "kvzip"
 
 
 def _name(spec: str) -> str:
@@ -42,6 +47,16 @@ def _fmt(x: float) -> str:  # three decimals: an interval's end near 1 stays rea
     return f"{x:.3f}"
 
 
+def _floored(rows: list[dict]) -> dict:
+    """``{(setting, length, c): {document: max(KL, KL_FLOOR)}}`` of the KL rows."""
+    from .protocol import KL_FLOOR
+
+    kl: dict = {}
+    for r in rows:
+        kl.setdefault((r["method"], int(r["length"]), float(r["ratio"])), {})[r["doc"]] = max(float(r["kl"]), KL_FLOOR)
+    return kl
+
+
 def summarize_kl(plan: dict, rows: list[dict], works: dict[str, str], *, n_resamples: int | None = None,
                  seed: int | None = None) -> dict:
     """The KL part of the summary (see the module) from the plan, the KL rows and ``{document id: work}`` (every
@@ -49,15 +64,12 @@ def summarize_kl(plan: dict, rows: list[dict], works: dict[str, str], *, n_resam
     from scipy.stats import wilcoxon
 
     from .confirm_plan import parse_cell
-    from .protocol import KL_FLOOR
     from .verdicts import N_RESAMPLES, SEED, holm, work_ratio
 
     n_resamples = N_RESAMPLES if n_resamples is None else n_resamples
     seed = SEED if seed is None else seed
     level = float(plan["adjustment"]["per_interval"])
-    kl: dict = {}
-    for r in rows:
-        kl.setdefault((r["method"], int(r["length"]), float(r["ratio"])), {})[r["doc"]] = max(float(r["kl"]), KL_FLOOR)
+    kl = _floored(rows)
     docs = list(works)
     out = []
     for c in plan["comparisons"]:
@@ -98,7 +110,31 @@ def summarize_kl(plan: dict, rows: list[dict], works: dict[str, str], *, n_resam
             counts[e["what"]][e["verdict"]] += 1
     return {"comparisons": out, "m": int(plan["adjustment"]["m"]), "level": level,
             "complete": all(e["verdict"] != "incomplete" for e in out), "counts": counts,
-            "n_resamples": int(n_resamples), "seed": int(seed)}
+            "n_resamples": int(n_resamples), "seed": int(seed), "to_reference": to_reference(plan, rows, docs)}
+
+
+def to_reference(plan: dict, rows: list[dict], docs: list[str]) -> list[dict]:
+    """Each run setting's geometric-mean KL ratio to :data:`REFERENCE` in each planned cell (KLs floored as above),
+    over the documents of ``docs`` both have; ``complete`` when that is every document. A description (the plane's
+    x), not a verdict: no interval, nothing judged."""
+    from .confirm_plan import parse_cell
+
+    kl = _floored(rows)
+    out = []
+    for cell in plan["cells"]:
+        L, ratio = parse_cell(cell)
+        ref = kl.get((REFERENCE, L, ratio), {})
+        for s in plan["run"]:
+            if s == REFERENCE:
+                continue
+            a = kl.get((s, L, ratio), {})
+            have = [d for d in docs if d in a and d in ref]
+            if not have:
+                continue
+            gm = float(np.exp(np.mean([np.log(a[d]) - np.log(ref[d]) for d in have])))
+            out.append({"setting": s, "reference": REFERENCE, "cell": cell, "n_documents": len(have),
+                        "complete": len(have) == len(docs), "ratio": gm})
+    return out
 
 
 def summarize_needle(plan: dict, rows: list[dict]) -> dict:
