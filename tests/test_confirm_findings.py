@@ -168,8 +168,24 @@ def test_findings_table_counts_and_needle(summary, prompt):
     # the judged pairs at the needle cells 512/0.5 (3) and 1024/0.5 (2): four prompts each
     pairs = summary["needle"]["after"]["pairs"]
     assert len(pairs) == 5 and all(p["verdict"] != "better" or p["holm_p"] <= 0.05 for p in pairs)
-    found = sum(p["verdict"] in ("better", "worse") for p in pairs)
-    assert f"finds a difference in {found} of 5 planned pairs" in text
+    # by hand: the default answers every prompt, KVzip 3, KVgrad 1, Expected Attention 0, the prompt press 2; the
+    # exact test on 1, 3, 4 and 1 discordant prompts gives p 1, 0.25, 0.125 and 1: nothing detectable at 4 prompts
+    assert {(p["a"], p["b"], p["cell"]): (p["wins"], p["losses"]) for p in pairs} == {
+        (DEFAULT, KVZIP, "512/0.5"): (1, 0), (DEFAULT, KVZIP, "1024/0.5"): (1, 0), (DEFAULT, KVGRAD, "512/0.5"): (3, 0),
+        (DEFAULT, EA, "1024/0.5"): (4, 0), (prompt, KVGRAD, "512/0.5"): (1, 0)}
+    assert "over the mode's 5 planned pairs" in text
+    assert "| default JacapPress() | KVzip | 0 | 0 | 2 | 0 |" in text  # two cells
+    assert "| default JacapPress() | best tuned baseline | 0 | 0 | 2 | 0 |" in text  # KVgrad, Expected Attention
+    assert "| default JacapPress() | Expected Attention | 0 | 0 | 1 | 0 |" in text  # the pair named twice
+    assert "| JacapPromptPress() | best tuned baseline | 0 | 0 | 1 | 0 |" in text
+    # a verdict moves its group's count, and only that group's
+    moved = json.loads(json.dumps(summary))
+    for p in moved["needle"]["after"]["pairs"]:
+        if p["b"] == KVZIP and p["cell"] == "512/0.5":
+            p["verdict"] = "worse"
+    counts = {(g["a"], g["reference"]): g["counts"] for g in CF.needle_groups(moved, "after")}
+    assert counts[DEFAULT, KVZIP] == {**dict.fromkeys(CF.NEEDLE_VERDICTS, 0), "worse": 1, "no detectable difference": 1}
+    assert counts[DEFAULT, CF.BEST_BASELINE]["worse"] == 0 and CF.needle_groups(moved, "inside") == []
 
 
 def test_kl_verdicts_lead_while_the_needle_run_goes_on(tmp_path, summary, prompt):

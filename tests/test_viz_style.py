@@ -234,3 +234,13 @@ def test_lag_figure_names_the_flat_mean_in_the_legend():
     assert fig.data[0].line.color == fig.data[1].line.color != fig.data[2].line.color
     assert fig.layout.xaxis.type == "category" and list(fig.data[0].x) == ["0.5", "0.9", "0.999"]
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+
+
+def test_forest_ticks_coarse_then_finer_round_values():
+    from jacap_lib.viz.style import forest_ticks
+
+    assert forest_ticks(0.05, 20) == [0.1, 0.3, 1, 3, 10]  # three or more coarse ticks inside: those
+    assert forest_ticks(0.6, 1.8) == [0.7, 1, 1.5]  # a narrow range: the finer round values inside
+    assert forest_ticks(0.15, 8) == [0.3, 1, 3]
+    assert forest_ticks(0.15, 2.5) == [0.2, 0.5, 1, 2]  # 0.2 .. 2 inside, more than four: every other
+    assert forest_ticks(1.01, 1.02) == [1]  # none inside: 1

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from . import files
 
-__all__ = ["write", "verdict_groups", "needle_done", "needle_progress", "needle_accuracy", "plane_points", "answer_lines",
+__all__ = ["write", "verdict_groups", "needle_groups", "NEEDLE_VERDICTS", "needle_done", "needle_progress", "needle_accuracy", "plane_points", "answer_lines",
            "findings_text", "BEST_BASELINE", "VERDICTS"]
 
 #: the reference name of the comparisons against the best tuned baseline of each cell
@@ -86,6 +86,36 @@ def verdict_groups(summary: dict) -> list[dict]:
             g["cells"].append(e)
             if e["b"] not in g["references"]:
                 g["references"].append(e["b"])
+    order = list(_PLAN_WHAT)
+    return sorted(groups.values(), key=lambda g: order.index(g["what"]))
+
+
+#: the needle verdict columns, in order (:func:`jacap_lib.results.verdicts.mcnemar_verdict`'s outcomes)
+NEEDLE_VERDICTS = ("better", "worse", "no detectable difference", "no difference: identical on every prompt")
+
+
+def needle_groups(summary: dict, mode: str) -> list[dict]:
+    """Per planned pair of settings, the exact paired needle tests' verdicts over its needle cells in ``mode`` (Holm
+    over every cell and pair of the mode, as the plan says), grouped as :func:`verdict_groups` groups the KL verdicts:
+    ``{"a", "reference", "what", "counts": {verdict: cells}, "cells": [...]}``. ``[]`` until every planned prompt
+    of ``mode`` is answered (:func:`needle_done`)."""
+    if not needle_done(summary, mode):
+        return []
+    whats = {(e["a"], e["b"], e["cell"]): _whats(e) for e in summary["kl"]["comparisons"]}
+    groups: dict = {}
+    for t in summary["needle"][mode]["pairs"]:
+        key = (t["a"], t["b"], t["cell"])
+        if key not in whats:
+            raise ValueError(f"needle pair {t['a']!r} / {t['b']!r} in {t['cell']}: no planned KL comparison names it")
+        if t["verdict"] not in NEEDLE_VERDICTS:
+            raise ValueError(f"needle pair {t['a']!r} / {t['b']!r} in {t['cell']}: verdict {t['verdict']!r} is not "
+                             f"one of {NEEDLE_VERDICTS}")
+        for what in whats[key]:
+            ref = _PLAN_WHAT[what]
+            g = groups.setdefault((what, t["a"], ref), {"a": t["a"], "reference": ref or BEST_BASELINE, "what": what,
+                                                        "counts": dict.fromkeys(NEEDLE_VERDICTS, 0), "cells": []})
+            g["counts"][t["verdict"]] += 1
+            g["cells"].append(t)
     order = list(_PLAN_WHAT)
     return sorted(groups.values(), key=lambda g: order.index(g["what"]))
 
@@ -270,10 +300,13 @@ def findings_text(summary: dict) -> str:
                 f"{len(n['depths']) * n['trials']} prompts per prompt length and cell, fresh keys:", "",
                 *_table(header, body, "l" + "r" * (len(header) - 1))]
         for m in modes:
-            pairs = summary["needle"][m]["pairs"]
-            found = sum(p["verdict"] in ("better", "worse") for p in pairs)
-            out += ["", f"With the question {_WHEN[m]}, the exact paired test (Holm) finds a difference in {found} "
-                    f"of {len(pairs)} planned pairs."]
+            rows = [[spec_name(g["a"], legend=True), "best tuned baseline" if g["reference"] == BEST_BASELINE
+                     else spec_name(g["reference"], legend=True), *(g["counts"][v] for v in NEEDLE_VERDICTS)]
+                    for g in needle_groups(summary, m)]
+            out += ["", f"Needle verdicts with the question {_WHEN[m]}: the exact paired test per needle cell, Holm "
+                    f"over the mode's {len(summary['needle'][m]['pairs'])} planned pairs (better: more prompts "
+                    "answered; identical: right on the same prompts):", "",
+                    *_table(["setting", "against", "better", "worse", "no det. diff.", "identical"], rows, "llrrrr")]
     for m in cfg["needle_design"]["modes"]:
         if not needle_done(summary, m):
             done, planned = needle_progress(summary, m)

@@ -20,8 +20,7 @@ from plotly.subplots import make_subplots
 
 from ..results.rowstats import LADDER_ONLY
 from .style import FIGURE_WIDTH as _WIDTH
-from .style import FOREST_TICKS as _COARSE
-from .style import finish, method_style, setting_colours, wrap_title, wrapped
+from .style import finish, forest_ticks, log_tickvals, method_style, setting_colours, wrap_title, wrapped
 from .style import setting_colour as _method_colour
 
 __all__ = ["layer_ratio_figure", "position_figure", "swap_figure", "kind_frame", "kind_pair_frame", "category_frame", "swap_frame",
@@ -30,7 +29,6 @@ __all__ = ["layer_ratio_figure", "position_figure", "swap_figure", "kind_frame",
            "loss_frame", "kind_figure", "swap_forest", "ladder_figure", "kept_position_figure", "named_layer_figure",
            "ablation_count_figure"]
 
-_NICE = (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 20, 30, 50, 100)
 _KIND_DASH = {"all": "solid", "dialogue": "dash", "prose": "dot", "expository": "dashdot", "code": "longdash"}
 
 
@@ -48,24 +46,6 @@ def _row_name(key: str) -> str:
     """A swap setting's row in a figure: its key as words (``observed_centre`` -> ``observed centre``); the spec
     behind it is printed by :func:`swap_setting_lines`."""
     return key.replace("_", " ")
-
-
-def log_tickvals(values) -> list[float]:
-    """Tick values for a log axis over ``values``: the 1-1.5-2-3-5-7 steps inside their range, at least two
-    (the nearest outside values are added when fewer fall inside)."""
-    pos = [v for v in values if v > 0 and math.isfinite(v)]
-    if not pos:
-        return [1, 2]
-    lo, hi = min(pos), max(pos)
-    ticks = [t for t in _NICE if lo <= t <= hi]
-    below = [t for t in _NICE if t < lo]
-    above = [t for t in _NICE if t > hi]
-    while len(ticks) < 2 and (below or above):
-        if below:
-            ticks.insert(0, below.pop())
-        if len(ticks) < 2 and above:
-            ticks.append(above.pop(0))
-    return ticks
 
 
 def distance_labels(edges) -> list[str]:
@@ -390,10 +370,7 @@ def _forest(rows: list[dict], groups: list[str], colour_of, legend_of, *, title:
             shown.add(legend)
         fig.add_vline(x=1, line={"color": "black", "width": 1}, row=1, col=col)
     lo, hi = min(allv + [1]), max(allv + [1])
-    ticks = [t for t in _COARSE if lo <= t <= hi]
-    if len(ticks) < 3:  # a narrow range: finer round values
-        ticks = [t for t in log_tickvals([lo, hi]) if lo <= t <= hi] or [1]
-        ticks = ticks[::2] if len(ticks) > 4 else ticks
+    ticks = forest_ticks(lo, hi)
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks], tickangle=0,
                      range=[math.log10(lo) - 0.05, math.log10(hi) + 0.05])
     fig.update_xaxes(title_text=xtitle)  # every panel: its own axis title

@@ -598,7 +598,7 @@ def confirm_forest(summary: dict) -> go.Figure:
     (protection fills the budget) has no point."""
     from ..results.confirm_findings import BEST_BASELINE, verdict_groups
     from ..results.confirm_plan import parse_cell
-    from .style import FIGURE_WIDTH, FOREST_TICKS, setting_colour
+    from .style import FIGURE_WIDTH, forest_ticks, setting_colour
 
     groups = verdict_groups(summary)
     if not groups:
@@ -640,9 +640,7 @@ def confirm_forest(summary: dict) -> go.Figure:
     for col in range(1, len(ratios) + 1):
         fig.add_vline(x=1, line={"color": "black", "width": 1}, row=1, col=col)
     lo, hi = min(allv), max(allv)
-    ticks = [t for t in FOREST_TICKS if lo <= t <= hi]
-    if len(ticks) < 3:
-        ticks = [t for t in (0.5, 0.7, 1, 1.5, 2) if lo <= t <= hi] or [1]
+    ticks = forest_ticks(lo, hi)
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks], tickangle=0,
                      range=[math.log10(lo) - 0.05, math.log10(hi) + 0.05], title_text="KL ratio")
     fig.update_yaxes(tickvals=list(range(len(groups)))[::-1], ticktext=labels, range=[-0.6, len(groups) - 0.4])

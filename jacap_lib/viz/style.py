@@ -34,7 +34,7 @@ import pandas as pd
 import plotly.colors
 import plotly.graph_objects as go
 
-__all__ = ["wrapped", "WrappedFrame", "setting_colour", "FIGURE_WIDTH", "FOREST_TICKS", "METHOD_STYLES", "SETTING_COLOURS", "SETTING_SCALE", "SETTING_DASHES", "REFERENCE_COLOUR", "method_style", "method_of", "style_key", "setting_colours",
+__all__ = ["wrapped", "WrappedFrame", "setting_colour", "FIGURE_WIDTH", "FOREST_TICKS", "forest_ticks", "log_tickvals", "METHOD_STYLES", "SETTING_COLOURS", "SETTING_SCALE", "SETTING_DASHES", "REFERENCE_COLOUR", "method_style", "method_of", "style_key", "setting_colours",
            "finish", "log_ticks", "clip_outliers", "wrap_title"]
 
 #: method name -> (colour, marker symbol): the one mapping of the book. Jacap and its configurations in
@@ -452,6 +452,36 @@ def wrapped(frame, columns=()) -> WrappedFrame:
 
 FIGURE_WIDTH = 680  # the analysis chapters' figures fit the text column
 FOREST_TICKS = (0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100)  # the forest plots' ticks: few, so several panels fit
+_NICE = (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 20, 30, 50, 100)
+
+
+def log_tickvals(values) -> list[float]:
+    """Tick values for a log axis over ``values``: the 1-1.5-2-3-5-7 steps inside their range, at least two
+    (the nearest outside values are added when fewer fall inside)."""
+    pos = [v for v in values if v > 0 and math.isfinite(v)]
+    if not pos:
+        return [1, 2]
+    lo, hi = min(pos), max(pos)
+    ticks = [t for t in _NICE if lo <= t <= hi]
+    below = [t for t in _NICE if t < lo]
+    above = [t for t in _NICE if t > hi]
+    while len(ticks) < 2 and (below or above):
+        if below:
+            ticks.insert(0, below.pop())
+        if len(ticks) < 2 and above:
+            ticks.append(above.pop(0))
+    return ticks
+
+
+def forest_ticks(lo: float, hi: float) -> list[float]:
+    """The ticks of a forest plot's log axis over ``[lo, hi]``: the coarse :data:`FOREST_TICKS` inside it, or, when
+    fewer than three fall inside (a narrow range), every other of the finer round values of :func:`log_tickvals`
+    (at most four), ``[1]`` when none falls inside."""
+    ticks = [t for t in FOREST_TICKS if lo <= t <= hi]
+    if len(ticks) >= 3:
+        return ticks
+    ticks = [t for t in log_tickvals([lo, hi]) if lo <= t <= hi] or [1]
+    return ticks[::2] if len(ticks) > 4 else ticks
 
 
 def setting_colour(spec: str) -> str:
