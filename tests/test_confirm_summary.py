@@ -26,7 +26,8 @@ def _plan():
              {"a": "jacap", "b": "kvzip", "what": "y", "cell": "512/0.95", "judged": False,
               "label": "protection fills the budget"}]
     return {"comparisons": comps, "run": ["jacap_context", "kvzip", "jacap_ea", "jacap"], "sentences": SENTENCES,
-            "adjustment": {"m": 3, "per_interval": 1 - 0.05 / 3}, "needle": DESIGN}
+            "adjustment": {"m": 3, "per_interval": 1 - 0.05 / 3}, "needle": DESIGN,
+            "cells": ["512/0.5", "1024/0.5", "512/0.95"]}
 
 
 def _rows(g):
@@ -64,6 +65,13 @@ def test_kl_verdicts_follow_the_plan():
     want = holm([const["wilcoxon_p"], noisy["wilcoxon_p"]])
     assert [const["holm_p"], noisy["holm_p"]] == pytest.approx(list(want))
     assert s["counts"] == {"x": {"better": 1, "incomplete": 1}, "y": {noisy["verdict"]: 1}}  # unjudged: not counted
+    # the plane's KL ratios to KVzip: every run setting with rows beside KVzip's, over the documents both have
+    ref = {(e["setting"], e["cell"]): e for e in s["to_reference"]}
+    assert set(ref) == {("jacap_context", "512/0.5"), ("jacap_ea", "512/0.5"), ("jacap_context", "1024/0.5")}
+    assert ref["jacap_context", "512/0.5"]["ratio"] == pytest.approx(0.5) and ref["jacap_context", "512/0.5"]["complete"]
+    assert ref["jacap_ea", "512/0.5"]["ratio"] == pytest.approx(noisy["ratio"], rel=1e-12)
+    one = ref["jacap_context", "1024/0.5"]  # d0 alone: 0.1 over its KVzip KL
+    assert not one["complete"] and one["n_documents"] == 1 and one["ratio"] == pytest.approx(0.1 / kl["d0", "kvzip"])
 
 
 def test_needle_pairs_are_exact_mcnemar_with_holm_over_the_mode():
