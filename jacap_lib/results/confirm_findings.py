@@ -28,8 +28,8 @@ from pathlib import Path
 
 from . import files
 
-__all__ = ["write", "verdict_groups", "needle_groups", "NEEDLE_VERDICTS", "needle_done", "needle_progress", "needle_accuracy", "plane_points", "answer_lines",
-           "findings_text", "BEST_BASELINE", "VERDICTS"]
+__all__ = ["write", "verdict_groups", "needle_groups", "needle_done", "needle_progress", "needle_accuracy",
+           "plane_points", "answer_lines", "findings_text", "BEST_BASELINE", "VERDICTS", "NEEDLE_VERDICTS"]
 
 #: the reference name of the comparisons against the best tuned baseline of each cell
 BEST_BASELINE = "the best tuned baseline"
