@@ -247,3 +247,25 @@ def test_field_points_pair_each_cells_kl_ratio_with_its_needle_accuracy():
     fig = kl_retrieval_figure(points)
     assert {tr.name for tr in fig.data if tr.mode == "markers"} == {"KVzip", "KNorm"}
     assert FD.field_points({**summary, "needle_table": {"modes": {}}}) == []
+
+
+def test_target_lines_read_the_worst_cell_the_lowest_accuracy_and_the_cost():
+    spec = "jacap_context[budget=global,window=64]"
+    cells = [{"length": 512, "ratio": 0.5, "gm_ratio": 0.8}, {"length": 2048, "ratio": 0.9, "gm_ratio": 1.3}]
+    acc = lambda a: {"context": {"accuracy": a}}  # noqa: E731
+    summary = {"settings": {"context": spec},
+               "comparisons": [{"setting": "one_prefill", "reference": "kvzip", "cells": [{"gm_ratio": 9.0}]},
+                               {"setting": "context", "reference": "kvzip", "cells": cells}],
+               "no_higher": {"context/kvzip": {"cells": 1, "of": 2}},
+               "needle": {"modes": {"inside": {"cells": [{"ratio": 0.5, "accuracy": acc(0.9)},
+                                                         {"ratio": 0.9, "accuracy": acc(0.1)}]},  # c > 0.75: left out
+                                    "after": {"cells": [{"ratio": 0.5, "accuracy": acc(1.0)},
+                                                        {"ratio": 0.75, "accuracy": acc(0.85)},
+                                                        {"ratio": 0.5, "accuracy": {}}]}}},  # not measured there
+               "cost": {"lengths": [{"length": 512, "comparisons": [{"ratio": 1.234, "n": 3}]}]}}
+    assert FD.target_lines(summary) == [
+        "default JacapPress() against KVzip, dev documents:",
+        "  KL at most KVzip's: 1 of 2 cells (worst 1.30x, prompt 2048, c = 0.9)",
+        "  needle, question after: lowest accuracy at c <= 0.75 is 85 %",
+        "  needle, question inside: lowest accuracy at c <= 0.75 is 90 %",
+        "  CPU time at prompt 512: 1.23x KVzip's (3 documents)"]

@@ -34,7 +34,7 @@ from . import files
 from . import job as J
 
 __all__ = ["ROLES", "COMPARISONS", "FILE", "settings", "summarize_field", "summarize_needle", "summarize_cost",
-           "field_table", "field_needle", "field_points", "JOB"]
+           "field_table", "field_needle", "field_points", "target_lines", "JOB"]
 
 #: role -> (search space, method of that space whose tune choice plays it)
 ROLES = {"context": ("context", "jacap_context"), "kvzip": ("peers", "kvzip"), "one_prefill": ("first", "jacap_obs")}
@@ -284,6 +284,30 @@ def field_needle(rows_by_space: dict, chosen_by_space: dict) -> dict:
         modes[mode]["cells"].setdefault(method, []).append({"length": L, "ratio": c, "accuracy": acc, "low": lo,
                                                             "high": hi, "n": len(xs), "correct": sum(xs)})
     return {"modes": modes}
+
+
+def target_lines(summary: dict, *, max_ratio: float = 0.75) -> list[str]:
+    """The stretch target's three parts for the context press (the default ``JacapPress()``), measured on the dev
+    documents (``summary``: ``field_summary.json``): in how many cells its KL is at most KVzip's (with its worst
+    ratio), its lowest needle accuracy at ``c <= max_ratio`` per question mode, and its CPU time as a multiple of
+    KVzip's per prompt length. Short lines: a heading, then one indented line per measurement."""
+    from .findings import spec_name
+
+    kv = next(b for b in summary["comparisons"] if (b["setting"], b["reference"]) == ("context", "kvzip"))
+    worst = max(kv["cells"], key=lambda r: r["gm_ratio"])
+    tally = summary["no_higher"]["context/kvzip"]
+    out = [f"{spec_name(summary['settings']['context'], legend=True)} against KVzip, dev documents:",
+           f"  KL at most KVzip's: {tally['cells']} of {tally['of']} cells (worst {worst['gm_ratio']:.2f}x, "
+           f"prompt {worst['length']}, c = {worst['ratio']:g})"]
+    for mode, block in sorted(summary["needle"]["modes"].items()):
+        acc = [c["accuracy"]["context"]["accuracy"] for c in block["cells"]
+               if c["ratio"] <= max_ratio and "context" in c["accuracy"]]
+        if acc:
+            out.append(f"  needle, question {mode}: lowest accuracy at c <= {max_ratio:g} is {100 * min(acc):.0f} %")
+    for b in summary["cost"]["lengths"]:
+        for c in b["comparisons"]:
+            out.append(f"  CPU time at prompt {b['length']}: {c['ratio']:.2f}x KVzip's ({c['n']} documents)")
+    return out
 
 
 def field_points(summary: dict, mode: str = "after") -> list[dict]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from .style import finish, setting_colours, wrapped
+from .style import finish, setting_colours, wrap_title, wrapped
 
 __all__ = ["not_offline_frame", "tune_ratio_figure", "STEP_NAMES", "ladder_frame", "ladder_figure", "ROLE_NAMES", "field_frame", "needle_frame",
            "field_heatmap", "field_needle_frame"]
@@ -192,11 +192,13 @@ def field_heatmap(table: dict, *, title: str | None = None) -> go.Figure:
     left = [m["method"] for m in table["methods"] if not m["complete"]] + [m["method"] for m in table["missing"]]
     note = "<br>".join(textwrap.wrap(f"dev rows not complete yet: {', '.join(left)}", 90)) if left else None
     lines = note.count("<br>") + 1 if note else 0
-    fig.update_layout(title=title or f"Every method's tune choice on the dev documents: KL ratio to {ref}",
+    head = wrap_title(title or f"Every method's tune choice on the dev documents: KL ratio to {ref}", 48)
+    fig.update_layout(title=head,  # short lines: clear of the modebar
                       xaxis={"title": "prompt length L (upper line) and compression ratio c (lower line)",
                              "tickangle": 0, "type": "category"},
                       yaxis={"title": "method (its ratio over all cells)", "automargin": True},
-                      height=190 + 26 * len(rows) + 16 * lines, margin={"l": 10, "r": 10, "b": 90 + 16 * lines})
+                      height=190 + 26 * len(rows) + 16 * lines + 22 * head.count("<br>"),
+                      margin={"l": 10, "r": 10, "b": 90 + 16 * lines, "t": 60 + 22 * head.count("<br>")})
     if note:
         fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=0, yshift=-76, showarrow=False,
                            xanchor="left", yanchor="top", align="left", font={"size": 11})
