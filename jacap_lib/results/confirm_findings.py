@@ -67,27 +67,36 @@ def _whats(entry: dict) -> list[str]:
     return out
 
 
-def verdict_groups(summary: dict) -> list[dict]:
-    """Per planned pair of settings, the verdict counts over its cells: ``{"a", "reference", "references" (the
-    baselines met, for the best tuned baseline), "counts": {verdict: cells}, "cells": [...]}``, the Jacap-family
-    settings against the best tuned baseline first (in the plan's order), then the default against KVzip and against
-    Expected Attention. A comparison the plan names for two purposes counts in both groups."""
+def _grouped(entries, whats_of, verdicts: tuple, *, hint: str = "") -> list[dict]:
+    """``entries`` (each with ``a``, ``b``, ``cell`` and ``verdict``) counted per planned pair of settings:
+    ``{"a", "reference", "references" (the ``b`` met), "what", "counts": {verdict: cells}, "cells": [...]}``, in the
+    order of the plan's purposes; ``whats_of(entry)``: the entry's purposes (a pair named twice counts in both
+    groups). A verdict outside ``verdicts`` is refused (``hint`` ends the message)."""
     groups: dict = {}
-    for e in summary["kl"]["comparisons"]:
-        for what in _whats(e):
+    for e in entries:
+        whats = whats_of(e)
+        if e["verdict"] not in verdicts:
+            raise ValueError(f"comparison {e['a']!r} / {e['b']!r} in {e['cell']}: verdict {e['verdict']!r} is not "
+                             f"one of {verdicts}{hint}")
+        for what in whats:
             ref = _PLAN_WHAT[what]
-            key = (what, e["a"], ref)
-            g = groups.setdefault(key, {"a": e["a"], "reference": ref or BEST_BASELINE, "references": [],
-                                        "what": what, "counts": dict.fromkeys(VERDICTS, 0), "cells": []})
-            if e["verdict"] not in g["counts"]:
-                raise ValueError(f"comparison {e['a']!r} / {e['b']!r} in {e['cell']}: verdict {e['verdict']!r} is not "
-                                 f"one of {VERDICTS}; the summary is incomplete")
+            g = groups.setdefault((what, e["a"], ref), {"a": e["a"], "reference": ref or BEST_BASELINE,
+                                                        "references": [], "what": what,
+                                                        "counts": dict.fromkeys(verdicts, 0), "cells": []})
             g["counts"][e["verdict"]] += 1
             g["cells"].append(e)
             if e["b"] not in g["references"]:
                 g["references"].append(e["b"])
     order = list(_PLAN_WHAT)
     return sorted(groups.values(), key=lambda g: order.index(g["what"]))
+
+
+def verdict_groups(summary: dict) -> list[dict]:
+    """Per planned pair of settings, the verdict counts over its cells: ``{"a", "reference", "references" (the
+    baselines met, for the best tuned baseline), "counts": {verdict: cells}, "cells": [...]}``, the Jacap-family
+    settings against the best tuned baseline first (in the plan's order), then the default against KVzip and against
+    Expected Attention. A comparison the plan names for two purposes counts in both groups."""
+    return _grouped(summary["kl"]["comparisons"], _whats, VERDICTS, hint="; the summary is incomplete")
 
 
 #: the needle verdict columns, in order (:func:`jacap_lib.results.verdicts.mcnemar_verdict`'s outcomes)
@@ -97,27 +106,19 @@ NEEDLE_VERDICTS = ("better", "worse", "no detectable difference", "no difference
 def needle_groups(summary: dict, mode: str) -> list[dict]:
     """Per planned pair of settings, the exact paired needle tests' verdicts over its needle cells in ``mode`` (Holm
     over every cell and pair of the mode, as the plan says), grouped as :func:`verdict_groups` groups the KL verdicts:
-    ``{"a", "reference", "what", "counts": {verdict: cells}, "cells": [...]}``. ``[]`` until every planned prompt
-    of ``mode`` is answered (:func:`needle_done`)."""
+    ``{"a", "reference", "references", "what", "counts": {verdict: cells}, "cells": [...]}``. ``[]`` until every
+    planned prompt of ``mode`` is answered (:func:`needle_done`)."""
     if not needle_done(summary, mode):
         return []
     whats = {(e["a"], e["b"], e["cell"]): _whats(e) for e in summary["kl"]["comparisons"]}
-    groups: dict = {}
-    for t in summary["needle"][mode]["pairs"]:
+
+    def whats_of(t: dict) -> list[str]:
         key = (t["a"], t["b"], t["cell"])
         if key not in whats:
             raise ValueError(f"needle pair {t['a']!r} / {t['b']!r} in {t['cell']}: no planned KL comparison names it")
-        if t["verdict"] not in NEEDLE_VERDICTS:
-            raise ValueError(f"needle pair {t['a']!r} / {t['b']!r} in {t['cell']}: verdict {t['verdict']!r} is not "
-                             f"one of {NEEDLE_VERDICTS}")
-        for what in whats[key]:
-            ref = _PLAN_WHAT[what]
-            g = groups.setdefault((what, t["a"], ref), {"a": t["a"], "reference": ref or BEST_BASELINE, "what": what,
-                                                        "counts": dict.fromkeys(NEEDLE_VERDICTS, 0), "cells": []})
-            g["counts"][t["verdict"]] += 1
-            g["cells"].append(t)
-    order = list(_PLAN_WHAT)
-    return sorted(groups.values(), key=lambda g: order.index(g["what"]))
+        return whats[key]
+
+    return _grouped(summary["needle"][mode]["pairs"], whats_of, NEEDLE_VERDICTS)
 
 
 def needle_done(summary: dict, mode: str) -> bool:
@@ -165,6 +166,7 @@ def plane_points(summary: dict, mode: str = "after") -> list[dict]:
     Wilson interval beside the uncompressed answer's. ``[]`` until the KL rows and every planned prompt of ``mode``
     are there, or when the summary predates the KL ratios to KVzip."""
     from .findings import spec_name
+    from .protocol import method_of
     from .rowstats import FULL
 
     kl = summary.get("kl", {})
@@ -182,7 +184,7 @@ def plane_points(summary: dict, mode: str = "after") -> list[dict]:
             continue
         L, c = cell.split("/")
         points.append({"length": int(L), "ratio": float(c), "cell": f"{int(L)}/{float(c):g}", "spec": s,
-                       "family": s.split("[")[0], "name": spec_name(s, legend=True), "prose_name": spec_name(s), **ref,
+                       "family": method_of(s), "name": spec_name(s, legend=True), "prose_name": spec_name(s), **ref,
                        "kl_ratio": 1.0 if s == reference else x[(s, cell)], "n_docs": n_docs, "split": "confirm",
                        "accuracy": a["accuracy"], "accuracy_low": a["low"], "accuracy_high": a["high"],
                        "correct": round(a["accuracy"] * a["n"]), "n_prompts": a["n"],

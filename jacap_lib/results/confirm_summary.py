@@ -110,16 +110,20 @@ def summarize_kl(plan: dict, rows: list[dict], works: dict[str, str], *, n_resam
             counts[e["what"]][e["verdict"]] += 1
     return {"comparisons": out, "m": int(plan["adjustment"]["m"]), "level": level,
             "complete": all(e["verdict"] != "incomplete" for e in out), "counts": counts,
-            "n_resamples": int(n_resamples), "seed": int(seed), "to_reference": to_reference(plan, rows, docs)}
+            "n_resamples": int(n_resamples), "seed": int(seed), "to_reference": _to_reference(plan, kl, docs)}
 
 
 def to_reference(plan: dict, rows: list[dict], docs: list[str]) -> list[dict]:
     """Each run setting's geometric-mean KL ratio to :data:`REFERENCE` in each planned cell (KLs floored as above),
     over the documents of ``docs`` both have; ``complete`` when that is every document. A description (the plane's
     x), not a verdict: no interval, nothing judged."""
+    return _to_reference(plan, _floored(rows), docs)
+
+
+def _to_reference(plan: dict, kl: dict, docs: list[str]) -> list[dict]:
+    """:func:`to_reference` from the floored KLs of :func:`_floored`."""
     from .confirm_plan import parse_cell
 
-    kl = _floored(rows)
     out = []
     for cell in plan["cells"]:
         L, ratio = parse_cell(cell)

@@ -338,8 +338,6 @@ def kind_figure(part: dict, *, fills=None) -> go.Figure:
     return finish(fig)
 
 
-
-
 def _forest(rows: list[dict], groups: list[str], colour_of, legend_of, *, title: str, xtitle: str,
             ytitle: str) -> go.Figure:
     """One panel per group: each row a point at its ratio with its (adjusted) interval; filled where the interval

@@ -193,12 +193,13 @@ def field_heatmap(table: dict, *, title: str | None = None) -> go.Figure:
     note = "<br>".join(textwrap.wrap(f"dev rows not complete yet: {', '.join(left)}", 90)) if left else None
     lines = note.count("<br>") + 1 if note else 0
     head = wrap_title(title or f"Every method's tune choice on the dev documents: KL ratio to {ref}", 48)
+    title_extra = 22 * head.count("<br>")  # pixels for the title's second and later lines
     fig.update_layout(title=head,  # short lines: clear of the modebar
                       xaxis={"title": "prompt length L (upper line) and compression ratio c (lower line)",
                              "tickangle": 0, "type": "category"},
                       yaxis={"title": "method (its ratio over all cells)", "automargin": True},
-                      height=190 + 26 * len(rows) + 16 * lines + 22 * head.count("<br>"),
-                      margin={"l": 10, "r": 10, "b": 90 + 16 * lines, "t": 60 + 22 * head.count("<br>")})
+                      height=190 + 26 * len(rows) + 16 * lines + title_extra,
+                      margin={"l": 10, "r": 10, "b": 90 + 16 * lines, "t": 60 + title_extra})
     if note:
         fig.add_annotation(text=note, xref="paper", yref="paper", x=0, y=0, yshift=-76, showarrow=False,
                            xanchor="left", yanchor="top", align="left", font={"size": 11})

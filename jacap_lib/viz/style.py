@@ -475,8 +475,8 @@ def log_tickvals(values) -> list[float]:
 
 def forest_ticks(lo: float, hi: float) -> list[float]:
     """The ticks of a forest plot's log axis over ``[lo, hi]``: the coarse :data:`FOREST_TICKS` inside it, or, when
-    fewer than three fall inside (a narrow range), every other of the finer round values of :func:`log_tickvals`
-    (at most four), ``[1]`` when none falls inside."""
+    fewer than three fall inside (a narrow range), the finer round values of :func:`log_tickvals` inside it (every
+    other one when more than four), ``[1]`` when none falls inside."""
     ticks = [t for t in FOREST_TICKS if lo <= t <= hi]
     if len(ticks) >= 3:
         return ticks
