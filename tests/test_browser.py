@@ -541,6 +541,13 @@ PROBE = """<script>
       if (over > 2) out.overflow.push(el.tagName.toLowerCase() + ' +' + Math.round(over) + 'px: ' +
                                       (el.textContent || '').replace(/\\s+/g, ' ').slice(0, 60));
     }
+    // a figure drawn wider than its output box makes that box scroll sideways (a fixed layout width too large)
+    figs.forEach(function (f, k) {
+      var holder = f.closest('div.cell_output') || f.parentElement;
+      var over = f.getBoundingClientRect().width - holder.clientWidth;
+      if (over > 2) out.overflow.push('figure ' + k + ' +' + Math.round(over) + 'px: ' +
+                                      ((f.layout && f.layout.title && f.layout.title.text) || '').slice(0, 60));
+    });
     out.nulls = [];
     figs.forEach(function (f, k) {
       f.querySelectorAll('svg text').forEach(function (t) {
@@ -779,8 +786,8 @@ def test_every_page_renders_offline(site):
 
 
 def test_probe_finds_overflow_and_null_text(tmp_path):
-    """The readability checks can fail: a printed line wider than the column and a figure whose text
-    says "null" are both reported (a synthetic page, no book build needed)."""
+    """The readability checks can fail: a printed line wider than the column, a figure wider than its output
+    box and a figure whose text says "null" are all reported (a synthetic page, no book build needed)."""
     if _chromium() is None:
         pytest.skip("no chromium binary on PATH (Debian: apt-get install -y chromium); browser test skipped")
     page = tmp_path / "wide.html"
@@ -789,9 +796,14 @@ def test_probe_finds_overflow_and_null_text(tmp_path):
         "<div class='cell_output'><pre>" + "x" * 400 + "</pre></div>"
         "<div class='cell_output'><pre>short</pre></div>"
         "<div class='plotly-graph-div'><svg class='main-svg'><text>null</text><text>ok</text></svg></div>"
+        "<div class='cell_output' style='width:500px;overflow-x:auto'><div class='plotly-graph-div' style='width:540px'>"
+        "<svg class='main-svg'></svg></div></div>"
+        "<div class='cell_output' style='width:500px;overflow-x:auto'><div class='plotly-graph-div' style='width:500px'>"
+        "<svg class='main-svg'></svg></div></div>"
         "</article></body></html>", encoding="utf-8")
     r = _probe_page(page, timeout=60.0)
-    assert len(r["overflow"]) == 1 and r["overflow"][0].startswith("pre +"), r["overflow"]
+    assert len(r["overflow"]) == 2 and r["overflow"][0].startswith("pre +"), r["overflow"]
+    assert r["overflow"][1].startswith("figure 1 +40px"), r["overflow"]  # the 540-px figure, not the 500-px one
     assert r["nulls"] == ["figure 0: null"], r["nulls"]
 
 
