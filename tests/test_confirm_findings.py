@@ -284,3 +284,16 @@ def test_the_forest_draws_every_judged_comparison_once_per_pair(summary, prompt)
         assert t.x[0] - t.error_x.arrayminus[0] == pytest.approx(t.x[0]) and t.error_x.array[0] == pytest.approx(0)
     assert [a.text for a in fig.layout.annotations] == ["c = 0.5", "c = 0.95", "● prompt 512   ■ prompt 1024;   "
                                                         "filled: the interval excludes 1"]
+
+
+def test_needle_progress_counts_rows_with_one_uncompressed_answer_per_length():
+    """The uncompressed answer does not depend on c: the run writes it once per prompt length, the summary repeats it
+    in each cell of that length, and the progress counts it once. By hand: 2 prompts per cell, 2 settings, 2 lengths x
+    2 ratios -> 2 x (2 x 4 + 2) = 20 planned rows; answered: the uncompressed 2 at 512 (shown in both of its cells),
+    setting a 2 and setting b 1 at 512/0.5 -> 5."""
+    design = {"lengths": [512, 1024], "ratios": [0.5, 0.75], "depths": [0.1], "trials": 2, "settings": ["a", "b"]}
+    acc = [{"setting": "full", "cell": "512/0.5", "n": 2}, {"setting": "full", "cell": "512/0.75", "n": 2},
+           {"setting": "a", "cell": "512/0.5", "n": 2}, {"setting": "b", "cell": "512/0.5", "n": 1}]
+    summary = {"config": {"needle_design": design}, "needle": {"after": {"accuracy": acc}}}
+    assert CF.needle_progress(summary, "after") == (5, 20)
+    assert CF.needle_progress(summary, "inside") == (0, 20)

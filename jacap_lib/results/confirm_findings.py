@@ -128,13 +128,27 @@ def needle_done(summary: dict, mode: str) -> bool:
 
 
 def needle_progress(summary: dict, mode: str) -> tuple[int, int]:
-    """``(answered, planned)`` needle prompts of ``mode``: every setting and the uncompressed answer in every cell."""
+    """``(answered, planned)`` needle prompts of ``mode``, one per row of the run: every setting's answer in every cell,
+    and the uncompressed answer once per prompt length (it does not depend on c; the summary repeats it in each cell
+    of its length)."""
     design = summary["config"]["needle_design"]
     per_cell = len(design["depths"]) * int(design["trials"])
-    settings = 1 + len(design["settings"])
-    planned = per_cell * settings * len(design["lengths"]) * len(design["ratios"])
+    lengths = len(design["lengths"])
+    planned = per_cell * (len(design["settings"]) * lengths * len(design["ratios"]) + lengths)
     block = summary["needle"].get(mode)
-    return (0 if block is None else sum(int(e["n"]) for e in block["accuracy"])), planned
+    if block is None:
+        return 0, planned
+    from .rowstats import FULL
+
+    full: dict = {}  # prompt length -> the uncompressed answers there (the same count in each of its cells)
+    answered = 0
+    for e in block["accuracy"]:
+        if e["setting"] == FULL:
+            length = e["cell"].split("/")[0]
+            full[length] = max(full.get(length, 0), int(e["n"]))
+        else:
+            answered += int(e["n"])
+    return answered + sum(full.values()), planned
 
 
 def needle_accuracy(summary: dict) -> dict:
