@@ -297,3 +297,31 @@ def test_needle_progress_counts_rows_with_one_uncompressed_answer_per_length():
     summary = {"config": {"needle_design": design}, "needle": {"after": {"accuracy": acc}}}
     assert CF.needle_progress(summary, "after") == (5, 20)
     assert CF.needle_progress(summary, "inside") == (0, 20)
+
+
+def test_fact_sentence_reads_every_complete_needle_mode(prompt):
+    """With both needle modes complete, the fact sentence picks the setting whose lowest accuracy over both modes is
+    highest and gives its accuracy per mode; the default's follows when another setting is picked; a mode with a
+    missing prompt is left out. By hand (4 prompts per cell, the same at both lengths): after, the default 4 of 4,
+    KVzip 3; inside, the default 3, KVzip 2, KVgrad 4 -> the lowest: the default 75 %, KVzip 50 %, KVgrad 25 %."""
+    kl, after = _rows(prompt)
+    inside_right = {FULL: 4, DEFAULT: 3, KVZIP: 2, KVGRAD: 4, EA: 1, "PROMPT": 0}
+    inside = [dict(r, mode="inside", correct=r["trial"] < inside_right[
+        "PROMPT" if r["method"] == prompt else r["method"]]) for r in after]
+    plan = _plan(prompt)
+    plan["needle"] = {**plan["needle"], "modes": ["after", "inside"]}
+    both = CS.summarize(plan, "sha", kl, after + inside, WORKS, n_resamples=200)
+    assert CF.needle_done(both, "after") and CF.needle_done(both, "inside")
+    fact = CF.fact_sentence(both)
+    assert fact == ("To keep a fact, use the default `JacapPress()`: at c ≤ 0.75 it answers 100 % of needle prompts "
+                    "asked after, 75 % asked inside."), fact
+    assert len(fact.split()) <= A.MAX_WORDS and CF.answer_lines(both)[-1] == fact
+    # KVgrad answers every inside prompt: with inside alone it is picked, and the default's accuracy follows
+    only_inside = CS.summarize(plan, "sha", kl, after[:-1] + inside, WORKS, n_resamples=200)
+    assert not CF.needle_done(only_inside, "after")
+    assert CF.fact_sentence(only_inside) == ("To keep a fact of the prompt, use KVgrad: it answers 100 % of needle "
+                                             "prompts at c ≤ 0.75, question inside the prompt; the default answers 75 %.")
+    # after alone: the sentence the landing page has printed since the after mode finished
+    assert CF.fact_sentence(CS.summarize(plan, "sha", kl, after + inside[:-1], WORKS, n_resamples=200)) == (
+        "To keep a fact of the prompt, use the default `JacapPress()`: it answers 100 % of needle prompts at c ≤ 0.75, "
+        "question after.")

@@ -225,11 +225,11 @@ def _range(values: list[float]) -> str:
     return _pct(lo) if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}–{100 * hi:.0f} %"
 
 
-def answer_lines(summary: dict, *, max_ratio: float = 0.75, mode: str = "after") -> list[str]:
+def answer_lines(summary: dict, *, max_ratio: float = 0.75) -> list[str]:
     """The landing page's answer from a confirmatory summary with every KL row: which press keeps the predictions (the
     default against KVzip, then against the best tuned baseline), the prompt press beside it, and which press keeps
-    a fact (the highest lowest needle accuracy at ``c <= max_ratio`` with the question asked ``mode`` compression,
-    beside the default's). Four sentences at most; every count is read from the plan's verdicts."""
+    a fact (:func:`fact_sentence`, over every complete needle mode). Four sentences at most; every count is read from
+    the plan's verdicts."""
     from .findings import spec_name
     from .rowstats import is_library_default, is_prompt_default
 
@@ -248,37 +248,56 @@ def answer_lines(summary: dict, *, max_ratio: float = 0.75, mode: str = "after")
     prompt = next((g for g in best if is_prompt_default(g["a"])), None)
     if prompt is not None:
         out.append(f"The prompt press `JacapPromptPress()`, which reads the prompt once, is {_counts(prompt)}.")
-    fact = _fact(summary, max_ratio, mode)
+    fact = fact_sentence(summary, max_ratio)
     return out + ([fact] if fact else [])
 
 
-def _fact(summary: dict, max_ratio: float, mode: str) -> str | None:
+def fact_sentence(summary: dict, max_ratio: float = 0.75) -> str | None:
+    """Which press keeps a fact: over the needle modes whose every planned prompt is answered (in the plan's order),
+    the settings whose lowest accuracy at ``c <= max_ratio`` in any of those modes is highest (ties: the larger sum),
+    with their accuracy range per mode, and the default's beside them when it is not among them. ``None`` before a
+    mode is complete."""
     from .findings import or_list, spec_name
-    from .rowstats import is_library_default
+    from .rowstats import FULL, is_library_default
 
-    acc = needle_accuracy(summary).get(mode)
-    if not acc:
-        return None
-    low = {s: [a for c, a in by.items() if c <= max_ratio] for s, by in acc.items() if s != "full"}
-    low = {s: v for s, v in low.items() if v}
+    complete = needle_accuracy(summary)
+    modes = [m for m in summary["config"]["needle_design"]["modes"] if m in complete]
+    low = {}  # setting -> mode -> its accuracies at c <= max_ratio
+    for m in modes:
+        for setting, by in complete[m].items():
+            vals = [a for c, a in by.items() if c <= max_ratio]
+            if setting != FULL and vals:
+                low.setdefault(setting, {})[m] = vals
+    low = {s: by for s, by in low.items() if len(by) == len(modes)}  # a setting in every complete mode
     if not low:
         return None
-    key = lambda s: (min(low[s]), sum(low[s]))  # noqa: E731
+
+    def key(s):
+        vals = [a for m in modes for a in low[s][m]]
+        return min(vals), sum(vals)
+
     top = max(key(s) for s in low)
     best = [s for s in low if key(s) == top]
-    when = "after" if mode == "after" else "inside the prompt"
-    s = (f"To keep a fact of the prompt, use {or_list([spec_name(b) for b in best])}: "
-         f"{'each answers' if len(best) > 1 else 'it answers'} {_range(low[best[0]])} of needle prompts at "
-         f"c ≤ {max_ratio:g}, question {when}")
+
+    names, each = or_list([spec_name(b) for b in best]), "each answers" if len(best) > 1 else "it answers"
+    per_mode = [_range([a for x in best for a in low[x][m]]) for m in modes]  # a tie may differ cell by cell
+    if len(modes) == 1:
+        when = "after" if modes[0] == "after" else "inside the prompt"
+        s = (f"To keep a fact of the prompt, use {names}: {each} {per_mode[0]} of needle prompts at "
+             f"c ≤ {max_ratio:g}, question {when}")
+    else:  # "100 % of needle prompts asked after, 85–95 % asked inside"
+        asked = ", ".join(f"{r}{' of needle prompts' if i == 0 else ''} asked {m}"
+                          for i, (r, m) in enumerate(zip(per_mode, modes)))
+        s = f"To keep a fact, use {names}: at c ≤ {max_ratio:g} {each} {asked}"
     default = next((x for x in low if is_library_default(x)), None)
     if default is not None and default not in best:
-        s += f"; the default answers {_range(low[default])}"
+        s += f"; the default answers {' and '.join(_range(low[default][m]) for m in modes)}"  # the modes' order
     return s + "."
 
 
 def findings_text(summary: dict) -> str:
-    """``findings.md`` from a confirmatory summary with every KL row (MyST): the source sentence, the verdict counts of every
-    planned pair (with the cells where protection fills the budget, which the plan does not judge), the pooled needle
+    """``findings.md`` from a confirmatory summary with every KL row (MyST): the source sentence, the verdict counts of
+    every planned pair (with the cells where protection fills the budget, which the plan does not judge), the pooled needle
     accuracies of every setting beside the uncompressed answer, and the paired needle tests counted per mode."""
     from .findings import _paragraphs, _table, or_list, spec_name
 
