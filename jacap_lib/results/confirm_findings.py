@@ -322,6 +322,25 @@ def findings_text(summary: dict) -> str:
     out += _table(["setting", "against", "better", "worse", "no det. diff.", "protection fills the budget"], rows,
                   "llrrrr")
     out += ["", "{ref}`fair-comparison-result` draws each ratio with its interval."]
+    out += ["", *needle_lines(summary)]
+    return "\n".join(_paragraphs(out)) + "\n"
+
+
+def needle_text(summary: dict) -> str:
+    """The needle part of the findings as MyST text (:func:`needle_lines`), for a chapter to display."""
+    from .findings import _paragraphs
+
+    return "\n".join(_paragraphs(needle_lines(summary))) + "\n"
+
+
+def needle_lines(summary: dict) -> list[str]:
+    """The needle part of the findings, as lines (tables as Markdown rows): for each complete mode, the pooled
+    accuracies of every setting beside the uncompressed answer, the paired tests counted per planned pair; for each
+    mode still running, how many of its planned prompts are answered."""
+    from .findings import _table, spec_name
+
+    cfg = summary["config"]
+    out: list[str] = []
     acc = needle_accuracy(summary)
     if acc:
         ratios = sorted({c for by in acc.values() for s in by.values() for c in s})
@@ -331,7 +350,7 @@ def findings_text(summary: dict) -> str:
         body = [[spec_name(s, legend=True), *(_pct(acc[m][s][c]) if c in acc[m].get(s, {}) else "–"
                                                for m in modes for c in ratios)] for s in settings]
         n = cfg["needle_design"]
-        out += ["", f"Needle accuracy (mode and c), pooled over prompts {', '.join(map(str, n['lengths']))}: "
+        out += [f"Needle accuracy (mode and c), pooled over prompts {', '.join(map(str, n['lengths']))}: "
                 f"{len(n['depths']) * n['trials']} prompts per prompt length and cell, fresh keys:", "",
                 *_table(header, body, "l" + "r" * (len(header) - 1))]
         for m in modes:
@@ -345,6 +364,7 @@ def findings_text(summary: dict) -> str:
     for m in cfg["needle_design"]["modes"]:
         if not needle_done(summary, m):
             done, planned = needle_progress(summary, m)
-            out += ["", f"The needle run with the question {_WHEN[m]} is not finished: {done:,} of {planned:,} planned "
-                    "prompts are answered. Its accuracies and tests appear here when every prompt is."]
-    return "\n".join(_paragraphs(out)) + "\n"
+            out += [""] if out else []
+            out.append(f"The needle run with the question {_WHEN[m]} is not finished: {done:,} of {planned:,} "
+                       "planned prompts are answered. Its accuracies and tests appear here when every prompt is.")
+    return out
