@@ -548,6 +548,12 @@ PROBE = """<script>
       if (over > 2) out.overflow.push('figure ' + k + ' +' + Math.round(over) + 'px: ' +
                                       ((f.layout && f.layout.title && f.layout.title.text) || '').slice(0, 60));
     });
+    // a Markdown table an output printed but the page did not render (its "| :--- |" rule still visible)
+    out.raw_markdown = [];
+    column.querySelectorAll('div.cell_output').forEach(function (o) {
+      var text = o.innerText || '';
+      if (/\\|\\s*:?-{3,}:?\\s*\\|/.test(text)) out.raw_markdown.push(text.replace(/\\s+/g, ' ').slice(0, 60));
+    });
     out.nulls = [];
     figs.forEach(function (f, k) {
       f.querySelectorAll('svg text').forEach(function (t) {
@@ -768,6 +774,8 @@ def test_every_page_renders_offline(site):
             failures.append(f"{page.name}: wider than the column: {r['overflow'][:3]}")
         if r.get("nulls"):
             failures.append(f"{page.name}: 'null' in figure text: {r['nulls'][:3]}")
+        if r.get("raw_markdown"):
+            failures.append(f"{page.name}: an output's Markdown table left unrendered: {r['raw_markdown'][:3]}")
         for key, what in CHECKS.items():
             if r.get(key):
                 failures.append(f"{page.name}: {what}: {r[key][:4]}")
@@ -787,7 +795,7 @@ def test_every_page_renders_offline(site):
 
 def test_probe_finds_overflow_and_null_text(tmp_path):
     """The readability checks can fail: a printed line wider than the column, a figure wider than its output
-    box and a figure whose text says "null" are all reported (a synthetic page, no book build needed)."""
+    box, a figure whose text says "null" and an output's Markdown table left as text are all reported (a synthetic page, no book build needed)."""
     if _chromium() is None:
         pytest.skip("no chromium binary on PATH (Debian: apt-get install -y chromium); browser test skipped")
     page = tmp_path / "wide.html"
@@ -800,11 +808,14 @@ def test_probe_finds_overflow_and_null_text(tmp_path):
         "<svg class='main-svg'></svg></div></div>"
         "<div class='cell_output' style='width:500px;overflow-x:auto'><div class='plotly-graph-div' style='width:500px'>"
         "<svg class='main-svg'></svg></div></div>"
+        "<div class='cell_output'><p>| setting | after 0.5 |</p><p>| :--- | ---: |</p></div>"
+        "<div class='cell_output'><table><tr><td>setting</td><td>after 0.5</td></tr></table></div>"
         "</article></body></html>", encoding="utf-8")
     r = _probe_page(page, timeout=60.0)
     assert len(r["overflow"]) == 2 and r["overflow"][0].startswith("pre +"), r["overflow"]
     assert r["overflow"][1].startswith("figure 1 +40px"), r["overflow"]  # the 540-px figure, not the 500-px one
     assert r["nulls"] == ["figure 0: null"], r["nulls"]
+    assert len(r["raw_markdown"]) == 1 and r["raw_markdown"][0].startswith("| setting"), r["raw_markdown"]
 
 
 def test_probe_finds_misleading_figures_tables_and_paths(tmp_path):
