@@ -282,7 +282,7 @@ def test_the_forest_draws_every_judged_comparison_once_per_pair(summary, prompt)
     assert [(a, b, pytest.approx(x), s) for a, b, x, s in drawn] == want
     for t in points:  # each interval's ends are the summary's
         assert t.x[0] - t.error_x.arrayminus[0] == pytest.approx(t.x[0]) and t.error_x.array[0] == pytest.approx(0)
-    assert [a.text for a in fig.layout.annotations] == ["c = 0.5", "c = 0.95", "● prompt 512   ■ prompt 1024;   "
+    assert [a.text for a in fig.layout.annotations] == ["c = 0.5", "c = 0.95", "● prompt 512   ■ prompt 1024<br>"
                                                         "filled: the interval excludes 1"]
 
 

@@ -646,8 +646,8 @@ def confirm_forest(summary: dict) -> go.Figure:
     fig.update_yaxes(tickvals=list(range(len(groups)))[::-1], ticktext=labels, range=[-0.6, len(groups) - 0.4])
     fig.update_yaxes(title_text="planned pair", row=1, col=1)
     key = "   ".join(f"{_LENGTH_GLYPHS[j]} prompt {L}" for j, L in enumerate(lengths))
-    fig.add_annotation(text=f"{key};   filled: the interval excludes 1", xref="paper", yref="paper", x=0, y=0,
-                       yshift=-75, xanchor="left", yanchor="top", showarrow=False, align="left")
+    fig.add_annotation(text=f"{key}<br>filled: the interval excludes 1", xref="paper", yref="paper", x=0, y=0,
+                       yshift=-70, xanchor="left", yanchor="top", showarrow=False, align="left")
     height = 260 + 56 * len(groups)
     fig.update_layout(title=f"Confirmatory KL ratio per planned pair ({100 * level:.2f} % intervals, adjusted)",
                       height=height, width=FIGURE_WIDTH, margin={"l": 250, "r": 20, "t": 100, "b": 110}, showlegend=False)
