@@ -316,6 +316,9 @@ def test_fact_sentence_reads_every_complete_needle_mode(prompt):
     assert fact == ("To keep a fact, use the default `JacapPress()`: at c ≤ 0.75 it answers 100 % of needle prompts "
                     "asked after, 75 % asked inside."), fact
     assert len(fact.split()) <= A.MAX_WORDS and CF.answer_lines(both)[-1] == fact
+    text = CF.needle_text(both, fact=True)  # the facts chapter's block: the sentence, then both modes' tables
+    assert text.startswith(fact + "\n\nNeedle accuracy") and "| default JacapPress() | 100 % | 75 % |" in text
+    assert "not finished" not in text and CF.needle_text(both) == text[len(fact) + 2:]
     # KVgrad answers every inside prompt: with inside alone it is picked, and the default's accuracy follows
     only_inside = CS.summarize(plan, "sha", kl, after[:-1] + inside, WORKS, n_resamples=200)
     assert not CF.needle_done(only_inside, "after")

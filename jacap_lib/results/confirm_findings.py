@@ -326,11 +326,13 @@ def findings_text(summary: dict) -> str:
     return "\n".join(_paragraphs(out)) + "\n"
 
 
-def needle_text(summary: dict) -> str:
-    """The needle part of the findings as MyST text (:func:`needle_lines`), for a chapter to display."""
+def needle_text(summary: dict, *, fact: bool = False) -> str:
+    """The needle part of the findings as MyST text (:func:`needle_lines`), for a chapter to display; with ``fact``,
+    the landing answer's fact sentence (:func:`fact_sentence`) first, when a mode is complete."""
     from .findings import _paragraphs
 
-    return "\n".join(_paragraphs(needle_lines(summary))) + "\n"
+    first = fact_sentence(summary) if fact else None
+    return "\n".join(_paragraphs(([first, ""] if first else []) + needle_lines(summary))) + "\n"
 
 
 def needle_lines(summary: dict) -> list[str]:
