@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from typing import NamedTuple
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -24,20 +25,29 @@ __all__ = ["style_key", "kl_retrieval_figure", "LINE_COLOUR"]
 LINE_COLOUR = "#444444"
 
 
-#: where the points' KL comes from, by their ``split``: the note's words, the hover's, the keys and the points
-_SOURCE = {"dev": "dev documents (exploratory: used in four rounds, they helped choose the prompt press)",
-           "confirm": "fresh confirmatory documents (judged once, by a plan committed before the run)"}
-_SHORT = {"dev": "dev documents", "confirm": "confirmatory documents"}
-_KEYS = {"dev": "", "confirm": "; fresh keys"}
-_POINTS = {"dev": "One point per method's chosen setting.", "confirm": "One point per setting the plan runs."}
+class _Source(NamedTuple):
+    """How the figure names the run its points come from."""
+    note: str  # the documents, in the note under the legend
+    hover: str  # the documents, in each point's hover text
+    keys: str  # what the note adds about the needle keys
+    points: str  # what one point is
+
+
+#: the runs a plane can show, by the points' ``split``
+_SOURCES = {
+    "dev": _Source("dev documents (exploratory: used in four rounds, they helped choose the prompt press)",
+                   "dev documents", "", "One point per method's chosen setting."),
+    "confirm": _Source("fresh confirmatory documents (judged once, by a plan committed before the run)",
+                       "confirmatory documents", "; fresh keys", "One point per setting the plan runs."),
+}
 
 
 def _split(points: list[dict]) -> str:
     """The one ``split`` of ``points`` (``"dev"`` when unnamed); a mix is refused."""
     splits = {p.get("split", "dev") for p in points}
-    if len(splits) != 1 or not splits <= set(_SOURCE):
+    if len(splits) != 1 or not splits <= set(_SOURCES):
         raise ValueError(f"points: they mix or misname their documents ({sorted(splits)}); give the points of one "
-                         f"run, with split one of {sorted(_SOURCE)}")
+                         f"run, with split one of {sorted(_SOURCES)}")
     return splits.pop()
 
 
@@ -105,7 +115,7 @@ def kl_retrieval_figure(points: list[dict], *, lengths=None, ratios=None, interv
                 err = {"type": "data", "symmetric": False, "array": [100 * p["accuracy_high"] - acc],
                        "arrayminus": [acc - 100 * p["accuracy_low"]], "thickness": 1, "width": 3} if intervals else None
                 hover = (f"<b>{p['name']}</b> ({p['spec']})<br>KL ratio to {p['reference_name']}: "
-                         f"{p['kl_ratio']:.3g} over {p['n_docs']} {_SHORT[split]}<br>needle: {p['correct']} of "
+                         f"{p['kl_ratio']:.3g} over {p['n_docs']} {_SOURCES[split].hover}<br>needle: {p['correct']} of "
                          f"{p['n_prompts']} prompts ({acc:.0f} %, 95 % interval {100 * p['accuracy_low']:.0f} to "
                          f"{100 * p['accuracy_high']:.0f} %)<extra></extra>")
                 fig.add_trace(go.Scatter(
@@ -119,8 +129,8 @@ def kl_retrieval_figure(points: list[dict], *, lengths=None, ratios=None, interv
     docs = sorted({p["n_docs"] for p in keep})
     prompts = sorted({p["n_prompts"] for p in keep})
     span = lambda v: "-".join(map(str, v[:: max(1, len(v) - 1)]))  # noqa: E731
-    note = (f"KL over the {span(docs)} {_SOURCE[split]}; {span(prompts)} needle prompts per panel (a 5-digit key "
-            f"hidden in filler, the question asked after the compressed prompt{_KEYS[split]}). {_POINTS[split]}")
+    note = (f"KL over the {span(docs)} {_SOURCES[split].note}; {span(prompts)} needle prompts per panel (a 5-digit key "
+            f"hidden in filler, the question asked after the compressed prompt{_SOURCES[split].keys}). {_SOURCES[split].points}")
     head = title or "Predictions kept (KL ratio) against a fact kept (needle accuracy), per budget"
     lines, note_lines = textwrap.wrap(head, 48), textwrap.wrap(note, 96)  # short lines: clear of the modebar
     # pixels: the title's lines, the note under it and the panels' titles above the plots; under the plots the tick
