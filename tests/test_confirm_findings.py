@@ -319,6 +319,11 @@ def test_fact_sentence_reads_every_complete_needle_mode(prompt):
     text = CF.needle_text(both, fact=True)  # the facts chapter's block: the sentence, then both modes' tables
     assert text.startswith(fact + "\n\nNeedle accuracy") and "| default JacapPress() | 100 % | 75 % |" in text
     assert "not finished" not in text and CF.needle_text(both) == text[len(fact) + 2:]
+    # every prompt answered in both modes: one accuracy for both, said once
+    same = [dict(r, mode="inside") for r in after]
+    assert CF.fact_sentence(CS.summarize(plan, "sha", kl, after + same, WORKS, n_resamples=200)) == (
+        "To keep a fact, use the default `JacapPress()`: at c ≤ 0.75 it answers 100 % of needle prompts, asked after "
+        "or inside.")
     # KVgrad answers every inside prompt: with inside alone it is picked, and the default's accuracy follows
     only_inside = CS.summarize(plan, "sha", kl, after[:-1] + inside, WORKS, n_resamples=200)
     assert not CF.needle_done(only_inside, "after")

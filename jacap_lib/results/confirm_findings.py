@@ -285,6 +285,9 @@ def fact_sentence(summary: dict, max_ratio: float = 0.75) -> str | None:
         when = "after" if modes[0] == "after" else "inside the prompt"
         s = (f"To keep a fact of the prompt, use {names}: {each} {per_mode[0]} of needle prompts at "
              f"c ≤ {max_ratio:g}, question {when}")
+    elif len(set(per_mode)) == 1:  # "100 % of needle prompts, asked after or inside"
+        s = f"To keep a fact, use {names}: at c ≤ {max_ratio:g} {each} {per_mode[0]} of needle prompts, " \
+            f"asked {' or '.join(modes)}"
     else:  # "100 % of needle prompts asked after, 85–95 % asked inside"
         asked = ", ".join(f"{r}{' of needle prompts' if i == 0 else ''} asked {m}"
                           for i, (r, m) in enumerate(zip(per_mode, modes)))
