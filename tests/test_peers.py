@@ -142,6 +142,34 @@ def test_pyramidkv_keeps_kvpress_layer_budgets(tiny):
     assert lengths[0] > lengths[-1]
 
 
+def test_needle_answer_runs_on_pyramidkv_layer_lengths(tiny):
+    """A multi-token question on PyramidKV's cache (layers of different lengths) fails in one forward (the mask is
+    sized by the first layer); the answer feeds it one token at a time. By hand: each greedy token is the argmax of
+    the last next-token distribution of the question plus the tokens so far, each run on a fresh copy of the
+    compressed cache (continue_from_cache, one token at a time). On a cache of equal lengths both ways agree."""
+    from jacap_lib.measure.passkey import greedy_answer
+
+    model, prompt, cont = tiny
+    cap = capture_prefill(model, prompt)
+
+    def pyramid():
+        return replay_press(model, cap, R.build_press("pyramidkv", 0.5, window_size=8))
+
+    question, n_new = cont[:, :5], 4
+    with pytest.raises(RuntimeError):
+        greedy_answer(model, pyramid(), P, question, n_new, stepwise=False)
+    answer = greedy_answer(model, pyramid(), P, question, n_new)
+    seq, want = question, []
+    for _ in range(n_new):
+        logprobs, _, _ = continue_from_cache(model, pyramid(), P, seq, stepwise=True)
+        want.append(int(logprobs[-1].argmax()))
+        seq = torch.cat([seq, torch.tensor([[want[-1]]])], dim=1)
+    assert answer == want
+    equal = [greedy_answer(model, replay_press(model, cap, R.build_press("snapkv", 0.5, window_size=8)), P, question,
+                           n_new, stepwise=s) for s in (False, True)]
+    assert equal[0] == equal[1]
+
+
 # --------------------------------------------------------------------------------------------- bundled model
 @pytest.fixture(scope="module")
 def text_pair(bundled):

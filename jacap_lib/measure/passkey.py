@@ -143,14 +143,26 @@ def digit_survival(kept: torch.Tensor, layout: dict, digits: int = 4) -> dict:
 
 
 @torch.inference_mode()
-def greedy_answer(model, cache, prompt_len: int, question: torch.Tensor, n_new: int) -> list[int]:
+def greedy_answer(model, cache, prompt_len: int, question: torch.Tensor, n_new: int, *,
+                  stepwise: bool | None = None) -> list[int]:
     """``n_new`` greedy tokens after ``question``, run on ``cache`` (a prompt of ``prompt_len`` tokens,
-    possibly compressed) at the true positions ``prompt_len, prompt_len + 1, ...``."""
+    possibly compressed) at the true positions ``prompt_len, prompt_len + 1, ...``.
+
+    ``stepwise``: feed the question one token at a time (the same answer, one forward per token); ``None``: only for
+    a cache whose layers keep different lengths (kvpress PyramidKV), where the attention mask of a multi-token
+    forward is sized by the first layer's length."""
     from ..hf import clear_masks
 
     device = next(model.parameters()).device
     q = question.to(device)
     pos = torch.arange(prompt_len, prompt_len + q.shape[1], device=device).unsqueeze(0)
+    if stepwise is None:
+        stepwise = len({layer.keys.shape[-2] for layer in cache.layers}) > 1
+    if stepwise:  # every question token but the last, one at a time; the last gives the first answer token
+        for t in range(q.shape[1] - 1):
+            model(input_ids=q[:, t:t + 1], past_key_values=cache, position_ids=pos[:, t:t + 1], use_cache=True,
+                  logits_to_keep=1)
+        q, pos = q[:, -1:], pos[:, -1:]
     out = model(input_ids=q, past_key_values=cache, position_ids=pos, use_cache=True, logits_to_keep=1)
     tok = out.logits[0, -1].argmax()
     gen = [int(tok)]
