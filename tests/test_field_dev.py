@@ -198,6 +198,16 @@ def test_field_needle_pools_lengths_per_mode_and_c():
     # the first space's uncompressed answers come first: 9 of 10
     assert after["uncompressed"] == [{"length": 512, "accuracy": 0.9, "n": 10}]
     assert out["modes"]["inside"]["methods"]["kvzip"][0]["accuracy"] == 0.0
+    assert after["partial"] == {} and out["modes"]["inside"]["partial"] == {}
+    # a run still going: the uncompressed model answered 10 inside prompts at 512; KVzip has 4 of them at c = 0.5
+    # and all 10 at c = 0.75 -> KVzip is left out of the inside mode (methods and cells), its 14 rows counted
+    rows["peers"] += _needle("full", [1] * 10, mode="inside", c=0.0) + _needle("kvzip", [1] * 10, mode="inside",
+                                                                              c=0.75)
+    rows["peers"] = [r for r in rows["peers"] if not (r["mode"] == "inside" and r["ratio"] == 0.5 and r["trial"] > 3)]
+    inside = FD.field_needle(rows, chosen)["modes"]["inside"]
+    assert inside["methods"] == {} and inside["cells"] == {} and inside["partial"] == {"kvzip": 14}
+    assert inside["uncompressed"] == [{"length": 512, "accuracy": 1.0, "n": 10}]
+    assert FD.field_needle(rows, chosen)["modes"]["after"] == after  # the other mode is untouched
 
 
 def test_field_figures_draw_complete_methods_and_name_the_rest():

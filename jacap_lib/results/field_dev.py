@@ -251,7 +251,11 @@ def field_needle(rows_by_space: dict, chosen_by_space: dict) -> dict:
     uncompressed model's accuracy per prompt length (``uncompressed``, the first space's rows first), and per method
     and c the accuracy over its prompts with a Wilson 95 % interval and ``n``. Returns ``{"modes": {mode:
     {"uncompressed": [{"length", "accuracy", "n"}], "methods": {method: [{"ratio", "accuracy", "low", "high",
-    "n"}]}}}}`` (lists, so no number becomes a JSON key)."""
+    "n"}]}, "partial": {method: rows}}}}`` (lists, so no number becomes a JSON key). A method whose rows in a mode
+    miss a prompt the uncompressed model answered there (fewer rows at one of its prompt lengths and some c of the
+    mode) is still running:
+    it is left out of that mode's ``methods`` and ``cells`` and counted in ``partial``, so no reader pools a few
+    prompts as if they were all."""
     from . import verdicts as V
     from .rowstats import FULL, row_mode
 
@@ -270,10 +274,24 @@ def field_needle(rows_by_space: dict, chosen_by_space: dict) -> dict:
                 got.setdefault((mode, m, float(r["ratio"])), []).append(x)
                 per_length.setdefault((mode, m, int(r["length"]), float(r["ratio"])), []).append(x)
     modes: dict = {}
-    new = lambda: {"uncompressed": [], "methods": {}, "cells": {}}  # noqa: E731
+    new = lambda: {"uncompressed": [], "methods": {}, "cells": {}, "partial": {}}  # noqa: E731
     for (mode, L), answers in sorted(full.items()):
         modes.setdefault(mode, new())["uncompressed"].append(
             {"length": L, "accuracy": sum(answers.values()) / len(answers), "n": len(answers)})
+    ratios = {}  # mode -> every c measured there
+    for mode, _, c in got:
+        ratios.setdefault(mode, set()).add(c)
+    lengths = {}  # (mode, method) -> the prompt lengths it has rows at
+    for mode, m, L, _ in per_length:
+        lengths.setdefault((mode, m), set()).add(L)
+    partial = {(mode, m) for mode, m, _ in got
+               if any(len(per_length.get((mode, m, L, c), [])) < len(full.get((mode, L), ()))
+                      for L in lengths[(mode, m)] for c in ratios[mode])}
+    for mode, m in sorted(partial):
+        modes.setdefault(mode, new())["partial"][m] = sum(len(xs) for (md, mm, _), xs in got.items()
+                                                          if (md, mm) == (mode, m))
+    got = {k: xs for k, xs in got.items() if k[:2] not in partial}
+    per_length = {k: xs for k, xs in per_length.items() if k[:2] not in partial}
     for (mode, method, c), xs in sorted(got.items()):
         acc, lo, hi = V.accuracy_interval(xs)
         block = modes.setdefault(mode, new())
