@@ -152,12 +152,13 @@ def greedy_answer(model, cache, prompt_len: int, question: torch.Tensor, n_new: 
     a cache whose layers keep different lengths (kvpress PyramidKV), where the attention mask of a multi-token
     forward is sized by the first layer's length."""
     from ..hf import clear_masks
+    from .quality import uneven_layers
 
     device = next(model.parameters()).device
     q = question.to(device)
     pos = torch.arange(prompt_len, prompt_len + q.shape[1], device=device).unsqueeze(0)
     if stepwise is None:
-        stepwise = len({layer.keys.shape[-2] for layer in cache.layers}) > 1
+        stepwise = uneven_layers(cache)
     if stepwise:  # every question token but the last, one at a time; the last gives the first answer token
         for t in range(q.shape[1] - 1):
             model(input_ids=q[:, t:t + 1], past_key_values=cache, position_ids=pos[:, t:t + 1], use_cache=True,

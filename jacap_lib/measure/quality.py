@@ -61,6 +61,7 @@ __all__ = [
     "next_token_kl_by_ratio",
     "continue_from_cache",
     "kept_tokens",
+    "uneven_layers",
     "FullReference",
     "QualityResult",
     "full_reference",
@@ -274,6 +275,12 @@ def _masked_count(model) -> int:
     return n
 
 
+def uneven_layers(cache) -> bool:
+    """Whether ``cache``'s layers keep different lengths (kvpress PyramidKV): a multi-token forward on it fails,
+    since the attention mask is sized by the first layer's length, so new tokens must go one at a time."""
+    return len({layer.keys.shape[-2] for layer in cache.layers}) > 1
+
+
 def kept_tokens(model, cache) -> float:
     """The mean number of prompt tokens per layer and KV head that a later query can see in ``cache``
     (its length, less the keys a head-wise press masked in ``masked_key_indices``)."""
@@ -297,7 +304,7 @@ def continue_from_cache(model, cache, prompt_len: int, continuation_ids: torch.T
     kept = kept_tokens(model, cache)
     positions = torch.arange(prompt_len, prompt_len + M, device=device).unsqueeze(0)
     if stepwise is None:
-        stepwise = len({layer.keys.shape[-2] for layer in cache.layers}) > 1
+        stepwise = uneven_layers(cache)
     steps = [slice(t, t + 1) for t in range(M)] if stepwise else [slice(0, M)]
     logits, attn, store = [], [], []
     for step in steps:

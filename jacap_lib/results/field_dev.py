@@ -253,9 +253,8 @@ def field_needle(rows_by_space: dict, chosen_by_space: dict) -> dict:
     {"uncompressed": [{"length", "accuracy", "n"}], "methods": {method: [{"ratio", "accuracy", "low", "high",
     "n"}]}, "partial": {method: rows}}}}`` (lists, so no number becomes a JSON key). A method whose rows in a mode
     miss a prompt the uncompressed model answered there (fewer rows at one of its prompt lengths and some c of the
-    mode) is still running:
-    it is left out of that mode's ``methods`` and ``cells`` and counted in ``partial``, so no reader pools a few
-    prompts as if they were all."""
+    mode) is still running: it is left out of that mode's ``methods`` and ``cells`` and counted in ``partial``, so
+    no reader pools a few prompts as if they were all."""
     from . import verdicts as V
     from .rowstats import FULL, row_mode
 
