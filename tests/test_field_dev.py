@@ -208,10 +208,20 @@ def test_field_needle_pools_lengths_per_mode_and_c():
     assert inside["methods"] == {} and inside["cells"] == {} and inside["partial"] == {"kvzip": 14}
     assert inside["uncompressed"] == [{"length": 512, "accuracy": 1.0, "n": 10}]
     assert FD.field_needle(rows, chosen)["modes"]["after"] == after  # the other mode is untouched
+    # a run stopped between two prompt lengths: the peers' uncompressed model also answered 10 prompts at 1,024 with
+    # the question after, where KVzip has rows at 512 only -> KVzip is still running there, not complete at 512
+    stopped = {**rows, "peers": [r for r in rows["peers"] if not (r["method"] == "kvzip" and r["length"] == 1024)]
+               + _needle("full", [1] * 10, L=1024, c=0.0)}
+    after2 = FD.field_needle(stopped, chosen)["modes"]["after"]
+    assert "kvzip" not in after2["methods"] and after2["partial"] == {"kvzip": 10}
+    assert after2["methods"]["knorm"] == after["methods"]["knorm"]  # the first space's file asked 512 only
+    # with its 1,024 rows back KVzip is complete again, its 20 prompts pooled
+    back = FD.field_needle({**stopped, "peers": stopped["peers"] + _needle("kvzip", [1] * 10, L=1024)}, chosen)
+    assert back["modes"]["after"]["partial"] == {} and back["modes"]["after"]["methods"]["kvzip"][0]["n"] == 20
 
 
 def test_field_figures_draw_complete_methods_and_name_the_rest():
-    from jacap_lib.viz.field import field_heatmap, field_needle_frame
+    from jacap_lib.viz.field import field_heatmap, field_needle_frame, field_needle_note
 
     docs = ["a", "b", "c"]
     chosen = {"peers": {"kvzip": "kvzip", "cur": "cur[local_window_size=2]"},
@@ -233,6 +243,14 @@ def test_field_figures_draw_complete_methods_and_name_the_rest():
     assert frame.loc["uncompressed", ("question after", "c = 0.5")] == "100"
     assert frame.loc["KVzip", ("question after", "c = 0.5")] == "75"
     assert field_needle_frame({"modes": {}}).empty
+    assert field_needle_note(needle).startswith("No method is left out")
+    # KVzip still answering with the question inside: named under the table with its rows so far, not in it
+    needle = FD.field_needle({"peers": _needle("kvzip", [1] * 3 + [0]) + _needle("full", [1] * 4, c=0.0)
+                              + _needle("full", [1] * 4, c=0.0, mode="inside")
+                              + _needle("kvzip", [1, 1], mode="inside")}, chosen)
+    assert field_needle_note(needle) == ("Left out where its prompts are not all answered yet: KVzip (2 answers so "
+                                         "far with the question inside).")
+    assert field_needle_frame(needle).loc["KVzip", ("question inside", "c = 0.5")] == ""
 
 
 def test_field_points_pair_each_cells_kl_ratio_with_its_needle_accuracy():
@@ -244,9 +262,10 @@ def test_field_points_pair_each_cells_kl_ratio_with_its_needle_accuracy():
     rows = {"peers": _field_rows("kvzip", lambda i, j: 0.1, docs, cells)
             + _field_rows("cur[local_window_size=2]", lambda i, j: 0.4, docs[:2], cells),  # incomplete: no point
             "first": _field_rows("knorm", lambda i, j: 0.05 * (j + 1), docs, cells)}
+    # each space's file asks its own prompt lengths: the peers' 512, the first space's 1,024
     needle = {"peers": _needle("kvzip", [1, 1, 1, 0]) + _needle("full", [1] * 4, c=0.0)
-              + _needle("full", [1, 1, 0, 0], L=1024, c=0.0) + _needle("cur[local_window_size=2]", [1] * 4),
-              "first": _needle("knorm", [1, 0, 0, 0], L=1024)}
+              + _needle("cur[local_window_size=2]", [1] * 4),
+              "first": _needle("knorm", [1, 0, 0, 0], L=1024) + _needle("full", [1, 1, 0, 0], L=1024, c=0.0)}
     summary = {"table": FD.field_table(rows, chosen), "needle_table": FD.field_needle(needle, chosen)}
     points = FD.field_points(summary)
     by = {(p["family"], p["length"]): p for p in points}

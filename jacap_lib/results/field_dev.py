@@ -252,9 +252,9 @@ def field_needle(rows_by_space: dict, chosen_by_space: dict) -> dict:
     and c the accuracy over its prompts with a Wilson 95 % interval and ``n``. Returns ``{"modes": {mode:
     {"uncompressed": [{"length", "accuracy", "n"}], "methods": {method: [{"ratio", "accuracy", "low", "high",
     "n"}]}, "partial": {method: rows}}}}`` (lists, so no number becomes a JSON key). A method whose rows in a mode
-    miss a prompt the uncompressed model answered there (fewer rows at one of its prompt lengths and some c of the
-    mode) is still running: it is left out of that mode's ``methods`` and ``cells`` and counted in ``partial``, so
-    no reader pools a few prompts as if they were all."""
+    miss a prompt the uncompressed model answered in its own space's file (fewer rows at some prompt length and c
+    of the mode, a length it has no rows at included) is still running: it is left out of that mode's ``methods``
+    and ``cells`` and counted in ``partial``, so no reader pools a few prompts as if they were all."""
     from . import verdicts as V
     from .rowstats import FULL, row_mode
 
@@ -262,12 +262,14 @@ def field_needle(rows_by_space: dict, chosen_by_space: dict) -> dict:
     got: dict = {}  # (mode, method, c) -> [0/1]
     per_length: dict = {}  # (mode, method, length, c) -> [0/1]
     full: dict = {}  # (mode, length) -> {prompt: 0/1}
+    asked: dict = {}  # (space, mode) -> {length: prompts the uncompressed model answered in that space's file}
     for space in sorted(chosen_by_space, key=lambda s: s != "first"):  # the first space's uncompressed answers first
         for r in rows_by_space.get(space, []):
             mode = row_mode(r)
             if r["method"] == FULL:
                 key = (int(r["length"]), float(r["depth"]), int(r["trial"]), str(r["key"]))
                 full.setdefault((mode, int(r["length"])), {}).setdefault(key, int(bool(r["correct"])))
+                asked.setdefault((space, mode), {}).setdefault(int(r["length"]), set()).add(key)
             elif owner.get(r["method"], (None,))[0] == space:
                 x, m = int(bool(r["correct"])), owner[r["method"]][1]
                 got.setdefault((mode, m, float(r["ratio"])), []).append(x)
@@ -280,12 +282,14 @@ def field_needle(rows_by_space: dict, chosen_by_space: dict) -> dict:
     ratios = {}  # mode -> every c measured there
     for mode, _, c in got:
         ratios.setdefault(mode, set()).add(c)
-    lengths = {}  # (mode, method) -> the prompt lengths it has rows at
-    for mode, m, L, _ in per_length:
-        lengths.setdefault((mode, m), set()).add(L)
+    space_of = {m: space for space, m in owner.values()}
+    # complete = a row at every c of the mode for every prompt its own space's uncompressed model answered, at every
+    # prompt length there (a run stopped between two lengths is still running, not complete over fewer lengths)
     partial = {(mode, m) for mode, m, _ in got
-               if any(len(per_length.get((mode, m, L, c), [])) < len(full.get((mode, L), ()))
-                      for L in lengths[(mode, m)] for c in ratios[mode])}
+               if any(len(per_length.get((mode, m, L, c), [])) < len(keys)
+                      for L, keys in (asked.get((space_of[m], mode)) or {  # no uncompressed rows of its own:
+                                      L: k for (md, L), k in full.items() if md == mode}).items()  # every space's
+                      for c in ratios[mode])}
     for mode, m in sorted(partial):
         modes.setdefault(mode, new())["partial"][m] = sum(len(xs) for (md, mm, _), xs in got.items()
                                                           if (md, mm) == (mode, m))

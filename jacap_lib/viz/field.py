@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from .style import finish, setting_colours, wrap_title, wrapped
 
 __all__ = ["not_offline_frame", "tune_ratio_figure", "STEP_NAMES", "ladder_frame", "ladder_figure", "ROLE_NAMES", "field_frame", "needle_frame",
-           "field_heatmap", "field_needle_frame"]
+           "field_heatmap", "field_needle_frame", "field_needle_note"]
 
 #: the ladder's steps (``results.ladder.STEPS``) as a reader names them: the step's label (the table's column, so the
 #: legend and :func:`ladder_frame` name a step alike) and what it changes from the step before
@@ -238,6 +238,27 @@ def field_needle_frame(needle: dict) -> pd.DataFrame:
                          columns=pd.MultiIndex.from_tuples([(f"question {m}", f"c = {c:g}") for m, c in columns]))
     frame.index.name = "method"
     return wrapped(frame)
+
+
+def field_needle_note(needle: dict) -> str:
+    """The line under :func:`field_needle_frame`: which methods a mode leaves out because they have not answered all
+    their prompts there yet (``partial``, with how many rows they have so far), or that none is left out."""
+    from ..results.loaders import load_all_chosen
+
+    chosen = load_all_chosen()
+    modes = needle.get("modes", {})
+    missing: dict = {}  # method -> {mode: its rows there so far}
+    for mode in sorted(modes):
+        for m, n in modes[mode].get("partial", {}).items():
+            missing.setdefault(m, {})[mode] = n
+    if not missing:
+        return "No method is left out: each one shown has answered all its prompts in every mode it has rows in."
+    names = _names([chosen[m] for m in missing if m in chosen])
+    parts = []
+    for m, per_mode in sorted(missing.items()):
+        counts = " and ".join(f"{n} answers so far with the question {mode}" for mode, n in per_mode.items())
+        parts.append(f"{names.get(chosen.get(m), m)} ({counts})")
+    return ("Left out where its prompts are not all answered yet: " + "; ".join(parts) + ".")
 
 
 def not_offline_frame() -> pd.DataFrame:
