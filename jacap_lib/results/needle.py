@@ -21,7 +21,8 @@ This module is the two jobs (their options, settings, prompts and files); the st
 
 The measurement (:func:`jacap_lib.measure.passkey.measure_needle`): the context (filler with the needle, exactly
 ``length`` tokens) is prefilled ONCE per (length, depth, trial) (:func:`jacap_lib.measure.quality.capture_prefill`);
-every (setting, ratio) replays its press's own kvpress hook on that capture and greedily decodes 8 tokens
+every (setting, ratio) replays its press's own kvpress hook on that capture (a press that scores after the
+prefill, such as KVzip, KVgrad or the context press, runs the real prefill instead) and greedily decodes 8 tokens
 after the question (:func:`jacap_lib.measure.passkey.needle_trial`); a row is ``correct`` when the key is in
 the answer. Keys: ``random.Random(seed)``, one per (depth, trial), shared by the lengths.
 
@@ -334,7 +335,10 @@ def _run_config(plan: Plan, model=None) -> dict:
                          "last token prefilled once per (length, depth, trial); every (setting, ratio) replays its "
                          "press's kvpress hook on that capture (the question is inside the compressed prompt), then "
                          f"the question's last token and {N_NEW} greedy tokens on the compressed cache; correct = the "
-                         "key in the answer") + "; digit survival: per layer and KV head, the fraction of the key's "
+                         "key in the answer") + "; a press that scores after the prefill (KVzip, KVgrad, the "
+                        "context press) cannot replay: it runs the real prefill of that prompt under its own "
+                        "`with press(model)` instead (one scoring for every c where its ratio only sets the budget)"
+                        "; digit survival: per layer and KV head, the fraction of the key's "
                         "digit tokens (both copies, true positions) and of the needle's other tokens kept",
             **P.settings_record(plan.specs, plan.ratios[0])}
 
