@@ -157,3 +157,26 @@ def test_field_lines_are_the_answers_field_sentences():
     assert lines[2].startswith("To keep a fact")
     one = {**field, "table": {**field["table"], "methods": field["table"]["methods"][:1]}}
     assert A.field_lines(one) == []
+
+
+def test_field_fact_sentence_keeps_its_word_limit_when_many_presses_keep_the_fact():
+    """The fact sentence names every keeper; the clause on the closest one-reading press goes when it would push the
+    sentence past MAX_WORDS (and stays while it fits)."""
+    import copy
+
+    field = R.load_field_summary()
+    fact = A._field_facts(field)
+    assert len(fact.split()) <= A.MAX_WORDS and "; " in fact  # the committed field: keepers and the clause fit
+    many = copy.deepcopy(field)
+    after = many["needle_table"]["modes"]["after"]["methods"]
+    keepers = sorted(after)[:8]  # eight presses now answer every prompt at c <= 0.75, with the question after
+    for m in keepers:
+        for v in after[m]:
+            if v["ratio"] <= 0.75:
+                v["accuracy"] = 1.0
+    fact = A._field_facts(many)
+    assert fact.endswith("each answers 100 % of needle prompts at c ≤ 0.75.") and "; " not in fact
+    from jacap_lib.results.findings import spec_name
+
+    chosen = {m["method"]: m["spec"] for m in field["table"]["methods"]}
+    assert all(spec_name(chosen[m]) in fact for m in keepers)

@@ -197,13 +197,15 @@ def _field_facts(field: dict, max_ratio: float = 0.75, mode: str = "after") -> s
     chosen = {m["method"]: m["spec"] for m in table["methods"] + table["missing"]}  # every method's tune choice
     lo, hi = 100 * min(acc[best[0]]), 100 * max(acc[best[0]])
     rng = f"{lo:.0f} %" if lo == hi else f"{lo:.0f}–{hi:.0f} %"
-    s = (f"To keep a fact of the prompt, use {or_list([spec_name(chosen[m]) for m in best])}: "
+    s = (f"To keep a fact, use {or_list([spec_name(chosen[m]) for m in best])}: "
          f"{'each answers' if len(best) > 1 else 'it answers'} {rng} of needle prompts at c ≤ {max_ratio:g}")
     done = [m for m in table["methods"] if m["complete"] and m["method"] not in RECONSTRUCTION_METHODS]
     once = next((m for m in done if m["method"] in acc), None)
     if once is not None and once["method"] not in best:
         a = 100 * max(acc[once["method"]])
-        s += f"; {spec_name(once['spec'])} answers {'at most ' if a else ''}{a:.0f} %"
+        longer = s + f"; {spec_name(once['spec'])} answers {'at most ' if a else ''}{a:.0f} %"
+        if len(longer.split()) <= MAX_WORDS:  # many keepers named: the sentence keeps its limit, the keepers first
+            s = longer
     return s + "."
 
 
