@@ -160,6 +160,15 @@ def _names(specs) -> dict:
     return setting_names(list(specs))
 
 
+def _method_labels(methods) -> dict:
+    """``{method: the name a reader sees}``: its tune choice's setting name (every space's choices), else the method."""
+    from ..results.loaders import load_all_chosen
+
+    chosen = load_all_chosen()
+    names = _names([chosen[m] for m in methods if m in chosen])
+    return {m: names.get(chosen.get(m), m) for m in methods}
+
+
 def field_heatmap(table: dict, *, title: str | None = None) -> go.Figure:
     """The whole field on the dev documents (``field_summary.json``'s ``table``,
     :func:`jacap_lib.results.field_dev.field_table`): one row per method whose dev rows are complete, one column per
@@ -214,12 +223,8 @@ def field_needle_frame(needle: dict) -> pd.DataFrame:
     modes = sorted(needle.get("modes", {}))
     if not modes:
         return pd.DataFrame()
-    from ..results.loaders import load_all_chosen
-
-    chosen = load_all_chosen()
     methods = sorted({m for mode in modes for m in needle["modes"][mode]["methods"]})
-    names = _names([chosen[m] for m in methods if m in chosen])
-    label = {m: names.get(chosen.get(m), m) for m in methods}
+    label = _method_labels(methods)
     ratios = sorted({r["ratio"] for mode in modes for v in needle["modes"][mode]["methods"].values() for r in v})
     columns = [(mode, c) for mode in modes for c in ratios]
     rows = {"uncompressed": {}}
@@ -243,9 +248,6 @@ def field_needle_frame(needle: dict) -> pd.DataFrame:
 def field_needle_note(needle: dict) -> str:
     """The line under :func:`field_needle_frame`: which methods a mode leaves out because they have not answered all
     their prompts there yet (``partial``, with how many rows they have so far), or that none is left out."""
-    from ..results.loaders import load_all_chosen
-
-    chosen = load_all_chosen()
     modes = needle.get("modes", {})
     missing: dict = {}  # method -> {mode: its rows there so far}
     for mode in sorted(modes):
@@ -253,11 +255,11 @@ def field_needle_note(needle: dict) -> str:
             missing.setdefault(m, {})[mode] = n
     if not missing:
         return "No method is left out: each one shown has answered all its prompts in every mode it has rows in."
-    names = _names([chosen[m] for m in missing if m in chosen])
+    label = _method_labels(missing)
     parts = []
     for m, per_mode in sorted(missing.items()):
         counts = " and ".join(f"{n} answers so far with the question {mode}" for mode, n in per_mode.items())
-        parts.append(f"{names.get(chosen.get(m), m)} ({counts})")
+        parts.append(f"{label[m]} ({counts})")
     return ("Left out where its prompts are not all answered yet: " + "; ".join(parts) + ".")
 
 
