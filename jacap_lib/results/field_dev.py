@@ -283,13 +283,16 @@ def field_needle(rows_by_space: dict, chosen_by_space: dict) -> dict:
     for mode, _, c in got:
         ratios.setdefault(mode, set()).add(c)
     space_of = {m: space for space, m in owner.values()}
-    # complete = a row at every c of the mode for every prompt its own space's uncompressed model answered, at every
-    # prompt length there (a run stopped between two lengths is still running, not complete over fewer lengths)
-    partial = {(mode, m) for mode, m, _ in got
-               if any(len(per_length.get((mode, m, L, c), [])) < len(keys)
-                      for L, keys in (asked.get((space_of[m], mode)) or {  # no uncompressed rows of its own:
-                                      L: k for (md, L), k in full.items() if md == mode}).items()  # every space's
-                      for c in ratios[mode])}
+
+    def still_running(mode: str, m: str) -> bool:
+        """Complete = a row at every c of the mode for every prompt its own space's uncompressed model answered (every
+        space's, where its own has none), at every prompt length there: a run stopped between two lengths is still
+        running, not complete over fewer lengths."""
+        expected = asked.get((space_of[m], mode)) or {L: k for (md, L), k in full.items() if md == mode}
+        return any(len(per_length.get((mode, m, L, c), [])) < len(keys)
+                   for L, keys in expected.items() for c in ratios[mode])
+
+    partial = {(mode, m) for mode, m in {k[:2] for k in got} if still_running(mode, m)}
     for mode, m in sorted(partial):
         modes.setdefault(mode, new())["partial"][m] = sum(len(xs) for (md, mm, _), xs in got.items()
                                                           if (md, mm) == (mode, m))
