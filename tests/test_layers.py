@@ -17,7 +17,7 @@ LAYERS = {
     "jacap_lib.theory": 1, "jacap_lib.examples": 1, "jacap_lib.scoring": 1, "jacap_lib.stats": 1,
     "jacap_lib.selection": 1,
     "jacap_lib.hf": 2, "jacap_lib.models": 2, "jacap_lib.memory": 2,
-    "jacap_lib.presses": 3, "jacap_lib.controller": 3,
+    "jacap_lib.presses": 3, "jacap_lib.controller": 3, "jacap_lib.cache": 3,
     "jacap_lib.measure": 4,
     "jacap_lib.results": 5,
     "jacap_lib.viz": 6,

@@ -44,6 +44,7 @@ from kvpress import KVzipPress
 from kvpress.utils import get_prerope_query_states
 
 from .. import _checks, config
+from ..cache.press import freeing_memory
 from ..config import DEFAULTS
 from ..hf import apply_rope
 from ..scoring.core import validated_scores
@@ -98,6 +99,11 @@ class JacapPress(KVzipPress):
     n_sink, chunk_size, kvzip_plus_normalization
         kvpress KVzip's (``kvzip_plus_normalization`` changes the ``"max"`` summary only). ``layerwise`` must stay
         False: set ``budget="layer"``.
+    free_memory : bool, default=True
+        After choosing, turn the cache ragged (:func:`jacap_lib.cache.press.freeing_memory`): it holds only the kept
+        entries of each head, about ``1 - compression_ratio`` of the bytes. False leaves kvpress's masked cache
+        (every byte kept, the dropped keys masked), the path the measurements ran (the registry builds it). The
+        kept set and the logits (to float rounding) are the same either way; it is not part of a press's record.
     """
 
     summary: str = "jacap"
@@ -107,6 +113,8 @@ class JacapPress(KVzipPress):
     noise: float = DEFAULTS.noise
     eps: float = DEFAULTS.eps
     window: int = 64
+    #: how the choice is applied, not what is chosen: kept out of every record (registry.method_options)
+    free_memory: bool = field(default=True, compare=False, metadata={"runtime": True})
     #: the scores the last compression ranked, ``(L, B, H_kv, N)`` float32, protection not applied (for inspection)
     last_scores: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -133,10 +141,17 @@ class JacapPress(KVzipPress):
         _checks.int_at_least("chunk_size", self.chunk_size, 1)
         _checks.boolean("kvzip_plus_normalization", self.kvzip_plus_normalization)
         _checks.boolean("layerwise", self.layerwise)
+        _checks.boolean("free_memory", self.free_memory)
         if self.layerwise:
             raise ValueError("layerwise=True is KVzip's per-layer budget: set budget='layer' instead (layerwise must "
                              "stay False)")
         super().__post_init__()
+
+    def __call__(self, model):
+        """KVzip's context manager (prefill, then the reconstruction pass and the choice at its exit); with
+        ``free_memory`` the cache is then turned ragged, holding only the kept entries."""
+        inner = super().__call__(model)
+        return freeing_memory(model, inner) if self.free_memory else inner
 
     # ---- state of one scoring -------------------------------------------------------------------------------
     def _reset_internal_parameters(self):

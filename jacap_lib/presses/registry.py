@@ -293,7 +293,8 @@ def _own_options(press) -> set:
     class's init fields (a private one, ``_name``, is kvpress's own plumbing: CompactorPress's child presses); a
     factory's keyword parameters and, with ``**opts``, the fields of ``forwards_to``."""
     if isinstance(press, type) and dataclasses.is_dataclass(press):
-        return {f.name for f in dataclasses.fields(press) if f.init and not f.name.startswith("_")} - {"compression_ratio"}
+        return {f.name for f in dataclasses.fields(press) if f.init and not f.name.startswith("_")
+                and not f.metadata.get("runtime")} - {"compression_ratio"}
     target = press
     params = inspect.signature(target).parameters.values()
     valid = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
@@ -306,6 +307,14 @@ def _own_options(press) -> set:
 def valid_options(name: str) -> set:
     """Every option a spec of registry ``name`` may set: its press's own and the registry's :data:`WRAPPER_OPTIONS`."""
     return _own_options(_method(name).press) | set(WRAPPER_OPTIONS)
+
+
+def _runtime_options(press) -> set:
+    """The fields of a press class that set how its choice is applied, not what it chooses (``free_memory``: the
+    cache turned ragged): field metadata ``runtime``; never in a record (:func:`method_options`) or a spec."""
+    if not (isinstance(press, type) and dataclasses.is_dataclass(press)):
+        return set()
+    return {f.name for f in dataclasses.fields(press) if f.init and f.metadata.get("runtime")}
 
 
 def build_press(name: str, compression_ratio: float, **opts):
@@ -325,7 +334,7 @@ def build_press(name: str, compression_ratio: float, **opts):
             f"got {compression_ratio!r}"
         )
     own = _own_options(method.press)
-    unknown = sorted(set(opts) - own - set(WRAPPER_OPTIONS))
+    unknown = sorted(set(opts) - own - set(WRAPPER_OPTIONS) - _runtime_options(method.press))
     if unknown:
         raise ValueError(f"unknown option(s) {unknown} for method {name!r}; valid options: {sorted(valid_options(name))}")
     opts = {**method.options, **opts}
@@ -339,6 +348,9 @@ def build_press(name: str, compression_ratio: float, **opts):
         _checks.unit_interval("alpha_safeguard", safeguard, closed_right=True)
     if name in BASELINES:
         _check_baseline_options(method.press, opts)
+    if isinstance(method.press, type) and "free_memory" in _runtime_options(method.press):
+        # the registry's press is the measured one: kvpress's masked cache unless free_memory=True is asked for
+        opts.setdefault("free_memory", False)
     try:
         press = method.press(compression_ratio=float(compression_ratio), **opts)
     except TypeError as err:  # e.g. an option the variant already sets itself ("multiple values for keyword ...")
@@ -564,7 +576,7 @@ def method_options(press) -> dict:
     press that is a plain class, CriticalKVPress: its constructor's arguments)."""
     cls = type(press)
     if dataclasses.is_dataclass(press) and ("__dataclass_fields__" in vars(cls) or "__init__" not in vars(cls)):
-        items = [(f.name, f.metadata) for f in dataclasses.fields(press) if f.init]
+        items = [(f.name, f.metadata) for f in dataclasses.fields(press) if f.init and not f.metadata.get("runtime")]
     elif isinstance(press, kvpress.BasePress):  # its own __init__ under an inherited dataclass (CriticalKVPress)
         items = [(n, {}) for n in inspect.signature(type(press)).parameters if hasattr(press, n)]
     else:
