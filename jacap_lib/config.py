@@ -33,7 +33,7 @@ method the same few settings and picks one per method on the *tune* documents of
 rule (smallest mean log KL over every prompt length and compression ratio). Among Jacap's settings (the paper's
 ``tau = 10`` with flat statistics, the effective-dimension noise rule, ``tau = 3`` with EMA statistics) it chose
 ``tau = 3, beta = 0.9`` (``data/results/eval/choices.json``); the dev documents judge that choice against the
-paper's settings, which stay one named preset away (``jacap[centre=tempered,tau=10,noise=1,beta=none]``).
+paper's settings, which stay one named preset away (``jacap_prompt[centre=tempered,tau=10,noise=1,beta=none]``).
 
 Why ``window = 16``: the press's default centre is the attention the recent queries observed
 (:class:`~jacap_lib.presses.jacap.JacapPromptPress` ``centre="observed"``); the protocol's capacity press with that centre
@@ -45,7 +45,7 @@ pinned to it (``protocol.PINS``). The decode-time controller shares the window (
 tokens) and keeps the tempered centre.
 
 Why ``deff_frac = 0.25``: it is the only fraction the protocol measured (the search space's
-``jacap[noise=deff,deff_frac=0.25]``, also the choice of an earlier sweep over 0.1/0.25/0.5 on tune text), so
+``jacap_prompt[noise=deff,deff_frac=0.25]``, also the choice of an earlier sweep over 0.1/0.25/0.5 on tune text), so
 ``noise="deff"`` alone means the measured rule. The rule itself lost the tune to ``tau = 3, beta = 0.9``, so the
 default noise stays the fixed ``sigma^2 = 1``.
 """

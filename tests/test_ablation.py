@@ -73,7 +73,7 @@ def _cache(seed, n=40):
 def test_no_option_is_jacap_bit_for_bit(attn_module, opts):
     hs, keys, values = _cache(2)
     a = JacapAblationPress(0.6, window=8, **opts)
-    b = build_press("jacap", 0.6, window=8, **opts)
+    b = build_press("jacap_prompt", 0.6, window=8, **opts)
     assert type(build_press("jacap_ablate", 0.6, window=8, **opts)) is JacapPromptPress  # no ablation field: JacapPromptPress
     with torch.no_grad():
         sa = a.score(attn_module, hs, keys, values, None, {})
@@ -88,7 +88,7 @@ def test_no_option_is_jacap_on_a_tiny_model():
     model = tiny_model("llama")
     ids = torch.randint(0, 96, (1, 64), generator=torch.Generator().manual_seed(3))
     caches = []
-    for spec in ("jacap", "jacap_ablate"):
+    for spec in ("jacap_prompt", "jacap_ablate"):
         cache = DynamicCache()
         with torch.no_grad(), press_from_spec(spec + "[window=8]", 0.5)(model):
             model.model(input_ids=ids, past_key_values=cache)
@@ -192,7 +192,7 @@ def test_head_budget_is_adakv_top_k_of_the_marginal():
     n, c = 64, 0.6
     ids = torch.randint(0, 96, (1, n), generator=torch.Generator().manual_seed(11))
     masks = {}
-    for spec in ("jacap_ablate[budget=layer,window=8]", "jacap_adakv[alpha_safeguard=0,window=8]"):
+    for spec in ("jacap_ablate[budget=layer,window=8]", "jacap_prompt_adakv[alpha_safeguard=0,window=8]"):
         press = press_from_spec(spec, c)
         with torch.no_grad(), press(model):
             model.model(input_ids=ids, past_key_values=DynamicCache())
@@ -264,7 +264,7 @@ EXPECTED_CHANGE = {
     "budget=layer": {"budget", "wrapper"},  # the AdaKV wrapper is how budget=layer allocates
     "budget=model": {"budget", "wrapper"},  # JacapGlobalBudgetPress
     "prior=isotropic": {"prior_iso"},
-    "prior=3-centres": {"class"},  # JacapMultiCenterPress at its defaults, from jacap[beta=none]
+    "prior=3-centres": {"class"},  # JacapMultiCenterPress at its defaults, from jacap_prompt[beta=none]
 }
 
 
@@ -285,9 +285,9 @@ def test_every_ablation_changes_one_thing():
     assert changed_options("jacap_ablate[centre=ea,noise=deff]") == {"centre": ("observed", "ea"),
                                                                      "noise": (1.0, "deff")}
     # the observed centre has no temperature: tau is inert there, and the default is jacap_obs at window 16
-    assert changed_options("jacap[tau=10]", "jacap[tau=1]") == {}
+    assert changed_options("jacap_prompt[tau=10]", "jacap_prompt[tau=1]") == {}
     assert changed_options("jacap_obs[window=16]") == {}
-    assert changed_options("jacap[centre=tempered,tau=10]", "jacap[centre=tempered]") == {"tau": (3.0, 10)}
+    assert changed_options("jacap_prompt[centre=tempered,tau=10]", "jacap_prompt[centre=tempered]") == {"tau": (3.0, 10)}
     assert changed_options("jacap_ablate", "jacap_ablate[deff_frac=0.5]") == {}  # inert without noise=deff
 
 

@@ -28,14 +28,14 @@ def corpus(tmp_path):
     return write_corpus(tmp_path, ["tune", "tune", "dev", "tune"])
 
 
-KNOBS = {"u = W_O v": ("jacap_wo[window=4]", "u = W_O v"), "flat": ("jacap[window=4,beta=none]", "flat statistics")}
+KNOBS = {"u = W_O v": ("jacap_prompt_wo[window=4]", "u = W_O v"), "flat": ("jacap_prompt[window=4,beta=none]", "flat statistics")}
 
 
 @pytest.fixture
 def knobs(monkeypatch):
-    monkeypatch.setattr(A, "knob_table", lambda: ({k: (s, d, A.measured_spec("jacap[window=4]"))
+    monkeypatch.setattr(A, "knob_table", lambda: ({k: (s, d, A.measured_spec("jacap_prompt[window=4]"))
                                                    for k, (s, d) in KNOBS.items()}, "dev"))
-    monkeypatch.setattr(A, "DEFAULT_SPEC", "jacap[window=4]")
+    monkeypatch.setattr(A, "DEFAULT_SPEC", "jacap_prompt[window=4]")
 
 
 def _args(corpus, out, *extra):
@@ -52,7 +52,7 @@ def test_knob_table_is_one_knob_with_each_base():
     table, source = A.knob_table()
     assert source == "jacap_lib.presses.jacap_ablation.ONE_KNOB" and list(table) == list(ONE_KNOB)
     assert table == {k: (A.measured_spec(s), d, A.measured_spec(base_spec(k))) for k, (s, d) in ONE_KNOB.items()}
-    assert table["prior=3-centres"][2] == A.measured_spec("jacap[beta=none]") and A.DEFAULT_SPEC == "jacap"
+    assert table["prior=3-centres"][2] == A.measured_spec("jacap_prompt[beta=none]") and A.DEFAULT_SPEC == "jacap_prompt"
     # each spec written out in full on Algorithm 1 as tuned then, whatever today's defaults are
     default = press_from_spec(A.measured_spec(A.DEFAULT_SPEC), 0.5)
     assert (default.centre, default.tau, default.beta, default.window) == ("tempered", 3, 0.9, 32)
@@ -66,14 +66,14 @@ def test_job_rows_pair_with_the_default_and_resume(tiny, corpus, tmp_path, monke
     rows = io.read_jsonl(out / A.FILE)
     assert res["rows_written"] == len(rows) == 3 * 1 * 2 * 3  # tune docs x lengths x ratios x (default + 2)
     assert {r["doc"] for r in rows} == {"kind/d0", "kind/d1", "kind/d3"} and {r["split"] for r in rows} == {"tune"}
-    default = A.measured_spec("jacap[window=4]")
-    assert {r["method"] for r in rows} == {default, "jacap_wo[window=4]", "jacap[window=4,beta=none]"}
+    default = A.measured_spec("jacap_prompt[window=4]")
+    assert {r["method"] for r in rows} == {default, "jacap_prompt_wo[window=4]", "jacap_prompt[window=4,beta=none]"}
     assert all(len(r["attn_rel_error_per_layer"]) == 2 and r["kl"] >= 0 for r in rows)
     cfg = io.read_runs(out / A.FILE)[0]
-    assert cfg["ablations"]["flat"] == {"spec": "jacap[window=4,beta=none]", "description": "flat statistics",
+    assert cfg["ablations"]["flat"] == {"spec": "jacap_prompt[window=4,beta=none]", "description": "flat statistics",
                                         "base": default,
-                                        "options": cfg["settings"]["jacap[window=4,beta=none]"]}
-    assert cfg["settings"]["jacap_wo[window=4]"]["use_out_proj"] is True and cfg["versions"]["kvpress"]
+                                        "options": cfg["settings"]["jacap_prompt[window=4,beta=none]"]}
+    assert cfg["settings"]["jacap_prompt_wo[window=4]"]["use_out_proj"] is True and cfg["versions"]["kvpress"]
     assert cfg["grid_choice"] == "given by --lengths / --ratios" and cfg["lengths"] == [80]
     # the summary pairs each ablation's row with the default's on the same document and cell
     s = A.summarize_ablation(rows, io.read_runs(out / A.FILE), n_resamples=999)
@@ -97,9 +97,9 @@ def test_job_rows_pair_with_the_default_and_resume(tiny, corpus, tmp_path, monke
     assert len(io.read_runs(out / A.FILE)) == 3
     # a spec whose recorded options differ from what it builds today is refused before any work
     runs = io.read_runs(out / A.FILE)
-    io.append_run(out / A.FILE, {**runs[-1], "settings": {**runs[-1]["settings"], "jacap_wo[window=4]": {
-        **runs[-1]["settings"]["jacap_wo[window=4]"], "n_future_positions": 99}}})
-    with pytest.raises(ValueError, match=r"jacap_wo\[window=4\].*n_future_positions.*new --dir"):
+    io.append_run(out / A.FILE, {**runs[-1], "settings": {**runs[-1]["settings"], "jacap_prompt_wo[window=4]": {
+        **runs[-1]["settings"]["jacap_prompt_wo[window=4]"], "n_future_positions": 99}}})
+    with pytest.raises(ValueError, match=r"jacap_prompt_wo\[window=4\].*n_future_positions.*new --dir"):
         A.prepare(_args(corpus, out), tokenizer=tok)
 
 
@@ -118,14 +118,14 @@ def _hand_rows(seed=0, docs=5, layers=3):
     ablation's base is the first)."""
     rng = np.random.default_rng(seed)
     rows = []
-    for spec in ("jacap", "a1", "a2", "a3"):
+    for spec in ("jacap_prompt", "a1", "a2", "a3"):
         for c in (0.5, 0.9):
             for d in range(docs):
                 rows.append({"model": "M", "doc": f"k/{d}", "split": "tune", "length": 512, "continuation": 8,
                              "ratio": c, "method": spec, "kl": float(rng.lognormal(-3, 1)), "top1_agreement": 0.9,
                              "attn_rel_error": 0.1,
                              "attn_rel_error_per_layer": [float(x) for x in rng.uniform(0.01, 0.5, layers)]})
-    run = {"default": "jacap", "model": {"name": "M"}, "continuation": 8, "lengths": [512], "ratios": [0.5, 0.9],
+    run = {"default": "jacap_prompt", "model": {"name": "M"}, "continuation": 8, "lengths": [512], "ratios": [0.5, 0.9],
            "documents": [{"id": f"k/{d}", "split": "tune"} for d in range(docs)],
            "ablations": {"one": {"spec": "a1", "description": "x"}, "two": {"spec": "a2", "description": "y"},
                          "three": {"spec": "a3", "description": "z", "base": "a1"}}}
@@ -136,7 +136,7 @@ def test_summary_ratios_intervals_and_layers_by_hand():
     rows, runs = _hand_rows()
     s = A.summarize_ablation(rows, runs, n_resamples=4999)
     assert s["m"] == 6 and s["confidence"] == pytest.approx(1 - 0.05 / 6)
-    assert [a["base"] for a in s["ablations"]] == ["jacap", "jacap", "a1"]
+    assert [a["base"] for a in s["ablations"]] == ["jacap_prompt", "jacap_prompt", "a1"]
     kl = {(r["method"], r["ratio"], r["doc"]): r["kl"] for r in rows}
     err = {(r["method"], r["ratio"], r["doc"]): r["attn_rel_error_per_layer"] for r in rows}
     docs = [f"k/{d}" for d in range(5)]
@@ -170,14 +170,14 @@ def test_summary_judges_only_complete_cells():
     assert s["m"] == 5 and s["confidence"] == pytest.approx(1 - 0.05 / 5)
     two = next(a for a in s["ablations"] if a["label"] == "two")
     assert [r["ratio"] for r in two["rows"]] == [0.5] and set(two["layers"]) == {"512/0.5", "all"}
-    rows = [r for r in rows if r["method"] != "jacap" or r["ratio"] != 0.5]  # the default lacks a cell
+    rows = [r for r in rows if r["method"] != "jacap_prompt" or r["ratio"] != 0.5]  # the default lacks a cell
     s = A.summarize_ablation(rows, runs, n_resamples=999)
     assert s["cells_missing"] == ["512/0.5"] and s["m"] == 2  # one and three at c 0.9 (two lacks a document)
     # a spec recorded under two labels (an earlier run's) is judged once, under the latest label
     runs2 = [{**runs[0], "ablations": {"old name": {"spec": "a1"}}}, runs[0]]
     assert [a["label"] for a in A.summarize_ablation(rows, runs2, n_resamples=999)["ablations"]] == ["one", "two", "three"]
     with pytest.raises(ValueError, match="no .*cell"):
-        A.summarize_ablation([r for r in rows if r["method"] != "jacap"], runs)
+        A.summarize_ablation([r for r in rows if r["method"] != "jacap_prompt"], runs)
 
 
 def test_ablation_frame_shows_each_cell():

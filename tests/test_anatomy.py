@@ -18,7 +18,7 @@ from jacap_lib.results import rowstats as RS
 from conftest import CharTokenizer
 
 
-def _rows(errs_a, errs_b, kls_a, kls_b, kinds, *, length=2048, ratio=0.5, a="jacap[tau=3,beta=0.9]",
+def _rows(errs_a, errs_b, kls_a, kls_b, kinds, *, length=2048, ratio=0.5, a="jacap_prompt[tau=3,beta=0.9]",
           b="expected_attention"):
     rows = []
     for i, (ea, eb, ka, kb, kind) in enumerate(zip(errs_a, errs_b, kls_a, kls_b, kinds)):
@@ -37,7 +37,7 @@ KINDS = ["dialogue", "dialogue", "dialogue", "prose", "prose", "prose"]
 
 def test_layer_ratio_is_the_geometric_mean_of_the_per_document_ratios():
     rows = _rows(ERR_A, ERR_B, KL_A, KL_B, KINDS)
-    out = RS.layer_error_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5, n_resamples=999)
+    out = RS.layer_error_ratios(rows, "jacap_prompt[tau=3,beta=0.9]", "expected_attention", 2048, 0.5, n_resamples=999)
     assert [r["layer"] for r in out] == [0, 1, 2]
     for layer, r in enumerate(out):
         logs = [math.log(ERR_A[d][layer] / ERR_B[d][layer]) for d in range(6)]
@@ -47,20 +47,20 @@ def test_layer_ratio_is_the_geometric_mean_of_the_per_document_ratios():
     # layer 0: ratios 2, 1, 1.5, 0.5, 2, 1 -> product 3, geometric mean 3 ** (1/6)
     assert out[0]["ratio"] == pytest.approx(3 ** (1 / 6), rel=1e-12)
     # one kind: only its documents
-    dia = RS.layer_error_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5, kind="dialogue",
+    dia = RS.layer_error_ratios(rows, "jacap_prompt[tau=3,beta=0.9]", "expected_attention", 2048, 0.5, kind="dialogue",
                          n_resamples=999)
     assert dia[2]["ratio"] == pytest.approx((3 * 0.5 * 2) ** (1 / 3), rel=1e-12) and dia[2]["n"] == 3
 
 
 def test_kind_ratios_count_losses_and_wins_per_kind():
     rows = _rows(ERR_A, ERR_B, KL_A, KL_B, KINDS)
-    out = {r["kind"]: r for r in RS.kind_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5,
+    out = {r["kind"]: r for r in RS.kind_ratios(rows, "jacap_prompt[tau=3,beta=0.9]", "expected_attention", 2048, 0.5,
                                                 n_resamples=999)}
     assert set(out) == {"all", "dialogue", "prose"}
     assert (out["all"]["losses"], out["all"]["wins"]) == (3, 2)  # the tie (0.05 vs 0.05) is neither
     assert out["dialogue"]["ratio"] == pytest.approx((2 * 0.5 * 4) ** (1 / 3), rel=1e-12)
     with pytest.raises(ValueError, match="at least 3"):
-        RS.kind_ratios(rows[:4], "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5)
+        RS.kind_ratios(rows[:4], "jacap_prompt[tau=3,beta=0.9]", "expected_attention", 2048, 0.5)
 
 
 def test_losing_cells_are_those_whose_interval_lies_above_one():
@@ -76,12 +76,12 @@ def test_the_library_defaults_part_reads_its_own_family_and_cells():
     16), on that family's own losing cells; Algorithm 1's family (the tempered centre) is not it."""
     from jacap_lib.presses.registry import changed_options
     obs = "jacap_obs[window=16]"  # today's default; Algorithm 1's tuned setting is the tempered centre
-    assert not changed_options(obs, "jacap") and changed_options("jacap[centre=tempered,tau=3,beta=0.9]", "jacap")
+    assert not changed_options(obs, "jacap_prompt") and changed_options("jacap_prompt[centre=tempered,tau=3,beta=0.9]", "jacap_prompt")
     rows = _rows(ERR_A, ERR_B, KL_A, KL_B, KINDS, a=obs)
     row = {"length": 2048, "ratio": 0.5, "baseline_spec": "expected_attention", "gm_ratio": 1.5, "gm_low": 1.1,
            "gm_high": 2.0}
     summary = {"families": [
-        {"role": "algorithm 1", "picked_on": "tune", "setting": "jacap[centre=tempered,tau=3,beta=0.9]", "rows": []},
+        {"role": "algorithm 1", "picked_on": "tune", "setting": "jacap_prompt[centre=tempered,tau=3,beta=0.9]", "rows": []},
         {"role": "tuned jacap_obs", "picked_on": "dev", "setting": obs, "rows": []},
         {"role": "tuned jacap_obs", "picked_on": "tune", "setting": obs,
          "rows": [row, {**row, "ratio": 0.9, "gm_low": 0.9}]}]}
@@ -150,7 +150,7 @@ def test_protected_press_keeps_the_score_and_forces_sinks_and_window():
 def test_swap_settings_change_one_knob_each():
     from jacap_lib.presses.registry import changed_options, parse_method, written_out
 
-    default = written_out("jacap[centre=tempered,tau=3,beta=0.9,window=32]")
+    default = written_out("jacap_prompt[centre=tempered,tau=3,beta=0.9,window=32]")
     s = {x["key"]: x for x in A.swap_settings(default, "expected_attention")}
     assert all(written_out(re.split(r"\+(?:observed|protect|oracle)", x["spec"])[0]) ==
                re.split(r"\+(?:observed|protect|oracle)", x["spec"])[0] for x in s.values() if x["key"] != "baseline")
@@ -179,7 +179,7 @@ def test_swap_settings_change_one_knob_each():
     for a, b in zip(rungs, rungs[1:]):  # one option more per step
         assert len([k for k in changed_options(b, a) if k != "class"]) == 1, (a, b)
     # under the observed centre there is no tempered centre to replace by Expected Attention's
-    observed = written_out("jacap[window=16]")
+    observed = written_out("jacap_prompt[window=16]")
     t = {x["key"]: x for x in A.swap_settings(observed, "expected_attention")}
     assert "ea_centre" not in t
     assert {k: v[1] for k, v in changed_options(t["kappa_mean"]["spec"], observed).items()
@@ -204,9 +204,9 @@ def test_figures_have_axis_titles_and_two_log_ticks():
     from jacap_lib.viz import anatomy as V
 
     rows = _rows(ERR_A, ERR_B, KL_A, KL_B, KINDS)
-    layers = [{"cell": "2048/0.5", "length": 2048, "ratio": 0.5, "setting": "jacap[tau=3,beta=0.9]",
+    layers = [{"cell": "2048/0.5", "length": 2048, "ratio": 0.5, "setting": "jacap_prompt[tau=3,beta=0.9]",
                "baseline": "expected_attention", "kind": k,
-               "layers": RS.layer_error_ratios(rows, "jacap[tau=3,beta=0.9]", "expected_attention", 2048, 0.5,
+               "layers": RS.layer_error_ratios(rows, "jacap_prompt[tau=3,beta=0.9]", "expected_attention", 2048, 0.5,
                                         kind=None if k == "all" else k, n_resamples=999)} for k in ("all", "dialogue")]
     fig = V.layer_ratio_figure({"layers": layers})
     shown = {t.name: t.line.color for t in fig.data if t.showlegend is not False}
@@ -320,7 +320,7 @@ def test_the_committed_file_agrees_with_the_summary_and_its_configuration():
     # measured against today's choices: the same fingerprint, or a search space that only added methods (Algorithm
     # 1's choice and the cell's best baseline unchanged)
     same = (cfg.get("fingerprint") == choices["fingerprint"]
-            or (cfg["default"] == choices["chosen"]["jacap"]
+            or (cfg["default"] == choices["chosen"]["jacap_prompt"]
                 and cfg["baseline"] == choices["best_baseline"]["cells"][cfg["cell"]]["spec"]))
     if not same:
         pytest.skip("anatomy.json was measured against the tune choices of another search space (its baseline: "
@@ -371,9 +371,9 @@ def test_layer_lines_count_layers_against_a_hand_built_anatomy():
 
 def test_swap_setting_lines_are_the_key_to_the_swap_tables_settings():
     from jacap_lib.viz import anatomy as V
-    data = {"config": {"settings": [{"key": "default", "spec": "jacap", "changes": "nothing"},
-                                    {"key": "tau_1", "spec": "jacap[tau=1]", "changes": "temperature 1"}]}}
-    assert V.swap_setting_lines(data) == ["tau_1 = jacap[tau=1]: temperature 1"]
+    data = {"config": {"settings": [{"key": "default", "spec": "jacap_prompt", "changes": "nothing"},
+                                    {"key": "tau_1", "spec": "jacap_prompt[tau=1]", "changes": "temperature 1"}]}}
+    assert V.swap_setting_lines(data) == ["tau_1 = jacap_prompt[tau=1]: temperature 1"]
 
 
 def test_kind_lines_name_the_largest_kind_and_count_it():
@@ -504,7 +504,7 @@ def test_the_ladder_steps_multiply_to_the_whole_ladder_and_each_is_paired_to_the
     assert lines[3].startswith(f"  ea_centre: {steps[0]['ratio']:.2f} [") and lines[4].startswith("      adjusted: ")
     # the rungs as lines: each names the option it adds to the rung before
     cfg = {"settings": [{"key": x["key"], "spec": x["spec"], "changes": x["changes"]} for x in A.swap_settings(
-        "jacap[beta=0.9,centre=tempered,tau=3,window=128]", "expected_attention[n_future_positions=32]")]}
+        "jacap_prompt[beta=0.9,centre=tempered,tau=3,window=128]", "expected_attention[n_future_positions=32]")]}
     rungs = F.ladder_setting_lines(cfg)
     assert rungs[0] == "ea_centre (+ centre=ea)" and "ea_alpha_kappa_identity_horizon_flat (+ beta=none)" in rungs
     assert all(len(line) <= 96 for line in rungs if line.startswith("    "))

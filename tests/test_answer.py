@@ -75,7 +75,7 @@ def test_answer_from_the_field_recomputed_from_the_files():
     prompt = next(m for m in done if m["method"] == "jacap_obs")  # the prompt press, JacapPromptPress()'s setting
     assert f"the prompt press `JacapPromptPress()` keeps {prompt['gm_ratio']:.2f} times" in text
     # the rule's Jacap-family choice is the context press, which JacapPress() builds: named "the default"
-    assert spec_name(chosen["context"]["jacap_context"]) == "the default `JacapPress()`"
+    assert spec_name(chosen["context"]["jacap"]) == "the default `JacapPress()`"
     # the fact keepers: the highest lowest accuracy at c <= 0.75, question after the compression, over the raw rows
     needles = {s: files.read_jsonl(f / "needle.jsonl") for s, f in folders.items() if (f / "needle.jsonl").is_file()}
     by: dict = {}

@@ -44,7 +44,7 @@ def summary():
 
 @pytest.fixture(scope="module")
 def alg1():
-    return json.loads((EVAL / "choices.json").read_text())["chosen"]["jacap"]
+    return json.loads((EVAL / "choices.json").read_text())["chosen"]["jacap_prompt"]
 
 
 def _family(summary, role):
@@ -142,7 +142,7 @@ def test_book_names(alg1, anatomy):
     assert F.spec_name(anatomy["config"]["default"]) == "Algorithm 1 tuned"  # the anatomy's Jacap setting
     assert F.spec_name(anatomy["config"]["baseline"]) == "Expected Attention"
     assert F.spec_name("snapkv[window_size=16]") == "SnapKV"  # SnapKV's tune choice
-    assert F.spec_name("jacap[window=64]") == "`jacap[window=64]`"  # no book name: its short spec
+    assert F.spec_name("jacap_prompt[window=64]") == "`jacap_prompt[window=64]`"  # no book name: its short spec
     with pytest.raises(ValueError, match="spec"):
         F.spec_name("")
 
@@ -177,7 +177,7 @@ def _legend_colours(fig):
 
 
 def test_figures_name_settings_as_the_book_does_and_in_their_colours(anatomy):
-    a_col = METHOD_STYLES["jacap[centre=tempered,tau=3,window=128]"][0]
+    a_col = METHOD_STYLES["jacap_prompt[centre=tempered,tau=3,window=128]"][0]
     b_col = METHOD_STYLES["expected_attention"][0]
     forest = VA.swap_forest(anatomy)
     ea_names = {A.SWAP_NAMES["baseline"], A.SWAP_NAMES["baseline_jacap_protection"]}

@@ -542,9 +542,9 @@ bad("registry-family", lambda env: reg().list_methods("jacapp"), "family")
 bad("registry-describe-unknown", lambda env: reg().describe_method("nope"), "nope")
 for _name, _val in [("one", 1.0), ("negative", -0.1), ("nan", nan), ("inf", inf), ("string", "0.5"), ("none", None),
                     ("bool", True)]:
-    bad(f"registry-ratio-{_name}", lambda env, v=_val: reg().build_press("jacap", v), "compression_ratio")
-for _m in ["jacap", "jacap_rank1", "jacap_two_stage", "jacap_multicenter", "jacap_wo", "jacap_obs", "jacap_ea",
-           "jacap_ablate", "jacap_adakv", "snapkv", "knorm", "random"]:
+    bad(f"registry-ratio-{_name}", lambda env, v=_val: reg().build_press("jacap_prompt", v), "compression_ratio")
+for _m in ["jacap_prompt", "jacap_rank1", "jacap_two_stage", "jacap_multicenter", "jacap_prompt_wo", "jacap_obs", "jacap_ea",
+           "jacap_ablate", "jacap_prompt_adakv", "snapkv", "knorm", "random"]:
     bad(f"registry-unknown-option-{_m}", lambda env, m=_m: reg().build_press(m, 0.5, bogus_option=1), "bogus_option")
 bad("registry-snapkv-negative-window", lambda env: reg().build_press("snapkv", 0.5, window_size=-4), "window_size")
 bad("registry-snapkv-zero-window", lambda env: reg().build_press("snapkv", 0.5, window_size=0), "window_size")
@@ -557,7 +557,7 @@ bad("registry-expected-attention-vnorm-string",
 bad("registry-capkv-tau-zero", lambda env: reg().build_press("capkv", 0.5, tau=0.0), "tau")
 bad("registry-capkv-epsilon-negative", lambda env: reg().build_press("capkv", 0.5, epsilon=-1.0), "epsilon")
 bad("registry-random-seed-string", lambda env: reg().build_press("random", 0.5, seed="a"), "seed")
-bad("registry-adakv-safeguard", lambda env: reg().build_press("jacap_adakv", 0.5, alpha_safeguard=1.5), "alpha_safeguard")
+bad("registry-adakv-safeguard", lambda env: reg().build_press("jacap_prompt_adakv", 0.5, alpha_safeguard=1.5), "alpha_safeguard")
 bad("registry-ea-beta", lambda env: reg().build_press("jacap_ea", 0.5, beta=1.0), "beta")
 bad("registry-safeguard-without-adakv", lambda env: reg().build_press("snapkv", 0.5, alpha_safeguard=0.1), "adakv")
 bad("registry-adakv-around-a-wrapper", lambda env: reg().build_press("jacap_obs", 0.5, adakv=True, budget="layer"),
@@ -712,7 +712,7 @@ def parse_method(spec):
 
 
 bad("parse-method-bad-spec", lambda env: parse_method("ja cap"), "spec")
-bad("parse-method-option-no-value", lambda env: parse_method("jacap[tau]"), "tau")
+bad("parse-method-option-no-value", lambda env: parse_method("jacap_prompt[tau]"), "tau")
 bad("parse-method-not-string", lambda env: parse_method(3), "spec")
 bad("load-segments-unknown", lambda env: __import__("jacap_lib.results.texts", fromlist=["x"]).load_segments(
     ["no-such-segment"]), "no-such-segment")
@@ -855,7 +855,7 @@ cli_bad("cli-evaluate-length-not-int", ev_with(lengths="64.5"), "--lengths")
 cli_bad("cli-evaluate-threads-zero", ev_with() + ["--threads", "0"], "--threads")
 cli_bad("cli-evaluate-continuation-zero", ev_with(continuation="0"), "--continuation")
 cli_bad("cli-evaluate-unknown-method", ev_with(methods=["knorm", "snapvk"]), "--methods", "snapvk")
-cli_bad("cli-evaluate-method-spec-not-a-name", ev_with(methods=["jacap[tau=-1]"]), "--methods", "search space")
+cli_bad("cli-evaluate-method-spec-not-a-name", ev_with(methods=["jacap_prompt[tau=-1]"]), "--methods", "search space")
 cli_bad("cli-evaluate-unknown-manifest", ev_with() + ["--manifest", "{d}/none.json"], "--manifest", "none.json")
 cli_bad("cli-evaluate-model-missing-folder", ev_with() + ["--model", "./no-such-model"], "--model", "no-such-model")
 cli_bad("cli-evaluate-length-beyond-documents", ev_with(lengths=["512", "1000000"]), "--lengths", needs="model")

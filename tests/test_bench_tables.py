@@ -31,12 +31,12 @@ def test_scoring_frame_and_findings():
 
 def test_end_to_end_findings():
     rows = []
-    for m, c, score, dec, tot in (("none", 0.0, 0.0, 10.0, 100.0), ("jacap", 0.5, 2.0, 5.0, 80.0), ("capkv", 0.5, 4.0, 4.0, 90.0)):
+    for m, c, score, dec, tot in (("none", 0.0, 0.0, 10.0, 100.0), ("jacap_prompt", 0.5, 2.0, 5.0, 80.0), ("capkv", 0.5, 4.0, 4.0, 90.0)):
         rows.append(dict(prompt_tokens=2048, method=m, ratio=c, prefill_s=10.0, scoring_s=score, total_s=tot,
                          decode_ms_per_token=dec, scoring_share_of_total=score / tot))
     f = B.end_to_end_findings({"rows": rows})
     assert f["jacap_over_capkv_scoring"] == {(2048, 0.5): 0.5}
-    assert f["decode_speedup"][(2048, "jacap", 0.5)] == pytest.approx(2.0)
+    assert f["decode_speedup"][(2048, "jacap_prompt", 0.5)] == pytest.approx(2.0)
     assert f["total_over_uncompressed"][(2048, "capkv", 0.5)] == pytest.approx(0.9)
     assert f["scoring_share_of_prefill"]["capkv"] == (0.4, 0.4)
     assert B.end_to_end_frame({"rows": rows}).shape == (3, 5)

@@ -88,11 +88,11 @@ def test_end_to_end_script_tiny_run(tmp_path):
     out = e2e.main(["--lengths", "48", "--ratios", "0.5", "--new-tokens", "2", "--threads", "1",
                     "--out", str(tmp_path / "e.json")])
     rows = {(r["method"], r["ratio"]): r for r in out["rows"]}
-    assert set(rows) == {("none", 0.0), ("jacap", 0.5), ("capkv", 0.5)}
+    assert set(rows) == {("none", 0.0), ("jacap_prompt", 0.5), ("capkv", 0.5)}
     assert rows[("none", 0.0)]["kept_tokens_per_head"] == 47  # prompt[:-1] prefilled, nothing evicted
-    assert rows[("jacap", 0.5)]["kept_tokens_per_head"] < 47
+    assert rows[("jacap_prompt", 0.5)]["kept_tokens_per_head"] < 47
     n_layers = out["config"]["num_hidden_layers"]
-    for key in (("jacap", 0.5), ("capkv", 0.5)):
+    for key in (("jacap_prompt", 0.5), ("capkv", 0.5)):
         r = rows[key]
         assert r["score_calls"] == n_layers and 0 < r["scoring_s"] < r["prefill_s"]
         assert math.isclose(r["scoring_share_of_total"], r["scoring_s"] / (r["prefill_s"] + r["decode_s"]))
@@ -215,7 +215,7 @@ def test_figures_build():
     assert table[0]["jacap_torch_over_capkv"] == pytest.approx(2.0)
     assert len(V.scoring_table_figure(table).data[0].cells.values) == 2 + 5 + 1
     e2e = {"config": {"model": "m"}, "environment": {}, "rows": [
-        {"method": "jacap", "ratio": 0.8, "prompt_tokens": 2048, "new_tokens": 100, "prefill_s": 3.0, "scoring_s": 1.0,
+        {"method": "jacap_prompt", "ratio": 0.8, "prompt_tokens": 2048, "new_tokens": 100, "prefill_s": 3.0, "scoring_s": 1.0,
          "decode_s": 2.0, "scoring_share_of_total": 0.2}]}
     assert end_to_end_rows(e2e)[0]["prefill_other_s"] == pytest.approx(2.0)
     assert [t.x[0] for t in V.end_to_end_figure(e2e).data] == [1.0, 2.0, 2.0]
@@ -246,7 +246,7 @@ def test_committed_results_are_complete(name):
             t = {r["method"]: r["median_s"] for r in data["rows"] if (r["N"], r["d"]) == (N, d)}
             assert math.isclose(s["jacap_triton_over_jacap_torch"], t["jacap_triton"] / t["jacap_torch"], rel_tol=1e-9)
     else:
-        assert {r["method"] for r in data["rows"]} == {"none", "jacap", "capkv"}
+        assert {r["method"] for r in data["rows"]} == {"none", "jacap_prompt", "capkv"}
         for r in data["rows"]:
             assert 0 <= r["scoring_s"] < r["prefill_s"]
             assert math.isclose(r["scoring_share_of_total"], r["scoring_s"] / r["total_s"], rel_tol=1e-9)
@@ -264,7 +264,7 @@ def test_committed_results_are_complete(name):
 def test_median_row_takes_the_median_of_each_timing_and_refuses_mixed_configurations():
     from jacap_lib.measure.timing import median_row
 
-    base = {"method": "jacap", "ratio": 0.5, "prompt_tokens": 64, "kept_tokens_per_head": 32, "new_tokens": 4}
+    base = {"method": "jacap_prompt", "ratio": 0.5, "prompt_tokens": 64, "kept_tokens_per_head": 32, "new_tokens": 4}
     runs = [dict(base, prefill_s=p, decode_s=d, total_s=p + d, decode_ms_per_token=250 * d, scoring_s=s)
             for p, d, s in ((1.0, 4.0, 0.1), (3.0, 1.0, 0.3), (2.0, 2.0, 0.2))]
     row = median_row(runs)
@@ -282,7 +282,7 @@ def test_end_to_end_repeats_are_validated_and_reported(tmp_path):
     with pytest.raises(SystemExit):
         e2e.main(["--repeats", "0", "--out", str(tmp_path / "x.json")])
     assert not (tmp_path / "x.json").exists()
-    out = e2e.main(["--lengths", "40", "--ratios", "0.5", "--new-tokens", "2", "--threads", "1", "--methods", "jacap",
+    out = e2e.main(["--lengths", "40", "--ratios", "0.5", "--new-tokens", "2", "--threads", "1", "--methods", "jacap_prompt",
                     "--repeats", "2", "--out", str(tmp_path / "e.json")])
     assert out["config"]["repeats"] == 2 and [r["repeats"] for r in out["rows"]] == [2]
     row = out["rows"][0]

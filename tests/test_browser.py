@@ -834,7 +834,7 @@ def test_probe_finds_misleading_figures_tables_and_paths(tmp_path):
 
     blue = METHOD_STYLES["capkv"][0]
     figs = {}
-    figs["colour"] = go.Figure([go.Scatter(x=[0, 1], y=[1, 2], name="jacap", line={"color": blue}),
+    figs["colour"] = go.Figure([go.Scatter(x=[0, 1], y=[1, 2], name="jacap_prompt", line={"color": blue}),
                                 go.Scatter(x=[0, 1], y=[2, 3], name="capkv", line={"color": blue}),
                                 go.Scatter(x=[0, 1], y=[3, 4], name="tova", line={"color": METHOD_STYLES["tova"][0]})])
     mixed = make_subplots(rows=1, cols=2, shared_yaxes=True)
@@ -855,7 +855,7 @@ def test_probe_finds_misleading_figures_tables_and_paths(tmp_path):
         title="a very long title " * 12, width=500)
     good = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=["one panel", "another"])
     for col in (1, 2):
-        for m, ys in (("jacap", [1e-3, 0.02, 4.0]), ("tova", [2e-3, 0.05, 9.0])):
+        for m, ys in (("jacap_prompt", [1e-3, 0.02, 4.0]), ("tova", [2e-3, 0.05, 9.0])):
             good.add_trace(go.Scatter(x=[0.5, 0.75, 0.9], y=ys, name=m, legendgroup=m, showlegend=col == 1), row=1, col=col)
     good.update_yaxes(type="log", row=1, col=1)  # finish() makes the matched panel log too
     good.update_layout(title="A figure made by the book's helper: it passes every check " * 2,
@@ -943,7 +943,7 @@ def test_probe_finds_hidden_columns_cut_text_and_unreadable_panels(tmp_path):
     # legend group, a log axis it labels, an annotation clear of the data ...
     good = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=["one panel", "another"])
     for col in (1, 2):
-        for m, ys in (("jacap", [1e-3, 0.02, 4.0]), ("tova", [2e-3, 0.05, 9.0])):
+        for m, ys in (("jacap_prompt", [1e-3, 0.02, 4.0]), ("tova", [2e-3, 0.05, 9.0])):
             good.add_trace(go.Scatter(x=[0.5, 0.75, 0.9], y=ys, name=m, legendgroup=m, showlegend=col == 1), row=1, col=col)
             good.add_trace(go.Scatter(x=[0.5, 0.75, 0.9, 0.9, 0.75, 0.5], y=[v * 1.3 for v in ys] + [v / 1.3 for v in ys[::-1]],
                                       fill="toself", mode="lines", line={"width": 0}, name=m, legendgroup=m,
@@ -981,7 +981,7 @@ def test_probe_finds_hidden_columns_cut_text_and_unreadable_panels(tmp_path):
     long_frame = pd.DataFrame({"x": range(20), "y": range(20)})
     wide_frame = pd.DataFrame({f"column {i}": [i] for i in range(30)})
     # a table far wider than the column on one line, made by the book's wrapped(): it wraps between tokens and fits
-    fitting = pd.DataFrame({"baseline setting": ["streaming_llm[n_sink=1]", "jacap[tau=10,noise=1,beta=none]"],
+    fitting = pd.DataFrame({"baseline setting": ["streaming_llm[n_sink=1]", "jacap_prompt[tau=10,noise=1,beta=none]"],
                             "KL ratio [95 % CI]": ["1.19 [1.04, 1.40]", "0.0123 [0.0105, 0.0146]"],
                             "verdict": ["no det. diff. (−11 to +4 %)", "better 7–17 %"],
                             "licence": ["MIT (the R package); the novels (1811-1817) are in the public domain",

@@ -42,29 +42,29 @@ def _choices(tmp_path, name, space, table, config=None):
 
 
 def test_default_and_best_baseline_are_the_rule_argmin(tmp_path):
-    first = {"snapkv": ("snapkv", "snapkv[window_size=16]"), "jacap": ("jacap", "jacap[window=64]"),
+    first = {"snapkv": ("snapkv", "snapkv[window_size=16]"), "jacap_prompt": ("jacap_prompt", "jacap_prompt[window=64]"),
              "jacap_ea": ("jacap_ea",)}
     peers = {"kvzip": ("kvzip", "kvzip[n_sink=16]")}
-    a, rows_a = _choices(tmp_path, "a", first, {"snapkv": 0.2, "snapkv[window_size=16]": 0.1, "jacap": 0.3,
-                                                "jacap[window=64]": 0.05, "jacap_ea": 0.08})
+    a, rows_a = _choices(tmp_path, "a", first, {"snapkv": 0.2, "snapkv[window_size=16]": 0.1, "jacap_prompt": 0.3,
+                                                "jacap_prompt[window=64]": 0.05, "jacap_ea": 0.08})
     b, rows_b = _choices(tmp_path, "b", peers, {"kvzip": 0.01, "kvzip[n_sink=16]": 0.02})
     out = C.freeze({"first": a, "peers": b}, {"first": rows_a, "peers": rows_b}, spaces={"first": first, "peers": peers})
     # the rule score by hand: mean of log KL over the 6 rows
     want = sum(math.log(0.05 * (1 + i) * f) for i in range(3) for f in (1, 2)) / 6
-    assert out["default"]["chosen"]["method"] == "jacap" and out["default"]["chosen"]["spec"] == "jacap[window=64]"
+    assert out["default"]["chosen"]["method"] == "jacap_prompt" and out["default"]["chosen"]["spec"] == "jacap_prompt[window=64]"
     assert out["default"]["chosen"]["tune_score"] == pytest.approx(want, abs=1e-12)
     assert out["best_baseline"]["method"] == "kvzip" and out["pending"] == [] and out["frozen"] is True
     assert out["methods"]["snapkv"]["spec"] == "snapkv[window_size=16]"
     assert out["methods"]["kvzip"]["tune_cpu_seconds_per_row"] == pytest.approx(2.0)  # mean of 1, 2, 3
     assert out["default"]["jacap_press_today"]["same_press_as_chosen"] is False
-    # jacap[window=64] is not JacapPromptPress() (window 16, observed centre), nor JacapPress() (the context press)
+    # jacap_prompt[window=64] is not JacapPromptPress() (window 16, observed centre), nor JacapPress() (the context press)
     assert out["default"]["prompt_press_today"] == {"same_press_as_chosen": False, "equals": None}
 
 
 def test_missing_space_is_pending_and_other_configurations_are_refused(tmp_path):
-    first = {"jacap": ("jacap",)}
+    first = {"jacap_prompt": ("jacap_prompt",)}
     peers = {"kvzip": ("kvzip",)}
-    a, _ = _choices(tmp_path, "a", first, {"jacap": 0.3})
+    a, _ = _choices(tmp_path, "a", first, {"jacap_prompt": 0.3})
     out = C.freeze({"first": a}, spaces={"first": first, "peers": peers})
     assert out["pending"] == ["kvzip"] and out["frozen"] is False
     b, _ = _choices(tmp_path, "b", peers, {"kvzip": 0.1}, config=_config(peers, lengths=[32]))
@@ -87,33 +87,33 @@ def test_committed_candidates_agree_with_the_committed_choices():
     fam = data["default"]["eligible"]
     assert data["default"]["chosen"]["tune_score"] == min(e["tune_score"] for e in fam)
     # the rule's choice is what JacapPress() builds; the prompt press is jacap_obs's tune choice
-    assert data["default"]["jacap_press_today"] == {"same_press_as_chosen": True, "equals": "jacap_context"}
+    assert data["default"]["jacap_press_today"] == {"same_press_as_chosen": True, "equals": "jacap"}
     assert data["default"]["prompt_press_today"]["equals"] == "jacap_obs"
 
 
 def test_score_table_ratios_are_geometric_mean_ratios_of_the_rows(tmp_path):
     """kl_ratio = exp(score difference) equals the geometric mean over the tune rows of KL_method / KL_default."""
-    first = {"jacap": ("jacap",), "snapkv": ("snapkv",)}
-    table = {"jacap": 0.1, "snapkv": 0.25}
+    first = {"jacap_prompt": ("jacap_prompt",), "snapkv": ("snapkv",)}
+    table = {"jacap_prompt": 0.1, "snapkv": 0.25}
     a, rows = _choices(tmp_path, "a", first, table)
     cand = C.freeze({"first": a}, spaces={"first": first})
     out = {r["method"]: r for r in C.score_table(cand)}
     by = {}
     for r in rows:
         by.setdefault(r["method"], {})[(r["doc"], r["ratio"])] = r["kl"]
-    logs = [math.log(by["snapkv"][k] / by["jacap"][k]) for k in by["jacap"]]
+    logs = [math.log(by["snapkv"][k] / by["jacap_prompt"][k]) for k in by["jacap_prompt"]]
     assert out["snapkv"]["kl_ratio"] == pytest.approx(math.exp(sum(logs) / len(logs)), rel=1e-12) == pytest.approx(2.5)
-    assert out["jacap"]["kl_ratio"] == 1.0 and [r["method"] for r in C.score_table(cand)] == ["jacap", "snapkv"]
+    assert out["jacap_prompt"]["kl_ratio"] == 1.0 and [r["method"] for r in C.score_table(cand)] == ["jacap_prompt", "snapkv"]
 
 
 def test_tune_ratio_figure_draws_one_bar_per_method_in_its_colour():
     from jacap_lib.viz.field import tune_ratio_figure
     from jacap_lib.viz.style import METHOD_STYLES
 
-    table = [{"method": "kvzip", "setting": "kvzip", "kl_ratio": 0.2}, {"method": "jacap", "setting": "jacap",
+    table = [{"method": "kvzip", "setting": "kvzip", "kl_ratio": 0.2}, {"method": "jacap_prompt", "setting": "jacap_prompt",
                                                                         "kl_ratio": 1.0}]
     fig = tune_ratio_figure(table, pending=["kvgrad"])
-    assert [t.y[0] for t in fig.data] == ["jacap", "kvzip"]  # best at the top: drawn last
+    assert [t.y[0] for t in fig.data] == ["jacap_prompt", "kvzip"]  # best at the top: drawn last
     assert fig.data[1].marker.color == METHOD_STYLES["kvzip"][0] and fig.layout.xaxis.type == "log"
     assert "kvgrad" in fig.layout.annotations[0].text
     with pytest.raises(ValueError, match="table"):

@@ -22,7 +22,7 @@ from jacap_lib.results.paths import data_path
 
 WORKS = {f"d{i}": f"w{i // 2}" for i in range(12)}  # 6 works of 2 excerpts
 DESIGN = {"lengths": [512, 1024], "ratios": [0.5], "depths": [0.5], "trials": 4, "modes": ["after"], "seed": 1}
-DEFAULT, KVZIP, KVGRAD, EA = "jacap_context", "kvzip", "kvgrad", "expected_attention"
+DEFAULT, KVZIP, KVGRAD, EA = "jacap", "kvzip", "kvgrad", "expected_attention"
 #: (a, b, purpose, cell, judged); "PROMPT" is the setting JacapPromptPress() builds
 PLAN = [(DEFAULT, KVZIP, "the default against kvzip", "512/0.5", True),
         (DEFAULT, KVZIP, "the default against kvzip", "1024/0.5", True),

@@ -12,7 +12,7 @@ from jacap_lib.results import confirm_plan as CP
 from jacap_lib.results.candidates import freeze
 from jacap_lib.results.verdicts import paired_power
 
-ALG1_TUNED = ("jacap[backend=auto,beta=0.9,centre=tempered,eps=1e-06,gqa=pool,n_future_positions=512,n_queries=none,"
+ALG1_TUNED = ("jacap_prompt[backend=auto,beta=0.9,centre=tempered,eps=1e-06,gqa=pool,n_future_positions=512,n_queries=none,"
               "n_sink=4,noise=1,tau=3,use_out_proj=false,window=128]")
 
 
@@ -32,7 +32,7 @@ def _candidates(frozen=True):
     methods = {"expected_attention": {"spec": "expected_attention[n_future_positions=32]", "tune_score": -2.5,
                                       "family": "baseline", "tune_cpu_seconds_per_row": 1.0},
                "kvzip": {"spec": "kvzip", "tune_score": -3.5, "family": "baseline", "tune_cpu_seconds_per_row": 10.0},
-               "jacap": {"spec": ALG1_TUNED, "tune_score": -2.2, "family": "jacap", "tune_cpu_seconds_per_row": 1.0},
+               "jacap_prompt": {"spec": ALG1_TUNED, "tune_score": -2.2, "family": "jacap", "tune_cpu_seconds_per_row": 1.0},
                "jacap_ea": {"spec": "jacap_ea", "tune_score": -2.4, "family": "jacap", "tune_cpu_seconds_per_row": 1.0}}
     fam = [{"method": m, "spec": v["spec"], "tune_score": v["tune_score"]} for m, v in methods.items()
            if v["family"] == "jacap"]
@@ -123,7 +123,7 @@ def test_reading_a_budget_prints_no_kvpress_warning(caplog):
     from jacap_lib.results.protection import budget_split
 
     with caplog.at_level(logging.WARNING, logger="kvpress"):
-        split = budget_split("jacap_context[window=64]", 512, 0.95)
+        split = budget_split("jacap[window=64]", 512, 0.95)
     assert not [r for r in caplog.records if r.name.startswith("kvpress")]
     assert split is not None and split["window"] + split["sinks"] >= split["kept"]
 

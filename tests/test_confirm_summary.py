@@ -20,12 +20,12 @@ DESIGN = {"lengths": [512], "ratios": [0.5], "depths": [0.5], "trials": 6, "mode
 
 
 def _plan():
-    comps = [{"a": "jacap_context", "b": "kvzip", "what": "x", "cell": "512/0.5", "judged": True},
-             {"a": "jacap_context", "b": "kvzip", "what": "x", "cell": "1024/0.5", "judged": True},
+    comps = [{"a": "jacap", "b": "kvzip", "what": "x", "cell": "512/0.5", "judged": True},
+             {"a": "jacap", "b": "kvzip", "what": "x", "cell": "1024/0.5", "judged": True},
              {"a": "jacap_ea", "b": "kvzip", "what": "y", "cell": "512/0.5", "judged": True},
-             {"a": "jacap", "b": "kvzip", "what": "y", "cell": "512/0.95", "judged": False,
+             {"a": "jacap_prompt", "b": "kvzip", "what": "y", "cell": "512/0.95", "judged": False,
               "label": "protection fills the budget"}]
-    return {"comparisons": comps, "run": ["jacap_context", "kvzip", "jacap_ea", "jacap"], "sentences": SENTENCES,
+    return {"comparisons": comps, "run": ["jacap", "kvzip", "jacap_ea", "jacap_prompt"], "sentences": SENTENCES,
             "adjustment": {"m": 3, "per_interval": 1 - 0.05 / 3}, "needle": DESIGN,
             "cells": ["512/0.5", "1024/0.5", "512/0.95"]}
 
@@ -34,10 +34,10 @@ def _rows(g):
     rows = []
     for i, d in enumerate(WORKS):
         base = float(g.lognormal(-3, 1))
-        for spec, L, kl in (("kvzip", 512, base), ("jacap_context", 512, base * 0.5),
+        for spec, L, kl in (("kvzip", 512, base), ("jacap", 512, base * 0.5),
                             ("jacap_ea", 512, base * math.exp(g.normal(0, 0.3))), ("kvzip", 1024, base)):
             rows.append({"doc": d, "method": spec, "length": L, "ratio": 0.5, "kl": kl})
-    rows.append({"doc": "d0", "method": "jacap_context", "length": 1024, "ratio": 0.5, "kl": 0.1})  # one of 12
+    rows.append({"doc": "d0", "method": "jacap", "length": 1024, "ratio": 0.5, "kl": 0.1})  # one of 12
     return rows
 
 
@@ -48,7 +48,7 @@ def test_kl_verdicts_follow_the_plan():
     const, missing, noisy, unjudged = s["comparisons"]
     # every document's ratio is 0.5: the interval is the point 0.5, and the plan's "better" sentence prints
     assert const["ratio"] == pytest.approx(0.5) and const["low"] == const["high"] == pytest.approx(0.5)
-    assert const["verdict"] == "better" and const["sentence"].startswith("In 512/0.5, jacap_context keeps a lower KL")
+    assert const["verdict"] == "better" and const["sentence"].startswith("In 512/0.5, jacap keeps a lower KL")
     assert const["level"] == pytest.approx(1 - 0.05 / 3) and const["n_works"] == 6
     assert missing["verdict"] == "incomplete" and missing["n_documents"] == 1 and not s["complete"]
     assert unjudged["verdict"] == "protection fills the budget" and "not judged" in unjudged["sentence"]
@@ -67,10 +67,10 @@ def test_kl_verdicts_follow_the_plan():
     assert s["counts"] == {"x": {"better": 1, "incomplete": 1}, "y": {noisy["verdict"]: 1}}  # unjudged: not counted
     # the plane's KL ratios to KVzip: every run setting with rows beside KVzip's, over the documents both have
     ref = {(e["setting"], e["cell"]): e for e in s["to_reference"]}
-    assert set(ref) == {("jacap_context", "512/0.5"), ("jacap_ea", "512/0.5"), ("jacap_context", "1024/0.5")}
-    assert ref["jacap_context", "512/0.5"]["ratio"] == pytest.approx(0.5) and ref["jacap_context", "512/0.5"]["complete"]
+    assert set(ref) == {("jacap", "512/0.5"), ("jacap_ea", "512/0.5"), ("jacap", "1024/0.5")}
+    assert ref["jacap", "512/0.5"]["ratio"] == pytest.approx(0.5) and ref["jacap", "512/0.5"]["complete"]
     assert ref["jacap_ea", "512/0.5"]["ratio"] == pytest.approx(noisy["ratio"], rel=1e-12)
-    one = ref["jacap_context", "1024/0.5"]  # d0 alone: 0.1 over its KVzip KL
+    one = ref["jacap", "1024/0.5"]  # d0 alone: 0.1 over its KVzip KL
     assert not one["complete"] and one["n_documents"] == 1 and one["ratio"] == pytest.approx(0.1 / kl["d0", "kvzip"])
 
 
@@ -83,17 +83,17 @@ def test_needle_pairs_are_exact_mcnemar_with_holm_over_the_mode():
     for (d, t), k in keys.items():
         base = {"length": 512, "depth": d, "trial": t, "key": k, "mode": "after"}
         rows.append({**base, "method": "full", "ratio": 0.0, "correct": True})
-        for spec, right in (("jacap_context", a_right[t]), ("kvzip", b_right[t]), ("jacap_ea", b_right[t]),
-                            ("jacap", 0)):
+        for spec, right in (("jacap", a_right[t]), ("kvzip", b_right[t]), ("jacap_ea", b_right[t]),
+                            ("jacap_prompt", 0)):
             rows.append({**base, "method": spec, "ratio": 0.5, "correct": bool(right)})
     out = CS.summarize_needle(plan, rows)
     assert set(out) == {"after"}  # no inside rows
     acc = {e["setting"]: e for e in out["after"]["accuracy"]}
-    assert acc["full"]["accuracy"] == 1 and acc["jacap_context"]["accuracy"] == pytest.approx(5 / 6)
+    assert acc["full"]["accuracy"] == 1 and acc["jacap"]["accuracy"] == pytest.approx(5 / 6)
     pairs = {(t["a"], t["b"]): t for t in out["after"]["pairs"]}
     # the judged comparisons of the needle cell 512/0.5 (jacap's is at 512/0.95 and not judged): two pairs
-    assert set(pairs) == {("jacap_context", "kvzip"), ("jacap_ea", "kvzip")}
-    first = pairs["jacap_context", "kvzip"]
+    assert set(pairs) == {("jacap", "kvzip"), ("jacap_ea", "kvzip")}
+    first = pairs["jacap", "kvzip"]
     assert (first["wins"], first["losses"]) == (4, 0)
     assert first["p"] == pytest.approx(binomtest(4, 4, 0.5).pvalue)
     assert pairs["jacap_ea", "kvzip"]["verdict"] == "no difference: identical on every prompt"

@@ -33,7 +33,7 @@ def full_keys(tiny_llama, seq):
     return cache.layers[0].keys[0]  # (H, T-1, d)
 
 
-@pytest.mark.parametrize("method", ["alg2", "jacap", "streaming_llm", "tova"])
+@pytest.mark.parametrize("method", ["alg2", "jacap_prompt", "streaming_llm", "tova"])
 def test_reported_positions_are_the_kept_tokens(tiny_llama, seq, full_keys, method):
     run = teacher_forced(tiny_llama, seq, N_PROMPT, method, budget=BUDGET, interval=INTERVAL, window=WINDOW)
     kept = run["cache"].layers[0].keys[0]  # (H, L, d)
@@ -46,7 +46,7 @@ def test_reported_positions_are_the_kept_tokens(tiny_llama, seq, full_keys, meth
     assert sum(run["age_counts"]) == sum(p.numel() for p in run["positions"])
     # the cache never holds more than budget + interval slots once compression has started
     assert run["peak_cache"] <= max(BUDGET + INTERVAL, N_PROMPT + INTERVAL)
-    if method in ("alg2", "jacap"):  # both protect 4 sinks and the last WINDOW positions
+    if method in ("alg2", "jacap_prompt"):  # both protect 4 sinks and the last WINDOW positions
         for h in range(positions.shape[0]):
             row = sorted(positions[h].tolist())
             assert row[:4] == [0, 1, 2, 3] and row[-WINDOW:] == list(range(T - 1 - WINDOW, T - 1))
@@ -66,8 +66,8 @@ def test_kl_rows_match_an_independent_replay(tiny_llama, seq):
 
     from jacap_lib.presses.jacap import JacapPromptPress
 
-    res = compare_decoding(tiny_llama, seq, N_PROMPT, ["jacap"], budget=BUDGET, interval=INTERVAL, window=WINDOW)
-    row = res["methods"]["jacap"]
+    res = compare_decoding(tiny_llama, seq, N_PROMPT, ["jacap_prompt"], budget=BUDGET, interval=INTERVAL, window=WINDOW)
+    row = res["methods"]["jacap_prompt"]
 
     def replay(press):
         cache, out = DynamicCache(), []
@@ -140,18 +140,18 @@ def test_decoding_findings_by_hand():
 
     rows = [row(0, "alg2", 0.10, 100, [6, 2, 2, 0], 0.2), row(1, "alg2", 0.40, 200, [4, 4, 1, 1], 0.4),
             row(0, "tova", 0.20, 50, [10, 0, 0, 0], 0.0), row(1, "tova", 0.10, 70, [9, 1, 0, 0], 0.1),
-            row(0, "jacap", 0.40, 300, [2, 2, 4, 2], 0.1), row(1, "jacap", 0.40, 100, [5, 5, 0, 0], 0.1),
+            row(0, "jacap_prompt", 0.40, 300, [2, 2, 4, 2], 0.1), row(1, "jacap_prompt", 0.40, 100, [5, 5, 0, 0], 0.1),
             {"prompt": 0, "seed": 0, "method": "uncompressed"}]
     s = decoding_summary(rows)
     # geometric means: alg2 sqrt(0.1*0.4) = 0.2, tova sqrt(0.02) = 0.141, jacap 0.4 (2 prompts: no interval)
     assert s["alg2"]["gm_kl"] == pytest.approx(0.2) and math.isnan(s["alg2"]["gm_low"])
     f = decoding_findings(s, old_after=512)
-    assert f["ranking"] == ["tova", "alg2", "jacap"]
+    assert f["ranking"] == ["tova", "alg2", "jacap_prompt"]
     # mean ages: tova 60, alg2 150, jacap 200
-    assert list(f["by_age"]) == ["tova", "alg2", "jacap"] and f["by_age"]["alg2"] == pytest.approx(150)
+    assert list(f["by_age"]) == ["tova", "alg2", "jacap_prompt"] and f["by_age"]["alg2"] == pytest.approx(150)
     # pooled age counts, bins starting at >= 512: alg2 (2+0 + 1+1)/20, tova 0/20, jacap (4+2)/20
-    assert f["old_fraction"] == pytest.approx({"alg2": 4 / 20, "tova": 0.0, "jacap": 6 / 20})
-    assert f["scoring_share"] == pytest.approx({"alg2": 0.3, "tova": 0.05, "jacap": 0.1})
+    assert f["old_fraction"] == pytest.approx({"alg2": 4 / 20, "tova": 0.0, "jacap_prompt": 6 / 20})
+    assert f["scoring_share"] == pytest.approx({"alg2": 0.3, "tova": 0.05, "jacap_prompt": 0.1})
     assert decoding_findings(s, old_after=256)["old_fraction"]["tova"] == pytest.approx(1 / 20)
     with pytest.raises(ValueError, match="reference"):
         decoding_findings(s, reference="knorm")

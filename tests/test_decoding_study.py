@@ -113,10 +113,10 @@ def test_config_uses_the_prefill_tune_choices_and_fits():
     space = json.loads(data_path("results", "eval", "choices.json").read_text())["config"]["search_space"]
     specs = DC.CONFIG["methods"]
     assert specs["alg2"] == "alg2" and specs["alg2_flat"] == "alg2[beta=none]"
-    assert specs["jacap"] == "jacap[centre=tempered]"  # the controller's score inside kvpress's wrapper
+    assert specs["jacap_prompt"] == "jacap_prompt[centre=tempered]"  # the controller's score inside kvpress's wrapper
     chosen = json.loads(data_path("results", "eval", "choices.json").read_text())["chosen"]
     for label, spec in specs.items():  # each baseline the evaluation's prefill tune choice
-        if label not in ("alg2", "alg2_flat", "jacap"):
+        if label not in ("alg2", "alg2_flat", "jacap_prompt"):
             assert spec in space[label] and spec == chosen[label], label
     assert len(DC.CONFIG["prompts"]) == 24 and len(set(DC.CONFIG["prompts"])) == 24 and DC.CONFIG["seeds"] == [0, 1]
     from jacap_lib.config import DEFAULTS
@@ -173,10 +173,10 @@ def test_verdicts_pair_by_prompt_by_hand():
 def test_verdict_family_and_holm():
     rows = []
     for p in range(4):
-        for m, kl in (("alg2", 0.1), ("alg2_flat", 0.2), ("jacap", 0.3), ("tova", 0.15 + 0.01 * p)):
+        for m, kl in (("alg2", 0.1), ("alg2_flat", 0.2), ("jacap_prompt", 0.3), ("tova", 0.15 + 0.01 * p)):
             rows.append(_row(p, 0, m, kl * (1 + 0.1 * p)))
     v = DC.decoding_verdicts(rows, n_resamples=200)
-    assert [r["cell"] for r in v] == ["alg2 vs alg2_flat", "alg2 vs jacap", "alg2 vs tova", "jacap vs tova"]
+    assert [r["cell"] for r in v] == ["alg2 vs alg2_flat", "alg2 vs jacap_prompt", "alg2 vs tova", "jacap_prompt vs tova"]
     assert all(r["p_holm"] >= r["p_wilcoxon"] for r in v)
     with pytest.raises(ValueError, match="lack"):
         DC.decoding_verdicts(rows, family=[("alg2", "knorm", "x")])

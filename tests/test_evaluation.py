@@ -31,7 +31,7 @@ def test_search_space_budgets_are_comparable():
     # not yet), and Jacap both ways
     from jacap_lib.presses.registry import PEERS
 
-    assert set(BASELINES) - {"random"} - set(PEERS) <= set(counts) and {"jacap", "jacap_adakv"} <= set(counts)
+    assert set(BASELINES) - {"random"} - set(PEERS) <= set(counts) and {"jacap_prompt", "jacap_prompt_adakv"} <= set(counts)
     no_options = {"tova", "knorm", "keydiff"}
     from jacap_lib.presses.registry import ADAKV_BASELINES
 
@@ -42,7 +42,7 @@ def test_search_space_budgets_are_comparable():
     # the knobs around the choice: two settings each (one value below, one above), counted by hand from the specs
     around = {m: sum(2 for _ in P.AROUND_CHOICE.get(m, ())) for m in counts}
     assert around == {"snapkv": 2, "streaming_llm": 0, "expected_attention": 2, "capkv": 2, "tova": 0, "knorm": 0,
-                      "keydiff": 0, "jacap": 4, "jacap_adakv": 4, "jacap_obs": 2, "jacap_ea": 4}
+                      "keydiff": 0, "jacap_prompt": 4, "jacap_prompt_adakv": 4, "jacap_obs": 2, "jacap_ea": 4}
     # each knob of AROUND_CHOICE has two settings that differ from the tune choice in that knob alone (read off the
     # built presses)
     from jacap_lib.presses.registry import method_options
@@ -50,7 +50,7 @@ def test_search_space_budgets_are_comparable():
 
     chosen = json.loads((repo_path("data") / "results" / "eval" / "choices.json").read_text())["chosen"]
     for m, knobs in P.AROUND_CHOICE.items():
-        if m not in P.SEARCH_SPACE:  # another space's method (jacap_context): its knobs come in its own second round
+        if m not in P.SEARCH_SPACE:  # another space's method (jacap): its knobs come in its own second round
             continue
         base = method_options(press_from_spec(chosen[m], 0.5))
         for knob in knobs:
@@ -67,20 +67,20 @@ def test_search_space_budgets_are_comparable():
     assert {n - adakv[m] - around[m] for m, n in counts.items() if m not in no_options} == {P.CONFIGS_PER_METHOD}
     # a baseline's grid starts at kvpress's defaults; Algorithm 1's (and its AdaKV budgets') at the paper's settings
     assert all(P.SEARCH_SPACE[m][0] == m for m in counts if m in BASELINES)
-    assert P.SEARCH_SPACE["jacap"][0] == P.PAPER_PRESET
+    assert P.SEARCH_SPACE["jacap_prompt"][0] == P.PAPER_PRESET
 
 
 @pytest.mark.parametrize("change, match", [
-    (lambda s: s.update(jacap=s["jacap"] + ("jacap[tau=5]",)), "has 6 settings"),
+    (lambda s: s.update(jacap_prompt=s["jacap_prompt"] + ("jacap_prompt[tau=5]",)), "has 6 settings"),
     # tau moved at the choice's window is a main-grid setting, not one around the window
-    (lambda s: s.update(jacap=s["jacap"] + ("jacap[beta=0.9,centre=tempered,tau=5,window=128]",)), "has 6 settings"),
-    (lambda s: s.update(jacap=s["jacap"] + ("jacap[beta=0.9,centre=tempered,tau=3,window=64]",)),
+    (lambda s: s.update(jacap_prompt=s["jacap_prompt"] + ("jacap_prompt[beta=0.9,centre=tempered,tau=5,window=128]",)), "has 6 settings"),
+    (lambda s: s.update(jacap_prompt=s["jacap_prompt"] + ("jacap_prompt[beta=0.9,centre=tempered,tau=3,window=64]",)),
      "3 settings of 'window'"),
     (lambda s: s.update(jacap_obs=s["jacap_obs"] + ("jacap_obs[n_sink=2,window=16]",)), "3 settings of 'n_sink'"),
     (lambda s: s.update(snapkv=s["snapkv"][:-1]), "1 settings of 'kernel_size'"),
     (lambda s: s.update(snapkv=s["snapkv"][:2]), "exactly 5"),
     (lambda s: s.update(snapkv=("snapkv[window_size=32]", "snapkv", "snapkv[window_size=16]")), "kvpress's default"),
-    (lambda s: s.update(jacap=("jacap", "jacap[tau=3,beta=0.9]", "jacap[beta=0.9,tau=3]")), "twice"),
+    (lambda s: s.update(jacap_prompt=("jacap_prompt", "jacap_prompt[tau=3,beta=0.9]", "jacap_prompt[beta=0.9,tau=3]")), "twice"),
     (lambda s: s.update(capkv=("capkv", "capkv[tau=2]", "snapkv[window_size=8]")), "names 'snapkv'"),
     (lambda s: s.update(capkv=("capkv", "capkv[tau=2]", "capkv[bogus=1]")), "unknown option"),
     (lambda s: s.update(tova=("tova", "tova")), "twice"),
@@ -143,12 +143,12 @@ def test_rule_refuses_unfinished_or_bad_tables():
 
 
 def test_best_baseline_per_cell_on_tune_and_on_dev():
-    chosen = {"snapkv": "snapkv[window_size=32]", "tova": "tova", "knorm": "knorm", "jacap": "jacap"}
+    chosen = {"snapkv": "snapkv[window_size=32]", "tova": "tova", "knorm": "knorm", "jacap_prompt": "jacap_prompt"}
     cells = [("a", 512, 0.5), ("b", 512, 0.5), ("a", 512, 0.9), ("b", 512, 0.9)]
     tune = {"snapkv[window_size=32]": dict(zip(cells, [0.1, 0.4, 1.0, 1.0])),   # 512/0.5: geo 0.2; 512/0.9: 1
             "tova": dict(zip(cells, [0.2, 0.2, 2.0, 0.5])),                     # 512/0.5: 0.2 (tie); 512/0.9: 1 (tie)
             "knorm": dict(zip(cells, [0.3, 0.3, 0.9, 1.0])),                    # 512/0.9: geo sqrt(0.9) < 1
-            "jacap": dict(zip(cells, [0.01] * 4)),                              # not a baseline
+            "jacap_prompt": dict(zip(cells, [0.01] * 4)),                              # not a baseline
             "snapkv": dict(zip(cells, [0.001] * 4))}                            # not the chosen setting
     best = P.best_baseline_per_cell(_rows(tune), chosen)
     assert best["512/0.5"]["method"] == "snapkv"  # tie at geo 0.2: snapkv comes first in `chosen`
@@ -166,7 +166,7 @@ def test_best_baseline_per_cell_on_tune_and_on_dev():
 
 # --------------------------------------------------------------------------------------------- replay == kvpress
 # every method of the search space, sized for the tiny model (prompt 48: windows that leave the score a choice)
-REPLAY_SPECS = ["jacap[window=4]", "jacap[window=4,noise=deff,deff_frac=0.25,tau=3,beta=0.9]", "jacap_adakv[window=4]", "snapkv[window_size=8]",
+REPLAY_SPECS = ["jacap_prompt[window=4]", "jacap_prompt[window=4,noise=deff,deff_frac=0.25,tau=3,beta=0.9]", "jacap_prompt_adakv[window=4]", "snapkv[window_size=8]",
                 "knorm", "keydiff", "tova", "streaming_llm[n_sink=2]", "expected_attention[n_future_positions=16]",
                 "expected_attention[use_covariance=false,use_vnorm=false]", "capkv[tau=10]"]
 
@@ -208,7 +208,7 @@ def test_replay_equals_the_kvpress_path(tiny, spec):
 
 
 # --------------------------------------------------------------------------------------------- the jobs
-SPACE = {"knorm": ("knorm",), "snapkv": ("snapkv", "snapkv[window_size=8]"), "jacap": ("jacap", "jacap[tau=3]")}
+SPACE = {"knorm": ("knorm",), "snapkv": ("snapkv", "snapkv[window_size=8]"), "jacap_prompt": ("jacap_prompt", "jacap_prompt[tau=3]")}
 
 
 @pytest.fixture
@@ -249,7 +249,7 @@ def test_tune_then_dev_jobs_resume_and_choose(tiny, corpus, tmp_path, monkeypatc
     assert choices["fingerprint"] == P.fingerprint(plan.config)
     assert set(choices["best_baseline"]["cells"]) == {"80/0.5", "80/0.75", "96/0.5", "96/0.75"}
     cfg = io.read_runs(out / "tune.jsonl")[0]
-    assert cfg["settings"]["jacap[tau=3]"]["tau"] == 3 and cfg["protocol"]["continuation"] == 8
+    assert cfg["settings"]["jacap_prompt[tau=3]"]["tau"] == 3 and cfg["protocol"]["continuation"] == 8
     assert cfg["versions"]["kvpress"] and cfg["documents"][0]["sha256"]
     # a rerun measures nothing; a dropped row is measured again, with the same value
     calls = []
@@ -291,9 +291,9 @@ def test_dev_job_refuses_missing_or_foreign_choices(tiny, corpus, tmp_path, monk
     path = out / "choices.json"
     saved = path.read_text()
     data = json.loads(saved)
-    del data["chosen"]["jacap"]
+    del data["chosen"]["jacap_prompt"]
     path.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match=r"no choice for \['jacap'\].*--methods"):
+    with pytest.raises(ValueError, match=r"no choice for \['jacap_prompt'\].*--methods"):
         E.prepare(_args("dev", corpus, out), tokenizer=tok)
     E.prepare(_args("dev", corpus, out, "--methods", "knorm"), tokenizer=tok)
     path.write_text(saved)
@@ -366,25 +366,25 @@ def test_quick_run_on_bundled_model(tmp_path):
     chosen = json.loads((out / "choices.json").read_text())["chosen"]
     assert len(tune) == 2 * 2 * 5 and len(dev) == 2 * 2 * len(E.dev_specs(chosen))
     # the three choices, and the paper preset beside them unless Algorithm 1's choice is the paper preset itself
-    assert len(E.dev_specs(chosen)) == 3 + (not P.same_setting(chosen["jacap"], P.PAPER_PRESET))
+    assert len(E.dev_specs(chosen)) == 3 + (not P.same_setting(chosen["jacap_prompt"], P.PAPER_PRESET))
     assert all(r["continuation"] == 32 and r["length"] == 512 for r in tune + dev)
     assert io.read_runs(out / "dev.jsonl")[0]["model"]["sha256"]
 
 
 # --------------------------------------------------------------------------------------------- summary
 SUM_DOCS = [f"t{i}" for i in range(8)]
-SUM_SPACE = {"knorm": ("knorm",), "snapkv": ("snapkv",), "jacap": ("jacap",), "jacap_adakv": ("jacap_adakv",)}
+SUM_SPACE = {"knorm": ("knorm",), "snapkv": ("snapkv",), "jacap_prompt": ("jacap_prompt",), "jacap_prompt_adakv": ("jacap_prompt_adakv",)}
 
 
 def _eval_dir(tmp_path):
     """A hand-built tune/dev pair: knorm is the best baseline on tune, snapkv on dev (knorm = 1.25 snapkv there).
-    Cell 512/0.5: jacap = 0.8 knorm x exp(+-0.05) (alternating); cell 512/0.9: jacap = knorm. jacap_adakv = knorm."""
+    Cell 512/0.5: jacap = 0.8 knorm x exp(+-0.05) (alternating); cell 512/0.9: jacap = knorm. jacap_prompt_adakv = knorm."""
     config = P.protocol_config(model={"name": "m", "sha256": "0"}, lengths=(512,), ratios=(0.5, 0.9), continuation=8,
                                space=SUM_SPACE, docs=[{"id": "u0", "sha256": "s", "split": "tune"}]
                                + [{"id": d, "sha256": "s", "split": "dev"} for d in SUM_DOCS])
     base = dict(model="m", sha256="s", length=512, continuation=8)
     tune = [{**base, "doc": "u0", "split": "tune", "ratio": c, "method": m, "kl": kl}
-            for c in (0.5, 0.9) for m, kl in (("knorm", 1.0), ("snapkv", 2.0), ("jacap", 1.0), ("jacap_adakv", 1.0))]
+            for c in (0.5, 0.9) for m, kl in (("knorm", 1.0), ("snapkv", 2.0), ("jacap_prompt", 1.0), ("jacap_prompt_adakv", 1.0))]
     out = tmp_path / "eval"
     E.write_choices(out / "choices.json", tune, config, SUM_SPACE)
     dev = []
@@ -392,7 +392,7 @@ def _eval_dir(tmp_path):
         snap = 0.1 * (i + 1)
         knorm = 1.25 * snap
         for c, jac in ((0.5, 0.8 * knorm * math.exp(0.05 if i % 2 else -0.05)), (0.9, knorm)):
-            for m, kl in (("snapkv", snap), ("knorm", knorm), ("jacap", jac), ("jacap_adakv", knorm),
+            for m, kl in (("snapkv", snap), ("knorm", knorm), ("jacap_prompt", jac), ("jacap_prompt_adakv", knorm),
                           (P.PAPER_PRESET, knorm)):  # the dev job adds the paper's settings (not today's default)
                 dev.append({**base, "doc": d, "split": "dev", "ratio": c, "method": m, "kl": kl})
     for r in dev:
@@ -408,14 +408,14 @@ def test_summary_verdicts_intervals_and_holm(tmp_path):
     assert data["config"]["fingerprint"] == json.loads((out / "choices.json").read_text())["fingerprint"]
     fams = {(f["setting"], f["picked_on"]): f for f in data["families"]}
     # the default, the paper's settings, then every other Jacap method's tune choice the dev rows hold
-    assert set(fams) == {(s, p) for s in ("jacap", P.PAPER_PRESET, "jacap_adakv") for p in ("tune", "dev")}
-    assert [f["setting"] for f in data["families"]][::2] == ["jacap", P.PAPER_PRESET, "jacap_adakv"]
+    assert set(fams) == {(s, p) for s in ("jacap_prompt", P.PAPER_PRESET, "jacap_prompt_adakv") for p in ("tune", "dev")}
+    assert [f["setting"] for f in data["families"]][::2] == ["jacap_prompt", P.PAPER_PRESET, "jacap_prompt_adakv"]
     assert fams[(P.PAPER_PRESET, "tune")]["role"] == "paper preset"
-    assert fams[("jacap_adakv", "tune")]["role"] == "tuned jacap_adakv"
-    assert {r["ratio"]: r["gm_ratio"] for r in fams[("jacap_adakv", "tune")]["rows"]} == pytest.approx({0.5: 1, 0.9: 1})
-    assert fams[("jacap", "tune")]["role"] == "algorithm 1"
-    assert fams[("jacap", "dev")]["label"] == "picked on dev (stricter)"
-    tune = {r["ratio"]: r for r in fams[("jacap", "tune")]["rows"]}
+    assert fams[("jacap_prompt_adakv", "tune")]["role"] == "tuned jacap_prompt_adakv"
+    assert {r["ratio"]: r["gm_ratio"] for r in fams[("jacap_prompt_adakv", "tune")]["rows"]} == pytest.approx({0.5: 1, 0.9: 1})
+    assert fams[("jacap_prompt", "tune")]["role"] == "algorithm 1"
+    assert fams[("jacap_prompt", "dev")]["label"] == "picked on dev (stricter)"
+    tune = {r["ratio"]: r for r in fams[("jacap_prompt", "tune")]["rows"]}
     assert {r["baseline"] for r in tune.values()} == {"knorm"}
     better, same = tune[0.5], tune[0.9]
     assert better["gm_ratio"] == pytest.approx(0.8, rel=1e-4)  # the +-0.05 logs cancel
@@ -433,7 +433,7 @@ def test_summary_verdicts_intervals_and_holm(tmp_path):
     # Holm over the family's two cells, by hand: the smaller p doubled, the larger max(that, itself)
     assert better["p_holm"] == pytest.approx(2 * 2 / 2 ** 8, rel=1e-3) and same["p_holm"] == 1.0
     # against snapkv (picked on dev): 0.5 becomes a wash, 0.9 worse by 25 %
-    strict = {r["ratio"]: r for r in fams[("jacap", "dev")]["rows"]}
+    strict = {r["ratio"]: r for r in fams[("jacap_prompt", "dev")]["rows"]}
     assert {r["baseline"] for r in strict.values()} == {"snapkv"}
     assert strict[0.9]["verdict"] == "worse by 25 %" and (strict[0.9]["wins"], strict[0.9]["losses"]) == (0, 8)
     assert strict[0.5]["verdict"].startswith("no detectable difference")
@@ -480,15 +480,15 @@ def test_summary_judges_complete_cells_of_an_unfinished_run(tmp_path, capsys):
 
 def test_dev_specs_add_the_paper_preset_only_when_it_differs():
     # the paper's settings written another way (a shorter spec that builds the same press today)
-    same = "jacap[beta=none,centre=tempered,noise=1.0,tau=10.0,window=32]"
-    assert E.dev_specs({"knorm": "knorm", "jacap": same}) == ["knorm", same]
-    tuned = "jacap[beta=0.9,centre=tempered,tau=3,window=128]"
-    assert E.dev_specs({"jacap": tuned}) == [tuned, P.PAPER_PRESET]
+    same = "jacap_prompt[beta=none,centre=tempered,noise=1.0,tau=10.0,window=32]"
+    assert E.dev_specs({"knorm": "knorm", "jacap_prompt": same}) == ["knorm", same]
+    tuned = "jacap_prompt[beta=0.9,centre=tempered,tau=3,window=128]"
+    assert E.dev_specs({"jacap_prompt": tuned}) == [tuned, P.PAPER_PRESET]
     assert E.dev_specs({"knorm": "knorm"}) == ["knorm"]
     from jacap_lib.config import DEFAULTS
 
-    assert P.same_setting("jacap", f"jacap[window={DEFAULTS.window},beta={DEFAULTS.beta}]")
-    assert P.same_setting(P.PAPER_PRESET, same) and not P.same_setting("jacap", "jacap_adakv")
+    assert P.same_setting("jacap_prompt", f"jacap_prompt[window={DEFAULTS.window},beta={DEFAULTS.beta}]")
+    assert P.same_setting(P.PAPER_PRESET, same) and not P.same_setting("jacap_prompt", "jacap_prompt_adakv")
 
 
 def test_summary_refuses_missing_or_foreign_inputs(tmp_path, capsys):
@@ -507,7 +507,7 @@ def test_summary_refuses_missing_or_foreign_inputs(tmp_path, capsys):
     (out / "c.json").rename(out / "choices.json")
     # a dev run made under another search space stays valid (a row measures one setting on one document; the
     # summary reads the rows of today's choices); one made with another option (continuation, ...) does not
-    fewer = {**config, "search_space": {m: v for m, v in config["search_space"].items() if m != "jacap_adakv"}}
+    fewer = {**config, "search_space": {m: v for m, v in config["search_space"].items() if m != "jacap_prompt_adakv"}}
     changed = {**config, "search_space": {**config["search_space"], "snapkv": ["snapkv", "snapkv[window_size=8]"]}}
     assert P.same_measurements(fewer, config) and P.same_measurements(config, fewer)
     assert P.same_measurements(changed, config) and not P.same_measurements(None, config)
@@ -534,8 +534,8 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
 
     out, _ = _eval_dir(tmp_path)
     rows = [dict(r, top1_agreement=0.5, attn_rel_error=0.1) for r in io.read_jsonl(out / "dev.jsonl")]
-    cells = E.cell_statistics(rows, ["jacap", "knorm"], seed=1)
-    assert {(c["method"], c["ratio"]) for c in cells} == {(m, c) for m in ("jacap", "knorm") for c in (0.5, 0.9)}
+    cells = E.cell_statistics(rows, ["jacap_prompt", "knorm"], seed=1)
+    assert {(c["method"], c["ratio"]) for c in cells} == {(m, c) for m in ("jacap_prompt", "knorm") for c in (0.5, 0.9)}
     for c in cells:
         kls = [r["kl"] for r in rows if r["method"] == c["method"] and r["ratio"] == c["ratio"]]
         assert c["n_docs"] == 8 == len(kls)
@@ -543,8 +543,8 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
         assert c["kl_low"] < c["kl_geomean"] < c["kl_high"]
         assert c["top1_agreement"] == pytest.approx(0.5) and c["attn_rel_error"] == pytest.approx(0.1)
     partial = [r for r in rows if not (r["method"] == "knorm" and r["ratio"] == 0.9 and r["doc"] == "t0")]
-    assert {c["ratio"] for c in E.cell_statistics(partial, ["jacap", "knorm"])} == {0.5}
-    pair = {r["ratio"]: r for r in E.compare_settings(rows, "jacap", "knorm", seed=0)}
+    assert {c["ratio"] for c in E.cell_statistics(partial, ["jacap_prompt", "knorm"])} == {0.5}
+    pair = {r["ratio"]: r for r in E.compare_settings(rows, "jacap_prompt", "knorm", seed=0)}
     assert pair[0.5]["gm_ratio"] == pytest.approx(0.8, rel=1e-4) and (pair[0.5]["wins"], pair[0.5]["losses"]) == (8, 0)
     assert pair[0.9]["gm_ratio"] == pytest.approx(1.0) and pair[0.9]["ties"] == 8
     # the two cells judged together: the verdict from the interval at 1 - 0.05/2, the 95 % one's beside it
@@ -553,7 +553,7 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     assert a["verdict"] == verdicts.verdict((a["gm_low_adjusted"], a["gm_high_adjusted"]))
     assert a["verdict_unadjusted"] == verdicts.verdict((a["gm_low"], a["gm_high"]))
     with pytest.raises(ValueError, match="no cell"):
-        E.compare_settings(rows, "jacap", "tova")
+        E.compare_settings(rows, "jacap_prompt", "tova")
     assert VE.pair_frame(list(pair.values()), details=True)["won/lost"].tolist() == ["8/0", "all tied"]
     assert VE.pair_frame(list(pair.values()))["verdict"].tolist()[1] == "identical on every document"
     docs = [{"id": "a", "kind": "prose", "split": "tune", "license": "PD"},
@@ -568,7 +568,7 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     assert frame["chosen by the score"].tolist() == [0, 168] and frame["share chosen by the score"].tolist() == ["0%", "82%"]
     fig = VE.kl_figure(cells)
     assert [t.name for t in fig.data] == ["JacapPromptPress()", "KNorm"] and fig.layout.yaxis.type == "log"
-    assert fig.data[0].line.color == method_style("jacap")["color"]
+    assert fig.data[0].line.color == method_style("jacap_prompt")["color"]
     assert VE.cells_frame(cells).shape == (2, 2)
     assert cli.main(["evaluate", "summary", "--dir", str(out)]) == 0
     summ = json.loads((out / "summary.json").read_text())
@@ -586,15 +586,15 @@ def test_resume_refuses_a_spec_whose_defaults_changed(tmp_path):
     from jacap_lib.presses.registry import method_options, press_from_spec
 
     out = tmp_path / "tune.jsonl"
-    io.append_jsonl(out, {"method": "jacap"})
-    now = method_options(press_from_spec("jacap", 0.5))  # today's defaults
-    io.append_run(out, {"settings": {"jacap": now, "knorm": method_options(press_from_spec("knorm", 0.5))}})
-    E.check_settings_unchanged(out, {"jacap": ("jacap",), "knorm": ("knorm",)})  # same options: fine
-    io.append_run(out, {"settings": {"jacap": {**now, "window": now["window"] + 1}}})
-    with pytest.raises(ValueError, match=r"'jacap'.*window.*new --dir"):
-        E.check_settings_unchanged(out, {"jacap": ("jacap",)})
+    io.append_jsonl(out, {"method": "jacap_prompt"})
+    now = method_options(press_from_spec("jacap_prompt", 0.5))  # today's defaults
+    io.append_run(out, {"settings": {"jacap_prompt": now, "knorm": method_options(press_from_spec("knorm", 0.5))}})
+    E.check_settings_unchanged(out, {"jacap_prompt": ("jacap_prompt",), "knorm": ("knorm",)})  # same options: fine
+    io.append_run(out, {"settings": {"jacap_prompt": {**now, "window": now["window"] + 1}}})
+    with pytest.raises(ValueError, match=r"'jacap_prompt'.*window.*new --dir"):
+        E.check_settings_unchanged(out, {"jacap_prompt": ("jacap_prompt",)})
     E.check_settings_unchanged(out, {"knorm": ("knorm",)})
-    E.check_settings_unchanged(tmp_path / "none.jsonl", {"jacap": ("jacap",)})  # nothing to resume
+    E.check_settings_unchanged(tmp_path / "none.jsonl", {"jacap_prompt": ("jacap_prompt",)})  # nothing to resume
 
 
 def test_resume_keeps_rows_of_a_renamed_class(tmp_path):
@@ -603,15 +603,15 @@ def test_resume_keeps_rows_of_a_renamed_class(tmp_path):
     from jacap_lib.presses.registry import method_options, press_from_spec
 
     out = tmp_path / "kl.jsonl"
-    io.append_jsonl(out, {"method": "jacap"})
-    plain, wrapped = (method_options(press_from_spec(s, 0.5)) for s in ("jacap", "jacap_adakv"))
+    io.append_jsonl(out, {"method": "jacap_prompt"})
+    plain, wrapped = (method_options(press_from_spec(s, 0.5)) for s in ("jacap_prompt", "jacap_prompt_adakv"))
     assert plain["class"] == "JacapPromptPress" and wrapped["press"]["class"] == "JacapPromptPress"
-    io.append_run(out, {"settings": {"jacap": {**plain, "class": "JacapPress"},
-                                     "jacap_adakv": {**wrapped, "press": {**wrapped["press"], "class": "JacapPress"}}}})
-    E.check_settings_unchanged(out, None, ["jacap", "jacap_adakv"])
-    io.append_run(out, {"settings": {"jacap_adakv": {**wrapped, "press": {**wrapped["press"], "window": 3}}}})
-    with pytest.raises(ValueError, match=r"'jacap_adakv'.*press"):
-        E.check_settings_unchanged(out, None, ["jacap_adakv"])
+    io.append_run(out, {"settings": {"jacap_prompt": {**plain, "class": "JacapPress"},
+                                     "jacap_prompt_adakv": {**wrapped, "press": {**wrapped["press"], "class": "JacapPress"}}}})
+    E.check_settings_unchanged(out, None, ["jacap_prompt", "jacap_prompt_adakv"])
+    io.append_run(out, {"settings": {"jacap_prompt_adakv": {**wrapped, "press": {**wrapped["press"], "window": 3}}}})
+    with pytest.raises(ValueError, match=r"'jacap_prompt_adakv'.*press"):
+        E.check_settings_unchanged(out, None, ["jacap_prompt_adakv"])
 
 
 def test_an_option_without_effect_does_not_block_a_resume(tmp_path):
@@ -619,20 +619,20 @@ def test_an_option_without_effect_does_not_block_a_resume(tmp_path):
     differs from today's is no other press (resume allowed, same_setting true); with noise="deff" it is."""
     from jacap_lib.presses.registry import effective_options, method_options, press_from_spec
 
-    now = method_options(press_from_spec("jacap", 0.5))
+    now = method_options(press_from_spec("jacap_prompt", 0.5))
     assert now["noise"] != "deff" and "deff_frac" in now and "deff_frac" not in effective_options(now)
-    wrapped = method_options(press_from_spec("jacap_adakv", 0.5))
+    wrapped = method_options(press_from_spec("jacap_prompt_adakv", 0.5))
     assert "deff_frac" not in str(effective_options(wrapped)) and "deff_frac" in str(wrapped)
     out = tmp_path / "dev.jsonl"
-    io.append_jsonl(out, {"method": "jacap"})
-    io.append_run(out, {"settings": {"jacap": {**now, "deff_frac": now["deff_frac"] * 2},
-                                     "jacap[noise=deff]": {**method_options(press_from_spec("jacap[noise=deff]", 0.5)),
+    io.append_jsonl(out, {"method": "jacap_prompt"})
+    io.append_run(out, {"settings": {"jacap_prompt": {**now, "deff_frac": now["deff_frac"] * 2},
+                                     "jacap_prompt[noise=deff]": {**method_options(press_from_spec("jacap_prompt[noise=deff]", 0.5)),
                                                            "deff_frac": 0.9}}})
-    E.check_settings_unchanged(out, {"jacap": ("jacap",)})
-    with pytest.raises(ValueError, match=r"'jacap\[noise=deff\]'.*deff_frac"):
-        E.check_settings_unchanged(out, {"jacap": ("jacap[noise=deff]",)})
-    assert P.same_setting("jacap", "jacap[deff_frac=0.9]")
-    assert not P.same_setting("jacap[noise=deff]", "jacap[noise=deff,deff_frac=0.9]")
+    E.check_settings_unchanged(out, {"jacap_prompt": ("jacap_prompt",)})
+    with pytest.raises(ValueError, match=r"'jacap_prompt\[noise=deff\]'.*deff_frac"):
+        E.check_settings_unchanged(out, {"jacap_prompt": ("jacap_prompt[noise=deff]",)})
+    assert P.same_setting("jacap_prompt", "jacap_prompt[deff_frac=0.9]")
+    assert not P.same_setting("jacap_prompt[noise=deff]", "jacap_prompt[noise=deff,deff_frac=0.9]")
 
 
 def test_target_status_judges_each_named_cell_by_hand():
@@ -729,8 +729,8 @@ def test_every_recorded_jacap_setting_is_written_out_and_builds_what_was_recorde
     first = press_from_spec(P.PAPER_PRESET, 0.5)
     assert (first.centre, first.tau, first.beta, first.noise, first.window) == ("tempered", 10, None, 1, 32)
     chosen = loaders.load_eval_choices()["chosen"]
-    assert not P.same_setting(chosen["jacap"], "jacap")  # Algorithm 1's choice is not the default
-    assert changed_options(chosen["jacap_obs"], "jacap") == {}  # JacapPromptPress() is the jacap_obs choice
+    assert not P.same_setting(chosen["jacap_prompt"], "jacap_prompt")  # Algorithm 1's choice is not the default
+    assert changed_options(chosen["jacap_obs"], "jacap_prompt") == {}  # JacapPromptPress() is the jacap_obs choice
     E.check_settings_unchanged(data_path("results", "eval", "tune.jsonl"), P.SEARCH_SPACE)  # resumes
 
 
@@ -785,14 +785,14 @@ def test_context_space_is_written_out_and_its_migration_renamed_rows_not_measure
     from jacap_lib.results.paths import data_path
 
     folder = data_path("results", "eval", "context")
-    specs = P.CONTEXT_SPACE["jacap_context"]
+    specs = P.CONTEXT_SPACE["jacap"]
     assert all(written_out(s) == s for s in specs)
     assert specs[0] == P._context() and P._context(window=64) in specs
     assert all(written_out(s) == s for s in P.CONTEXT_REPLACED) and not set(P.CONTEXT_REPLACED) & set(specs)
     first = press_from_spec(specs[0], 0.5)
     assert (first.budget, first.centre, first.n_sink, first.window, first.chunk_size) == ("global", "observed", 4, 0, 2048)
     migration = json.loads((folder / "spec_migration.json").read_text())
-    assert migration["eval"]["jacap_context[window=16]"] == P._context(window=16)
+    assert migration["eval"]["jacap[window=16]"] == P._context(window=16)
     for old, new in migration["eval"].items():
         # an old short name meant the defaults of its day (CONTEXT_AS_FIRST_TUNED), not today's (window 64)
         assert written_out(new) == new == P._context(**parse_method(old)[1])
@@ -808,28 +808,28 @@ def test_context_space_is_written_out_and_its_migration_renamed_rows_not_measure
             assert effective_options(strip(now)) == effective_options(strip(then)), spec
             assert RENAMED.get(then["class"], then["class"]) == now["class"] == "JacapPress", spec
     assert set(migration["fingerprints"].values()) <= {r["fingerprint"] for r in FI.read_runs(folder / "tune.jsonl")}
-    E.check_settings_unchanged(folder / "tune.jsonl", {"jacap_context": specs + P.CONTEXT_REPLACED})  # resumes
+    E.check_settings_unchanged(folder / "tune.jsonl", {"jacap": specs + P.CONTEXT_REPLACED})  # resumes
 
 
 def test_grid_edges_finds_a_choice_on_the_edge_of_its_grid():
     """grid_edges: per method, the numeric options the space varies alone around the choice, the values tried
     and whether the choice is the smallest or largest of three or more (hand-built choices)."""
     space = {"snapkv": ["snapkv", "snapkv[window_size=32]", "snapkv[window_size=16]"], "knorm": ["knorm"],
-             "jacap": ["jacap[centre=tempered,tau=10,beta=none]", "jacap[centre=tempered,tau=3,beta=0.9]",
-                       "jacap[centre=tempered,tau=1,beta=0.9]", "jacap[centre=tempered,tau=10,beta=0.9]"],
+             "jacap_prompt": ["jacap_prompt[centre=tempered,tau=10,beta=none]", "jacap_prompt[centre=tempered,tau=3,beta=0.9]",
+                       "jacap_prompt[centre=tempered,tau=1,beta=0.9]", "jacap_prompt[centre=tempered,tau=10,beta=0.9]"],
              "capkv": ["capkv", "capkv[tau=2]"]}
     choices = {"config": {"search_space": space},
-               "chosen": {"snapkv": "snapkv[window_size=16]", "knorm": "knorm", "jacap": "jacap[centre=tempered,tau=3,beta=0.9]",
+               "chosen": {"snapkv": "snapkv[window_size=16]", "knorm": "knorm", "jacap_prompt": "jacap_prompt[centre=tempered,tau=3,beta=0.9]",
                           "capkv": "capkv"}}
     rows = {(r["method"], r["option"]): r for r in P.grid_edges(choices)}
     # the paper's tau = 10 with flat statistics differs in two options: not a tau neighbour
-    assert set(rows) == {("snapkv", "window_size"), ("jacap", "tau"), ("capkv", "tau")}
+    assert set(rows) == {("snapkv", "window_size"), ("jacap_prompt", "tau"), ("capkv", "tau")}
     assert rows[("snapkv", "window_size")] == {"method": "snapkv", "option": "window_size", "chosen": 16,
                                                "values": [16, 32, 64], "edge": True, "bound": False}
-    assert rows[("jacap", "tau")]["values"] == [1, 3, 10] and rows[("jacap", "tau")]["edge"] is False
-    assert P.neighbours(choices, "jacap") == {"tau": {1: "jacap[centre=tempered,tau=1,beta=0.9]",
-                                                      3: "jacap[centre=tempered,tau=3,beta=0.9]",
-                                                      10: "jacap[centre=tempered,tau=10,beta=0.9]"}}
+    assert rows[("jacap_prompt", "tau")]["values"] == [1, 3, 10] and rows[("jacap_prompt", "tau")]["edge"] is False
+    assert P.neighbours(choices, "jacap_prompt") == {"tau": {1: "jacap_prompt[centre=tempered,tau=1,beta=0.9]",
+                                                      3: "jacap_prompt[centre=tempered,tau=3,beta=0.9]",
+                                                      10: "jacap_prompt[centre=tempered,tau=10,beta=0.9]"}}
     assert rows[("capkv", "tau")]["values"] == [2, 5] and rows[("capkv", "tau")]["edge"] is None  # two values
     assert not rows[("capkv", "tau")]["bound"]  # a float knob has no smallest value
     # a choice at the smallest value its knob can take: an edge, and a bound (no sinks; a 1-token pooling kernel)

@@ -156,7 +156,7 @@ def test_live_eviction_checks_against_the_given_run():
     masked = torch.ones(2, 3, 10, dtype=torch.bool)
     for (l, h), n in {(0, 0): 2, (0, 1): 4, (0, 2): 0, (1, 0): 3, (1, 1): 2, (1, 2): 2}.items():
         masked[l, h, :n] = False
-    spread = EvictionInspection(method="jacap_context", compression_ratio=0.5, options={}, token_ids=list(range(10)),
+    spread = EvictionInspection(method="jacap", compression_ratio=0.5, options={}, token_ids=list(range(10)),
                                 tokens=[str(i) for i in range(10)], kept=torch.arange(10).expand(2, 3, 10),
                                 masked=masked)
     assert E.check("live-eviction.4", 1, inspection=spread)

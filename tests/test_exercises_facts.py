@@ -52,7 +52,7 @@ def test_mcnemar_against_the_summary_and_scipy():
     from jacap_lib.results.protocol import PAPER_PRESET
 
     L, c = X.PAIR_CELL
-    tuned = json.loads((EVAL / "choices.json").read_text())["chosen"]["jacap"]
+    tuned = json.loads((EVAL / "choices.json").read_text())["chosen"]["jacap_prompt"]
     got = {}
     for r in _jsonl("needle.jsonl"):
         if r["method"] in (tuned, PAPER_PRESET) and r["length"] == L and r["ratio"] == c:

@@ -32,7 +32,7 @@ def _cell(summary, length, ratio):
 def test_the_data_are_the_committed_rows_and_steps():
     d = E.data("kvzip.1")
     assert len(d["rows"]) == len(_rows()) and d["steps"] == _summary()["steps"]
-    assert d["steps"]["L0"].startswith("jacap[") and d["steps"]["L3"].startswith("jacap_context[")
+    assert d["steps"]["L0"].startswith("jacap_prompt[") and d["steps"]["L3"].startswith("jacap[")
 
 
 def test_kvzip_over_default_by_hand_and_against_the_summary():

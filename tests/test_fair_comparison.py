@@ -71,7 +71,7 @@ def test_exercise_2_a_plain_percentile_bootstrap_gives_the_summary_verdict(commi
 
 def test_exercise_3_is_budget_minus_sinks_and_window(committed):
     choices, _, _ = committed
-    spec = choices["chosen"]["jacap"]
+    spec = choices["chosen"]["jacap_prompt"]
     assert "window=128" in spec and "n_sink=4" in spec
     expected = math.floor(2048 * 0.1 + 1e-9) - 4 - 128
     assert expected == 72 and X.check("fair-comparison.3", expected)
@@ -104,7 +104,7 @@ def test_pair_verdict_frame_names_who_fills_the_budget(committed):
     choices, _, rows = committed
     from jacap_lib.results.protocol import PAPER_PRESET
 
-    alg1 = choices["chosen"]["jacap"]
+    alg1 = choices["chosen"]["jacap_prompt"]
     pairs = E.compare_settings(rows, alg1, PAPER_PRESET)
     frame = VE.pair_verdict_frame(pairs, alg1, PAPER_PRESET)
     assert list(frame.columns)[-1] == "note" and len(frame) == len(pairs)

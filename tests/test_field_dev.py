@@ -58,7 +58,7 @@ def test_settings_name_each_roles_tune_choice():
     first, context = loaders.load_eval_choices(), loaders.load_eval_choices(space="context")
     peers = loaders.load_eval_choices(space="peers")
     specs = FD.settings({"first": first, "context": context, "peers": peers})
-    assert specs == {"context": context["chosen"]["jacap_context"], "kvzip": "kvzip",
+    assert specs == {"context": context["chosen"]["jacap"], "kvzip": "kvzip",
                      "one_prefill": first["chosen"]["jacap_obs"]}
     with pytest.raises(ValueError, match="--space context"):
         FD.settings({"first": first, "peers": peers})
@@ -279,7 +279,7 @@ def test_field_points_pair_each_cells_kl_ratio_with_its_needle_accuracy():
 
 
 def test_target_lines_read_the_worst_cell_the_lowest_accuracy_and_the_cost():
-    spec = "jacap_context[budget=global,window=64]"
+    spec = "jacap[budget=global,window=64]"
     cells = [{"length": 512, "ratio": 0.5, "gm_ratio": 0.8}, {"length": 2048, "ratio": 0.9, "gm_ratio": 1.3}]
     acc = lambda a: {"context": {"accuracy": a}}  # noqa: E731
     summary = {"settings": {"context": spec},

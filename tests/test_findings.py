@@ -33,7 +33,7 @@ def _row(L, c, lo, hi, spec="snapkv[window_size=16]"):
 
 
 def _summary(rows):
-    return {"config": {}, "families": [{"setting": "jacap[centre=tempered,tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune",
+    return {"config": {}, "families": [{"setting": "jacap_prompt[centre=tempered,tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune",
                                         "label": "picked on tune", "rows": rows}]}
 
 
@@ -67,7 +67,7 @@ def test_losses_where_the_window_fills_the_budget_are_counted_and_said():
     # a 128-token window and 4 sinks: 512 at c = 0.75 keeps 128 <= 132 (the score chooses nothing), at c = 0.5 256
     rows = [_row(512, 0.75, 1.3, 1.6), _row(512, 0.5, 1.1, 1.4), _row(1024, 0.5, 0.9, 1.2)]
     s = _summary(rows)
-    s["families"][0]["setting"] = "jacap[beta=0.9,centre=tempered,tau=3,window=128]"
+    s["families"][0]["setting"] = "jacap_prompt[beta=0.9,centre=tempered,tau=3,window=128]"
     lines = F.kl_findings(s)
     assert "| Algorithm 1 tuned | 0 | 2 | 1 | 0 | 1 |" in lines
     assert "In 1 of Algorithm 1 tuned's 2 losses, its sinks and recent window fill the budget." in lines
@@ -99,11 +99,11 @@ def test_adjusted_verdicts_are_said_to_be_adjusted():
 
 def test_needle_sentences_count_per_comparison():
     def row(L, lo, hi, acc, ref):
-        return {"length": L, "ratio": 0.5, "reference_spec": "jacap[centre=tempered,tau=10,noise=1,beta=none]", "accuracy": acc,
+        return {"length": L, "ratio": 0.5, "reference_spec": "jacap_prompt[centre=tempered,tau=10,noise=1,beta=none]", "accuracy": acc,
                 "reference_accuracy": ref, "diff_low": lo, "diff_high": hi,
                 "verdict": V.verdict((lo, hi), scale="points")}
 
-    needle = {"comparisons": [{"setting": "jacap[centre=tempered,tau=3,beta=0.9]", "reference": "paper preset", "label": "paper",
+    needle = {"comparisons": [{"setting": "jacap_prompt[centre=tempered,tau=3,beta=0.9]", "reference": "paper preset", "label": "paper",
                                "rows": [row(512, -85.0, -45.0, 0.0, 0.65), row(1024, 0.0, 0.0, 0.0, 0.0)]}]}
     assert F.needle_findings(needle) == [
         "Algorithm 1 tuned against Algorithm 1 as published: worse in 1 and identical on every prompt in 1 of 2 cells.",
@@ -115,12 +115,12 @@ def test_setting_text_and_verdict_word():
     # 16-token window): the written-out and the short spec of one press read alike
     from jacap_lib.presses.registry import written_out
 
-    tuned = "jacap[beta=0.9,centre=tempered,tau=3,window=128]"
+    tuned = "jacap_prompt[beta=0.9,centre=tempered,tau=3,window=128]"
     assert F.setting_text(tuned) == F.setting_text(written_out(tuned)) == "the tempered centre, τ = 3, window = 128"
-    assert (F.setting_text("jacap[centre=tempered,tau=10,noise=1,beta=none]")
+    assert (F.setting_text("jacap_prompt[centre=tempered,tau=10,noise=1,beta=none]")
             == "the tempered centre, τ = 10, flat query statistics")
-    assert F.setting_text("jacap[tau=10]") == "jacap"  # no temperature under the observed centre: the default
-    assert F.setting_text("jacap[noise=deff,window=8]") == "σ² by the effective-dimension rule, window = 8"
+    assert F.setting_text("jacap_prompt[tau=10]") == "jacap_prompt"  # no temperature under the observed centre: the default
+    assert F.setting_text("jacap_prompt[noise=deff,window=8]") == "σ² by the effective-dimension rule, window = 8"
     assert F.setting_text("snapkv[window_size=16]") == "window_size = 16" and F.setting_text("tova") == "tova"
     assert F.verdict_word("no difference: identical on every prompt") == "identical"
     with pytest.raises(ValueError, match="not a verdict sentence"):
@@ -133,8 +133,8 @@ def test_family_counts_is_one_line_per_family():
     s = _summary([_row(512, 0.5, 1.04, 1.40), _row(512, 0.9, 0.83, 0.93)])
     s["families"].append(dict(s["families"][0], picked_on="dev", label="picked on dev"))
     assert F.family_counts(s) == [
-        "jacap[centre=tempered,tau=3,beta=0.9] (algorithm 1) against the best baseline picked on tune: better in 1 and worse in 1 of 2 cells",
-        "jacap[centre=tempered,tau=3,beta=0.9] (algorithm 1) against the best baseline picked on dev: better in 1 and worse in 1 of 2 cells"]
+        "jacap_prompt[centre=tempered,tau=3,beta=0.9] (algorithm 1) against the best baseline picked on tune: better in 1 and worse in 1 of 2 cells",
+        "jacap_prompt[centre=tempered,tau=3,beta=0.9] (algorithm 1) against the best baseline picked on dev: better in 1 and worse in 1 of 2 cells"]
     assert json.dumps(F.verdict_counts([]))  # zeros for every kind
 
 
@@ -144,7 +144,7 @@ def _obs_summary():
            "verdict_unadjusted": "better by 10–30 %", "n": 8, "wins": 8, "ties": 0, "losses": 0}
     row2 = {**row, "ratio": 0.95, "gm_ratio": 1.1, "gm_low": 0.9, "gm_high": 1.3, "gm_low_adjusted": 0.85,
             "gm_high_adjusted": 1.4, "verdict": "no detectable difference; the interval is −15 % to +40 %"}
-    return {"families": [{"setting": "jacap[centre=tempered,tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune",
+    return {"families": [{"setting": "jacap_prompt[centre=tempered,tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune",
                           "label": "picked on tune (the protocol)", "rows": [row2]},
                          {"setting": "jacap_obs[window=32]", "role": "tuned jacap_obs", "picked_on": "tune",
                           "label": "picked on tune (the protocol)", "rows": [row, row2]}]}
@@ -169,7 +169,7 @@ def test_tuned_jacap_methods_get_their_row_and_needle_accuracy():
     # the setting JacapPromptPress() builds today is named as the default (jacap_obs at a 16-token window)
     summary["families"][1]["setting"] = "jacap_obs[window=16]"
     assert "| The prompt press `JacapPromptPress()` | 1 | 0 | 1 | 0 | 0 |" in F.kl_findings(summary)
-    assert not RS.is_prompt_default("jacap_obs[window=32]") and not RS.is_prompt_default("jacap[centre=tempered,tau=3,beta=0.9]")
+    assert not RS.is_prompt_default("jacap_obs[window=32]") and not RS.is_prompt_default("jacap_prompt[centre=tempered,tau=3,beta=0.9]")
 
 
 def test_target_lines_check_the_bar_from_the_counts_and_the_needle_cells():
@@ -210,8 +210,8 @@ def test_kl_and_needle_frame_puts_both_objectives_side_by_side():
     assert frame.loc["512 / 0.5", "baseline"] == "snapkv"
     line, spec = VE.tuned_line(summary, "tuned jacap_obs")
     assert spec == "jacap_obs[window=32]" and line.endswith("better in 1 and no detectable difference in 1 of 2 cells")
-    with pytest.raises(ValueError, match="tuned jacap_adakv"):
-        VE.kl_and_needle_frame(summary, needle, role="tuned jacap_adakv")
+    with pytest.raises(ValueError, match="tuned jacap_prompt_adakv"):
+        VE.kl_and_needle_frame(summary, needle, role="tuned jacap_prompt_adakv")
 
 
 def test_spec_name_is_the_one_naming_of_settings():
@@ -224,21 +224,21 @@ def test_spec_name_is_the_one_naming_of_settings():
 
     choices = json.loads(data_path("results", "eval", "choices.json").read_text())
     chosen = choices["chosen"]
-    record = method_options(build_press("jacap", 0.5))  # JacapPromptPress()'s options, written out one by one
-    default = with_options("jacap", **{k: v for k, v in record.items() if k not in ("class", "compression_ratio")})
+    record = method_options(build_press("jacap_prompt", 0.5))  # JacapPromptPress()'s options, written out one by one
+    default = with_options("jacap_prompt", **{k: v for k, v in record.items() if k not in ("class", "compression_ratio")})
     assert "centre=observed" in default and "window=16" in default
-    tempered = [c["spec"] for c in choices["choices"]["jacap"]["candidates"]  # a candidate the tune did not choose
+    tempered = [c["spec"] for c in choices["choices"]["jacap_prompt"]["candidates"]  # a candidate the tune did not choose
                 if "beta=0.9" in c["spec"] and "tau=10" in c["spec"] and "window=128" in c["spec"]]
-    assert len(tempered) == 1 and not P.same_setting(tempered[0], chosen["jacap"])
+    assert len(tempered) == 1 and not P.same_setting(tempered[0], chosen["jacap_prompt"])
     context = P._context(window=64)  # written out in full: the fourth round's choice, window=64
-    assert context in P.CONTEXT_SPACE["jacap_context"]
-    assert context.startswith("jacap_context[budget=global,") and "window=64" in context
+    assert context in P.CONTEXT_SPACE["jacap"]
+    assert context.startswith("jacap[budget=global,") and "window=64" in context
     cases = {P.PAPER_PRESET: ("Algorithm 1 as published", "Algorithm 1 as published"),
-             chosen["jacap"]: ("Algorithm 1 tuned", "Algorithm 1 tuned"),
-             "jacap[centre=tempered,tau=3,window=128]": ("Algorithm 1 tuned", "Algorithm 1 tuned"),  # the same press
-             tempered[0]: ("`jacap[centre=tempered,tau=10,window=128]`", "jacap[centre=tempered,tau=10,window=128]"),
+             chosen["jacap_prompt"]: ("Algorithm 1 tuned", "Algorithm 1 tuned"),
+             "jacap_prompt[centre=tempered,tau=3,window=128]": ("Algorithm 1 tuned", "Algorithm 1 tuned"),  # the same press
+             tempered[0]: ("`jacap_prompt[centre=tempered,tau=10,window=128]`", "jacap_prompt[centre=tempered,tau=10,window=128]"),
              default: ("the prompt press `JacapPromptPress()`", "JacapPromptPress()"),
-             "jacap": ("the prompt press `JacapPromptPress()`", "JacapPromptPress()"),
+             "jacap_prompt": ("the prompt press `JacapPromptPress()`", "JacapPromptPress()"),
              chosen["jacap_obs"]: ("the prompt press `JacapPromptPress()`", "JacapPromptPress()"),
              chosen["jacap_ea"]: ("`jacap_ea`", "jacap_ea"),
              chosen["expected_attention"]: ("Expected Attention", "Expected Attention"),
@@ -247,16 +247,16 @@ def test_spec_name_is_the_one_naming_of_settings():
              "snapkv[window_size=32]": ("`snapkv[window_size=32]`", "snapkv[window_size=32]"),  # not SnapKV's choice
              "full": ("uncompressed", "uncompressed"),
              context: ("the default `JacapPress()`", "default JacapPress()"),  # the tune choice: JacapPress()'s defaults
-             "jacap_context": ("the default `JacapPress()`", "default JacapPress()"),
-             P._context(): ("`jacap_context[window=0]`", "jacap_context[window=0]")}  # its first grid's defaults
+             "jacap": ("the default `JacapPress()`", "default JacapPress()"),
+             P._context(): ("`jacap[window=0]`", "jacap[window=0]")}  # its first grid's defaults
     for spec, (prose, legend) in cases.items():
         assert F.spec_name(spec) == prose, spec
         assert F.spec_name(spec, legend=True) == legend, spec
         assert F.spec_name(spec, choices=choices) == prose, spec  # the committed choices are the default ones
     # "Algorithm 1 tuned" is the tune choice of the choices given, whatever its options
-    other = {"chosen": {**chosen, "jacap": tempered[0]}}
+    other = {"chosen": {**chosen, "jacap_prompt": tempered[0]}}
     assert F.spec_name(tempered[0], choices=other) == "Algorithm 1 tuned"
-    assert F.spec_name(chosen["jacap"], choices=other) == "`jacap[centre=tempered,tau=3,window=128]`"
+    assert F.spec_name(chosen["jacap_prompt"], choices=other) == "`jacap_prompt[centre=tempered,tau=3,window=128]`"
     for bad in ("", None):
         with pytest.raises(ValueError, match="spec"):
             F.spec_name(bad)

@@ -42,7 +42,7 @@ def model_tok():
 @pytest.mark.model
 def test_inspect_jacap_records_consistent_components(model_tok):
     model, tok = model_tok
-    res = inspect_eviction(model, tok, TEXT, "jacap", 0.6, window=5)
+    res = inspect_eviction(model, tok, TEXT, "jacap_prompt", 0.6, window=5)
     N = res.n_tokens
     budget = compute_n_kept(N, 0.6)
     assert res.kept.shape == (30, 3, budget) and len(res.tokens) == N
@@ -95,7 +95,7 @@ def _no_masks_left(model) -> bool:
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("method,opts,raised", [("jacap_context", {"window": 8}, (4, 8)), ("kvzip", {}, (4, 0))])
+@pytest.mark.parametrize("method,opts,raised", [("jacap", {"window": 8}, (4, 8)), ("kvzip", {}, (4, 0))])
 def test_inspect_press_that_masks_after_the_prefill(model_tok, method, opts, raised):
     """The default JacapPress and KVzip hide, after the prefill, the int(c * entries) lowest-scoring entries of the
     whole model (a global budget): the inspection's evicted entries are kvpress's own masks, and no evicted entry
@@ -127,7 +127,7 @@ def test_inspect_default_with_a_per_head_budget(model_tok):
     """JacapPress(budget="head") masks int(N c) entries in every head after its second reading: the inspection shows
     one budget again, each head's kept set its top scores once the sinks and window are raised."""
     model, tok = model_tok
-    res = inspect_eviction(model, tok, TEXT, "jacap_context", 0.5, window=8, budget="head")
+    res = inspect_eviction(model, tok, TEXT, "jacap", 0.5, window=8, budget="head")
     N = res.n_tokens
     assert res.n_kept.eq(N - int(N * 0.5)).all() and res.budget == N - int(N * 0.5)
     assert repr(res).splitlines()[1].startswith(f"  per head: budget {N - int(N * 0.5)} = ")
@@ -170,7 +170,7 @@ def _hand_built():
     kept = torch.tensor([[[0, 1, 2], [0, 3, 5]], [[0, 4, 5], [0, 1, 5]]])
     prot = torch.zeros(2, 2, 6, dtype=torch.bool)
     prot[..., 0] = True
-    return EvictionInspection(method="jacap", compression_ratio=0.5, options={}, token_ids=list(range(6)),
+    return EvictionInspection(method="jacap_prompt", compression_ratio=0.5, options={}, token_ids=list(range(6)),
                               tokens=tokens, kept=kept, protected=prot, score=torch.arange(24.).reshape(2, 2, 6),
                               model="tiny")
 
@@ -218,7 +218,7 @@ def test_status_view_round_trip_and_repr_on_a_hand_built_inspection():
             per_token = [st for tok, st in zip(insp.tokens, insp.statuses(l, h)) for _ in tok]
             assert _expand(runs) == per_token
     assert insp.view(0, 0) == "«\\[a\\]»[ b\\·c\\«d\\»]· e\\\\f g·"
-    assert repr(insp) == ("EvictionInspection(jacap at c=0.5 on tiny: N=6 prompt tokens, 2 layers x 2 KV heads)\n"
+    assert repr(insp) == ("EvictionInspection(jacap_prompt at c=0.5 on tiny: N=6 prompt tokens, 2 layers x 2 KV heads)\n"
                           "  per head: budget 3 = 2 kept by score + 1 protected (first 1); 3 evicted")
     rows = insp.head_table(0, 1)
     assert [r["status"] for r in rows] == ["protected", "evicted", "evicted", "kept", "evicted", "kept"]
@@ -288,7 +288,7 @@ def test_statuses_against_an_independent_computation(model_tok):
     from jacap_lib.presses.jacap import JacapPromptPress
 
     model, tok = model_tok
-    res = inspect_eviction(model, tok, TEXT, "jacap", window=8)  # the default ratio
+    res = inspect_eviction(model, tok, TEXT, "jacap_prompt", window=8)  # the default ratio
     N, L, H = res.n_tokens, res.n_layers, res.n_heads
     budget = compute_n_kept(N, DEFAULT_RATIO)
     assert res.compression_ratio == DEFAULT_RATIO == 0.5 and res.budget == budget
@@ -307,7 +307,7 @@ def test_statuses_against_an_independent_computation(model_tok):
         scored = s.masked_fill(prot, float("-inf")).topk(budget - 12, dim=-1).indices
         assert torch.equal(torch.nonzero(res.status[i] == 1)[:, 1].view(H, -1), scored.sort(-1).values), i
     assert repr(res).splitlines() == [
-        f"EvictionInspection(jacap at c=0.5 on SmolLM2-135M-Instruct: N={N} prompt tokens, 30 layers x 3 KV heads)",
+        f"EvictionInspection(jacap_prompt at c=0.5 on SmolLM2-135M-Instruct: N={N} prompt tokens, 30 layers x 3 KV heads)",
         f"  per head: budget {budget} = {budget - 12} kept by score + 12 protected (first 4 + last 8); "
         f"{N - budget} evicted"]
     runs = parse_view(res.view(3, 1))
@@ -316,7 +316,7 @@ def test_statuses_against_an_independent_computation(model_tok):
     assert runs[0] == ("Maria keeps her bicycle", "protected")  # the 4 sinks
     # a budget below n_sink + window: the press shrinks the window, the score decides nothing (repr says so)
     with pytest.warns(RuntimeWarning, match="shrunk to"):
-        tight = inspect_eviction(model, tok, TEXT, "jacap", 0.75, window=8)
+        tight = inspect_eviction(model, tok, TEXT, "jacap_prompt", 0.75, window=8)
     b = compute_n_kept(N, 0.75)
     assert tight.n_scored.eq(0).all() and torch.equal(tight.protected[0, 0], protected_mask(N, n_sink=4, window=b - 4))
     assert f"0 kept by score + {b} protected (first 4 + last {b - 4})" in repr(tight)
@@ -332,11 +332,11 @@ def test_baselines_protect_nothing(model_tok):
 
 @pytest.mark.model
 def test_cli_inspects_the_default_press(capsys):
-    """`jacap inspect --method jacap_context` (the default JacapPress, which masks after the prefill) prints each
+    """`jacap inspect --method jacap` (the default JacapPress, which masks after the prefill) prints each
     head's own count and the marked text of the asked head."""
     from jacap_lib import cli
 
-    cli.main(["inspect", "--method", "jacap_context[window=8]", "--ratio", "0.5", "--text", TEXT, "--layer", "3",
+    cli.main(["inspect", "--method", "jacap[window=8]", "--ratio", "0.5", "--text", TEXT, "--layer", "3",
               "--head", "1"])
     out = capsys.readouterr().out
     assert "kept (mean" in out and "layer 3, KV head 1:" in out

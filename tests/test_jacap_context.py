@@ -61,7 +61,7 @@ def test_max_summary_is_kvzip(bundled, prompt, ratio):
     ours, _ = _run(model, prompt, JacapPress(ratio, summary="max", budget="global", window=0))
     theirs, _ = _run(model, prompt, kvpress.KVzipPress(ratio))
     assert ours == theirs and sum(map(len, ours)) == int(30 * 3 * prompt.shape[1] * ratio)
-    ours, _ = _run(model, prompt, R.press_from_spec("jacap_context[summary=max,budget=layer,window=0]", ratio))
+    ours, _ = _run(model, prompt, R.press_from_spec("jacap[summary=max,budget=layer,window=0]", ratio))
     theirs, _ = _run(model, prompt, kvpress.KVzipPress(ratio, layerwise=True))
     assert ours == theirs and all(len(m) == int(3 * prompt.shape[1] * ratio) for m in ours)
 
@@ -195,7 +195,7 @@ def test_bad_options_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         JacapPress(value if field == "compression_ratio" else 0.5, **kwargs)
     with pytest.raises(ValueError, match=field):
-        R.press_from_spec(f"jacap_context[{field}={value}]" if field != "compression_ratio" else "jacap_context", value
+        R.press_from_spec(f"jacap[{field}={value}]" if field != "compression_ratio" else "jacap", value
                           if field == "compression_ratio" else 0.5)
 
 
@@ -228,16 +228,16 @@ def test_failing_press_leaves_the_cache(bundled, prompt):
 def test_registry_and_quality_treat_it_like_kvzip(bundled, prompt):
     from jacap_lib.measure import quality as Q
 
-    press = R.press_from_spec("jacap_context[budget=head]", 0.5)
+    press = R.press_from_spec("jacap[budget=head]", 0.5)
     assert isinstance(press, JacapPress) and press.budget == "head" and press.summary == "jacap"
-    assert {"summary", "budget", "window", "centre", "tau", "noise", "n_sink"} <= R.valid_options("jacap_context")
+    assert {"summary", "budget", "window", "centre", "tau", "noise", "n_sink"} <= R.valid_options("jacap")
     assert R.method_options(press)["budget"] == "head"
     assert not Q.can_replay(press) and Q.scores_once(press)
-    assert Q.scoring_record(press) == Q.scoring_record(R.press_from_spec("jacap_context[window=16]", 0.9))
-    assert Q.scoring_record(press) != Q.scoring_record(R.press_from_spec("jacap_context[summary=max]", 0.9))
+    assert Q.scoring_record(press) == Q.scoring_record(R.press_from_spec("jacap[window=16]", 0.9))
+    assert Q.scoring_record(press) != Q.scoring_record(R.press_from_spec("jacap[summary=max]", 0.9))
     # one scoring masked for several settings = each setting's own prefill
     model, _ = bundled
-    specs = [("jacap_context[budget=head]", 0.5), ("jacap_context[window=16]", 0.9), ("jacap_context", 0.75)]
+    specs = [("jacap[budget=head]", 0.5), ("jacap[window=16]", 0.9), ("jacap", 0.75)]
     shared = []
     for p, _ in Q.caches_by_setting(model, prompt, [R.press_from_spec(s, c) for s, c in specs]):
         shared.append(_masks(model))
@@ -250,7 +250,7 @@ def test_defaults_are_the_tune_choice():
     space's choices.json), option by option, and differ from the options its first grid was tuned with."""
     from jacap_lib.results import loaders, protocol
 
-    chosen = loaders.load_eval_choices(space="context")["chosen"]["jacap_context"]
+    chosen = loaders.load_eval_choices(space="context")["chosen"]["jacap"]
     built = R.method_options(R.press_from_spec(chosen, 0.5))
     default = R.method_options(JacapPress(0.5))
     assert built == default

@@ -96,7 +96,7 @@ def check(model, wrapper: str, name: str, prompt_ids, small: bool = True):
         for s in result["scores"]:
             assert s.shape[:2] == (1, n_kv) and torch.isfinite(s).all(), f"{wrapper}({name}): non-finite scores"
     lengths = result["lengths"]
-    if name == "jacap_adakv" and wrapper in ("DecodingPress", "PrefillDecodingPress"):
+    if name == "jacap_prompt_adakv" and wrapper in ("DecodingPress", "PrefillDecodingPress"):
         # DecodingPress admits AdaKV: it masks (per head) instead of evicting, the tensors keep every slot
         assert lengths == [[P + i for i in range(len(lengths[0]))]] * n_layers
         return
@@ -127,7 +127,7 @@ def prompt_ids():
     return torch.randint(0, 96, (1, P), generator=torch.Generator().manual_seed(0))
 
 
-# kvpress's newer presses (registry PEERS, tests/test_peers.py) are not in the wrapper grid yet, nor jacap_context (scored
+# kvpress's newer presses (registry PEERS, tests/test_peers.py) are not in the wrapper grid yet, nor jacap (scored
 # after the prefill like KVzip: registry.RECONSTRUCTION_METHODS)
 @pytest.mark.parametrize("name", [n for n in list_methods() if n not in PEERS and n not in RECONSTRUCTION_METHODS])
 @pytest.mark.parametrize("wrapper", WRAPPERS)
@@ -137,7 +137,7 @@ def test_tiny_grid(arch, wrapper, name, tiny_llama, tiny_qwen3, prompt_ids):
     check(model, wrapper, name, prompt_ids)
 
 
-# the one-knob ablations that are scorers (the budget ones are masking wrappers, like jacap_adakv): llama only
+# the one-knob ablations that are scorers (the budget ones are masking wrappers, like jacap_prompt_adakv): llama only
 ABLATION_SCORERS = [spec for spec, _ in ONE_KNOB.values() if spec.startswith("jacap_ablate") and "budget=" not in spec]
 
 
@@ -171,7 +171,7 @@ def bundled_ids(bundled):
 def test_bundled_grid(wrapper, bundled, bundled_ids):
     """Jacap in every wrapper on SmolLM2-135M (30 layers, 9 query / 3 KV heads); the variants are covered
     on the tiny models (same code paths, a fraction of the time)."""
-    check(bundled[0], wrapper, "jacap", bundled_ids, small=False)
+    check(bundled[0], wrapper, "jacap_prompt", bundled_ids, small=False)
 
 
 @pytest.mark.model
@@ -211,13 +211,13 @@ def test_pipeline_with_a_question(kind, bundled):
 
 def test_grid_table_reports_outcomes(tiny_llama):
     rows = {(r["wrapper"], r["press"]): r for r in grid_table(
-        tiny_llama, ["jacap", "jacap_adakv", "expected_attention"], ["ChunkPress", "DecodingPress"])}
-    assert rows[("ChunkPress", "jacap")]["outcome"] == "works"
-    assert rows[("ChunkPress", "jacap")]["detail"] == "cache 24 -> 31 slots (last layer)"  # 6 chunks x 4 + 7 steps
-    assert rows[("ChunkPress", "jacap_adakv")]["outcome"] == "refused"
-    assert "ScorerPress" in rows[("ChunkPress", "jacap_adakv")]["detail"]
+        tiny_llama, ["jacap_prompt", "jacap_prompt_adakv", "expected_attention"], ["ChunkPress", "DecodingPress"])}
+    assert rows[("ChunkPress", "jacap_prompt")]["outcome"] == "works"
+    assert rows[("ChunkPress", "jacap_prompt")]["detail"] == "cache 24 -> 31 slots (last layer)"  # 6 chunks x 4 + 7 steps
+    assert rows[("ChunkPress", "jacap_prompt_adakv")]["outcome"] == "refused"
+    assert "ScorerPress" in rows[("ChunkPress", "jacap_prompt_adakv")]["detail"]
     assert rows[("DecodingPress", "expected_attention")]["outcome"] == "NaN scores"
-    assert rows[("DecodingPress", "jacap")]["outcome"] == "works"
+    assert rows[("DecodingPress", "jacap_prompt")]["outcome"] == "works"
 
 
 def _grad_wrapper(i: int, name: str):
@@ -250,5 +250,5 @@ def test_jacap_scorers_are_the_jacap_methods_a_wrapper_holds():
     from jacap_lib.measure.kvpress_grid import jacap_scorers
 
     names = jacap_scorers()
-    assert "jacap" in names and "jacap_context" not in names
+    assert "jacap_prompt" in names and "jacap" not in names
     assert set(names) == set(list_methods("jacap")) - set(RECONSTRUCTION_METHODS)

@@ -93,12 +93,12 @@ def test_verdict_refuses_an_unknown_scale():
 
 
 # --------------------------------------------------------------------------------------------- the summary
-DEF, BASE = "jacap[window=4]", "snapkv[window_size=8]"
-CHOSEN = {"knorm": "knorm", "snapkv": BASE, "jacap": DEF}
+DEF, BASE = "jacap_prompt[window=4]", "snapkv[window_size=8]"
+CHOSEN = {"knorm": "knorm", "snapkv": BASE, "jacap_prompt": DEF}
 
 
 def _choices(lengths=(128,), ratios=(0.5, 0.75), record=None):
-    space = {"knorm": ("knorm",), "snapkv": ("snapkv", BASE), "jacap": ("jacap", DEF)}
+    space = {"knorm": ("knorm",), "snapkv": ("snapkv", BASE), "jacap_prompt": ("jacap_prompt", DEF)}
     record = record or model_record(None)
     cfg = P.protocol_config(model=record, lengths=lengths, ratios=ratios, continuation=8, space=space,
                             docs=[{"id": "u", "sha256": "s", "split": "tune"}, {"id": "t", "sha256": "s", "split": "dev"}])
@@ -148,9 +148,9 @@ def test_needle_summary_against_hand_values_and_holm():
     assert q075["p_holm"] == pytest.approx(2 * 2 / 2 ** 3) and q075["verdict"] == "no detectable difference"
     # the book's tables
     f = needle_frame(s)
-    # rows named as the figures name them (setting_names): the two Jacap settings would both be "jacap", so the tuned
+    # rows named as the figures name them (setting_names): the two Jacap settings would both be "jacap_prompt", so the tuned
     # one shows its short spec; the paper's preset and SnapKV's setting by their book names
-    assert [name for _, name in f.index] == ["uncompressed (ceiling)", "jacap[window=4]", "snapkv",
+    assert [name for _, name in f.index] == ["uncompressed (ceiling)", "jacap_prompt[window=4]", "snapkv",
                                              "Algorithm 1 as published"]
     assert f.loc[(128, "snapkv"), "c = 0.5"].startswith("40 [")
     v = needle_verdict_frame(s)
@@ -270,9 +270,9 @@ def test_the_committed_choices_are_accepted():
     path = data_path("results", "eval", "choices.json")
     ch = N.read_choices(path, model_record(None), N.DEFAULT_LENGTHS, N.DEFAULT_RATIOS)
     specs = N.needle_specs(ch)
-    assert ch["chosen"]["jacap"] in specs and P.PAPER_PRESET in specs and len(specs) == len(set(specs)) >= 10
+    assert ch["chosen"]["jacap_prompt"] in specs and P.PAPER_PRESET in specs and len(specs) == len(set(specs)) >= 10
     quick = N.needle_specs(ch, quick=True, cells=["512/0.75", "512/0.9"])
-    assert quick[:2] == [ch["chosen"]["jacap"], P.PAPER_PRESET] and 3 <= len(quick) <= 4
+    assert quick[:2] == [ch["chosen"]["jacap_prompt"], P.PAPER_PRESET] and 3 <= len(quick) <= 4
 
 
 # --------------------------------------------------------------------------------------------- the job, resumable
@@ -302,7 +302,7 @@ def test_job_writes_keyed_rows_and_resumes(tmp_path, monkeypatch):
     full = [r for r in rows if r["method"] == "full"]
     assert len(full) == n_prompts and all(r["kept_tokens"] == 128 and r["ratio"] == 0.0 for r in full)
     assert all(r["kept_tokens"] == int(128 * (1 - r["ratio"])) for r in rows if r["method"] in (DEF, BASE, "knorm"))
-    assert {r["family"] for r in rows} == {"full", "knorm", "snapkv", "jacap"}
+    assert {r["family"] for r in rows} == {"full", "knorm", "snapkv", "jacap_prompt"}
     run = io.read_runs(out / "needle.jsonl")[0]
     assert run["choices_fingerprint"] == choices["fingerprint"] and run["model"]["sha256"]
     assert run["trials"] == 2 and run["depths"] == [0.2, 0.8] and run["settings"][DEF]["window"] == 4
@@ -566,7 +566,7 @@ def test_survival_figure_and_tables_draw_the_summary():
     assert len(fig.data) == 2 * 2  # two settings x two panels
     first = fig.data[0]
     assert list(first.y) == pytest.approx([0.75, 0.0, 1.0]) and list(first.x) == [0, 1, 2]
-    assert first.name == f"{DEF}: accuracy 50%, 50%" and first.line.color == METHOD_STYLES["jacap"][0]
+    assert first.name == f"{DEF}: accuracy 50%, 50%" and first.line.color == METHOD_STYLES["jacap_prompt"][0]
     cap = [t for t in fig.data if t.name.startswith("capkv")][0]
     assert style_key("capkv[tau=10]") == "capkv" and cap.line.color == METHOD_STYLES["capkv"][0]
     assert fig.layout.xaxis.title.text == "layer" and fig.layout.xaxis2.title.text == "layer"
@@ -593,10 +593,10 @@ def test_survival_figure_and_tables_draw_the_summary():
 def test_probe_specs_are_algorithm1_the_paper_the_default_press_and_the_baselines():
     from jacap_lib.results.protocol import PAPER_PRESET
 
-    chosen = {"jacap": "jacap[tau=3]", "jacap_obs": "jacap_obs[window=16]", "capkv": "capkv[tau=50]",
+    chosen = {"jacap_prompt": "jacap_prompt[tau=3]", "jacap_obs": "jacap_obs[window=16]", "capkv": "capkv[tau=50]",
               "keydiff": "keydiff", "snapkv": "snapkv[window_size=16]", "expected_attention": "expected_attention",
               "tova": "tova", "knorm": "knorm"}
-    assert N.probe_specs({"chosen": chosen}) == ["jacap[tau=3]", PAPER_PRESET, "jacap_obs[window=16]", "capkv[tau=50]",
+    assert N.probe_specs({"chosen": chosen}) == ["jacap_prompt[tau=3]", PAPER_PRESET, "jacap_obs[window=16]", "capkv[tau=50]",
                                                  "keydiff", "snapkv[window_size=16]", "expected_attention", "tova"]
     del chosen["jacap_obs"]
     with pytest.raises(ValueError, match="jacap_obs"):
@@ -611,7 +611,7 @@ def test_probe_figure_draws_each_jacap_setting_in_its_own_colour():
     from jacap_lib.viz import needle as VN
     from jacap_lib.viz.style import METHOD_STYLES
 
-    assert VN.style_key(P.PAPER_PRESET) in METHOD_STYLES and VN.style_key(P.PAPER_PRESET) != "jacap"
+    assert VN.style_key(P.PAPER_PRESET) in METHOD_STYLES and VN.style_key(P.PAPER_PRESET) != "jacap_prompt"
     fig = VN.survival_figure(R.load_needle_probe_summary())
     colours = {t.name.split(":")[0]: t.line.color for t in fig.data if t.showlegend}
     assert colours["Algorithm 1 tuned"] != colours["Algorithm 1 as published"]
@@ -625,7 +625,7 @@ def test_space_runs_that_spaces_choices_into_its_folder(tmp_path):
 
     ch = io.read_json(data_path("results", "eval", "context", "choices.json"))
     plan = N.prepare(_parse(["--space", "context", "--dir", str(tmp_path / "c"), "--no-progress"]))
-    assert plan.specs == [ch["chosen"]["jacap_context"]] and plan.out == tmp_path / "c" / "needle.jsonl"
+    assert plan.specs == [ch["chosen"]["jacap"]] and plan.out == tmp_path / "c" / "needle.jsonl"
     assert plan.choices_path == data_path("results", "eval", "context", "choices.json")
     peers = io.read_json(data_path("results", "eval", "peers", "choices.json"))
     plan = N.prepare(_parse(["--space", "peers", "--methods", "kvzip", "--dir", str(tmp_path / "p")]))

@@ -93,7 +93,7 @@ def test_can_replay_follows_the_context_manager():
     assert not can_replay(kvpress.ComposedPress([kvpress.KnormPress(0.5), After(0.5)]))
     assert not can_replay(kvpress.AdaKVPress(After(0.5)))
     assert {n for n in R.METHODS if not can_replay(R.build_press(n, 0.5))} == set(R.RECONSTRUCTION_METHODS)
-    assert set(R.RECONSTRUCTION_METHODS) == {"kvzip", "kvgrad", "jacap_context"}
+    assert set(R.RECONSTRUCTION_METHODS) == {"kvzip", "kvgrad", "jacap"}
 
 
 P, M = 48, 8
@@ -106,7 +106,7 @@ def tiny():
     return model, ids[:, :P], ids[:, P:]
 
 
-@pytest.mark.parametrize("spec", ["snapkv[window_size=16]", "jacap", "pyramidkv[window_size=8]", "critical_kv", "critical_adakv",
+@pytest.mark.parametrize("spec", ["snapkv[window_size=16]", "jacap_prompt", "pyramidkv[window_size=8]", "critical_kv", "critical_adakv",
                                   "cur", "lagkv[lag_size=8]", "compactor[chunk_size=16]", "leverage_score"])
 def test_replay_equals_real_prefill(tiny, spec):
     """The captured prefill replayed and the real prefill under ``with press(model)`` give the same KL."""

@@ -99,7 +99,7 @@ def test_jacap_ratios_are_the_summarys(points):
 
 def test_question_inside_counted_from_the_probe(points):
     L, c = 1024, 0.5
-    tuned = json.loads((EVAL / "choices.json").read_text())["chosen"]["jacap"]
+    tuned = json.loads((EVAL / "choices.json").read_text())["chosen"]["jacap_prompt"]
     p = _point(points, tuned, L, c)
     inside, n = _hand_accuracy(tuned, L, c, "needle_probe.jsonl", "inside")
     after, _ = _hand_accuracy(tuned, L, c, "needle_probe.jsonl", "after")
@@ -129,7 +129,7 @@ def test_named_reference(points, choices):
 
 def test_names_follow_the_glossary(points, choices):
     names = {p["spec"]: p["name"] for p in points}
-    assert names[choices["chosen"]["jacap"]] == "Algorithm 1 tuned"
+    assert names[choices["chosen"]["jacap_prompt"]] == "Algorithm 1 tuned"
     assert names[choices["chosen"]["jacap_obs"]] == "JacapPromptPress()"  # plain text for the figure
     prose = {p["spec"]: p["prose_name"] for p in points}  # for a sentence
     assert prose[choices["chosen"]["jacap_obs"]] == "the prompt press `JacapPromptPress()`"
@@ -163,7 +163,7 @@ def test_figure(points):
     assert len(shown) == len(set(shown)) == len({p["spec"] for p in points})
     assert {"Algorithm 1 tuned", "Algorithm 1 as published", "JacapPromptPress()", "KeyDiff"} <= set(shown)
     tuned = next(t for t in markers if t.name == "Algorithm 1 tuned")
-    assert tuned.marker.color == METHOD_STYLES["jacap[centre=tempered,tau=3,window=128]"][0]
+    assert tuned.marker.color == METHOD_STYLES["jacap_prompt[centre=tempered,tau=3,window=128]"][0]
     assert next(t for t in markers if t.name == "JacapPromptPress()").marker.color == METHOD_STYLES["jacap_obs"][0]
     assert next(t for t in markers if t.name == "KeyDiff").marker.color == METHOD_STYLES["keydiff"][0]
     colours = {t.name: t.marker.color for t in markers}

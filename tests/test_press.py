@@ -37,11 +37,11 @@ CONTINUATION = " Where does Maria keep her bicycle? In the"
 # ----------------------------------------------------------------------------- registry (no model)
 def test_registry_lists_all_methods():
     names = registry.list_methods()
-    for name in ["jacap", "snapkv", "knorm", "keydiff", "expected_attention", "capkv", "streaming_llm", "tova", "random"]:
+    for name in ["jacap_prompt", "snapkv", "knorm", "keydiff", "expected_attention", "capkv", "streaming_llm", "tova", "random"]:
         assert name in names
     assert registry.list_methods("kvpress") == [n for n in names if not n.startswith("jacap")]
     assert type(registry.build_press("capkv", 0.5)).__name__ == "CapPress"
-    press = registry.build_press("jacap", 0.25, tau=3.0)
+    press = registry.build_press("jacap_prompt", 0.25, tau=3.0)
     assert isinstance(press, JacapPromptPress) and press.tau == 3.0 and press.compression_ratio == 0.25
     assert registry.build_press("snapkv", 0.5, window_size=8).window_size == 8
 
@@ -49,7 +49,7 @@ def test_registry_lists_all_methods():
 @pytest.mark.parametrize("ratio", [1.0, -0.1, "0.5", None, True])
 def test_registry_rejects_bad_ratio(ratio):
     with pytest.raises(ValueError, match="compression_ratio"):
-        registry.build_press("jacap", ratio)
+        registry.build_press("jacap_prompt", ratio)
 
 
 def test_registry_errors_name_valid_choices():
@@ -70,7 +70,7 @@ def test_registry_is_a_table_of_methods_and_aliases():
     assert all(getattr(registry.METHODS[n].press, "kvpress_press", registry.METHODS[n].press).__module__
                .startswith("kvpress") for n in registry.BASELINES)
     aliases = {n: registry.alias_of(n) for n in registry.METHODS if registry.alias_of(n)}
-    assert aliases == {"jacap_adakv": "jacap[adakv=true]", "jacap_wo": "jacap[use_out_proj=true]",
+    assert aliases == {"jacap_prompt_adakv": "jacap_prompt[adakv=true]", "jacap_prompt_wo": "jacap_prompt[use_out_proj=true]",
                        "jacap_obs": "jacap_ablate[centre=observed]",
                        "jacap_ea": "jacap_ablate[beta=none,centre=ea,gqa=mean,n_future_positions=32]"}
     for name, spec in aliases.items():
@@ -81,7 +81,7 @@ def test_registry_is_a_table_of_methods_and_aliases():
     assert registry.build_press("jacap_ea", 0.5, gqa="pool").gqa == "pool"
 
 
-@pytest.mark.parametrize("name", ["snapkv", "tova", "streaming_llm", "jacap", "jacap_obs", "jacap_two_stage"])
+@pytest.mark.parametrize("name", ["snapkv", "tova", "streaming_llm", "jacap_prompt", "jacap_obs", "jacap_two_stage"])
 def test_adakv_wraps_every_scorer_the_same_way(name):
     import kvpress
 
@@ -309,4 +309,4 @@ def test_passkey_survives_jacap_half_compression(model_tok):
     assert "68142" in answer(model, tok, PASSKEY_CONTEXT, question, None, max_new_tokens=10)  # model can do it
     # Algorithm 1 as published (the tempered centre) keeps the key at c = 0.5; the default observed centre answers
     # "62" on this prompt: the retrieval cost of the KL-chosen default that the book's needle task measures
-    assert "68142" in answer(model, tok, PASSKEY_CONTEXT, question, "jacap", 0.5, max_new_tokens=10, centre="tempered")
+    assert "68142" in answer(model, tok, PASSKEY_CONTEXT, question, "jacap_prompt", 0.5, max_new_tokens=10, centre="tempered")

@@ -61,14 +61,14 @@ def test_every_committed_results_file_loads():
     rows = loaders.load_eval_rows("dev")
     assert rows and all(r["split"] == "dev" for r in rows)
     assert loaders.load_eval_rows("tune") and loaders.load_eval_runs("dev")[-1]["versions"]
-    assert loaders.load_eval_choices()["chosen"]["jacap"]
+    assert loaders.load_eval_choices()["chosen"]["jacap_prompt"]
     for part in loaders.DECOMPOSITION_PARTS:
         config, recs = loaders.load_decomposition(part)
         assert config["prefix"] == 384 and recs and "layer" in recs[0]
     _, demos = loaders.load_failures()
     assert demos and all(d["name"] == name for name, d in demos.items())
     config, kl = loaders.load_kl_table()
-    assert config["prompt_tokens"] > 0 and {r["method"] for r in kl} >= {"jacap", "snapkv"}
+    assert config["prompt_tokens"] > 0 and {r["method"] for r in kl} >= {"jacap_prompt", "snapkv"}
     assert loaders.load_serving_run()["runs"]
     assert "scoring_cpu" in loaders.available_benches() and loaders.load_bench("scoring_cpu")["rows"]
     assert len(loaders.load_manifest()["segments"]) == 12
@@ -118,12 +118,12 @@ def test_an_unrelated_data_folder_is_skipped(tmp_path, monkeypatch):
 def test_protection_fills_the_budget_where_floor_of_the_kept_share_is_at_most_sinks_plus_window():
     from jacap_lib.results.protection import protection_fills_budget as fills
     # kvpress keeps floor((1 - c) L): 512 at c = 0.75 keeps 128 <= 4 + 128; at c = 0.5 it keeps 256 > 132
-    spec = "jacap[centre=tempered,tau=3,beta=0.9,window=128]"
+    spec = "jacap_prompt[centre=tempered,tau=3,beta=0.9,window=128]"
     assert fills(spec, 512, 0.75) and not fills(spec, 512, 0.5)
     assert fills(spec, 1024, 0.9) and not fills(spec, 2048, 0.9)  # 102 <= 132 < 204
-    assert fills("jacap_adakv[window=128]", 1024, 0.95)  # the AdaKV wrapper's scorer has the same protection
-    assert not fills("jacap[window=16]", 512, 0.95)  # 25 > 4 + 16: the score chooses 5 tokens
-    assert fills("jacap[window=21]", 512, 0.95) and not fills("jacap[window=20]", 512, 0.95)  # the edge, both sides
+    assert fills("jacap_prompt_adakv[window=128]", 1024, 0.95)  # the AdaKV wrapper's scorer has the same protection
+    assert not fills("jacap_prompt[window=16]", 512, 0.95)  # 25 > 4 + 16: the score chooses 5 tokens
+    assert fills("jacap_prompt[window=21]", 512, 0.95) and not fills("jacap_prompt[window=20]", 512, 0.95)  # the edge, both sides
     assert not fills("snapkv", 512, 0.95)  # no Jacap protection
     with pytest.raises(ValueError, match="ratio"):
         fills(spec, 512, 1.0)

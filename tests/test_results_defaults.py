@@ -1,5 +1,5 @@
 """Committed results files either record the library's default options or say why not: every option a
-file records for a press (its ``"methods"`` records, a ``"jacap"`` options mapping, the failure demos'
+file records for a press (its ``"methods"`` records, a ``"jacap_prompt"`` options mapping, the failure demos'
 ``"options"``/``"setup"``) is compared with what the library builds today, and a difference must be named
 in the file's configuration under ``"non_default"`` with a reason."""
 from __future__ import annotations
@@ -43,7 +43,7 @@ def jacap_record(**over):
 
 def test_a_silent_deviation_is_caught_and_a_named_one_is_not():
     other = DEFAULT.window + 5
-    data = {"config": {"methods": {"jacap": jacap_record(window=other)}}, "rows": []}
+    data = {"config": {"methods": {"jacap_prompt": jacap_record(window=other)}}, "rows": []}
     (dev,) = unexplained(data)
     assert (dev.option, dev.recorded, dev.default) == ("window", other, DEFAULT.window)
     assert "config.methods.jacap" in dev.where
@@ -55,27 +55,27 @@ def test_a_silent_deviation_is_caught_and_a_named_one_is_not():
 
 def test_an_option_set_in_the_method_spec_is_the_methods_own():
     other = DEFAULT.window + 5
-    data = {"config": {"methods": {f"jacap[window={other}]": jacap_record(window=other)}}}
+    data = {"config": {"methods": {f"jacap_prompt[window={other}]": jacap_record(window=other)}}}
     assert deviations(data) == []
-    data = {"config": {"methods": {f"jacap[window={other}]": jacap_record(window=other, n_sink=DEFAULT.n_sink + 1)}}}
+    data = {"config": {"methods": {f"jacap_prompt[window={other}]": jacap_record(window=other, n_sink=DEFAULT.n_sink + 1)}}}
     assert [d.option for d in unexplained(data)] == ["n_sink"]
 
 
 def test_wrapped_presses_sidecars_and_loose_option_mappings():
     wrapped = {"class": "AdaKVPress", "press": jacap_record(n_sink=DEFAULT.n_sink + 1), "alpha_safeguard": 0.2}
-    sidecar = {"runs": [{"methods": {"jacap_adakv": wrapped}},
-                        {"methods": {"jacap_adakv": wrapped}, MARKER: {"n_sink": "protects a prefix"}}]}
+    sidecar = {"runs": [{"methods": {"jacap_prompt_adakv": wrapped}},
+                        {"methods": {"jacap_prompt_adakv": wrapped}, MARKER: {"n_sink": "protects a prefix"}}]}
     devs = deviations(sidecar)
     assert [(d.where.split(".")[0], d.option, d.explained) for d in devs] == [
         ("runs[0]", "n_sink", None), ("runs[1]", "n_sink", "protects a prefix")]
     assert len(unexplained(sidecar)) == 1
-    loose = {"config": {"jacap": {"window": DEFAULT.window + 1, "tau": DEFAULT.tau, "centre": DEFAULT.centre}},
+    loose = {"config": {"jacap_prompt": {"window": DEFAULT.window + 1, "tau": DEFAULT.tau, "centre": DEFAULT.centre}},
              "rows": [{"cases": [{"options": {"n_sink": 26, "protection": "prefix"}}]}]}
     assert sorted(d.option for d in unexplained(loose)) == ["n_sink", "window"]
     # an option a record lacks is not compared (nothing is implied): the committed records all name their centre
-    old = {"config": {"jacap": {"window": DEFAULT.window, "tau": DEFAULT.tau}}}
+    old = {"config": {"jacap_prompt": {"window": DEFAULT.window, "tau": DEFAULT.tau}}}
     assert unexplained(old) == []
-    (dev,) = unexplained({"config": {"jacap": {"window": DEFAULT.window, "tau": DEFAULT.tau, "centre": "tempered"}}})
+    (dev,) = unexplained({"config": {"jacap_prompt": {"window": DEFAULT.window, "tau": DEFAULT.tau, "centre": "tempered"}}})
     assert (dev.option, dev.recorded, dev.default) == ("centre", "tempered", "observed")
     # a baseline's record is compared with today's kvpress defaults too
     from jacap_lib.presses.registry import build_press, method_options
@@ -101,10 +101,10 @@ def test_top_level_shared_parameters_are_compared():
 
 def test_deff_frac_counts_only_with_the_effective_dimension_rule():
     other = DEFAULT.deff_frac * 2
-    fixed = {"config": {"jacap": {"noise": 1.0, "deff_frac": other, "tau": DEFAULT.tau, "centre": DEFAULT.centre}},
+    fixed = {"config": {"jacap_prompt": {"noise": 1.0, "deff_frac": other, "tau": DEFAULT.tau, "centre": DEFAULT.centre}},
              "rows": []}
     assert unexplained(fixed) == []  # no effect with a fixed noise
-    rule = {"config": {"jacap": {"noise": "deff", "deff_frac": other, "tau": DEFAULT.tau, "centre": DEFAULT.centre}},
+    rule = {"config": {"jacap_prompt": {"noise": "deff", "deff_frac": other, "tau": DEFAULT.tau, "centre": DEFAULT.centre}},
             "rows": []}
     devs = {d.option: d for d in unexplained(rule)}
     assert set(devs) == {"noise", "deff_frac"}
@@ -116,12 +116,12 @@ def test_the_evaluations_settings_mapping_is_compared_like_methods():
     is a deviation unless the run says why."""
     from jacap_lib.presses.registry import method_options, press_from_spec
 
-    now = method_options(press_from_spec("jacap", 0.5))
-    run = {"settings": {"jacap": {**now, "beta": None}, "knorm": method_options(press_from_spec("knorm", 0.5))}}
+    now = method_options(press_from_spec("jacap_prompt", 0.5))
+    run = {"settings": {"jacap_prompt": {**now, "beta": None}, "knorm": method_options(press_from_spec("knorm", 0.5))}}
     (dev,) = unexplained({"runs": [run]})
     assert (dev.option, dev.recorded) == ("beta", None) and "settings.jacap" in dev.where
     # tau has no effect at the default observed centre: a different tau is no deviation there
-    assert unexplained({"runs": [{"settings": {"jacap": {**now, "tau": now["tau"] + 7.0}}}]}) == []
+    assert unexplained({"runs": [{"settings": {"jacap_prompt": {**now, "tau": now["tau"] + 7.0}}}]}) == []
     run[MARKER] = {"beta": "made under the defaults of the day"}
     assert unexplained({"runs": [run]}) == []
 

@@ -80,7 +80,7 @@ def _row(L, c, lo, hi, **kw):
 
 def _summary(rows, **fam):
     return {"config": {}, "cells_missing": [], "families": [
-        {"setting": "jacap[centre=tempered,tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune", "label": "picked on tune",
+        {"setting": "jacap_prompt[centre=tempered,tau=3,beta=0.9]", "role": "algorithm 1", "picked_on": "tune", "label": "picked on tune",
          "rows": rows, **fam}]}
 
 
@@ -102,7 +102,7 @@ def test_verdict_frame_headline_and_details_columns():
     assert head.loc[("Algorithm 1 tuned", "512 / 0.9"), "verdict"] == "identical on every document"
     assert head.loc[("Algorithm 1 tuned", "512 / 0.5"), "baseline"] == "snapkv"
     assert set(head["note"]) == {""}  # 4 sinks + a 16-token window: 512 at c = 0.9 keeps 51, the score chooses 31
-    wide = VE.verdict_frame(_summary(rows, setting="jacap[centre=tempered,tau=3,beta=0.9,window=128]"))
+    wide = VE.verdict_frame(_summary(rows, setting="jacap_prompt[centre=tempered,tau=3,beta=0.9,window=128]"))
     assert list(wide["note"]) == ["", "protection fills the budget"]  # 256 > 132 >= 51 kept
     det = VE.verdict_frame(_summary(rows), details=True)
     assert list(det.columns) == ["baseline setting", "mean-KL [95 % CI]", "won/lost", "Wilcoxon p (Holm)"]
@@ -141,16 +141,16 @@ def test_pair_target_cells_and_choices_frames():
     assert t.loc["2048 / 0.75"].tolist() == ["not worse", "streaming_llm", "1.35 [1.09, 1.69]", "no", "9.3 %"]
     cells = [{"method": m, "length": 512, "ratio": c, "n_docs": 8, "kl_geomean": 0.0123, "kl_low": 0.01049,
               "kl_high": 0.01462, "top1_agreement": 0.9, "attn_rel_error": 0.1}
-             for m in ("jacap[centre=tempered,tau=3,beta=0.9]", "snapkv[window_size=16]") for c in (0.5, 0.75)]
+             for m in ("jacap_prompt[centre=tempered,tau=3,beta=0.9]", "snapkv[window_size=16]") for c in (0.5, 0.75)]
     f = VE.cells_frame(cells)
     assert list(f.columns) == ["c = 0.5", "c = 0.75"]  # never "0.500000"
     # rows named as the figures name them (setting_names): jacap's only setting here by its method's name, SnapKV's
     # tune choice by its reader name
-    assert f.loc[(512, "jacap"), "c = 0.5"] == "0.0123"  # four decimals: the interval is ±0.002
+    assert f.loc[(512, "jacap_prompt"), "c = 0.5"] == "0.0123"  # four decimals: the interval is ±0.002
     assert VE.cells_frame(cells, details=True).loc[(512, "SnapKV"), "c = 0.75"] == "[0.0105, 0.0146]"
     # SnapKV as shipped beside its tune choice: the two would share the reader name, so each row shows its short spec
     both = cells + [{**c, "method": "snapkv"} for c in cells if c["method"].startswith("snapkv")]
-    assert sorted({k[1] for k in VE.cells_frame(both).index}) == ["jacap", "snapkv", "snapkv[window_size=16]"]
+    assert sorted({k[1] for k in VE.cells_frame(both).index}) == ["jacap_prompt", "snapkv", "snapkv[window_size=16]"]
     with pytest.raises(ValueError, match="value"):
         VE.cells_frame(cells, value="kl")
     choices = {"choices": {"snapkv": {"chosen": "snapkv[window_size=16]", "candidates": [
@@ -167,8 +167,8 @@ def test_needle_frames_by_hand():
         return {"spec": spec, "accuracy": k / 20, "low": max(0.0, k / 20 - 0.2), "high": min(1.0, k / 20 + 0.2)}
 
     s = {"cells": [{"length": 512, "ratio": 0.5, "full": acc("full", 20),
-                    "settings": [acc("jacap[centre=tempered,tau=3,beta=0.9]", 0), acc("capkv[tau=10]", 19)]}],
-         "comparisons": [{"setting": "jacap[centre=tempered,tau=3,beta=0.9]", "reference": "paper preset", "label": "paper preset",
+                    "settings": [acc("jacap_prompt[centre=tempered,tau=3,beta=0.9]", 0), acc("capkv[tau=10]", 19)]}],
+         "comparisons": [{"setting": "jacap_prompt[centre=tempered,tau=3,beta=0.9]", "reference": "paper preset", "label": "paper preset",
                           "rows": [{"length": 512, "ratio": 0.5, "reference_spec": P.PAPER_PRESET,
                                     "n": 20, "accuracy": 0.0, "reference_accuracy": 0.65, "diff_points": -65.0,
                                     "diff_low": -85.0, "diff_high": -45.0, "wins": 0, "losses": 13,
@@ -190,7 +190,7 @@ def test_needle_frames_by_hand():
 
 
 def test_decoding_tables_by_hand():
-    v = {"method": "jacap", "reference": "tova", "n": 24, "wins": 13, "unit": "prompt", "gm_ratio": 0.91,
+    v = {"method": "jacap_prompt", "reference": "tova", "n": 24, "wins": 13, "unit": "prompt", "gm_ratio": 0.91,
          "gm_low": 0.75, "gm_high": 1.09, "p_holm": 1.0, "verdict": V.verdict((0.75, 1.09)),
          "isolates": "the selection rule, same DecodingPress wrapper: Jacap's score with its sinks"}
     t = VS.decoding_verdict_table([v])
@@ -253,10 +253,10 @@ def test_chapter_five_tables_by_hand():
         VK.press_ratio_table({"jacap_over_capkv_scoring": {}, "jacap_over_capkv_decode": {}})
     rows = [dict(prompt_tokens=2048, method="none", ratio=0.0, prefill_s=12.14, scoring_s=0.0, total_s=30.0,
                  decode_ms_per_token=133.4, scoring_share_of_total=0.0),
-            dict(prompt_tokens=2048, method="jacap", ratio=0.6, prefill_s=14.3, scoring_s=1.2734, total_s=25.0,
+            dict(prompt_tokens=2048, method="jacap_prompt", ratio=0.6, prefill_s=14.3, scoring_s=1.2734, total_s=25.0,
                  decode_ms_per_token=1091.6, scoring_share_of_total=0.0509)]
     e = VK.end_to_end_table({"rows": rows})
-    assert e.loc[(2048, "jacap", "0.6")].tolist() == ["14.3", "1.27", "8.9%", "5.1%", "1092"]
+    assert e.loc[(2048, "jacap_prompt", "0.6")].tolist() == ["14.3", "1.27", "8.9%", "5.1%", "1092"]
     assert e.loc[(2048, "none", "—"), "prefill (s)"] == "12.1"
 
 
@@ -269,7 +269,7 @@ def test_verdict_tables_label_the_cells_where_protection_fills_the_budget():
     from jacap_lib.results import protocol as P
 
     choices, rows, summary = R.load_eval_choices(), R.load_eval_rows("dev"), R.load_eval_summary()
-    alg1 = choices["chosen"]["jacap"]
+    alg1 = choices["chosen"]["jacap_prompt"]
 
     def fills(spec, L, c):  # independent of results.protection: the press's own sink and window counts
         press = press_from_spec(spec, c)

@@ -174,12 +174,12 @@ def test_every_jacap_method_runs_on_the_bundled_model(bundled, name):
     heads, layers = model.config.num_key_value_heads, model.config.num_hidden_layers
     try:
         masks = [getattr(layer.self_attn, "masked_key_indices", None) for layer in model.model.layers]
-        if name == "jacap_context":  # scored after the prefill (reconstruction pass), masks across layers and heads
+        if name == "jacap":  # scored after the prefill (reconstruction pass), masks across layers and heads
             assert all(cache.layers[i].keys.shape[-2] == n for i in range(layers))
             assert sum(int(m[0].numel()) for m in masks) == int(layers * heads * n * c)
             assert not any(set(range(4)) & set(m[2].tolist()) for m in masks)  # KVzip's sinks stay
             return
-        if name == "jacap_adakv":
+        if name == "jacap_prompt_adakv":
             for i, m in enumerate(masks):
                 assert cache.layers[i].keys.shape[-2] == n and m is not None
                 counts = torch.bincount(m[1], minlength=heads)

@@ -20,14 +20,14 @@ def test_one_distinct_colour_per_method():
     from jacap_lib.presses.registry import method_options, press_from_spec
     # only aliases of one method (Jacap's torch reference; the tune choice, which JacapPromptPress() now is) and the
     # two references share a colour
-    assert shared == {METHOD_STYLES["jacap"][0]: ["jacap", "jacap_torch", "jacap[tau=3,beta=0.9]"],
-                      "#ff7f0e": ["jacap[window=0]", "jacap[tau=3,beta=0.9,n_sink=4,window=0]"],
+    assert shared == {METHOD_STYLES["jacap_prompt"][0]: ["jacap_prompt", "jacap_torch", "jacap_prompt[tau=3,beta=0.9]"],
+                      "#ff7f0e": ["jacap_prompt[window=0]", "jacap_prompt[tau=3,beta=0.9,n_sink=4,window=0]"],
                       "#000000": ["full", "floor"]}, shared
-    assert method_options(press_from_spec("jacap[window=0]", 0.5)) == method_options(
-        press_from_spec("jacap[tau=3,beta=0.9,n_sink=4,window=0]", 0.5))  # the same press: one colour
-    assert method_options(press_from_spec("jacap", 0.5)) == method_options(press_from_spec("jacap[tau=3,beta=0.9]", 0.5))
-    assert method_style("jacap[window=0]") == {"color": "#ff7f0e", "symbol": "diamond"}
-    assert method_style("jacap[tau=77]") == method_style("jacap[tau=77]")  # unknown names: fixed, by name
+    assert method_options(press_from_spec("jacap_prompt[window=0]", 0.5)) == method_options(
+        press_from_spec("jacap_prompt[tau=3,beta=0.9,n_sink=4,window=0]", 0.5))  # the same press: one colour
+    assert method_options(press_from_spec("jacap_prompt", 0.5)) == method_options(press_from_spec("jacap_prompt[tau=3,beta=0.9]", 0.5))
+    assert method_style("jacap_prompt[window=0]") == {"color": "#ff7f0e", "symbol": "diamond"}
+    assert method_style("jacap_prompt[tau=77]") == method_style("jacap_prompt[tau=77]")  # unknown names: fixed, by name
     with pytest.raises(ValueError, match="name"):
         method_style("")
 
@@ -36,12 +36,12 @@ def test_finish_paints_methods_by_legendgroup_or_name():
     fig = go.Figure([go.Scatter(x=[0, 1], y=[1, 2], name="TOVA (kvpress)", legendgroup="tova", mode="lines"),
                      go.Bar(x=["a"], y=[1], name="capkv"),
                      go.Scatter(x=[0, 1], y=[1, 2], name="not a method", line={"color": "#123456"}),
-                     go.Scatter(x=[0], y=[1], name="jacap", mode="markers", marker={"symbol": "line-ew-open"})])
+                     go.Scatter(x=[0], y=[1], name="jacap_prompt", mode="markers", marker={"symbol": "line-ew-open"})])
     finish(fig)
     assert fig.data[0].line.color == METHOD_STYLES["tova"][0]
     assert fig.data[1].marker.color == METHOD_STYLES["capkv"][0]
     assert fig.data[2].line.color == "#123456"
-    assert fig.data[3].marker.color == METHOD_STYLES["jacap"][0] and fig.data[3].marker.symbol == "line-ew-open"
+    assert fig.data[3].marker.color == METHOD_STYLES["jacap_prompt"][0] and fig.data[3].marker.symbol == "line-ew-open"
 
 
 def _value(text: str) -> float:
@@ -158,12 +158,12 @@ def test_legend_leaves_the_slider_and_long_titles_wrap():
 
 def test_book_figure_uses_the_mapping_on_every_panel():
     cells = [{"method": m, "length": L, "ratio": c, "n_docs": 3, "kl_geomean": kl, "kl_low": kl / 2, "kl_high": kl * 2}
-             for L in (512, 1024) for c in (0.5, 0.9) for m, kl in (("jacap[tau=3,beta=0.9]", 0.1), ("tova", 0.2))]
+             for L in (512, 1024) for c in (0.5, 0.9) for m, kl in (("jacap_prompt[tau=3,beta=0.9]", 0.1), ("tova", 0.2))]
     fig = evaluation.kl_figure(cells)
     assert {fig.layout[f"yaxis{k if k > 1 else ''}"].type for k in range(1, 3)} == {"log"}
     jac = [t for t in fig.data if t.name == "JacapPromptPress()"]  # the press JacapPromptPress() builds, by that name
-    assert len(jac) == 2 and {t.marker.color for t in jac} == {METHOD_STYLES["jacap"][0]}
-    assert style.method_of(fig.data[0]) == "jacap"  # the default Jacap, named by what sets it apart: jacap's colour
+    assert len(jac) == 2 and {t.marker.color for t in jac} == {METHOD_STYLES["jacap_prompt"][0]}
+    assert style.method_of(fig.data[0]) == "jacap_prompt"  # the default Jacap, named by what sets it apart: jacap's colour
     assert {t.marker.color for t in fig.data if t.name == "TOVA"} == {METHOD_STYLES["tova"][0]}  # its reader name
     # the ratios evenly spaced as categories (0.9 and 0.95 no longer bunch), said in the axis title
     assert fig.layout.xaxis.type == "category" and list(fig.layout.xaxis2.categoryarray) == ["0.5", "0.9"]

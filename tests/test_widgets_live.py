@@ -19,21 +19,21 @@ def _fake(ratio=0.5, n=10, jacap=True):
         alpha = torch.softmax(torch.arange(n, dtype=torch.float32), 0).expand(2, 2, n).clone()
         parts = dict(alpha=alpha, rho=alpha * (1 - alpha), kappa=torch.ones(2, 2, n), weight=alpha,
                      leverage=torch.ones(2, 2, n), score=alpha)
-    return EvictionInspection(method="jacap" if jacap else "knorm", compression_ratio=ratio, options={},
+    return EvictionInspection(method="jacap_prompt" if jacap else "knorm", compression_ratio=ratio, options={},
                               token_ids=list(range(n)), tokens=[f"t{i}" for i in range(n)], kept=kept, **parts)
 
 
 def test_press_options_only_steer_jacap():
-    assert W.press_options("jacap", 5, 0.9) == {"tau": 5.0, "beta": 0.9}
+    assert W.press_options("jacap_prompt", 5, 0.9) == {"tau": 5.0, "beta": 0.9}
     assert W.press_options("jacap_two_stage", 5, None) == {"tau": 5.0, "beta": None}
     assert W.press_options("snapkv", 5, 0.9) == {}
-    assert W.press_options("jacap_context", 5, 0.9, "tempered") == {"tau": 5.0, "centre": "tempered"}  # no beta
+    assert W.press_options("jacap", 5, 0.9, "tempered") == {"tau": 5.0, "centre": "tempered"}  # no beta
     # the centre goes to a press that offers it; a variant that rebuilds the tempered centre keeps its own
-    assert W.press_options("jacap", 5, 0.9, "tempered") == {"tau": 5.0, "beta": 0.9, "centre": "tempered"}
+    assert W.press_options("jacap_prompt", 5, 0.9, "tempered") == {"tau": 5.0, "beta": 0.9, "centre": "tempered"}
     assert W.press_options("jacap_two_stage", 5, None, "observed") == {"tau": 5.0, "beta": None}
     assert W.press_options("snapkv", 5, 0.9, "tempered") == {}
     with pytest.raises(ValueError, match="centre"):
-        W.press_options("jacap", 5, 0.9, "ea")
+        W.press_options("jacap_prompt", 5, 0.9, "ea")
     assert W.parse_choice("all") is None and W.parse_choice(3) == 3 and W.parse_choice("2") == 2
     with pytest.raises(ValueError):
         W.parse_choice("three")
@@ -68,11 +68,11 @@ def test_kl_bars_groups_by_ratio():
     from jacap_lib.viz.style import METHOD_STYLES
 
     rows = [{"method": m, "ratio": r, "kl": kl} for m, r, kl in
-            [("jacap", 0.5, 0.1), ("knorm", 0.5, 0.3), ("jacap", 0.9, 1.0), ("knorm", 0.9, 2.0)]]
+            [("jacap_prompt", 0.5, 0.1), ("knorm", 0.5, 0.3), ("jacap_prompt", 0.9, 1.0), ("knorm", 0.9, 2.0)]]
     fig = V.kl_bars(rows)
-    assert [t.name for t in fig.data] == ["jacap", "knorm"]  # one trace (and legend entry) per method
+    assert [t.name for t in fig.data] == ["jacap_prompt", "knorm"]  # one trace (and legend entry) per method
     assert list(fig.data[1].y) == [0.3, 2.0] and list(fig.data[0].x) == ["c = 0.5", "c = 0.9"]
-    assert [t.marker.color for t in fig.data] == [METHOD_STYLES["jacap"][0], METHOD_STYLES["knorm"][0]]
+    assert [t.marker.color for t in fig.data] == [METHOD_STYLES["jacap_prompt"][0], METHOD_STYLES["knorm"][0]]
     # bars on a linear axis from 0: a bar's length is its KL (a log axis cut at 0.2 exaggerated small gaps)
     assert fig.layout.yaxis.type == "linear" and fig.layout.yaxis.rangemode == "tozero"
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
@@ -83,7 +83,7 @@ def test_kl_bars_legend_shows_every_method_of_the_registry():
     and the figure and its bottom margin grow by one legend row per three methods, so no entry scrolls away."""
     from jacap_lib.presses.registry import list_methods
 
-    methods = ["jacap"] + list_methods("kvpress")  # what kl_table measures by default
+    methods = ["jacap_prompt"] + list_methods("kvpress")  # what kl_table measures by default
     assert len(methods) >= 15
     rows = [{"method": m, "ratio": r, "kl": 0.1} for m in methods for r in (0.5, 0.9)]
     fig, few = V.kl_bars(rows), V.kl_bars([r for r in rows if r["method"] in methods[:3]])
@@ -104,13 +104,13 @@ def test_explorer_callbacks_on_the_bundled_model():
     model, tok = load_model()
     context = "The green kiosk sells ferry tickets for twelve crowns. " * 4
     ex = W.EvictionExplorer(model, tok, context, "How much is a ticket?", max_new_tokens=6)
-    fig = ex.figure("jacap", 0.5, 10.0, None, layer=3, head="all")
-    insp = ex.inspect("jacap", 0.5, 10.0, None)
-    assert ex.inspect("jacap", 0.5, 10.0, None) is insp  # memoised: moving layer/head costs nothing
+    fig = ex.figure("jacap_prompt", 0.5, 10.0, None, layer=3, head="all")
+    insp = ex.inspect("jacap_prompt", 0.5, 10.0, None)
+    assert ex.inspect("jacap_prompt", 0.5, 10.0, None) is insp  # memoised: moving layer/head costs nothing
     assert [list(row) for row in fig.data[0].z] == V.strip_data(insp, 3, None)["z"]
-    assert ex.inspect("jacap", 0.5, 2.0, None).options["tau"] == 2.0
-    hot = ex.inspect("jacap", 0.5, 100.0, None, "tempered")  # tau acts on the tempered centre: flatter alpha
-    assert hot.options["centre"] == "tempered" and float(hot.alpha.std()) < float(ex.inspect("jacap", 0.5, 1.0, None, "tempered").alpha.std())
+    assert ex.inspect("jacap_prompt", 0.5, 2.0, None).options["tau"] == 2.0
+    hot = ex.inspect("jacap_prompt", 0.5, 100.0, None, "tempered")  # tau acts on the tempered centre: flatter alpha
+    assert hot.options["centre"] == "tempered" and float(hot.alpha.std()) < float(ex.inspect("jacap_prompt", 0.5, 1.0, None, "tempered").alpha.std())
     got = ex.answers("knorm", 0.5)
     assert set(got) == {"full", "compressed"} and all(isinstance(v, str) for v in got.values())
 

@@ -73,7 +73,7 @@ def _pair_data() -> dict:
     from ..results.loaders import load_eval_choices
 
     L, c = PAIR_CELL
-    tuned = load_eval_choices()["chosen"]["jacap"]
+    tuned = load_eval_choices()["chosen"]["jacap_prompt"]
     rows = _cell_rows(L, c)
     pick = lambda spec: {_prompt(r): bool(r["correct"]) for r in rows if r["method"] == spec}  # noqa: E731
     return {"length": L, "ratio": c, "a": pick(tuned), "b": pick(P.PAPER_PRESET), "a_spec": tuned,

@@ -70,7 +70,7 @@ def _scored():
     from ..presses.registry import press_from_spec
     from ..results.loaders import load_eval_choices
 
-    spec = load_eval_choices()["chosen"]["jacap"]
+    spec = load_eval_choices()["chosen"]["jacap_prompt"]
     return press_from_spec(spec, SPLIT_RATIO).budget_split(SPLIT_LENGTH)["scored"]
 
 

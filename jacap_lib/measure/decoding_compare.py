@@ -7,7 +7,7 @@ compression, then replayed one token per forward through
   every layer evicted together, keeps ``budget`` slots, never more than ``budget + interval``);
   ``alg2_flat`` = ``alg2[beta=none]``: the same controller with flat (cumulative) statistics, nothing else changed;
 * ``DecodingPress(<scorer>)``: kvpress's decoding wrapper (``compression_interval = interval``,
-  ``target_size = budget``) around a registry scorer spec (``jacap``, ``tova``, ``streaming_llm[n_sink=1]``, ...),
+  ``target_size = budget``) around a registry scorer spec (``jacap_prompt``, ``tova``, ``streaming_llm[n_sink=1]``, ...),
   as :func:`positional_decoding_press`: kept tokens written back in slot (= position) order, so that a scorer
   that reads positions off slot indices (StreamingLLM) keeps its sinks after the first compression.
 
@@ -58,7 +58,7 @@ def parse_decoding_method(spec: str) -> tuple[str, dict]:
     return name, opts
 
 
-def decoding_methods(names=("alg2", "jacap", "tova", "knorm", "expected_attention", "streaming_llm")) -> list[str]:
+def decoding_methods(names=("alg2", "jacap_prompt", "tova", "knorm", "expected_attention", "streaming_llm")) -> list[str]:
     """Method specs :func:`compare_decoding` understands (see :func:`parse_decoding_method`), each checked
     (a registry spec by building its press once)."""
     from ..presses.registry import build_press

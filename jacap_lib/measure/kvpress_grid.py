@@ -59,7 +59,7 @@ def _scorer(spec: str, ratio: float, small: bool):
 
 def wrap(wrapper: str | None, name: str, n_layers: int, small: bool = True):
     """kvpress ``wrapper`` around a fresh registry press ``name`` (a name or a spec ``name[key=value]``; kvpress
-    asserts on a refusal); ``None``: the registry press alone (``jacap_adakv`` is a kvpress wrapper
+    asserts on a refusal); ``None``: the registry press alone (``jacap_prompt_adakv`` is a kvpress wrapper
     itself)."""
     s = lambda r=RATIO: _scorer(name, r, small)  # noqa: E731
     if wrapper is None:
@@ -177,7 +177,7 @@ def _run_combo(model, wrapper, name, prompt_ids, small):
     return {"lengths": lengths, "masked": masked, "scores": scores, "finite_logits": finite}
 
 
-REGISTRY_WRAPPERS = {"jacap_adakv": "AdaKVPress"}
+REGISTRY_WRAPPERS = {"jacap_prompt_adakv": "AdaKVPress"}
 NEEDS_SCORER = {"ChunkPress", "ChunkKVPress", "AdaKVPress", "CriticalKVPress", "CriticalAdaKVPress",
                 "KeyRerotationPress", "PerLayerCompressionPress", "BlockPress"}
 DECODING = {"DecodingPress", "PrefillDecodingPress", "CAMPress"}
@@ -186,7 +186,7 @@ DECODING = {"DecodingPress", "PrefillDecodingPress", "CAMPress"}
 def known_refusal(wrapper: str, name: str):
     """``(exception type, message regex, reason)`` kvpress answers this combination with, or None if it runs.
 
-    * the registry's wrapper variant (``jacap_adakv`` is an ``AdaKVPress``) in wrappers that assert a
+    * the registry's wrapper variant (``jacap_prompt_adakv`` is an ``AdaKVPress``) in wrappers that assert a
       ``ScorerPress`` inside (use ``press.press``, the ``JacapPromptPress`` within, there);
     * ``ComposedPress`` refuses ``AdaKVPress`` by design; ``CAMPress`` admits ``AdaKVPress`` through
       ``DecodingPress``'s type check but then calls its missing ``score``;
@@ -196,9 +196,9 @@ def known_refusal(wrapper: str, name: str):
         if wrapper in NEEDS_SCORER:  # kvpress asserts isinstance(press, ScorerPress) (KeyRerotation: no message)
             return (AssertionError, r"ScorerPress|compression_ratio can't be set|^AssertionError: $",
                     "kvpress asserts a ScorerPress inside; wrap the JacapPromptPress (press.press) instead")
-        if name == "jacap_adakv" and wrapper == "ComposedPress":
+        if name == "jacap_prompt_adakv" and wrapper == "ComposedPress":
             return AssertionError, "ComposedPress cannot contains AdaKVPress", "kvpress refuses AdaKVPress in a ComposedPress"
-        if name == "jacap_adakv" and wrapper == "CAMPress":
+        if name == "jacap_prompt_adakv" and wrapper == "CAMPress":
             return (AttributeError, "'AdaKVPress' object has no attribute 'score'",
                     "CAMPress admits AdaKVPress but calls its (missing) score()")
     if name == "snapkv" and (wrapper in DECODING or wrapper == "ChunkPress"):
@@ -209,7 +209,7 @@ def known_refusal(wrapper: str, name: str):
 
 def jacap_scorers() -> list[str]:
     """The Jacap-family registry names a kvpress wrapper can hold: every ``jacap*`` method but those scored after the
-    prefill with a second pass over the context (``registry.RECONSTRUCTION_METHODS``: ``jacap_context``)."""
+    prefill with a second pass over the context (``registry.RECONSTRUCTION_METHODS``: ``jacap``)."""
     from jacap_lib.presses.registry import RECONSTRUCTION_METHODS, list_methods
 
     return [m for m in list_methods("jacap") if m not in RECONSTRUCTION_METHODS]

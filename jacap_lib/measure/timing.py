@@ -319,7 +319,7 @@ DEFAULT_LENGTHS = (2048, 4096, 8192)
 
 DEFAULT_RATIOS = (0.6, 0.8)
 
-METHODS = ("none", "jacap", "capkv")
+METHODS = ("none", "jacap_prompt", "capkv")
 
 INIT_SEED = 0
 

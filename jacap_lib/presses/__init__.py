@@ -7,12 +7,12 @@
   ``ScorerPress`` (only ``score()``; kvpress does the hooks, the top-k per KV head and the cache update; one prefill,
   usable in every kvpress wrapper); ``JacapPromptPress(centre="tempered")`` is Algorithm 1 as published, its default
   centre is the observed attention of the recent queries;
-* the Jacap variants, each a registry name beginning with ``jacap`` (:mod:`.variants` lists them: e.g.
+* the Jacap variants, each a registry name beginning with ``jacap_prompt`` (:mod:`.variants` lists them: e.g.
   ``jacap_ablate``, one component of Algorithm 1 swapped at a time, with the one-knob table ``ONE_KNOB``;
   ``jacap_ea``, Jacap with Expected Attention's summary of the queries to come; a press with new scoring
   logic has its own file);
 * :mod:`.registry` — one name per method, Jacap's and kvpress's baselines alike: :func:`~.registry.list_methods`,
-  :func:`~.registry.build_press` (``build_press("jacap", 0.5)`` is ``JacapPromptPress(0.5)``), method specs
+  :func:`~.registry.build_press` (``build_press("jacap_prompt", 0.5)`` is ``JacapPromptPress(0.5)``), method specs
   ``name[key=value,...]`` (:func:`~.registry.press_from_spec`) and :func:`~.registry.changed_options` (what two
   specs' presses differ in);
 * presses that are not registry methods, the one-knob swaps of the critique's anatomy:

@@ -17,8 +17,8 @@ with every field at its default the press *is* :class:`~jacap_lib.presses.jacap.
 scores bit for bit). The swaps are options of the one Algorithm 1, :func:`jacap_lib.scoring.core.validated_scores`
 (``sensitivity``, ``kappa_rule``, ``leverage_rule``); the registry's ``jacap_ablate`` builds a JacapPromptPress where no
 such field is set. :data:`ONE_KNOB` lists the one-knob ablations as registry specs (label -> spec, what it
-changes); ablations that an existing registry name or option already expresses (``u = W_O v``: ``jacap_wo``;
-two-stage selection: ``jacap_two_stage``; the query window: ``jacap[n_queries=32]``) use it.
+changes); ablations that an existing registry name or option already expresses (``u = W_O v``: ``jacap_prompt_wo``;
+two-stage selection: ``jacap_two_stage``; the query window: ``jacap_prompt[n_queries=32]``) use it.
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ class JacapAblationPress(JacapPromptPress):
         return parts.score if self.budget == "uniform" else marginal_capacity(parts.score)
 
 
-# label -> (registry spec, what it changes relative to the default "jacap"); BASE_OF names the exceptions
+# label -> (registry spec, what it changes relative to the default "jacap_prompt"); BASE_OF names the exceptions
 ONE_KNOB: dict[str, tuple[str, str]] = {
     "centre=ea": ("jacap_ablate[centre=ea]",
                   "centre: Expected Attention's log-normal expectation softmax(K mu/sqrt d + diag(K Lambda K^T)/(2d)), "
@@ -126,14 +126,14 @@ ONE_KNOB: dict[str, tuple[str, str]] = {
     "centre=observed": ("jacap_ablate[centre=observed]",
                         "centre: the attention the prompt's queries actually paid (own RoPE positions, causal), "
                         "averaged with mu's EMA weights, no tau, instead of the tempered softmax"),
-    "rope-average=off": ("jacap[n_future_positions=1]",
+    "rope-average=off": ("jacap_prompt[n_future_positions=1]",
                          "query statistics: queries rotated to the next position only, not RoPE-averaged over "
                          "512 future positions"),
-    "queries=32": ("jacap[n_queries=32]", "query statistics from the last 32 prompt queries instead of all (the "
+    "queries=32": ("jacap_prompt[n_queries=32]", "query statistics from the last 32 prompt queries instead of all (the "
                                           "EMA, beta 0.9, gives the older ones 0.9^32 of the weight in all)"),
-    "queries=128": ("jacap[n_queries=128]", "query statistics from the last 128 prompt queries instead of all (the "
+    "queries=128": ("jacap_prompt[n_queries=128]", "query statistics from the last 128 prompt queries instead of all (the "
                                             "EMA gives the older ones 0.9^128 of the weight in all)"),
-    "stats=flat": ("jacap[beta=none]", "query statistics: flat mean/variance over the prompt's queries instead "
+    "stats=flat": ("jacap_prompt[beta=none]", "query statistics: flat mean/variance over the prompt's queries instead "
                                        "of the EMA (beta 0.9)"),
     "sensitivity=rho": ("jacap_ablate[sensitivity=rho]", "sensitivity factor rho instead of rho^2"),
     "sensitivity=alpha": ("jacap_ablate[sensitivity=alpha]", "sensitivity factor alpha-bar instead of rho^2"),
@@ -142,7 +142,7 @@ ONE_KNOB: dict[str, tuple[str, str]] = {
                   "unchanged)"),
     "leverage=I": ("jacap_ablate[leverage=identity]",
                    "leverage off: A := I, score w_i |u_i|^2 / sigma^2 (no redundancy discount)"),
-    "u=W_O v": ("jacap_wo", "output directions u = W_O v (the head's output-projection slice) instead of v"),
+    "u=W_O v": ("jacap_prompt_wo", "output directions u = W_O v (the head's output-projection slice) instead of v"),
     "selection=two-stage": ("jacap_two_stage",
                             "selection: top-2B candidates, then alpha-bar, w and A recomputed on them and rescored, "
                             "instead of one shot"),
@@ -157,16 +157,16 @@ ONE_KNOB: dict[str, tuple[str, str]] = {
                         "the mean variance)"),
     "prior=3-centres": ("jacap_multicenter",
                         "query prior: 3 k-means centres per KV head (max of normalised scores) instead of one "
-                        "Gaussian; flat statistics (its base is jacap[beta=none])"),
+                        "Gaussian; flat statistics (its base is jacap_prompt[beta=none])"),
 }
 
-# the spec each ablation changes one knob of, where it is not the default "jacap"
-BASE_OF: dict[str, str] = {"prior=3-centres": "jacap[beta=none]"}
+# the spec each ablation changes one knob of, where it is not the default "jacap_prompt"
+BASE_OF: dict[str, str] = {"prior=3-centres": "jacap_prompt[beta=none]"}
 
 
 def base_spec(label: str) -> str:
-    """The spec ``ONE_KNOB[label]`` differs from in exactly one respect (``"jacap"`` unless :data:`BASE_OF` says)."""
+    """The spec ``ONE_KNOB[label]`` differs from in exactly one respect (``"jacap_prompt"`` unless :data:`BASE_OF` says)."""
     if label not in ONE_KNOB:
         raise ValueError(f"unknown ablation {label!r}; valid labels: {', '.join(ONE_KNOB)}")
-    return BASE_OF.get(label, "jacap")
+    return BASE_OF.get(label, "jacap_prompt")
 

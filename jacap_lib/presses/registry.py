@@ -1,14 +1,14 @@
 """The book's method registry: one name per eviction method, every comparison goes through it.
 
 :data:`METHODS` is the table, literal: each name is a distinct method or an alias of one spec. Baselines are the
-field's own implementations (kvpress presses at kvpress's defaults); ``jacap`` is
-:class:`~jacap_lib.presses.jacap.JacapPromptPress` at the library's defaults; the other names beginning with ``jacap`` are
+field's own implementations (kvpress presses at kvpress's defaults); ``jacap_prompt`` is
+:class:`~jacap_lib.presses.jacap.JacapPromptPress` at the library's defaults; the other names beginning with ``jacap_prompt`` are
 Jacap's variants. A spec ``name[key=value,...]`` sets options; ``adakv=true`` wraps any scorer in kvpress's
 head-adaptive ``AdaKVPress``, the same way for every method.
 
 >>> from jacap_lib import build_press, list_methods
 >>> press = build_press("snapkv", 0.5)           # kvpress SnapKVPress(compression_ratio=0.5)
->>> press = build_press("jacap", 0.75, tau=5.0)   # options go to the press constructor
+>>> press = build_press("jacap_prompt", 0.75, tau=5.0)   # options go to the press constructor
 """
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def critical_adakv(compression_ratio: float = 0.0, scorer: str = CRITICAL_SCORER
 critical_kv.kvpress_press, critical_adakv.kvpress_press = kvpress.CriticalKVPress, kvpress.CriticalAdaKVPress
 
 #: The registry: name -> what it builds. kvpress's presses at kvpress's own defaults (they never move); Jacap's
-#: presses at today's defaults of :class:`~jacap_lib.presses.jacap.JacapPromptPress` (``jacap``), and the Jacap names that
+#: presses at today's defaults of :class:`~jacap_lib.presses.jacap.JacapPromptPress` (``jacap_prompt``), and the Jacap names that
 #: are an alias of one spec (their ``options``) or a different method (their own press class).
 METHODS: dict[str, Method] = {
     "snapkv": Method(kvpress.SnapKVPress, {}, "attention of the last prompt window (SnapKV)"),
@@ -116,17 +116,17 @@ METHODS: dict[str, Method] = {
     "streaming_llm": Method(kvpress.StreamingLLMPress, {}, "sink + most recent tokens (StreamingLLM)"),
     "tova": Method(kvpress.TOVAPress, {}, "attention of the last prompt token (TOVA)"),
     "random": Method(kvpress.RandomPress, {"seed": 0}, "uniformly random tokens (seed 0)"),
-    "jacap": Method(JacapPromptPress, {}, f"Jacap Algorithm 1: sensitivity-weighted leverage (defaults: linearised at the "
+    "jacap_prompt": Method(JacapPromptPress, {}, f"Jacap Algorithm 1: sensitivity-weighted leverage (defaults: linearised at the "
                                     f"observed attention of the recent queries, window={DEFAULTS.window}, "
-                                    f"beta={DEFAULTS.beta}, u=v; Algorithm 1's tempered centre: jacap[centre=tempered]; "
+                                    f"beta={DEFAULTS.beta}, u=v; Algorithm 1's tempered centre: jacap_prompt[centre=tempered]; "
                                     f"Algorithm 1 as published (the paper's settings): "
-                                    f"jacap[tau=10,noise=1,beta=none,centre=tempered,window=32])"),
-    "jacap_adakv": Method(JacapPromptPress, {"adakv": True},
+                                    f"jacap_prompt[tau=10,noise=1,beta=none,centre=tempered,window=32])"),
+    "jacap_prompt_adakv": Method(JacapPromptPress, {"adakv": True},
                           "Jacap scores with kvpress AdaKV head-wise budget allocation (top-k across the heads of a "
-                          "layer); an alias of jacap[adakv=true]"),
-    "jacap_wo": Method(JacapPromptPress, {"use_out_proj": True},
+                          "layer); an alias of jacap_prompt[adakv=true]"),
+    "jacap_prompt_wo": Method(JacapPromptPress, {"use_out_proj": True},
                        "Jacap with the true output directions u = W_O v (the head's slice of the output projection); "
-                       "an alias of jacap[use_out_proj=true]"),
+                       "an alias of jacap_prompt[use_out_proj=true]"),
     "jacap_ablate": Method(jacap_ablate, {},
                            "Jacap with one component of Algorithm 1 swapped (centre, sensitivity, kappa, leverage, "
                            "prior_iso, budget)"),
@@ -144,7 +144,7 @@ METHODS: dict[str, Method] = {
                                 "Jacap with a 3-centre query prior (k-means per KV head, max of normalised scores)"),
     # KVzip's reconstruction pass as Jacap's query prior: scored after the prefill like kvzip (real prefill, scored
     # once for every ratio); summary=max,budget=global is kvpress KVzip itself
-    "jacap_context": Method(JacapPress, {},
+    "jacap": Method(JacapPress, {},
                             "Jacap Algorithm 1 with the query statistics of KVzip's context-reconstruction pass, budget "
                             "across layers and heads (defaults summary=jacap, budget=global; summary=max is KVzip's "
                             "score, budget=layer|head the per-layer and per-KV-head budgets, window= Jacap's recent "
@@ -213,7 +213,7 @@ PEERS: tuple[str, ...] = ("kvzip", "kvgrad", "compactor", "leverage_score", "lag
 #: the methods that score after the prefill (a context-reconstruction pass) and mask kvpress's masked keys across
 #: layers and heads: not ScorerPresses, so kvpress's wrappers refuse them; measured on the real prefill
 #: (jacap_lib.measure.quality.can_replay is False for them)
-RECONSTRUCTION_METHODS: tuple[str, ...] = ("kvzip", "kvgrad", "jacap_context")
+RECONSTRUCTION_METHODS: tuple[str, ...] = ("kvzip", "kvgrad", "jacap")
 #: kvpress 0.5.5's presses that cannot run offline on the bundled model, and why (read off their kvpress source)
 NOT_OFFLINE: dict[str, str] = {
     "QFilterPress": "post_init_from_model downloads the model's trained Q-Filters from the Hub "
@@ -232,7 +232,7 @@ NOT_OFFLINE: dict[str, str] = {
 }
 #: The baselines whose scores differ from KV head to KV head, so that kvpress's head-adaptive allocation (AdaKV: one
 #: top-k across the heads of a layer) can move slots between heads; the protocol offers them ``adakv=true`` around
-#: their choice, as Jacap's scores get it in ``jacap_adakv``. TOVA repeats one score over every head and
+#: their choice, as Jacap's scores get it in ``jacap_prompt_adakv``. TOVA repeats one score over every head and
 #: StreamingLLM scores by position, so AdaKV could only reproduce their uniform split (they take the option too).
 ADAKV_BASELINES = ("snapkv", "knorm", "keydiff", "expected_attention", "capkv")
 #: the options every scorer takes from the registry: ``adakv=true`` wraps it in kvpress ``AdaKVPress`` (with
@@ -267,7 +267,7 @@ def describe_method(name: str) -> str:
 
 
 def alias_of(name: str) -> str | None:
-    """The spec a registry name is an alias of (``"jacap_adakv"`` -> ``"jacap[adakv=true]"``), or None for a name
+    """The spec a registry name is an alias of (``"jacap_prompt_adakv"`` -> ``"jacap_prompt[adakv=true]"``), or None for a name
     that is its own method."""
     method = _method(name)
     if not method.options or name in BASELINES:
@@ -320,7 +320,7 @@ def _runtime_options(press) -> set:
 def build_press(name: str, compression_ratio: float, **opts):
     """A fresh kvpress press for registry ``name`` at ``compression_ratio`` in [0, 1).
 
-    ``opts`` go to the press's constructor (e.g. ``tau``, ``beta``, ``window`` for ``jacap``; ``window_size`` for
+    ``opts`` go to the press's constructor (e.g. ``tau``, ``beta``, ``window`` for ``jacap_prompt``; ``window_size`` for
     ``snapkv``), over the name's own :attr:`Method.options`. Every scorer also takes ``adakv=true`` (kvpress
     ``AdaKVPress`` around it, its ``alpha_safeguard`` kvpress's 0.20 unless given). Unknown names, bad ratios or
     options raise ``ValueError``.
@@ -429,7 +429,7 @@ def _check_baseline_options(cls, opts: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# method specs: a registry name with options in brackets, e.g. "jacap[tau=1,noise=100]"
+# method specs: a registry name with options in brackets, e.g. "jacap_prompt[tau=1,noise=100]"
 # ---------------------------------------------------------------------------------------------
 _METHOD_RE = re.compile(r"^([A-Za-z0-9_]+)(?:\[(.*)\])?$")
 
@@ -449,10 +449,10 @@ def _parse_value(text: str):
 
 
 def parse_method(spec: str) -> tuple[str, dict]:
-    """``"jacap[tau=1,noise=10]"`` -> ``("jacap", {"tau": 1, "noise": 10})`` (values: int, float, bool,
+    """``"jacap_prompt[tau=1,noise=10]"`` -> ``("jacap_prompt", {"tau": 1, "noise": 10})`` (values: int, float, bool,
     None or string). The name is not checked here; :func:`press_from_spec` checks name and options."""
     if not isinstance(spec, str):
-        raise ValueError(f"method spec must be a string like 'jacap' or 'jacap[tau=1]', got {spec!r}")
+        raise ValueError(f"method spec must be a string like 'jacap_prompt' or 'jacap_prompt[tau=1]', got {spec!r}")
     m = _METHOD_RE.match(spec.strip())
     if not m:
         raise ValueError(f"method spec {spec!r} must look like 'name' or 'name[key=value,...]'")
@@ -607,7 +607,7 @@ def _scorer_record(press) -> tuple[type, dict, dict | None]:
     return type(press), {k: v for k, v in record.items() if k not in ("compression_ratio", "class")}, wrapper
 
 
-def changed_options(spec: str, base: str = "jacap") -> dict:
+def changed_options(spec: str, base: str = "jacap_prompt") -> dict:
     """``{option: (value in base, value in spec)}`` for every option that differs between the presses two registry
     specs build (read off the built presses, not the spec text; the compression ratio and inert options aside).
 

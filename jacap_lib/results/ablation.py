@@ -1,6 +1,6 @@
 """One-knob ablations of Jacap's default press, measured on the tune documents.
 
-``jacap evaluate ablate``   the default press (``jacap``: the library's defaults) and every one-knob change of
+``jacap evaluate ablate``   the default press (``jacap_prompt``: the library's defaults) and every one-knob change of
                             it (:data:`jacap_lib.presses.jacap_ablation.ONE_KNOB`, label -> (registry spec,
                             description)) on *every* tune document (never a dev document) ->
                             ``data/results/eval/ablation.jsonl`` (the evaluation's row format, resumable) with
@@ -61,7 +61,7 @@ def measured_spec(spec: str) -> str:
     return written_out(with_options(spec, **then) if then else spec)
 
 
-DEFAULT_SPEC = "jacap"  # Algorithm 1 as tuned then (TUNED_THEN): every ablation changes one knob of it
+DEFAULT_SPEC = "jacap_prompt"  # Algorithm 1 as tuned then (TUNED_THEN): every ablation changes one knob of it
 FILE = "ablation.jsonl"
 SUMMARY_FILE = "ablation_summary.json"
 ALPHA = 0.05  # family-wise error level of the simultaneous intervals and of Holm

@@ -126,7 +126,7 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
                            "continuation) instead of the prompt's recent queries; centre rule, weight, leverage, "
                            "protection Jacap's", "protect": None, "oracle": True})
     name, opts = parse_method(default)
-    if name == "jacap":  # the weight's form, one factor at a time (JacapAblationPress = JacapPromptPress at its defaults)
+    if name == "jacap_prompt":  # the weight's form, one factor at a time (JacapAblationPress = JacapPromptPress at its defaults)
         base = {**opts, "centre": jacap.centre}
         for key, option, text in (
                 ("sensitivity_alpha", {"sensitivity": "alpha"},
@@ -162,8 +162,8 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
 
 
 def split_wrapper(spec: str) -> tuple[str, str]:
-    """``(registry spec, wrapper part)`` of a swap setting: ``"jacap[...]+observed[obs_window=32]"`` ->
-    ``("jacap[...]", "+observed[obs_window=32]")``; the wrapper part is ``""`` for a plain spec (a ``+`` inside a
+    """``(registry spec, wrapper part)`` of a swap setting: ``"jacap_prompt[...]+observed[obs_window=32]"`` ->
+    ``("jacap_prompt[...]", "+observed[obs_window=32]")``; the wrapper part is ``""`` for a plain spec (a ``+`` inside a
     value such as ``noise=1e+06`` is no wrapper)."""
     base, *rest = re.split(r"(\+(?:observed|protect|oracle))", spec, maxsplit=1)
     return base, "".join(rest)
@@ -250,10 +250,10 @@ def prepare(args) -> dict:
     cell = f"{int(args.length)}/{float(args.ratio)}"
     cells = choices["best_baseline"]["cells"]
     J.check(cell in cells, f"--length/--ratio: cell {cell} is not a cell of the evaluation; choose among {list(cells)}")
-    J.check("jacap" in choices["chosen"], "--dir: choices.json has no Jacap choice")
+    J.check("jacap_prompt" in choices["chosen"], "--dir: choices.json has no Jacap choice")
     docs = pick_documents(load_docs(), args.per_kind, args.docs)
     J.check_model(args.model)
-    default, baseline = choices["chosen"]["jacap"], cells[cell]["spec"]
+    default, baseline = choices["chosen"]["jacap_prompt"], cells[cell]["spec"]
     settings = swap_settings(default, baseline)
     for s in settings:
         _press(s, float(args.ratio))  # a setting that cannot be built fails now

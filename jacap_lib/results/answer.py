@@ -65,7 +65,7 @@ def _predictions(summary: dict) -> list[str]:
         return sum(verdict_word(r["verdict"]) == "worse" for r in f["rows"])
 
     ranked = sorted(fams, key=losses)
-    top = [f for f in ranked if f["role"] not in SETTING_NAMES and f["role"] != "tuned jacap_adakv"][:2]
+    top = [f for f in ranked if f["role"] not in SETTING_NAMES and f["role"] != "tuned jacap_prompt_adakv"][:2]
     if not top:
         top = ranked[:1]
     parts = " and ".join(setting_name(f) for f in top)

@@ -158,16 +158,16 @@ def end_to_end_findings(data: dict) -> dict:
     pressed = sorted(k for k in by if k[1] != "none")
     return dict(
         jacap_over_capkv_scoring={(L, c): by[(L, m, c)]["scoring_s"] / by[(L, "capkv", c)]["scoring_s"]
-                                  for L, m, c in pressed if m == "jacap" and (L, "capkv", c) in by},
+                                  for L, m, c in pressed if m == "jacap_prompt" and (L, "capkv", c) in by},
         jacap_over_capkv_decode={(L, c): by[(L, m, c)]["decode_ms_per_token"] / by[(L, "capkv", c)]["decode_ms_per_token"]
-                                 for L, m, c in pressed if m == "jacap" and (L, "capkv", c) in by},
+                                 for L, m, c in pressed if m == "jacap_prompt" and (L, "capkv", c) in by},
         decode_speedup={(L, m, c): base[L]["decode_ms_per_token"] / by[(L, m, c)]["decode_ms_per_token"]
                         for L, m, c in pressed if L in base},
         total_over_uncompressed={(L, m, c): by[(L, m, c)]["total_s"] / base[L]["total_s"] for L, m, c in pressed if L in base},
         uncompressed_prefill_s={L: base[L]["prefill_s"] for L in sorted(base)},
-        scoring_share_of_prefill={m: (min(v), max(v)) for m in ("jacap", "capkv") if (v := [
+        scoring_share_of_prefill={m: (min(v), max(v)) for m in ("jacap_prompt", "capkv") if (v := [
             r["scoring_s"] / r["prefill_s"] for r in data["rows"] if r["method"] == m])},
-        scoring_share_of_total={m: (min(v), max(v)) for m in ("jacap", "capkv") if (v := [
+        scoring_share_of_total={m: (min(v), max(v)) for m in ("jacap_prompt", "capkv") if (v := [
             r["scoring_share_of_total"] for r in data["rows"] if r["method"] == m])},
         # with repeats: the fastest per-token decode of each row (its range over rows) and the slowest repeat
         decode_ms_fastest=(min(v), max(v)) if (v := [r.get("decode_ms_per_token_min", r["decode_ms_per_token"])

@@ -14,7 +14,7 @@ The methods (:data:`CONFIG` ``methods``, label -> spec; ``method_specs`` in the 
 * ``alg2``: :class:`jacap_lib.controller.JacapDecodeController` with EMA statistics (the default β);
 * ``alg2_flat``: the same controller with flat (cumulative) statistics (``beta=None``), nothing else
   changed -- the one comparison that isolates the query statistics;
-* ``jacap``: ``DecodingPress(JacapPromptPress(centre="tempered"))``: the same score as Algorithm 2's controller (the
+* ``jacap_prompt``: ``DecodingPress(JacapPromptPress(centre="tempered"))``: the same score as Algorithm 2's controller (the
   tempered centre; the default observed centre is a prefill choice the controller does not make), the same sinks
   and window, kvpress's wrapper instead of the controller;
 * the baselines: TOVA (no option) and StreamingLLM with 1 sink (``streaming_llm[n_sink=1]``, the evaluation's
@@ -99,12 +99,12 @@ CONFIG = {
     "window": DEFAULTS.window,
     "n_sink": DEFAULTS.n_sink,
     "beta": DEFAULTS.decode_beta,
-    "methods": {"alg2": "alg2", "alg2_flat": "alg2[beta=none]", "jacap": "jacap[centre=tempered]", "tova": "tova",
+    "methods": {"alg2": "alg2", "alg2_flat": "alg2[beta=none]", "jacap_prompt": "jacap_prompt[centre=tempered]", "tova": "tova",
                 "streaming_llm": "streaming_llm[n_sink=1]"},
     "method_notes": {
         "alg2": "JacapDecodeController(high=budget+interval, budget, interval, beta, n_sink, window)",
         "alg2_flat": "the same controller with beta=None (flat cumulative statistics); nothing else differs",
-        "jacap": "DecodingPress(JacapPromptPress(n_sink, window, centre='tempered')) (library defaults otherwise: the score of "
+        "jacap_prompt": "DecodingPress(JacapPromptPress(n_sink, window, centre='tempered')) (library defaults otherwise: the score of "
                  "Algorithm 2's controller), compression_interval=interval, "
                  "target_size=budget, hidden_states_buffer_size=256",
         "others": "DecodingPress(<registry press, its prefill-tune choice from data/results/eval/choices.json>, "
@@ -122,17 +122,17 @@ QUICK = {**CONFIG, "prompts": _PROMPTS[:3], "seeds": [0], "n_new": 40, "budget":
 # the verdict family: (method, reference, what the pair isolates)
 COMPARISONS = [
     ("alg2", "alg2_flat", "the query statistics alone: EMA vs flat, same controller"),
-    ("alg2", "jacap", "no single cause: two systems with the same score, sinks and window: statistics, buffering, RoPE averaging and "
+    ("alg2", "jacap_prompt", "no single cause: two systems with the same score, sinks and window: statistics, buffering, RoPE averaging and "
                       "per-layer compression differ at once"),
 ]
 
 
 def _family(methods) -> list[tuple[str, str, str]]:
-    base = [m for m in methods if m not in ("alg2", "alg2_flat", "jacap")]
+    base = [m for m in methods if m not in ("alg2", "alg2_flat", "jacap_prompt")]
     fam = [c for c in COMPARISONS if c[0] in methods and c[1] in methods]
     fam += [("alg2", b, "no single cause: two systems whose controller, statistics and score all differ") for b in base if "alg2" in methods]
-    fam += [("jacap", b, "the selection rule, same DecodingPress wrapper: Jacap's score with its protected sinks and "
-                         "window against the baseline's own rule") for b in base if "jacap" in methods]
+    fam += [("jacap_prompt", b, "the selection rule, same DecodingPress wrapper: Jacap's score with its protected sinks and "
+                         "window against the baseline's own rule") for b in base if "jacap_prompt" in methods]
     return fam
 
 
@@ -353,7 +353,7 @@ def decoding_verdicts(rows: list, *, unit: str = "prompt", floor: float = KL_FLO
     (method / reference; below 1 = the method is better) with BCa intervals, wins (units where the method's KL is
     lower), the Wilcoxon p-value, Holm over the family, and the verdict sentence (from the geometric-mean interval
     adjusted for the family's comparisons, the 95 % one's in ``verdict_unadjusted``). ``family``: list of
-    ``(method, reference, isolates)`` (default: alg2 vs alg2_flat, alg2 vs jacap, alg2 and jacap vs each
+    ``(method, reference, isolates)`` (default: alg2 vs alg2_flat, alg2 vs jacap_prompt, alg2 and jacap_prompt vs each
     baseline present). Each row adds ``method``, ``reference`` and ``isolates``."""
     from .verdicts import compare_cells
 

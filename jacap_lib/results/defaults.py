@@ -13,8 +13,8 @@ Where options are recorded (and what they are compared with):
   configurations): each record is compared
   with :func:`~jacap_lib.presses.registry.method_options` of the press the spec builds today
   (``press_from_spec(spec, ratio)``), recursively for wrapper presses; an option set in the spec
-  (``jacap[window=0]``) is thereby the method's own and never a deviation;
-* a ``"jacap"`` mapping of options (the live chapter's KL table): compared with ``JacapPromptPress()``;
+  (``jacap_prompt[window=0]``) is thereby the method's own and never a deviation;
+* a ``"jacap_prompt"`` mapping of options (the live chapter's KL table): compared with ``JacapPromptPress()``;
 * ``"options"`` and ``"setup"`` mappings inside rows (the failure demos): their ``JacapPromptPress`` fields
   compared with ``JacapPromptPress()``;
 * the configuration's own top-level ``tau``, ``noise``, ``deff_frac``, ``n_sink``, ``window``, ``eps`` and ``centre``
@@ -107,7 +107,7 @@ def _walk(node, where: str, out: list, defaults: dict) -> None:
             here = f"{where}.{key}" if where else str(key)
             if key in ("methods", "settings") and isinstance(value, dict):
                 _methods(value, here, out)
-            elif key in ("jacap", "options", "setup") and isinstance(value, dict) and "class" not in value:
+            elif key in ("jacap_prompt", "options", "setup") and isinstance(value, dict) and "class" not in value:
                 _compare({k: v for k, v in value.items() if k in defaults}, defaults, here, out)
             else:
                 _walk(value, here, out, defaults)

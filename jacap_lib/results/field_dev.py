@@ -4,7 +4,7 @@
 
 Three tune choices meet here, each measured on the 48 dev documents by ``jacap evaluate dev`` in its own folder:
 
-* ``context``: the context press's tune choice (``jacap_context``, :data:`~jacap_lib.results.protocol.CONTEXT_SPACE`);
+* ``context``: the context press's tune choice (``jacap``, :data:`~jacap_lib.results.protocol.CONTEXT_SPACE`);
 * ``kvzip``: KVzip's tune choice (kvpress's defaults, :data:`~jacap_lib.results.protocol.PEER_SPACE`);
 * ``one_prefill``: the setting ``JacapPromptPress()`` builds (``jacap_obs``'s tune choice, the first space).
 
@@ -37,7 +37,7 @@ __all__ = ["ROLES", "COMPARISONS", "FILE", "settings", "summarize_field", "summa
            "field_table", "field_needle", "field_points", "target_lines", "JOB"]
 
 #: role -> (search space, method of that space whose tune choice plays it)
-ROLES = {"context": ("context", "jacap_context"), "kvzip": ("peers", "kvzip"), "one_prefill": ("first", "jacap_obs")}
+ROLES = {"context": ("context", "jacap"), "kvzip": ("peers", "kvzip"), "one_prefill": ("first", "jacap_obs")}
 #: (setting role, reference role): the ratio is the setting's KL over the reference's
 COMPARISONS = (("context", "kvzip"), ("one_prefill", "kvzip"), ("context", "one_prefill"))
 #: the comparisons whose cost the rows measure alike (both presses run their own prefill): :func:`summarize_cost`

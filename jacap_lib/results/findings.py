@@ -6,7 +6,7 @@
 "no difference: identical on every document/prompt"). This module counts them (:func:`verdict_counts`, the one
 home of that count) and writes short sentences with the counts and the largest differences
 (:func:`kl_findings`, :func:`needle_findings`, :func:`findings_text`). Settings are named by their values
-(:func:`setting_text`: ``jacap[tau=3,beta=0.9]`` -> "τ = 3, β = 0.9").
+(:func:`setting_text`: ``jacap_prompt[tau=3,beta=0.9]`` -> "τ = 3, β = 0.9").
 
 Both summary jobs call :func:`write` after writing their file; it rewrites ``findings.md`` (plain MyST text)
 next to them, which the book's front page includes; the chapters print the same sentences from a code cell.
@@ -118,11 +118,11 @@ def short_spec(spec: str) -> str:
 
 def setting_text(spec: str) -> str:
     """A method spec by the values that set it apart from its name's press at today's defaults
-    (:func:`_differing_options`): ``jacap[centre=tempered,tau=10,beta=none,...]`` -> ``"flat query statistics, the
+    (:func:`_differing_options`): ``jacap_prompt[centre=tempered,tau=10,beta=none,...]`` -> ``"flat query statistics, the
     tempered centre, τ = 10, ..."``; ``noise=deff`` -> ``"σ² by the effective-dimension rule"``; a spec that sets
     nothing apart -> its name."""
     if not isinstance(spec, str) or not spec:
-        raise ValueError(f"spec must be a method spec such as 'jacap[tau=3,beta=0.9]', got {spec!r}")
+        raise ValueError(f"spec must be a method spec such as 'jacap_prompt[tau=3,beta=0.9]', got {spec!r}")
     if re.fullmatch(r"([^\[\]]+)(?:\[(.*)\])?", spec) is None:
         raise ValueError(f"spec {spec!r} is not of the form name[key=value,...]")
     opts = _differing_options(spec)
@@ -174,7 +174,7 @@ def _largest(rows, word: str, k: int = 2) -> list[dict]:
 
 
 def tuned_families(summary: dict) -> list[dict]:
-    """The families of ``summary.json`` for the tune choice of every Jacap method other than ``jacap`` (role
+    """The families of ``summary.json`` for the tune choice of every Jacap method other than ``jacap_prompt`` (role
     ``"tuned <method>"``), against the best baseline picked on tune."""
     return [f for f in summary.get("families", []) if f["picked_on"] == "tune" and f["role"].startswith("tuned ")]
 
@@ -215,14 +215,14 @@ def spec_name(spec: str, *, legend: bool = False, choices: dict | None = None) -
       JacapPress()", plain text for a figure or a printed line);
     * the options ``JacapPromptPress()`` builds today: "the prompt press `JacapPromptPress()`" (``legend=True``:
       "JacapPromptPress()");
-    * the tune choice of ``jacap`` (``choices["chosen"]["jacap"]``; ``choices``: a ``choices.json``, by default the
+    * the tune choice of ``jacap_prompt`` (``choices["chosen"]["jacap_prompt"]``; ``choices``: a ``choices.json``, by default the
       committed choices of every search space): "Algorithm 1 tuned" — the choice defines it, not its options (the paper preset has the tempered
       centre too);
     * the paper's preset (:data:`~jacap_lib.results.protocol.PAPER_PRESET`): "Algorithm 1 as published";
     * a kvpress press as kvpress builds it or as the tune chose it: its reader name
       (:func:`~jacap_lib.presses.registry.press_name`: "SnapKV", "Expected Attention");
     * another method's tune choice: its registry name (```jacap_ea```);
-    * any other setting: its :func:`short_spec` (```snapkv[window_size=32]```, ```jacap_context[window=16]```).
+    * any other setting: its :func:`short_spec` (```snapkv[window_size=32]```, ```jacap[window=16]```).
 
     Code (registry names, specs) is in backticks unless ``legend``. Two specs build the same setting when they build
     the same press (:func:`~jacap_lib.results.protocol.same_setting`)."""
@@ -240,9 +240,9 @@ def spec_name(spec: str, *, legend: bool = False, choices: dict | None = None) -
         return DEFAULT_NAME["legend" if legend else "prose"]
     chosen = (_committed_chosen() if choices is None else choices["chosen"]).get(name)
     tuned = chosen is not None and P.same_setting(spec, chosen)
-    if name == "jacap" and tuned:
+    if name == "jacap_prompt" and tuned:
         return "Algorithm 1 tuned"
-    if name == "jacap" and P.same_setting(spec, P.PAPER_PRESET):
+    if name == "jacap_prompt" and P.same_setting(spec, P.PAPER_PRESET):
         return "Algorithm 1 as published"
     short = short_spec(spec)
     if name in PRESS_NAMES and (tuned or short == name):
@@ -333,8 +333,8 @@ def kl_findings(summary: dict) -> list[str]:
     return out
 
 
-#: How the findings name a Jacap method other than Algorithm 1's ``jacap`` (registry name -> words).
-METHOD_WORDS = {"jacap_adakv": "Jacap's scores with kvpress AdaKV's head-adaptive budgets",
+#: How the findings name a Jacap method other than Algorithm 1's ``jacap_prompt`` (registry name -> words).
+METHOD_WORDS = {"jacap_prompt_adakv": "Jacap's scores with kvpress AdaKV's head-adaptive budgets",
                 "jacap_obs": "the capacity press linearised at the observed attention",
                 "jacap_ea": "the capacity press linearised at Expected Attention's centre"}
 
@@ -409,7 +409,7 @@ SOURCE = ("*From the exploratory dev summary.* The 48 dev documents served four 
 def needle_table(summary: dict, needle: dict) -> list[str]:
     """Needle accuracy per cell ("L / c") as a MyST table: the uncompressed model, the best baseline by KL of the
     cell, the baseline that answers most prompts of the cell (first of a tie, named), and every Jacap setting of
-    ``summary`` picked on tune but ``jacap_adakv`` (:func:`setting_name`; the default as "default"), named beside
+    ``summary`` picked on tune but ``jacap_prompt_adakv`` (:func:`setting_name`; the default as "default"), named beside
     each entry; the best baseline by KL is named by :func:`needle_baseline_lines`."""
     best = next((f for f in needle.get("comparisons", []) if f.get("reference") == "best baseline"), None)
     ref = {(r["length"], float(r["ratio"])): r for r in (best or {}).get("rows", [])}
@@ -429,7 +429,7 @@ def needle_table(summary: dict, needle: dict) -> list[str]:
                      *(f"{100 * acc[f['setting']]:.0f}" if f["setting"] in acc else "–" for f in fams)])
     # narrow columns: the settings by plain names (the prompt press as "prompt press"), Jacap's AdaKV variant left to the
     # chapters; a baseline the same in every cell is named by needle_lines' sentence, not in its column
-    keep = [i for i, f in enumerate(fams) if f["role"] != "tuned jacap_adakv"]
+    keep = [i for i, f in enumerate(fams) if f["role"] != "tuned jacap_prompt_adakv"]
     names = ["prompt press" if is_prompt_default(fams[i]["setting"]) else setting_name(fams[i]).strip("`") for i in keep]
     rows = [r[:3] + [r[3 + i] for i in keep] for r in rows]
     return _table(["L / c", "best baseline by KL", "best-answering baseline", *names], rows, "lrr" + "r" * len(keep))

@@ -11,7 +11,7 @@
 
 The steps change one thing each (:class:`~jacap_lib.presses.jacap_context.JacapPress`):
 
-* L0 the default ``jacap`` written out in full;
+* L0 the default ``jacap_prompt`` written out in full;
 * L1 (a) which queries: the reconstruction pass's queries instead of the prompt's recent ones (Jacap's statistics,
   weight and leverage, per-head budget, the default's window 16, centre, tau and noise);
 * L1b the protection as KVzip's (window 0);
@@ -41,15 +41,15 @@ __all__ = ["STEPS", "LADDER", "EXTRA", "LENGTHS", "RATIOS", "FILE", "SUMMARY_FIL
 #: label -> (spec before writing out, what the step changes); L0's options are the default's, and the context steps
 #: take the default's window, centre, tau and noise where they keep Jacap's
 STEPS = {
-    "L0": ("jacap", "the default press (Algorithm 1, the prompt's recent queries, per-head budget)"),
-    "L1": ("jacap_context[summary=jacap,budget=head,window=16,centre=observed,tau=3,noise=1]",
+    "L0": ("jacap_prompt", "the default press (Algorithm 1, the prompt's recent queries, per-head budget)"),
+    "L1": ("jacap[summary=jacap,budget=head,window=16,centre=observed,tau=3,noise=1]",
            "(a) which queries: the context-reconstruction queries' statistics"),
-    "L1b": ("jacap_context[summary=jacap,budget=head,window=0,centre=observed,tau=3,noise=1]",
+    "L1b": ("jacap[summary=jacap,budget=head,window=0,centre=observed,tau=3,noise=1]",
             "protection as KVzip's (no recent window)"),
-    "L2": ("jacap_context[summary=max,budget=head,window=0]",
+    "L2": ("jacap[summary=max,budget=head,window=0]",
            "(b) how the queries are summarised: KVzip's max attention"),
-    "L3": ("jacap_context[summary=max,budget=global,window=0]", "(c) the budget: KVzip's global one (= KVzip)"),
-    "d": ("jacap_context[summary=jacap,budget=global,window=0,centre=observed,tau=3,noise=1]",
+    "L3": ("jacap[summary=max,budget=global,window=0]", "(c) the budget: KVzip's global one (= KVzip)"),
+    "d": ("jacap[summary=jacap,budget=global,window=0,centre=observed,tau=3,noise=1]",
           "(d) Jacap's weight and leverage on KVzip's queries and budget"),
 }
 #: the ladder's comparisons (step, the step before); their ratios multiply to L3 / L0
@@ -140,7 +140,7 @@ def prepare(args, *, tokenizer=None):
 
 def _measure(model, tokenizer, group, on_row=None, *, continuation, model_name, cost_file=None):
     """One group by the evaluation's :func:`measure_group` (reuse and sharing of the reconstruction scoring); with
-    ``cost_file``, first the direct prefill timing of the default, kvpress KVzip and jacap_context (:func:`time_prefills`)."""
+    ``cost_file``, first the direct prefill timing of the default, kvpress KVzip and jacap (:func:`time_prefills`)."""
     from . import evaluation as E
 
     if cost_file is not None:
@@ -151,7 +151,7 @@ def _measure(model, tokenizer, group, on_row=None, *, continuation, model_name, 
 
 def time_prefills(model, tokenizer, group, *, model_name) -> dict:
     """CPU and wall seconds of one real prefill (``with press(model): model(prompt)``) of the group's document at
-    c 0.5: no press, the default (L0), kvpress KVzip, and jacap_context's L1 (the reconstruction scored by
+    c 0.5: no press, the default (L0), kvpress KVzip, and jacap's L1 (the reconstruction scored by
     Algorithm 1), each once, in that order."""
     import torch
     from transformers import DynamicCache

@@ -30,7 +30,7 @@ def write_kl_table(model, tok, *, out: Path | None = None, ratios=(0.5, 0.75, 0.
         "prompt_tokens": len(tok(DEMO_CONTEXT, add_special_tokens=False).input_ids),
         "continuation_tokens": len(tok(DEMO_CONTINUATION, add_special_tokens=False).input_ids),
         "ratios": [float(r) for r in ratios],
-        "jacap": {k: v for k, v in vars(JacapPromptPress()).items() if k not in ("compression_ratio", "trace")},
+        "jacap_prompt": {k: v for k, v in vars(JacapPromptPress()).items() if k not in ("compression_ratio", "trace")},
         "baselines": "kvpress defaults (random: seed 0)",
         "seed": 0,
         **provenance(model, model_name=model_name),

@@ -50,7 +50,7 @@ other tokens; overall fractions; whether every key digit survived everywhere).
 
 ``--space peers|context`` (default ``first``): the tune choices of that search space (``--methods``: some of them),
 from its own ``choices.json``, every row in its folder (``data/results/eval/<space>/needle.jsonl``), the same prompts
-and keys; the presses that score after the prefill (KVzip, ``jacap_context``) run the real prefill on each prompt,
+and keys; the presses that score after the prefill (KVzip, ``jacap``) run the real prefill on each prompt,
 scored once for every ratio. ``--quick`` and ``--probe`` are the first space's only.
 
 ``--probe``: the digit-survival probe, written to ``needle_probe.jsonl`` (never ``needle.jsonl``): prompt
@@ -88,7 +88,7 @@ DEFAULT_TRIALS = 4
 QUICK = {"lengths": (512,), "ratios": (0.75, 0.9), "depths": (0.5,), "trials": 2}
 PROBE = {"lengths": (1024,), "ratios": (0.5, 0.75)}  # the digit-survival probe's defaults (depths, trials: the job's)
 # their tune choices + the paper preset; jacap_obs's is the press JacapPromptPress() builds
-PROBE_METHODS = ("jacap", "jacap_obs", "capkv", "keydiff", "snapkv", "expected_attention", "tova")
+PROBE_METHODS = ("jacap_prompt", "jacap_obs", "capkv", "keydiff", "snapkv", "expected_attention", "tova")
 PROBE_FILE = "needle_probe.jsonl"
 MIN_LENGTH = 64  # the needle and its question fit with filler to spare
 
@@ -148,7 +148,7 @@ def needle_specs(choices: dict, *, quick: bool = False, cells=()) -> list[str]:
     if not quick:
         return specs
     base = [choices["best_baseline"]["cells"][c]["spec"] for c in cells]
-    return list(dict.fromkeys([choices["chosen"]["jacap"], P.PAPER_PRESET, *base]))
+    return list(dict.fromkeys([choices["chosen"]["jacap_prompt"], P.PAPER_PRESET, *base]))
 
 
 def probe_specs(choices: dict) -> list[str]:
@@ -158,7 +158,7 @@ def probe_specs(choices: dict) -> list[str]:
     missing = [m for m in PROBE_METHODS if m not in chosen]
     if missing:
         raise ValueError(f"--choices: no tune choice for {missing}; the probe runs {list(PROBE_METHODS)}")
-    return list(dict.fromkeys([chosen["jacap"], P.PAPER_PRESET, *(chosen[m] for m in PROBE_METHODS[1:])]))
+    return list(dict.fromkeys([chosen["jacap_prompt"], P.PAPER_PRESET, *(chosen[m] for m in PROBE_METHODS[1:])]))
 
 
 def needle_groups(specs, lengths, ratios, keys: dict, model_name: str, done=frozenset(),

@@ -38,7 +38,7 @@ def protection_fills_budget(spec: str, length: int, ratio: float) -> bool:
     tokens at compression ratio ``ratio``: its score then chooses no token. ``False`` for a spec that is not a
     Jacap press (no protection to fill the budget)."""
     if not isinstance(spec, str) or not spec:
-        raise ValueError(f"spec must be a method spec such as 'jacap[window=128]', got {spec!r}")
+        raise ValueError(f"spec must be a method spec such as 'jacap_prompt[window=128]', got {spec!r}")
     if not isinstance(length, int) or isinstance(length, bool) or length < 1:
         raise ValueError(f"length must be a prompt length in tokens (int >= 1), got {length!r}")
     if not 0 <= float(ratio) < 1:

@@ -1,7 +1,7 @@
 """The evaluation protocol: the same tuning for every method, one selection rule, one fingerprint.
 
 Every method of the comparison — each kvpress baseline of the registry and Jacap (uniform per-head
-budgets, ``jacap``; kvpress AdaKV's head-adaptive budgets around Jacap's scores, ``jacap_adakv``) —
+budgets, ``jacap_prompt``; kvpress AdaKV's head-adaptive budgets around Jacap's scores, ``jacap_prompt_adakv``) —
 gets a small grid of settings, written in one table, :data:`SEARCH_SPACE` (registry name -> method
 specs, the tie-break winner first; every Jacap setting written out in full on :data:`ALGORITHM1_AS_PUBLISHED`, so
 that no setting depends on the library's defaults; a kvpress baseline's spec names what differs from kvpress's own
@@ -11,7 +11,7 @@ options gets exactly :data:`CONFIGS_PER_METHOD` settings on its main knobs plus 
 choice), a method without options its one setting, and every
 baseline whose scores differ across KV heads (``registry.ADAKV_BASELINES``) one more: its setting chosen on the
 first tune round under kvpress's head-adaptive allocation (``adakv=true``), as Jacap's scores get it in
-``jacap_adakv`` (:func:`check_search_space` enforces it).
+``jacap_prompt_adakv`` (:func:`check_search_space` enforces it).
 
 **The rule** (:data:`RULE`, used for every choice made on the *tune* documents):
 
@@ -49,8 +49,8 @@ CONFIGS_PER_METHOD = 5
 # epsilon (a constant added to every score before the value-norm rescaling) and CapKV's future positions.
 AROUND_CHOICE: dict[str, tuple[str, ...]] = {
     "snapkv": ("kernel_size",), "expected_attention": ("n_sink",), "capkv": ("n_sink",),
-    "jacap": ("n_sink", "window"), "jacap_adakv": ("n_sink", "window"), "jacap_obs": ("n_sink",),
-    "jacap_ea": ("n_sink", "window"), "jacap_context": ("n_sink", "window"),
+    "jacap_prompt": ("n_sink", "window"), "jacap_prompt_adakv": ("n_sink", "window"), "jacap_obs": ("n_sink",),
+    "jacap_ea": ("n_sink", "window"), "jacap": ("n_sink", "window"),
 }
 KL_FLOOR = 1e-8  # nats; a KL below it (a cache that changes nothing) counts as KL_FLOOR in the log
 RULE = ("smallest mean over the tune documents, prompt lengths and compression ratios of log max(KL, 1e-8) "
@@ -123,8 +123,8 @@ SEARCH_SPACE: dict[str, tuple[str, ...]] = {
     # Jacap (each setting written out in full, _jacap): uniform per-head budgets, and AdaKV's head-adaptive budgets
     # around Jacap's scores; the paper's settings first, the effective-dimension noise rule, tau from 1 to 10 with
     # the EMA statistics; then the protection around the choice
-    "jacap": tuple(_jacap("jacap", **o) for o in _ALGORITHM1_GRID),
-    "jacap_adakv": tuple(_jacap("jacap_adakv", alpha_safeguard=0.2, **o) for o in _ALGORITHM1_GRID),
+    "jacap_prompt": tuple(_jacap("jacap_prompt", **o) for o in _ALGORITHM1_GRID),
+    "jacap_prompt_adakv": tuple(_jacap("jacap_prompt_adakv", alpha_safeguard=0.2, **o) for o in _ALGORITHM1_GRID),
     # the capacity press built from the one-knob ablations' winners on tune (the observed centre; with the
     # slots spread across a layer's heads by marginal capacity; with flat statistics; the protected recent
     # window halved and doubled), chosen by the same rule; then its sinks around the choice
@@ -196,10 +196,10 @@ CONTEXT_AS_FIRST_TUNED: dict = {"budget": "global", "centre": "observed", "chunk
 def _context(**change) -> str:
     """A setting of :data:`CONTEXT_SPACE`: :data:`CONTEXT_AS_FIRST_TUNED` changed by ``change``, every option written
     out (:func:`jacap_lib.presses.registry.explicit_spec`)."""
-    return explicit_spec("jacap_context", {**CONTEXT_AS_FIRST_TUNED, **change})
+    return explicit_spec("jacap", {**CONTEXT_AS_FIRST_TUNED, **change})
 
 
-#: The capacity press whose query prior is the context (``jacap_context``: Jacap's score on the queries of KVzip's
+#: The capacity press whose query prior is the context (``jacap``: Jacap's score on the queries of KVzip's
 #: reconstruction pass), in its own folder (``jacap evaluate tune --space context``: ``data/results/eval/context``),
 #: tuned by the same RULE on the same tune documents. Its defaults first (:data:`CONTEXT_AS_FIRST_TUNED`); then each
 #: knob it adds to KVzip moved once: the budget per layer and per KV head (Jacap's uniform one), Expected Attention's
@@ -211,10 +211,10 @@ def _context(**change) -> str:
 #: round, as Algorithm 1's window went on doubling: 256 beyond the choice, the window's value below it the defaults' 0,
 #: the sinks re-centred on the new choice (0 and 16 at window 64); the 16-token window and its two sink settings were
 #: replaced (:data:`CONTEXT_REPLACED`; their rows stay in tune.jsonl). The specs were first recorded in a short form
-#: (``jacap_context[window=16]``); they were written out in full once, by a recorded migration
+#: (``jacap[window=16]``); they were written out in full once, by a recorded migration
 #: (``data/results/eval/context/spec_migration.json``).
 CONTEXT_SPACE: dict[str, tuple[str, ...]] = {
-    "jacap_context": tuple(_context(**o) for o in (
+    "jacap": tuple(_context(**o) for o in (
         {}, {"budget": "layer"}, {"budget": "head"}, {"centre": "ea"}, {"window": 64},
         {"window": 256}, {"n_sink": 0, "window": 64}, {"n_sink": 16, "window": 64})),
 }
@@ -235,7 +235,7 @@ SPACES: dict[str, dict] = {"first": SEARCH_SPACE, "peers": PEER_SPACE, "context"
 REPLACED: dict[str, tuple[str, ...]] = {"peers": PEER_REPLACED, "context": CONTEXT_REPLACED}
 # The budget: 5 settings for every method with options (1 for TOVA, KNorm, KeyDiff), plus, for each baseline whose
 # scores differ across KV heads, its choice of the earlier rounds (on the first 12 tune documents) under kvpress's
-# head-adaptive allocation (adakv=true; Jacap's scores get it as the method jacap_adakv, jacap_obs as budget=layer).
+# head-adaptive allocation (adakv=true; Jacap's scores get it as the method jacap_prompt_adakv, jacap_obs as budget=layer).
 # The first grid gave 3
 # each and three choices sat on its edge (SnapKV window 16, CapKV tau 10, StreamingLLM 1 sink); the two added
 # per method put a value beyond each edge (one tune replay costs ~1.3 CPU-s; the 14 added settings on the 12
@@ -245,15 +245,15 @@ REPLACED: dict[str, tuple[str, ...]] = {"peers": PEER_REPLACED, "context": CONTE
 # new edge, and 8 replaced 128. Then the knobs those grids left at their defaults (AROUND_CHOICE: the protected sinks
 # and recent window, SnapKV's pooling kernel) got one value on each side of the method's choice, on all 18 tune
 # documents (16 settings, ~1.5 CPU-hours). Every baseline's choice stayed inside (CapKV moved to no sinks, the smallest
-# value the knob takes); Algorithm 1 and jacap_adakv chose the largest window tried, 64 of {16, 32, 64}, so the window
+# value the knob takes); Algorithm 1 and jacap_prompt_adakv chose the largest window tried, 64 of {16, 32, 64}, so the window
 # went on doubling (128, then 256), each time with the window's other value and the sinks re-centred on the new choice
-# (the settings they replaced stay in tune.jsonl). Last, the temperature of Algorithm 1 and jacap_adakv, tried only at
+# (the settings they replaced stay in tune.jsonl). Last, the temperature of Algorithm 1 and jacap_prompt_adakv, tried only at
 # the first window (32) until then, was tried again around the chosen window: tau 1 and 10 at window 128 replaced tau 1
 # and 10 at window 32 (main-grid settings: they differ from the choice in tau alone, _around_settings). Every choice is
 # made on tune documents only; each round's rows stay in tune.jsonl.
 # The paper's exact settings, the first setting of Algorithm 1's grid: the dev job runs it next to the tuned choice
 # whenever the two differ (evaluation.dev_specs), so both are in every table.
-PAPER_PRESET = _jacap("jacap")
+PAPER_PRESET = _jacap("jacap_prompt")
 BASELINE_METHODS = tuple(m for m in SEARCH_SPACE if m in BASELINES)
 JACAP_METHODS = tuple(m for m in SEARCH_SPACE if m.startswith("jacap"))
 
@@ -381,7 +381,7 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
         if n_adakv and name not in ADAKV_BASELINES:
             raise ValueError(f"search space: method {name!r} has a setting with adakv=true; the protocol offers kvpress's "
                              f"head-adaptive allocation only to the baselines whose scores differ across KV heads "
-                             f"({', '.join(ADAKV_BASELINES)}; Jacap's scores get it as jacap_adakv)")
+                             f"({', '.join(ADAKV_BASELINES)}; Jacap's scores get it as jacap_prompt_adakv)")
         if n_adakv > 1:
             raise ValueError(f"search space: method {name!r} has {n_adakv} settings with adakv=true; the head-adaptive "
                              "allocation is offered once, around the method's choice")
@@ -400,7 +400,7 @@ def check_search_space(space: dict | None = None, *, configs_per_method: int | N
     return counts
 
 
-def quick_space(space: dict | None = None, *, methods=("knorm", "snapkv", "jacap"), per_method: int = 2) -> dict:
+def quick_space(space: dict | None = None, *, methods=("knorm", "snapkv", "jacap_prompt"), per_method: int = 2) -> dict:
     """A small search space for smoke runs: ``methods`` with their first ``per_method`` settings of their own (the
     head-adaptive ``adakv=true`` setting left out)."""
     space = SEARCH_SPACE if space is None else space

@@ -61,7 +61,7 @@ def read_choices_file(path, *, flag: str | None = None, baselines: bool = False)
 
 
 # --------------------------------------------------------------------------------------------- summary.json
-#: The role of the tune choice of the protocol's ``jacap`` method in ``summary.json``: Algorithm 1 with the tempered
+#: The role of the tune choice of the protocol's ``jacap_prompt`` method in ``summary.json``: Algorithm 1 with the tempered
 #: centre, at the settings the tune picked (the library default until the observed centre replaced it).
 ALGORITHM1 = "algorithm 1"
 
@@ -78,16 +78,16 @@ def is_prompt_default(spec: str) -> bool:
     from ..presses.registry import changed_options
     from . import protocol as P
 
-    return P.method_of(spec).startswith("jacap") and not changed_options(spec, "jacap")
+    return P.method_of(spec).startswith("jacap") and not changed_options(spec, "jacap_prompt")
 
 
 def is_library_default(spec: str) -> bool:
-    """Whether ``spec`` builds the press ``JacapPress()`` builds today (registry ``jacap_context`` with no option
+    """Whether ``spec`` builds the press ``JacapPress()`` builds today (registry ``jacap`` with no option
     changed): the default, Jacap on the queries of the context's reconstruction pass, the tune rule's choice."""
     from ..presses.registry import changed_options
     from . import protocol as P
 
-    return P.method_of(spec) == "jacap_context" and not changed_options(spec, "jacap_context")
+    return P.method_of(spec) == "jacap" and not changed_options(spec, "jacap")
 
 
 # --------------------------------------------------------------------------------------------- dev.jsonl's rows
@@ -362,7 +362,7 @@ def needle_summary(rows: list[dict], choices: dict, *, prompts=None, settings=No
                    mode: str = DEFAULT_MODE, references=None) -> dict:
     """The needle statistics (pure): per (length, ratio) cell with every setting and the uncompressed answer on
     every prompt, each one's accuracy with its 95 % Wilson interval; then Algorithm 1's tuned Jacap setting
-    (``choices["chosen"]["jacap"]``) against (a) the cell's best baseline by KL on tune and (b) the paper
+    (``choices["chosen"]["jacap_prompt"]``) against (a) the cell's best baseline by KL on tune and (b) the paper
     preset, paired per prompt: accuracy difference (Jacap − reference, percentage points) with its paired
     bootstrap interval (descriptive), wins/losses (prompts only one gets right), exact McNemar p, Holm over the
     cells of one comparison, and the verdict of the Holm-adjusted exact test
@@ -384,7 +384,7 @@ def needle_summary(rows: list[dict], choices: dict, *, prompts=None, settings=No
     if settings is None:
         settings = list(dict.fromkeys(r["method"] for r in rows if r["method"] != FULL))
     settings = list(settings)
-    default = choices["chosen"]["jacap"]
+    default = choices["chosen"]["jacap_prompt"]
     lengths = sorted({int(r["length"]) for r in rows})
     ratios = sorted({float(r["ratio"]) for r in rows if r["method"] != FULL})
     cells, missing, outcome = [], [], {}
@@ -505,7 +505,7 @@ def needle_probe_summary(rows: list[dict], choices: dict, *, prompts=None, setti
     from . import protocol as P
 
     opts = {"seed": seed} if seed is not None else {}
-    default = choices["chosen"]["jacap"]
+    default = choices["chosen"]["jacap_prompt"]
     present = [m for m in MODES if any(row_mode(r) == m for r in rows)]
     if not present:
         raise ValueError("needle_probe.jsonl has no rows; run `jacap evaluate needle --probe`")

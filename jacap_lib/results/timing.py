@@ -275,7 +275,7 @@ def _run_e2e(args) -> dict | None:
             **model_record, "lengths": args.lengths, "ratios": args.ratios, "methods": args.methods,
             "new_tokens": args.new_tokens, "decoding": "greedy, fixed count (no EOS stop)", "repeats": args.repeats,
             "repeats_note": "median of each timing over round-robin repeats (decode_ms_per_token_min/max beside it)",
-            "presses": {"jacap": f"build_press('jacap', ratio) (tau={DEFAULTS.tau:g}, noise={DEFAULTS.noise:g}, u=v, "
+            "presses": {"jacap_prompt": f"build_press('jacap_prompt', ratio) (tau={DEFAULTS.tau:g}, noise={DEFAULTS.noise:g}, u=v, "
                                  f"n_sink={DEFAULTS.n_sink}, gqa={DEFAULTS.gqa!r}, backend={DEFAULTS.backend!r})",
                         "capkv": "build_press('capkv', ratio) = kvpress CapPress defaults (tau=5, n_sink=4)"},
             "prompt": text_info, "quick": args.quick, "skipped_lengths_time_budget": skipped,

@@ -435,7 +435,8 @@ def needle_verdict_frame(summary: dict, *, details: bool = False) -> pd.DataFram
             head = {"against": against,
                     "prompt / c": _cell(r["length"], r["ratio"])}
             if details:
-                row = {**head, "reference setting": _shorter(r["reference_spec"]),
+                row = {**head, "reference setting": ("Algorithm 1 as published" if r["reference_spec"] == PAPER_PRESET
+                                                    else _shorter(r["reference_spec"])),
                        "difference, pts [95 % CI]": interval_text(r["diff_points"], r["diff_low"], r["diff_high"]),
                        "McNemar p": f"{r['p_mcnemar']:.2g}"}
             else:

@@ -196,7 +196,10 @@ def _inspect_arguments(p) -> None:
     from ..config import DEFAULT_RATIO
 
     J.shared_options(p, seed=True, out="with --kl-table (default data/live/kl_table.json)")
-    p.add_argument("--method", default="jacap", help="registry name, optionally name[key=value,...]")
+    p.add_argument("--method", default="jacap",
+                   help="registry name, optionally name[key=value,...] (default: jacap, the library's default press "
+                        "JacapPress: Jacap's score on the queries of KVzip's context-reconstruction pass, its budget "
+                        "across layers and heads; jacap_prompt: the one-prefill JacapPromptPress)")
     p.add_argument("--ratio", type=float, default=DEFAULT_RATIO,
                    help=f"compression ratio in [0, 1) (default {DEFAULT_RATIO}, as inspect_eviction: with the default "
                         "sinks + window, most of the budget is chosen by the score)")
@@ -244,22 +247,69 @@ def _check_inspect(args) -> str | None:
         J.check(args.html.suffix.lower() in (".html", ".htm"), f"--html {args.html} must end in .html")
         J.check(not args.html.is_dir(), f"--html {args.html} is a folder; give a file name")
     J.check_model(args.model)  # needs only huggingface_hub: a wrong id fails before torch/kvpress load
-    from ..presses.registry import press_from_spec
+    names = _registry_names()
+    name = args.method.split("[", 1)[0].strip()
+    if names is not None and name.isidentifier() and name not in names:  # the name, before torch and kvpress load
+        jacap = sorted(n for n in names if n.startswith("jacap_"))  # list_methods()'s order
+        ordered = [n for n in names if n == "jacap"] + jacap + [n for n in names if not n.startswith("jacap")]
+        raise J.BadArgument(f"--method: unknown method {name!r}; valid names: {', '.join(ordered)}")
+    if args.layer is not None:  # ranges that depend on the model: from its configuration, before the weights
+        n_layers, n_heads = _layers_and_kv_heads(args.model)
+        J.check(args.layer < n_layers, f"--layer {args.layer} out of range: the model has {n_layers} layers "
+                                       f"(0-{n_layers - 1})")
+        J.check(args.head is None or args.head < n_heads,
+                f"--head {args.head} out of range: the model has {n_heads} KV heads (0-{n_heads - 1})")
+    from ..presses.registry import press_from_spec  # the options: the press is built once (imports kvpress)
 
     try:
         press_from_spec(args.method, args.ratio)
     except ValueError as e:
         raise J.BadArgument(f"--method: {e}") from None
-    if args.layer is not None:  # ranges that depend on the model: from its configuration, before the weights
-        from ..models import load_config
-
-        cfg = load_config(args.model)
-        n_layers, n_heads = cfg.num_hidden_layers, cfg.num_key_value_heads
-        J.check(args.layer < n_layers, f"--layer {args.layer} out of range: the model has {n_layers} layers "
-                                       f"(0-{n_layers - 1})")
-        J.check(args.head is None or args.head < n_heads,
-                f"--head {args.head} out of range: the model has {n_heads} KV heads (0-{n_heads - 1})")
     return text
+
+
+def _registry_names() -> tuple[str, ...] | None:
+    """The method registry's names, the keys of :data:`jacap_lib.presses.registry.METHODS`, read from the registry's
+    source without importing it: the registry imports torch and kvpress (5-10 s), and a misspelt ``--method`` fails
+    before they load. ``None`` where the source no longer writes ``METHODS`` as one literal table (then the check
+    that builds the press names the method; tests/test_cli.py checks these names are :func:`list_methods`'s)."""
+    import ast
+
+    source = Path(__file__).resolve().parents[1] / "presses" / "registry.py"
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return None
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0] if isinstance(node, ast.Assign) else None
+        if isinstance(target, ast.Name) and target.id == "METHODS" and isinstance(node.value, ast.Dict):
+            keys = node.value.keys
+            if keys and all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys):
+                return tuple(k.value for k in keys)
+    return None
+
+
+def _layers_and_kv_heads(model) -> tuple[int, int]:
+    """(decoder layers, KV heads) of ``--model``: from its ``config.json`` read as JSON where the file is on disk (the
+    bundled model's converted copy, a local folder, the Hugging Face cache), so ``--layer``/``--head`` are checked
+    without importing transformers; otherwise from :func:`jacap_lib.models.load_config`."""
+    from .. import models
+
+    if models._is_bundled(None if model is None else str(model)):
+        path = models.bundled_cache_path() / "config.json"
+    elif Path(str(model)).expanduser().is_dir():
+        path = Path(str(model)).expanduser() / "config.json"
+    else:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(str(model), "config.json")
+        path = Path(cached) if isinstance(cached, str) else None
+    if path is not None and path.is_file():
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(cfg.get("num_hidden_layers"), int):
+            return cfg["num_hidden_layers"], int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"])
+    cfg = models.load_config(model)
+    return cfg.num_hidden_layers, cfg.num_key_value_heads
 
 
 def _run_inspect(args):
@@ -286,7 +336,7 @@ def _run_inspect(args):
         print(f"note: {w.message}")
     if bool((insp.n_scored == 0).all()):
         print("note: the budget holds only protected tokens, so the score chose nothing; lower --ratio or the "
-              "window (e.g. --method 'jacap[window=8]')")
+              "window (e.g. --method 'jacap_prompt[window=8]')")
     if args.layer is not None:
         legend = "  ".join(f"{MARKS[s][0]}{label}{MARKS[s][1]}" for s, label in
                            (("kept", "kept by score"), ("protected", "protected: sink / window"), ("evicted", "evicted")))

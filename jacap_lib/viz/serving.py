@@ -106,7 +106,7 @@ def beta_tradeoff(tradeoff, runs: dict | None = None, *, title: str = "β: noise
     fig.update_xaxes(title_text="β", row=1, col=1)
     fig.update_yaxes(title_text="relative to mean ‖q‖", type="log", row=1, col=1)
     if runs:
-        jac = sorted((r for r in runs.values() if r["method"] == "jacap"), key=lambda r: r["beta"])
+        jac = sorted((r for r in runs.values() if r["method"] == "jacap_prompt"), key=lambda r: r["beta"])
         fig.add_scatter(x=[r["beta"] for r in jac], y=[r["mean_kl"] for r in jac], name="Jacap controller, mean KL",
                         legendgroup="alg2", mode="lines+markers", row=1, col=2)
         win = [r for r in runs.values() if r["method"] == "window"]
@@ -149,7 +149,7 @@ def kl_timeline(runs: dict, *, title: str = "Next-token KL against the uncompres
 
 
 DECODING_LABELS = {"alg2": "Algorithm 2 (EMA)", "alg2_flat": "Algorithm 2 (flat statistics)",
-                   "jacap": "DecodingPress(Jacap)", "tova": "DecodingPress(TOVA)",
+                   "jacap_prompt": "DecodingPress(Jacap)", "tova": "DecodingPress(TOVA)",
                    "knorm": "DecodingPress(KNorm)", "expected_attention": "DecodingPress(Expected Attention)",
                    "streaming_llm": "DecodingPress(StreamingLLM)"}
 
@@ -210,7 +210,7 @@ def decoding_findings_text(findings: dict) -> str:
 
 
 #: short method names for narrow table rows (the key is printed under the tables: DP = kvpress's DecodingPress)
-DECODING_SHORT = {"alg2": "Alg. 2", "alg2_flat": "Alg. 2 flat", "jacap": "DP(Jacap)", "tova": "DP(TOVA)",
+DECODING_SHORT = {"alg2": "Alg. 2", "alg2_flat": "Alg. 2 flat", "jacap_prompt": "DP(Jacap)", "tova": "DP(TOVA)",
                   "knorm": "DP(KNorm)", "expected_attention": "DP(Exp. Att.)", "streaming_llm": "DP(StreamingLLM)"}
 
 

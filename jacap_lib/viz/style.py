@@ -40,28 +40,28 @@ __all__ = ["wrapped", "WrappedFrame", "setting_colour", "FIGURE_WIDTH", "FOREST_
 #: method name -> (colour, marker symbol): the one mapping of the book. Jacap and its configurations in
 #: warm colours, the kvpress baselines in cool and neutral ones.
 METHOD_STYLES: dict[str, tuple[str, str]] = {
-    "jacap": ("#d62728", "circle"),
+    "jacap_prompt": ("#d62728", "circle"),
     "jacap_torch": ("#d62728", "circle"),            # the same scorer: Jacap's torch reference
     "jacap_triton": ("#e7298a", "circle-open"),      # Jacap's Triton kernels
     "jacap_triton_async": ("#c51b7d", "circle-dot"),  # the same kernels, check=False (no synchronisation)
-    "jacap[window=0]": ("#ff7f0e", "diamond"),
-    "jacap[tau=3,beta=0.9]": ("#d62728", "circle"),  # the tune choice = JacapPromptPress()'s defaults: the same press as jacap
+    "jacap_prompt[window=0]": ("#ff7f0e", "diamond"),
+    "jacap_prompt[tau=3,beta=0.9]": ("#d62728", "circle"),  # the tune choice = JacapPromptPress()'s defaults: the same press as jacap
     # two settings as a written-out spec is named (results.findings.short_spec): the paper's exact settings
     # (protocol.PAPER_PRESET), and Algorithm 1 tuned
-    "jacap[beta=none,centre=tempered,tau=10,window=32]": ("#7b241c", "star"),
-    "jacap[centre=tempered,tau=3,window=128]": ("#e34a33", "circle"),
+    "jacap_prompt[beta=none,centre=tempered,tau=10,window=32]": ("#7b241c", "star"),
+    "jacap_prompt[centre=tempered,tau=3,window=128]": ("#e34a33", "circle"),
     "jacap_obs": ("#762a83", "star-triangle-up"),    # the capacity press linearised at the observed attention
     "jacap_ea": ("#993404", "star-square"),          # the capacity press linearised at Expected Attention's centre
-    "jacap_adakv": ("#f781bf", "diamond"),           # Jacap's scores under kvpress AdaKV's head-adaptive budgets
+    "jacap_prompt_adakv": ("#f781bf", "diamond"),           # Jacap's scores under kvpress AdaKV's head-adaptive budgets
     # one-knob changes of the default (the critique's anatomy of the losing cells, jacap_lib.results.anatomy)
-    "jacap[tau=3,beta=0.9,n_sink=4,window=0]": ("#ff7f0e", "diamond"),  # no window: the same knob as jacap[window=0]
-    "jacap[tau=3,beta=0.9,n_sink=0,window=0]": ("#8c510a", "diamond-open"),
-    "jacap[tau=1,beta=0.9]": ("#f768a1", "triangle-up"),
-    "jacap[tau=10,beta=0.9]": ("#67000d", "triangle-down"),
-    "jacap[tau=3,beta=0.9,noise=1e+06]": ("#fdae61", "square"),
-    "jacap[tau=3,beta=0.9,gqa=mean]": ("#ce1256", "cross"),
-    "jacap[tau=3,beta=none]": ("#fc8d59", "star-open"),
-    "jacap[tau=3,beta=0.9]+observed[obs_window=32]": ("#54278f", "pentagon"),  # centre = observed attention
+    "jacap_prompt[tau=3,beta=0.9,n_sink=4,window=0]": ("#ff7f0e", "diamond"),  # no window: the same knob as jacap_prompt[window=0]
+    "jacap_prompt[tau=3,beta=0.9,n_sink=0,window=0]": ("#8c510a", "diamond-open"),
+    "jacap_prompt[tau=1,beta=0.9]": ("#f768a1", "triangle-up"),
+    "jacap_prompt[tau=10,beta=0.9]": ("#67000d", "triangle-down"),
+    "jacap_prompt[tau=3,beta=0.9,noise=1e+06]": ("#fdae61", "square"),
+    "jacap_prompt[tau=3,beta=0.9,gqa=mean]": ("#ce1256", "cross"),
+    "jacap_prompt[tau=3,beta=none]": ("#fc8d59", "star-open"),
+    "jacap_prompt[tau=3,beta=0.9]+observed[obs_window=32]": ("#54278f", "pentagon"),  # centre = observed attention
     "expected_attention+protect[n_sink=4,window=32]": ("#08519c", "hexagon-open"),  # its score, Jacap's protection
     "alg2": ("#e6ab02", "hexagram"),                 # Algorithm 2: the decode-time Jacap controller
     "alg2_flat": ("#a6761d", "hexagram-open"),       # Algorithm 2 with flat (cumulative) query statistics
@@ -84,7 +84,7 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
     "pyramidkv": ("#238b45", "triangle-ne"),
     "critical_kv": ("#08306b", "hexagram"),
     "critical_adakv": ("#2171b5", "hexagram-open"),
-    "jacap_context": ("#fd8d3c", "star-diamond"),    # the capacity press with the reconstruction queries' statistics
+    "jacap": ("#fd8d3c", "star-diamond"),    # the capacity press with the reconstruction queries' statistics
     "window": ("#525252", "square-open"),            # a sliding window (sinks + the most recent tokens)
     "random": ("#393b79", "diamond-open"),
     "full": ("#000000", "circle-open"),              # no compression (reference)

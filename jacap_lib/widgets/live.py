@@ -31,7 +31,7 @@ def _centres(method: str) -> tuple:
 def press_options(method: str, tau: float, beta: float | None, centre: str | None = None) -> dict:
     """Constructor options a control setting means for ``method``: tau/beta (and ``centre``, where the method's press
     offers it: the variants that rebuild the tempered centre do not) steer only Jacap presses, each only where the
-    press has it (the default ``jacap_context`` summarises its reconstruction queries without ``beta``)."""
+    press has it (the default ``jacap`` summarises its reconstruction queries without ``beta``)."""
     if not isinstance(method, str):
         raise ValueError(f"method must be a registry name, got {method!r}")
     if centre is not None and centre not in CENTRE_CHOICES:
@@ -60,7 +60,7 @@ class EvictionExplorer:
     """Everything the live controls need, memoised on the control values.
 
     >>> ex = EvictionExplorer(model, tok)                 # doctest: +SKIP
-    >>> ex.figure("jacap", 0.75, tau=10, beta=None, layer=12, head="all", centre="tempered")
+    >>> ex.figure("jacap_prompt", 0.75, tau=10, beta=None, layer=12, head="all", centre="tempered")
     """
 
     def __init__(self, model, tokenizer, context: str = DEMO_CONTEXT, question: str = DEMO_QUESTION,
@@ -108,8 +108,8 @@ def live_app(model, tokenizer, context: str = DEMO_CONTEXT, question: str = DEMO
 
     ex = EvictionExplorer(model, tokenizer, context, question)
     n_layers, n_heads = model.config.num_hidden_layers, model.config.num_key_value_heads
-    # every registry press: those that mask keys (the default jacap_context, KVzip) show each head's own count
-    method = W.Dropdown(options=list_methods(), value="jacap", description="method")
+    # every registry press: those that mask keys (the default jacap, KVzip) show each head's own count
+    method = W.Dropdown(options=list_methods(), value="jacap_prompt", description="method")
     ratio = W.FloatSlider(value=0.75, min=0.1, max=0.9, step=0.05, description="c", continuous_update=False)
     centre = W.Dropdown(options=list(CENTRE_CHOICES), value=CENTRE_CHOICES[0], description="centre")
     tau = W.FloatLogSlider(value=DEFAULTS.tau, base=10, min=-1, max=2, step=0.1, description="τ", continuous_update=False,

@@ -85,13 +85,13 @@ def best_baselines(choices: dict, dev_rows: list[dict]) -> dict:
 
 
 def jacap_settings(choices: dict, dev_rows: list[dict]) -> list[dict]:
-    """The Jacap settings the summary judges: Algorithm 1's tuned setting (the tune choice of ``jacap``, the tempered
+    """The Jacap settings the summary judges: Algorithm 1's tuned setting (the tune choice of ``jacap_prompt``, the tempered
     centre; role :data:`~jacap_lib.results.rowstats.ALGORITHM1`) first, then the paper's exact settings preset when the search space has one
     (``protocol.PAPER_PRESET``, a method spec) and the dev rows hold it, else every other Jacap setting
     (``jacap*`` method) the dev rows hold; then the tune choice of every other Jacap method of the search space
-    (``jacap_adakv``, ``jacap_obs``, ...; role ``"tuned <method>"``) the dev rows hold. ``[{"spec", "role"}]``."""
+    (``jacap_prompt_adakv``, ``jacap_obs``, ...; role ``"tuned <method>"``) the dev rows hold. ``[{"spec", "role"}]``."""
     have = list(dict.fromkeys(r["method"] for r in dev_rows if P.method_of(r["method"]).startswith("jacap")))
-    default = choices["chosen"].get("jacap") or (have[0] if have else None)
+    default = choices["chosen"].get("jacap_prompt") or (have[0] if have else None)
     if default is None or default not in have:
         raise ValueError(f"dev.jsonl has no rows of the chosen Jacap setting {default!r}; run `jacap evaluate dev`")
     out = [{"spec": default, "role": ALGORITHM1}]
@@ -101,7 +101,7 @@ def jacap_settings(choices: dict, dev_rows: list[dict]) -> list[dict]:
     elif paper is None or paper not in have:
         out += [{"spec": s, "role": "tuned " + P.method_of(s)} for s in have if s != default]
     for m, spec in choices["chosen"].items():
-        if m != "jacap" and m.startswith("jacap") and spec in have and all(o["spec"] != spec for o in out):
+        if m != "jacap_prompt" and m.startswith("jacap") and spec in have and all(o["spec"] != spec for o in out):
             out.append({"spec": spec, "role": "tuned " + m})
     return out
 
@@ -111,6 +111,6 @@ def dev_specs(chosen: dict) -> list[str]:
     (:data:`~jacap_lib.results.protocol.PAPER_PRESET`) when Jacap is among the methods and its choice
     resolves to other options (so the default and the paper's settings are in every table)."""
     specs = list(dict.fromkeys(chosen.values()))
-    if "jacap" in chosen and not P.same_setting(chosen["jacap"], P.PAPER_PRESET):
+    if "jacap_prompt" in chosen and not P.same_setting(chosen["jacap_prompt"], P.PAPER_PRESET):
         specs.append(P.PAPER_PRESET)
     return specs

@@ -417,7 +417,7 @@ def execute(plan: Plan, *, model=None, tokenizer=None) -> dict:
     import functools
 
     # KVzip and KVgrad score the same at every ratio: one real prefill scores all of a group's ratios (same rows)
-    # settings that differ only in what compress_post reads (budget, window: jacap_context's) share one scoring
+    # settings that differ only in what compress_post reads (budget, window: jacap's) share one scoring
     measure = functools.partial(measure_group, continuation=plan.continuation, model_name=plan.model_label,
                                 reuse_scores=True, share_scoring=True)
     n = run_groups(groups, out, measure=measure, model=model, tokenizer=tokenizer, model_name=plan.model_name,
@@ -441,14 +441,14 @@ def _without(record: dict, keys: set) -> dict:
 def check_settings_unchanged(out: Path, space: dict | None, specs=None, ratios=(0.5,), build=None) -> None:
     """Refuse to resume ``out`` when a setting now builds another press than the rows were made with.
 
-    The protocol writes its Jacap settings out in full, but a spec that names fewer options (``"jacap"``, a kvpress
+    The protocol writes its Jacap settings out in full, but a spec that names fewer options (``"jacap_prompt"``, a kvpress
     baseline) means today's defaults, which may move (``JacapPromptPress``'s defaults are a tune choice). Every earlier
     run of ``out`` recorded each
     setting's resolved options; a spec whose options differ today (the compression ratio aside) would mix two
     presses under one name, so this raises ``ValueError`` naming it and the fix (a new ``--dir``).
 
     The press classes' names are not compared: the spec's registry name fixes the method and its options fix the
-    press, so a class renamed under the same registry name keeps its rows (``jacap``'s ``JacapPress``, which became
+    press, so a class renamed under the same registry name keeps its rows (``jacap_prompt``'s ``JacapPress``, which became
     ``JacapPromptPress`` when ``JacapPress`` became the default context press)."""
     from ...presses.registry import effective_options, method_options, press_from_spec
 
