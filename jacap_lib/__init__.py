@@ -58,6 +58,10 @@ _EXPORTS = {
     "load_model": "jacap_lib.models",
     "JacapPress": "jacap_lib.presses.jacap_context",
     "JacapPromptPress": "jacap_lib.presses.jacap",
+    # the ragged cache: only the kept entries of each head (what a head-varying press frees)
+    "RaggedCache": "jacap_lib.cache.ragged",
+    "RaggedPress": "jacap_lib.cache.press",
+    "cache_bytes": "jacap_lib.cache.ragged",
     "list_methods": "jacap_lib.presses.registry",
     "build_press": "jacap_lib.presses.registry",
     "press_from_spec": "jacap_lib.presses.registry",
