@@ -309,7 +309,12 @@ def test_statuses_against_an_independent_computation(model_tok):
     assert repr(res).splitlines() == [
         f"EvictionInspection(jacap_prompt at c=0.5 on SmolLM2-135M-Instruct: N={N} prompt tokens, 30 layers x 3 KV heads)",
         f"  per head: budget {budget} = {budget - 12} kept by score + 12 protected (first 4 + last 8); "
-        f"{N - budget} evicted"]
+        f"{N - budget} evicted",
+        # bytes: 30 layers x 3 KV heads x 64 dims x (keys + values) x 4 bytes (float32) per kept token
+        f"  cache: {budget * 30 * 3 * 64 * 2 * 4 / 1e6:.1f} MB held of {N * 30 * 3 * 64 * 2 * 4 / 1e6:.1f} MB "
+        f"uncompressed ({100 * budget / N:.1f} %)"]
+    assert res.bytes_full == N * 30 * 3 * 64 * 2 * 4 and res.bytes_held == budget * 30 * 3 * 64 * 2 * 4
+    assert res.bytes_freed is None  # the prompt press prunes every head to the same budget: nothing left to free
     runs = parse_view(res.view(3, 1))
     assert "".join(t for t, _ in runs) == TEXT
     assert _expand(runs) == [st for tok_, st in zip(res.tokens, res.statuses(3, 1)) for _ in tok_]
@@ -342,3 +347,22 @@ def test_cli_inspects_the_default_press(capsys):
     assert "kept (mean" in out and "layer 3, KV head 1:" in out
     marked = out.split("layer 3, KV head 1:", 1)[1].split("\n", 2)[1]
     assert "".join(text for text, _ in parse_view(marked)) == TEXT
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("method", ["jacap", "kvzip"])
+def test_bytes_of_a_masking_press_and_of_its_kept_entries_freed(model_tok, method):
+    """A press that masks keys (the default, KVzip) frees nothing: the cache still holds every slot (at least the
+    uncompressed bytes). Its kept entries, freed into a ragged cache, hold what they weigh (kept entries x 64 dims x
+    keys and values x 4 bytes) plus the ragged layout's offsets and positions: at most 2 % more, and at most
+    (1 - c) + 2 % of the uncompressed bytes."""
+    model, tok = model_tok
+    res = inspect_eviction(model, tok, TEXT, method, 0.5)
+    N = res.n_tokens
+    entry = 64 * 2 * 4
+    assert res.masked is not None and res.bytes_full == N * 30 * 3 * entry
+    assert res.bytes_held >= res.bytes_full
+    kept = int(res.n_kept.sum())
+    assert kept * entry <= res.bytes_freed <= 1.02 * kept * entry
+    assert res.bytes_freed <= (0.5 + 0.02) * res.bytes_full + 30 * 3 * entry  # the global budget's rounding: a token a head
+    assert "frees nothing" in repr(res).splitlines()[2]

@@ -91,6 +91,11 @@ def phrase_kept(inspection, phrase: str) -> float:
     return float(inspection.kept_mask[..., idx].all(-1).float().mean())
 
 
+def _mb(n: int) -> str:
+    """Bytes as megabytes (10^6), one decimal."""
+    return f"{n / 1e6:.1f} MB"
+
+
 @dataclass
 class EvictionInspection:
     """Result of :func:`inspect_eviction` (L layers, H KV heads, N prompt tokens, B = the budget: tokens
@@ -120,6 +125,14 @@ class EvictionInspection:
         StreamingLLM's sinks and recent tokens - enters through their score, so it shows as kept).
         ``None`` only for hand-built inspections (then treated as all False).
     model : str - the model's name (``describe_model``), "" when unknown.
+    bytes_full : int or None - bytes of the uncompressed cache (every layer's keys and values of the N tokens).
+    bytes_held : int or None - bytes the cache holds after the press (:func:`jacap_lib.cache.cache_bytes`, each
+        tensor's whole storage): a press that masks keys (:attr:`masked`) keeps every slot, so it holds at least
+        :attr:`bytes_full`; kvpress's KVzip (and the presses built on it: KVgrad, the default ``JacapPress``) hold
+        more, since their cache is a view of a storage that also keeps the last chunk of the reconstruction pass.
+    bytes_freed : int or None - for a masking press, the bytes the same choice holds in a
+        :class:`~jacap_lib.cache.RaggedCache` (``RaggedPress(press)``, or ``JacapPress(free_memory=True)``): only
+        each head's kept entries, with their offsets and positions; ``None`` for a press that prunes already.
     """
 
     method: str
@@ -137,6 +150,9 @@ class EvictionInspection:
     protected: torch.Tensor | None = None
     model: str = ""
     masked: torch.Tensor | None = None
+    bytes_full: int | None = None
+    bytes_held: int | None = None
+    bytes_freed: int | None = None
 
     @property
     def n_layers(self) -> int:
@@ -217,8 +233,15 @@ class EvictionInspection:
         else:  # a masking press spreads its budget over heads and layers
             kept = f"{span(n_kept)} kept (mean {self.budget})"
             evicted = f"{span(self.n_tokens - n_kept)} evicted"
-        return (f"{head}\n  per head: {kept} = {span(self.n_scored)} kept by score + "
-                f"{span(self.n_protected)} protected{where}; {evicted}{scored}")
+        out = (f"{head}\n  per head: {kept} = {span(self.n_scored)} kept by score + "
+               f"{span(self.n_protected)} protected{where}; {evicted}{scored}")
+        if self.bytes_full and self.bytes_held is not None:
+            out += (f"\n  cache: {_mb(self.bytes_held)} held of {_mb(self.bytes_full)} uncompressed "
+                    f"({100 * self.bytes_held / self.bytes_full:.1f} %)")
+            if self.bytes_freed is not None:
+                out += (f"; the press masks keys and frees nothing: its kept entries alone (RaggedPress) hold "
+                        f"{_mb(self.bytes_freed)} ({100 * self.bytes_freed / self.bytes_full:.1f} %)")
+        return out
 
     def check_head(self, layer, head) -> None:
         for name, value, n in (("layer", layer, self.n_layers), ("head", head, self.n_heads)):
@@ -532,9 +555,10 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
         press.compress_post = recording_post
         patched.append("compress_post")
     store: dict = {}
+    cache = DynamicCache()
     try:
         with capture_kept(model, press, store):
-            model.model(input_ids=ids, past_key_values=DynamicCache())
+            model.model(input_ids=ids, past_key_values=cache)
     finally:
         if is_jacap:
             trace, scorer.trace = scorer.trace, None
@@ -565,6 +589,7 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
         tokens=[tokenizer.decode([t]) for t in token_ids], kept=kept, protected=prot,
         model=describe_model(model)["model"], masked=masked,
     )
+    _count_bytes(result, cache, store)
     if masked is not None:  # a budget below the protected entries keeps a tie-broken part of them
         result.protected = prot & result.kept_mask
     elif bool((prot & ~result.kept_mask).any()):
@@ -578,6 +603,23 @@ def inspect_eviction(model, tokenizer, text: str, method="jacap", compression_ra
     elif len(scores) == n_layers:
         result.score = torch.stack([scores[i][0].float().cpu() for i in range(n_layers)])
     return result
+
+
+def _count_bytes(result: EvictionInspection, cache, store: dict) -> None:
+    """Fill ``result``'s bytes: the uncompressed cache (``store``'s full keys, and values of the cache's own width),
+    what ``cache`` holds after the press, and, where the press masks keys, what its kept entries hold once freed
+    (``cache`` is turned ragged in place: it is the inspection's own, thrown away after)."""
+    from ..cache import cache_bytes, to_ragged
+
+    layers = cache.layers
+    result.bytes_full = int(sum(store[i][0].numel() * store[i][0].element_size()
+                                * (1 + layers[i].values.shape[-1] / layers[i].keys.shape[-1])
+                                for i in range(len(layers))))
+    result.bytes_held = cache_bytes(cache)
+    if result.masked is not None:
+        keep = result.kept_mask.to(layers[0].keys.device)
+        to_ragged(cache, keep=[keep[i][None] for i in range(len(layers))])
+        result.bytes_freed = cache_bytes(cache)
 
 
 def _press_for(method, compression_ratio, opts: dict):
