@@ -17,7 +17,7 @@ import html
 import plotly.graph_objects as go
 from .style import finish
 
-__all__ = ["strip_data", "token_strip", "token_strip_slider", "head_budgets", "kl_bars", "answers_note"]
+__all__ = ["strip_data", "token_strip", "token_strip_slider", "head_budgets", "memory_bars", "kl_bars", "answers_note"]
 
 _HOVER_FIELDS = ("score", "alpha", "rho", "kappa", "weight", "leverage")
 
@@ -84,6 +84,49 @@ def head_budgets(insp, title: str | None = None) -> go.Figure:
     fig.update_xaxes(title="layer", dtick=5)
     fig.update_layout(title=title or f"{insp.method} at c = {insp.compression_ratio:g}: share of the prompt each "
                       "KV head keeps", height=120 + 28 * insp.n_heads, margin={"l": 10, "r": 10, "t": 50, "b": 40})
+    return finish(fig)
+
+
+#: how the memory figure names a press for a reader
+_READER_NAMES = {"jacap": "the default", "jacap_prompt": "the prompt press"}
+
+
+def _reader_name(method: str) -> str:
+    from ..presses.registry import press_name
+
+    return _READER_NAMES.get(method.split("[", 1)[0], press_name(method))
+
+
+def memory_bars(inspections: list, title: str | None = None) -> go.Figure:
+    """Bars: the cache's bytes after each press, in % of the uncompressed cache, against c. Per press one solid bar
+    (what the cache kvpress leaves holds: :attr:`EvictionInspection.bytes_held`) and, for a press that masks keys,
+    a hatched one beside it (its kept entries alone, freed into a ragged cache: ``bytes_freed``); a dotted line at
+    ``1 - c`` would be a perfect prune. ``inspections``: :func:`~jacap_lib.measure.eviction.inspect_eviction`
+    results with bytes, several c per press."""
+    if not inspections or any(i.bytes_full is None or i.bytes_held is None for i in inspections):
+        raise ValueError("inspections must be a non-empty list of EvictionInspection with bytes (from inspect_eviction)")
+    ratios = sorted({i.compression_ratio for i in inspections})
+    x = [f"c = {c:g}" for c in ratios]
+    fig = go.Figure()
+    for method in dict.fromkeys(i.method for i in inspections):
+        by_c = {i.compression_ratio: i for i in inspections if i.method == method}
+        name = _reader_name(method)
+        held = [100 * by_c[c].bytes_held / by_c[c].bytes_full if c in by_c else None for c in ratios]
+        masks = any(i.bytes_freed is not None for i in by_c.values())
+        fig.add_bar(x=x, y=held, name=name + (" (masked)" if masks else ""), legendgroup=method.split("[", 1)[0],
+                    hovertemplate=name + ", %{x}: %{y:.1f} % of the uncompressed bytes<extra></extra>")
+        if masks:
+            freed = [100 * by_c[c].bytes_freed / by_c[c].bytes_full if c in by_c and by_c[c].bytes_freed is not None
+                     else None for c in ratios]
+            fig.add_bar(x=x, y=freed, name=name + " (freed)", legendgroup=method.split("[", 1)[0],
+                        marker={"pattern": {"shape": "/"}},
+                        hovertemplate=name + " freed, %{x}: %{y:.1f} % of the uncompressed bytes<extra></extra>")
+    fig.add_scatter(x=x, y=[100 * (1 - c) for c in ratios], mode="markers", name="1 − c (a perfect prune)",
+                    marker={"symbol": "line-ew-open", "size": 40, "color": "black", "line": {"width": 2}},
+                    hovertemplate="%{x}: 1 − c = %{y:.0f} %<extra></extra>")
+    fig.update_layout(barmode="group", title=title or "Bytes the cache holds after each press",
+                      yaxis_title="% of the uncompressed cache", height=380,
+                      legend={"orientation": "h", "y": -0.18}, margin={"l": 10, "r": 10, "t": 50, "b": 40})
     return finish(fig)
 
 
