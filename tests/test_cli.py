@@ -298,6 +298,55 @@ def test_inspect_default_ratio_is_the_library_default():
     assert args.ratio == DEFAULT_RATIO == 0.5
 
 
+def test_inspect_defaults_to_the_default_press_and_its_help_names_it(capsys):
+    """No ``--method``: registry ``jacap``, which builds the library's default ``JacapPress``; ``--help`` says so."""
+    from jacap_lib import JacapPress, build_press
+
+    args = cli.build_parser().parse_args(["inspect"])
+    assert args.method == "jacap" and type(build_press(args.method, args.ratio)) is JacapPress
+    with pytest.raises(SystemExit):
+        cli.main(["inspect", "--help"])
+    help_ = " ".join(capsys.readouterr().out.split())
+    assert "(default: jacap, the library's default press JacapPress: Jacap's score on the queries of KVzip's" in help_
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--method", "nosuch"], "--method: unknown method 'nosuch'; valid names: "),
+    (["--method", "nosuch[window=8]"], "--method: unknown method 'nosuch'; valid names: "),
+    (["--layer", "30"], "--layer 30 out of range: the model has 30 layers (0-29)"),
+    (["--layer", "0", "--head", "3"], "--head 3 out of range: the model has 3 KV heads (0-2)"),
+], ids=["method", "method-with-options", "layer", "head"])
+def test_inspect_checks_method_layer_head_before_torch_loads(argv, msg, tmp_path):
+    """A misspelt ``--method`` or an out-of-range ``--layer``/``--head``: usage, one error line (a bad method's
+    lists the registry's names, as :func:`list_methods` orders them), status 2, nothing printed or written, and
+    neither torch, transformers nor kvpress imported (the registry and the model's weights never load; they took
+    5-12 s before the error). How long it takes is a benchmark's business, not this test's."""
+    from jacap_lib import list_methods
+
+    (tmp_path / "out").mkdir()
+    out, loaded = _jacap(["inspect", *argv, "--html", str(tmp_path / "out" / "e.html")], tmp_path)
+    err = out.stderr
+    assert out.returncode == 2 and err.startswith("usage: jacap inspect "), err[-3000:]
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].startswith(f"jacap inspect: error: {msg}"), errors
+    if "method" in msg:
+        assert errors[0].split("valid names: ")[1] == ", ".join(list_methods())
+    assert out.stdout == "" and list((tmp_path / "out").iterdir()) == []
+    assert loaded == []
+
+
+def test_inspects_quick_checks_agree_with_the_registry_and_the_model():
+    """The names ``jacap inspect`` checks before torch loads are the registry's; the (layers, KV heads) it reads
+    from the bundled model's config.json are transformers' reading of it."""
+    from jacap_lib import list_methods
+    from jacap_lib.models import load_config
+    from jacap_lib.viz.eviction import _layers_and_kv_heads, _registry_names
+
+    assert sorted(_registry_names()) == sorted(list_methods())
+    cfg = load_config()
+    assert _layers_and_kv_heads(None) == (cfg.num_hidden_layers, cfg.num_key_value_heads) == (30, 3)
+
+
 @pytest.mark.parametrize("env", [{"HF_HUB_OFFLINE": "1"}, {"HF_ENDPOINT": "http://127.0.0.1:9"}],
                          ids=["offline", "hub-unreachable"])
 def test_inspect_with_an_unavailable_model_fails_like_any_bad_argument(env, tmp_path):
@@ -336,10 +385,10 @@ def test_inspect_layer_head_and_html_on_own_text(bundled, tmp_path, monkeypatch,
 
     monkeypatch.setattr(job, "load_model", lambda args: bundled)
     html = tmp_path / "out" / "e.html"
-    assert cli.main(["inspect", "--text", INSPECT_TEXT, "--method", "jacap[window=8]", "--layer", "3", "--head", "1",
+    assert cli.main(["inspect", "--text", INSPECT_TEXT, "--method", "jacap_prompt[window=8]", "--layer", "3", "--head", "1",
                      "--html", str(html)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("EvictionInspection(jacap at c=0.5 on SmolLM2-135M-Instruct: N=43 prompt tokens")
+    assert out[0].startswith("EvictionInspection(jacap_prompt at c=0.5 on SmolLM2-135M-Instruct: N=43 prompt tokens")
     assert out[1] == "  per head: budget 21 = 9 kept by score + 12 protected (first 4 + last 8); 22 evicted"
     i = out.index("layer 3, KV head 1: 9 kept by score + 12 protected of 43")
     runs = parse_view(out[i + 1])
@@ -350,7 +399,7 @@ def test_inspect_layer_head_and_html_on_own_text(bundled, tmp_path, monkeypatch,
     # --file, --layer alone (all its heads); a text that leaves the score nothing says so (a 32-token window)
     f = tmp_path / "t.txt"
     f.write_text(INSPECT_TEXT)
-    assert cli.main(["inspect", "--file", str(f), "--layer", "0", "--method", "jacap[window=32]"]) == 0
+    assert cli.main(["inspect", "--file", str(f), "--layer", "0", "--method", "jacap_prompt[window=32]"]) == 0
     out = capsys.readouterr().out
     assert all(f"layer 0, KV head {h}:" in out for h in range(3))
     assert "the window was shrunk to 17" in out and "the score chose nothing" in out
@@ -367,10 +416,10 @@ def test_inspect_text_of_any_length_is_the_prompt(bundled, tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     text = " ".join(f"Day {i}: {INSPECT_TEXT}" for i in range(50))[:10_000]
     assert len(text.encode()) == 10_000
-    assert cli.main(["inspect", "--text", text, "--method", "jacap[window=8]", "--layer", "2", "--head", "0"]) == 0
+    assert cli.main(["inspect", "--text", text, "--method", "jacap_prompt[window=8]", "--layer", "2", "--head", "0"]) == 0
     out = capsys.readouterr().out.splitlines()
     n = len(bundled[1](text, add_special_tokens=False)["input_ids"])
-    assert out[0].startswith(f"EvictionInspection(jacap at c=0.5 on SmolLM2-135M-Instruct: N={n} prompt tokens")
+    assert out[0].startswith(f"EvictionInspection(jacap_prompt at c=0.5 on SmolLM2-135M-Instruct: N={n} prompt tokens")
     i = next(k for k, line in enumerate(out) if line.startswith("layer 2, KV head 0: "))
     runs = parse_view(out[i + 1])
     assert "".join(t for t, _ in runs) == text  # every character of the text, marked

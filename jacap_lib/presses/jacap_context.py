@@ -36,6 +36,7 @@ read by :meth:`compress_post` only, so one scoring serves them all (:func:`jacap
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -145,7 +146,13 @@ class JacapPress(KVzipPress):
         if self.layerwise:
             raise ValueError("layerwise=True is KVzip's per-layer budget: set budget='layer' instead (layerwise must "
                              "stay False)")
-        super().__post_init__()
+        kvzip_log = logging.getLogger(KVzipPress.__module__)  # kvpress's fixed "2-3 times the prefilling cost" note
+        cost_note = lambda record: "prefilling cost" not in record.getMessage()  # noqa: E731 (measured: the module)
+        kvzip_log.addFilter(cost_note)
+        try:
+            super().__post_init__()
+        finally:
+            kvzip_log.removeFilter(cost_note)
 
     def __call__(self, model):
         """KVzip's context manager (prefill, then the reconstruction pass and the choice at its exit); with
