@@ -35,8 +35,9 @@ RAGGED_ATTENTION = {"sdpa": "jacap_ragged", "eager": "jacap_ragged_eager"}
 
 def segment_partials(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, allowed=None):
     """Softmax partials of queries ``q (M, d)`` over keys/values ``(n, d)``: ``(max (M,), sum (M,), unnormalised
-    output (M, d))``, float32; ``allowed (M, n)`` bool masks keys out. No key: max ``-inf``, sum and output 0."""
-    q, k, v = q.float(), k.float(), v.float()
+    output (M, d))`` in ``q``'s dtype (float32 or wider); ``allowed (M, n)`` bool masks keys out. No key: max
+    ``-inf``, sum and output 0."""
+    k, v = k.to(q.dtype), v.to(q.dtype)
     if k.shape[0] == 0:
         return (q.new_full(q.shape[:1], float("-inf")), q.new_zeros(q.shape[:1]), q.new_zeros(q.shape[0], v.shape[-1]))
     s = (q @ k.T) * scale
@@ -68,12 +69,13 @@ def _allowed(attention_mask, columns) -> torch.Tensor | None:
 
 def ragged_attention_torch(query: torch.Tensor, key: RaggedKV, value: RaggedKV, scale: float, attention_mask=None,
                            decode_kernel=None) -> torch.Tensor:
-    """Attention of ``query (B, H_q, q, d)`` over a ragged layer; ``(B, H_q, q, d_v)`` float32.
+    """Attention of ``query (B, H_q, q, d)`` over a ragged layer; ``(B, H_q, q, d_v)``.
 
     The tail (the ``q`` new tokens are its last ones) is causal: new token ``i`` sees tail entries ``<= t - q + i``.
     ``attention_mask`` (transformers' 4D mask sized ``n_prompt + t``, e.g. padding) also masks the packed entries
     at their original positions. ``decode_kernel(q (B H_q, d), packed_k, packed_v, offsets, scale) -> (out, lse)``
-    replaces the per-head prompt part (the Triton kernel, for one query token and no mask).
+    replaces the per-head prompt part (the Triton kernel, for one query token and no mask). Computed in float32
+    (float64 for a float64 query).
     """
     B, Hq, q_len, d = query.shape
     H, t = key.heads, int(key.tail.shape[2])
@@ -86,9 +88,10 @@ def ragged_attention_torch(query: torch.Tensor, key: RaggedKV, value: RaggedKV, 
             raise ValueError(f"the attention mask covers {attention_mask.shape[-1]} keys but the ragged layer holds "
                              f"{n_total} positions: a padded batch needs one length for every layer")
         attention_mask = None  # batch 1: the mask is only the causal rule, applied below
-    qf = query.float().reshape(B, H, G * q_len, d)  # rows (g, i) of KV head h
+    acc = torch.promote_types(query.dtype, torch.float32)
+    qf = query.to(acc).reshape(B, H, G * q_len, d)  # rows (g, i) of KV head h
     # tail: dense over heads, causal among the new tokens
-    tail_k, tail_v = key.tail.float(), value.tail.float()
+    tail_k, tail_v = key.tail.to(acc), value.tail.to(acc)
     s_t = torch.einsum("bhmd,bhtd->bhmt", qf, tail_k) * scale
     causal = torch.arange(t, device=query.device)[None, :] <= (t - q_len + torch.arange(q_len, device=query.device))[:, None]
     allowed_t = causal.expand(B, q_len, t)
@@ -104,15 +107,15 @@ def ragged_attention_torch(query: torch.Tensor, key: RaggedKV, value: RaggedKV, 
     # packed prompt entries, per (batch, KV head)
     if decode_kernel is not None and q_len == 1 and attention_mask is None:
         out, lse = decode_kernel(query.reshape(B * Hq, d), key.packed, value.packed, key.offsets, scale)
-        out, lse = out.view(B, H, G, -1), lse.view(B, H, G)
+        out, lse = out.to(acc).view(B, H, G, -1), lse.to(acc).view(B, H, G)
         finite = torch.isfinite(lse)
         m_p = torch.where(finite, lse, torch.full_like(lse, float("-inf")))
         prompt_part = (m_p, finite.float(), out * finite.unsqueeze(-1))  # (max, sum, o) with the sum folded in lse
         prompt_part = tuple(x.reshape(B, H, G * q_len, *x.shape[3:]) for x in prompt_part)
     else:
-        m_p = torch.empty(B, H, G * q_len, device=query.device)
+        m_p = torch.empty(B, H, G * q_len, device=query.device, dtype=acc)
         l_p = torch.empty_like(m_p)
-        o_p = torch.empty(B, H, G * q_len, value.tail.shape[-1], device=query.device)
+        o_p = torch.empty(B, H, G * q_len, value.tail.shape[-1], device=query.device, dtype=acc)
         for b in range(B):
             mask_b = None if attention_mask is None else attention_mask[b:b + 1]
             for h in range(H):
