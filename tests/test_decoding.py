@@ -86,7 +86,7 @@ def test_cache_never_exceeds_watermark(bundled):
     assert len(ctrl.events) >= 2
     n_layers, n_kv = model.config.num_hidden_layers, model.config.num_key_value_heads
     for ev in ctrl.events:
-        assert ev.method == "jacap_prompt" and ev.fallback_reason is None
+        assert ev.method == "jacap" and ev.fallback_reason is None
         assert ev.tokens_before > budget and ev.tokens_after == budget
         assert ev.step % interval == 0 and ev.tokens_before + interval > high
         assert ev.kv_bytes_after * ev.tokens_before == ev.kv_bytes_before * budget
@@ -325,7 +325,7 @@ def _fake_events():
     return [EvictionEvent(step=s, seq_len=40 + s, tokens_before=60, tokens_after=40, method=m, seconds=0.01,
                           kv_bytes_before=600, kv_bytes_after=400, entropy_before=2.0, entropy_after=1.8,
                           age_edges=[0.0, 10.0, 20.0], age_counts=[30, 10], mean_age_kept=7.0)
-            for s, m in ((8, "jacap_prompt"), (24, "window"))]
+            for s, m in ((8, "jacap"), (24, "window"))]
 
 
 def test_viz_figures():
@@ -349,15 +349,15 @@ def test_viz_figures():
     q = [0.0, 1.0, 2.0, 3.0]
     fig = VS.beta_tracking(q, {"0.5": [0, 0.5, 1.25, 2.125], "0.9": [0, 0.1, 0.29, 0.561]})
     assert len(fig.layout.sliders[0].steps) == 2
-    runs = {"0.9": {"beta": 0.9, "method": "jacap_prompt", "mean_kl": 0.1, "kl": [0.1, 0.2]},
+    runs = {"0.9": {"beta": 0.9, "method": "jacap", "mean_kl": 0.1, "kl": [0.1, 0.2]},
             "window": {"beta": None, "method": "window", "mean_kl": 0.2, "kl": [0.2, 0.3]}}
     fig = VS.beta_tradeoff([{"beta": 0.9, "jitter": 0.1, "lag_error": 0.2}], runs)
     assert len(fig.data) == 4
     assert len(VS.kl_timeline(runs).data) == 2
     # before (and at) a run's first eviction the KL is float rounding: left out, so the log axis starts at the signal
     ev = lambda step: {"step": step}  # noqa: E731
-    runs = {"0.5": {"beta": 0.5, "method": "jacap_prompt", "kl": [0.0, 3e-9, 8e-8, 0.02, 0.3], "events": [ev(2), ev(4)]},
-            "0.9": {"beta": 0.9, "method": "jacap_prompt", "kl": [0.0, 1e-8, 0.01, 0.5, 0.4], "events": [ev(1)]},
+    runs = {"0.5": {"beta": 0.5, "method": "jacap", "kl": [0.0, 3e-9, 8e-8, 0.02, 0.3], "events": [ev(2), ev(4)]},
+            "0.9": {"beta": 0.9, "method": "jacap", "kl": [0.0, 1e-8, 0.01, 0.5, 0.4], "events": [ev(1)]},
             "window": {"beta": None, "method": "window", "kl": [1e-9, 0.0, 5e-8, 0.04, 0.1], "events": [ev(2)]}}
     fig = VS.kl_timeline(runs)
     assert [list(t.y) for t in fig.data] == [[None, None, None, 0.02, 0.3], [None, None, 0.01, 0.5, 0.4],

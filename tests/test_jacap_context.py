@@ -36,9 +36,12 @@ def _masks(model):
 
 
 def _run(model, prompt, press, record=None):
-    """The real prefill under the press; its masks (and what ``record`` hooks saw)."""
+    """The real prefill under the press; its masks (and what ``record`` hooks saw). The choice is read off kvpress's
+    masks, so the press leaves them (``free_memory=False``, the masked reference the ragged cache is tested against
+    in tests/test_ragged_cache.py)."""
     from transformers import DynamicCache
 
+    press.free_memory = False
     cache = DynamicCache()
     with torch.inference_mode(), press(model):
         model(input_ids=prompt, past_key_values=cache, use_cache=True)

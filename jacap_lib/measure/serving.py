@@ -64,7 +64,7 @@ def serving_study(model, tok, cfg: dict, *, progress: bool = True) -> dict:
         logits = replay(model, seq, n_prompt, ctrl)
         kl = kl_from_logits(ref, logits)
         runs[str(beta)] = {
-            "beta": beta, "method": "jacap_prompt", "kl": kl.tolist(), "mean_kl": float(kl.mean()),
+            "beta": beta, "method": "jacap", "kl": kl.tolist(), "mean_kl": float(kl.mean()),
             "top1_agree": float((logits.argmax(-1) == ref.argmax(-1)).float().mean()),
             "trace": ctrl.trace, "events": [e.to_dict() for e in ctrl.events],
             "turnover": jaccard_turnover(ctrl.events, layer), "seconds": time.time() - t0,

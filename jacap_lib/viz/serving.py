@@ -106,7 +106,7 @@ def beta_tradeoff(tradeoff, runs: dict | None = None, *, title: str = "β: noise
     fig.update_xaxes(title_text="β", row=1, col=1)
     fig.update_yaxes(title_text="relative to mean ‖q‖", type="log", row=1, col=1)
     if runs:
-        jac = sorted((r for r in runs.values() if r["method"] == "jacap_prompt"), key=lambda r: r["beta"])
+        jac = sorted((r for r in runs.values() if r["method"] == "jacap"), key=lambda r: r["beta"])
         fig.add_scatter(x=[r["beta"] for r in jac], y=[r["mean_kl"] for r in jac], name="Jacap controller, mean KL",
                         legendgroup="alg2", mode="lines+markers", row=1, col=2)
         win = [r for r in runs.values() if r["method"] == "window"]
