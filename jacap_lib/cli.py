@@ -14,7 +14,7 @@
     jacap evaluate kvzip-ladder|kvzip-ladder-summary  prompt press -> KVzip one knob at a time -> data/results/eval/peers/
     jacap evaluate field-summary  the whole field beside KVzip on the dev documents -> data/results/eval/peers/
     jacap evaluate needle [--mode inside] --probe  digit survival per layer and KV head -> needle_probe.jsonl
-    jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token
+    jacap inspect [--method jacap --ratio 0.5]     what one eviction keeps, per token (default: JacapPress)
     jacap inspect --layer 3 --head 1 [--text ...]  one head's text, kept/protected/evicted marked
     jacap inspect --html eviction.html             the whole model as a self-contained HTML page
     jacap inspect --kl-table                       the live chapter's KL table -> data/live/kl_table.json
