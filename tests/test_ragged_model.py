@@ -207,3 +207,26 @@ def test_ragged_equals_a_dense_cache_cut_to_the_same_tokens(model_tok, needle):
     b, h = cache.layers[0].keys.shape[:2]
     to_ragged(cache, model, keep=[kept.expand(b, h, n)] * len(cache.layers))
     torch.testing.assert_close(_logits(model, cache, n, question), want, atol=1e-4, rtol=0)
+
+
+@torch.inference_mode()
+def test_library_continuation_helper_reads_the_ragged_cache(model_tok, needle):
+    """``quality.continue_from_cache`` on the ragged cache: the masked path's log-probabilities (atol 2e-3) and the
+    same mean kept count per (layer, KV head)."""
+    from jacap_lib.cache import to_ragged
+    from jacap_lib.measure.quality import continue_from_cache
+
+    model, _ = model_tok
+    ctx, question = needle
+    n = ctx.shape[1]
+    cache = _prefill(model, ctx, _press("adakv_snapkv", 0.75))
+    masked = _copy(cache)
+    masks = [m.self_attn.masked_key_indices for m in model.model.layers]
+    lp_masked, _, kept_masked = continue_from_cache(model, masked, n, question)  # clears the masks at its end
+    for m, idx in zip(model.model.layers, masks):
+        m.self_attn.masked_key_indices = idx
+    to_ragged(cache, model)
+    lp_ragged, _, kept_ragged = continue_from_cache(model, cache, n, question)
+    torch.testing.assert_close(lp_ragged, lp_masked, atol=2e-3, rtol=0)
+    assert kept_ragged == pytest.approx(kept_masked, abs=1e-9)
+    assert kept_ragged == pytest.approx(n - int(0.75 * n), abs=1)

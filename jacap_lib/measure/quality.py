@@ -157,7 +157,9 @@ def _as_ids(x, tokenizer, name: str) -> torch.Tensor:
 
 
 def _cache_kept(cache) -> float:
-    lens = [layer.keys.shape[-2] for layer in cache.layers if getattr(layer, "keys", None) is not None]
+    # a ragged layer (jacap_lib.cache) holds a different count per head: their mean
+    lens = [float(layer.kept_lengths().float().mean()) if hasattr(layer, "kept_lengths") else layer.keys.shape[-2]
+            for layer in cache.layers if getattr(layer, "keys", None) is not None]
     return float(sum(lens) / len(lens)) if lens else float("nan")
 
 
