@@ -83,6 +83,15 @@ def unit_interval(name: str, value, *, closed_right: bool = False) -> float:
     return v
 
 
+def compression_ratio(value, name: str = "compression_ratio") -> float:
+    """The one check of a compression ratio: a number (not a bool) in [0, 1), the fraction of the prompt's KV pairs
+    removed (0: nothing removed)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"{name} must be a number in [0, 1) (the fraction of the prompt's KV pairs removed), "
+                         f"got {value!r}")
+    return float(value)
+
+
 def boolean(name: str, value) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"`{name}` must be True or False, got {value!r}")

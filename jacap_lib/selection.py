@@ -31,6 +31,17 @@ def n_kept(n: int, compression_ratio: float) -> int:
     return min(compute_n_kept(n, compression_ratio), n)
 
 
+def budget_split(n_tokens: int, compression_ratio: float, n_sink: int, window: int) -> dict:
+    """How the ``n_kept(n_tokens, compression_ratio)`` slots of one head are filled by the protection rule
+    (:func:`fit_protection`): ``{"kept", "sinks", "window", "scored"}``, ``kept = sinks + window + scored``;
+    ``scored`` is how many kept tokens the score chooses. The sinks are the slots present (at most ``n_tokens``),
+    the window counts recent tokens that are not sinks."""
+    budget = n_kept(n_tokens, compression_ratio)
+    sinks = min(n_sink, n_tokens)
+    fit = fit_protection(budget, sinks, min(window, n_tokens - sinks))
+    return {"kept": budget, "sinks": fit.n_sink, "window": fit.window, "scored": budget - fit.n_sink - fit.window}
+
+
 class Protection(NamedTuple):
     """The protected tokens that fit a budget: ``n_sink`` sinks and ``window`` recent tokens besides them;
     ``note`` says what was cut (``None`` when everything fit)."""

@@ -917,3 +917,17 @@ def test_bad_input(row: Row, env):
     msg = str(err).lower()
     missing = [n for n in row.names if n.lower() not in msg]
     assert not missing, f"message does not name {missing}: {err}"
+
+
+@pytest.mark.parametrize("bad", [1, 1.0, -0.1, float("nan"), True, "0.5", None])
+def test_one_compression_ratio_check_for_every_press(bad):
+    """The presses, the instrument and the registry share one check (``_checks.compression_ratio``): each refuses
+    the same values with the same message, and takes a ratio in [0, 1) as a float."""
+    from jacap_lib import _checks, build_press
+    from jacap_lib.presses.jacap import JacapPromptPress
+
+    assert _checks.compression_ratio(0) == 0.0 and _checks.compression_ratio(0.5) == 0.5
+    for make in (lambda: _checks.compression_ratio(bad), lambda: JacapPromptPress(bad),
+                 lambda: build_press("snapkv", bad), lambda: build_press("jacap", bad)):
+        with pytest.raises(ValueError, match=r"compression_ratio must be a number in \[0, 1\)"):
+            make()

@@ -62,9 +62,7 @@ class ProtectedPress(ScorerPress):
                              f"{type(self.press).__name__}")
         if self.compression_ratio is None:
             self.compression_ratio = float(self.press.compression_ratio)
-        ratio = self.compression_ratio
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
-            raise ValueError(f"compression_ratio must be a number in [0, 1), got {ratio!r}")
+        _checks.compression_ratio(self.compression_ratio)
         _checks.nonneg_int("n_sink", self.n_sink)
         _checks.nonneg_int("window", self.window)
 

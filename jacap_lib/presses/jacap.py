@@ -36,7 +36,7 @@ from .. import _checks, config
 from ..config import DEFAULTS
 from ..scoring import JacapScores
 from ..scoring.core import validated_scores
-from ..selection import fit_protection, n_kept
+from ..selection import budget_split, n_kept
 from ..stats import ema_weights, moment_stats
 from . import utils
 
@@ -160,9 +160,7 @@ class JacapPromptPress(ScorerPress):
     _window_warned: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        ratio = self.compression_ratio
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
-            raise ValueError(f"compression_ratio must be a number in [0, 1), got {ratio!r}")
+        _checks.compression_ratio(self.compression_ratio)
         for name in _SHARED:  # Jacap's parameters: one rule each (jacap_lib.config)
             config.check(name, getattr(self, name))
         _checks.int_at_least("n_future_positions", self.n_future_positions, 1)
@@ -283,10 +281,7 @@ class JacapPromptPress(ScorerPress):
         is how many kept tokens Algorithm 1's score chose. The window is the one actually protected (shrunk
         when the budget cannot hold ``n_sink + window``)."""
         _checks.int_at_least("n_tokens", n_tokens, 1)
-        budget = n_kept(n_tokens, self.compression_ratio)
-        sinks = min(self.n_sink, n_tokens)  # the slots present, as protected() finds them: sinks, then recent others
-        fit = fit_protection(budget, sinks, min(self.window, n_tokens - sinks))
-        return {"kept": budget, "sinks": fit.n_sink, "window": fit.window, "scored": budget - fit.n_sink - fit.window}
+        return budget_split(n_tokens, self.compression_ratio, self.n_sink, self.window)
 
     def _warn_once(self, message: str) -> None:
         if not self._window_warned:

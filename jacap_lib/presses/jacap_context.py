@@ -49,7 +49,7 @@ from ..cache.press import freeing_memory
 from ..config import DEFAULTS
 from ..hf import apply_rope
 from ..scoring.core import validated_scores
-from ..selection import fit_protection, n_kept
+from ..selection import budget_split
 from . import utils
 from .jacap import CENTRES
 
@@ -125,9 +125,7 @@ class JacapPress(KVzipPress):
     post_only: ClassVar[tuple] = ("compression_ratio", "budget", "window", "layerwise")
 
     def __post_init__(self):
-        ratio = self.compression_ratio
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio < 1:
-            raise ValueError(f"compression_ratio must be a number in [0, 1), got {ratio!r}")
+        _checks.compression_ratio(self.compression_ratio)
         _checks.choice("summary", self.summary, SUMMARIES)
         _checks.choice("budget", self.budget, BUDGETS)
         _checks.choice("centre", self.centre, self.centres)
@@ -270,10 +268,7 @@ class JacapPress(KVzipPress):
         the sinks above them), and the score chooses nothing there:
         :func:`jacap_lib.results.protection.protection_fills_budget`."""
         _checks.int_at_least("n_tokens", n_tokens, 1)
-        budget = n_kept(n_tokens, self.compression_ratio)
-        sinks = min(self.n_sink, n_tokens)
-        fit = fit_protection(budget, sinks, min(self.window, n_tokens - sinks))
-        return {"kept": budget, "sinks": fit.n_sink, "window": fit.window, "scored": budget - fit.n_sink - fit.window}
+        return budget_split(n_tokens, self.compression_ratio, self.n_sink, self.window)
 
     def protected(self, n: int, device=None) -> torch.Tensor:
         """Boolean ``(N,)``: KVzip's ``n_sink`` sinks and the last ``window`` prompt tokens. With ``budget="head"``

@@ -326,13 +326,7 @@ def build_press(name: str, compression_ratio: float, **opts):
     options raise ``ValueError``.
     """
     method = _method(name)
-    if isinstance(compression_ratio, bool) or not isinstance(compression_ratio, (int, float)) or not (
-        0 <= compression_ratio < 1
-    ):
-        raise ValueError(
-            f"compression_ratio must be a number in [0, 1) (fraction of the prompt's KV pairs removed), "
-            f"got {compression_ratio!r}"
-        )
+    _checks.compression_ratio(compression_ratio)
     own = _own_options(method.press)
     unknown = sorted(set(opts) - own - set(WRAPPER_OPTIONS) - _runtime_options(method.press))
     if unknown:
