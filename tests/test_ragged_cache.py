@@ -232,3 +232,28 @@ def test_ragged_kv_repr_and_shape():
     assert isinstance(kv, RaggedKV)
     assert kv.shape == (1, 2, 9, 4) and kv.lengths.tolist() == keep.sum(-1).tolist()
     assert f"kept={int(keep.sum())}" in repr(kv)
+
+
+def test_free_memory_is_no_part_of_a_record_and_the_registry_builds_the_masked_press():
+    """``JacapPress(free_memory=True)`` (the default) frees memory; the registry builds the measured, masked press
+    unless asked, and no record, spec or equality sees the field (committed fingerprints stay as they are)."""
+    from jacap_lib import JacapPress
+    from jacap_lib.cache import RaggedPress
+    from jacap_lib.presses import registry as R
+
+    name = next(n for n, m in R.METHODS.items() if m.press is JacapPress and not m.options)
+    assert JacapPress().free_memory is True
+    assert R.build_press(name, 0.5).free_memory is False
+    assert R.build_press(name, 0.5, free_memory=True).free_memory is True
+    assert "free_memory" not in R.method_options(JacapPress(compression_ratio=0.5))
+    assert R.method_options(JacapPress(compression_ratio=0.5)) == R.method_options(R.build_press(name, 0.5))
+    assert JacapPress(compression_ratio=0.5) == JacapPress(compression_ratio=0.5, free_memory=False)
+    assert "free_memory" not in R.valid_options(name)
+    with pytest.raises(ValueError, match="free_memory"):
+        JacapPress(free_memory="yes")
+    with pytest.raises(ValueError, match="kvpress press"):
+        RaggedPress(object())
+    wrapped = RaggedPress(R.build_press("snapkv", 0.25))
+    assert wrapped.compression_ratio == 0.25
+    wrapped.compression_ratio = 0.5
+    assert wrapped.press.compression_ratio == 0.5
