@@ -257,3 +257,16 @@ def test_free_memory_is_no_part_of_a_record_and_the_registry_builds_the_masked_p
     assert wrapped.compression_ratio == 0.25
     wrapped.compression_ratio = 0.5
     assert wrapped.press.compression_ratio == 0.5
+
+
+def test_kept_mask_round_trips_and_a_second_conversion_is_a_no_op_only_for_the_same_set():
+    from jacap_lib.cache.convert import kept_mask
+
+    keys, values, keep = random_layer(B=2, H=3, N=17, d=4, seed=12)
+    cache = DynamicCache()
+    cache.update(keys, values, 0)
+    to_ragged(cache, keep=[keep])
+    assert torch.equal(kept_mask(cache.layers[0]), keep)
+    to_ragged(cache, keep=[keep])  # the same kept set: nothing to do
+    with pytest.raises(ValueError, match="another kept set"):
+        to_ragged(cache, keep=[torch.ones_like(keep)])

@@ -230,3 +230,17 @@ def test_library_continuation_helper_reads_the_ragged_cache(model_tok, needle):
     torch.testing.assert_close(lp_ragged, lp_masked, atol=2e-3, rtol=0)
     assert kept_ragged == pytest.approx(kept_masked, abs=1e-9)
     assert kept_ragged == pytest.approx(n - int(0.75 * n), abs=1)
+
+
+@torch.inference_mode()
+def test_inspection_of_the_freeing_default_sees_the_masked_kept_set(model_tok):
+    """``inspect_eviction`` with ``JacapPress()`` (free_memory) reads the kept set off the ragged cache: the same
+    kept positions as the masked press, and the bytes it holds are those the masked press's entries hold once freed."""
+    from jacap_lib import JacapPress, inspect_eviction
+
+    model, tok = model_tok
+    text = "The lighthouse keeper counted the ships every night and wrote their names in a book. " * 6
+    masked = inspect_eviction(model, tok, text, JacapPress(compression_ratio=0.5, free_memory=False))
+    freed = inspect_eviction(model, tok, text, JacapPress(compression_ratio=0.5))
+    assert torch.equal(freed.kept_mask, masked.kept_mask)
+    assert freed.bytes_held == masked.bytes_freed < 0.52 * masked.bytes_full

@@ -12,7 +12,7 @@ from ..hf import attention_modules, clear_masks
 from .attention import use_ragged_attention
 from .ragged import RaggedLayer
 
-__all__ = ["to_ragged", "keep_from_masks"]
+__all__ = ["to_ragged", "keep_from_masks", "kept_mask"]
 
 
 def keep_from_masks(model, cache) -> list | None:
@@ -32,6 +32,16 @@ def keep_from_masks(model, cache) -> list | None:
         masks.append(keep)
         any_mask = True
     return masks if any_mask else None
+
+
+def kept_mask(layer: RaggedLayer) -> torch.Tensor:
+    """``(B, H, n_prompt)`` bool: the prompt positions each head of a ragged layer holds."""
+    k = layer.keys
+    keep = torch.zeros(k.batch * k.heads, k.n_prompt, dtype=torch.bool, device=k.positions.device)
+    segment = torch.repeat_interleave(torch.arange(k.batch * k.heads, device=k.offsets.device),
+                                      k.offsets[1:] - k.offsets[:-1]).to(keep.device)
+    keep[segment, k.positions.long()] = True
+    return keep.view(k.batch, k.heads, k.n_prompt)
 
 
 def to_ragged(cache: Cache, model=None, keep=None) -> Cache:
@@ -57,9 +67,10 @@ def to_ragged(cache: Cache, model=None, keep=None) -> Cache:
         raise ValueError(f"`keep` must have one entry per cache layer ({len(cache.layers)}); got {len(keep)}")
     for i, mask in enumerate(keep):
         layer = cache.layers[i]
-        if isinstance(layer, RaggedLayer):
-            if mask is not None and not bool(mask.all()):
-                raise ValueError(f"layer {i} is ragged already; a keep mask cannot be applied to it again")
+        if isinstance(layer, RaggedLayer):  # its own kept set again is a no-op; another one is refused
+            if mask is not None and not torch.equal(mask.bool().cpu(), kept_mask(layer).cpu()):
+                raise ValueError(f"layer {i} is ragged already and holds another kept set; a keep mask cannot be "
+                                 f"applied to it again: build the cache anew")
             continue
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             raise ValueError(f"cache layer {i} is empty: prefill the cache before turning it ragged")

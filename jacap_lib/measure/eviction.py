@@ -431,6 +431,18 @@ def _masked_positions(module, slots: torch.Tensor, n: int) -> torch.Tensor | Non
     return out
 
 
+def _freed_positions(layer, slots: torch.Tensor, n: int) -> torch.Tensor:
+    """BoolTensor ``(H, n)``: the prompt positions a ragged layer (:mod:`jacap_lib.cache`) dropped from the cache
+    slots ``slots`` (``(H, B')``) the press saw, batch row 0 -- what :func:`_masked_positions` reads off the masks."""
+    slots = slots.cpu()
+    present = torch.zeros(slots.shape[0], n, dtype=torch.bool)
+    kept = torch.zeros_like(present)
+    for h in range(slots.shape[0]):
+        present[h, slots[h]] = True
+        kept[h, slots[h, layer.keys.head_positions(0, h).long().cpu()]] = True
+    return present & ~kept
+
+
 @contextmanager
 def capture_kept(model, press, store: dict):
     """Apply ``press`` to ``model`` (like ``with press(model)``) and fill ``store[layer_idx]`` with
@@ -440,7 +452,7 @@ def capture_kept(model, press, store: dict):
     (AdaKV) masks during the prefill; KVzip, KVgrad and the default JacapPress mask when the context closes, after
     their reconstruction pass (read then, and dropped from the model: the inspection has them)."""
     attns = attention_modules(model)
-    full, slots = {}, {}
+    full, slots, caches = {}, {}, {}
 
     def before(module, args, kwargs, output):
         cache = kwargs["past_key_values"]
@@ -448,6 +460,7 @@ def capture_kept(model, press, store: dict):
 
     def after(module, args, kwargs, output):
         i = module.layer_idx
+        caches[i] = kwargs["past_key_values"]
         keys = kwargs["past_key_values"].layers[i].keys.detach()
         if i in full and keys.shape[2] <= full[i].shape[2]:
             slots[i] = kept_indices(full[i], keys, sort=False)  # (1, H, B'): cache slot -> true position
@@ -470,6 +483,9 @@ def capture_kept(model, press, store: dict):
             i = a.layer_idx
             if i in store and store[i][2] is None and getattr(a, "masked_key_indices", None) is not None:
                 store[i] = (*store[i][:2], _masked_positions(a, slots[i][0], store[i][0].shape[2]))
+            elif i in store and store[i][2] is None and hasattr(caches[i].layers[i], "kept_lengths"):
+                # a press that freed what it masked (JacapPress(), RaggedPress): the ragged layer holds the kept set
+                store[i] = (*store[i][:2], _freed_positions(caches[i].layers[i], slots[i][0], store[i][0].shape[2]))
     finally:
         for h in first:
             h.remove()
