@@ -36,6 +36,7 @@ read by :meth:`compress_post` only, so one scoring serves them all (:func:`jacap
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -155,7 +156,7 @@ class JacapPress(KVzipPress):
     def __call__(self, model):
         """KVzip's context manager (prefill, then the reconstruction pass and the choice at its exit); with
         ``free_memory`` the cache is then turned ragged, holding only the kept entries."""
-        inner = super().__call__(model)
+        inner = _tokenizer_found(model, super().__call__(model))
         return freeing_memory(model, inner) if self.free_memory else inner
 
     # ---- state of one scoring -------------------------------------------------------------------------------
@@ -168,6 +169,12 @@ class JacapPress(KVzipPress):
     def _perform_kvzip_compression(self, model, tokenizer):
         """KVzip's scoring and masking; if it fails, the cache is cut back to the prefill's context and no mask is
         left, so a failing press leaves the cache as the prefill wrote it."""
+        batch, n = self._context_ids.shape[:2]
+        if batch != 1:
+            raise ValueError(f"JacapPress compresses one prompt at a time (its second reading repeats one context); "
+                             f"got a batch of {batch} prompts: run them one by one")
+        if n <= self.n_sink or budget_split(n, self.compression_ratio, self.n_sink, 0)["scored"] <= 0:
+            return  # too short to compress: every token is a sink or the budget keeps them all, so the prompt is kept whole
         try:
             super()._perform_kvzip_compression(model, tokenizer)
         except BaseException:
@@ -310,3 +317,24 @@ class JacapPress(KVzipPress):
             batch = torch.arange(bsz).repeat_interleave(heads * n_mask)
             head = torch.arange(heads).repeat_interleave(n_mask).repeat(bsz)
             module.masked_key_indices = (batch, head, idx.flatten().cpu())
+
+
+@contextlib.contextmanager
+def _tokenizer_found(model, inner):
+    """KVzip's context manager ``inner``, with kvpress's ``OSError`` for a tokenizer it cannot load by the model's
+    name (``model.config.name_or_path``) turned into a ``ValueError`` that says how to give one."""
+    try:
+        inner.__enter__()
+    except OSError as err:
+        name = getattr(model.config, "name_or_path", None)
+        raise ValueError(f"JacapPress reads the context a second time, so it needs the model's tokenizer; kvpress loads "
+                         f"it by the model's name, model.config.name_or_path = {name!r}, and could not find it. Save "
+                         f"the tokenizer next to the model (tokenizer.save_pretrained(folder)) and set "
+                         f"model.config.name_or_path = folder (or a Hugging Face id that has it)") from err
+    try:
+        yield
+    except BaseException as err:
+        if not inner.__exit__(type(err), err, err.__traceback__):
+            raise
+    else:
+        inner.__exit__(None, None, None)
