@@ -161,3 +161,22 @@ def test_component_correlations_against_a_hand_ranking():
     assert corr["rho"] == pytest.approx(spearmanr(a.numpy(), (a * (1 - a)).numpy()).statistic)
     import math
     assert math.isnan(corr["kappa"])
+
+
+def test_memory_bars_heights_are_the_byte_shares():
+    """Each bar is bytes / bytes_full in %: a pruning press one bar per c, a masking press two (held, freed);
+    both axes titled, the dotted marker at 1 - c; no bytes is a ValueError."""
+    pruned = [_fake(c) for c in (0.5, 0.75)]
+    for insp, held in zip(pruned, (500, 250)):
+        insp.bytes_full, insp.bytes_held = 1000, held
+    masked = _fake(0.5, jacap=False)
+    masked.bytes_full, masked.bytes_held, masked.bytes_freed = 1000, 1960, 504
+    fig = V.memory_bars(pruned + [masked])
+    bars = {t.name: list(t.y) for t in fig.data if t.type == "bar"}
+    assert sorted(bars.values(), key=str) == sorted([[50.0, 25.0], [196.0, None], [50.4, None]], key=str)
+    assert all(n.endswith(("(masked)", "(freed)")) for n, y in bars.items() if y[1] is None)
+    marker = [t for t in fig.data if t.type == "scatter"][0]
+    assert list(marker.y) == pytest.approx([50.0, 25.0])
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+    with pytest.raises(ValueError, match="inspections"):
+        V.memory_bars([_fake()])

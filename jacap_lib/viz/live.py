@@ -125,8 +125,9 @@ def memory_bars(inspections: list, title: str | None = None) -> go.Figure:
                     marker={"symbol": "line-ew-open", "size": 40, "color": "black", "line": {"width": 2}},
                     hovertemplate="%{x}: 1 − c = %{y:.0f} %<extra></extra>")
     fig.update_layout(barmode="group", title=title or "Bytes the cache holds after each press",
-                      yaxis_title="% of the uncompressed cache", height=380,
-                      legend={"orientation": "h", "y": -0.18}, margin={"l": 10, "r": 10, "t": 50, "b": 40})
+                      xaxis_title="compression ratio c (the share of the cache a press drops)",
+                      yaxis_title="% of the uncompressed cache", height=400,
+                      legend={"orientation": "h", "y": -0.25}, margin={"l": 10, "r": 10, "t": 50, "b": 40})
     return finish(fig)
 
 
