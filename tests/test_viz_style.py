@@ -32,6 +32,35 @@ def test_one_distinct_colour_per_method():
         method_style("")
 
 
+def _lab(colour: str) -> tuple[float, float, float]:
+    """CIELAB (D65) of a ``#rrggbb`` colour: the sRGB transfer curve, the XYZ matrix and the L*a*b* cube root
+    written out (an independent computation, not the library's)."""
+    rgb = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = [((c + 0.055) / 1.055) ** 2.4 if c > 0.04045 else c / 12.92 for c in rgb]
+    xyz = ((0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047, 0.2126 * r + 0.7152 * g + 0.0722 * b,
+           (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883)
+    f = [v ** (1 / 3) if v > 0.008856 else 7.787 * v + 16 / 116 for v in xyz]
+    return 116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+
+
+def test_methods_drawn_together_never_read_as_one_colour():
+    """Any two of the registry's methods (and Algorithm 2, the references and the two named settings the
+    predictions chapter draws beside them) differ by at least 18 in CIELAB: SnapKV, PyramidKV and KVgrad are no
+    longer three greens, nor CapKV and CriticalAdaKV one blue, nor Expected Attention's Jacap centre and Algorithm 1
+    as published one maroon. The check itself: the old green pair fails it."""
+    from jacap_lib.presses.registry import list_methods
+
+    names = [m for m in list_methods() if m in METHOD_STYLES] + [
+        "alg2", "alg2_flat", "full", "jacap_prompt[beta=none,centre=tempered,tau=10,window=32]",
+        "jacap_prompt[centre=tempered,tau=3,window=128]"]
+    assert {"jacap", "jacap_prompt", "kvzip", "kvgrad", "snapkv", "pyramidkv", "capkv", "critical_adakv"} <= set(names)
+    close = [(a, b, round(math.dist(_lab(METHOD_STYLES[a][0]), _lab(METHOD_STYLES[b][0])), 1))
+             for i, a in enumerate(names) for b in names[i + 1:]
+             if math.dist(_lab(METHOD_STYLES[a][0]), _lab(METHOD_STYLES[b][0])) < 18]
+    assert not close, close
+    assert math.dist(_lab("#41ab5d"), _lab("#238b45")) < 18  # the old KVgrad and PyramidKV greens
+
+
 def test_finish_paints_methods_by_legendgroup_or_name():
     fig = go.Figure([go.Scatter(x=[0, 1], y=[1, 2], name="TOVA (kvpress)", legendgroup="tova", mode="lines"),
                      go.Bar(x=["a"], y=[1], name="capkv"),

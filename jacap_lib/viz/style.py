@@ -38,7 +38,9 @@ __all__ = ["wrapped", "WrappedFrame", "setting_colour", "FIGURE_WIDTH", "FOREST_
            "finish", "log_ticks", "clip_outliers", "wrap_title"]
 
 #: method name -> (colour, marker symbol): the one mapping of the book. Jacap and its configurations in
-#: warm colours, the kvpress baselines in cool and neutral ones.
+#: warm colours, the kvpress baselines in cool and neutral ones; any two methods a figure can draw together (the
+#: registry's methods, Algorithm 2, the references and the named settings) differ by at least 18 in CIELAB
+#: (tests/test_viz_style.py), so no two of them read as one colour.
 METHOD_STYLES: dict[str, tuple[str, str]] = {
     "jacap_prompt": ("#d62728", "circle"),
     "jacap_torch": ("#d62728", "circle"),            # the same scorer: Jacap's torch reference
@@ -48,8 +50,8 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
     "jacap_prompt[tau=3,beta=0.9]": ("#d62728", "circle"),  # the tune choice = JacapPromptPress()'s defaults: the same press as jacap
     # two settings as a written-out spec is named (results.findings.short_spec): the paper's exact settings
     # (protocol.PAPER_PRESET), and Algorithm 1 tuned
-    "jacap_prompt[beta=none,centre=tempered,tau=10,window=32]": ("#7b241c", "star"),
-    "jacap_prompt[centre=tempered,tau=3,window=128]": ("#e34a33", "circle"),
+    "jacap_prompt[beta=none,centre=tempered,tau=10,window=32]": ("#620042", "star"),
+    "jacap_prompt[centre=tempered,tau=3,window=128]": ("#fc0080", "circle"),
     "jacap_obs": ("#762a83", "star-triangle-up"),    # the capacity press linearised at the observed attention
     "jacap_ea": ("#993404", "star-square"),          # the capacity press linearised at Expected Attention's centre
     "jacap_prompt_adakv": ("#f781bf", "diamond"),           # Jacap's scores under kvpress AdaKV's head-adaptive budgets
@@ -73,17 +75,17 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
     "knorm": ("#8c564b", "cross"),
     "keydiff": ("#bcbd22", "pentagon"),
     "expected_attention": ("#17becf", "hexagon"),
-    "streaming_llm": ("#7f7f7f", "triangle-right"),
+    "streaming_llm": ("#a3a3a3", "triangle-right"),
     # kvpress's newer presses (registry.PEERS), cool colours of their own
     "kvzip": ("#00441b", "star"),                    # scores from the model's reconstruction of its context
-    "kvgrad": ("#41ab5d", "star-open"),
+    "kvgrad": ("#da16ff", "star-open"),
     "compactor": ("#3f007d", "square-x"),
-    "leverage_score": ("#807dba", "square-open"),
-    "lagkv": ("#4292c6", "bowtie"),
+    "leverage_score": ("#66c2a5", "square-open"),
+    "lagkv": ("#511cfb", "bowtie"),
     "cur": ("#6baed6", "hourglass"),
-    "pyramidkv": ("#238b45", "triangle-ne"),
-    "critical_kv": ("#08306b", "hexagram"),
-    "critical_adakv": ("#2171b5", "hexagram-open"),
+    "pyramidkv": ("#6c7c32", "triangle-ne"),
+    "critical_kv": ("#24796c", "hexagram"),
+    "critical_adakv": ("#3283fe", "hexagram-open"),
     "jacap": ("#fd8d3c", "star-diamond"),    # the capacity press with the reconstruction queries' statistics
     "window": ("#525252", "square-open"),            # a sliding window (sinks + the most recent tokens)
     "random": ("#393b79", "diamond-open"),
