@@ -88,6 +88,7 @@ def test_answer_sentences_count_the_summary(committed):
     better = sum(_word(r["verdict"]) == "better" for rows in fams.values() for r in rows)
     n = len(fams["algorithm 1"])
     assert (f"in any of the {n} cells" in lines[0]) == (better == 0)
+    assert f"the {len(fams)} Jacap settings that read the prompt once" in lines[0]  # not the default: it reads twice
     for role, line in (("tuned jacap_obs", lines[1]), ("algorithm 1", lines[2])):
         worse = sum(_word(r["verdict"]) == "worse" for r in fams[role])
         assert (f"worse in {worse}" in line) == (worse > 0), (role, line)

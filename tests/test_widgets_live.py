@@ -70,7 +70,9 @@ def test_kl_bars_groups_by_ratio():
     rows = [{"method": m, "ratio": r, "kl": kl} for m, r, kl in
             [("jacap_prompt", 0.5, 0.1), ("knorm", 0.5, 0.3), ("jacap_prompt", 0.9, 1.0), ("knorm", 0.9, 2.0)]]
     fig = V.kl_bars(rows)
-    assert [t.name for t in fig.data] == ["jacap_prompt", "knorm"]  # one trace (and legend entry) per method
+    # one trace (and legend entry) per method, named for a reader, grouped (and coloured) by its registry name
+    assert [t.name for t in fig.data] == ["the prompt press", "KNorm"]
+    assert [t.legendgroup for t in fig.data] == ["jacap_prompt", "knorm"]
     assert list(fig.data[1].y) == [0.3, 2.0] and list(fig.data[0].x) == ["c = 0.5", "c = 0.9"]
     assert [t.marker.color for t in fig.data] == [METHOD_STYLES["jacap_prompt"][0], METHOD_STYLES["knorm"][0]]
     # bars on a linear axis from 0: a bar's length is its KL (a log axis cut at 0.2 exaggerated small gaps)
@@ -83,11 +85,16 @@ def test_kl_bars_legend_shows_every_method_of_the_registry():
     and the figure and its bottom margin grow by one legend row per three methods, so no entry scrolls away."""
     from jacap_lib.presses.registry import list_methods
 
-    methods = ["jacap_prompt"] + list_methods("kvpress")  # what kl_table measures by default
+    from jacap_lib.presses.registry import PRESS_NAMES
+
+    methods = ["jacap", "jacap_prompt"] + list_methods("kvpress")  # what kl_table measures by default
     assert len(methods) >= 15
     rows = [{"method": m, "ratio": r, "kl": 0.1} for m in methods for r in (0.5, 0.9)]
     fig, few = V.kl_bars(rows), V.kl_bars([r for r in rows if r["method"] in methods[:3]])
-    assert [t.name for t in fig.data] == methods and all(t.showlegend is not False for t in fig.data)
+    names = [t.name for t in fig.data]
+    assert names == ["the default", "the prompt press"] + [PRESS_NAMES[m] for m in methods[2:]]
+    assert "_" not in "".join(names) and len(set(names)) == len(names)  # no registry names, none twice
+    assert all(t.showlegend is not False for t in fig.data)
     legend = fig.layout.legend
     assert legend.orientation == "h" and legend.y < 0 and legend.yanchor == "top"
     n_rows = -(-len(methods) // 3)

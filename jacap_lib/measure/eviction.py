@@ -673,7 +673,8 @@ def kl_table(model, tokenizer, prompt: str, continuation: str, methods=None, rat
     """Next-token KL(full || compressed) on ``continuation`` after ``prompt`` for every method x ratio.
 
     Uses :func:`jacap_lib.measure.quality.next_token_kl` with one captured prefill replayed for
-    every press. ``methods=None``: ``jacap_prompt`` and every kvpress baseline of the registry.
+    every press. ``methods=None``: the default ``jacap`` (``JacapPress``, measured masked, as the registry builds it),
+    the prompt press ``jacap_prompt`` and every kvpress baseline of the registry.
     Returns rows ``{"method", "ratio", "kl", "top1_agreement", "kept_tokens"}``.
     """
     from tqdm.auto import tqdm
@@ -681,7 +682,7 @@ def kl_table(model, tokenizer, prompt: str, continuation: str, methods=None, rat
     from .quality import capture_prefill, full_reference, next_token_kl
     from ..presses.registry import build_press, list_methods
 
-    methods = ["jacap_prompt"] + list_methods("kvpress") if methods is None else list(methods)
+    methods = ["jacap", "jacap_prompt"] + list_methods("kvpress") if methods is None else list(methods)
     prompt_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
     cont_ids = tokenizer(continuation, return_tensors="pt", add_special_tokens=False).input_ids
     capture = capture_prefill(model, prompt_ids)

@@ -314,8 +314,9 @@ def predictions_lines(summary: dict) -> list[str]:
     base = f"the best baseline, `{bases[0]}`," if len(bases) == 1 else \
         "the best baseline of its cell (" + ", ".join(f"`{b}`" for b in bases) + "),"
     docs = "–".join(map(str, n_docs))
-    first = (f"On the {docs} dev documents, no Jacap setting beats {base} in any of the {n_cells} cells." if not better
-             else f"On the {docs} dev documents, Jacap settings beat {base} in {better} (setting, cell) pairs.")
+    which = f"the {len(fams)} Jacap settings that read the prompt once"  # the default reads it twice: field_lines
+    first = (f"On the {docs} dev documents, none of {which} beats {base} in any of the {n_cells} cells." if not better
+             else f"On the {docs} dev documents, {which} beat {base} in {better} (setting, cell) pairs.")
     second = f"The prompt press `JacapPromptPress()` against it: {F.counts_text(F.verdict_counts(default['rows']))}."
     lost = [r for r in main["rows"] if F.verdict_word(r["verdict"]) == "worse"]
     filled = sum(protection_fills_budget(main["setting"], int(r["length"]), float(r["ratio"])) for r in lost)

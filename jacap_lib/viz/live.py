@@ -17,7 +17,8 @@ import html
 import plotly.graph_objects as go
 from .style import finish
 
-__all__ = ["strip_data", "token_strip", "token_strip_slider", "head_budgets", "memory_bars", "kl_bars", "answers_note"]
+__all__ = ["strip_data", "token_strip", "token_strip_slider", "head_budgets", "memory_bars", "kl_bars", "answers_note",
+           "reader_name"]
 
 _HOVER_FIELDS = ("score", "alpha", "rho", "kappa", "weight", "leverage")
 
@@ -87,11 +88,13 @@ def head_budgets(insp, title: str | None = None) -> go.Figure:
     return finish(fig)
 
 
-#: how the memory figure names a press for a reader
+#: how the live chapter's figures and tables name a press for a reader
 _READER_NAMES = {"jacap": "the default", "jacap_prompt": "the prompt press"}
 
 
-def _reader_name(method: str) -> str:
+def reader_name(method: str) -> str:
+    """A method's name for a reader of the live chapter: "the default" (``JacapPress``), "the prompt press"
+    (``JacapPromptPress``), kvpress's press names ("KVzip", "SnapKV", ...); any other spec's registry name."""
     from ..presses.registry import press_name
 
     return _READER_NAMES.get(method.split("[", 1)[0], press_name(method))
@@ -110,7 +113,7 @@ def memory_bars(inspections: list, title: str | None = None) -> go.Figure:
     fig = go.Figure()
     for method in dict.fromkeys(i.method for i in inspections):
         by_c = {i.compression_ratio: i for i in inspections if i.method == method}
-        name = _reader_name(method)
+        name = reader_name(method)
         held = [100 * by_c[c].bytes_held / by_c[c].bytes_full if c in by_c else None for c in ratios]
         masks = any(i.bytes_freed is not None for i in by_c.values())
         fig.add_bar(x=x, y=held, name=name + (" (masked)" if masks else ""), legendgroup=method.split("[", 1)[0],
@@ -170,7 +173,8 @@ def token_strip_slider(inspections: list, layer: int | None = None, head: int | 
 
 def kl_bars(rows: list[dict], title: str = "Next-token KL(full || compressed), lower is better") -> go.Figure:
     """Grouped bars: x = compression ratio, one bar (and legend entry) per method in the method's colour of
-    the book; rows have ``method, ratio, kl``. The KL axis is linear from 0, so a bar's length is its KL and
+    the book, named for a reader (the default, the prompt press, kvpress's press names); rows have
+    ``method, ratio, kl``. The KL axis is linear from 0, so a bar's length is its KL and
     the ratio of two bars is the ratio of their KLs (a log axis cut above 0 would make small differences look
     large)."""
     if not rows:
@@ -180,8 +184,9 @@ def kl_bars(rows: list[dict], title: str = "Next-token KL(full || compressed), l
     fig = go.Figure()
     for m in methods:
         by = {r["ratio"]: r["kl"] for r in rows if r["method"] == m}
-        fig.add_bar(name=m, legendgroup=m, x=[f"c = {c:g}" for c in ratios], y=[by.get(c) for c in ratios],
-                    hovertemplate="%{x}: KL %{y:.4g} nats<extra>" + m + "</extra>")
+        name = reader_name(m)
+        fig.add_bar(name=name, legendgroup=m, x=[f"c = {c:g}" for c in ratios], y=[by.get(c) for c in ratios],
+                    hovertemplate="%{x}: KL %{y:.4g} nats<extra>" + name + "</extra>")
     fig.update_yaxes(type="linear", rangemode="tozero", title="KL (nats)")
     fig.update_xaxes(title="compression ratio")
     # the legend under the plot in _LEGEND_COLUMNS columns (each entry a share of the width that leaves room for
