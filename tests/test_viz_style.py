@@ -138,20 +138,32 @@ def _lightness(rgb) -> float:
     return 116 * y ** (1 / 3) - 16 if y > 216 / 24389 else 24389 / 27 * y
 
 
-def test_ordered_shades_are_one_warm_hue_with_distinct_lightness():
-    """The values of one Jacap knob (the serving chapter's five β): one method, so one warm hue ramp (red >= green
-    >= blue in every shade, no other method's green or blue), whose lightness differs pairwise by at least 10 L*
-    units and falls from light to dark, so the lines are told apart by eye."""
+def test_ordered_shades_turn_in_hue_and_fall_in_lightness():
+    """The values of one Jacap knob (the serving chapter's five β): lightness differs pairwise by at least 10 L*
+    units and falls from light to dark, and the hue (CIELAB) turns at every step and by at least 90 degrees in all,
+    so the lines are five colours, not five near-identical orange-browns (the old YlOrBr ramp fails this)."""
     assert _lightness((255, 255, 255)) == pytest.approx(100) and _lightness((0, 0, 0)) == 0
     assert _lightness((119, 119, 119)) == pytest.approx(50, abs=0.5)
+
+    def hue(rgb):
+        _, a, b = _lab("#%02x%02x%02x" % tuple(rgb))
+        return math.degrees(math.atan2(b, a))
+
+    def shades_of(n):
+        return [[int(float(v)) for v in c[4:-1].split(",")]
+                for c in style.setting_colours([f"{i}" for i in range(n)], ordered=True).values()]
+
     for n in (2, 5, 7):
-        shades = [[int(v) for v in c[4:-1].split(",")]
-                  for c in style.setting_colours([f"{i}" for i in range(n)], ordered=True).values()]
-        assert all(r >= g >= b for r, g, b in shades), shades
+        shades = shades_of(n)
         light = [_lightness(c) for c in shades]
         assert light == sorted(light, reverse=True)
         assert min(a - b for a, b in zip(light, light[1:])) >= (10 if n <= 5 else 7), light
         assert light[0] - light[-1] >= 50  # the ramp spans light to dark
+        turns = [abs((hue(a) - hue(b) + 180) % 360 - 180) for a, b in zip(shades, shades[1:])]
+        assert min(turns) >= (10 if n <= 5 else 5) and sum(turns) >= 90, turns
+    import plotly.colors
+    old = [[int(float(v)) for v in c[4:-1].split(",")] for c in plotly.colors.sample_colorscale("YlOrBr", [0.4, 0.55, 0.7, 0.85, 1.0])]
+    assert sum(abs((hue(a) - hue(b) + 180) % 360 - 180) for a, b in zip(old, old[1:])) < 90
     assert len(set(style.SETTING_DASHES)) == len(style.SETTING_DASHES) and "dash" not in style.SETTING_DASHES
 
 

@@ -108,10 +108,10 @@ SETTING_COLOURS: tuple[str, ...] = tuple(c.lower() for c in plotly.colors.qualit
 REFERENCE_COLOUR = METHOD_STYLES["full"][0]
 
 
-#: the sequential scale (and the part of it used) for the ordered values of one knob of Jacap (β, τ, ...): one
-#: warm hue ramp like Jacap's colours (one method, one hue), light orange to dark brown, its lightness falling
-#: evenly (CIE L* about 80 to 24: five values are about 14 apart, clearly distinct steps, not near-identical oranges)
-SETTING_SCALE = ("YlOrBr", 0.4, 1.0)
+#: the sequential scale (and the part of it used) for the ordered values of one knob of Jacap (β, τ, ...): plasma,
+#: reversed, from gold through orange and magenta to indigo. Its lightness falls evenly (CIE L* about 80 to 19) and
+#: its hue turns as it falls, so five values are five colours, not five shades of one orange-brown.
+SETTING_SCALE = ("Plasma_r", 0.15, 0.95)
 #: the line dashes of the ordered values of one knob, one each in order, so that lines of neighbouring values stay
 #: apart where they cross (no plain "dash": that marks a reference such as the sliding window)
 SETTING_DASHES = ("solid", "dot", "dashdot", "longdash", "longdashdot")
