@@ -388,6 +388,10 @@ def test_decoding_comparison_titles_every_panel_and_drops_empty_age_bins():
     # the last bin (>= 64) is empty for every method: gone; 32-63 holds tova's tokens: kept, with alg2's 0
     assert [list(t.x) for t in bars] == [["0-15", "16-31", "32-63"]] * 2 and list(bars[0].y) == [0.5, 0.5, 0.0]
     assert [t.marker.color for t in bars] == [METHOD_STYLES["alg2"][0], METHOD_STYLES["tova"][0]]
+    # the per-generation panel labels its columns with each method's short name (not hidden ticks)
+    assert fig.layout.xaxis2.showticklabels is not False
+    dots = [t for t in fig.data if t.type == "scatter" and t.xaxis == "x2"]
+    assert {x for t in dots for x in t.x} == {"Algorithm 2 (EMA)", "TOVA"}
 
 
 def test_widget_callbacks():

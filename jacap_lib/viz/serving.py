@@ -171,24 +171,24 @@ def decoding_comparison(summary: dict, *, title: str = "Compression during decod
         edges = s["bin_edges"]
         mids = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])]
         fig.add_scatter(x=mids, y=s["kl_binned"], name=label, legendgroup=name, line=dict(color=color), row=1, col=1)
-        fig.add_scatter(x=[label] * len(s["per_generation_kl"]), y=s["per_generation_kl"], mode="markers",
+        short = label[len("DecodingPress("):-1] if label.startswith("DecodingPress(") else label  # a tick label
+        fig.add_scatter(x=[short] * len(s["per_generation_kl"]), y=s["per_generation_kl"], mode="markers",
                         legendgroup=name, showlegend=False, marker=dict(color=color, size=6, opacity=0.5), row=1, col=2)
         err = None
         if s["gm_low"] == s["gm_low"]:  # an interval (not NaN)
             err = dict(type="data", symmetric=False, array=[s["gm_high"] - s["gm_kl"]],
                        arrayminus=[s["gm_kl"] - s["gm_low"]], color=color, thickness=2)
-        fig.add_scatter(x=[label], y=[s["gm_kl"]], mode="markers", legendgroup=name, showlegend=False, error_y=err,
+        fig.add_scatter(x=[short], y=[s["gm_kl"]], mode="markers", legendgroup=name, showlegend=False, error_y=err,
                         marker=dict(color=color, size=16, symbol="line-ew-open", line=dict(width=3)), row=1, col=2)
         a = s["age_edges"]
         bins = [f"{lo}-{hi - 1}" if j < len(a) - 2 else f">={lo}" for j, (lo, hi) in enumerate(zip(a[:-1], a[1:]))]
         fig.add_bar(x=bins[:n_age], y=s["age_fraction"][:n_age], name=label, legendgroup=name, showlegend=False,
                     marker_color=color, row=1, col=3)
     fig.update_yaxes(type="log", title_text="KL (nats)", row=1, col=1)
-    fig.update_yaxes(type="log", title_text="KL after the first compression (nats)", row=1, col=2)
+    fig.update_yaxes(type="log", title_text="KL (nats)", row=1, col=2)
     fig.update_xaxes(title_text="generated token", row=1, col=1)
     # one column per method (colours as in the legend): dots = generations, bar = geometric mean and 95 % interval
-    fig.update_xaxes(showticklabels=False, title_text="method: a dot per generation,<br>bar: geometric mean",
-                     row=1, col=2)
+    fig.update_xaxes(tickangle=-40, title_text="a dot per generation,<br>bar: geometric mean", row=1, col=2)
     fig.update_xaxes(title_text="age (tokens)", row=1, col=3)
     fig.update_yaxes(title_text="fraction of the cache", row=1, col=3)
     # the legend above the panels: below them it would meet the rotated age-bin labels and their axis title
