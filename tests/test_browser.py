@@ -228,6 +228,7 @@ PROBE = """<script>
   function figureChecks(figs, out) {
     out.colours = []; out.axis_types = []; out.log_ticks = []; out.legend_slider = []; out.clipped = []; out.outliers = [];
     out.log_labels = []; out.legend_colours = []; out.annotation_overlaps = []; out.axis_titles = [];
+    out.title_overlaps = []; out.legend_cut = [];
     figs.forEach(function (gd, k) {
       var L = gd._fullLayout, data = gd._fullData || [];
       if (!L) return;
@@ -312,9 +313,41 @@ PROBE = """<script>
           });
         }
       }
+      if (svg) titleChecks(gd, svg.getBoundingClientRect(), tag, out);
       if (svg) panelChecks(gd, L, data, svg.getBoundingClientRect(), tag, out);
       legendColours(gd, data, tag, out);
     });
+  }
+  function titleChecks(gd, sr, tag, out) {
+    // every axis title (x, x2, y3, ...) clear of the legend's entries and of every axis's tick labels; the
+    // legend inside the figure and not scrolled (a legend taller than its room hides entries behind a scrollbar)
+    var titles = [], ticks = [];
+    gd.querySelectorAll('g').forEach(function (g) {
+      var c = g.getAttribute('class') || '';
+      if (/^g-[xy]\\d*title$/.test(c)) g.querySelectorAll('text').forEach(function (t) { if (t.textContent) titles.push(t); });
+      if (/^[xy]\\d*tick$/.test(c)) g.querySelectorAll('text').forEach(function (t) { if (t.textContent) ticks.push(t); });
+    });
+    var entries = Array.prototype.slice.call(gd.querySelectorAll('g.legend g.traces'));
+    titles.forEach(function (t) {
+      var r = t.getBoundingClientRect();
+      if (r.width === 0) return;
+      entries.forEach(function (e) {
+        if (overlap(r, e.getBoundingClientRect()))
+          out.title_overlaps.push(tag + ': the axis title "' + short(t.textContent, 30) + '" over the legend entry "' + short(e.textContent, 30) + '"');
+      });
+      ticks.forEach(function (k) {
+        if (overlap(r, k.getBoundingClientRect()))
+          out.title_overlaps.push(tag + ': the axis title "' + short(t.textContent, 30) + '" over the tick label "' + short(k.textContent, 20) + '"');
+      });
+    });
+    var legend = gd.querySelector('g.legend');
+    if (legend && entries.length) {
+      var lr = legend.getBoundingClientRect(), bar = legend.querySelector('rect.scrollbar');
+      if (lr.left < sr.left - 1 || lr.right > sr.right + 1 || lr.top < sr.top - 1 || lr.bottom > sr.bottom + 1)
+        out.legend_cut.push(tag + ': the legend runs past the figure\\'s edge');
+      else if (bar && bar.getBoundingClientRect().height > 0)
+        out.legend_cut.push(tag + ': the legend scrolls: some of its ' + entries.length + ' entries are out of sight');
+    }
   }
   function panelChecks(gd, L, data, sr, tag, out) {
     var plots = L._plots || {}, used = [], areas = {};
@@ -601,6 +634,8 @@ CHECKS = {
     "legend_colours": "two legend entries of different names drawn in one colour",
     "annotation_overlaps": "an annotation or text label over a trace's line, markers or bars",
     "axis_titles": "a panel axis with tick labels but no title (and none shared by the figure or a linked axis)",
+    "title_overlaps": "an axis title printed over a legend entry or over tick labels",
+    "legend_cut": "a legend cut at the figure's edge or scrolling entries out of sight",
 }
 
 
@@ -863,6 +898,13 @@ def test_probe_finds_misleading_figures_tables_and_paths(tmp_path):
                                            for i in range(2)]}],
                        legend={"orientation": "h", "y": -0.3})
     figs["good"] = finish(good)
+    over = go.Figure([go.Scatter(x=[0, 1], y=[0, 1], name=f"entry {i}") for i in range(3)])
+    figs["title over legend"] = over.update_layout(xaxis_title="an x title under the plot", height=380,
+                                                   legend={"orientation": "h", "y": -0.08, "x": 0.3})
+    figs["title over ticks"] = go.Figure(go.Scatter(x=[0, 1], y=[100000, 200000])).update_layout(
+        yaxis={"title": {"text": "a y title", "standoff": 0}, "automargin": False}, margin={"l": 30}, height=300)
+    figs["legend scrolls"] = go.Figure([go.Scatter(x=[0, 1], y=[0, i], name=f"series {i}") for i in range(40)]
+                                       ).update_layout(height=300)
     figs["good small"] = finish(go.Figure(go.Scatter(x=[1, 2, 3], y=[0.021, 0.05, 0.089], name="knorm"))
                                 .update_yaxes(type="log"))
     names = list(figs)
@@ -884,7 +926,7 @@ def test_probe_finds_misleading_figures_tables_and_paths(tmp_path):
         return {names[int(re.match(r"figure (\d+)", msg).group(1))] for msg in r[key]}
 
     assert where("colours") == {"colour"}, r["colours"]
-    assert any("jacap drawn in" in m for m in r["colours"]) and any("share the colour" in m for m in r["colours"])
+    assert any("jacap_prompt drawn in" in m for m in r["colours"]) and any("share the colour" in m for m in r["colours"])
     assert not any("tova" in m for m in r["colours"]), r["colours"]
     assert where("axis_types") == {"axis types"}, r["axis_types"]
     assert where("log_ticks") == {"digits", "SI log", "SI linear"}, r["log_ticks"]
@@ -892,6 +934,8 @@ def test_probe_finds_misleading_figures_tables_and_paths(tmp_path):
     assert where("outliers") == {"outlier"}, r["outliers"]
     assert where("legend_slider") == {"legend over slider"}, r["legend_slider"]
     assert where("clipped") == {"clipped title"}, r["clipped"]
+    assert where("title_overlaps") == {"title over legend", "title over ticks"}, r["title_overlaps"]
+    assert where("legend_cut") == {"legend scrolls"}, r["legend_cut"]
     assert r["token_wraps"] == ["0.1339/39127"], r["token_wraps"]
     assert r["paths"] == ["/work/runs/seed0/out.json"], r["paths"]
 
@@ -953,6 +997,13 @@ def test_probe_finds_hidden_columns_cut_text_and_unreadable_panels(tmp_path):
                         xanchor="left")
     good.update_layout(title="Made by the book's helper: passes every check")
     figs["good"] = finish(good)
+    over = go.Figure([go.Scatter(x=[0, 1], y=[0, 1], name=f"entry {i}") for i in range(3)])
+    figs["title over legend"] = over.update_layout(xaxis_title="an x title under the plot", height=380,
+                                                   legend={"orientation": "h", "y": -0.08, "x": 0.3})
+    figs["title over ticks"] = go.Figure(go.Scatter(x=[0, 1], y=[100000, 200000])).update_layout(
+        yaxis={"title": {"text": "a y title", "standoff": 0}, "automargin": False}, margin={"l": 30}, height=300)
+    figs["legend scrolls"] = go.Figure([go.Scatter(x=[0, 1], y=[0, i], name=f"series {i}") for i in range(40)]
+                                       ).update_layout(height=300)
     figs["good narrow log"] = finish(titled(go.Figure(go.Scatter(x=[1, 2, 3], y=[0.021, 0.05, 0.089], name="knorm")))
                                      .update_yaxes(type="log"))
     # ... one title for the whole grid (make_subplots x_title/y_title), and stacked panels sharing x

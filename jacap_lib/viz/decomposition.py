@@ -62,7 +62,7 @@ def taylor_error_figure(records: list, *, stat: str = "q50") -> go.Figure:
     fig = go.Figure(go.Box(x=xs, y=ys, name=f"per-head {stat}", boxpoints="all", jitter=0.4, pointpos=0,
                            marker=dict(size=4), hovertemplate="layer %{x}<br>rel. error %{y:.3f}<extra></extra>"))
     fig.add_hline(y=1.0, line_dash="dot", annotation_text="error = size of the change itself")
-    fig.update_layout(title="E_Taylor: tangent-plane error of the retained attention, per layer",
+    fig.update_layout(title="E<sub>Taylor</sub>: tangent-plane error of the retained attention, per layer",
                       xaxis_title="layer", yaxis_title="relative error (per-head median over later queries)",
                       yaxis_type="log", showlegend=False, template="plotly_white")
     return _finish(fig)
@@ -83,7 +83,7 @@ def diagonal_error_figure(records: list, *, metric: str = "rel_error") -> go.Fig
     ytitle = "median relative capacity error" if metric == "rel_error" else "Spearman ρ with full capacity (subsets)"
     what = ("how far each approximation's capacity lies from the full one" if metric == "rel_error"
             else "whether each approximation ranks the subsets as the full capacity does")
-    fig.update_layout(boxmode="group", title=f"E_diagonal: {what}",
+    fig.update_layout(boxmode="group", title=f"E<sub>diagonal</sub>: {what}",
                       xaxis_title="layer", yaxis_title=ytitle, template="plotly_white", legend=dict(orientation="h", y=-0.2))
     if metric == "rel_error":  # a few subsets' errors run to thousands: show the bulk, name the extreme
         clip_outliers(fig, "yaxis")
@@ -100,7 +100,7 @@ def selection_figure(records: list) -> go.Figure:
     n, b = (records[0]["n"], records[0]["budget"]) if records else ("?", "?")
     fig.update_layout(boxmode="group", template="plotly_white", xaxis_title="layer",
                       yaxis_title="capacity / exhaustive capacity",
-                      title=f"E_selection: small caches (n = {n}, B = {b}) sampled from real heads",
+                      title=f"E<sub>selection</sub>: small caches (n = {n}, B = {b}) sampled from real heads",
                       legend=dict(orientation="h", y=-0.2))
     return _finish(fig)
 

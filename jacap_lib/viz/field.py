@@ -145,12 +145,14 @@ def ladder_figure(summary: dict, *, title: str | None = None) -> go.Figure:
                                       "arrayminus": [v["gm_ratio"] - v["gm_low"] for v in vals]},
                              hovertemplate=f"{name}<br>%{{x}}: ratio %{{y:.3g}}<extra></extra>"))
     fig.add_hline(y=1, line={"color": "#444444", "dash": "dot"})
-    fig.update_layout(barmode="group", height=480,
+    fig.update_layout(barmode="group", height=540,
                       title=title or "From the prompt press to KVzip, one change at a time (tune documents)",
                       xaxis={"title": "prompt length L / compression ratio c"},
                       yaxis={"title": "KL ratio to the step before (log)", "type": "log"},
-                      legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.2, "yanchor": "top"},
-                      margin={"b": 150, "t": 84})  # t: a one-line title clear of plotly's mode bar
+                      # the legend's top 125 px under the plot area: clear of the rotated tick labels and the x title
+                      legend={"orientation": "v", "x": 0, "xanchor": "left", "y": -125 / (540 - 84 - 240),
+                              "yanchor": "top"},
+                      margin={"b": 240, "t": 84})  # t: a one-line title clear of plotly's mode bar
     return finish(fig)
 
 

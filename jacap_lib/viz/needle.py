@@ -61,9 +61,14 @@ def survival_figure(summary: dict, mode: str = "after", *, title: str | None = N
         fig.update_yaxes(title_text="key digit tokens kept (fraction)", range=[0, 1.03], tickformat=".0%", row=1, col=j)
     where = "the question asked after compression" if mode == "after" else "the question inside the compressed prompt"
     prompts = "-".join(map(str, n[:: max(1, len(n) - 1)]))
+    # the legend under the panels, one entry per row (the names carry every panel's accuracy): the figure grows
+    # by one row per setting so that no entry falls past its bottom edge
+    plot_h, top, rows = 300, 100, len(specs) + 1  # + 1: the legend's title
+    bottom = 80 + 20 * rows
     fig.update_layout(
-        height=520, legend={"orientation": "h", "y": -0.18, "yanchor": "top", "font": {"size": 11},
-                            "title": {"text": "setting: needle accuracy per panel (left to right)"}},
+        height=plot_h + top + bottom, margin={"t": top, "b": bottom},
+        legend={"orientation": "v", "x": 0, "y": -70 / plot_h, "yanchor": "top", "font": {"size": 11},
+                "title": {"text": "setting: needle accuracy per panel (left to right)"}},
         title=title or f"Which layers keep the hidden key's digits ({where}; mean over KV heads and {prompts} prompts)")
     return finish(fig)
 
