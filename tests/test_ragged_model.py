@@ -152,7 +152,9 @@ def test_the_default_press_frees_memory_as_a_user_calls_it(model_tok, needle):
         if free:
             assert ratio <= 0.52
         else:
-            assert ratio == 1.0  # kvpress's masking frees nothing
+            # kvpress's masking frees nothing; KVzip's pass leaves the cache a view of a storage that also holds
+            # its last reconstruction chunk, so the masked cache holds more than the uncompressed one
+            assert ratio >= 1.0
         full = torch.cat([ctx, question], 1)
         out = model.generate(full, attention_mask=torch.ones_like(full), past_key_values=cache, max_new_tokens=6,
                              do_sample=False, pad_token_id=0)
