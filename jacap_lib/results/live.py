@@ -20,6 +20,7 @@ def write_kl_table(model, tok, *, out: Path | None = None, ratios=(0.5, 0.75, 0.
 
     from ..measure.eviction import DEMO_CONTEXT, DEMO_CONTINUATION, kl_table
     from ..presses.jacap import JacapPromptPress
+    from ..presses.registry import build_press, method_options
 
     torch.manual_seed(0)
     rows = kl_table(model, tok, DEMO_CONTEXT, DEMO_CONTINUATION, ratios=ratios, progress=progress)
@@ -31,6 +32,7 @@ def write_kl_table(model, tok, *, out: Path | None = None, ratios=(0.5, 0.75, 0.
         "continuation_tokens": len(tok(DEMO_CONTINUATION, add_special_tokens=False).input_ids),
         "ratios": [float(r) for r in ratios],
         "jacap_prompt": {k: v for k, v in vars(JacapPromptPress()).items() if k not in ("compression_ratio", "trace")},
+        "jacap": {k: v for k, v in method_options(build_press("jacap", ratios[0])).items() if k != "compression_ratio"},
         "baselines": "kvpress defaults (random: seed 0)",
         "seed": 0,
         **provenance(model, model_name=model_name),
