@@ -187,3 +187,24 @@ def test_memory_bars_heights_are_the_byte_shares():
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
     with pytest.raises(ValueError, match="inspections"):
         V.memory_bars([_fake()])
+
+
+def test_ragged_bench_frames_read_the_benchmark_record():
+    """Hand-built records of two lengths: held % is the largest ragged share over the presses, the peak is the
+    default's over the uncompressed prefill's, decode rows are ms per token for each cache; no rows is an error."""
+    def cell(press, c, share, **decode):
+        return {"press": press, "compression_ratio": c, "ragged_over_uncompressed": share, **decode}
+
+    a = {"rows": [{"length": 512, "uncompressed_bytes": 2_000_000, "peak_uncompressed_bytes": 10,
+                   "peak_ragged_prefill_bytes_c0.5": {"jacap_default": 30, "kvzip": 99},
+                   "cells": [cell("jacap_default", 0.5, 0.504), cell("kvzip", 0.5, 0.506), cell("kvzip", 0.9, 0.101)]}]}
+    b = {"rows": [{"length": 8192, "uncompressed_bytes": 4_000_000, "decode_uncompressed_s": 0.25,
+                   "cells": [cell("jacap_default", 0.5, 0.5, decode_masked_s=0.342, decode_ragged_s=0.074)]}]}
+    mem, dec = V.ragged_bench_frames(b, a)  # sorted by length whatever the order
+    assert list(mem.index) == [512, 8192]
+    assert mem.loc[512, "uncompressed (MB)"] == "2.0" and mem.loc[512, "c = 0.5"] == "50.6%"
+    assert mem.loc[512, "c = 0.9"] == "10.1%" and mem.loc[512, "prefill peak"] == "3.0x"
+    assert dec.loc[(8192, "uncompressed"), "c = 0.5"] == "250" and dec.loc[(8192, "masked"), "c = 0.5"] == "342"
+    assert dec.loc[(8192, "ragged"), "c = 0.5"] == "74" and len(dec) == 3
+    with pytest.raises(ValueError, match="benches"):
+        V.ragged_bench_frames({"rows": []})

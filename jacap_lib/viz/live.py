@@ -17,7 +17,7 @@ import html
 import plotly.graph_objects as go
 from .style import finish
 
-__all__ = ["strip_data", "token_strip", "token_strip_slider", "head_budgets", "memory_bars", "kl_bars", "answers_note",
+__all__ = ["strip_data", "token_strip", "token_strip_slider", "head_budgets", "memory_bars", "kl_bars", "answers_note", "ragged_bench_frames",
            "reader_name"]
 
 _HOVER_FIELDS = ("score", "alpha", "rho", "kappa", "weight", "leverage")
@@ -247,3 +247,38 @@ def answers_note(replies: dict, name_kept: dict | None = None, *, facts: dict | 
                  "text without the chat template the pipeline adds, so its kept sets are close to, not identical "
                  "with, the pipeline's).")
     return text + " One answer is a coarse check; the next-token KL measures the damage on every token."
+
+
+def ragged_bench_frames(*benches: dict) -> tuple:
+    """Two tables from committed ``ragged_cache`` benchmark files (:func:`jacap_lib.results.loaders.load_bench`).
+    ``memory``, a row per prompt length: the uncompressed cache (MB), the bytes a ragged cache holds after each
+    ratio c (% of the uncompressed bytes; the largest over the benchmark's presses), and the peak memory of the
+    default's freeing prefill over an uncompressed prefill's. ``decode``, a row per (prompt length, cache): ms per
+    generated token at each c on the uncompressed cache (the same cache at every c), the default's masked cache
+    and its ragged cache."""
+    import pandas as pd
+
+    rows = sorted((r for b in benches for r in b["rows"]), key=lambda r: r["length"])
+    if not rows:
+        raise ValueError("benches must be ragged_cache benchmark records with rows (load_bench('ragged_cache_cpu'))")
+    memory, decode = {}, {}
+    for r in rows:
+        ratios = sorted({c["compression_ratio"] for c in r["cells"]})
+        m = {"uncompressed (MB)": f"{r['uncompressed_bytes'] / 1e6:.1f}"}
+        for c in ratios:
+            held = max(x["ragged_over_uncompressed"] for x in r["cells"] if x["compression_ratio"] == c)
+            m[f"c = {c:g}"] = f"{held:.1%}"
+        peak = r.get("peak_ragged_prefill_bytes_c0.5", {}).get("jacap_default")
+        if peak and r.get("peak_uncompressed_bytes"):
+            m["prefill peak"] = f"{peak / r['peak_uncompressed_bytes']:.1f}x"
+        memory[r["length"]] = m
+        if "decode_uncompressed_s" in r:
+            decode[(r["length"], "uncompressed")] = {f"c = {c:g}": f"{1e3 * r['decode_uncompressed_s']:.0f}" for c in ratios}
+            for kind in ("masked", "ragged"):
+                decode[(r["length"], kind)] = {f"c = {x['compression_ratio']:g}": f"{1e3 * x[f'decode_{kind}_s']:.0f}"
+                                               for x in r["cells"] if f"decode_{kind}_s" in x}
+    mem = pd.DataFrame.from_dict(memory, orient="index").rename_axis("prompt tokens")
+    dec = pd.DataFrame.from_dict(decode, orient="index")
+    if len(dec):
+        dec.index = pd.MultiIndex.from_tuples(dec.index, names=["prompt tokens", "cache"])
+    return mem, dec
