@@ -1,6 +1,6 @@
 """Figures of the mechanism diagnostics (:mod:`jacap_lib.measure.diagnostics`): where saturation and leverage act.
 
-Each function takes the records of :func:`jacap_lib.results.diagnostics.load_mechanisms` (or of
+Each function takes the records of :func:`jacap_lib.results.loaders.load_mechanisms` (or of
 :func:`~jacap_lib.measure.diagnostics.model_mechanisms`) and returns a ``go.Figure``.
 """
 from __future__ import annotations
