@@ -67,28 +67,16 @@ class JacapPromptPress(ScorerPress):
         ``"ea"``: Expected Attention's log-normal expectation
         :math:`\bar\alpha = \mathrm{softmax}(K\mu_Q/\sqrt d + \mathrm{diag}(K\Lambda_Q K^\top)/(2d))` (no
         :math:`\tau`; the registry's ``jacap_ea`` pairs it with that method's query statistics).
-        Why ``"observed"`` (with ``window=16``) is this press's default: it is the tune choice of ``jacap_obs``'s grid
-        (``data/results/eval/choices.json``), and it became the library's default after it beat, on the dev
-        documents, the tempered centre with its own tuned ``tau=3, beta=0.9`` (window 32) in every (prompt length,
-        ratio) cell; once the protection knobs were tuned too (the tempered centre then chose a 128-token window),
-        it is better in 8 of 12 cells and worse in none (``dev.jsonl``; the book's critique chapter prints the
-        verdicts) -- a choice made on the dev documents, not by the tune rule. When the candidates were frozen, the
-        tune rule chose another Jacap-family setting, the context press at its defaults, and that press is now the
-        library's default :class:`~jacap_lib.presses.jacap_context.JacapPress` (``data/results/eval/candidates.json``).
-        This press stays the one-prefill choice: about 1.2-1.3 times the CPU of an uncompressed prefill on the
-        bundled model (prompts 512 to 2,048) where ``JacapPress()`` costs about 3-8 times. The capacity objective and
-        the score are Algorithm 1's; only the point of the linearisation moves. The observed and EA centres are
+        The capacity objective and the score are Algorithm 1's; only the point of the linearisation moves. The observed and EA centres are
         scored on the torch path (``backend="triton"`` computes the tempered centre in its kernels and is refused
         with them).
     tau, noise, deff_frac, n_sink, window, n_queries, beta, gqa, eps, backend
         Jacap's shared parameters: their defaults and checks live in :mod:`jacap_lib.config`
         (:data:`~jacap_lib.config.DEFAULTS`), the values below.
     tau : float, default=3.0
-        With ``centre="tempered"``: temperature of the centre softmax :math:`\bar\alpha`. The paper's ablation favours ~10; 3 (with
-        ``beta=0.9``) is what the evaluation protocol chose on its tune documents among Jacap's settings
-        (smallest mean log KL over prompt lengths 512-2048 and c 0.5-0.95; ``data/results/eval/choices.json``):
-        a sharper :math:`\bar\alpha` that follows the recent queries. The paper's exact settings are
-        ``press_from_spec(protocol.PAPER_PRESET, c)`` (the tempered centre, tau 10, noise 1, flat statistics).
+        With ``centre="tempered"``: temperature of the centre softmax :math:`\bar\alpha` (the paper uses 10; its
+        exact settings are ``press_from_spec(protocol.PAPER_PRESET, c)``: the tempered centre, tau 10, noise 1, flat
+        statistics).
     noise : float or "deff", default=1.0
         Channel noise :math:`\sigma^2`; the weights enter ``A`` and the score as ``w / noise``.
         ``"deff"``: per layer and KV head, the :math:`\sigma^2` at which the effective dimension
@@ -106,9 +94,7 @@ class JacapPromptPress(ScorerPress):
         module's kwargs) the sinks and the window count real tokens, never pad slots.
     window : int, default=16
         Last positions always kept (recent window; the note's Algorithm 1 step 10 and Algorithm 2
-        step 4). 16 is the evaluation protocol's tune choice with the observed centre (among 8/16/32;
-        :mod:`jacap_lib.results.protocol`); the tempered-centre settings of the protocol were measured with 32,
-        the value an earlier sweep over 0/8/16/32/48/64 had picked. For comparison, the baselines' built-in recency: kvpress SnapKV keeps its
+        step 4). For comparison, the baselines' built-in recency: kvpress SnapKV keeps its
         observation window (``window_size``, default 64), TOVA scores by the attention of the last query
         alone, StreamingLLM keeps only the sinks and the most recent tokens. ``window=0`` is Algorithm 1
         without step 10 (only the sinks are protected). When the budget
@@ -121,7 +107,7 @@ class JacapPromptPress(ScorerPress):
         Statistics from the last ``n_queries`` prompt queries; ``None`` = all (after the sinks).
     beta : float or None, default=0.9
         A float in [0, 1): exponential moving average over the prompt positions (note section 11),
-        ``mu_t = beta mu_{t-1} + (1-beta) q_t`` (the tune choice, with ``tau=3``). ``None``: flat mean /
+        ``mu_t = beta mu_{t-1} + (1-beta) q_t`` ``None``: flat mean /
         variance over the prompt's queries (the paper's).
     n_future_positions : int, default=512
         Queries are rotated by the RoPE matrix averaged over this many future positions (kvpress).

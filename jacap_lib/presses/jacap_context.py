@@ -94,10 +94,7 @@ class JacapPress(KVzipPress):
     eps : float, default=1e-6
         Floor of :math:`\mathrm{diag}(\Lambda_Q)`.
     window : int, default=64
-        Last prompt tokens never masked, by Jacap's protection rule; 0: KVzip's protection (the sinks only). 64 is
-        the evaluation protocol's tune choice for this press (windows 0, 64 and 256 with sinks 0, 4 and 16, by the
-        protocol's rule on the tune documents only: ``data/results/eval/context/choices.json``); its first grid was
-        tuned with 0 (:data:`jacap_lib.results.protocol.CONTEXT_AS_FIRST_TUNED`, every setting written out in full).
+        Last prompt tokens never masked, by Jacap's protection rule; 0: KVzip's protection (the sinks only).
     n_sink, chunk_size, kvzip_plus_normalization
         kvpress KVzip's (``kvzip_plus_normalization`` changes the ``"max"`` summary only). ``layerwise`` must stay
         False: set ``budget="layer"``.
