@@ -33,10 +33,13 @@ def kv_cache_bytes(layers: int, batch: int, kv_heads: int, tokens: int, head_dim
 
 
 def kept_tokens(n: int, compression: float) -> int:
-    r"""Tokens kept at compression ratio :math:`c`: :math:`B = (1-c)N`, rounded to the nearest integer."""
+    r"""Tokens kept at compression ratio :math:`c`: :math:`B = \max(1, \lfloor (1-c)N \rfloor)`, kvpress's count and
+    the glossary's (:func:`jacap_lib.selection.n_kept`, the one rule every press follows)."""
+    from .selection import n_kept
+
     if not 0.0 <= compression < 1.0:
         raise ValueError(f"`compression` must be in [0, 1) (0.9 keeps 10%), got {compression!r}")
-    return int(round((1.0 - compression) * n))
+    return n_kept(n, compression)
 
 
 def bundled_kv_config() -> dict:

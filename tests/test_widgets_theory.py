@@ -21,6 +21,9 @@ def test_kv_cache_bytes_formula_and_errors():
     with pytest.raises(ValueError, match="compression"):
         MEM.kept_tokens(100, 1.0)
     assert MEM.kept_tokens(131072, 0.9) == 13107 and MEM.kept_tokens(1000, 0.75) == 250
+    # the glossary's rule, max(1, floor((1 - c) N)): 0.53 * 20 = 10.6 keeps 10 (nearest-integer rounding kept 11),
+    # and a tiny prompt keeps one token
+    assert MEM.kept_tokens(20, 0.47) == 10 and MEM.kept_tokens(3, 0.9) == 1
 
 
 def test_memory_table_scales_with_compression():
