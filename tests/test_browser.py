@@ -598,6 +598,9 @@ PROBE = """<script>
     out.hidden_columns = withToggles(column, function () { return hiddenColumns(column); });
     out.ellipses = ellipses(column);
     out.paths = localPaths();
+    // the page's length as a reader scrolls it, toggles closed (the article's height, in CSS px)
+    var art = document.querySelector('article.bd-article') || document.body;
+    out.article_height = Math.round(art.getBoundingClientRect().height);
     out.waited.ms = Date.now() - t0;
     } catch (e) { out.exception = String(e && e.stack || e); }
     out.errors = window.__jacapErrors;
@@ -997,13 +1000,6 @@ def test_probe_finds_hidden_columns_cut_text_and_unreadable_panels(tmp_path):
                         xanchor="left")
     good.update_layout(title="Made by the book's helper: passes every check")
     figs["good"] = finish(good)
-    over = go.Figure([go.Scatter(x=[0, 1], y=[0, 1], name=f"entry {i}") for i in range(3)])
-    figs["title over legend"] = over.update_layout(xaxis_title="an x title under the plot", height=380,
-                                                   legend={"orientation": "h", "y": -0.08, "x": 0.3})
-    figs["title over ticks"] = go.Figure(go.Scatter(x=[0, 1], y=[100000, 200000])).update_layout(
-        yaxis={"title": {"text": "a y title", "standoff": 0}, "automargin": False}, margin={"l": 30}, height=300)
-    figs["legend scrolls"] = go.Figure([go.Scatter(x=[0, 1], y=[0, i], name=f"series {i}") for i in range(40)]
-                                       ).update_layout(height=300)
     figs["good narrow log"] = finish(titled(go.Figure(go.Scatter(x=[1, 2, 3], y=[0.021, 0.05, 0.089], name="knorm")))
                                      .update_yaxes(type="log"))
     # ... one title for the whole grid (make_subplots x_title/y_title), and stacked panels sharing x
