@@ -77,6 +77,7 @@ _EXPORTS = {
     "facts_stated": "jacap_lib.measure.eviction",
     "phrase_kept": "jacap_lib.measure.eviction",
     "load_kl_table": "jacap_lib.results.loaders",
+    "load_bench": "jacap_lib.results.loaders",
     "load_eval_summary": "jacap_lib.results.loaders",
     # quality under compression
     "next_token_kl": "jacap_lib.measure.quality",
