@@ -787,6 +787,11 @@ def _probe_page(page: Path, screenshot: Path | None = None, timeout: float = 120
     return json.loads(result)
 
 
+#: a page a student reads in one sitting: at most this many screens of SCREEN_PX px (the article's height at the
+#: probe's 1,280-px width, every toggle closed)
+MAX_SCREENS, SCREEN_PX = 15, 1000
+
+
 def test_every_page_renders_offline(site):
     pages = _pages(site)
     names = {p.stem for p in pages}
@@ -814,6 +819,9 @@ def test_every_page_renders_offline(site):
             failures.append(f"{page.name}: 'null' in figure text: {r['nulls'][:3]}")
         if r.get("raw_markdown"):
             failures.append(f"{page.name}: an output's Markdown table left unrendered: {r['raw_markdown'][:3]}")
+        if r.get("article_height", 0) > MAX_SCREENS * SCREEN_PX:
+            failures.append(f"{page.name}: {r['article_height'] / SCREEN_PX:.1f} screens of {SCREEN_PX} px with its toggles "
+                            f"closed, more than {MAX_SCREENS}: move detail into a collapsed cell or the appendix")
         for key, what in CHECKS.items():
             if r.get(key):
                 failures.append(f"{page.name}: {what}: {r[key][:4]}")
@@ -924,6 +932,8 @@ def test_probe_finds_misleading_figures_tables_and_paths(tmp_path):
     r = _probe_page(page, timeout=90.0)
     assert r["drawn"] == r["figures"] == len(figs), r
     assert not r["errors"] and not r["exception"], r
+    # the page's length: at least its figures' heights stacked (plotly's default 450 px and the set ones)
+    assert r["article_height"] >= sum(f.layout.height or 450 for f in figs.values()), r["article_height"]
 
     def where(key):  # the synthetic figures each check reported
         return {names[int(re.match(r"figure (\d+)", msg).group(1))] for msg in r[key]}

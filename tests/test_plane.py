@@ -189,3 +189,15 @@ def test_figure(points):
         VP.kl_retrieval_figure([])
     with pytest.raises(ValueError, match="points: they mix"):  # one figure, one run's documents
         VP.kl_retrieval_figure(points[:1] + [dict(points[1], split="confirm")])
+
+
+def test_planes_of_different_runs_never_share_a_title(points):
+    """The facts chapter's plane (dev documents, each cell's best baseline) and the landing page's (confirmatory
+    documents, KVzip) name their reference and documents in their default titles, so their titles differ."""
+    from jacap_lib.results import landing
+    from jacap_lib.viz.plane import kl_retrieval_figure
+
+    dev, confirm = kl_retrieval_figure(points), kl_retrieval_figure(landing.plane_points(), lengths=[1024])
+    texts = [f.layout.title.text.replace("<br>", " ") for f in (dev, confirm)]
+    assert texts[0] != texts[1]
+    assert "dev documents" in texts[0] and "confirmatory documents" in texts[1] and "KVzip" in texts[1]

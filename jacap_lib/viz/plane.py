@@ -131,7 +131,9 @@ def kl_retrieval_figure(points: list[dict], *, lengths=None, ratios=None, interv
     span = lambda v: "-".join(map(str, v[:: max(1, len(v) - 1)]))  # noqa: E731
     note = (f"KL over the {span(docs)} {_SOURCES[split].note}; {span(prompts)} needle prompts per panel (a 5-digit key "
             f"hidden in filler, the question asked after the compressed prompt{_SOURCES[split].keys}). {_SOURCES[split].points}")
-    head = title or "Predictions kept (KL ratio) against a fact kept (needle accuracy), per budget"
+    # the default title names the points' documents and reference: two planes of different references never share one
+    head = title or (f"Predictions kept (KL ratio to {ref_text}) against a fact kept (needle accuracy), per budget, "
+                     f"{_SOURCES[split].hover}")
     lines, note_lines = textwrap.wrap(head, 48), textwrap.wrap(note, 96)  # short lines: clear of the modebar
     # pixels: the title's lines, the note under it and the panels' titles above the plots; under the plots the tick
     # labels, the x title, then the legend (three entries a row) — fixed sizes, so nothing overlaps at any height
