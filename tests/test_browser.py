@@ -574,13 +574,14 @@ PROBE = """<script>
       if (over > 2) out.overflow.push(el.tagName.toLowerCase() + ' +' + Math.round(over) + 'px: ' +
                                       (el.textContent || '').replace(/\\s+/g, ' ').slice(0, 60));
     }
-    // a figure drawn wider than its output box makes that box scroll sideways (a fixed layout width too large)
-    figs.forEach(function (f, k) {
+    // a figure drawn wider than its output box makes that box scroll sideways (a fixed layout width too large);
+    // a figure in a collapsed output is measured, like every figure check below, as a reader who opens it sees it
+    withToggles(column, function () { figs.forEach(function (f, k) {
       var holder = f.closest('div.cell_output') || f.parentElement;
       var over = f.getBoundingClientRect().width - holder.clientWidth;
       if (over > 2) out.overflow.push('figure ' + k + ' +' + Math.round(over) + 'px: ' +
                                       ((f.layout && f.layout.title && f.layout.title.text) || '').slice(0, 60));
-    });
+    }); });
     // a Markdown table an output printed but the page did not render (its "| :--- |" rule still visible)
     out.raw_markdown = [];
     column.querySelectorAll('div.cell_output').forEach(function (o) {
@@ -593,7 +594,7 @@ PROBE = """<script>
         if (/\\bnull\\b/.test(t.textContent || '')) out.nulls.push('figure ' + k + ': ' + t.textContent.slice(0, 60));
       });
     });
-    figureChecks(figs, out);
+    withToggles(column, function () { figureChecks(figs, out); });
     out.token_wraps = tokenWraps(column);
     out.hidden_columns = withToggles(column, function () { return hiddenColumns(column); });
     out.ellipses = ellipses(column);

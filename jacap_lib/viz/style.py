@@ -452,7 +452,8 @@ def wrapped(frame, columns=()) -> WrappedFrame:
     return out
 
 
-FIGURE_WIDTH = 660  # fixed-width figures fit the text column (676 px in the built book at a 1,280 px window)
+FIGURE_WIDTH = 650  # fixed-width figures fit the text column (676 px in the built book at a 1,280 px window) and a
+#                   collapsed output opened (654 px inside its toggle)
 FOREST_TICKS = (0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100)  # the forest plots' ticks: few, so several panels fit
 _NICE = (0.1, 0.2, 0.3, 0.5, 0.7, 1, 1.5, 2, 3, 5, 7, 10, 20, 30, 50, 100)
 
