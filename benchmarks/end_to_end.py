@@ -1,6 +1,6 @@
 """End-to-end cost of eviction, like the paper's runtime study: prefill (with the press scoring and
 compressing every layer) + 100 greedy tokens, for no compression, Jacap and kvpress CapPress. The code
-is :mod:`jacap_lib.measure.timing` (what is timed) and :data:`jacap_lib.results.timing.E2E` (the
+is :mod:`jacap_lib.measure.timing` (what is timed) and :data:`jacap_lib.experiments.timing.E2E` (the
 job); this script is the same command as ``jacap time e2e``:
 
     python benchmarks/end_to_end.py                              # 2K, 4K, 8K prompts; ratios 0.6, 0.8
@@ -12,7 +12,7 @@ job); this script is the same command as ``jacap time e2e``:
 from jacap_lib.measure.timing import (  # noqa: F401 (the script's names, for tests and sessions)
     DEFAULT_LENGTHS, DEFAULT_RATIOS, INIT_SEED, METHODS, ORIGIN_FILE, random_init_model, run_one,
 )
-from jacap_lib.results.timing import E2E, prompt_ids, save_architecture  # noqa: F401
+from jacap_lib.experiments.timing import E2E, prompt_ids, save_architecture  # noqa: F401
 
 
 def main(argv=None):

@@ -104,7 +104,7 @@ def main(argv=None):
     from jacap_lib.cache import cache_bytes, is_ragged, to_ragged
     from jacap_lib.measure.quality import caches_by_ratio
     from jacap_lib.results.provenance import provenance
-    from jacap_lib.results.timing import prompt_ids
+    from jacap_lib.experiments.timing import prompt_ids
 
     torch.set_num_threads(1)
     pinned = pin_malloc()

@@ -1,6 +1,6 @@
 """Scoring cost on identical tensors: Jacap (torch / Triton) vs kvpress CapPress, Expected Attention,
 KNorm, and the memory floor (one read of K and V). The code is :mod:`jacap_lib.measure.timing` (what is
-timed) and :data:`jacap_lib.results.timing.SCORING` (the job); this script is the same command as
+timed) and :data:`jacap_lib.experiments.timing.SCORING` (the job); this script is the same command as
 ``jacap time scoring``:
 
     python benchmarks/scoring.py                       # CPU here, CUDA (+ Triton) when a GPU is present
@@ -11,7 +11,7 @@ from jacap_lib.measure.timing import (  # noqa: F401 (the script's names, for te
     DEFAULT_D, DEFAULT_N, HEADS, NOISE, TAU, WHAT, kvpress_scorers, make_inputs, methods, repeats_for, summarise,
     time_scoring as run,
 )
-from jacap_lib.results.timing import SCORING
+from jacap_lib.experiments.timing import SCORING
 
 
 def main(argv=None):

@@ -14,8 +14,10 @@ checks it):
 2. :mod:`.hf` (model plumbing), :mod:`.models`, :mod:`.memory`
 3. :mod:`.presses` (kvpress presses + registry), :mod:`.controller` (Algorithm 2)
 4. :mod:`.measure` — quality (KL), decomposition, failures, eviction inspection
-5. :mod:`.results` — the files under ``data/``
-6. :mod:`.viz` (plotly figures)   7. :mod:`.widgets`   8. :mod:`.exercises`   9. :mod:`.cli`, :mod:`.book`
+5. :mod:`.results` — data access: the files under ``data/``   6. :mod:`.verdicts` — the statistics of a verdict
+7. :mod:`.experiments` — one module per experiment job, numbers only (the protocol and confirmation as packages)
+8. :mod:`.viz` (plotly figures)   9. :mod:`.widgets`   10. :mod:`.exercises`
+11. :mod:`.report` — the sentences the book prints   12. :mod:`.cli`, :mod:`.book`
 
 Public names are imported lazily so that ``import jacap_lib`` stays cheap and the
 optional parts (transformers, kvpress, triton) load only when used.
@@ -92,9 +94,9 @@ _EXPORTS = {
     # committed results
     "load_decoding_comparison": "jacap_lib.results.loaders",
     "load_failures": "jacap_lib.results.loaders",
-    "decoding_summary": "jacap_lib.results.decoding_comparison",
-    "decoding_findings": "jacap_lib.results.decoding_comparison",
-    "decoding_verdicts": "jacap_lib.results.decoding_comparison",
+    "decoding_summary": "jacap_lib.experiments.decoding_comparison",
+    "decoding_findings": "jacap_lib.experiments.decoding_comparison",
+    "decoding_verdicts": "jacap_lib.experiments.decoding_comparison",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

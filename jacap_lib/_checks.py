@@ -83,11 +83,16 @@ def unit_interval(name: str, value, *, closed_right: bool = False) -> float:
     return v
 
 
-def compression_ratio(value, name: str = "compression_ratio") -> float:
+def compression_ratio(value, name: str = "compression_ratio", *, allow_zero: bool = True) -> float:
     """The one check of a compression ratio: a number (not a bool) in [0, 1), the fraction of the prompt's KV pairs
-    removed (0: nothing removed)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"{name} must be a number in [0, 1) (the fraction of the prompt's KV pairs removed), "
+    removed (0: nothing removed); ``allow_zero=False``: in (0, 1), for a grid whose uncompressed answer is measured
+    apart. The presses, the registry and every command line's ``--ratio`` / ``--ratios`` check through it."""
+    low = 0 if allow_zero else 0.0
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value < 1
+            or (not allow_zero and value == 0)):
+        interval = "[0, 1)" if allow_zero else "(0, 1)"
+        why = "" if allow_zero else "; 0, the uncompressed model, is measured apart"
+        raise ValueError(f"{name} must be a number in {interval} (the fraction of the prompt's KV pairs removed{why}), "
                          f"got {value!r}")
     return float(value)
 

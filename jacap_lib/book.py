@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from jacap_lib._env import BOOK_BUILD_ENV
-from jacap_lib.results import job as J
+from jacap_lib.experiments import job as J
 
 PLOTLY_JS = "plotly.min.js"
 

@@ -28,7 +28,7 @@ parameter              default      meaning
 ``backend``            ``"auto"``   scoring backend: ``"auto"``, ``"torch"`` or ``"triton"``
 =====================  ===========  =====================================================================
 
-Why ``tau = 3`` and ``beta = 0.9``: the evaluation protocol (:mod:`jacap_lib.results.protocol`) gives every
+Why ``tau = 3`` and ``beta = 0.9``: the evaluation protocol (:mod:`jacap_lib.experiments.protocol.rules`) gives every
 method the same few settings and picks one per method on the *tune* documents of the evaluation corpus by one
 rule (smallest mean log KL over every prompt length and compression ratio). Among Jacap's settings (the paper's
 ``tau = 10`` with flat statistics, the effective-dimension noise rule, ``tau = 3`` with EMA statistics) it chose

@@ -37,8 +37,9 @@ def kept_tokens(n: int, compression: float) -> int:
     the glossary's (:func:`jacap_lib.selection.n_kept`, the one rule every press follows)."""
     from .selection import n_kept
 
-    if not 0.0 <= compression < 1.0:
-        raise ValueError(f"`compression` must be in [0, 1) (0.9 keeps 10%), got {compression!r}")
+    from ._checks import compression_ratio
+
+    compression_ratio(compression, "`compression`")
     return n_kept(n, compression)
 
 

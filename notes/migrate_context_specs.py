@@ -27,7 +27,8 @@ import json
 from pathlib import Path
 
 from jacap_lib.presses.registry import effective_options, method_options, parse_method, press_from_spec, written_out
-from jacap_lib.results import files, protocol as P
+from jacap_lib.results import files
+from jacap_lib.experiments.protocol import rules as P
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "data/results/eval/context"

@@ -33,7 +33,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from jacap_lib.results import files, protocol as P
+from jacap_lib.results import files
+from jacap_lib.experiments.protocol import rules as P
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEN = "2026-12-03"

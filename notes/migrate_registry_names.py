@@ -127,7 +127,7 @@ class File:
 def fingerprints(x, out: dict):
     """Old -> new protocol fingerprints of every ``{"config"|"protocol": cfg, "fingerprint": fp}`` pair in ``x``
     (old: the recorded one, checked against the configuration before the rename)."""
-    from jacap_lib.results import protocol as P
+    from jacap_lib.experiments.protocol import rules as P
     if isinstance(x, dict):
         for ck in ("config", "protocol"):
             if isinstance(x.get(ck), dict) and isinstance(x.get("fingerprint"), str) and "search_space" in x[ck]:

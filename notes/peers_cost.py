@@ -24,7 +24,7 @@ def main(argv=None) -> dict:
     from jacap_lib.results.paths import data_path
     from jacap_lib.presses.registry import PEERS, build_press, method_options
     from jacap_lib.results import files
-    from jacap_lib.results.evaluation.corpus import load_docs
+    from jacap_lib.experiments.protocol.documents import load_docs
     from jacap_lib.results.provenance import provenance
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

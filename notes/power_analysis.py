@@ -7,7 +7,7 @@ here: they were used in four rounds of the evaluation, so their effects are not 
 spread is used to plan one. Writes data/results/eval/power.json.
 
 Beside the cells (the first rounds' comparison), ``comparisons`` holds the spread of every comparison the
-confirmatory plan makes (jacap_lib.results.confirm_plan.planned_comparisons: each Jacap-family candidate against
+confirmatory plan makes (jacap_lib.experiments.confirm.plan.planned_comparisons: each Jacap-family candidate against
 the cell's best tuned baseline over every search space, the default against KVzip and against Expected Attention),
 each from the dev rows of its two settings, wherever both have rows on every dev document of the cell; ``m_planned``
 is the number of judged comparisons, the plan's adjustment.
@@ -20,7 +20,10 @@ import math
 
 import numpy as np
 
-from jacap_lib.results import confirm_plan as CP, files, loaders as R, verdicts as V
+from jacap_lib.experiments.confirm import plan as CP
+from jacap_lib.results import files
+from jacap_lib.results import loaders as R
+from jacap_lib.verdicts import intervals as V
 from jacap_lib.results.paths import data_path
 
 METHOD = "jacap_obs"  # the Jacap default of the plan: the tune choice of jacap_obs (choices.json), as written there
@@ -81,7 +84,7 @@ def plan(rows: list[dict], choices: dict) -> dict:
                          "ratio of exp(+delta) (as much worse) is detected with the same power",
             "formula_normal": "the same with the standard normal: delta ~ (z_{1 - alpha/(2m)} + z_power) sd / "
                               "sqrt(n)",
-            "functions": "jacap_lib.results.verdicts.detectable_ratio, paired_power",
+            "functions": "jacap_lib.verdicts.intervals.detectable_ratio, paired_power",
             "power": POWER, "alpha": ALPHA, "n": list(NS), "m": list(MS),
             "caveats": ["the sd is estimated from 48 dev documents per cell; the confirmatory documents are "
                         "other works, whose spread may differ",
@@ -101,7 +104,7 @@ def comparisons(rows: list[dict], candidates: dict, best_per_cell: dict, docs: l
     document of ``docs``, the sd of the per-document log KL ratios (KL floored at the rule's floor), the dev ratio,
     and the detectable ratio at each planned n under the plan's own m (and the MS); ``missing`` lists the planned
     comparisons without complete dev rows."""
-    from jacap_lib.results.protocol import KL_FLOOR
+    from jacap_lib.experiments.protocol.rules import KL_FLOOR
 
     cells = [CP.parse_cell(k) for k in best_per_cell]
     planned = CP.planned_comparisons(candidates, cells, best_per_cell)
@@ -129,7 +132,7 @@ if __name__ == "__main__":
     out = plan(R.load_eval_rows("dev"), R.load_eval_choices())
     every = [r for space in ("first", "peers", "context") for r in R.load_eval_rows("dev", space=space)]
     docs = [d for d, _ in R.load_eval_choices()["config"]["dev_docs"]]
-    from jacap_lib.results.confirm_plan import best_per_cell
+    from jacap_lib.experiments.confirm.plan import best_per_cell
 
     extra = comparisons(every, R.load_candidates(), best_per_cell(data_path("results", "eval")), docs)
     out["m_planned"], out["comparisons"], out["comparisons_missing"] = (extra["m_planned"], extra["comparisons"],

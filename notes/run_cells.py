@@ -9,7 +9,8 @@ import sys
 
 SETUP = """
 from jacap_lib import viz
-from jacap_lib.results import loaders as R, protocol as P
+from jacap_lib.results import loaders as R
+from jacap_lib.experiments.protocol import rules as P
 viz.setup_notebook("json")
 VE = viz.evaluation
 choices = R.load_eval_choices()

@@ -14,11 +14,11 @@ from jacap_lib import jacap_scores, theory  # noqa: E402
 from jacap_lib.hf import clear_masks  # noqa: E402
 from jacap_lib.measure.kvpress_grid import tiny_model  # noqa: E402
 from jacap_lib.presses.jacap import JacapPromptPress  # noqa: E402
-from jacap_lib.results import ablation as A  # noqa: E402
+from jacap_lib.experiments import ablation as A  # noqa: E402
 from jacap_lib.presses.jacap_ablation import ONE_KNOB, JacapAblationPress, base_spec, marginal_capacity  # noqa: E402
 from jacap_lib.presses.utils import observed_attention  # noqa: E402
 from jacap_lib.presses.registry import build_press, changed_options, press_from_spec  # noqa: E402
-from jacap_lib.results import protocol as P  # noqa: E402
+from jacap_lib.experiments.protocol import rules as P  # noqa: E402
 from conftest import eager_layer, random_head as _head  # noqa: E402
 
 N, D = 24, 8  # the token count and head dimension of conftest.random_head (_head here)

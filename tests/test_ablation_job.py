@@ -1,4 +1,4 @@
-"""The one-knob ablation job (jacap_lib.results.ablation, `jacap evaluate ablate|ablate-summary`): rows on the tune
+"""The one-knob ablation job (jacap_lib.experiments.ablation, `jacap evaluate ablate|ablate-summary`): rows on the tune
 documents only, paired with the default per document, resumable, refusing a spec that now builds another press;
 the summary's ratios, simultaneous intervals and per-layer ratios against hand computations on hand-built rows."""
 import argparse
@@ -11,9 +11,9 @@ import pytest
 kvpress = pytest.importorskip("kvpress")
 
 from jacap_lib.presses.registry import press_from_spec  # noqa: E402
-from jacap_lib.results import ablation as A  # noqa: E402
+from jacap_lib.experiments import ablation as A  # noqa: E402
 from jacap_lib.results import files as io  # noqa: E402
-from jacap_lib.results import verdicts as V  # noqa: E402
+from jacap_lib.verdicts import intervals as V  # noqa: E402
 from conftest import CharTokenizer, sharpened_tiny_llama, write_corpus  # noqa: E402
 
 
@@ -190,7 +190,7 @@ def test_ablation_frame_shows_each_cell():
     f = frames[0.9]
     assert list(f.index) == ["one", "two", "three"] and list(f.columns) == ["prompt 512"]
     r = next(r for r in s["ablations"][2]["rows"] if r["ratio"] == 0.9)
-    from jacap_lib.results.precision import interval_text
+    from jacap_lib.verdicts.precision import interval_text
     assert f.loc["three", "prompt 512"].startswith(interval_text(r["gm_ratio"], r["gm_low"], r["gm_high"]))
     fig = layer_figure(s)
     assert list(fig.data[0].y) == ["one", "two", "three"] and len(fig.data[0].x) == 3

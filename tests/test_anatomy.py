@@ -1,4 +1,4 @@
-"""The anatomy of the losing cells (jacap_lib.results.anatomy, jacap_lib.measure.anatomy, jacap_lib.viz.anatomy,
+"""The anatomy of the losing cells (jacap_lib.experiments.anatomy, jacap_lib.measure.anatomy, jacap_lib.viz.anatomy,
 jacap_lib.measure.instruments): every statistic against a hand computation on hand-built inputs, and the job's
 bad calls refused before any work."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ import torch
 
 from jacap_lib import cli
 from jacap_lib.measure import anatomy as M
-from jacap_lib.results import anatomy as A
-from jacap_lib.results import findings as F
-from jacap_lib.results import rowstats as RS
+from jacap_lib.experiments import anatomy as A
+from jacap_lib.report import findings as F
+from jacap_lib.verdicts import rows as RS
 from conftest import CharTokenizer
 
 
@@ -341,7 +341,7 @@ def test_the_committed_file_agrees_with_the_summary_and_its_configuration():
             assert all_docs["ratio"] == pytest.approx(own[e["cell"]]["gm_ratio"], rel=1e-3)
     keys = [s["key"] for s in cfg["settings"]]
     assert [d["doc"] for d in data["documents"]] == [d["id"] for d in cfg["documents"]]
-    from jacap_lib.results.evaluation import load_docs  # the job's default documents are the file's
+    from jacap_lib.experiments.protocol import load_docs  # the job's default documents are the file's
 
     assert [d["id"] for d in cfg["documents"]] == [d["id"] for d in A.pick_documents(load_docs(), A.DEFAULT_PER_KIND)]
     assert all(list(d["kl"]) == keys for d in data["documents"])
@@ -351,7 +351,7 @@ def test_the_committed_file_agrees_with_the_summary_and_its_configuration():
 def test_layer_lines_count_layers_against_a_hand_built_anatomy():
     """layer_lines counts, per losing cell of all documents, the layers whose interval lies above / below 1 and
     how often layer 0 is above 1 and the largest: checked on a hand-built two-cell anatomy."""
-    from jacap_lib.results.findings import layer_lines
+    from jacap_lib.report.findings import layer_lines
 
     def lay(*triples):
         return [{"layer": i, "ratio": r, "low": lo, "high": hi} for i, (r, lo, hi) in enumerate(triples)]

@@ -1,4 +1,4 @@
-"""The landing page's answer (jacap_lib.results.answer): generated from the committed files, at most five sentences
+"""The landing page's answer (jacap_lib.report.answer): generated from the committed files, at most five sentences
 of at most 30 words, labelled by the summary it reads, and every number in it recomputed here from the files."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from jacap_lib.results import answer as A
+from jacap_lib.report import answer as A
 from jacap_lib.results import loaders as R
 from jacap_lib.results.paths import data_path
 
@@ -56,8 +56,9 @@ def test_answer_from_the_field_recomputed_from_the_files():
     """With the whole field on the dev documents, the answer names the presses of lowest KL, the closest one-prefill
     press and the default by their ratios to KVzip, the fact keepers and the cost, each recomputed from the rows."""
     from jacap_lib.presses.registry import RECONSTRUCTION_METHODS
-    from jacap_lib.results import field_dev as FD, files
-    from jacap_lib.results.findings import spec_name
+    from jacap_lib.experiments import field as FD
+    from jacap_lib.results import files
+    from jacap_lib.experiments.names import spec_name
 
     summary, needle, mech, ladder, field = _inputs()
     text = A.answer_text(summary, needle, mech, ladder, field)
@@ -176,7 +177,7 @@ def test_field_fact_sentence_keeps_its_word_limit_when_many_presses_keep_the_fac
                 v["accuracy"] = 1.0
     fact = A._field_facts(many)
     assert fact.endswith("each answers 100 % of needle prompts at c ≤ 0.75.") and "; " not in fact
-    from jacap_lib.results.findings import spec_name
+    from jacap_lib.experiments.names import spec_name
 
     chosen = {m["method"]: m["spec"] for m in field["table"]["methods"]}
     assert all(spec_name(chosen[m]) in fact for m in keepers)

@@ -13,12 +13,13 @@ import pytest
 
 from jacap_lib import exercises as E
 from jacap_lib.presses.registry import press_from_spec
-from jacap_lib.results import anatomy as A
-from jacap_lib.results import findings as F
+from jacap_lib.experiments import anatomy as A
+from jacap_lib.report import findings as F
+from jacap_lib.experiments import names as N
 from jacap_lib.results import loaders as R
-from jacap_lib.results import protocol as P
-from jacap_lib.results import record as RC
-from jacap_lib.results import rowstats as RS
+from jacap_lib.experiments.protocol import rules as P
+from jacap_lib.experiments import record as RC
+from jacap_lib.verdicts import rows as RS
 from jacap_lib.viz import anatomy as VA
 from jacap_lib.viz.style import METHOD_STYLES
 
@@ -73,7 +74,7 @@ def test_loss_rows_list_every_losing_cell_and_whether_protection_fills_it(summar
     said = ["protection fills the budget" in v for v in frame["tokens the score chooses"]]
     assert said == [r["fills"] for r in rows]
     assert "against" not in frame.columns  # one baseline, Expected Attention, in every cell: named in the text
-    assert {F.spec_name(r["baseline"]) for r in rows} == {"Expected Attention"}
+    assert {N.spec_name(r["baseline"]) for r in rows} == {"Expected Attention"}
 
 
 def test_the_default_never_fills_its_budget_where_it_loses(summary):
@@ -136,15 +137,15 @@ def test_ladder_rungs_multiply_to_the_whole_distance(anatomy):
 
 def test_book_names(alg1, anatomy):
     """The anatomy's settings by findings.spec_name, the one home of the book's names."""
-    assert F.spec_name(alg1) == "Algorithm 1 tuned"
-    assert F.spec_name(P.PAPER_PRESET) == "Algorithm 1 as published"
-    assert F.spec_name(anatomy["library_default"]["setting"], legend=True) == "JacapPromptPress()"
-    assert F.spec_name(anatomy["config"]["default"]) == "Algorithm 1 tuned"  # the anatomy's Jacap setting
-    assert F.spec_name(anatomy["config"]["baseline"]) == "Expected Attention"
-    assert F.spec_name("snapkv[window_size=16]") == "SnapKV"  # SnapKV's tune choice
-    assert F.spec_name("jacap_prompt[window=64]") == "`jacap_prompt[window=64]`"  # no book name: its short spec
+    assert N.spec_name(alg1) == "Algorithm 1 tuned"
+    assert N.spec_name(P.PAPER_PRESET) == "Algorithm 1 as published"
+    assert N.spec_name(anatomy["library_default"]["setting"], legend=True) == "JacapPromptPress()"
+    assert N.spec_name(anatomy["config"]["default"]) == "Algorithm 1 tuned"  # the anatomy's Jacap setting
+    assert N.spec_name(anatomy["config"]["baseline"]) == "Expected Attention"
+    assert N.spec_name("snapkv[window_size=16]") == "SnapKV"  # SnapKV's tune choice
+    assert N.spec_name("jacap_prompt[window=64]") == "`jacap_prompt[window=64]`"  # no book name: its short spec
     with pytest.raises(ValueError, match="spec"):
-        F.spec_name("")
+        N.spec_name("")
 
 
 def test_ablation_counts_against_the_raw_rows():

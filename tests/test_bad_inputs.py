@@ -700,7 +700,7 @@ category("results")
 
 
 def V():
-    from jacap_lib.results import verdicts
+    from jacap_lib.verdicts import intervals as verdicts
 
     return verdicts
 

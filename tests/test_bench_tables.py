@@ -1,7 +1,7 @@
 """The speed-result tables and findings the Algorithm 1 chapter prints, on hand-made runs."""
 import pytest
 
-from jacap_lib.results import bench as B
+from jacap_lib.experiments import bench as B
 from jacap_lib.scoring import costs
 
 

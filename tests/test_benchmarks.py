@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from jacap_lib.scoring import costs as numerics
-from jacap_lib.results.bench import end_to_end_rows, load_bench, scoring_rows
+from jacap_lib.experiments.bench import end_to_end_rows, load_bench, scoring_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 

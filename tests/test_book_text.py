@@ -41,7 +41,7 @@ def test_the_rules_can_fail():
         assert offences(line), line
     good = ["colour #1f77b4 and #cde", "body { color: #222; }", "border: 1px solid #444 }", 'color = "#222"',
             "the kept set (issue of budgets)", "data/results/grid.jsonl",
-            "`python -m jacap_lib.results.diagnostics mechanisms`", "step 10 of Algorithm 1",
+            "`python -m jacap_lib.experiments.diagnostics mechanisms`", "step 10 of Algorithm 1",
             "https://github.com/jacap-book/jacap-book", "a ratio of 1/2 and 3/4"]
     for line in good:
         assert not offences(line), (line, offences(line))

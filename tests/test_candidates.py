@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from jacap_lib.results import candidates as C
-from jacap_lib.results import protocol as P
-from jacap_lib.results.evaluation.choices import write_choices
+from jacap_lib.experiments import candidates as C
+from jacap_lib.experiments.protocol import rules as P
+from jacap_lib.experiments.protocol.choices import write_choices
 from jacap_lib.results.paths import data_path
 
 DOCS = [{"id": f"d{i}", "sha256": f"s{i}", "split": "tune"} for i in range(3)]
@@ -123,7 +123,7 @@ def test_tune_ratio_figure_draws_one_bar_per_method_in_its_colour():
 def test_shared_ratio_is_the_geometric_mean_over_the_shared_rows_only():
     import math
 
-    from jacap_lib.results.candidates import shared_ratio
+    from jacap_lib.experiments.candidates import shared_ratio
 
     a = [{"doc": "d1", "length": 512, "ratio": 0.5, "method": "x", "kl": 0.02, "split": "tune"},
          {"doc": "d2", "length": 512, "ratio": 0.5, "method": "x", "kl": 0.08, "split": "tune"},
@@ -142,7 +142,7 @@ def test_shared_ratio_is_the_geometric_mean_over_the_shared_rows_only():
 
 def test_eval_rows_of_each_space_come_from_its_own_folder():
     from jacap_lib.results import loaders as R
-    from jacap_lib.results import protocol as P
+    from jacap_lib.experiments.protocol import rules as P
 
     for space, table in P.SPACES.items():
         if space == "first":
@@ -161,7 +161,7 @@ def test_eval_rows_of_each_space_come_from_its_own_folder():
 def test_an_earlier_wording_of_the_rule_is_the_same_rule():
     """The first rounds' choices.json words the tie-break with "(the library default first)": the same rule, so
     freeze compares it with a later space's; any other difference still refuses."""
-    from jacap_lib.results import protocol as P
+    from jacap_lib.experiments.protocol import rules as P
 
     old = next(iter(P.RULE_WORDINGS))
     assert old != P.RULE and P.same_rule(old, P.RULE) and P.same_rule(P.RULE, old)

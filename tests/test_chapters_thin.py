@@ -49,9 +49,16 @@ def _modules(code: str) -> set[str]:
     return modules_used([code])
 
 
+#: the packages along the data chain below the figures — data access, statistics, experiments, report — count as
+#: one part, the record of the committed results (one package, ``jacap_lib.results``, until it was split by job)
+RECORD = ("jacap_lib.results", "jacap_lib.verdicts", "jacap_lib.experiments", "jacap_lib.report")
+
+
 def _part(module: str) -> str:
-    """``jacap_lib`` (the top-level API) or the first-level module/package holding ``module``."""
-    return ".".join(module.split(".")[:2])
+    """``jacap_lib`` (the top-level API) or the first-level module/package holding ``module`` (one of
+    :data:`RECORD`: the record, ``"jacap_lib.results"``)."""
+    part = ".".join(module.split(".")[:2])
+    return RECORD[0] if part in RECORD else part
 
 
 def _home(module: str, name: str, seen=()) -> str:

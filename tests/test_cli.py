@@ -86,7 +86,7 @@ def test_help_imports_no_job_module(sub, tmp_path):
 
 def test_the_tables_help_is_each_jobs_own():
     """The one-line help in :data:`COMMANDS` (shown without importing the job) is the job's ``help``."""
-    from jacap_lib.results.job import _resolve
+    from jacap_lib.experiments.job import _resolve
 
     def walk(table):
         for entry in table.values():
@@ -146,7 +146,7 @@ def test_prepared_turns_a_checks_value_error_into_a_bad_argument():
     """J.prepared: a ValueError (a ResultsFileError too) or FileNotFoundError of the checks becomes a BadArgument
     with the same message; a BadArgument passes as it is; any other error is no bad argument and stays itself."""
     from jacap_lib.results import files
-    from jacap_lib.results import job as J
+    from jacap_lib.experiments import job as J
 
     def fail(error):
         raise error
@@ -168,7 +168,7 @@ def test_grid_options_name_each_jobs_defaults():
     """--lengths/--ratios/--continuation: default None (the job's own), which the help names."""
     import argparse
 
-    from jacap_lib.results import job as J
+    from jacap_lib.experiments import job as J
 
     ap = argparse.ArgumentParser()
     J.grid_options(ap, lengths=(2048, 512), ratios=(0.5, 0.9), continuation=64)
@@ -267,7 +267,7 @@ def test_serving_job_on_the_bundled_model(tmp_path):
     same tokens, and the file carries its configuration and provenance."""
     from jacap_lib.models import load_model
     from jacap_lib.results import files
-    from jacap_lib.results.serving import CONFIG, run_serving
+    from jacap_lib.experiments.serving import CONFIG, run_serving
 
     model, tok = load_model()
     cfg = dict(CONFIG, n_new=24, high=40, budget=32, interval=4, window=8, betas=[0.5, 0.9], main_beta=0.9,
@@ -381,7 +381,7 @@ def bundled():
 @pytest.mark.model
 def test_inspect_layer_head_and_html_on_own_text(bundled, tmp_path, monkeypatch, capsys):
     from jacap_lib.measure.eviction import parse_view
-    from jacap_lib.results import job
+    from jacap_lib.experiments import job
 
     monkeypatch.setattr(job, "load_model", lambda args: bundled)
     html = tmp_path / "out" / "e.html"
@@ -410,7 +410,7 @@ def test_inspect_text_of_any_length_is_the_prompt(bundled, tmp_path, monkeypatch
     """``--text`` is always the text itself, never a path: 10 kB of it (over the 255-byte limit of a file name,
     which the old check tripped with ``OSError: File name too long``) come back marked, token by token."""
     from jacap_lib.measure.eviction import parse_view
-    from jacap_lib.results import job
+    from jacap_lib.experiments import job
 
     monkeypatch.setattr(job, "load_model", lambda args: bundled)
     monkeypatch.chdir(tmp_path)

@@ -171,7 +171,7 @@ def test_each_parameter_has_one_rule():
 def test_the_paper_preset_spec_builds_the_papers_settings():
     from jacap_lib.config import PAPER
     from jacap_lib.presses.registry import press_from_spec
-    from jacap_lib.results.protocol import PAPER_PRESET
+    from jacap_lib.experiments.protocol.rules import PAPER_PRESET
 
     press = press_from_spec(PAPER_PRESET, 0.5)
     assert (press.tau, press.noise, press.beta) == (PAPER.tau, PAPER.noise, PAPER.beta) == (10.0, 1.0, None)

@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 
 from jacap_lib.results import paths
-from jacap_lib.results.texts import (CONFIRM_MAX_PER_WORK, CONFIRM_MIN_PER_KIND, MIN_TOKENS, _confirm_check,
-                                     load_corpus, load_corpus_manifest)
+from jacap_lib.experiments.corpus import CONFIRM_MAX_PER_WORK, CONFIRM_MIN_PER_KIND, MIN_TOKENS, _confirm_check
+from jacap_lib.results.texts import load_corpus, load_corpus_manifest
 from jacap_lib.results.loaders import load_manifest
 
 KINDS = {"prose", "dialogue", "expository", "code"}

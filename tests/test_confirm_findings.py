@@ -9,15 +9,16 @@ import shutil
 
 import pytest
 
-from jacap_lib.results import answer as A
-from jacap_lib.results import confirm_findings as CF
-from jacap_lib.results import confirm_summary as CS
-from jacap_lib.results import field_dev as FD
-from jacap_lib.results import landing as L
-from jacap_lib.results import findings as F
+from jacap_lib.report import answer as A
+from jacap_lib.report import confirm as CF
+from jacap_lib.experiments.confirm import groups as CG
+from jacap_lib.experiments.confirm import summary as CS
+from jacap_lib.experiments import field as FD
+from jacap_lib.report import landing as L
+from jacap_lib.report import findings as F
 from jacap_lib.results import loaders as R
-from jacap_lib.results.confirm_plan import SENTENCES
-from jacap_lib.results.needle import FULL, needle_keys
+from jacap_lib.experiments.confirm.plan import SENTENCES
+from jacap_lib.experiments.needle import FULL, needle_keys
 from jacap_lib.results.paths import data_path
 
 WORKS = {f"d{i}": f"w{i // 2}" for i in range(12)}  # 6 works of 2 excerpts
@@ -82,21 +83,21 @@ def summary(prompt):
 
 
 def test_groups_count_the_plans_verdicts(summary, prompt):
-    groups = {(g["a"], g["reference"]): g for g in CF.verdict_groups(summary)}
+    groups = {(g["a"], g["reference"]): g for g in CG.verdict_groups(summary)}
     # recount from the per-document ratios: a constant ratio r gives the interval [r, r]
     want = {(DEFAULT, "kvzip"): {"better": 1, "worse": 1},
-            (DEFAULT, CF.BEST_BASELINE): {"better": 1, "no detectable difference": 1},  # 0.25 vs EA, 1.0 vs KVgrad
+            (DEFAULT, CG.BEST_BASELINE): {"better": 1, "no detectable difference": 1},  # 0.25 vs EA, 1.0 vs KVgrad
             (DEFAULT, "expected_attention"): {"better": 1},
-            (prompt, CF.BEST_BASELINE): {"worse": 1, "protection fills the budget": 1}}
+            (prompt, CG.BEST_BASELINE): {"worse": 1, "protection fills the budget": 1}}
     assert set(groups) == set(want)
     for key, counts in want.items():
-        assert groups[key]["counts"] == {**dict.fromkeys(CF.VERDICTS, 0), **counts}, key
-    assert groups[DEFAULT, CF.BEST_BASELINE]["references"] == [KVGRAD, EA]
-    assert [g["what"] for g in CF.verdict_groups(summary)][0] == "against the best tuned baseline"
+        assert groups[key]["counts"] == {**dict.fromkeys(CG.VERDICTS, 0), **counts}, key
+    assert groups[DEFAULT, CG.BEST_BASELINE]["references"] == [KVGRAD, EA]
+    assert [g["what"] for g in CG.verdict_groups(summary)][0] == "against the best tuned baseline"
 
 
 def test_needle_accuracy_is_pooled_over_lengths(summary, prompt):
-    acc = CF.needle_accuracy(summary)["after"]
+    acc = CG.needle_accuracy(summary)["after"]
     for s, k in RIGHT.items():
         assert acc[prompt if s == "PROMPT" else s] == {0.5: pytest.approx(k / 4)}
 
@@ -119,7 +120,7 @@ def test_kl_ratio_to_kvzip_is_the_geometric_mean_over_documents(summary, prompt)
 def test_plane_points_pair_each_ratio_with_its_needle_accuracy(summary, prompt):
     from jacap_lib.viz.plane import kl_retrieval_figure
 
-    points = CF.plane_points(summary)
+    points = CG.plane_points(summary)
     by = {(p["spec"], p["cell"]): p for p in points}
     # a point needs KL rows beside KVzip's in the cell and needle answers there: KVgrad has no KL at 1024/0.5, nor
     # Expected Attention at 512/0.5; KVzip sits at 1
@@ -134,7 +135,7 @@ def test_plane_points_pair_each_ratio_with_its_needle_accuracy(summary, prompt):
     # nothing until the needle mode is complete
     kl, needle = _rows(prompt)
     part = CS.summarize(_plan(prompt), "sha", kl, needle[:-1], WORKS, n_resamples=200)
-    assert CF.plane_points(part) == [] and CF.plane_points(summary, mode="inside") == []
+    assert CG.plane_points(part) == [] and CG.plane_points(summary, mode="inside") == []
 
 
 def test_answer_sentences_are_the_counts_in_plain_words(summary):
@@ -183,9 +184,9 @@ def test_findings_table_counts_and_needle(summary, prompt):
     for p in moved["needle"]["after"]["pairs"]:
         if p["b"] == KVZIP and p["cell"] == "512/0.5":
             p["verdict"] = "worse"
-    counts = {(g["a"], g["reference"]): g["counts"] for g in CF.needle_groups(moved, "after")}
-    assert counts[DEFAULT, KVZIP] == {**dict.fromkeys(CF.NEEDLE_VERDICTS, 0), "worse": 1, "no detectable difference": 1}
-    assert counts[DEFAULT, CF.BEST_BASELINE]["worse"] == 0 and CF.needle_groups(moved, "inside") == []
+    counts = {(g["a"], g["reference"]): g["counts"] for g in CG.needle_groups(moved, "after")}
+    assert counts[DEFAULT, KVZIP] == {**dict.fromkeys(CG.NEEDLE_VERDICTS, 0), "worse": 1, "no detectable difference": 1}
+    assert counts[DEFAULT, CG.BEST_BASELINE]["worse"] == 0 and CG.needle_groups(moved, "inside") == []
 
 
 def test_kl_verdicts_lead_while_the_needle_run_goes_on(tmp_path, summary, prompt):
@@ -194,10 +195,10 @@ def test_kl_verdicts_lead_while_the_needle_run_goes_on(tmp_path, summary, prompt
     has got, and the answer's fact sentence is the dev documents', labelled so."""
     kl, needle = _rows(prompt)
     part = CS.summarize(_plan(prompt), "sha", kl, needle[: len(needle) // 2], WORKS, n_resamples=500)
-    assert part["kl"]["complete"] and not part["complete"] and not CF.needle_done(part, "after")
+    assert part["kl"]["complete"] and not part["complete"] and not CG.needle_done(part, "after")
     # by hand: 2 lengths x 1 cell x 4 prompts x (5 settings + the uncompressed answer) = 48 planned; the first
     # half of the rows is the whole of prompt length 512
-    assert CF.needle_progress(part, "after") == (24, 48) and CF.needle_accuracy(part) == {}
+    assert CG.needle_progress(part, "after") == (24, 48) and CG.needle_accuracy(part) == {}
     lines = CF.answer_lines(part)
     assert lines == CF.answer_lines(summary)[:3]  # the same KL sentences, no fact sentence
     field = R.load_field_summary()
@@ -242,7 +243,7 @@ def test_write_uses_the_confirmatory_summary_only_when_complete(tmp_path, summar
     assert dev_points and dev_points == FD.field_points(R.load_field_summary())
     (ev / "confirm" / "summary.json").write_text(json.dumps(summary))
     assert R.load_confirm_summary(ev)["complete"] is True
-    assert L.plane_points(ev) == CF.plane_points(json.loads(json.dumps(summary)))
+    assert L.plane_points(ev) == CG.plane_points(json.loads(json.dumps(summary)))
     assert {p["split"] for p in L.plane_points(ev)} == {"confirm"}
     assert A.write(ev).read_text(encoding="utf-8").startswith("*The answer, from the confirmatory run")
     assert CF.write(ev).read_text(encoding="utf-8") == CF.findings_text(json.loads(json.dumps(summary)))
@@ -256,11 +257,11 @@ def test_an_unknown_purpose_or_verdict_is_refused(summary):
     bad = json.loads(json.dumps(summary))
     bad["kl"]["comparisons"][0]["what"] = "something else"
     with pytest.raises(ValueError, match="unknown purpose"):
-        CF.verdict_groups(bad)
+        CG.verdict_groups(bad)
     bad = json.loads(json.dumps(summary))
     bad["kl"]["comparisons"][0]["verdict"] = "incomplete"
     with pytest.raises(ValueError, match="incomplete"):
-        CF.verdict_groups(bad)
+        CG.verdict_groups(bad)
 
 
 def test_the_forest_draws_every_judged_comparison_once_per_pair(summary, prompt):
@@ -295,8 +296,8 @@ def test_needle_progress_counts_rows_with_one_uncompressed_answer_per_length():
     acc = [{"setting": "full", "cell": "512/0.5", "n": 2}, {"setting": "full", "cell": "512/0.75", "n": 2},
            {"setting": "a", "cell": "512/0.5", "n": 2}, {"setting": "b", "cell": "512/0.5", "n": 1}]
     summary = {"config": {"needle_design": design}, "needle": {"after": {"accuracy": acc}}}
-    assert CF.needle_progress(summary, "after") == (5, 20)
-    assert CF.needle_progress(summary, "inside") == (0, 20)
+    assert CG.needle_progress(summary, "after") == (5, 20)
+    assert CG.needle_progress(summary, "inside") == (0, 20)
 
 
 def test_fact_sentence_reads_every_complete_needle_mode(prompt):
@@ -311,7 +312,7 @@ def test_fact_sentence_reads_every_complete_needle_mode(prompt):
     plan = _plan(prompt)
     plan["needle"] = {**plan["needle"], "modes": ["after", "inside"]}
     both = CS.summarize(plan, "sha", kl, after + inside, WORKS, n_resamples=200)
-    assert CF.needle_done(both, "after") and CF.needle_done(both, "inside")
+    assert CG.needle_done(both, "after") and CG.needle_done(both, "inside")
     fact = CF.fact_sentence(both)
     assert fact == ("To keep a fact, use the default `JacapPress()`: at c ≤ 0.75 it answers 100 % of needle prompts "
                     "asked after, 75 % asked inside."), fact
@@ -326,7 +327,7 @@ def test_fact_sentence_reads_every_complete_needle_mode(prompt):
         "or inside.")
     # KVgrad answers every inside prompt: with inside alone it is picked, and the default's accuracy follows
     only_inside = CS.summarize(plan, "sha", kl, after[:-1] + inside, WORKS, n_resamples=200)
-    assert not CF.needle_done(only_inside, "after")
+    assert not CG.needle_done(only_inside, "after")
     assert CF.fact_sentence(only_inside) == ("To keep a fact of the prompt, use KVgrad: it answers 100 % of needle "
                                              "prompts at c ≤ 0.75, question inside the prompt; the default answers 75 %.")
     # after alone: the sentence the landing page has printed since the after mode finished

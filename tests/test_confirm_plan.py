@@ -8,9 +8,9 @@ import math
 import pytest
 from scipy import stats
 
-from jacap_lib.results import confirm_plan as CP
-from jacap_lib.results.candidates import freeze
-from jacap_lib.results.verdicts import paired_power
+from jacap_lib.experiments.confirm import plan as CP
+from jacap_lib.experiments.candidates import freeze
+from jacap_lib.verdicts.intervals import paired_power
 
 ALG1_TUNED = ("jacap_prompt[backend=auto,beta=0.9,centre=tempered,eps=1e-06,gqa=pool,n_future_positions=512,n_queries=none,"
               "n_sink=4,noise=1,tau=3,use_out_proj=false,window=128]")
@@ -19,7 +19,7 @@ ALG1_TUNED = ("jacap_prompt[backend=auto,beta=0.9,centre=tempered,eps=1e-06,gqa=
 def test_protection_fills_the_cells_of_algorithm1_tuned():
     # kvpress's budget int(L * (1 - c)) against 4 sinks + a 128-token window: exactly the six cells where it keeps
     # nothing else; jacap_ea's 16-token window fills none (25 slots at 512/0.95 > 20 protected)
-    from jacap_lib.results.protection import protection_fills_budget
+    from jacap_lib.experiments.protection import protection_fills_budget
 
     cells = [(L, c) for L in (512, 1024, 2048) for c in (0.5, 0.75, 0.9, 0.95)]
     filled = {f"{L}/{c}" for L, c in cells if protection_fills_budget(ALG1_TUNED, L, c)}
@@ -120,7 +120,7 @@ def test_reading_a_budget_prints_no_kvpress_warning(caplog):
     must not print kvpress's prefill-cost warning into the book."""
     import logging
 
-    from jacap_lib.results.protection import budget_split
+    from jacap_lib.experiments.protection import budget_split
 
     with caplog.at_level(logging.WARNING, logger="kvpress"):
         split = budget_split("jacap[window=64]", 512, 0.95)

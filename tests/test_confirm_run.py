@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from jacap_lib.results import confirm_run as CR
+from jacap_lib.experiments.confirm import run as CR
 from jacap_lib.results import files
 from jacap_lib.results.paths import data_path
 
@@ -107,7 +107,7 @@ def test_kl_rows_are_the_plans_settings_at_its_cells(bundled, tmp_path):
 
 @pytest.mark.model
 def test_needle_rows_use_the_plans_fresh_keys(bundled, tmp_path):
-    from jacap_lib.results.needle import needle_keys
+    from jacap_lib.experiments.needle import needle_keys
 
     model, tok = bundled
     plan, _ = _plan(tmp_path)

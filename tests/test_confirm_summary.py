@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, wilcoxon
 
-from jacap_lib.results import confirm_summary as CS
-from jacap_lib.results.confirm_plan import SENTENCES
-from jacap_lib.results.needle import needle_keys
-from jacap_lib.results.verdicts import holm
+from jacap_lib.experiments.confirm import summary as CS
+from jacap_lib.experiments.confirm.plan import SENTENCES
+from jacap_lib.experiments.needle import needle_keys
+from jacap_lib.report import confirm as RC
+from jacap_lib.verdicts.intervals import holm
 
 WORKS = {f"d{i}": f"w{i // 2}" for i in range(12)}  # 6 works of 2 excerpts
 DESIGN = {"lengths": [512], "ratios": [0.5], "depths": [0.5], "trials": 6, "modes": ["after", "inside"], "seed": 1}
@@ -48,10 +49,11 @@ def test_kl_verdicts_follow_the_plan():
     const, missing, noisy, unjudged = s["comparisons"]
     # every document's ratio is 0.5: the interval is the point 0.5, and the plan's "better" sentence prints
     assert const["ratio"] == pytest.approx(0.5) and const["low"] == const["high"] == pytest.approx(0.5)
-    assert const["verdict"] == "better" and const["sentence"].startswith("In 512/0.5, jacap keeps a lower KL")
+    assert const["verdict"] == "better" and RC.plan_sentence(const, _plan()).startswith("In 512/0.5, jacap keeps a lower KL")
     assert const["level"] == pytest.approx(1 - 0.05 / 3) and const["n_works"] == 6
     assert missing["verdict"] == "incomplete" and missing["n_documents"] == 1 and not s["complete"]
-    assert unjudged["verdict"] == "protection fills the budget" and "not judged" in unjudged["sentence"]
+    assert unjudged["verdict"] == "protection fills the budget" and "not judged" in RC.plan_sentence(unjudged, _plan())
+    assert RC.plan_sentence(missing, _plan()) is None and "sentence" not in const  # the summary holds numbers only
     # the noisy pair: its estimate is the geometric mean of its ratios; its p the works-level Wilcoxon
     kl = {(r["doc"], r["method"]): r["kl"] for r in rows if r["length"] == 512}
     logs = np.array([math.log(kl[d, "jacap_ea"] / kl[d, "kvzip"]) for d in WORKS])

@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 
 from jacap_lib.results import paths
-from jacap_lib.results.texts import (CORPUS_SEED, MIN_TOKENS, TARGET_TOKENS, _excerpt, corpus_split,
-                                     load_corpus, load_corpus_manifest)
+from jacap_lib.experiments.corpus import CORPUS_SEED, MIN_TOKENS, TARGET_TOKENS, _excerpt, corpus_split
+from jacap_lib.results.texts import load_corpus, load_corpus_manifest
 
 
 @pytest.fixture(scope="module")

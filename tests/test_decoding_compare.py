@@ -95,7 +95,7 @@ def test_bad_method_names_the_valid_ones():
 
 
 def test_job_refuses_a_bad_out_before_loading(capsys):
-    from jacap_lib.results.decoding_comparison import JOB
+    from jacap_lib.experiments.decoding_comparison import JOB
 
     with pytest.raises(SystemExit):
         JOB.main(["--out", "x.txt"])
@@ -105,7 +105,7 @@ def test_job_refuses_a_bad_out_before_loading(capsys):
 def test_committed_decoding_comparison_is_complete():
     import math
 
-    from jacap_lib.results.decoding_comparison import CONFIG, decoding_summary, decoding_verdicts, generation_keys
+    from jacap_lib.experiments.decoding_comparison import CONFIG, decoding_summary, decoding_verdicts, generation_keys
     from jacap_lib.results.loaders import load_decoding_comparison
 
     config, rows = load_decoding_comparison()
@@ -130,7 +130,7 @@ def test_committed_decoding_comparison_is_complete():
 
 def test_decoding_findings_by_hand():
     """Rankings (geometric-mean KL), age order and old-token fractions of a hand-built summary."""
-    from jacap_lib.results.decoding_comparison import decoding_findings, decoding_summary
+    from jacap_lib.experiments.decoding_comparison import decoding_findings, decoding_summary
 
     def row(p, method, kl, age, counts, share):
         return {"prompt": p, "seed": 0, "method": method, "mean_kl": kl, "mean_kl_compressed": kl, "p90_kl": kl,

@@ -11,7 +11,7 @@ import torch
 
 from jacap_lib.measure.decoding_compare import (build_alg2, build_decoding_press, decoding_methods,
                                                 positional_decoding_press, teacher_forced)
-from jacap_lib.results import decoding_comparison as DC
+from jacap_lib.experiments import decoding_comparison as DC
 
 logging.getLogger("kvpress").setLevel(logging.ERROR)
 
@@ -231,7 +231,7 @@ def test_rerun_skips_done_generations(tmp_path, fake_generation):
     (["--workers", "0"], "--workers must be >= 1"),
 ])
 def test_job_refuses_before_loading(tmp_path, monkeypatch, capsys, argv, message):
-    import jacap_lib.results.evaluation as E
+    import jacap_lib.experiments.protocol as E
 
     monkeypatch.setattr(E, "_init_worker", lambda *a: pytest.fail("the model was loaded"))
     monkeypatch.chdir(tmp_path)
@@ -242,7 +242,7 @@ def test_job_refuses_before_loading(tmp_path, monkeypatch, capsys, argv, message
 
 
 def test_job_refuses_a_file_of_another_configuration(tmp_path, monkeypatch, capsys):
-    import jacap_lib.results.evaluation as E
+    import jacap_lib.experiments.protocol as E
     from jacap_lib.results import files
 
     monkeypatch.setattr(E, "_init_worker", lambda *a: pytest.fail("the model was loaded"))

@@ -1,4 +1,4 @@
-"""The evaluation protocol (jacap_lib.results.protocol) and its jobs (jacap_lib.results.evaluation,
+"""The evaluation protocol (jacap_lib.experiments.protocol.rules) and its jobs (jacap_lib.experiments.protocol,
 `jacap evaluate`): comparable search spaces, the one selection rule against hand computations (ties
 included), the replay of every method equal to kvpress's own path, resumable jobs, and a dev job that
 refuses choices it cannot trust."""
@@ -17,10 +17,10 @@ from jacap_lib import cli  # noqa: E402
 from jacap_lib.measure.quality import (  # noqa: E402
     capture_prefill, compressed_forward, continue_from_cache, replay_press)
 from jacap_lib.presses.registry import BASELINES, build_press, press_from_spec  # noqa: E402
-from jacap_lib.results import evaluation as E  # noqa: E402
+from jacap_lib.experiments import protocol as E  # noqa: E402
 from jacap_lib.results import files as io  # noqa: E402
-from jacap_lib.results import protocol as P  # noqa: E402
-from jacap_lib.results import verdicts  # noqa: E402
+from jacap_lib.experiments.protocol import rules as P  # noqa: E402
+from jacap_lib.verdicts import intervals as verdicts  # noqa: E402
 from conftest import CharTokenizer, sharpened_tiny_llama, write_corpus  # noqa: E402
 
 
@@ -572,7 +572,7 @@ def test_cell_statistics_and_evaluation_views(tmp_path):
     assert VE.cells_frame(cells).shape == (2, 2)
     assert cli.main(["evaluate", "summary", "--dir", str(out)]) == 0
     summ = json.loads((out / "summary.json").read_text())
-    from jacap_lib.results import findings
+    from jacap_lib.report import findings
     assert (out / "findings.md").read_text(encoding="utf-8") == findings.findings_text(summ)  # the job rewrites it
     frame = VE.verdict_frame(summ, picked_on="tune", role="algorithm 1", details=True)
     assert len(frame) == 2 and frame["won/lost"].tolist() == ["8/0", "all tied"]

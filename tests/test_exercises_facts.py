@@ -49,7 +49,7 @@ def test_predict_the_keeper_by_counting(settings):
 
 
 def test_mcnemar_against_the_summary_and_scipy():
-    from jacap_lib.results.protocol import PAPER_PRESET
+    from jacap_lib.experiments.protocol.rules import PAPER_PRESET
 
     L, c = X.PAIR_CELL
     tuned = json.loads((EVAL / "choices.json").read_text())["chosen"]["jacap_prompt"]

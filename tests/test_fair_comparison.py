@@ -2,7 +2,7 @@
 an independent computation from the committed rows, and each able to fail."""
 from __future__ import annotations
 
-from jacap_lib.results import answer as A
+from jacap_lib.report import answer as A
 
 import math
 import random
@@ -10,7 +10,7 @@ import random
 import pytest
 
 from jacap_lib import exercises as X
-from jacap_lib.results import evaluation as E
+from jacap_lib.experiments import protocol as E
 from jacap_lib.results import loaders as R
 from jacap_lib.viz import evaluation as VE
 
@@ -103,7 +103,7 @@ def test_answer_sentences_count_the_summary(committed):
 
 def test_pair_verdict_frame_names_who_fills_the_budget(committed):
     choices, _, rows = committed
-    from jacap_lib.results.protocol import PAPER_PRESET
+    from jacap_lib.experiments.protocol.rules import PAPER_PRESET
 
     alg1 = choices["chosen"]["jacap_prompt"]
     pairs = E.compare_settings(rows, alg1, PAPER_PRESET)

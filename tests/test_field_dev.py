@@ -4,7 +4,10 @@ import math
 import numpy as np
 import pytest
 
-from jacap_lib.results import field_dev as FD, loaders, protocol as P
+from jacap_lib.experiments import field as FD
+from jacap_lib.report import field as FIE
+from jacap_lib.results import loaders
+from jacap_lib.experiments.protocol import rules as P
 
 
 def _specs():
@@ -292,7 +295,7 @@ def test_target_lines_read_the_worst_cell_the_lowest_accuracy_and_the_cost():
                                                         {"ratio": 0.75, "accuracy": acc(0.85)},
                                                         {"ratio": 0.5, "accuracy": {}}]}}},  # not measured there
                "cost": {"lengths": [{"length": 512, "comparisons": [{"ratio": 1.234, "n": 3}]}]}}
-    assert FD.target_lines(summary) == [
+    assert FIE.target_lines(summary) == [
         "default JacapPress() against KVzip, dev documents:",
         "  KL at most KVzip's: 1 of 2 cells (worst 1.30x, prompt 2048, c = 0.9)",
         "  needle, question after: lowest accuracy at c <= 0.75 is 85 %",

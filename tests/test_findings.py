@@ -7,15 +7,17 @@ import shutil
 
 import pytest
 
-from jacap_lib.results import findings as F
+from jacap_lib.report import findings as F
+from jacap_lib.experiments import names as N
+from jacap_lib.verdicts import words as VW
 from jacap_lib.results import loaders as R
-from jacap_lib.results import rowstats as RS
-from jacap_lib.results import verdicts as V
+from jacap_lib.verdicts import rows as RS
+from jacap_lib.verdicts import intervals as V
 from jacap_lib.results.paths import data_path
 
 
 def test_committed_findings_file_is_what_the_committed_summaries_give(tmp_path):
-    from jacap_lib.results import confirm_findings as CF
+    from jacap_lib.report import confirm as CF
 
     committed = data_path("results", "eval", F.FILE).read_text(encoding="utf-8")
     dev = F.findings_text(R.load_eval_summary(), R.load_needle_summary())
@@ -48,7 +50,7 @@ def _words(text: str) -> list[int]:
 def test_counts_table_and_losses_from_a_hand_built_summary():
     rows = [_row(512, 0.5, 1.04, 1.40), _row(1024, 0.5, 1.45, 2.12, "expected_attention"),
             _row(512, 0.9, 0.83, 0.93), _row(512, 0.75, 0.94, 1.10), _row(512, 0.95, 1.0, 1.0)]
-    assert F.verdict_counts(rows) == {"better": 1, "worse": 2, "no detectable difference": 1, "identical": 1}
+    assert VW.verdict_counts(rows) == {"better": 1, "worse": 2, "no detectable difference": 1, "identical": 1}
     lines = F.kl_findings(_summary(rows))
     # the counts in a table row: better, worse, undetected, identical, and the losses where sinks + window (4 + 32
     # here) fill the budget: 512 at c = 0.5 keeps 256 > 36, so neither loss is one
@@ -116,17 +118,17 @@ def test_setting_text_and_verdict_word():
     from jacap_lib.presses.registry import written_out
 
     tuned = "jacap_prompt[beta=0.9,centre=tempered,tau=3,window=128]"
-    assert F.setting_text(tuned) == F.setting_text(written_out(tuned)) == "the tempered centre, τ = 3, window = 128"
-    assert (F.setting_text("jacap_prompt[centre=tempered,tau=10,noise=1,beta=none]")
+    assert N.setting_text(tuned) == N.setting_text(written_out(tuned)) == "the tempered centre, τ = 3, window = 128"
+    assert (N.setting_text("jacap_prompt[centre=tempered,tau=10,noise=1,beta=none]")
             == "the tempered centre, τ = 10, flat query statistics")
-    assert F.setting_text("jacap_prompt[tau=10]") == "jacap_prompt"  # no temperature under the observed centre: the default
-    assert F.setting_text("jacap_prompt[noise=deff,window=8]") == "σ² by the effective-dimension rule, window = 8"
-    assert F.setting_text("snapkv[window_size=16]") == "window_size = 16" and F.setting_text("tova") == "tova"
-    assert F.verdict_word("no difference: identical on every prompt") == "identical"
+    assert N.setting_text("jacap_prompt[tau=10]") == "jacap_prompt"  # no temperature under the observed centre: the default
+    assert N.setting_text("jacap_prompt[noise=deff,window=8]") == "σ² by the effective-dimension rule, window = 8"
+    assert N.setting_text("snapkv[window_size=16]") == "window_size = 16" and N.setting_text("tova") == "tova"
+    assert VW.verdict_word("no difference: identical on every prompt") == "identical"
     with pytest.raises(ValueError, match="not a verdict sentence"):
-        F.verdict_word("fine")
+        VW.verdict_word("fine")
     with pytest.raises(ValueError, match="spec"):
-        F.setting_text("")
+        N.setting_text("")
 
 
 def test_family_counts_is_one_line_per_family():
@@ -135,7 +137,7 @@ def test_family_counts_is_one_line_per_family():
     assert F.family_counts(s) == [
         "jacap_prompt[centre=tempered,tau=3,beta=0.9] (algorithm 1) against the best baseline picked on tune: better in 1 and worse in 1 of 2 cells",
         "jacap_prompt[centre=tempered,tau=3,beta=0.9] (algorithm 1) against the best baseline picked on dev: better in 1 and worse in 1 of 2 cells"]
-    assert json.dumps(F.verdict_counts([]))  # zeros for every kind
+    assert json.dumps(VW.verdict_counts([]))  # zeros for every kind
 
 
 def _obs_summary():
@@ -220,7 +222,7 @@ def test_spec_name_is_the_one_naming_of_settings():
     the uncompressed model, other tune choices by their registry names, any other setting by its short spec; the
     legend form drops the markup only."""
     from jacap_lib.presses.registry import build_press, method_options, with_options
-    from jacap_lib.results import protocol as P
+    from jacap_lib.experiments.protocol import rules as P
 
     choices = json.loads(data_path("results", "eval", "choices.json").read_text())
     chosen = choices["chosen"]
@@ -250,19 +252,19 @@ def test_spec_name_is_the_one_naming_of_settings():
              "jacap": ("the default `JacapPress()`", "default JacapPress()"),
              P._context(): ("`jacap[window=0]`", "jacap[window=0]")}  # its first grid's defaults
     for spec, (prose, legend) in cases.items():
-        assert F.spec_name(spec) == prose, spec
-        assert F.spec_name(spec, legend=True) == legend, spec
-        assert F.spec_name(spec, choices=choices) == prose, spec  # the committed choices are the default ones
+        assert N.spec_name(spec) == prose, spec
+        assert N.spec_name(spec, legend=True) == legend, spec
+        assert N.spec_name(spec, choices=choices) == prose, spec  # the committed choices are the default ones
     # "Algorithm 1 tuned" is the tune choice of the choices given, whatever its options
     other = {"chosen": {**chosen, "jacap_prompt": tempered[0]}}
-    assert F.spec_name(tempered[0], choices=other) == "Algorithm 1 tuned"
-    assert F.spec_name(chosen["jacap_prompt"], choices=other) == "`jacap_prompt[centre=tempered,tau=3,window=128]`"
+    assert N.spec_name(tempered[0], choices=other) == "Algorithm 1 tuned"
+    assert N.spec_name(chosen["jacap_prompt"], choices=other) == "`jacap_prompt[centre=tempered,tau=3,window=128]`"
     for bad in ("", None):
         with pytest.raises(ValueError, match="spec"):
-            F.spec_name(bad)
-    assert F.setting_name({"role": "tuned jacap_ea", "setting": "jacap_ea"}) == "`jacap_ea`"
-    assert F.setting_name({"role": "tuned jacap_obs", "setting": default}) == "the prompt press `JacapPromptPress()`"
+            N.spec_name(bad)
+    assert N.setting_name({"role": "tuned jacap_ea", "setting": "jacap_ea"}) == "`jacap_ea`"
+    assert N.setting_name({"role": "tuned jacap_obs", "setting": default}) == "the prompt press `JacapPromptPress()`"
     # the findings' family names agree with spec_name on the committed summary's settings
     summary = json.loads(data_path("results", "eval", "summary.json").read_text())
     for fam in F.tuned_families(summary):
-        assert F.setting_name(fam) == F.spec_name(fam["setting"]), fam["role"]
+        assert N.setting_name(fam) == N.spec_name(fam["setting"]), fam["role"]

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.model
 
 
 def _prompt(tok, n):
-    from jacap_lib.results.evaluation.corpus import load_docs
+    from jacap_lib.experiments.protocol.documents import load_docs
 
     doc = next(d for d in load_docs(None) if d["split"] == "tune")
     return tok(doc["text"], return_tensors="pt", add_special_tokens=False).input_ids[:, :n]
@@ -251,7 +251,8 @@ def test_registry_and_quality_treat_it_like_kvzip(bundled, prompt):
 def test_defaults_are_the_tune_choice():
     """JacapPress()'s defaults build the setting the protocol's rule chose on the tune documents (the context
     space's choices.json), option by option, and differ from the options its first grid was tuned with."""
-    from jacap_lib.results import loaders, protocol
+    from jacap_lib.results import loaders
+    from jacap_lib.experiments.protocol import rules as protocol
 
     chosen = loaders.load_eval_choices(space="context")["chosen"]["jacap"]
     built = R.method_options(R.press_from_spec(chosen, 0.5))

@@ -1,10 +1,10 @@
-"""The ladder summary (jacap_lib.results.ladder.summarize_ladder) on made-up rows whose step ratios are known."""
+"""The ladder summary (jacap_lib.experiments.ladder.summarize_ladder) on made-up rows whose step ratios are known."""
 import math
 
 import numpy as np
 import pytest
 
-from jacap_lib.results import ladder as LD
+from jacap_lib.experiments import ladder as LD
 
 
 def _rows(factors, docs=6, kvzip_differs=False):

@@ -20,10 +20,13 @@ LAYERS = {
     "jacap_lib.presses": 3, "jacap_lib.controller": 3, "jacap_lib.cache": 3,
     "jacap_lib.measure": 4,
     "jacap_lib.results": 5,
-    "jacap_lib.viz": 6,
-    "jacap_lib.widgets": 7,
-    "jacap_lib.exercises": 8,
-    "jacap_lib.cli": 9, "jacap_lib.__main__": 9, "jacap_lib.book": 9, "jacap_lib": 9,
+    "jacap_lib.verdicts": 6,
+    "jacap_lib.experiments": 7,
+    "jacap_lib.viz": 8,
+    "jacap_lib.widgets": 9,
+    "jacap_lib.exercises": 10,
+    "jacap_lib.report": 11,
+    "jacap_lib.cli": 12, "jacap_lib.__main__": 12, "jacap_lib.book": 12, "jacap_lib": 12,
 }
 
 
@@ -200,3 +203,43 @@ def test_shadow_check_sees_nested_modules(tmp_path):
     for f in ("__init__.py", "results/__init__.py", "results/io.py", "results/files.py"):
         (pkg / f).write_text("")
     assert stdlib_clashes(module_files(pkg)) == ["jacap_lib.results.io"]
+
+
+#: the modules that may import the report (the sentences the book prints): the command line and the book's own entry
+REPORT_READERS = ("jacap_lib.report", "jacap_lib.cli", "jacap_lib.book", "jacap_lib.__main__")
+
+
+def report_importers(modules: dict) -> list[str]:
+    """Modules outside :data:`REPORT_READERS` that import a module of ``jacap_lib.report``."""
+    exports = lazy_exports(modules)
+    out = []
+    for m, p in sorted(modules.items()):
+        if any(m == r or m.startswith(r + ".") for r in REPORT_READERS) or m == "jacap_lib":
+            continue
+        if any(t == "jacap_lib.report" or t.startswith("jacap_lib.report.") for t in imports_of(m, p, modules, exports)):
+            out.append(m)
+    return out
+
+
+def test_only_the_book_and_the_cli_read_the_report():
+    """Experiments return numbers; figures, widgets and exercises draw them: none of them imports the report."""
+    assert report_importers(module_files()) == []
+
+
+def test_report_check_sees_a_figure_reading_the_report(tmp_path):
+    pkg = tmp_path / "jacap_lib"
+    (pkg / "report").mkdir(parents=True)
+    (pkg / "viz").mkdir()
+    for f in ("__init__.py", "report/__init__.py", "viz/__init__.py", "report/findings.py", "cli.py"):
+        (pkg / f).write_text("")
+    (pkg / "viz" / "plane.py").write_text("def f():\n    from ..report import findings\n")
+    (pkg / "cli.py").write_text("from jacap_lib.report import findings\n")
+    assert report_importers(module_files(pkg)) == ["jacap_lib.viz.plane"]
+
+
+def test_results_holds_data_access_only():
+    """``results/`` is the data access layer: where the files are, their shape, their provenance, one loader per
+    file. A job, a statistic or a sentence there fails."""
+    have = sorted(m for m in module_files() if m.startswith("jacap_lib.results"))
+    assert have == ["jacap_lib.results", "jacap_lib.results.files", "jacap_lib.results.loaders",
+                    "jacap_lib.results.paths", "jacap_lib.results.provenance", "jacap_lib.results.texts"]

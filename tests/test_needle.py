@@ -1,4 +1,4 @@
-"""Needle retrieval with the tuned methods (jacap_lib.results.needle, `jacap evaluate needle`): the paired 0/1
+"""Needle retrieval with the tuned methods (jacap_lib.experiments.needle, `jacap evaluate needle`): the paired 0/1
 statistics against hand computations, the verdict on the points scale, the job's refusals before any model
 load, and resumable keyed rows on a tiny model."""
 import argparse
@@ -14,10 +14,10 @@ pytest.importorskip("kvpress")
 from jacap_lib import cli  # noqa: E402
 from jacap_lib.measure.kvpress_grid import tiny_model  # noqa: E402
 from jacap_lib.results import files as io  # noqa: E402
-from jacap_lib.results import needle as N  # noqa: E402
-from jacap_lib.results import protocol as P  # noqa: E402
-from jacap_lib.results import rowstats as RS  # noqa: E402
-from jacap_lib.results import verdicts as V  # noqa: E402
+from jacap_lib.experiments import needle as N  # noqa: E402
+from jacap_lib.experiments.protocol import rules as P  # noqa: E402
+from jacap_lib.verdicts import rows as RS  # noqa: E402
+from jacap_lib.verdicts import intervals as V  # noqa: E402
 from jacap_lib.results.provenance import model_record  # noqa: E402
 from jacap_lib.viz.evaluation import needle_frame, needle_verdict_frame  # noqa: E402
 from conftest import CharTokenizer  # noqa: E402
@@ -591,7 +591,7 @@ def test_survival_figure_and_tables_draw_the_summary():
 
 
 def test_probe_specs_are_algorithm1_the_paper_the_default_press_and_the_baselines():
-    from jacap_lib.results.protocol import PAPER_PRESET
+    from jacap_lib.experiments.protocol.rules import PAPER_PRESET
 
     chosen = {"jacap_prompt": "jacap_prompt[tau=3]", "jacap_obs": "jacap_obs[window=16]", "capkv": "capkv[tau=50]",
               "keydiff": "keydiff", "snapkv": "snapkv[window_size=16]", "expected_attention": "expected_attention",
@@ -607,7 +607,7 @@ def test_probe_figure_draws_each_jacap_setting_in_its_own_colour():
     """Algorithm 1 tuned and Algorithm 1 as published are two settings of one method: the probe figure gives each its
     own colour (its short spec's style), named as the book names them."""
     from jacap_lib.results import loaders as R
-    from jacap_lib.results import protocol as P
+    from jacap_lib.experiments.protocol import rules as P
     from jacap_lib.viz import needle as VN
     from jacap_lib.viz.style import METHOD_STYLES
 

@@ -173,7 +173,7 @@ def test_needle_answer_runs_on_pyramidkv_layer_lengths(tiny):
 # --------------------------------------------------------------------------------------------- bundled model
 @pytest.fixture(scope="module")
 def text_pair(bundled):
-    from jacap_lib.results.evaluation.corpus import load_docs
+    from jacap_lib.experiments.protocol.documents import load_docs
 
     doc = next(d for d in load_docs(None) if d["split"] == "tune")
     return prompt_and_continuation(bundled[1], doc["text"], 512, 16)
@@ -217,7 +217,7 @@ def test_scores_once_gives_the_masks_of_separate_runs(bundled, name):
     """KVzip's (KVgrad's) scores do not depend on the ratio: one scoring, masked at each ratio by kvpress's own
     compress_post, leaves the masks and the KL of one real prefill per ratio."""
     from jacap_lib.measure.quality import caches_by_ratio, next_token_kl_by_ratio, scores_once
-    from jacap_lib.results.evaluation.corpus import load_docs
+    from jacap_lib.experiments.protocol.documents import load_docs
 
     model, tok = bundled
     doc = next(d for d in load_docs(None) if d["split"] == "tune")
@@ -257,7 +257,7 @@ def test_one_scoring_serves_the_layerwise_budget(bundled, name):
     from transformers import DynamicCache
 
     from jacap_lib.measure import quality as Q
-    from jacap_lib.results.evaluation.corpus import load_docs
+    from jacap_lib.experiments.protocol.documents import load_docs
 
     model, tok = bundled
     doc = next(d for d in load_docs(None) if d["split"] == "tune")
@@ -290,8 +290,8 @@ def test_one_scoring_serves_the_layerwise_budget(bundled, name):
 @pytest.mark.model
 def test_measure_group_reuses_kvzip_scores_across_ratios(bundled):
     """The evaluation's group measurement with ``reuse_scores``: the same rows as one real prefill per ratio."""
-    from jacap_lib.results.evaluation.corpus import load_docs
-    from jacap_lib.results.evaluation.runs import Group, measure_group
+    from jacap_lib.experiments.protocol.documents import load_docs
+    from jacap_lib.experiments.protocol.runs import Group, measure_group
 
     model, tok = bundled
     doc = next(d for d in load_docs(None) if d["split"] == "tune")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from jacap_lib.results import plane as PL
+from jacap_lib.experiments import plane as PL
+from jacap_lib.report import plane as PLA
 
 EVAL = Path(__file__).resolve().parents[1] / "data" / "results" / "eval"
 CELL = (1024, 0.75)
@@ -140,7 +141,7 @@ def test_names_follow_the_glossary(points, choices):
 
 
 def test_answer_lines_count_from_the_points(points):
-    lines = PL.answer_lines(points)
+    lines = PLA.answer_lines(points)
     assert 3 <= len(lines) <= 4
     cells = {p["cell"] for p in points}
     ref_acc = {p["accuracy"] for p in points if p["spec"] == p["reference_spec"]}
@@ -194,7 +195,7 @@ def test_figure(points):
 def test_planes_of_different_runs_never_share_a_title(points):
     """The facts chapter's plane (dev documents, each cell's best baseline) and the landing page's (confirmatory
     documents, KVzip) name their reference and documents in their default titles, so their titles differ."""
-    from jacap_lib.results import landing
+    from jacap_lib.report import landing
     from jacap_lib.viz.plane import kl_retrieval_figure
 
     dev, confirm = kl_retrieval_figure(points), kl_retrieval_figure(landing.plane_points(), lengths=[1024])

@@ -10,8 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from jacap_lib.results import loaders as R, paths
-from jacap_lib.results.verdicts import detectable_ratio, paired_power
+from jacap_lib.results import loaders as R
+from jacap_lib.results import paths
+from jacap_lib.verdicts.intervals import detectable_ratio, paired_power
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def test_power_json_recomputes_from_the_dev_rows(power):
 def test_each_planned_comparisons_spread_recomputes_from_its_two_settings_rows(power):
     """power.json's ``comparisons``: the plan's comparisons with dev rows of both settings, each spread the sd of
     the per-document log KL ratios (KL floored at 1e-8) over the 48 dev documents, read from every space's rows."""
-    from jacap_lib.results import confirm_plan as CP
+    from jacap_lib.experiments.confirm import plan as CP
 
     if "comparisons" not in power:
         pytest.skip("power.json predates the per-comparison spreads")

@@ -8,7 +8,10 @@ import collections
 import pytest
 
 from jacap_lib import cli
-from jacap_lib.results import files as io, loaders, protocol as P, record as REC
+from jacap_lib.results import files as io
+from jacap_lib.results import loaders
+from jacap_lib.experiments.protocol import rules as P
+from jacap_lib.experiments import record as REC
 from jacap_lib.results.paths import data_path
 
 

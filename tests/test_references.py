@@ -31,7 +31,7 @@ def resolves(ref: str) -> bool:
 
 def test_the_check_can_fail():
     assert resolves("jacap_lib.results.loaders.load_mechanisms") and resolves("jacap_lib.cache")
-    assert not resolves("jacap_lib.results.diagnostics.load_mechanisms")  # the stale name this test found
+    assert not resolves("jacap_lib.experiments.diagnostics.load_mechanisms")  # the stale name this test found
     assert not resolves("jacap_lib.nosuch") and not resolves("jacap_lib.bench.kl")
 
 

@@ -4,7 +4,10 @@ import json
 
 import pytest
 
-from jacap_lib.results import files, loaders, paths, provenance
+from jacap_lib.results import files
+from jacap_lib.results import loaders
+from jacap_lib.results import paths
+from jacap_lib.results import provenance
 
 
 def test_data_dir_is_the_clone_and_follows_the_env_override(tmp_path, monkeypatch):
@@ -116,7 +119,7 @@ def test_an_unrelated_data_folder_is_skipped(tmp_path, monkeypatch):
 
 
 def test_protection_fills_the_budget_where_floor_of_the_kept_share_is_at_most_sinks_plus_window():
-    from jacap_lib.results.protection import protection_fills_budget as fills
+    from jacap_lib.experiments.protection import protection_fills_budget as fills
     # kvpress keeps floor((1 - c) L): 512 at c = 0.75 keeps 128 <= 4 + 128; at c = 0.5 it keeps 256 > 132
     spec = "jacap_prompt[centre=tempered,tau=3,beta=0.9,window=128]"
     assert fills(spec, 512, 0.75) and not fills(spec, 512, 0.5)

@@ -10,7 +10,7 @@ import pytest
 
 from jacap_lib.presses.jacap import JacapPromptPress
 from jacap_lib.results import paths
-from jacap_lib.results.defaults import MARKER, deviations, unexplained
+from jacap_lib.experiments.defaults import MARKER, deviations, unexplained
 
 DEFAULT = JacapPromptPress()
 

@@ -1,4 +1,4 @@
-"""The one home of row statistics (jacap_lib.results.rowstats): its floors are the ones the jobs use, its reader of
+"""The one home of row statistics (jacap_lib.verdicts.rows): its floors are the ones the jobs use, its reader of
 choices.json refuses what the jobs refuse, and its per-layer error ratios match an independent computation."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from jacap_lib.results import decoding_comparison as DC
-from jacap_lib.results import protocol as P
-from jacap_lib.results import rowstats as RS
-from jacap_lib.results import verdicts as V
+from jacap_lib.experiments import decoding_comparison as DC
+from jacap_lib.experiments.protocol import rules as P
+from jacap_lib.verdicts import rows as RS
+from jacap_lib.verdicts import intervals as V
 
 
 def test_one_kl_floor():

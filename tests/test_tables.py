@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from jacap_lib.results import protocol as P
+from jacap_lib.experiments.protocol import rules as P
 
-from jacap_lib.results import precision as NUM
-from jacap_lib.results import verdicts as V
+from jacap_lib.verdicts import precision as NUM
+from jacap_lib.verdicts import intervals as V
 from jacap_lib.viz import evaluation as VE
 from jacap_lib.viz import serving as VS
 
@@ -211,7 +211,7 @@ def test_decoding_tables_by_hand():
 
 def test_committed_results_tables_cut_no_text():
     """Every table the chapters show from the committed summaries, in a fresh kernel's pandas settings."""
-    from jacap_lib.results import evaluation as E
+    from jacap_lib.experiments import protocol as E
     from jacap_lib.results import loaders as R
 
     summary, needle = R.load_eval_summary(), R.load_needle_summary()
@@ -264,9 +264,9 @@ def test_verdict_tables_label_the_cells_where_protection_fills_the_budget():
     """pair_frame, target_frame and kl_and_needle_frame note every cell whose Jacap setting keeps only its sinks and
     window: the note is there exactly where the budget floor((1 - c) P) is at most the protected tokens."""
     from jacap_lib.presses.registry import press_from_spec
-    from jacap_lib.results import evaluation as E
+    from jacap_lib.experiments import protocol as E
     from jacap_lib.results import loaders as R
-    from jacap_lib.results import protocol as P
+    from jacap_lib.experiments.protocol import rules as P
 
     choices, rows, summary = R.load_eval_choices(), R.load_eval_rows("dev"), R.load_eval_summary()
     alg1 = choices["chosen"]["jacap_prompt"]

@@ -1,4 +1,4 @@
-"""Verdicts from intervals (jacap_lib.results.verdicts) against independent computations: a brute-force
+"""Verdicts from intervals (jacap_lib.verdicts.intervals) against independent computations: a brute-force
 paired bootstrap in numpy (percentile and BCa) on a fixed seed, an exact Wilcoxon signed-rank p by
 enumerating all sign flips, Holm adjustments worked by hand, the verdict sentence at every branch and
 boundary, and the planning functions' power against a brute-force simulation of the t test."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from jacap_lib.results.verdicts import (RatioInterval, compare_cells, detectable_ratio, geometric_mean_ratio, holm,
+from jacap_lib.verdicts.intervals import (RatioInterval, compare_cells, detectable_ratio, geometric_mean_ratio, holm,
                                         log_ratios, mean_ratio, paired_power, verdict, wilcoxon_p)
 
 
@@ -177,7 +177,7 @@ def test_compare_cells_holm_over_the_family():
 
 
 def test_an_interval_that_is_the_null_point_says_identical():
-    from jacap_lib.results.verdicts import geometric_mean_ratio, verdict
+    from jacap_lib.verdicts.intervals import geometric_mean_ratio, verdict
 
     assert verdict((1.0, 1.0)) == "no difference: identical on every document"
     assert verdict(geometric_mean_ratio([0.2, 0.5, 0.9], [0.2, 0.5, 0.9])) == "no difference: identical on every document"
@@ -188,7 +188,7 @@ def test_an_interval_that_is_the_null_point_says_identical():
 
 # --------------------------------------------------------------------------------------------- the cells judged together
 def test_simultaneous_level_is_bonferronis():
-    from jacap_lib.results.verdicts import simultaneous_confidence
+    from jacap_lib.verdicts.intervals import simultaneous_confidence
 
     assert simultaneous_confidence(0.95, 1) == 0.95
     assert simultaneous_confidence(0.95, 12) == pytest.approx(1 - 0.05 / 12, rel=1e-15)
@@ -254,14 +254,14 @@ def test_better_alone_is_no_detectable_difference_among_twelve_cells():
     (5, 0, 0.05, "better"),  # at alpha: rejected, as holm_significant (p <= alpha)
 ])
 def test_mcnemar_verdict_branches(wins, losses, p, want):
-    from jacap_lib.results.verdicts import mcnemar_verdict
+    from jacap_lib.verdicts.intervals import mcnemar_verdict
 
     assert mcnemar_verdict(wins, losses, p) == want
 
 
 @pytest.mark.parametrize("args, match", [((-1, 2, 0.5), "wins"), ((1, 2.5, 0.5), "losses"), ((1, 2, 1.5), "p_adjusted")])
 def test_mcnemar_verdict_bad_input(args, match):
-    from jacap_lib.results.verdicts import mcnemar_verdict
+    from jacap_lib.verdicts.intervals import mcnemar_verdict
 
     with pytest.raises(ValueError, match=match):
         mcnemar_verdict(*args)
@@ -338,7 +338,7 @@ def brute_work_bootstrap(d, labels, *, B=40000, seed=5, bca=False, confidence=0.
 
 @pytest.mark.parametrize("method", ["percentile", "BCa"])
 def test_work_ratio_resamples_works(method):
-    from jacap_lib.results.verdicts import work_ratio
+    from jacap_lib.verdicts.intervals import work_ratio
 
     g = np.random.default_rng(3)
     labels = np.array([f"w{i}" for i in range(12) for _ in range(1 + i % 3)])  # 12 works of 1-3 excerpts

@@ -10,7 +10,7 @@ LENGTH, RATIO = 1024, 0.9
 def _pair():
     """Per-document KL of TOVA and of SnapKV at its tuned setting, prompt 1024, c = 0.9, the dev documents
     of the evaluation (``data/results/eval/dev.jsonl``), in document order."""
-    from ..results.loaders import load_eval_choices, load_eval_rows
+    from jacap_lib.results.loaders import load_eval_choices, load_eval_rows
 
     snap = load_eval_choices()["chosen"]["snapkv"]
     rows = [r for r in load_eval_rows("dev") if r["length"] == LENGTH and r["ratio"] == RATIO]
@@ -26,7 +26,7 @@ def _logr():
 
 
 def _geo():
-    from ..results.verdicts import geometric_mean_ratio
+    from jacap_lib.verdicts.intervals import geometric_mean_ratio
 
     d = _pair()
     keys = sorted(d["a"])
@@ -38,7 +38,7 @@ def _wins():
 
 
 def _wilcoxon():
-    from ..results.verdicts import wilcoxon_p
+    from jacap_lib.verdicts.intervals import wilcoxon_p
 
     d = _pair()
     keys = sorted(d["a"])

@@ -31,15 +31,15 @@ def _scored_slots():
 
 
 def _kind_cells():
-    from ..results.loaders import load_anatomy
+    from jacap_lib.results.loaders import load_anatomy
 
     return {"cells": [{"cell": e["cell"], "kinds": [{"kind": k["kind"], "ratio": k["ratio"]} for k in e["kinds"]]}
                       for e in load_anatomy()["kinds"]]}
 
 
 def _most_losing_kind():
-    from ..results.anatomy import kind_counts
-    from ..results.loaders import load_anatomy
+    from jacap_lib.experiments.anatomy import kind_counts
+    from jacap_lib.results.loaders import load_anatomy
 
     counts = kind_counts(load_anatomy())
     return max(counts, key=lambda k: counts[k]["largest"])
@@ -56,9 +56,9 @@ def _grade_kind(answer, expected):
 
 
 def _losses():
-    from ..results.anatomy import loss_rows
-    from ..results.loaders import load_eval_summary
-    from ..results.rowstats import ALGORITHM1, family
+    from jacap_lib.experiments.anatomy import loss_rows
+    from jacap_lib.results.loaders import load_eval_summary
+    from jacap_lib.verdicts.rows import ALGORITHM1, family
 
     fam = family(load_eval_summary(), ALGORITHM1)
     return fam["setting"], [r for r in loss_rows(fam) if r["adjusted"] == "worse"]

@@ -17,8 +17,8 @@ PLANE_CELL = (1024, 0.75)     # exercise 3: one point of the plane
 
 def _cell_rows(length: int, ratio: float) -> list[dict]:
     """The needle rows of one cell for the settings of ``needle_summary.json`` (question after the prompt)."""
-    from ..results.loaders import load_needle_rows, load_needle_summary
-    from ..results.rowstats import row_mode
+    from jacap_lib.results.loaders import load_needle_rows, load_needle_summary
+    from jacap_lib.verdicts.rows import row_mode
 
     settings = set(load_needle_summary()["config"]["settings"])
     return [{k: r[k] for k in ("method", "family", "depth", "trial", "key", "correct")}
@@ -27,8 +27,8 @@ def _cell_rows(length: int, ratio: float) -> list[dict]:
 
 
 def _names() -> dict:
-    from ..results.findings import spec_name
-    from ..results.loaders import load_needle_summary
+    from jacap_lib.experiments.names import spec_name
+    from jacap_lib.results.loaders import load_needle_summary
 
     return {s: spec_name(s, legend=True) for s in load_needle_summary()["config"]["settings"]}
 
@@ -69,8 +69,8 @@ def _prompt(r: dict) -> str:
 
 
 def _pair_data() -> dict:
-    from ..results import protocol as P
-    from ..results.loaders import load_eval_choices
+    from jacap_lib.experiments.protocol import rules as P
+    from jacap_lib.results.loaders import load_eval_choices
 
     L, c = PAIR_CELL
     tuned = load_eval_choices()["chosen"]["jacap_prompt"]
@@ -92,7 +92,7 @@ def _mcnemar():
 
 
 def _plane_data() -> dict:
-    from ..results.loaders import load_eval_choices, load_eval_rows
+    from jacap_lib.results.loaders import load_eval_choices, load_eval_rows
 
     L, c = PLANE_CELL
     ref = load_eval_choices()["best_baseline"]["cells"][f"{L}/{c:g}"]["spec"]
@@ -102,7 +102,7 @@ def _plane_data() -> dict:
 
 
 def _plane_x():
-    from ..results.plane import cell_points, kl_retrieval_points
+    from jacap_lib.experiments.plane import cell_points, kl_retrieval_points
 
     return next(p["kl_ratio"] for p in cell_points(kl_retrieval_points(probe={}), *PLANE_CELL)
                 if p["spec"] == "keydiff")

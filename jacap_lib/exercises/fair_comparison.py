@@ -16,7 +16,7 @@ def _cell():
     """The two settings and the cell of exercises 1 and 2: the default ``JacapPromptPress()`` (the tune choice of
     ``jacap_obs``) and the best baseline of the cell picked on tune, both as the dev rows name them, with the number
     of cells the summary judges together."""
-    from ..results.loaders import load_eval_choices, load_eval_summary
+    from jacap_lib.results.loaders import load_eval_choices, load_eval_summary
 
     choices = load_eval_choices()
     base = choices["best_baseline"]["cells"][f"{LENGTH}/{RATIO}"]["spec"]
@@ -27,8 +27,8 @@ def _cell():
 
 def _summary_row():
     """The summary's row of the default against the best baseline picked on tune in the exercise's cell."""
-    from ..results.loaders import load_eval_summary
-    from ..results.rowstats import is_prompt_default
+    from jacap_lib.results.loaders import load_eval_summary
+    from jacap_lib.verdicts.rows import is_prompt_default
 
     fam = next(f for f in load_eval_summary()["families"]
                if f["picked_on"] == "tune" and f["role"].startswith("tuned ") and is_prompt_default(f["setting"]))
@@ -37,8 +37,8 @@ def _summary_row():
 
 def _kl_ratio():
     """The library's own geometric-mean KL ratio of the cell (the estimate behind the summary's verdict)."""
-    from ..results.evaluation import compare_settings
-    from ..results.loaders import load_eval_rows
+    from jacap_lib.experiments.protocol import compare_settings
+    from jacap_lib.results.loaders import load_eval_rows
 
     d = _cell()
     rows = [r for r in load_eval_rows("dev") if int(r["length"]) == LENGTH and float(r["ratio"]) == RATIO]
@@ -46,7 +46,7 @@ def _kl_ratio():
 
 
 def _verdict():
-    from ..results.findings import verdict_word
+    from jacap_lib.verdicts.words import verdict_word
 
     return verdict_word(_summary_row()["verdict"])
 
@@ -68,7 +68,7 @@ def _grade_word(answer, expected):
 
 def _scored():
     from ..presses.registry import press_from_spec
-    from ..results.loaders import load_eval_choices
+    from jacap_lib.results.loaders import load_eval_choices
 
     spec = load_eval_choices()["chosen"]["jacap_prompt"]
     return press_from_spec(spec, SPLIT_RATIO).budget_split(SPLIT_LENGTH)["scored"]

@@ -15,9 +15,9 @@ def _ladder():
     """``{"rows": the ladder rows, "steps": {step label: written-out spec}}``: every row of ``ladder.jsonl`` (one per
     tune document, prompt length, ratio and step, plus kvpress's own ``kvzip`` on the first document) and the specs
     of the steps as the ladder summary names them."""
-    from ..results.ladder import FILE
-    from ..results.loaders import load_eval_rows, load_ladder_summary
-    from ..results.paths import data_path
+    from jacap_lib.experiments.ladder import FILE
+    from jacap_lib.results.loaders import load_eval_rows, load_ladder_summary
+    from jacap_lib.results.paths import data_path
 
     rows = load_eval_rows("tune", path=data_path("results", "eval", "peers", FILE, must_exist=False))
     return {"rows": rows, "steps": dict(load_ladder_summary()["steps"])}
@@ -32,7 +32,7 @@ def _kl(step: str, cell: tuple[int, float]) -> dict:
 
 
 def _total():
-    from ..results.verdicts import geometric_mean_ratio
+    from jacap_lib.verdicts.intervals import geometric_mean_ratio
 
     a, b = _kl("L3", TOTAL_CELL), _kl("L0", TOTAL_CELL)
     docs = sorted(set(a) & set(b))

@@ -18,7 +18,7 @@ On one document at one prompt length and compression ratio, one uncompressed pre
   (:func:`jacap_lib.measure.quality.next_token_kl` on the same capture and full reference).
 
 The job that runs this on the dev documents and writes ``data/results/eval/anatomy.json`` is
-:mod:`jacap_lib.results.anatomy`.
+:mod:`jacap_lib.experiments.anatomy`.
 """
 from __future__ import annotations
 

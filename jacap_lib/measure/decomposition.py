@@ -24,7 +24,7 @@ Conventions follow :mod:`jacap_lib.theory`: ``K (n, d)`` keys, ``U (d_out, n)`` 
 ``mu (d,)``. Queries and keys of a captured head are **post-RoPE**, so ``q·k`` is exactly the
 model's attention logit (RoPE makes it depend only on the relative position).
 
-``jacap decompose`` (:mod:`jacap_lib.results.decomposition`) regenerates ``data/decomposition/*.json``.
+``jacap decompose`` (:mod:`jacap_lib.experiments.decomposition`) regenerates ``data/decomposition/*.json``.
 """
 from __future__ import annotations
 

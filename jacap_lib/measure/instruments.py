@@ -1,5 +1,5 @@
 r"""The anatomy's instruments: presses that change one step of Jacap (or of a baseline) to measure what that step
-does, used by :mod:`jacap_lib.measure.anatomy` and the job :mod:`jacap_lib.results.anatomy` (not registry methods:
+does, used by :mod:`jacap_lib.measure.anatomy` and the job :mod:`jacap_lib.experiments.anatomy` (not registry methods:
 a spec cannot name a press inside another, nor hand statistics in).
 
 * :class:`ProtectedPress` -- any kvpress scorer under Jacap's protection rule (the swap that separates *score* from

@@ -15,7 +15,7 @@ Two modes (:data:`MODES`, :func:`passkey_inputs`):
 
 :func:`measure_needle` is the needle job's model loop: one prefill of a :class:`NeedleGroup`'s prompt, every
 (setting, ratio) of the group replayed on it and answered, one row each. The job that plans the groups and writes
-them (the tuned settings, ``data/results/eval/needle.jsonl``) is :mod:`jacap_lib.results.needle` (``jacap evaluate
+them (the tuned settings, ``data/results/eval/needle.jsonl``) is :mod:`jacap_lib.experiments.needle` (``jacap evaluate
 needle``).
 """
 from __future__ import annotations

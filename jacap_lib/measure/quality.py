@@ -454,9 +454,11 @@ def caches_by_ratio(model, prompt_ids, press, ratios):
     if not scores_once(press):
         raise ValueError(f"press must score once for every ratio (kvpress KVzipPress, KVgradPress); got "
                          f"{type(press).__name__}: measure it per ratio")
-    ratios = [float(c) for c in ratios]
-    if not ratios or not all(0 < c < 1 for c in ratios):
-        raise ValueError(f"ratios must be compression ratios in (0, 1), at least one; got {ratios}")
+    from jacap_lib._checks import compression_ratio
+
+    if not ratios:
+        raise ValueError("ratios must hold at least one compression ratio in (0, 1); got none")
+    ratios = [compression_ratio(c, "ratios", allow_zero=False) for c in ratios]
     # one press per ratio, the same scoring: caches_by_setting scores once under the first and masks with each
     copies = [dataclasses.replace(press, compression_ratio=c) for c in ratios]
     try:
@@ -523,9 +525,10 @@ def caches_by_setting(model, prompt_ids, presses):
     if len(records) != 1:
         raise ValueError("presses must share one scoring (the same class and fields but their post_fields: ratio, "
                          "budget, window); group them by quality.scoring_record")
+    from jacap_lib._checks import compression_ratio
+
     for p in presses:
-        if not 0 < p.compression_ratio < 1:
-            raise ValueError(f"every press's compression_ratio must lie in (0, 1), got {p.compression_ratio}")
+        compression_ratio(p.compression_ratio, "every press's compression_ratio", allow_zero=False)
     prompt_ids = _as_ids(prompt_ids, None, "prompt_ids")
     first, stash = presses[0], {}
     post = first.compress_post

@@ -4,7 +4,7 @@ without eviction, then the same tokens replayed (teacher forcing) through
 fallback, each judged on identical tokens by the next-token KL against the uncompressed model; plus the
 EMA's noise/lag trade-off on one layer's raw query stream.
 
-The job that writes ``data/serving/serving_run.json`` is :func:`jacap_lib.results.serving.run_serving`.
+The job that writes ``data/serving/serving_run.json`` is :func:`jacap_lib.experiments.serving.run_serving`.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def jaccard_turnover(events, layer: int) -> list:
 
 
 def serving_study(model, tok, cfg: dict, *, progress: bool = True) -> dict:
-    """Run the study described by ``cfg`` (see :data:`jacap_lib.results.serving.CONFIG` for the keys);
+    """Run the study described by ``cfg`` (see :data:`jacap_lib.experiments.serving.CONFIG` for the keys);
     returns ``n_prompt``, ``generated_text``, ``runs`` (per beta and ``"window"``), ``tradeoff`` and
     ``query_trace``."""
     import torch

@@ -1,5 +1,5 @@
 """Speed measurements (the compute of ``jacap time``; the jobs that write ``data/bench`` are in
-:mod:`jacap_lib.results.timing`, and ``benchmarks/*.py`` are thin entry points to them).
+:mod:`jacap_lib.experiments.timing`, and ``benchmarks/*.py`` are thin entry points to them).
 
 Timers: on CUDA, ``torch.cuda.Event`` pairs around each call (after a synchronize); on the CPU,
 ``time.perf_counter``. Peak extra memory: on CUDA ``torch.cuda.max_memory_allocated`` above what

@@ -270,7 +270,7 @@ class JacapPress(KVzipPress):
         all entries, globally or per layer). Where that is at most the protected tokens (``scored == 0``), a global or
         per-layer budget keeps a tie-broken part of the protected entries (every protected entry has the same score,
         the sinks above them), and the score chooses nothing there:
-        :func:`jacap_lib.results.protection.protection_fills_budget`."""
+        :func:`jacap_lib.experiments.protection.protection_fills_budget`."""
         _checks.int_at_least("n_tokens", n_tokens, 1)
         return budget_split(n_tokens, self.compression_ratio, self.n_sink, self.window)
 

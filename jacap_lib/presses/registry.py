@@ -4,7 +4,7 @@
 field's own implementations (kvpress presses at kvpress's defaults); ``jacap_prompt`` is
 :class:`~jacap_lib.presses.jacap.JacapPromptPress` at the library's defaults; the other names beginning with ``jacap_prompt`` are
 Jacap's variants. A spec ``name[key=value,...]`` sets options; ``adakv=true`` wraps any scorer in kvpress's
-head-adaptive ``AdaKVPress``, the same way for every method.
+head-adaptive ``AdaKVPress``, the same way for every method. The spec grammar is :mod:`.specs`.
 
 >>> from jacap_lib import build_press, list_methods
 >>> press = build_press("snapkv", 0.5)           # kvpress SnapKVPress(compression_ratio=0.5)
@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import inspect
 import logging
-import re
 import typing
 from dataclasses import dataclass
 from typing import Callable
@@ -32,9 +31,10 @@ from .jacap_context import JacapPress
 from .jacap_multicenter import JacapMultiCenterPress
 from .jacap_rank1 import JacapRank1Press
 from .jacap_two_stage import JacapTwoStagePress
+from .specs import method_of, parse_method, with_options  # the spec grammar's one home, re-exported
 from .variants import jacap_ablate
 
-__all__ = ["Method", "METHODS", "BASELINES", "PEERS", "RECONSTRUCTION_METHODS", "NOT_OFFLINE", "CRITICAL_SCORER", "ADAKV_BASELINES", "WRAPPER_OPTIONS", "list_methods", "describe_method", "alias_of", "valid_options", "full_spec", "explicit_spec", "written_out", "build_press", "method_factory", "parse_method", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
+__all__ = ["Method", "METHODS", "BASELINES", "PEERS", "RECONSTRUCTION_METHODS", "NOT_OFFLINE", "CRITICAL_SCORER", "ADAKV_BASELINES", "WRAPPER_OPTIONS", "list_methods", "describe_method", "alias_of", "valid_options", "full_spec", "explicit_spec", "written_out", "build_press", "method_factory", "parse_method", "method_of", "with_options", "press_from_spec", "inert_options", "effective_options", "changed_options",
            "method_options", "expand_methods", "PRESS_NAMES", "press_name", "quiet_kvpress"]
 
 @dataclass(frozen=True)
@@ -422,59 +422,7 @@ def _check_baseline_options(cls, opts: dict) -> None:
                 _checks.real(key, value)
 
 
-# ---------------------------------------------------------------------------------------------
-# method specs: a registry name with options in brackets, e.g. "jacap_prompt[tau=1,noise=100]"
-# ---------------------------------------------------------------------------------------------
-_METHOD_RE = re.compile(r"^([A-Za-z0-9_]+)(?:\[(.*)\])?$")
-
-
-def _parse_value(text: str):
-    low = text.lower()
-    if low in ("none", "null"):
-        return None
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
-def parse_method(spec: str) -> tuple[str, dict]:
-    """``"jacap_prompt[tau=1,noise=10]"`` -> ``("jacap_prompt", {"tau": 1, "noise": 10})`` (values: int, float, bool,
-    None or string). The name is not checked here; :func:`press_from_spec` checks name and options."""
-    if not isinstance(spec, str):
-        raise ValueError(f"method spec must be a string like 'jacap_prompt' or 'jacap_prompt[tau=1]', got {spec!r}")
-    m = _METHOD_RE.match(spec.strip())
-    if not m:
-        raise ValueError(f"method spec {spec!r} must look like 'name' or 'name[key=value,...]'")
-    name, body = m.group(1), m.group(2)
-    opts = {}
-    if body:
-        for item in body.split(","):
-            if "=" not in item:
-                raise ValueError(f"option {item!r} in method spec {spec!r} must be key=value")
-            k, v = item.split("=", 1)
-            opts[k.strip()] = _parse_value(v.strip())
-    return name, opts
-
-
-def with_options(spec: str, **opts) -> str:
-    """``spec`` with ``opts`` set (added or replaced), written back as a method spec (the inverse of
-    :func:`parse_method`)."""
-    name, have = parse_method(spec)
-    have.update(opts)
-    if not have:
-        return name
-
-    def fmt(v):
-        return "none" if v is None else str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
-
-    return f"{name}[{','.join(f'{k}={fmt(v)}' for k, v in have.items())}]"
-
-
+# method specs: the grammar is .specs'; the specs below write a recorded setting out in full
 
 
 def full_spec(name: str, record: dict) -> str:

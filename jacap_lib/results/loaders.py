@@ -28,8 +28,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import files
-from .paths import data_dir, data_path
+from jacap_lib.results import files
+from jacap_lib.results.paths import data_dir, data_path
+
+#: the evaluation's search spaces, each with its own folder of tune and dev files ("first": ``data/results/eval``,
+#: another: ``data/results/eval/<space>``); the protocol defines each space's settings
+#: (:data:`jacap_lib.experiments.protocol.rules.SPACES`, checked to name these)
+SPACES = ("first", "peers", "context")
 
 __all__ = ["load_ladder_summary", "load_field_summary", "load_confirm_summary", "load_candidates", "load_decomposition", "DECOMPOSITION_PARTS", "load_failures",
            "load_kl_table", "load_serving_run", "available_benches", "load_bench", "load_manifest",
@@ -117,10 +122,8 @@ def load_eval_choices(path=None, *, space: str = "first") -> dict:
     setting chosen on the tune documents (``chosen``, ``choices`` with every candidate's score) and the best
     baseline per (length, ratio) cell picked on tune. ``space``: the search space whose choices (as
     :func:`load_eval_rows`)."""
-    from . import protocol as P
-
-    if space not in P.SPACES:
-        raise ValueError(f"space must be one of {sorted(P.SPACES)}, got {space!r}")
+    if space not in SPACES:
+        raise ValueError(f"space must be one of {sorted(SPACES)}, got {space!r}")
     sub = () if space == "first" else (space,)
     return files.read_json(path or data_path("results", "eval", *sub, "choices.json", must_exist=False),
                            require=("config", "fingerprint", "chosen", "choices"),
@@ -131,11 +134,9 @@ def load_all_chosen(folder=None) -> dict[str, str]:
     """``{method: spec}``: every search space's tune choices together (the first space's ``choices.json``, then
     ``peers/`` and ``context/`` where they are committed; a method belongs to one space). ``folder``: the
     evaluation folder (default ``data/results/eval``)."""
-    from . import protocol as P
-
     root = Path(folder) if folder is not None else data_path("results", "eval", must_exist=False)
     out: dict[str, str] = {}
-    for space in P.SPACES:
+    for space in SPACES:
         path = root / ("choices.json" if space == "first" else f"{space}/choices.json")
         if path.is_file():
             out.update(load_eval_choices(path, space=space)["chosen"])
@@ -145,13 +146,11 @@ def load_all_chosen(folder=None) -> dict[str, str]:
 def load_eval_rows(split: str = "dev", path=None, *, space: str = "first") -> list[dict]:
     """The evaluation's rows of ``split`` ("tune": every setting on the tune documents; "dev": each method's
     chosen setting on the dev documents): one per (document, length, ratio, setting). ``space``: the search space
-    (:data:`~jacap_lib.results.protocol.SPACES`; "first" in ``data/results/eval``, another in its own folder there)."""
-    from . import protocol as P
-
+    (:data:`~jacap_lib.experiments.protocol.rules.SPACES`; "first" in ``data/results/eval``, another in its own folder there)."""
     if split not in ("tune", "dev"):
         raise ValueError(f"split must be 'tune' or 'dev', got {split!r}")
-    if space not in P.SPACES:
-        raise ValueError(f"space must be one of {sorted(P.SPACES)}, got {space!r}")
+    if space not in SPACES:
+        raise ValueError(f"space must be one of {sorted(SPACES)}, got {space!r}")
     sub = () if space == "first" else (space,)
     path = path or data_path("results", "eval", *sub, f"{split}.jsonl", must_exist=False)
     if not Path(path).is_file():
@@ -234,7 +233,7 @@ def load_needle_probe_summary(path=None) -> dict:
 
 def load_ladder_summary(path=None) -> dict:
     """``peers/ladder_summary.json``: per (length, ratio) cell of the tune documents, each step of the one-knob ladder
-    from the default press to KVzip (:data:`jacap_lib.results.ladder.STEPS`) as its geometric-mean KL ratio to the step
+    from the default press to KVzip (:data:`jacap_lib.experiments.ladder.STEPS`) as its geometric-mean KL ratio to the step
     before with simultaneous intervals and verdicts, each step's share of the log gap, the pooled shares, the carrier
     sentence, the check that the last step is kvpress KVzip, and the CPU cost. Table and figure:
     :func:`jacap_lib.viz.field.ladder_frame`, :func:`~jacap_lib.viz.field.ladder_figure`."""
@@ -245,14 +244,14 @@ def load_ladder_summary(path=None) -> dict:
 def load_field_summary(path=None) -> dict:
     """``peers/field_summary.json``: on the dev documents, per (length, ratio) cell, the context press's tune choice
     against KVzip's and against the setting ``JacapPromptPress()`` builds, and that setting against KVzip, with intervals
-    simultaneous over all of them (:mod:`jacap_lib.results.field_dev`). Table: :func:`jacap_lib.viz.field.field_frame`."""
+    simultaneous over all of them (:mod:`jacap_lib.experiments.field`). Table: :func:`jacap_lib.viz.field.field_frame`."""
     return files.read_json(path or data_path("results", "eval", "peers", "field_summary.json", must_exist=False),
                            require=("config", "comparisons", "m", "no_higher"), hint="jacap evaluate field-summary")
 
 
 def load_confirm_summary(eval_dir=None, *, part: str | None = "all") -> dict | None:
     """``confirm/summary.json`` of ``eval_dir`` (default ``data/results/eval``): the committed confirmatory plan's
-    verdicts (:mod:`jacap_lib.results.confirm_summary`). ``None`` when there is none yet, or while rows of ``part``
+    verdicts (:mod:`jacap_lib.experiments.confirm.summary`). ``None`` when there is none yet, or while rows of ``part``
     are missing: ``"all"`` (every planned row), ``"kl"`` (the KL rows; the needle part may still run) or ``None``
     (whatever is there). The answer and the findings read the KL verdicts from ``"kl"`` on, and stay on the dev
     documents before."""
@@ -269,14 +268,14 @@ def load_confirm_summary(eval_dir=None, *, part: str | None = "all") -> dict | N
 
 def load_candidates(path=None) -> dict:
     """``candidates.json``: every method's tune choice from every search space with its rule score, the Jacap-family
-    default the rule picks, what is still pending (:mod:`jacap_lib.results.candidates`)."""
+    default the rule picks, what is still pending (:mod:`jacap_lib.experiments.candidates`)."""
     return files.read_json(path or data_path("results", "eval", "candidates.json", must_exist=False),
                            require=("methods", "pending", "frozen"), hint="jacap evaluate candidates")
 
 
 def load_confirm_plan(path=None) -> dict:
     """``confirm/plan.json``: the confirmatory plan, written once and committed before any confirmatory row
-    (:mod:`jacap_lib.results.confirm_plan`). Table: :func:`jacap_lib.viz.evaluation.plan_frame`."""
+    (:mod:`jacap_lib.experiments.confirm.plan`). Table: :func:`jacap_lib.viz.evaluation.plan_frame`."""
     return files.read_json(path or data_path("results", "eval", "confirm", "plan.json", must_exist=False),
                            require=("run", "cells", "comparisons", "adjustment", "power"),
                            hint="jacap evaluate confirm-plan")

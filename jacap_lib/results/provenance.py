@@ -35,7 +35,7 @@ def sha256_file(path) -> str:
 
 def model_record(name=None) -> dict:
     """What model ``name`` is (``None`` = the bundled SmolLM2-135M): name, file, package, sha256, dtype."""
-    from .. import models
+    from jacap_lib import models
 
     if models._is_bundled(name):
         path = models.bundled_gguf_path()
@@ -63,7 +63,7 @@ def git_revision() -> str | None:
 def provenance(model=None, *, model_name=None, command: str | None = None) -> dict:
     """The record: ``versions``, ``git``, ``time`` (UTC), and ``model`` — :func:`jacap_lib.models.describe_model`
     of a loaded ``model`` merged with :func:`model_record` of ``model_name`` (file and sha256)."""
-    from ..models import describe_model
+    from jacap_lib.models import describe_model
 
     rec = {"versions": versions(), "git": git_revision(),
            "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
@@ -74,3 +74,11 @@ def provenance(model=None, *, model_name=None, command: str | None = None) -> di
         info = {**describe_model(model), **info, "device": str(next(model.parameters()).device)}
     rec["model"] = info
     return rec
+
+
+def fingerprint(config: dict) -> str:
+    """sha256 of the canonical JSON (sorted keys) of a configuration: the identity of a protocol's configuration
+    (:func:`jacap_lib.experiments.protocol.rules.protocol_config`) that its files carry."""
+    import json
+
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()

@@ -1,5 +1,5 @@
 """Tables and figures of the one-knob ablations (``data/results/eval/ablation_summary.json``, written by
-``jacap evaluate ablate-summary``, :func:`jacap_lib.results.ablation.summarize_ablation`).
+``jacap evaluate ablate-summary``, :func:`jacap_lib.experiments.ablation.summarize_ablation`).
 
 :func:`ablation_frame`: one table per compression ratio, a row per ablation, a column per prompt length, each cell
 the geometric-mean KL ratio (ablation / its base) with its simultaneous interval, compact enough for the text
@@ -12,7 +12,7 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..results.precision import interval_text
+from jacap_lib.verdicts.precision import interval_text
 from .style import finish, wrapped
 
 __all__ = ["ablation_frame", "layer_figure"]
@@ -21,7 +21,7 @@ _MARK = {"better": "▼", "worse": "▲"}  # the interval wholly below / above 1
 
 
 def _cell(r: dict) -> str:
-    """``0.93 [0.85, 1.02]`` at the precision the interval supports (:func:`~jacap_lib.results.precision.interval_text`),
+    """``0.93 [0.85, 1.02]`` at the precision the interval supports (:func:`~jacap_lib.verdicts.precision.interval_text`),
     with ▼ / ▲ when the (simultaneous) interval excludes 1."""
     mark = next((m for word, m in _MARK.items() if r["verdict"].startswith(word)), "")
     return interval_text(r["gm_ratio"], r["gm_low"], r["gm_high"]) + (f" {mark}" if mark else "")

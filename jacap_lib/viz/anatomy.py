@@ -1,5 +1,5 @@
 """Figures and tables of the anatomy of the losing cells (``data/results/eval/anatomy.json``, read with
-:func:`jacap_lib.results.loaders.load_anatomy`; the statistics are :mod:`jacap_lib.results.rowstats`').
+:func:`jacap_lib.results.loaders.load_anatomy`; the statistics are :mod:`jacap_lib.verdicts.rows`').
 
 * :func:`layer_ratio_figure` — per losing cell, the per-layer attention-output error ratio (default / best
   baseline) with its 95 % interval, for all documents and one kind;
@@ -18,7 +18,7 @@ import plotly.colors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..results.rowstats import LADDER_ONLY
+from jacap_lib.verdicts.rows import LADDER_ONLY
 from .style import FIGURE_WIDTH as _WIDTH
 from .style import finish, forest_ticks, log_tickvals, method_style, setting_colours, wrap_title, wrapped
 from .style import setting_colour as _method_colour
@@ -35,9 +35,9 @@ _KIND_DASH = {"all": "solid", "dialogue": "dash", "prose": "dot", "expository": 
 
 def _label(spec: str) -> str:
     """A setting's spec as a reader sees it: the part before a ``+wrapper`` by what sets it apart
-    (:func:`~jacap_lib.results.findings.short_spec`), the wrapper part as it is."""
-    from ..results.anatomy import split_wrapper
-    from ..results.findings import short_spec
+    (:func:`~jacap_lib.experiments.names.short_spec`), the wrapper part as it is."""
+    from jacap_lib.experiments.anatomy import split_wrapper
+    from jacap_lib.experiments.names import short_spec
 
     base, wrapper = split_wrapper(spec)
     return short_spec(base) + wrapper
@@ -114,7 +114,7 @@ def position_figure(data: dict, *, groups=None) -> go.Figure:
     """Where the tokens kept by only one press lie: the share of them in each bin of distance from the end of
     the prompt, for Algorithm 1's tuned Jacap setting ("kept by Jacap only") and the baseline ("kept by the baseline
     only"); one panel per group of documents (default: all, dialogue, the other kinds)."""
-    from ..results.rowstats import kept_summary
+    from jacap_lib.verdicts.rows import kept_summary
 
     docs = data["documents"]
     if groups is None:
@@ -160,7 +160,7 @@ def _groups_of(docs):
 def swap_frame(data: dict, *, kinds=None) -> pd.DataFrame:
     """Each swap setting's KL / the default's KL (geometric mean over the documents, 95 % interval, documents
     where it is lower) per group of documents; ``kinds``: ``{label: [kinds] or None}``."""
-    from ..results.rowstats import swap_ratios
+    from jacap_lib.verdicts.rows import swap_ratios
 
     settings = {s["key"]: s for s in data["config"]["settings"]}
     groups = kinds or _groups_of(data["documents"])
@@ -185,7 +185,7 @@ def swap_setting_lines(data: dict) -> list[str]:
 def swap_figure(data: dict) -> go.Figure:
     """The paired KL ratio of each swap setting to the default (geometric mean over the documents, 95 % interval;
     below 1: the change lowers the default's KL), for all documents and per group of kinds."""
-    from ..results.rowstats import swap_ratios
+    from jacap_lib.verdicts.rows import swap_ratios
 
     settings = [s for s in data["config"]["settings"] if s["key"] != "default" and s["key"] not in LADDER_ONLY]
     groups = _groups_of(data["documents"])
@@ -236,7 +236,7 @@ def kind_frame(data: dict) -> pd.DataFrame:
 
 
 def kind_pair_frame(rows: list[dict]) -> pd.DataFrame:
-    """:func:`jacap_lib.results.rowstats.kind_pairs` as a table: one row per cell and pair, with the geometric-mean KL
+    """:func:`jacap_lib.verdicts.rows.kind_pairs` as a table: one row per cell and pair, with the geometric-mean KL
     ratio, its 95 % interval and the verdict of the interval adjusted for the cells (in short words)."""
     from .evaluation import short_verdict
 
@@ -249,7 +249,7 @@ def kind_pair_frame(rows: list[dict]) -> pd.DataFrame:
 def category_frame(data: dict, *, kinds=None) -> pd.DataFrame:
     """What the tokens kept by one press only are: the share of each token category among the tokens kept by the
     baseline only, by Jacap only, and among the prompt's tokens (``kinds``: only documents of these kinds)."""
-    from ..results.rowstats import kept_summary
+    from jacap_lib.verdicts.rows import kept_summary
 
     docs = [d for d in data["documents"] if kinds is None or d["kind"] in kinds]
     s = kept_summary(docs)
@@ -265,11 +265,11 @@ def category_frame(data: dict, *, kinds=None) -> pd.DataFrame:
 # and draw a method in its own colour (style.METHOD_STYLES): Algorithm 1 tuned, the default, Expected Attention.
 
 def loss_frame(rows: list[dict]) -> pd.DataFrame:
-    """:func:`jacap_lib.results.anatomy.loss_rows` as a table: per losing cell, the verdict of the interval adjusted
+    """:func:`jacap_lib.experiments.anatomy.loss_rows` as a table: per losing cell, the verdict of the interval adjusted
     for the table's cells, the verdict of the cell's own 95 % interval, the documents lost / won, and how many of the
     kept tokens the score chooses (0: protection fills the budget). The baseline's column (``against``) only when the
     cells have different baselines."""
-    from ..results.findings import spec_name
+    from jacap_lib.experiments.names import spec_name
 
     out = []
     for r in rows:
@@ -299,7 +299,7 @@ def kind_figure(part: dict, *, fills=None) -> go.Figure:
     kind (one colour each), the paired geometric-mean KL ratio of the setting to the best baseline with its 95 %
     interval (12 dev documents per kind). ``fills``: ``{(length, ratio): bool}``, cells where the setting's
     protection fills the budget, marked "(protection fills)" in the row's label."""
-    from ..results.findings import spec_name
+    from jacap_lib.experiments.names import spec_name
 
     entries = part["kinds"]
     kinds = [k["kind"] for k in entries[0]["kinds"]]
@@ -383,10 +383,10 @@ def _forest(rows: list[dict], groups: list[str], colour_of, legend_of, *, title:
 def swap_forest(data: dict) -> go.Figure:
     """The one-knob swaps of ``anatomy.json`` as a forest plot: per group of documents (all, dialogue, the other
     kinds), each setting's paired KL ratio to Algorithm 1 tuned with its interval adjusted for the settings judged
-    together (:func:`jacap_lib.results.anatomy.swap_verdicts`); a change of Jacap's score in Algorithm 1 tuned's
+    together (:func:`jacap_lib.experiments.anatomy.swap_verdicts`); a change of Jacap's score in Algorithm 1 tuned's
     colour, Expected Attention's score in its own; filled: the interval excludes 1."""
-    from ..results.anatomy import swap_verdicts
-    from ..results.findings import spec_name
+    from jacap_lib.experiments.anatomy import swap_verdicts
+    from jacap_lib.experiments.names import spec_name
 
     cfg = data["config"]
     rows = swap_verdicts(data["documents"])
@@ -405,9 +405,9 @@ def swap_forest(data: dict) -> go.Figure:
 def ladder_figure(data: dict) -> go.Figure:
     """The ladder of ``anatomy.json`` from Algorithm 1 tuned's score to Expected Attention's (under Jacap's
     protection), one knob per rung: per group of documents, each rung's KL / the KL of the rung before it, with its
-    interval adjusted for the rungs of a group (:func:`jacap_lib.results.anatomy.ladder_verdicts`)."""
-    from ..results.anatomy import ladder_verdicts
-    from ..results.findings import spec_name
+    interval adjusted for the rungs of a group (:func:`jacap_lib.experiments.anatomy.ladder_verdicts`)."""
+    from jacap_lib.experiments.anatomy import ladder_verdicts
+    from jacap_lib.experiments.names import spec_name
 
     cfg = data["config"]
     rows = ladder_verdicts(data["documents"])
@@ -426,7 +426,7 @@ def ladder_figure(data: dict) -> go.Figure:
 def kept_position_figure(data: dict) -> go.Figure:
     """:func:`position_figure` with the book's names and each press in its own colour (Algorithm 1 tuned's,
     Expected Attention's)."""
-    from ..results.findings import spec_name
+    from jacap_lib.experiments.names import spec_name
 
     cfg = data["config"]
     fig = position_figure(data)
@@ -440,7 +440,7 @@ def kept_position_figure(data: dict) -> go.Figure:
 
 def named_layer_figure(data: dict, **kw) -> go.Figure:
     """:func:`layer_ratio_figure` titled with the book's names of the two settings."""
-    from ..results.findings import spec_name
+    from jacap_lib.experiments.names import spec_name
 
     fig = layer_ratio_figure(data, **kw)
     e = data["layers"][0]
@@ -455,10 +455,10 @@ _VERDICT_COLOURS = {"better": "#2166ac", "no detectable difference": "#bdbdbd", 
 
 
 def ablation_count_figure(summaries: list[dict]) -> go.Figure:
-    """Per one-knob ablation of the tune documents (:func:`jacap_lib.results.record.ablation_counts`), the cells
+    """Per one-knob ablation of the tune documents (:func:`jacap_lib.experiments.record.ablation_counts`), the cells
     where it lowers the KL against its base, makes no detectable difference, is identical, or raises it (verdicts
     of the intervals adjusted for each compression ratio's comparisons)."""
-    from ..results.record import ablation_counts
+    from jacap_lib.experiments.record import ablation_counts
 
     counts = ablation_counts(summaries)
     labels = list(counts)[::-1]

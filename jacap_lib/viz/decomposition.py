@@ -12,7 +12,7 @@ import re
 
 import plotly.graph_objects as go
 
-from ..results.loaders import load_decomposition
+from jacap_lib.results.loaders import load_decomposition
 from .style import REFERENCE_COLOUR, clip_outliers, finish, method_style, setting_colours
 
 __all__ = [

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..config import PAPER
-from ..results.diagnostics import defaults_summary  # the statistic lives with its data
+from jacap_lib.experiments.diagnostics import defaults_summary  # the statistic lives with its data
 from .style import finish, setting_colours
 
 __all__ = ["mechanism_figure", "query_stats_figure"]
@@ -133,7 +133,7 @@ def defaults_note(topic: str, rows: list[dict] | None = None, *, head_dim: int |
     if topic not in _NOTES:
         raise ValueError(f"`topic` must be one of {sorted(_NOTES)}, got {topic!r}")
     if rows is None:
-        from ..results.loaders import load_mechanisms
+        from jacap_lib.results.loaders import load_mechanisms
 
         config, rows = load_mechanisms()
         head_dim = head_dim or config["model"]["head_dim"]

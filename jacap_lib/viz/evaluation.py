@@ -1,7 +1,7 @@
 """Tables and figures of the evaluation (``data/results/eval``: the tune choices, the dev rows, the summary).
 
 Inputs come from :mod:`jacap_lib.results.loaders` (``load_eval_choices``, ``load_eval_rows``,
-``load_eval_summary``, ``load_needle_summary``) and :func:`jacap_lib.results.evaluation.cell_statistics`; tables are
+``load_eval_summary``, ``load_needle_summary``) and :func:`jacap_lib.experiments.protocol.cell_statistics`; tables are
 :class:`pandas.DataFrame` objects, figures ``go.Figure`` finished by :func:`~jacap_lib.viz.style.finish`.
 """
 from __future__ import annotations
@@ -13,9 +13,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..results import protection, rowstats
-from ..results.findings import spec_name
-from ..results.precision import interval_text
+from jacap_lib.experiments import protection
+from jacap_lib.verdicts import rows as rowstats
+from jacap_lib.experiments.names import spec_name
+from jacap_lib.verdicts.precision import interval_text
 from .style import METHOD_STYLES, finish, wrapped
 
 __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pair_frame", "target_frame", "kl_figure",
@@ -26,12 +27,12 @@ __all__ = ["split_frame", "corpus_frame", "choices_frame", "verdict_frame", "pai
 
 def _interval(est, lo, hi) -> str:
     """An estimate and its interval as table text at the precision the interval supports
-    (:func:`jacap_lib.results.precision.interval_text`): ``1.19 [1.04, 1.40]``."""
+    (:func:`jacap_lib.verdicts.precision.interval_text`): ``1.19 [1.04, 1.40]``."""
     return interval_text(est, lo, hi)
 
 
 def short_verdict(sentence: str) -> str:
-    """A :func:`~jacap_lib.results.verdicts.verdict` sentence in a few words for a narrow table column:
+    """A :func:`~jacap_lib.verdicts.intervals.verdict` sentence in a few words for a narrow table column:
     "better by 7–17 %" -> "better 7–17 %", "no detectable difference; the interval is −11 % to +4 %" ->
     "no det. diff. (−11 to +4 %)", "no difference: identical on every document" -> "identical on every document";
     "points" -> "pts". Anything else comes back unchanged."""
@@ -61,9 +62,9 @@ def _short(spec) -> str:
 
 
 def _shorter(spec: str) -> str:
-    """A spec as a reader sees it (:func:`~jacap_lib.results.findings.short_spec`; the written-out one is in the
+    """A spec as a reader sees it (:func:`~jacap_lib.experiments.names.short_spec`; the written-out one is in the
     results file)."""
-    from ..results.findings import short_spec
+    from jacap_lib.experiments.names import short_spec
 
     return short_spec(spec) if spec else spec
 
@@ -92,7 +93,7 @@ def _unadjusted(r: dict, stat: str = "gm") -> tuple | None:
 def _identical(r: dict) -> bool:
     """Whether a ratio row compares two settings that gave the same KL on every document: its verdict says so,
     or its interval is the point 1 (the ratio of every document 1 to rounding; the ``ptp <= 1e-12`` rule of
-    :func:`~jacap_lib.results.verdicts.geometric_mean_ratio`)."""
+    :func:`~jacap_lib.verdicts.intervals.geometric_mean_ratio`)."""
     if str(r.get("verdict", "")).startswith("no difference: identical"):
         return True
     return "gm_low" in r and r["gm_low"] == r["gm_high"] and abs(r["gm_ratio"] - 1) <= 1e-9
@@ -164,12 +165,12 @@ def corpus_frame(documents: list[dict], *, details: bool = False) -> pd.DataFram
 
 def _filled(specs, length, ratio) -> list[str]:
     """The settings of ``specs`` whose protection fills the budget of the cell
-    (:func:`~jacap_lib.results.protection.protection_fills_budget`), in order."""
+    (:func:`~jacap_lib.experiments.protection.protection_fills_budget`), in order."""
     return [s for s in specs if s and protection.protection_fills_budget(s, int(length), float(ratio))]
 
 
 def _protection_note(specs, length, ratio) -> str:
-    """:data:`~jacap_lib.results.protection.LABEL` where the protection of every Jacap setting of ``specs`` fills the
+    """:data:`~jacap_lib.experiments.protection.LABEL` where the protection of every Jacap setting of ``specs`` fills the
     budget of the cell ("… of <name>" where it fills only one's), else ``""``."""
     jac = [s for s in specs if s and s.split("[", 1)[0].startswith("jacap")]
     filled = _filled(jac, length, ratio)
@@ -181,7 +182,7 @@ def _protection_note(specs, length, ratio) -> str:
 
 
 def pair_frame(rows: list[dict], *, details: bool = False) -> pd.DataFrame:
-    """:func:`~jacap_lib.results.evaluation.compare_settings` rows as a table, one row per "prompt / c": the
+    """:func:`~jacap_lib.experiments.protocol.compare_settings` rows as a table, one row per "prompt / c": the
     geometric-mean KL ratio with its interval and the verdict; ``details=True``: the supporting columns
     (mean-KL ratio, documents won/lost, Wilcoxon and Holm p). A "note" column says where protection fills the
     budget (:func:`_protection_note`), when the rows name their settings and some cell is such."""
@@ -195,7 +196,7 @@ def pair_frame(rows: list[dict], *, details: bool = False) -> pd.DataFrame:
 
 
 def target_frame(status: list[dict]) -> pd.DataFrame:
-    """:func:`~jacap_lib.results.evaluation.target_status` rows as a table, one row per "prompt / c" (grouped by
+    """:func:`~jacap_lib.experiments.protocol.target_status` rows as a table, one row per "prompt / c" (grouped by
     c): what the target asks, the best baseline (picked on tune), the geometric-mean ratio with the interval it
     is judged on (the multiplicity-adjusted one when the rows have it), whether the target is met, by how far
     that interval misses (in % of the baseline's KL), and a note where the setting's protection fills the budget."""
@@ -217,9 +218,9 @@ def target_frame(status: list[dict]) -> pd.DataFrame:
 
 def _spec_options(spec: str, method: str) -> str:
     """The options that set a spec apart from its method's press at today's defaults (``snapkv[window_size=16]`` ->
-    ``window_size=16``; a written-out Jacap setting by what it changes, :func:`~jacap_lib.results.findings.short_spec`),
+    ``window_size=16``; a written-out Jacap setting by what it changes, :func:`~jacap_lib.experiments.names.short_spec`),
     ``(default)`` without."""
-    from ..results.findings import short_spec
+    from jacap_lib.experiments.names import short_spec
 
     spec = short_spec(spec) if spec.startswith(method) else spec
     return spec[len(method) + 1:-1] if spec.startswith(method + "[") else ("(default)" if spec == method else spec)
@@ -255,7 +256,7 @@ def verdict_frame(summary: dict, *, picked_on: str = "tune", role: str | None = 
     protocol's line; "dev": the stricter one): the best baseline (its method; the setting is in the details),
     the geometric-mean KL ratio with its interval (the multiplicity-adjusted one when the summary has it) and
     the verdict in short words, and a note on the cells where the setting's sinks and window fill the whole budget
-    (:func:`~jacap_lib.results.protection.protection_fills_budget`: its score chose no token). ``details=True``: the baseline's setting, the mean-KL ratio, documents won/lost,
+    (:func:`~jacap_lib.experiments.protection.protection_fills_budget`: its score chose no token). ``details=True``: the baseline's setting, the mean-KL ratio, documents won/lost,
     Wilcoxon and Holm p (and the cell's own 95 % interval when the headline one is adjusted).
     ``role``: only that Jacap setting's family ("algorithm 1", "paper preset", ...)."""
     rows = []
@@ -280,7 +281,7 @@ def plan_frame(plan: dict) -> pd.DataFrame:
     """The confirmatory plan's comparisons, one row per purpose (``what``): the two settings by their book names
     (the reference "best tuned baseline" where it changes from cell to cell), the cells it judges, the cells it leaves
     out because protection fills the budget, and the KL ratio each judged comparison detects with 80 % power at the
-    plan's adjustment (the range over its cells; :func:`jacap_lib.results.verdicts.detectable_ratio`)."""
+    plan's adjustment (the range over its cells; :func:`jacap_lib.verdicts.intervals.detectable_ratio`)."""
     names = setting_names([s for c in plan["comparisons"] for s in (c["a"], c["b"])])
     power = {(p["a"], p["b"], p["cell"]): p["detectable_ratio_80"] for p in plan["power"]["per_comparison"]}
     rows: dict = {}
@@ -308,11 +309,11 @@ def plan_frame(plan: dict) -> pd.DataFrame:
 def setting_names(specs) -> dict[str, str]:
     """``{spec: name}``: the names a figure's legend and a table's rows give the settings ``specs`` shown together,
     the one rule for both. A setting by the book's name where it has one
-    (:func:`~jacap_lib.results.findings.spec_name`, plain text: "Algorithm 1 tuned", "default JacapPromptPress()",
+    (:func:`~jacap_lib.experiments.names.spec_name`, plain text: "Algorithm 1 tuned", "default JacapPromptPress()",
     "SnapKV"), else by its method's registry name when it is that method's only setting here (the tuned options are
     in the choices table), else by its short spec; two settings the book names alike (kvpress's SnapKV as shipped
     and as tuned) each by its short spec, so no two rows or legend entries share a name."""
-    from ..results.loaders import load_all_chosen
+    from jacap_lib.results.loaders import load_all_chosen
 
     shown = {s: _shorter(s) for s in specs}  # each spec shortened once (short_spec builds its press)
     choices = {"chosen": load_all_chosen()}  # every space's choices, read once for every name, not once per setting
@@ -345,7 +346,7 @@ def cells_frame(cells: list[dict], *, value: str = "kl_geomean", details: bool =
 
 def kl_figure(cells: list[dict], *, title: str | None = None) -> go.Figure:
     """Geometric-mean KL (log axis) against c, one panel per prompt length, one line per setting, with
-    95 % bootstrap intervals over the documents (``cells``: :func:`~jacap_lib.results.evaluation.cell_statistics`).
+    95 % bootstrap intervals over the documents (``cells``: :func:`~jacap_lib.experiments.protocol.cell_statistics`).
 
     The ratios are evenly spaced categories (``0.5, 0.75, 0.9, 0.95`` one step apart), so the high ratios, where
     the methods separate, are as wide as the low ones instead of bunched at the right edge of a linear axis."""
@@ -425,7 +426,7 @@ def needle_verdict_frame(summary: dict, *, details: bool = False) -> pd.DataFram
     accuracies (%), the prompts only one of the two answered (won/lost), the Holm-adjusted exact McNemar p and the
     verdict in short words (higher accuracy is better). ``details=True``: the reference's setting, the accuracy
     difference in points with its paired bootstrap interval, the unadjusted McNemar p."""
-    from ..results.protocol import PAPER_PRESET
+    from jacap_lib.experiments.protocol.rules import PAPER_PRESET
 
     rows = []
     for fam in summary["comparisons"]:
@@ -482,20 +483,21 @@ def kl_and_needle_frame(summary: dict, needle: dict, *, role: str) -> pd.DataFra
 def tuned_line(summary: dict, role: str) -> tuple[str, str]:
     """``(sentence, spec)``: the verdict counts of one Jacap family of ``summary`` against the best baseline of
     each cell picked on tune (``role``: ``"tuned jacap_obs"``, ...), and that family's setting."""
-    from ..results import findings as F
+    from jacap_lib.experiments import names as N
+    from jacap_lib.verdicts import words as VW
 
     fam = rowstats.family(summary, role, "tune")
     if fam is None:
         raise ValueError(f"summary has no family with role {role!r} picked on tune; choose among "
                          f"{sorted({f['role'] for f in summary['families']})}")
     return (f"{fam['setting']} against the best tuned baseline of each cell: "
-            f"{F.counts_text(F.verdict_counts(fam['rows']))}", fam["setting"])
+            f"{N.counts_text(VW.verdict_counts(fam['rows']))}", fam["setting"])
 
 
 def record_frame(record: dict) -> pd.DataFrame:
     """``dev_record.json`` as a table that fits the text column: one row per setting ever run on the dev
     documents (round, setting by its short label, dev rows, first run, status, what it led to)."""
-    from ..results.record import record_table
+    from jacap_lib.experiments.record import record_table
 
     frame = pd.DataFrame(record_table(record))
     if frame.empty:
@@ -506,9 +508,9 @@ def record_frame(record: dict) -> pd.DataFrame:
 
 def pair_verdict_frame(rows: list[dict], setting: str, reference: str) -> pd.DataFrame:
     """:func:`pair_frame` of ``setting`` against ``reference`` (``rows``:
-    :func:`~jacap_lib.results.evaluation.compare_settings` rows of that pair) with a note column: where either
-    setting's sinks and recent window fill the whole budget (:func:`~jacap_lib.results.protection.protection_fills_budget`),
-    which of the two — "both", or the one named by :func:`~jacap_lib.results.findings.spec_name` — so that the
+    :func:`~jacap_lib.experiments.protocol.compare_settings` rows of that pair) with a note column: where either
+    setting's sinks and recent window fill the whole budget (:func:`~jacap_lib.experiments.protection.protection_fills_budget`),
+    which of the two — "both", or the one named by :func:`~jacap_lib.experiments.names.spec_name` — so that the
     verdict beside it reads as a verdict on a recency rule, not on a score."""
     frame = pair_frame(rows)
     notes = []
@@ -524,7 +526,7 @@ def document_ratio_figure(rows: list[dict], setting: str, reference: str, length
                           verdict: dict | None = None) -> go.Figure:
     """One cell's verdict from its rows: the per-document KL ratio ``setting / reference`` (log axis), documents
     sorted by it, with the line at 1 (no difference), the geometric mean of the ratios (the KL ratio) and, given
-    ``verdict`` (a :func:`~jacap_lib.results.evaluation.compare_settings` or summary row of that cell), the band
+    ``verdict`` (a :func:`~jacap_lib.experiments.protocol.compare_settings` or summary row of that cell), the band
     of its adjusted interval. ``rows``: evaluation rows of one split."""
     kl = {}
     for r in rows:
@@ -566,9 +568,10 @@ def verdict_counts_frame(summary: dict, *, picked_on: str = "tune") -> pd.DataFr
     """One row per Jacap setting of ``summary`` (Algorithm 1 tuned, as published, then the tuned Jacap methods)
     against the best baseline of each cell picked on ``picked_on``: how many cells each verdict has (from the
     adjusted intervals), and how many of the "worse" cells are cells where the setting's sinks and recent window
-    fill the whole budget (:func:`~jacap_lib.results.protection.protection_fills_budget`). A table, where
-    :func:`~jacap_lib.results.findings.kl_findings` gives the same counts as MyST text."""
-    from ..results import findings as F
+    fill the whole budget (:func:`~jacap_lib.experiments.protection.protection_fills_budget`). A table, where
+    :func:`~jacap_lib.report.findings.kl_findings` gives the same counts as MyST text."""
+    from jacap_lib.experiments import names as N
+    from jacap_lib.verdicts import words as VW
 
     fams = [f for f in summary.get("families", []) if f["picked_on"] == picked_on]
     if not fams:
@@ -576,11 +579,11 @@ def verdict_counts_frame(summary: dict, *, picked_on: str = "tune") -> pd.DataFr
     order = {"algorithm 1": 0, "paper preset": 1}
     rows = []
     for f in sorted(fams, key=lambda f: order.get(f["role"], 2)):
-        c = F.verdict_counts(f["rows"])
-        worse_filled = sum(F.verdict_word(r["verdict"]) == "worse" and protection.protection_fills_budget(
+        c = VW.verdict_counts(f["rows"])
+        worse_filled = sum(VW.verdict_word(r["verdict"]) == "worse" and protection.protection_fills_budget(
                                f["setting"], int(r["length"]), float(r["ratio"]))
                            for r in f["rows"])
-        rows.append({"setting": F.setting_name(f).replace("`", ""), "better": c["better"], "worse": c["worse"],
+        rows.append({"setting": N.setting_name(f).replace("`", ""), "better": c["better"], "worse": c["worse"],
                      "no det. diff.": c["no detectable difference"], "identical": c["identical"],
                      "worse where protection fills the budget": worse_filled})
     return wrapped(pd.DataFrame(rows).set_index("setting"), ["setting"])
@@ -593,12 +596,12 @@ _LENGTH_GLYPHS = ("●", "■", "◆", "▲")  # the same shapes, written in the
 def confirm_forest(summary: dict) -> go.Figure:
     """The confirmatory run's KL verdicts (``confirm/summary.json`` with every KL row) as a forest plot: one panel per
     c, one row per planned pair (each Jacap-family setting against the cell's best tuned baseline, the default against
-    KVzip and against Expected Attention; :func:`jacap_lib.results.confirm_findings.verdict_groups`), one point per
+    KVzip and against Expected Attention; :func:`jacap_lib.experiments.confirm.groups.verdict_groups`), one point per
     prompt length at its KL ratio with the plan's adjusted interval. A point is in its setting's colour, shaped by the
     prompt length, filled when the interval excludes 1 and open when it holds 1; a cell the plan does not judge
     (protection fills the budget) has no point."""
-    from ..results.confirm_findings import BEST_BASELINE, verdict_groups
-    from ..results.confirm_plan import parse_cell
+    from jacap_lib.experiments.confirm.groups import BEST_BASELINE, verdict_groups
+    from jacap_lib.experiments.confirm.plan import parse_cell
     from .style import FIGURE_WIDTH, forest_ticks, setting_colour
 
     groups = verdict_groups(summary)

@@ -15,9 +15,9 @@ no network, no plotly.js: the file opens offline in any browser).
 The page also works without JavaScript for the first shown head (the grid, legend and its text are
 written out; only the interaction needs a script).
 
-:data:`INSPECT` is the job ``jacap inspect`` (:class:`jacap_lib.results.job.Job`): one inspection printed
+:data:`INSPECT` is the job ``jacap inspect`` (:class:`jacap_lib.experiments.job.Job`): one inspection printed
 (``--layer``/``--head``: the marked text of :meth:`~jacap_lib.measure.eviction.EvictionInspection.view`)
-and drawn (``--html``: :func:`to_html`); ``--kl-table`` runs :func:`jacap_lib.results.live.write_kl_table`.
+and drawn (``--html``: :func:`to_html`); ``--kl-table`` runs :func:`jacap_lib.experiments.live.write_kl_table`.
 It lives here, with the drawing, because a job of :mod:`jacap_lib.results` may not import this layer.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import html
 import json
 from pathlib import Path
 
-from ..results import job as J
+from jacap_lib.experiments import job as J
 
 __all__ = ["STATUS_COLOURS", "eviction_html", "to_html", "INSPECT"]
 
@@ -218,7 +218,7 @@ def _inspect_arguments(p) -> None:
 
 
 def _check_inspect(args) -> str | None:
-    """Every argument of ``jacap inspect`` (raises :class:`~jacap_lib.results.job.BadArgument`); returns the
+    """Every argument of ``jacap inspect`` (raises :class:`~jacap_lib.experiments.job.BadArgument`); returns the
     prompt (``None``: the demo text). ``--layer``/``--head`` are checked against the model's configuration
     (layers, KV heads) before its weights load."""
     if args.kl_table:
@@ -316,7 +316,7 @@ def _run_inspect(args):
     text = _check_inspect(args)
     model, tok = J.load_model(args)
     if args.kl_table:
-        from ..results.live import write_kl_table
+        from jacap_lib.experiments.live import write_kl_table
 
         path = write_kl_table(model, tok, out=args.out, ratios=tuple(args.ratios), model_name=args.model,
                               progress=not args.no_progress)

@@ -1,6 +1,6 @@
 """The field on the tune documents: every method's tune choice by its geometric-mean KL ratio to the prompt press.
 
-:func:`tune_ratio_figure` draws :func:`jacap_lib.results.candidates.score_table`: one horizontal bar per method (its
+:func:`tune_ratio_figure` draws :func:`jacap_lib.experiments.candidates.score_table`: one horizontal bar per method (its
 colour and marker from :data:`jacap_lib.viz.style.METHOD_STYLES`), on a log axis, best at the top, with the methods
 whose tune is unfinished named under the plot.
 """
@@ -22,11 +22,11 @@ STEP_NAMES = {"L1": "L1: the reconstruction's queries", "L1b": "L1b: no recent w
 
 
 def tune_ratio_figure(table: list[dict], *, pending=(), title: str | None = None) -> go.Figure:
-    """Bars of ``kl_ratio`` per method of ``table`` (rows of :func:`~jacap_lib.results.candidates.score_table`);
+    """Bars of ``kl_ratio`` per method of ``table`` (rows of :func:`~jacap_lib.experiments.candidates.score_table`);
     ``pending``: methods without a tune choice yet, named in a note."""
     if not table:
         raise ValueError("table must hold at least one method (rows of results.candidates.score_table)")
-    from ..results.findings import spec_name
+    from jacap_lib.experiments.names import spec_name
 
     rows = sorted(table, key=lambda r: r["kl_ratio"], reverse=True)  # plotly draws the first bar at the bottom
     fig = go.Figure()
@@ -55,7 +55,7 @@ def ladder_frame(summary: dict) -> pd.DataFrame:
     """The ladder summary (``ladder_summary.json``) as a table: one row per cell (L / c), one column per step, each
     entry the geometric-mean KL ratio to the step before and its verdict's word (adjusted interval), and the total
     ratio KVzip / prompt press with its verdict's word."""
-    from ..results.findings import verdict_word
+    from jacap_lib.verdicts.words import verdict_word
 
     short = {"better": "better", "worse": "worse", "no detectable difference": "n.d.", "identical": "identical"}
     rows = {}
@@ -78,7 +78,7 @@ def field_frame(summary: dict) -> pd.DataFrame:
     comparison ("default / KVzip", ...), each entry the geometric-mean KL ratio on the dev documents and its
     verdict's word (interval adjusted over every comparison and cell), marked "(p)" where a setting's protected tokens
     fill its budget (its score chose nothing there)."""
-    from ..results.findings import verdict_word
+    from jacap_lib.verdicts.words import verdict_word
 
     short = {"better": "better", "worse": "worse", "no detectable difference": "n.d.", "identical": "identical"}
     rows: dict = {}
@@ -101,7 +101,7 @@ def needle_frame(summary: dict, part: str = "accuracy") -> pd.DataFrame:
     prompts). ``part="comparisons"``: each comparison as prompts won-lost with its verdict's word (exact McNemar,
     Holm over every mode, comparison and cell judged). Two tables, so each fits a text column. An empty frame when
     no needle rows were summed up."""
-    from ..results.findings import verdict_word
+    from jacap_lib.verdicts.words import verdict_word
 
     if part not in ("accuracy", "comparisons"):
         raise ValueError(f"part must be 'accuracy' or 'comparisons', got {part!r}")
@@ -164,7 +164,7 @@ def _names(specs) -> dict:
 
 def _method_labels(methods) -> dict:
     """``{method: the name a reader sees}``: its tune choice's setting name (every space's choices), else the method."""
-    from ..results.loaders import load_all_chosen
+    from jacap_lib.results.loaders import load_all_chosen
 
     chosen = load_all_chosen()
     names = _names([chosen[m] for m in methods if m in chosen])
@@ -173,7 +173,7 @@ def _method_labels(methods) -> dict:
 
 def field_heatmap(table: dict, *, title: str | None = None) -> go.Figure:
     """The whole field on the dev documents (``field_summary.json``'s ``table``,
-    :func:`jacap_lib.results.field_dev.field_table`): one row per method whose dev rows are complete, one column per
+    :func:`jacap_lib.experiments.field.field_table`): one row per method whose dev rows are complete, one column per
     cell, the colour and the printed number its geometric-mean KL ratio to the reference (KVzip) on a log scale
     centred at 1 (blue: lower KL than the reference; red: higher). Best overall at the top; methods whose rows are not
     complete are named under the plot."""
@@ -219,7 +219,7 @@ def field_heatmap(table: dict, *, title: str | None = None) -> go.Figure:
 
 def field_needle_frame(needle: dict) -> pd.DataFrame:
     """Every method's needle accuracy (``field_summary.json``'s ``needle_table``,
-    :func:`jacap_lib.results.field_dev.field_needle`) as a table: one row per method (the uncompressed model first),
+    :func:`jacap_lib.experiments.field.field_needle`) as a table: one row per method (the uncompressed model first),
     one column per mode and c, each entry the percent of the prompts answered, pooled over the prompt lengths. A
     method without rows in a mode has an empty entry there."""
     modes = sorted(needle.get("modes", {}))

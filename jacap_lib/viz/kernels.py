@@ -3,7 +3,7 @@ each table function (``*_table``) a frame that fits the text column (:func:`~jac
 
 Inputs are plain data: :func:`jacap_lib.scoring.costs.step_costs`,
 :func:`~jacap_lib.scoring.costs.inverse_vs_solve` rows, and the committed benchmark JSON
-(:func:`jacap_lib.results.bench.load_bench`).
+(:func:`jacap_lib.experiments.bench.load_bench`).
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..scoring.costs import inverse_vs_solve_table, step_costs
-from ..results import bench
-from ..results.bench import METHOD_NAMES, end_to_end_rows
+from jacap_lib.experiments import bench
+from jacap_lib.experiments.bench import METHOD_NAMES, end_to_end_rows
 from .style import finish, wrapped
 
 #: top margin (px) that keeps a one-line title clear of plotly's mode bar (``finish`` raises it for longer titles)
@@ -173,14 +173,14 @@ def inverse_vs_solve_styled(rows):
 
 
 def scoring_table(data: dict, d: int):
-    """:func:`jacap_lib.results.bench.scoring_frame` (one row per scorer, one column per cache length N, "median
+    """:func:`jacap_lib.experiments.bench.scoring_frame` (one row per scorer, one column per cache length N, "median
     ms (multiple of the floor)") with its scorer names and entries free to wrap, so six cache lengths fit."""
     frame = bench.scoring_frame(data, d)
     return wrapped(frame, [frame.index.name, *frame.columns])
 
 
 def fixed_cost_table(data: dict):
-    """:func:`jacap_lib.results.bench.fixed_cost_frame` without the fit's residual, three significant digits,
+    """:func:`jacap_lib.experiments.bench.fixed_cost_frame` without the fit's residual, three significant digits,
     the method names free to wrap. A fixed cost of exactly 0 is the fit through the origin (the free line would
     have crossed below zero, and a call cannot cost less than nothing): it reads ``0 (line through origin)``, not
     as a measured cost."""
@@ -192,7 +192,7 @@ def fixed_cost_table(data: dict):
 
 
 def end_to_end_table(data: dict):
-    """:func:`jacap_lib.results.bench.end_to_end_frame`: seconds and ms per token with three significant digits,
+    """:func:`jacap_lib.experiments.bench.end_to_end_frame`: seconds and ms per token with three significant digits,
     the scoring shares in percent with one decimal; the headers wrap."""
     frame = bench.end_to_end_frame(data)
     shares = ["scoring share of prefill", "scoring share of total"]
@@ -203,7 +203,7 @@ def end_to_end_table(data: dict):
 
 
 def press_ratio_table(findings: dict, *, decode_note: str = ""):
-    """Jacap's press against CapPress per (prompt tokens, c) from :func:`jacap_lib.results.bench.end_to_end_findings`:
+    """Jacap's press against CapPress per (prompt tokens, c) from :func:`jacap_lib.experiments.bench.end_to_end_findings`:
     the ratio of their scoring times and of their decode times per token (two decimals); ``decode_note`` is added
     to the decode column's header (``"same kept tokens"``)."""
     decode = "decode" + (f" ({decode_note})" if decode_note else "")

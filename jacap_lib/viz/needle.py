@@ -8,8 +8,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..results.findings import short_spec, spec_name
-from ..results.precision import interval_text
+from jacap_lib.experiments.names import short_spec, spec_name
+from jacap_lib.verdicts.precision import interval_text
 from .evaluation import short_verdict
 from .style import METHOD_STYLES, finish, style_key, wrapped
 

@@ -1,7 +1,7 @@
 """The KL–retrieval plane: per budget cell, each method's chosen setting by how far it moves the model's predictions
 (KL ratio to a reference, log x) and how often it still finds a fact hidden in the prompt (needle accuracy, y).
 
-:func:`kl_retrieval_figure` draws the points of :func:`jacap_lib.results.plane.kl_retrieval_points`: one panel per
+:func:`kl_retrieval_figure` draws the points of :func:`jacap_lib.experiments.plane.kl_retrieval_points`: one panel per
 (prompt length, c), one colour and marker per method (:data:`jacap_lib.viz.style.METHOD_STYLES`), the settings named
 as the glossary names them ("the default", "Algorithm 1 tuned", "Algorithm 1 as published", the other methods by
 their registry names), a dotted line at x = 1 (the reference's KL) and a dashed line at the uncompressed model's
@@ -16,7 +16,7 @@ from typing import NamedTuple
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..results.findings import short_spec
+from jacap_lib.experiments.names import short_spec
 from .style import METHOD_STYLES, REFERENCE_COLOUR, finish, style_key
 
 __all__ = ["style_key", "kl_retrieval_figure", "LINE_COLOUR"]
@@ -55,7 +55,7 @@ def _order(points: list[dict]) -> list[str]:
     """The settings' legend order: Jacap's settings first (the named ones, then the other Jacap methods), then the
     baselines, each in the order of the points."""
     specs = list(dict.fromkeys(p["spec"] for p in points))
-    from ..results.findings import DEFAULT_NAME, PROMPT_NAME
+    from jacap_lib.experiments.names import DEFAULT_NAME, PROMPT_NAME
 
     rank = {DEFAULT_NAME["legend"]: 0, PROMPT_NAME["legend"]: 1, "Algorithm 1 tuned": 2, "Algorithm 1 as published": 3}
     name = {p["spec"]: p["name"] for p in points}
@@ -64,7 +64,7 @@ def _order(points: list[dict]) -> list[str]:
 
 def kl_retrieval_figure(points: list[dict], *, lengths=None, ratios=None, intervals: bool = False,
                         title: str | None = None) -> go.Figure:
-    """The KL–retrieval plane of ``points`` (:func:`~jacap_lib.results.plane.kl_retrieval_points`): one panel per
+    """The KL–retrieval plane of ``points`` (:func:`~jacap_lib.experiments.plane.kl_retrieval_points`): one panel per
     (prompt length, c) — rows = prompt lengths, columns = c; ``lengths`` / ``ratios`` keep only those — with
     x = the geometric-mean KL ratio to the points' reference (log axis shared by every panel) and y = the needle
     accuracy with the question asked after the compressed prompt (%). ``intervals``: draw each accuracy's 95 %

@@ -155,7 +155,7 @@ DECODING_LABELS = {"alg2": "Algorithm 2 (EMA)", "alg2_flat": "Algorithm 2 (flat 
 
 
 def decoding_comparison(summary: dict, *, title: str = "Compression during decoding, one cache budget") -> go.Figure:
-    """Three panels from :func:`jacap_lib.results.decoding_comparison.decoding_summary`: the next-token KL along
+    """Three panels from :func:`jacap_lib.experiments.decoding_comparison.decoding_summary`: the next-token KL along
     the generation (mean over generations, per step range), the per-generation KL after the first compression
     (one dot per generation; the bar is the geometric mean with its bootstrap interval), and where the kept tokens
     sit (fraction of the final cache per age bin; the bins past the oldest kept token of every method, empty for
@@ -198,7 +198,7 @@ def decoding_comparison(summary: dict, *, title: str = "Compression during decod
 
 
 def decoding_findings_text(findings: dict) -> str:
-    """:func:`jacap_lib.results.decoding_comparison.decoding_findings` as the serving chapter prints it
+    """:func:`jacap_lib.experiments.decoding_comparison.decoding_findings` as the serving chapter prints it
     (method names as :data:`DECODING_LABELS`)."""
     L = lambda m: DECODING_LABELS.get(m, m)  # noqa: E731
     lines = ["ranking by geometric-mean KL after the first compression: " + " < ".join(L(m) for m in findings["ranking"])]
@@ -215,14 +215,14 @@ DECODING_SHORT = {"alg2": "Alg. 2", "alg2_flat": "Alg. 2 flat", "jacap_prompt": 
 
 
 def decoding_summary_table(summary: dict):
-    """:func:`jacap_lib.results.decoding_comparison.decoding_summary` as a table (pandas ``DataFrame``), one row
+    """:func:`jacap_lib.experiments.decoding_comparison.decoding_summary` as a table (pandas ``DataFrame``), one row
     per method (:data:`DECODING_SHORT` names): the geometric-mean KL after the first compression with its
-    interval (digits from the interval: :func:`jacap_lib.results.precision.interval_text`), top-1 agreement, peak
+    interval (digits from the interval: :func:`jacap_lib.verdicts.precision.interval_text`), top-1 agreement, peak
     cache, scoring share of the run time, mean age of the kept tokens, milliseconds per step (short headers:
     ``top-1``, ``scoring``, ``mean age``)."""
     import pandas as pd
 
-    from ..results.precision import interval_text
+    from jacap_lib.verdicts.precision import interval_text
 
     return pd.DataFrame([{
         "method": DECODING_SHORT.get(m, m), "KL [95 % CI]": interval_text(s["gm_kl"], s["gm_low"], s["gm_high"]),
@@ -232,14 +232,14 @@ def decoding_summary_table(summary: dict):
 
 
 def decoding_verdict_table(verdicts: list, *, details: bool = False):
-    """:func:`jacap_lib.results.decoding_comparison.decoding_verdicts` as a table (pandas ``DataFrame``), one row
+    """:func:`jacap_lib.experiments.decoding_comparison.decoding_verdicts` as a table (pandas ``DataFrame``), one row
     per comparison (:data:`DECODING_SHORT` names): the geometric-mean KL ratio (first / second method; below 1 =
     the first is better) with the BCa interval its verdict comes from (adjusted for the comparisons judged
     together when the rows have it) and the verdict in short words. ``details=True``: the units won, the
     Holm-adjusted p, the unadjusted 95 % interval, what the comparison isolates."""
     import pandas as pd
 
-    from ..results.precision import interval_text
+    from jacap_lib.verdicts.precision import interval_text
     from .evaluation import short_verdict, verdict_interval
 
     S = lambda m: DECODING_SHORT.get(m, m)  # noqa: E731
@@ -260,9 +260,9 @@ def decoding_verdict_table(verdicts: list, *, details: bool = False):
 
 
 def decoding_verdict_sentences(verdicts: list) -> str:
-    """One sentence per comparison of :func:`~jacap_lib.results.decoding_comparison.decoding_verdicts`, every number
+    """One sentence per comparison of :func:`~jacap_lib.experiments.decoding_comparison.decoding_verdicts`, every number
     read from its row, each naming what the comparison isolates (the only cause a sentence may claim)."""
-    from ..results.precision import interval_text
+    from jacap_lib.verdicts.precision import interval_text
     from .evaluation import verdict_interval
 
     L = lambda m: DECODING_LABELS.get(m, m)  # noqa: E731

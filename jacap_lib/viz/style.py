@@ -55,7 +55,7 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
     "jacap_obs": ("#762a83", "star-triangle-up"),    # the capacity press linearised at the observed attention
     "jacap_ea": ("#993404", "star-square"),          # the capacity press linearised at Expected Attention's centre
     "jacap_prompt_adakv": ("#f781bf", "diamond"),           # Jacap's scores under kvpress AdaKV's head-adaptive budgets
-    # one-knob changes of the default (the critique's anatomy of the losing cells, jacap_lib.results.anatomy)
+    # one-knob changes of the default (the critique's anatomy of the losing cells, jacap_lib.experiments.anatomy)
     "jacap_prompt[tau=3,beta=0.9,n_sink=4,window=0]": ("#ff7f0e", "diamond"),  # no window: the same knob as jacap_prompt[window=0]
     "jacap_prompt[tau=3,beta=0.9,n_sink=0,window=0]": ("#8c510a", "diamond-open"),
     "jacap_prompt[tau=1,beta=0.9]": ("#f768a1", "triangle-up"),
@@ -154,9 +154,9 @@ def method_style(name: str) -> dict:
 
 def style_key(spec: str) -> str:
     """The :data:`METHOD_STYLES` key a setting is drawn with: the spec itself, or its short spec
-    (:func:`~jacap_lib.results.findings.short_spec`), when that has a colour of its own (Algorithm 1 tuned and as
+    (:func:`~jacap_lib.experiments.names.short_spec`), when that has a colour of its own (Algorithm 1 tuned and as
     published are two colours, SnapKV's window), else its method's (``capkv[tau=10]`` -> ``capkv``)."""
-    from ..results.findings import short_spec
+    from jacap_lib.experiments.names import short_spec
 
     if spec in METHOD_STYLES:
         return spec
@@ -491,12 +491,12 @@ def setting_colour(spec: str) -> str:
     """The colour of a setting: its short spec's when the book has one (Algorithm 1 tuned, as published), else its
     registry name's (``expected_attention[n_future_positions=32]`` -> Expected Attention's)."""
     from ..presses.registry import parse_method
-    from ..results.findings import short_spec
+    from jacap_lib.experiments.names import short_spec
 
     short = short_spec(spec)
     if short in METHOD_STYLES:
         return METHOD_STYLES[short][0]
-    from ..results.rowstats import is_prompt_default
+    from jacap_lib.verdicts.rows import is_prompt_default
 
     if is_prompt_default(spec):
         return METHOD_STYLES[parse_method(spec)[0]][0]
