@@ -119,7 +119,7 @@ def test_needle_summary_against_hand_values_and_holm():
     full = [1] * 10
     rows = _rows({("full", 0.0): full, (DEF, 0.5): A, (BASE, 0.5): B, (P.PAPER_PRESET, 0.5): A,
                   (DEF, 0.75): [1] * 7 + [0] * 3, (BASE, 0.75): [0] * 10, (P.PAPER_PRESET, 0.75): [1] * 10})
-    s = RS.needle_summary(rows, choices, settings=[DEF, BASE, P.PAPER_PRESET])
+    s = RS.needle_summary(rows, choices, settings=[DEF, BASE, P.PAPER_PRESET], paper_preset=P.PAPER_PRESET)
     assert s["cells_measured"] == ["128/0.5", "128/0.75"] and s["cells_missing"] == []
     cell = s["cells"][0]
     assert cell["n_prompts"] == 10 and cell["full"]["accuracy"] == 1.0
@@ -488,8 +488,8 @@ def test_modes_are_keyed_apart_and_old_rows_read_as_after(tmp_path, monkeypatch)
     assert N.row_key(legacy) == N.row_key(rows[0])
     assert N.execute(N.prepare(_parse(base + ["--mode", "inside"])), model=model, tokenizer=tok)["rows_written"] == 0
     # the protocol's summary reads one mode
-    s_after = RS.needle_summary(rows, choices, settings=[DEF, BASE, P.PAPER_PRESET])
-    s_in = RS.needle_summary(rows, choices, settings=[DEF, BASE, P.PAPER_PRESET], mode="inside")
+    s_after = RS.needle_summary(rows, choices, settings=[DEF, BASE, P.PAPER_PRESET], paper_preset=P.PAPER_PRESET)
+    s_in = RS.needle_summary(rows, choices, settings=[DEF, BASE, P.PAPER_PRESET], mode="inside", paper_preset=P.PAPER_PRESET)
     assert [a["correct"] for a in s_after["cells"][0]["settings"]] == [int(r["correct"]) for r in rows[1:4]]
     assert [a["correct"] for a in s_in["cells"][0]["settings"]] == [int(r["correct"]) for r in rows[6:9]]
 

@@ -235,10 +235,10 @@ def load_ladder_summary(path=None) -> dict:
     """``peers/ladder_summary.json``: per (length, ratio) cell of the tune documents, each step of the one-knob ladder
     from the default press to KVzip (:data:`jacap_lib.experiments.ladder.STEPS`) as its geometric-mean KL ratio to the step
     before with simultaneous intervals and verdicts, each step's share of the log gap, the pooled shares, the carrier
-    sentence, the check that the last step is kvpress KVzip, and the CPU cost. Table and figure:
+    steps and the gap (the sentence is :func:`jacap_lib.report.findings.ladder_sentence`'s), the check that the last step is kvpress KVzip, and the CPU cost. Table and figure:
     :func:`jacap_lib.viz.field.ladder_frame`, :func:`~jacap_lib.viz.field.ladder_figure`."""
     return files.read_json(path or data_path("results", "eval", "peers", "ladder_summary.json", must_exist=False),
-                           require=("cells", "m", "sentence", "cost"), hint="jacap evaluate kvzip-ladder-summary")
+                           require=("cells", "m", "carrier", "cost"), hint="jacap evaluate kvzip-ladder-summary")
 
 
 def load_field_summary(path=None) -> dict:
