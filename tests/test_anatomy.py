@@ -152,8 +152,8 @@ def test_swap_settings_change_one_knob_each():
 
     default = written_out("jacap_prompt[centre=tempered,tau=3,beta=0.9,window=32]")
     s = {x["key"]: x for x in A.swap_settings(default, "expected_attention")}
-    assert all(written_out(re.split(r"\+(?:observed|protect|oracle)", x["spec"])[0]) ==
-               re.split(r"\+(?:observed|protect|oracle)", x["spec"])[0] for x in s.values() if x["key"] != "baseline")
+    assert all(written_out(re.split(r"\+(?:window_attention|protect|oracle)", x["spec"])[0]) ==
+               re.split(r"\+(?:window_attention|protect|oracle)", x["spec"])[0] for x in s.values() if x["key"] != "baseline")
 
     def changed(key):  # what the swap changes, read off the presses the two specs build
         return {k: v[1] for k, v in changed_options(s[key]["spec"], default).items()}
@@ -285,31 +285,31 @@ def test_kept_positions_read_back_from_the_cache_are_the_presses_top_k(tiny_llam
     assert bool(mask[..., :2].all()) and bool(mask[..., -6:].all()) and prot.shape == (2, 2, 24)
 
 
-def test_observed_centre_is_the_models_own_attention_of_the_last_queries(tiny_llama):
-    """JacapObservedPress's centre equals the attention weights the model itself reports (eager attention) for the
+def test_window_attention_centre_is_the_models_own_attention_of_the_last_queries(tiny_llama):
+    """JacapWindowAttentionPress's centre equals the attention weights the model itself reports (eager attention) for the
     last obs_window queries, averaged over them and over each KV head's query heads."""
     import copy
 
     from jacap_lib.hf import decoder_layers_of
     from jacap_lib.measure.quality import capture_prefill
-    from jacap_lib.measure.instruments import JacapObservedPress
+    from jacap_lib.measure.instruments import JacapWindowAttentionPress
 
     torch.manual_seed(2)
     ids = torch.randint(0, 96, (1, 40))
     cap = capture_prefill(tiny_llama, ids)
-    press = JacapObservedPress(compression_ratio=0.5, obs_window=8, n_future_positions=64)
+    press = JacapWindowAttentionPress(compression_ratio=0.5, obs_window=8, n_future_positions=64)
     eager = copy.deepcopy(tiny_llama)
     eager.set_attn_implementation("eager")
     with torch.no_grad():
         att = eager(ids, output_attentions=True).attentions
         for layer, rec in enumerate(cap.layers):
             mod = decoder_layers_of(tiny_llama)[layer].self_attn
-            got = press.observed_alpha(mod, rec["kwargs"]["hidden_states"], rec["keys"], rec["kwargs"])
+            got = press.window_attention_alpha(mod, rec["kwargs"]["hidden_states"], rec["keys"], rec["kwargs"])
             want = att[layer][:, :, -8:, :].mean(2).view(1, 2, 2, 40).mean(2)
             assert torch.allclose(got[..., :32], want[..., :32], atol=1e-6)
             assert bool((got[..., 32:] == 0).all())  # the window's own keys: left out by kvpress, weight 0
     with pytest.raises(ValueError, match="gqa"):
-        JacapObservedPress(compression_ratio=0.5, gqa="mean")
+        JacapWindowAttentionPress(compression_ratio=0.5, gqa="mean")
 
 
 def test_the_committed_file_agrees_with_the_summary_and_its_configuration():
@@ -412,8 +412,8 @@ def test_swap_lines_report_the_paired_geometric_means_of_the_committed_file():
     flat = lines.index("statistics: flat instead of EMA (/ Algorithm 1 tuned):")
     flat_others = lines[flat:].index("  on the other kinds (/ Algorithm 1 tuned):") + flat
     assert lines[flat_others + 1].startswith(f"      {gm('flat_statistics', others):.2f} [")
-    centre = numbers("centre = observed attention of the last prompt queries (/ Algorithm 1 tuned):")
-    assert centre.startswith(f"    {gm('observed_centre', docs):.2f} [")
+    centre = numbers("centre = SnapKV's window attention of the last prompt queries (/ Algorithm 1 tuned):")
+    assert centre.startswith(f"    {gm('window_attention_centre', docs):.2f} [")
     assert numbers("temperature 10 (/ Algorithm 1 tuned):").startswith(f"    {gm('tau_10', docs):.2f} [")
 
 

@@ -1,6 +1,6 @@
 """The anatomy of the cells where Algorithm 1's tuned Jacap setting loses: ``jacap evaluate anatomy`` ->
 ``data/results/eval/anatomy.json``. This module is the job: its settings (:func:`swap_settings`, each built by its
-own press, ``+protect[...]``, ``+observed[...]`` and ``+oracle`` naming the wrappers), its documents
+own press, ``+protect[...]``, ``+window_attention[...]`` and ``+oracle`` naming the wrappers), its documents
 (:func:`pick_documents`), its options and the file. The statistics are :mod:`jacap_lib.verdicts.rows`', the
 model loop :mod:`jacap_lib.measure.anatomy`'s, the lines the book prints :mod:`jacap_lib.report.findings`'.
 
@@ -52,8 +52,8 @@ __all__ = ["swap_settings", "split_wrapper", "pick_documents", "add_arguments", 
 DEFAULT_LENGTH = 2048
 DEFAULT_RATIO = 0.5
 DEFAULT_PER_KIND = 6  # the committed file: 24 dev documents (3 per kind left each kind's interval too wide to read)
-OBS_WINDOW = 32  # the last prompt queries whose attention replaces Jacap's centre in the observed-centre swap
-# (JacapObservedPress's default obs_window; not Jacap's recent window, which is the setting's own: 16 by default)
+OBS_WINDOW = 32  # the last prompt queries whose attention replaces Jacap's centre in the window-attention swap
+# (JacapWindowAttentionPress's default obs_window; not Jacap's recent window, which is the setting's own: 16 by default)
 NO_LEVERAGE_NOISE = 1e6  # sigma^2 this large makes A = I + W / sigma^2 the identity to float32 precision
 
 
@@ -117,10 +117,10 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
         out.append({"key": "gqa_mean", "spec": with_options(default, gqa="mean"),
                     "changes": "statistics and scores per query head, averaged over the KV head's group (Expected "
                                "Attention's convention) instead of one pooled Gaussian per KV head", "protect": None})
-    out.append({"key": "observed_centre", "spec": f"{default}+observed[obs_window={OBS_WINDOW}]",
+    out.append({"key": "window_attention_centre", "spec": f"{default}+window_attention[obs_window={OBS_WINDOW}]",
                 "changes": f"the centre alpha replaced by the attention the last {OBS_WINDOW} prompt queries paid "
                            "(mean over them and the KV head's query heads); weight, leverage, protection Jacap's",
-                "protect": None, "observed": OBS_WINDOW})
+                "protect": None, "window_attention": OBS_WINDOW})
     out.append({"key": "oracle_statistics", "spec": f"{default}+oracle",
                 "changes": "the query statistics (mu, Lambda) of the queries that actually follow the prompt (its "
                            "continuation) instead of the prompt's recent queries; centre rule, weight, leverage, "
@@ -162,10 +162,10 @@ def swap_settings(default: str, baseline: str) -> list[dict]:
 
 
 def split_wrapper(spec: str) -> tuple[str, str]:
-    """``(registry spec, wrapper part)`` of a swap setting: ``"jacap_prompt[...]+observed[obs_window=32]"`` ->
-    ``("jacap_prompt[...]", "+observed[obs_window=32]")``; the wrapper part is ``""`` for a plain spec (a ``+`` inside a
+    """``(registry spec, wrapper part)`` of a swap setting: ``"jacap_prompt[...]+window_attention[obs_window=32]"`` ->
+    ``("jacap_prompt[...]", "+window_attention[obs_window=32]")``; the wrapper part is ``""`` for a plain spec (a ``+`` inside a
     value such as ``noise=1e+06`` is no wrapper)."""
-    base, *rest = re.split(r"(\+(?:observed|protect|oracle))", spec, maxsplit=1)
+    base, *rest = re.split(r"(\+(?:window_attention|protect|oracle))", spec, maxsplit=1)
     return base, "".join(rest)
 
 
@@ -175,11 +175,11 @@ def _press(setting: dict, ratio: float):
 
         name, opts = parse_method(setting["spec"].split("+oracle", 1)[0])
         return JacapGivenStatisticsPress(compression_ratio=ratio, **opts)
-    if setting.get("observed"):
-        from jacap_lib.measure.instruments import JacapObservedPress
+    if setting.get("window_attention"):
+        from jacap_lib.measure.instruments import JacapWindowAttentionPress
 
-        name, opts = P.parse_method(setting["spec"].split("+observed[", 1)[0])
-        return JacapObservedPress(compression_ratio=ratio, obs_window=int(setting["observed"]), **opts)
+        name, opts = P.parse_method(setting["spec"].split("+window_attention[", 1)[0])
+        return JacapWindowAttentionPress(compression_ratio=ratio, obs_window=int(setting["window_attention"]), **opts)
     if setting["protect"] is None:
         return press_from_spec(setting["spec"], ratio)
     from jacap_lib.measure.instruments import ProtectedPress
@@ -426,7 +426,7 @@ SWAP_NAMES = {
     "tau_10": "temperature τ = 10",
     "no_leverage": "no leverage (A = I)",
     "gqa_mean": "scores per query head, averaged",
-    "observed_centre": "centre: the observed attention",
+    "window_attention_centre": "centre: SnapKV's window attention",
     "oracle_statistics": "statistics of the queries that follow",
     "sensitivity_alpha": "sensitivity ᾱ instead of ρ²",
     "kappa_mean": "κ flattened to its mean",

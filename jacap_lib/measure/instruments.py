@@ -4,7 +4,7 @@ a spec cannot name a press inside another, nor hand statistics in).
 
 * :class:`ProtectedPress` -- any kvpress scorer under Jacap's protection rule (the swap that separates *score* from
   *protection*);
-* :class:`JacapObservedPress` -- Jacap with its centre replaced by the attention the last ``obs_window`` prompt
+* :class:`JacapWindowAttentionPress` -- Jacap with its centre replaced by the attention the last ``obs_window`` prompt
   queries paid, as kvpress SnapKV computes it (not JacapPromptPress's ``centre="observed"``, which averages the recent
   queries with :math:`\mu_Q`'s weights and keeps the window's own keys);
 * :class:`JacapGivenStatisticsPress` -- Jacap with the query statistics :math:`(\mu_Q, \Lambda_Q)` handed in (the
@@ -24,7 +24,7 @@ from .. import _checks
 from ..presses import utils
 from ..presses.jacap import JacapPromptPress, TemperedCentrePress
 
-__all__ = ["ProtectedPress", "JacapObservedPress", "JacapGivenStatisticsPress"]
+__all__ = ["ProtectedPress", "JacapWindowAttentionPress", "JacapGivenStatisticsPress"]
 
 
 @dataclass
@@ -85,15 +85,15 @@ class ProtectedPress(ScorerPress):
 
 
 @dataclass
-class JacapObservedPress(TemperedCentrePress):
-    r"""Jacap's score with :math:`\bar\alpha` = the observed attention of the last ``obs_window`` prompt queries
+class JacapWindowAttentionPress(TemperedCentrePress):
+    r"""Jacap's score with :math:`\bar\alpha` = SnapKV's window attention of the last ``obs_window`` prompt queries
     (``gqa="pool"`` only).
 
     :class:`~jacap_lib.presses.jacap.JacapPromptPress` (``centre="tempered"``, the field it records) except for one
     quantity: the centre :math:`\bar\alpha_i = \mathrm{softmax}_i(k_i^\top\mu_Q/(\tau\sqrt d))` becomes the
     attention of the last ``obs_window`` prompt queries to token ``i`` (kvpress's
     ``SnapKVPress.compute_window_attention``: true RoPE positions, causal), averaged over those queries and over the
-    query heads of the KV head (:meth:`observed_alpha`). The weight
+    query heads of the KV head (:meth:`window_attention_alpha`). The weight
     :math:`w_i = [\bar\alpha_i(1-\bar\alpha_i)]^2 k_i^\top\Lambda_Q k_i / d`, the leverage and the protection are
     Jacap's (:meth:`~jacap_lib.presses.jacap.JacapPromptPress.components` with that centre given; ``tau`` is unused).
     kvpress's window attention leaves out the window's own keys: they get :math:`\bar\alpha = 0` (weight 0); with
@@ -112,10 +112,10 @@ class JacapObservedPress(TemperedCentrePress):
         super().__post_init__()
         _checks.int_at_least("obs_window", self.obs_window, 1)
         if self.gqa != "pool":
-            raise ValueError("JacapObservedPress supports gqa='pool' only (its centre is pooled over the KV head's "
+            raise ValueError("JacapWindowAttentionPress supports gqa='pool' only (its centre is pooled over the KV head's "
                              "query heads)")
 
-    def observed_alpha(self, module, hidden_states, keys, kwargs) -> torch.Tensor:
+    def window_attention_alpha(self, module, hidden_states, keys, kwargs) -> torch.Tensor:
         """``(B, H_kv, N)``: the last ``obs_window`` queries' attention to each key, averaged over those queries and
         the KV head's query heads (0 for the window's own keys)."""
         w = min(self.obs_window, keys.shape[-2] - 1)
@@ -126,8 +126,8 @@ class JacapObservedPress(TemperedCentrePress):
         return torch.nn.functional.pad(alpha, (0, keys.shape[-2] - n))
 
     def centre_attention(self, module, hidden_states, keys, kwargs) -> torch.Tensor:
-        """The centre :meth:`~jacap_lib.presses.jacap.JacapPromptPress.components` is given: :meth:`observed_alpha`."""
-        return self.observed_alpha(module, hidden_states, keys, kwargs)
+        """The centre :meth:`~jacap_lib.presses.jacap.JacapPromptPress.components` is given: :meth:`window_attention_alpha`."""
+        return self.window_attention_alpha(module, hidden_states, keys, kwargs)
 
 
 @dataclass

@@ -16,8 +16,8 @@
   ``name[key=value,...]`` (:func:`~.registry.press_from_spec`) and :func:`~.registry.changed_options` (what two
   specs' presses differ in);
 * presses that are not registry methods, the one-knob swaps of the critique's anatomy:
-  :class:`~.protected.ProtectedPress` (any kvpress scorer under Jacap's sinks + window protection),
-  :class:`~.jacap_observed.JacapObservedPress` (Jacap's centre replaced by the observed attention of the last
-  prompt queries) and :class:`~.jacap_given_stats.JacapGivenStatisticsPress` (the query statistics handed in,
+  :class:`~jacap_lib.measure.instruments.ProtectedPress` (any kvpress scorer under Jacap's sinks + window protection),
+  :class:`~jacap_lib.measure.instruments.JacapWindowAttentionPress` (Jacap's centre replaced by SnapKV's window attention of the last
+  prompt queries) and :class:`~jacap_lib.measure.instruments.JacapGivenStatisticsPress` (the query statistics handed in,
   e.g. the oracle moments of the queries after the prompt).
 """

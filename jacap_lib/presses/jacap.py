@@ -320,10 +320,10 @@ class JacapPromptPress(ScorerPress):
 @dataclass
 class TemperedCentrePress(JacapPromptPress):
     """Base of the variants built on Algorithm 1's tempered centre (two-stage, rank-one, multi-centre, hybrid; the
-    anatomy's observed-window instrument, :class:`jacap_lib.measure.instruments.JacapObservedPress`, replaces it):
+    anatomy's window-attention instrument, :class:`jacap_lib.measure.instruments.JacapWindowAttentionPress`, replaces it):
     ``centre="tempered"`` is their default and their only centre, since JacapPromptPress's observed centre (its default)
     would bypass what they change. Under padding they protect real tokens (the one rule, :meth:`protected`) but,
-    except the observed-window instrument, score every slot, pads included."""
+    except the window-attention instrument, score every slot, pads included."""
 
     centre: str = "tempered"
     centres: ClassVar[tuple] = ("tempered",)

@@ -43,7 +43,7 @@ def _label(spec: str) -> str:
     return short_spec(base) + wrapper
 
 def _row_name(key: str) -> str:
-    """A swap setting's row in a figure: its key as words (``observed_centre`` -> ``observed centre``); the spec
+    """A swap setting's row in a figure: its key as words (``window_attention_centre`` -> ``window attention centre``); the spec
     behind it is printed by :func:`swap_setting_lines`."""
     return key.replace("_", " ")
 

@@ -63,7 +63,7 @@ METHOD_STYLES: dict[str, tuple[str, str]] = {
     "jacap_prompt[tau=3,beta=0.9,noise=1e+06]": ("#fdae61", "square"),
     "jacap_prompt[tau=3,beta=0.9,gqa=mean]": ("#ce1256", "cross"),
     "jacap_prompt[tau=3,beta=none]": ("#fc8d59", "star-open"),
-    "jacap_prompt[tau=3,beta=0.9]+observed[obs_window=32]": ("#54278f", "pentagon"),  # centre = observed attention
+    "jacap_prompt[tau=3,beta=0.9]+window_attention[obs_window=32]": ("#54278f", "pentagon"),  # centre = SnapKV's window attention
     "expected_attention+protect[n_sink=4,window=32]": ("#08519c", "hexagon-open"),  # its score, Jacap's protection
     "alg2": ("#e6ab02", "hexagram"),                 # Algorithm 2: the decode-time Jacap controller
     "alg2_flat": ("#a6761d", "hexagram-open"),       # Algorithm 2 with flat (cumulative) query statistics
