@@ -23,6 +23,7 @@ from pathlib import Path
 
 from jacap_lib.results import files
 from jacap_lib.experiments import job as J
+from jacap_lib.experiments.protocol import runs
 from jacap_lib.experiments.protocol import rules as P
 
 __all__ = ["shared_ratio", "COMPARABLE", "JACAP_FAMILY_PREFIX", "choice_files", "tune_cpu_seconds", "freeze", "score_table", "CANDIDATES"]
@@ -170,9 +171,8 @@ def _add(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args):
-    from jacap_lib.results.paths import data_path
 
-    eval_dir = Path(args.dir or data_path("results", "eval", must_exist=False))
+    eval_dir = runs.eval_dir(args.dir, quick=False)
     paths = choice_files(eval_dir)
     J.check(bool(paths), f"--dir {eval_dir}: no choices.json there; run `jacap evaluate tune` first")
     choices = {s: files.read_json(p, require=("config", "fingerprint", "chosen", "choices")) for s, p in paths.items()}

@@ -36,7 +36,7 @@ from .. import _checks, config
 from ..config import DEFAULTS
 from ..scoring import JacapScores
 from ..scoring.core import validated_scores
-from ..selection import budget_split, n_kept
+from ..selection import n_kept
 from ..stats import ema_weights, moment_stats
 from . import utils
 
@@ -50,7 +50,7 @@ _SHARED = ("tau", "noise", "deff_frac", "n_sink", "window", "n_queries", "beta",
 
 
 @dataclass
-class JacapPromptPress(ScorerPress):
+class JacapPromptPress(utils.BudgetSplit, ScorerPress):
     r"""Jacap KV-cache eviction (Yang et al., arXiv 2609.08131) for kvpress.
 
     Parameters
@@ -261,13 +261,6 @@ class JacapPromptPress(ScorerPress):
             self._warn_once(f"JacapPromptPress: {note}")
         return mask
 
-    def budget_split(self, n_tokens: int) -> dict:
-        """How the ``n_kept`` slots of a prefill of ``n_tokens`` prompt tokens are filled, as :meth:`protected`
-        fills them: ``{"kept", "sinks", "window", "scored"}`` (``kept = sinks + window + scored``); ``scored``
-        is how many kept tokens Algorithm 1's score chose. The window is the one actually protected (shrunk
-        when the budget cannot hold ``n_sink + window``)."""
-        _checks.int_at_least("n_tokens", n_tokens, 1)
-        return budget_split(n_tokens, self.compression_ratio, self.n_sink, self.window)
 
     def _warn_once(self, message: str) -> None:
         if not self._window_warned:

@@ -63,7 +63,7 @@ BUDGETS = ("global", "layer", "head")
 
 
 @dataclass
-class JacapPress(KVzipPress):
+class JacapPress(utils.BudgetSplit, KVzipPress):
     r"""Jacap KV-cache eviction (Yang et al., arXiv 2609.08131) with KVzip's reconstruction pass as the query prior;
     the library's default (see the module: the tune rule's choice, its cost, and the one-prefill press).
 
@@ -262,17 +262,6 @@ class JacapPress(KVzipPress):
         return parts.score
 
     # ---- the masks --------------------------------------------------------------------------------------------
-    def budget_split(self, n_tokens: int) -> dict:
-        """How the kept entries of a prompt of ``n_tokens`` tokens are filled, per KV head on average:
-        ``{"kept", "sinks", "window", "scored"}`` (``kept = sinks + window + scored``, by
-        :func:`jacap_lib.selection.fit_protection`); ``scored`` is how many kept tokens the score chose. Every budget
-        keeps ``n_kept(n_tokens, compression_ratio)`` tokens per head on average (KVzip masks ``int(c * entries)`` of
-        all entries, globally or per layer). Where that is at most the protected tokens (``scored == 0``), a global or
-        per-layer budget keeps a tie-broken part of the protected entries (every protected entry has the same score,
-        the sinks above them), and the score chooses nothing there:
-        :func:`jacap_lib.experiments.protection.protection_fills_budget`."""
-        _checks.int_at_least("n_tokens", n_tokens, 1)
-        return budget_split(n_tokens, self.compression_ratio, self.n_sink, self.window)
 
     def protected(self, n: int, device=None) -> torch.Tensor:
         """Boolean ``(N,)``: KVzip's ``n_sink`` sinks and the last ``window`` prompt tokens. With ``budget="head"``

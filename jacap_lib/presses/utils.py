@@ -22,7 +22,8 @@ from torch import nn
 from transformers.models.llama.modeling_llama import repeat_kv
 
 from ..hf import apply_rope, averaged_rope, num_kv_groups, out_proj_factors
-from ..selection import n_kept, protect_within, protected_mask
+from .. import _checks
+from ..selection import budget_split, n_kept, protect_within, protected_mask
 from ..stats import ema_weights
 
 __all__ = ["hook_positions", "future_query_states", "observed_attention", "protected_slots", "protection", "real_tokens",
@@ -324,3 +325,18 @@ def observed_attention(module: nn.Module, hidden_states: torch.Tensor, keys: tor
     if pooled:
         out = out.view(b, h_kv, g, n).mean(2)
     return out
+
+
+class BudgetSplit:
+    """The one ``budget_split`` of every press that protects sinks and a recent window (a mixin: the press has
+    ``compression_ratio``, ``n_sink`` and ``window``)."""
+
+    def budget_split(self, n_tokens: int) -> dict:
+        """How the kept entries of a prompt of ``n_tokens`` tokens are filled, per KV head on average:
+        ``{"kept", "sinks", "window", "scored"}`` (``kept = sinks + window + scored``, by
+        :func:`jacap_lib.selection.budget_split`, the rule the press's protection follows); ``scored`` is how many
+        kept tokens the score chose. The window is the one actually protected (shrunk when the budget cannot hold
+        ``n_sink + window``); where ``scored == 0`` the protection fills the budget and the score chooses nothing
+        (:func:`jacap_lib.experiments.protection.protection_fills_budget`)."""
+        _checks.int_at_least("n_tokens", n_tokens, 1)
+        return budget_split(n_tokens, self.compression_ratio, self.n_sink, self.window)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from jacap_lib.results import files
 from jacap_lib.experiments import job as J
+from jacap_lib.experiments.protocol import runs
 
 __all__ = ["CONFIDENCE", "ALPHA", "NEEDLE", "SENTENCES", "parse_cell", "planned_comparisons", "make_plan", "best_per_cell",
            "CONFIRM_PLAN"]
@@ -193,7 +194,7 @@ def _add(parser: argparse.ArgumentParser) -> None:
 def _run(args):
     from jacap_lib.results.paths import data_path
 
-    eval_dir = Path(args.dir or data_path("results", "eval", must_exist=False))
+    eval_dir = runs.eval_dir(args.dir, quick=False)
     out = eval_dir / "confirm" / "plan.json"
     J.check(not out.exists(), f"{out} exists: a plan is written once (a changed plan needs fresh documents)")
     cand = files.read_json(eval_dir / "candidates.json", require=("methods", "frozen"))

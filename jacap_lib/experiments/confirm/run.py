@@ -32,6 +32,7 @@ from pathlib import Path
 
 from jacap_lib.results import files
 from jacap_lib.experiments import job as J
+from jacap_lib.experiments.protocol import runs
 
 __all__ = ["PARTS", "uncommitted", "load_plan", "plan_cells", "run_kl", "run_needle", "CONFIRM"]
 
@@ -188,8 +189,6 @@ def _add(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args):
-    from jacap_lib.results.paths import data_path
-
     if args.part is None:
         raise ValueError("--part: give kl (the KL rows) or needle (with --mode after or inside)")
     if args.workers < 1:
@@ -198,7 +197,7 @@ def _check(args):
         raise ValueError("--part needle needs --mode after or --mode inside")
     if args.part == "kl" and args.mode is not None:
         raise ValueError("--mode: give it with --part needle only")
-    eval_dir = Path(args.dir or data_path("results", "eval", must_exist=False))
+    eval_dir = runs.eval_dir(args.dir, quick=False)
     plan, sha = load_plan(eval_dir)
     if args.part == "needle" and args.mode not in plan["needle"]["modes"]:
         raise ValueError(f"--mode must be one of the plan's needle modes {plan['needle']['modes']}, got {args.mode!r}")

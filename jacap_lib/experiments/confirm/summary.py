@@ -31,6 +31,7 @@ import numpy as np
 
 from jacap_lib.results import files
 from jacap_lib.experiments import job as J
+from jacap_lib.experiments.protocol import runs
 
 __all__ = ["summarize_kl", "summarize_needle", "summarize", "to_reference", "REFERENCE", "CONFIRM_SUMMARY"]
 
@@ -204,10 +205,9 @@ def _add(parser: argparse.ArgumentParser) -> None:
 
 def _run(args):
     from jacap_lib.experiments.confirm.run import load_plan
-    from jacap_lib.results.paths import data_path
     from jacap_lib.results.texts import load_corpus_manifest
 
-    eval_dir = Path(args.dir or data_path("results", "eval", must_exist=False))
+    eval_dir = runs.eval_dir(args.dir, quick=False)
     plan, sha = J.prepared(load_plan, eval_dir)
     kl_rows = files.read_jsonl(eval_dir / "confirm" / "kl.jsonl")
     needle_rows = files.read_jsonl(eval_dir / "confirm" / "needle.jsonl")
