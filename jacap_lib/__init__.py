@@ -67,6 +67,8 @@ _EXPORTS = {
     "list_methods": "jacap_lib.presses.registry",
     "build_press": "jacap_lib.presses.registry",
     "press_from_spec": "jacap_lib.presses.registry",
+    "PRESETS": "jacap_lib.presses.presets",
+    "preset": "jacap_lib.presses.presets",
     "inspect_eviction": "jacap_lib.measure.eviction",
     "describe_model": "jacap_lib.models",
     "describe_method": "jacap_lib.presses.registry",

@@ -10,17 +10,15 @@ entry points); what they hand on to each other is already valid and is not check
 =====================  ===========  =====================================================================
 parameter              default      meaning
 =====================  ===========  =====================================================================
-``tau``                3.0          temperature of the centre softmax :math:`\bar\alpha` (chosen on tune text;
-                                    the paper's ablation favours 10: ``protocol.PAPER_PRESET``)
+``tau``                3.0          temperature of the centre softmax :math:`\bar\alpha` (unused by the observed centre)
 ``noise``              1.0          channel noise :math:`\sigma^2` (> 0), or ``"deff"`` (effective-dimension rule)
 ``deff_frac``          0.25         with ``noise="deff"``: target :math:`\sum_i r_i` as a fraction of
-                                    ``min(tokens kept, head dim)``, in (0, 1] (the value the protocol measured)
+                                    ``min(tokens kept, head dim)``, in (0, 1]
 ``n_sink``             4            first positions always kept (attention sinks)
-``window``             16           last positions always kept (recent window; the tune choice with the press's
-                                    observed centre, see below)
+``window``             16           last positions always kept (recent window)
 ``n_queries``          None         prompt statistics from the last ``n_queries`` queries (``None`` = all)
-``beta``               0.9          prompt statistics: a float in [0, 1) = EMA over the prompt positions (chosen
-                                    on tune text), ``None`` = flat mean/variance (the paper's)
+``beta``               0.9          prompt statistics: a float in [0, 1) = EMA over the prompt positions,
+                                    ``None`` = flat mean/variance (the paper's)
 ``decode_beta``        0.9          EMA factor of the decode-time statistics (Algorithm 2), in [0, 1), or
                                     ``None`` = flat (cumulative) mean/variance of every query seen
 ``gqa``                ``"pool"``   a KV head shared by G query heads: ``"pool"`` (one Gaussian) or ``"mean"``
@@ -28,26 +26,9 @@ parameter              default      meaning
 ``backend``            ``"auto"``   scoring backend: ``"auto"``, ``"torch"`` or ``"triton"``
 =====================  ===========  =====================================================================
 
-Why ``tau = 3`` and ``beta = 0.9``: the evaluation protocol (:mod:`jacap_lib.experiments.protocol.rules`) gives every
-method the same few settings and picks one per method on the *tune* documents of the evaluation corpus by one
-rule (smallest mean log KL over every prompt length and compression ratio). Among Jacap's settings (the paper's
-``tau = 10`` with flat statistics, the effective-dimension noise rule, ``tau = 3`` with EMA statistics) it chose
-``tau = 3, beta = 0.9`` (``data/results/eval/choices.json``); the dev documents judge that choice against the
-paper's settings, which stay one named preset away (``jacap_prompt[centre=tempered,tau=10,noise=1,beta=none]``).
-
-Why ``window = 16``: the press's default centre is the attention the recent queries observed
-(:class:`~jacap_lib.presses.jacap.JacapPromptPress` ``centre="observed"``); the protocol's capacity press with that centre
-(``jacap_obs``) was tuned over its recent window (8, 16, 32) and other knobs, chose 16 on the tune documents, and beat
-the tempered centre at ``tau = 3, beta = 0.9`` (window 32) in every cell of the dev documents, so both
-became the defaults (against the tempered centre's later choice, a 128-token window: better in 8 of 12 cells, worse in
-none). The protocol's tempered-centre settings (``tau``, ``beta`` above) were measured with a window of 32 and are
-pinned to it (``protocol.PINS``). The decode-time controller shares the window (Algorithm 2 keeps the same recent
-tokens) and keeps the tempered centre.
-
-Why ``deff_frac = 0.25``: it is the only fraction the protocol measured (the search space's
-``jacap_prompt[noise=deff,deff_frac=0.25]``, also the choice of an earlier sweep over 0.1/0.25/0.5 on tune text), so
-``noise="deff"`` alone means the measured rule. The rule itself lost the tune to ``tau = 3, beta = 0.9``, so the
-default noise stays the fixed ``sigma^2 = 1``.
+Where the values come from: the defaults are JacapPromptPress's own; the settings the evaluation tuned or the paper
+published are named rows of one table, :data:`jacap_lib.presses.presets.PRESETS`, each with its source (these
+defaults are its row ``jacap_prompt_default``, the paper's settings its row ``algorithm1_as_published``).
 """
 from __future__ import annotations
 
@@ -133,5 +114,5 @@ class JacapConfig:
 
 DEFAULTS = JacapConfig()
 #: The paper's exact settings (Algorithm 1 as published: tau = 10 from its ablation, sigma^2 = 1, flat prompt
-#: statistics); the defaults above are the evaluation's tune choice. As a method spec: ``protocol.PAPER_PRESET``.
+#: statistics). As a press: the preset ``algorithm1_as_published`` (:data:`jacap_lib.presses.presets.PRESETS`).
 PAPER = JacapConfig(tau=10.0, noise=1.0, beta=None)

@@ -12,7 +12,7 @@ meaning cannot move with the defaults. This rewrites, once, in ``data/results/ev
 * ``spec_migration.json``: the map, the fingerprints old -> new, the reason.
 
 It ran once, on 2026-12-04, while ``JacapPress``'s defaults were still
-``protocol.CONTEXT_AS_FIRST_TUNED`` (window 0). Its defaults have since become the tune choice (window 64), so
+``protocol.CONTEXT_AS_FIRST_TUNED`` (window 0; now the preset ``context_as_first_tuned``). Its defaults have since become the tune choice (window 64), so
 ``written_out`` of an old short spec now differs from the setting it named, and a rerun stops at its check
 (the migrated files need no rerun: their specs are written out and mean the same under any defaults).
 

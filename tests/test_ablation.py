@@ -273,7 +273,7 @@ def test_every_ablation_changes_one_thing():
     for label, (spec, what) in ONE_KNOB.items():
         assert what and isinstance(what, str)
         # as measured: on Algorithm 1 as tuned then (the tempered centre, a window of 32), written out in full
-        changed = changed_options(A.measured_spec(spec), A.measured_spec(base_spec(label)))
+        changed = changed_options(A.knob_spec(spec), A.knob_spec(base_spec(label)))
         assert set(changed) == EXPECTED_CHANGE[label], (label, changed)
     assert changed_options("jacap_ablate") == {}
     assert changed_options("jacap_ablate[budget=layer]")["wrapper"][1] == {"class": "AdaKVPress",

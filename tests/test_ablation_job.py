@@ -33,7 +33,7 @@ KNOBS = {"u = W_O v": ("jacap_prompt_wo[window=4]", "u = W_O v"), "flat": ("jaca
 
 @pytest.fixture
 def knobs(monkeypatch):
-    monkeypatch.setattr(A, "knob_table", lambda: ({k: (s, d, A.measured_spec("jacap_prompt[window=4]"))
+    monkeypatch.setattr(A, "knob_table", lambda: ({k: (s, d, A.knob_spec("jacap_prompt[window=4]"))
                                                    for k, (s, d) in KNOBS.items()}, "dev"))
     monkeypatch.setattr(A, "DEFAULT_SPEC", "jacap_prompt[window=4]")
 
@@ -51,10 +51,10 @@ def test_knob_table_is_one_knob_with_each_base():
 
     table, source = A.knob_table()
     assert source == "jacap_lib.presses.jacap_ablation.ONE_KNOB" and list(table) == list(ONE_KNOB)
-    assert table == {k: (A.measured_spec(s), d, A.measured_spec(base_spec(k))) for k, (s, d) in ONE_KNOB.items()}
-    assert table["prior=3-centres"][2] == A.measured_spec("jacap_prompt[beta=none]") and A.DEFAULT_SPEC == "jacap_prompt"
+    assert table == {k: (A.knob_spec(s), d, A.knob_spec(base_spec(k))) for k, (s, d) in ONE_KNOB.items()}
+    assert table["prior=3-centres"][2] == A.knob_spec("jacap_prompt[beta=none]") and A.DEFAULT_SPEC == "jacap_prompt"
     # each spec written out in full on Algorithm 1 as tuned then, whatever today's defaults are
-    default = press_from_spec(A.measured_spec(A.DEFAULT_SPEC), 0.5)
+    default = press_from_spec(A.knob_spec(A.DEFAULT_SPEC), 0.5)
     assert (default.centre, default.tau, default.beta, default.window) == ("tempered", 3, 0.9, 32)
     assert press_from_spec(table["prior=3-centres"][0], 0.5).beta is None  # the multi-centre prior's own flat stats
 
@@ -66,7 +66,7 @@ def test_job_rows_pair_with_the_default_and_resume(tiny, corpus, tmp_path, monke
     rows = io.read_jsonl(out / A.FILE)
     assert res["rows_written"] == len(rows) == 3 * 1 * 2 * 3  # tune docs x lengths x ratios x (default + 2)
     assert {r["doc"] for r in rows} == {"kind/d0", "kind/d1", "kind/d3"} and {r["split"] for r in rows} == {"tune"}
-    default = A.measured_spec("jacap_prompt[window=4]")
+    default = A.knob_spec("jacap_prompt[window=4]")
     assert {r["method"] for r in rows} == {default, "jacap_prompt_wo[window=4]", "jacap_prompt[window=4,beta=none]"}
     assert all(len(r["attn_rel_error_per_layer"]) == 2 and r["kl"] >= 0 for r in rows)
     cfg = io.read_runs(out / A.FILE)[0]

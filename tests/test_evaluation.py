@@ -776,7 +776,7 @@ def test_curs_two_token_window_is_a_bound_because_one_token_scores_every_key_ali
 
 
 def test_context_space_is_written_out_and_its_migration_renamed_rows_not_measurements():
-    """The context space's settings are CONTEXT_AS_FIRST_TUNED with the named changes, written out in full; the
+    """The context space's settings are the preset context_as_first_tuned with the named changes, written out in full; the
     one-off migration renamed the short specs of the first rounds: each old name's written-out form is its map
     entry, every committed row and run names a written-out setting, each run's recorded options are those the new
     name builds, and each run's fingerprint is the one its renamed configuration hashes to; the folder resumes."""
@@ -794,7 +794,7 @@ def test_context_space_is_written_out_and_its_migration_renamed_rows_not_measure
     migration = json.loads((folder / "spec_migration.json").read_text())
     assert migration["eval"]["jacap[window=16]"] == P._context(window=16)
     for old, new in migration["eval"].items():
-        # an old short name meant the defaults of its day (CONTEXT_AS_FIRST_TUNED), not today's (window 64)
+        # an old short name meant the defaults of its day (the preset context_as_first_tuned), not today's (window 64)
         assert written_out(new) == new == P._context(**parse_method(old)[1])
         assert new in specs or new in P.CONTEXT_REPLACED
     rows = FI.read_jsonl(folder / "tune.jsonl")

@@ -16,6 +16,7 @@ import torch
 
 from jacap_lib.presses import registry as R
 from jacap_lib.presses.jacap_context import JacapPress
+from jacap_lib.presses.presets import PRESETS
 
 pytestmark = pytest.mark.model
 
@@ -252,13 +253,12 @@ def test_defaults_are_the_tune_choice():
     """JacapPress()'s defaults build the setting the protocol's rule chose on the tune documents (the context
     space's choices.json), option by option, and differ from the options its first grid was tuned with."""
     from jacap_lib.results import loaders
-    from jacap_lib.experiments.protocol import rules as protocol
 
     chosen = loaders.load_eval_choices(space="context")["chosen"]["jacap"]
     built = R.method_options(R.press_from_spec(chosen, 0.5))
     default = R.method_options(JacapPress(0.5))
     assert built == default
-    assert default["window"] == 64 != protocol.CONTEXT_AS_FIRST_TUNED["window"]
+    assert default["window"] == 64 != PRESETS["context_as_first_tuned"].options["window"]
 
 
 @pytest.mark.parametrize("ratio", [0.5, 0.9])

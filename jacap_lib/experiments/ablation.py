@@ -16,10 +16,9 @@
 
 The measurement is the evaluation's (:func:`~jacap_lib.experiments.protocol.measure_group`: one captured prefill
 per (document, length), every (spec, c) replayed on it, a teacher-forced continuation). Every ablation changes one
-knob of Algorithm 1 as tuned when the ablations ran (:data:`TUNED_THEN`: the tempered centre, tau 3, beta 0.9, a
-32-token window; the library's defaults moved to the observed centre with a 16-token window afterwards, the ablation
-``centre=observed`` led to it): the job writes each spec out in full on that press (:func:`measured_spec`), so the
-rows say what they measured whatever the defaults become. A rerun skips the rows already there and refuses when a
+knob of Algorithm 1 as tuned when the ablations ran (the preset ``algorithm1_as_ablated``, :data:`BASE_PRESET`: the
+tempered centre, tau 3, beta 0.9, a 32-token window): the job writes each spec out in full on that preset
+(:func:`knob_spec`), so the rows say what they measured whatever the class defaults are. A rerun skips the rows already there and refuses when a
 spec now builds another press than the rows were made with (``check_settings_unchanged``).
 """
 from __future__ import annotations
@@ -34,22 +33,23 @@ from jacap_lib.results import files
 from jacap_lib.experiments import job as J
 from jacap_lib.verdicts import rows as RS
 
-__all__ = ["DEFAULT_SPEC", "TUNED_THEN", "measured_spec", "LENGTHS", "RATIOS", "GRID_CHOICE", "ALPHA", "FILE", "SUMMARY_FILE",
+__all__ = ["DEFAULT_SPEC", "BASE_PRESET", "knob_spec", "LENGTHS", "RATIOS", "GRID_CHOICE", "ALPHA", "FILE", "SUMMARY_FILE",
            "knob_table", "prepare", "execute", "summarize_ablation", "simultaneous_resamples",
            "ABLATE", "ABLATE_SUMMARY"]
 
-#: Algorithm 1 as tuned when the ablations ran (the library's defaults then): what each ONE_KNOB spec changes one knob
-#: of, written into every spec that does not set it itself (nor its registry name, e.g. jacap_obs's centre)
-TUNED_THEN = {"centre": "tempered", "tau": 3, "beta": 0.9, "window": 32}
+#: the preset every one-knob ablation changes one option of (:data:`jacap_lib.presses.presets.PRESETS`)
+BASE_PRESET = "algorithm1_as_ablated"
 
 
-def measured_spec(spec: str) -> str:
-    """``spec`` as the ablations measured it: :data:`TUNED_THEN`'s options where neither the spec, nor its registry
-    name, nor its press class (a field default of its own: the multi-centre prior's flat statistics) sets them, then
-    every option written out (:func:`~jacap_lib.presses.registry.written_out`)."""
+def knob_spec(spec: str) -> str:
+    """``spec`` as the ablations measured it: the options of the preset :data:`BASE_PRESET` where neither the spec,
+    nor its registry name (an alias such as ``jacap_obs`` sets the centre), nor its press class (a field default of
+    its own: the multi-centre prior's flat statistics) sets them, every option then written out
+    (:func:`~jacap_lib.presses.registry.written_out`)."""
     import dataclasses
 
     from jacap_lib.presses.jacap import JacapPromptPress
+    from jacap_lib.presses.presets import PRESETS
     from jacap_lib.presses.registry import METHODS, parse_method, with_options, written_out
 
     name, opts = parse_method(spec)
@@ -57,11 +57,12 @@ def measured_spec(spec: str) -> str:
     inherited = {f.name: f.default for f in dataclasses.fields(JacapPromptPress)}
     own = ({f.name for f in dataclasses.fields(press) if f.default != inherited.get(f.name, f.default)}
            if isinstance(press, type) else set())
-    then = {k: v for k, v in TUNED_THEN.items() if k not in opts and k not in METHODS[name].options and k not in own}
-    return written_out(with_options(spec, **then) if then else spec)
+    base = {k: v for k, v in PRESETS[BASE_PRESET].options.items()
+            if k not in opts and k not in METHODS[name].options and k not in own}
+    return written_out(with_options(spec, **base) if base else spec)
 
 
-DEFAULT_SPEC = "jacap_prompt"  # Algorithm 1 as tuned then (TUNED_THEN): every ablation changes one knob of it
+DEFAULT_SPEC = "jacap_prompt"  # the ablations' base, on BASE_PRESET (knob_spec): every ablation changes one knob of it
 FILE = "ablation.jsonl"
 SUMMARY_FILE = "ablation_summary.json"
 ALPHA = 0.05  # family-wise error level of the simultaneous intervals and of Holm
@@ -81,11 +82,11 @@ GRID_CHOICE = ("c 0.5 (where the default loses to the best baseline) and c 0.9 (
 def knob_table() -> tuple[dict, str]:
     """``({label: (spec, description, base spec)}, source)``: :data:`jacap_lib.presses.jacap_ablation.ONE_KNOB`
     with each ablation's base (``BASE_OF``; :data:`DEFAULT_SPEC` for the others), both as measured
-    (:func:`measured_spec`: written out in full); ``source`` names that table
+    (:func:`knob_spec`: written out in full); ``source`` names that table
     (recorded in the run's configuration)."""
     from jacap_lib.presses import jacap_ablation as JA
 
-    return ({k: (measured_spec(s), d, measured_spec(JA.BASE_OF.get(k, DEFAULT_SPEC))) for k, (s, d) in JA.ONE_KNOB.items()},
+    return ({k: (knob_spec(s), d, knob_spec(JA.BASE_OF.get(k, DEFAULT_SPEC))) for k, (s, d) in JA.ONE_KNOB.items()},
             "jacap_lib.presses.jacap_ablation.ONE_KNOB")
 
 
@@ -131,7 +132,7 @@ def prepare(args, *, tokenizer=None):
         table = {k: table[k] for k in args.ablations}
     elif quick:
         table = dict(list(table.items())[:2])
-    default = measured_spec(DEFAULT_SPEC)
+    default = knob_spec(DEFAULT_SPEC)
     specs = [default] + [v[0] for v in table.values()]
     bases = [b for _, _, b in table.values() if b not in specs]  # a base that is no ablation of the table runs too
     specs += list(dict.fromkeys(bases))

@@ -1,13 +1,12 @@
 r"""JacapPress, the library's default: Jacap's capacity score with the context itself as the query prior (kvpress
 KVzip's machinery).
 
-``JacapPress()`` is the Jacap-family setting the evaluation protocol's rule chose on the tune documents when the
-candidates were frozen (the smallest rule score of the five Jacap-family tune choices: ``data/results/eval/
-candidates.json``, ``jacap evaluate candidates``). It reads the context twice: on the bundled model it costs about
-3-8 times the CPU of an uncompressed prefill (prompts 512 to 2,048), against about 1.2-1.3 times for the prompt
-press. The one-prefill press is :class:`~jacap_lib.presses.jacap.JacapPromptPress` (Algorithm 1 on the prompt's own
-recent queries), which also works inside kvpress's wrappers; this press masks keys across heads and layers after the
-prefill, so it is used on its own (``with press(model): model(...)``, or kvpress's pipeline).
+``JacapPress()``'s defaults are the row ``jacap_default`` of the preset table
+(:data:`jacap_lib.presses.presets.PRESETS`), which says where they came from. The press reads the context twice
+(the prompt, then the reconstruction pass below), so its prefill costs several uncompressed prefills; the book
+measures how many. The one-prefill press is :class:`~jacap_lib.presses.jacap.JacapPromptPress` (Algorithm 1 on the
+prompt's own recent queries), which also works inside kvpress's wrappers; this press masks keys across heads and
+layers after the prefill, so it is used on its own (``with press(model): model(...)``, or kvpress's pipeline).
 
 kvpress's :class:`~kvpress.KVzipPress` prefills the prompt, then feeds "Repeat the previous context exactly." and
 the context again (the *reconstruction pass*) under hooks, and scores every cached KV pair by the largest attention
@@ -65,7 +64,8 @@ BUDGETS = ("global", "layer", "head")
 @dataclass
 class JacapPress(utils.BudgetSplit, KVzipPress):
     r"""Jacap KV-cache eviction (Yang et al., arXiv 2609.08131) with KVzip's reconstruction pass as the query prior;
-    the library's default (see the module: the tune rule's choice, its cost, and the one-prefill press).
+    the library's default (see the module: the reconstruction pass, the knobs it adds to KVzip, the one-prefill
+    press).
 
     Parameters
     ----------

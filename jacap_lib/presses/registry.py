@@ -104,8 +104,9 @@ def critical_adakv(compression_ratio: float = 0.0, scorer: str = CRITICAL_SCORER
 critical_kv.kvpress_press, critical_adakv.kvpress_press = kvpress.CriticalKVPress, kvpress.CriticalAdaKVPress
 
 #: The registry: name -> what it builds. kvpress's presses at kvpress's own defaults (they never move); Jacap's
-#: presses at today's defaults of :class:`~jacap_lib.presses.jacap.JacapPromptPress` (``jacap_prompt``), and the Jacap names that
-#: are an alias of one spec (their ``options``) or a different method (their own press class).
+#: presses at their class defaults, and the Jacap names that are an alias of one spec (their ``options``) or a
+#: different method (their own press class). Named settings (the paper's, the tuned ones) are the preset table's
+#: rows (:data:`jacap_lib.presses.presets.PRESETS`).
 METHODS: dict[str, Method] = {
     "snapkv": Method(kvpress.SnapKVPress, {}, "attention of the last prompt window (SnapKV)"),
     "knorm": Method(kvpress.KnormPress, {}, "smallest key norm kept (KNorm)"),
@@ -116,11 +117,11 @@ METHODS: dict[str, Method] = {
     "streaming_llm": Method(kvpress.StreamingLLMPress, {}, "sink + most recent tokens (StreamingLLM)"),
     "tova": Method(kvpress.TOVAPress, {}, "attention of the last prompt token (TOVA)"),
     "random": Method(kvpress.RandomPress, {"seed": 0}, "uniformly random tokens (seed 0)"),
-    "jacap_prompt": Method(JacapPromptPress, {}, f"Jacap Algorithm 1: sensitivity-weighted leverage (defaults: linearised at the "
-                                    f"observed attention of the recent queries, window={DEFAULTS.window}, "
-                                    f"beta={DEFAULTS.beta}, u=v; Algorithm 1's tempered centre: jacap_prompt[centre=tempered]; "
-                                    f"Algorithm 1 as published (the paper's settings): "
-                                    f"jacap_prompt[tau=10,noise=1,beta=none,centre=tempered,window=32])"),
+    "jacap_prompt": Method(JacapPromptPress, {}, f"Jacap Algorithm 1 on the prompt's recent queries: sensitivity-"
+                                    f"weighted leverage (defaults: linearised at the observed attention of the recent "
+                                    f"queries, window={DEFAULTS.window}, beta={DEFAULTS.beta}, u=v; the tempered centre: "
+                                    f"jacap_prompt[centre=tempered]; the paper's settings: the preset "
+                                    f"algorithm1_as_published)"),
     "jacap_prompt_adakv": Method(JacapPromptPress, {"adakv": True},
                           "Jacap scores with kvpress AdaKV head-wise budget allocation (top-k across the heads of a "
                           "layer); an alias of jacap_prompt[adakv=true]"),

@@ -3,7 +3,8 @@
 Every method of the comparison — each kvpress baseline of the registry and Jacap (uniform per-head
 budgets, ``jacap_prompt``; kvpress AdaKV's head-adaptive budgets around Jacap's scores, ``jacap_prompt_adakv``) —
 gets a small grid of settings, written in one table, :data:`SEARCH_SPACE` (registry name -> method
-specs, the tie-break winner first; every Jacap setting written out in full on :data:`ALGORITHM1_AS_PUBLISHED`, so
+specs, the tie-break winner first; every Jacap setting written out in full on the preset
+``algorithm1_as_published`` (:data:`jacap_lib.presses.presets.PRESETS`), so
 that no setting depends on the library's defaults; a kvpress baseline's spec names what differs from kvpress's own
 defaults, which kvpress never moves). The budget is the same for everyone: a method whose press takes
 options gets exactly :data:`CONFIGS_PER_METHOD` settings on its main knobs plus two for each knob of
@@ -38,9 +39,10 @@ from jacap_lib.verdicts.intervals import KL_FLOOR  # the statistics' floor, used
 from jacap_lib.results.loaders import SPACES as SPACE_FOLDERS
 from jacap_lib.results.provenance import fingerprint  # sha256 of a configuration's canonical JSON
 from jacap_lib.presses.registry import method_of
-from jacap_lib.presses.registry import ADAKV_BASELINES, BASELINES, explicit_spec, parse_method, press_from_spec
+from jacap_lib.presses.presets import PRESETS
+from jacap_lib.presses.registry import ADAKV_BASELINES, BASELINES, parse_method, press_from_spec
 
-__all__ = ["SEARCH_SPACE", "PEER_SPACE", "CONTEXT_SPACE", "CONTEXT_AS_FIRST_TUNED", "CONTEXT_REPLACED", "PEER_REPLACED", "REPLACED", "SPACES", "PAPER_PRESET", "ALGORITHM1_AS_PUBLISHED", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "RULE_WORDINGS", "same_rule", "BASELINE_METHODS", "JACAP_METHODS",
+__all__ = ["SEARCH_SPACE", "PEER_SPACE", "CONTEXT_SPACE", "CONTEXT_REPLACED", "PEER_REPLACED", "REPLACED", "SPACES", "PAPER_PRESET", "settings_record", "same_setting", "CONFIGS_PER_METHOD", "AROUND_CHOICE", "KL_FLOOR", "RULE", "RULE_WORDINGS", "same_rule", "BASELINE_METHODS", "JACAP_METHODS",
            "method_of", "check_search_space", "selection_score", "choose_settings", "best_baseline_per_cell",
            "protocol_config", "fingerprint", "compare_configs", "same_measurements", "neighbours", "grid_edges", "quick_space"]
 
@@ -75,14 +77,6 @@ def same_rule(a: str | None, b: str | None) -> bool:
     return RULE_WORDINGS.get(a, a) == RULE_WORDINGS.get(b, b)
 
 
-#: Algorithm 1 as published (tau = 10 from the paper's ablation, channel noise sigma^2 = 1, flat prompt statistics,
-#: the tempered centre), with the protection and the query summary the first grids measured (4 sinks, a 32-token
-#: recent window, queries RoPE-averaged over 512 future positions, one Gaussian per KV head): every Jacap setting of
-#: the protocol is this, with the options it names changed, written out in full (:func:`_jacap`), so no setting
-#: depends on what the library's defaults are.
-ALGORITHM1_AS_PUBLISHED: dict = {"backend": "auto", "beta": None, "centre": "tempered", "eps": 1e-6, "gqa": "pool",
-                                 "n_future_positions": 512, "n_queries": None, "n_sink": 4, "noise": 1, "tau": 10,
-                                 "use_out_proj": False, "window": 32}
 _EMA3 = {"tau": 3, "beta": 0.9}  # the tempered centre's tune choice of the first rounds
 #: Algorithm 1's grid (the same for its scores under AdaKV's head-adaptive budgets): the paper's settings, the
 #: effective-dimension noise rule, tau 3 with the EMA statistics; then, around the chosen window, tau 1 and 10, the
@@ -95,9 +89,9 @@ _EA = {"centre": "ea", "gqa": "mean", "beta": None, "n_future_positions": 32, "w
 
 
 def _jacap(name: str, **change) -> str:
-    """A Jacap setting of the protocol: ``name`` with :data:`ALGORITHM1_AS_PUBLISHED` changed by ``change``, every
-    option written out (:func:`jacap_lib.presses.registry.explicit_spec`)."""
-    return explicit_spec(name, {**ALGORITHM1_AS_PUBLISHED, **change})
+    """A Jacap setting of the protocol: registry ``name`` on the preset ``algorithm1_as_published`` changed by
+    ``change``, every option written out (:meth:`jacap_lib.presses.presets.Preset.spec`)."""
+    return PRESETS["algorithm1_as_published"].spec(name, **change)
 
 
 # registry name -> settings (method specs), the tie-break winner first. Methods whose press takes options
@@ -186,24 +180,15 @@ PEER_SPACE: dict[str, tuple[str, ...]] = {
                        "critical_adakv[first_stage_ratio=0.75]", "critical_adakv[scorer=snapkv]",
                        "critical_adakv[alpha_safeguard=0.1]"),
 }
-#: JacapPress's options as its first grid was tuned (its library defaults on 2026-12-04): the observed centre,
-#: one budget across layers and heads, KVzip's 4 sinks and one reconstruction chunk of 2,048 tokens, no recent window.
-#: Every setting of :data:`CONTEXT_SPACE` is this with the options it names changed, written out in full
-#: (:func:`_context`), so no setting depends on what the library's defaults are.
-CONTEXT_AS_FIRST_TUNED: dict = {"budget": "global", "centre": "observed", "chunk_size": 2048, "eps": 1e-6,
-                                "kvzip_plus_normalization": False, "layerwise": False, "n_sink": 4, "noise": 1,
-                                "summary": "jacap", "tau": 3, "window": 0}
-
-
 def _context(**change) -> str:
-    """A setting of :data:`CONTEXT_SPACE`: :data:`CONTEXT_AS_FIRST_TUNED` changed by ``change``, every option written
-    out (:func:`jacap_lib.presses.registry.explicit_spec`)."""
-    return explicit_spec("jacap", {**CONTEXT_AS_FIRST_TUNED, **change})
+    """A setting of :data:`CONTEXT_SPACE`: the preset ``context_as_first_tuned`` (JacapPress's options when its first
+    grid was tuned) changed by ``change``, every option written out (:meth:`jacap_lib.presses.presets.Preset.spec`)."""
+    return PRESETS["context_as_first_tuned"].spec(**change)
 
 
 #: The capacity press whose query prior is the context (``jacap``: Jacap's score on the queries of KVzip's
 #: reconstruction pass), in its own folder (``jacap evaluate tune --space context``: ``data/results/eval/context``),
-#: tuned by the same RULE on the same tune documents. Its defaults first (:data:`CONTEXT_AS_FIRST_TUNED`); then each
+#: tuned by the same RULE on the same tune documents. Its defaults first (the preset ``context_as_first_tuned``); then each
 #: knob it adds to KVzip moved once: the budget per layer and per KV head (Jacap's uniform one), Expected Attention's
 #: centre, a 16-token recent window (JacapPromptPress()'s). The budget and the window are read after the scoring, so those
 #: settings share one reconstruction pass per (document, prompt length) (``measure_group(share_scoring=True)``).
@@ -257,7 +242,7 @@ REPLACED: dict[str, tuple[str, ...]] = {"peers": PEER_REPLACED, "context": CONTE
 # made on tune documents only; each round's rows stay in tune.jsonl.
 # The paper's exact settings, the first setting of Algorithm 1's grid: the dev job runs it next to the tuned choice
 # whenever the two differ (evaluation.dev_specs), so both are in every table.
-PAPER_PRESET = _jacap("jacap_prompt")
+PAPER_PRESET = PRESETS["algorithm1_as_published"].spec()
 BASELINE_METHODS = tuple(m for m in SEARCH_SPACE if m in BASELINES)
 JACAP_METHODS = tuple(m for m in SEARCH_SPACE if m.startswith("jacap"))
 
