@@ -40,7 +40,6 @@ from pathlib import Path
 from jacap_lib.presses.registry import PRESS_NAMES, parse_method, press_from_spec, with_options, written_out
 from jacap_lib.results import files
 from jacap_lib.experiments import job as J
-from jacap_lib.experiments.protocol import rules as P
 from jacap_lib.verdicts import rows as RS
 from jacap_lib.experiments.protection import budget_split  # noqa: F401  (the one home; re-exported for the book's readers)
 
@@ -173,18 +172,18 @@ def _press(setting: dict, ratio: float):
     if setting.get("oracle"):
         from jacap_lib.measure.instruments import JacapGivenStatisticsPress
 
-        name, opts = parse_method(setting["spec"].split("+oracle", 1)[0])
+        name, opts = parse_method(split_wrapper(setting["spec"])[0])
         return JacapGivenStatisticsPress(compression_ratio=ratio, **opts)
     if setting.get("window_attention"):
         from jacap_lib.measure.instruments import JacapWindowAttentionPress
 
-        name, opts = P.parse_method(setting["spec"].split("+window_attention[", 1)[0])
+        name, opts = parse_method(split_wrapper(setting["spec"])[0])
         return JacapWindowAttentionPress(compression_ratio=ratio, obs_window=int(setting["window_attention"]), **opts)
     if setting["protect"] is None:
         return press_from_spec(setting["spec"], ratio)
     from jacap_lib.measure.instruments import ProtectedPress
 
-    base = setting["spec"].split("+protect[", 1)[0]
+    base = split_wrapper(setting["spec"])[0]
     n_sink, window = setting["protect"]
     return ProtectedPress(press=press_from_spec(base, ratio), compression_ratio=ratio, n_sink=n_sink, window=window)
 

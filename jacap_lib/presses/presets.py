@@ -45,6 +45,9 @@ class Preset:
 _PUBLISHED = {"backend": "auto", "beta": None, "centre": "tempered", "eps": 1e-6, "gqa": "pool",
               "n_future_positions": 512, "n_queries": None, "n_sink": 4, "noise": 1, "tau": 10,
               "use_out_proj": False, "window": 32}
+_CONTEXT_FIRST = {"budget": "global", "centre": "observed", "chunk_size": 2048, "eps": 1e-6,
+                  "kvzip_plus_normalization": False, "layerwise": False, "n_sink": 4, "noise": 1, "summary": "jacap",
+                  "tau": 3, "window": 0}
 
 #: name -> preset. Literal: each row is written here, not computed from a default.
 PRESETS: dict[str, Preset] = {
@@ -65,16 +68,12 @@ PRESETS: dict[str, Preset] = {
         "JacapPromptPress()'s defaults: the observed centre with a 16-token window, the tune choice of the "
         "capacity press with that centre (jacap_obs, data/results/eval/choices.json), which beat the tempered "
         "centre at tau 3, beta 0.9 in every cell of the dev documents; tau is unused with the observed centre.")),
-    "context_as_first_tuned": Preset("jacap", {
-        "budget": "global", "centre": "observed", "chunk_size": 2048, "eps": 1e-6, "kvzip_plus_normalization": False,
-        "layerwise": False, "n_sink": 4, "noise": 1, "summary": "jacap", "tau": 3, "window": 0}, (
+    "context_as_first_tuned": Preset("jacap", _CONTEXT_FIRST, (
         "JacapPress's defaults on 2026-12-04, when its first grid was tuned: the observed centre, one budget across "
         "layers and heads, KVzip's 4 sinks and one reconstruction chunk of 2,048 tokens, no recent window. Every "
         "setting of the context search space is this row with the options it names changed "
         "(experiments.protocol.rules.CONTEXT_SPACE).")),
-    "jacap_default": Preset("jacap", {
-        "budget": "global", "centre": "observed", "chunk_size": 2048, "eps": 1e-6, "kvzip_plus_normalization": False,
-        "layerwise": False, "n_sink": 4, "noise": 1, "summary": "jacap", "tau": 3, "window": 64}, (
+    "jacap_default": Preset("jacap", {**_CONTEXT_FIRST, "window": 64}, (
         "JacapPress()'s defaults: the context search space's tune choice by the protocol's rule, a 64-token recent "
         "window (fourth round; data/results/eval/context/choices.json), the other options those of "
         "context_as_first_tuned; the candidate list's default (data/results/eval/candidates.json).")),
